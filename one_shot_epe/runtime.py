@@ -1,0 +1,88 @@
+"""Lifetime management for TFF's C++ execution runtime.
+
+TFF's default execution context starts a `worker_binary` child process on first use
+and stops it only when a Python finaliser happens to run. A worker that outlives its
+parent keeps the parent's stdout/stderr open, which hangs any pipe or CI runner
+reading them. Every entry point of this project therefore runs TFF computations
+inside `local_cpp_context()` and this module also stops leftover workers at
+interpreter exit.
+"""
+
+import atexit
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import psutil
+
+WORKER_BINARY_NAME = 'worker_binary'
+
+
+def worker_processes(root_pid: int | None = None) -> list[psutil.Process]:
+  """Returns the live TFF worker processes descended from `root_pid` (default: us)."""
+  try:
+    root = psutil.Process(os.getpid() if root_pid is None else root_pid)
+    children = root.children(recursive=True)
+  except psutil.NoSuchProcess:
+    return []
+  workers = []
+  for child in children:
+    try:
+      if (child.name() == WORKER_BINARY_NAME and
+          child.status() != psutil.STATUS_ZOMBIE):
+        workers.append(child)
+    except psutil.NoSuchProcess:
+      continue
+  return workers
+
+
+def _has_exited(process: psutil.Process) -> bool:
+  try:
+    return process.status() == psutil.STATUS_ZOMBIE
+  except psutil.NoSuchProcess:
+    return True
+
+
+def shutdown_workers(timeout_s: float = 10.0) -> int:
+  """Stops every TFF worker started by this process; returns how many were running.
+
+  Workers get SIGINT (TFF's own shutdown signal) and SIGKILL after `timeout_s`. The
+  exited children are deliberately not reaped here: TFF's `Popen` object reaps them
+  later, and reaping twice would make its finaliser fail.
+  """
+  workers = worker_processes()
+  for worker in workers:
+    with contextlib.suppress(psutil.NoSuchProcess):
+      worker.send_signal(signal.SIGINT)
+  deadline = time.monotonic() + timeout_s
+  while workers and time.monotonic() < deadline:
+    workers = [w for w in workers if not _has_exited(w)]
+    time.sleep(0.02)
+  for worker in workers:
+    with contextlib.suppress(psutil.NoSuchProcess):
+      worker.kill()
+  return len(workers)
+
+
+@contextlib.contextmanager
+def local_cpp_context(default_num_clients: int = 0) -> Iterator[object]:
+  """Installs a fresh synchronous C++ execution context; stops its worker on exit.
+
+  Usage:
+    with runtime.local_cpp_context():
+      state = process.initialize()
+  """
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  context = tff.backends.native.create_sync_local_cpp_execution_context(
+      default_num_clients=default_num_clients)
+  try:
+    with tff.framework.get_context_stack().install(context):
+      yield context
+  finally:
+    shutdown_workers()
+
+
+atexit.register(shutdown_workers)
