@@ -1,0 +1,504 @@
+"""Who participates in each round of DP-FedAvg: real clients and canary clients.
+
+This module is the single place that decides participation. The one-shot
+estimator (Andrew et al., ICLR 2024, Sec. 4 and Algorithms 2-3) only asks that
+canaries "participate exactly as real users do"; Sec. 5 trains StackOverflow
+for one epoch (every real client exactly once) and EMNIST for shuffled epochs,
+and Sec. 5.2 presents each canary a fixed number of times (1, 2, 4, 8), once
+in every period. The schedules here produce exactly those patterns, plus the
+sampled patterns (Bernoulli, Poisson) assumed by amplification analyses and a
+worst-case pattern that presents every canary as late as possible.
+
+Conventions (shared by every schedule in this module):
+
+* Rounds are 0-based: round `t` in `[0, T)` is the `(t + 1)`-th call of the
+  training process's `next` and the `t`-th entry of a canary schedule.
+  `tff.simulation.run_training_process` numbers training rounds from 1 (its
+  round 0 is the initial state and evaluation, and a resumed run restarts at
+  `saved_version + 1`), so its `round_num` is our `t + 1`;
+  `make_training_selection_fn` does that mapping.
+* Every random choice is a pure function of `(seed, kind of draw, round or
+  period or epoch)` through `numpy.random.SeedSequence(seed, spawn_key=...)`,
+  so round `t` is computed directly, without replaying rounds before it (a run
+  resumed after a crash selects the same clients as an uninterrupted one).
+  Distinct kinds of draw (shuffling, Bernoulli, Poisson, canary placement) use
+  distinct spawn keys, so reusing one seed for real clients and canaries does
+  not correlate them. Streams are reproducible for a fixed numpy version.
+* Selected clients and canaries are returned as sorted int64 index arrays.
+* Splitting `total` items into `parts` near-equal parts always gives the first
+  `total % parts` parts one item more than the others (`_even_split`).
+
+Real clients (all subclasses of `ClientSampler`):
+
+* `ShuffledEpochs`: epoch `e` is a fresh permutation of the `m` clients (a pure
+  function of `(seed, e)`) cut into `R = ceil(m / n)` consecutive rounds, so
+  each client participates exactly once per epoch. When `n` does not divide
+  `m`, `remainder='spread'` (default) spreads the clients evenly: the first
+  `m % R` rounds of each epoch take `ceil(m / R)` clients, the rest
+  `floor(m / R)`, all at most `n` (e.g. m = 3383 EMNIST users, n = 101: 34
+  rounds of 100 or 99 clients). This keeps the cohort size, and hence each
+  client's weight in the DP average, nearly constant. `remainder='partial'`
+  instead fills rounds with exactly `n` clients and leaves the last round of
+  each epoch with the `m - (R - 1) n` left over.
+* `BernoulliSampling`: every client joins round `t` independently with
+  probability `q = expected_clients_per_round / m`; the cohort size is
+  Binomial(m, q). This is what the DP literature calls "Poisson subsampling"
+  (Abadi et al., 2016); here it is named for what it does.
+* `PoissonSampling`: the cohort size is `min(N, m)` with
+  `N ~ Poisson(expected_clients_per_round)`, and that many distinct clients are
+  drawn uniformly without replacement. Inclusions of different clients are
+  then not independent. The clip at `m` only matters when the expected size is
+  within a few standard deviations of `m`.
+
+Canary clients (`CanarySchedule`, consumed by the canary-injecting aggregator
+as one sequence of canary ids per round):
+
+* `periodic_canary_schedule`: `T` rounds are cut into `r` consecutive periods
+  whose lengths differ by at most one (`period_lengths`); every canary is
+  presented exactly once in each period, at a round drawn afresh for each
+  period, with per-round canary counts within a period differing by at most
+  one and the rounds that take the extra canary chosen at random. With
+  `r = 1` each canary appears once at a uniformly random round, as a real
+  client does in one epoch (paper Sec. 5.1); `r` in (2, 4, 8) gives Sec. 5.2.
+* `last_rounds_canary_schedule`: the worst case for the final-model threat
+  model, all presentations packed into the final rounds. Without a cap, every
+  canary is presented in each of the last `r` rounds (the most compact pattern
+  allowed by at most one presentation per canary per round). With
+  `max_canaries_per_round = c`, the `k r` presentations fill the last
+  `L = ceil(k r / min(c, k))` rounds, the fewest possible, in canary order
+  repeated `r` times, at near-equal counts per round.
+* `ClientSampler.canary_schedule`: canaries drawn by the same rule as the
+  real clients, with the same expected participation per client: once per
+  epoch of `R` rounds for `ShuffledEpochs`, inclusion probability `q` for
+  `BernoulliSampling`, a Poisson(`k * expected / m`) count for
+  `PoissonSampling`.
+"""
+
+import abc
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+# Spawn-key tags that keep the random streams of different draws independent.
+_SHUFFLE_TAG = 0
+_BERNOULLI_TAG = 1
+_POISSON_TAG = 2
+_CANARY_PLACEMENT_TAG = 3
+_CANARY_BERNOULLI_TAG = 4
+_CANARY_POISSON_TAG = 5
+
+_REMAINDER_MODES = ('spread', 'partial')
+
+
+def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+  """Returns `value` as an int after checking `low <= value <= high`."""
+  allowed = f'[{low}, {"inf" if high is None else high}]'
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    raise ValueError(f'{name} must be an integer in {allowed}; got {value!r}')
+  value = int(value)
+  if value < low or (high is not None and value > high):
+    raise ValueError(f'{name} must be an integer in {allowed}; got {value}')
+  return value
+
+
+def _check_seed(seed: Any) -> int:
+  return _check_int('seed', seed, 0)
+
+
+def _check_expected(value: Any, num_clients: int) -> float:
+  """Checks an expected cohort size: in (0, m], i.e. a probability in (0, 1]."""
+  message = (f'expected_clients_per_round must be a number in (0, '
+             f'num_clients={num_clients}] (inclusion probability in (0, 1])')
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise ValueError(f'{message}; got {value!r}')
+  value = float(value)
+  if not 0.0 < value <= num_clients:  # Also rejects NaN.
+    raise ValueError(f'{message}; got {value}')
+  return value
+
+
+def _check_client_ids(clients: Any) -> tuple[int, tuple[str, ...] | None]:
+  """Returns `(m, ids)` from a client count or a sequence of string ids."""
+  if isinstance(clients, numbers.Integral) and not isinstance(clients, bool):
+    return _check_int('clients', clients, 1), None
+  if isinstance(clients, (str, bytes)) or not isinstance(
+      clients, (Sequence, np.ndarray)):
+    raise ValueError('clients must be a positive client count or a sequence '
+                     f'of string client ids; got {clients!r}')
+  ids = tuple(clients)
+  if not ids:
+    raise ValueError('clients must contain at least one client id; got none')
+  for client_id in ids:
+    if not isinstance(client_id, str):
+      raise ValueError('clients must be string client ids (as '
+                       f'ClientData.client_ids); got {client_id!r}')
+  seen = set()
+  for client_id in ids:
+    if client_id in seen:
+      raise ValueError(f'clients must be distinct; {client_id!r} repeats')
+    seen.add(client_id)
+  return len(ids), tuple(str(client_id) for client_id in ids)
+
+
+def _rng(seed: int, tag: int, index: int) -> np.random.Generator:
+  """The generator for draw `tag` at round/period/epoch `index` of `seed`."""
+  return np.random.default_rng(
+      np.random.SeedSequence(seed, spawn_key=(tag, index)))
+
+
+def _even_split(total: int, parts: int) -> np.ndarray:
+  """Sizes of `parts` near-equal parts of `total`, larger ones first."""
+  sizes = np.full(parts, total // parts, dtype=np.int64)
+  sizes[:total % parts] += 1
+  return sizes
+
+
+def _bernoulli_draw(rng: np.random.Generator, population: int,
+                    probability: float) -> np.ndarray:
+  """Sorted indices of `population` members each kept with `probability`."""
+  return np.flatnonzero(rng.random(population) < probability).astype(np.int64)
+
+
+def _poisson_draw(rng: np.random.Generator, population: int,
+                  expected: float) -> np.ndarray:
+  """Sorted `min(Poisson(expected), population)` distinct members, uniformly."""
+  size = min(int(rng.poisson(expected)), population)
+  return np.sort(rng.choice(population, size=size, replace=False)).astype(
+      np.int64)
+
+
+def _place_once_per_period(num_canaries: int, lengths: Sequence[int],
+                           seed: int) -> list[np.ndarray]:
+  """Presents every canary once in each period of the given lengths.
+
+  Within period `p` (pure function of `(seed, p)`), the canaries are permuted
+  and dealt to the period's rounds in consecutive chunks whose sizes differ by
+  at most one; which rounds take the larger chunks is itself random.
+  """
+  rounds = []
+  for period, length in enumerate(lengths):
+    rng = _rng(seed, _CANARY_PLACEMENT_TAG, period)
+    counts = rng.permutation(_even_split(num_canaries, int(length)))
+    chunks = np.split(rng.permutation(num_canaries), np.cumsum(counts)[:-1])
+    rounds.extend(np.sort(chunk).astype(np.int64) for chunk in chunks)
+  return rounds
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CanarySchedule:
+  """Which canaries (ids `0..num_canaries-1`) are presented in each round.
+
+  Attributes:
+    num_canaries: The number k of seen canaries.
+    rounds: Entry `t` is the sorted int64 array of canaries presented in
+      round `t` (0-based); its length is the number of training rounds.
+  """
+  num_canaries: int
+  rounds: tuple[np.ndarray, ...]
+
+  def __post_init__(self):
+    num_canaries = _check_int('num_canaries', self.num_canaries, 1)
+    rounds = []
+    for t, ids in enumerate(self.rounds):
+      given = np.asarray(ids)
+      ids = given.astype(np.int64)
+      if given.size and (given.ndim != 1 or given.dtype.kind not in 'iu' or
+                         ids[0] < 0 or ids[-1] >= num_canaries or
+                         np.any(np.diff(ids) <= 0)):
+        raise ValueError(f'rounds[{t}] must hold sorted distinct canary ids in '
+                         f'[0, {num_canaries - 1}]; got {given.tolist()}')
+      ids = ids.reshape(-1)
+      ids.setflags(write=False)
+      rounds.append(ids)
+    if not rounds:
+      raise ValueError('rounds must cover at least one round; got none')
+    object.__setattr__(self, 'num_canaries', num_canaries)
+    object.__setattr__(self, 'rounds', tuple(rounds))
+
+  @property
+  def num_rounds(self) -> int:
+    return len(self.rounds)
+
+  def canaries(self, round_index: int) -> np.ndarray:
+    """The sorted ids of the canaries presented in round `round_index`."""
+    return self.rounds[_check_int('round_index', round_index, 0,
+                                  self.num_rounds - 1)]
+
+  def appearance_counts(self) -> np.ndarray:
+    """Number of rounds in which each canary is presented (length k)."""
+    return np.bincount(np.concatenate(self.rounds),
+                       minlength=self.num_canaries).astype(np.int64)
+
+  def round_counts(self) -> np.ndarray:
+    """Number of canaries presented in each round (length T)."""
+    return np.array([ids.size for ids in self.rounds], dtype=np.int64)
+
+  def as_round_lists(self) -> tuple[tuple[int, ...], ...]:
+    """The schedule as the aggregator takes it: a tuple of ints per round."""
+    return tuple(tuple(int(i) for i in ids) for ids in self.rounds)
+
+
+def period_lengths(num_rounds: int, repetitions: int) -> np.ndarray:
+  """Lengths of `repetitions` consecutive periods covering `num_rounds` rounds.
+
+  The lengths differ by at most one; the first `num_rounds % repetitions`
+  periods are the longer ones.
+  """
+  num_rounds = _check_int('num_rounds', num_rounds, 1)
+  repetitions = _check_int('repetitions', repetitions, 1, num_rounds)
+  return _even_split(num_rounds, repetitions)
+
+
+def periodic_canary_schedule(num_canaries: int, num_rounds: int,
+                             repetitions: int, seed: int) -> CanarySchedule:
+  """Every canary exactly once in each of `repetitions` periods (Sec. 5.2)."""
+  num_canaries = _check_int('num_canaries', num_canaries, 1)
+  lengths = period_lengths(num_rounds, repetitions)
+  return CanarySchedule(
+      num_canaries,
+      tuple(_place_once_per_period(num_canaries, lengths, _check_seed(seed))))
+
+
+def last_rounds_canary_schedule(
+    num_canaries: int, num_rounds: int, repetitions: int,
+    max_canaries_per_round: int | None = None) -> CanarySchedule:
+  """All `repetitions` presentations of every canary in the final rounds.
+
+  Presentations, listed as canaries 0..k-1 repeated `repetitions` times, are
+  cut into `L = ceil(k r / c)` consecutive chunks of near-equal size, with
+  `c = min(max_canaries_per_round, k)` (`c = k` without a cap), and chunk `i`
+  goes to round `T - L + i`. A chunk holds at most `c <= k` consecutive
+  presentations, so no canary appears twice in a round, and `L` is the least
+  number of rounds that fits `k r` presentations at most `c` per round.
+
+  Raises:
+    ValueError: if the `L` rounds needed exceed `num_rounds`.
+  """
+  num_canaries = _check_int('num_canaries', num_canaries, 1)
+  num_rounds = _check_int('num_rounds', num_rounds, 1)
+  repetitions = _check_int('repetitions', repetitions, 1, num_rounds)
+  cap = num_canaries
+  if max_canaries_per_round is not None:
+    cap = min(cap, _check_int('max_canaries_per_round', max_canaries_per_round,
+                              1))
+  presentations = num_canaries * repetitions
+  used_rounds = math.ceil(presentations / cap)
+  if used_rounds > num_rounds:
+    raise ValueError(
+        f'max_canaries_per_round={max_canaries_per_round} needs '
+        f'{used_rounds} rounds for {num_canaries} canaries x {repetitions} '
+        f'repetitions but num_rounds={num_rounds}; allow at least '
+        f'{math.ceil(presentations / num_rounds)} canaries per round')
+  order = np.tile(np.arange(num_canaries, dtype=np.int64), repetitions)
+  chunks = np.split(order, np.cumsum(_even_split(presentations,
+                                                 used_rounds))[:-1])
+  empty = [np.zeros(0, np.int64)] * (num_rounds - used_rounds)
+  return CanarySchedule(num_canaries,
+                        tuple(empty + [np.sort(c) for c in chunks]))
+
+
+class ClientSampler(abc.ABC):
+  """Selects the real clients of each round; see the module docstring.
+
+  Attributes:
+    num_clients: The population size m.
+    client_ids: The client ids given at construction, or None when the
+      sampler was built from a count (then only indices are available).
+    seed: The non-negative integer seed.
+  """
+
+  def __init__(self, clients: int | Sequence[str], seed: int):
+    self.num_clients, self.client_ids = _check_client_ids(clients)
+    self.seed = _check_seed(seed)
+
+  @property
+  @abc.abstractmethod
+  def expected_clients_per_round(self) -> float:
+    """The mean cohort size over rounds."""
+
+  @abc.abstractmethod
+  def _select(self, round_index: int) -> np.ndarray:
+    """Sorted indices of round `round_index` (already validated)."""
+
+  @abc.abstractmethod
+  def canary_schedule(self, num_canaries: int, num_rounds: int,
+                      seed: int) -> CanarySchedule:
+    """Canaries selected by this sampler's rule at its per-client rate."""
+
+  def indices(self, round_index: int) -> np.ndarray:
+    """Sorted int64 population indices of round `round_index`'s cohort."""
+    return self._select(_check_int('round_index', round_index, 0))
+
+  def ids(self, round_index: int) -> list[str]:
+    """Client ids of round `round_index`'s cohort, in index order."""
+    if self.client_ids is None:
+      raise ValueError('clients was given as a count; build the sampler from '
+                       'client ids (e.g. ClientData.client_ids) to get ids')
+    return [self.client_ids[i] for i in self.indices(round_index)]
+
+
+class ShuffledEpochs(ClientSampler):
+  """Each epoch a fresh permutation of all clients, cut into rounds.
+
+  Attributes:
+    clients_per_round: The maximum cohort size n.
+    rounds_per_epoch: R = ceil(m / n).
+    cohort_sizes: Cohort size of each round within an epoch (length R).
+  """
+
+  def __init__(self, clients: int | Sequence[str], clients_per_round: int,
+               seed: int, remainder: str = 'spread'):
+    super().__init__(clients, seed)
+    self.clients_per_round = _check_int('clients_per_round', clients_per_round,
+                                        1, self.num_clients)
+    if remainder not in _REMAINDER_MODES:
+      raise ValueError(f'remainder must be one of {_REMAINDER_MODES}; got '
+                       f'{remainder!r}')
+    self.rounds_per_epoch = math.ceil(self.num_clients /
+                                      self.clients_per_round)
+    if remainder == 'spread':
+      sizes = _even_split(self.num_clients, self.rounds_per_epoch)
+    else:
+      sizes = np.full(self.rounds_per_epoch, self.clients_per_round, np.int64)
+      sizes[-1] = self.num_clients - (self.rounds_per_epoch -
+                                      1) * self.clients_per_round
+    self.cohort_sizes = tuple(int(s) for s in sizes)
+    self._offsets = np.concatenate([[0], np.cumsum(sizes)])
+    self._epoch_cache = (-1, np.zeros(0, np.int64))
+
+  @property
+  def expected_clients_per_round(self) -> float:
+    return self.num_clients / self.rounds_per_epoch
+
+  def epoch_permutation(self, epoch: int) -> np.ndarray:
+    """All clients in their order in `epoch`: pure in (seed, epoch)."""
+    epoch = _check_int('epoch', epoch, 0)
+    if self._epoch_cache[0] != epoch:
+      permutation = _rng(self.seed, _SHUFFLE_TAG, epoch).permutation(
+          self.num_clients).astype(np.int64)
+      self._epoch_cache = (epoch, permutation)
+    return self._epoch_cache[1]
+
+  def _select(self, round_index: int) -> np.ndarray:
+    epoch, position = divmod(round_index, self.rounds_per_epoch)
+    permutation = self.epoch_permutation(epoch)
+    return np.sort(
+        permutation[self._offsets[position]:self._offsets[position + 1]])
+
+  def canary_schedule(self, num_canaries: int, num_rounds: int,
+                      seed: int) -> CanarySchedule:
+    """Each canary once per epoch of `rounds_per_epoch` rounds, to `num_rounds`.
+
+    A final partial epoch is placed in full and then truncated, so, like a
+    real client, a canary may or may not appear in it.
+    """
+    num_canaries = _check_int('num_canaries', num_canaries, 1)
+    num_rounds = _check_int('num_rounds', num_rounds, 1)
+    epochs = math.ceil(num_rounds / self.rounds_per_epoch)
+    rounds = _place_once_per_period(num_canaries,
+                                    [self.rounds_per_epoch] * epochs,
+                                    _check_seed(seed))
+    return CanarySchedule(num_canaries, tuple(rounds[:num_rounds]))
+
+
+class BernoulliSampling(ClientSampler):
+  """Every client independently with probability q = expected / m each round.
+
+  Attributes:
+    probability: The inclusion probability q.
+  """
+
+  def __init__(self, clients: int | Sequence[str],
+               expected_clients_per_round: float, seed: int):
+    super().__init__(clients, seed)
+    self._expected = _check_expected(expected_clients_per_round,
+                                     self.num_clients)
+    self.probability = self._expected / self.num_clients
+
+  @property
+  def expected_clients_per_round(self) -> float:
+    return self._expected
+
+  def _select(self, round_index: int) -> np.ndarray:
+    return _bernoulli_draw(_rng(self.seed, _BERNOULLI_TAG, round_index),
+                           self.num_clients, self.probability)
+
+  def canary_schedule(self, num_canaries: int, num_rounds: int,
+                      seed: int) -> CanarySchedule:
+    """Each canary independently with probability q in every round."""
+    num_canaries = _check_int('num_canaries', num_canaries, 1)
+    num_rounds = _check_int('num_rounds', num_rounds, 1)
+    seed = _check_seed(seed)
+    return CanarySchedule(
+        num_canaries,
+        tuple(
+            _bernoulli_draw(_rng(seed, _CANARY_BERNOULLI_TAG, t), num_canaries,
+                            self.probability) for t in range(num_rounds)))
+
+
+class PoissonSampling(ClientSampler):
+  """A Poisson(expected)-sized cohort, capped at m, of distinct clients."""
+
+  def __init__(self, clients: int | Sequence[str],
+               expected_clients_per_round: float, seed: int):
+    super().__init__(clients, seed)
+    self._expected = _check_expected(expected_clients_per_round,
+                                     self.num_clients)
+
+  @property
+  def expected_clients_per_round(self) -> float:
+    """The Poisson mean; the cap at m makes the true mean at most this."""
+    return self._expected
+
+  def _select(self, round_index: int) -> np.ndarray:
+    return _poisson_draw(_rng(self.seed, _POISSON_TAG, round_index),
+                         self.num_clients, self._expected)
+
+  def canary_schedule(self, num_canaries: int, num_rounds: int,
+                      seed: int) -> CanarySchedule:
+    """A Poisson(k * expected / m)-sized set of canaries in every round."""
+    num_canaries = _check_int('num_canaries', num_canaries, 1)
+    num_rounds = _check_int('num_rounds', num_rounds, 1)
+    seed = _check_seed(seed)
+    expected = num_canaries * self._expected / self.num_clients
+    return CanarySchedule(
+        num_canaries,
+        tuple(
+            _poisson_draw(_rng(seed, _CANARY_POISSON_TAG, t), num_canaries,
+                          expected) for t in range(num_rounds)))
+
+
+def make_training_selection_fn(
+    sampler: ClientSampler,
+    create_tf_dataset_for_client: Callable[[str], Any]
+) -> Callable[[int], list[Any]]:
+  """A `training_selection_fn` for `tff.simulation.run_training_process`.
+
+  TFF calls it with `round_num = 1, 2, ...` (also after a resume from saved
+  version `v`, starting at `v + 1`); it returns the datasets of the clients
+  `sampler` selects for our 0-based round `round_num - 1`.
+
+  Args:
+    sampler: A sampler built from client ids.
+    create_tf_dataset_for_client: Maps a client id to its dataset, e.g.
+      `ClientData.create_tf_dataset_for_client` or a preprocessed variant.
+  """
+  if sampler.client_ids is None:
+    raise ValueError('sampler must be built from client ids (not a count) to '
+                     'look up client datasets')
+  if not callable(create_tf_dataset_for_client):
+    raise ValueError('create_tf_dataset_for_client must be callable; got '
+                     f'{create_tf_dataset_for_client!r}')
+
+  def training_selection_fn(round_num: int) -> list[Any]:
+    round_index = _check_int('round_num', round_num, 1) - 1
+    return [
+        create_tf_dataset_for_client(client_id)
+        for client_id in sampler.ids(round_index)
+    ]
+
+  return training_selection_fn

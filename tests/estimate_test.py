@@ -1,0 +1,80 @@
+"""End-to-end tests of the `python -m one_shot_epe.estimate` command line."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from one_shot_epe import estimation
+
+
+def _run(*args):
+  return subprocess.run([sys.executable, '-m', 'one_shot_epe.estimate', *args],
+                        capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture(name='final_csv')
+def _final_csv(tmp_path):
+  rng = np.random.default_rng(0)
+  values = rng.normal(2e-3, 1e-3, 500)
+  path = tmp_path / 'final.csv'
+  path.write_text('cosine\n' + '\n'.join(f'{v:.17g}' for v in values) + '\n')
+  return path, values
+
+
+def test_final_model_report_matches_library(final_csv):
+  path, values = final_csv
+  done = _run(f'--cosines={path}', '--dim=1000000', '--delta=1e-6',
+              '--format=json')
+  assert done.returncode == 0, done.stderr
+  report = json.loads(done.stdout)
+  expected = estimation.final_model_report(values, 10**6, 1e-6)
+  assert report['epsilon_est'] == pytest.approx(expected.epsilon_est, rel=1e-12)
+  assert report['epsilon_lo'] == pytest.approx(expected.epsilon_lo, rel=1e-12)
+  assert report['threat_model'] == 'final'
+
+
+def test_seen_unseen_columns_of_different_length(tmp_path):
+  rng = np.random.default_rng(1)
+  seen, unseen = rng.normal(0.05, 0.01, 30), rng.normal(0.0, 0.01, 20)
+  lines = ['seen,unseen'] + [
+      f'{s},{unseen[i] if i < len(unseen) else ""}' for i, s in enumerate(seen)
+  ]
+  path = tmp_path / 'maxima.csv'
+  path.write_text('\n'.join(lines) + '\n')
+  done = _run(f'--cosines={path}', '--delta=1e-5')
+  assert done.returncode == 0, done.stderr
+  expected = estimation.all_iterates_report(seen, unseen, 1e-5)
+  assert f'| epsilon_est | {expected.epsilon_est:.6g} |' in done.stdout
+
+
+@pytest.mark.parametrize('content,flags,message', [
+    ('cosine\n0.1\nnan\n', ['--dim=100'], 'not a cosine'),
+    ('cosine\n0.1\nabc\n', ['--dim=100'], 'not a number'),
+    ('cosine\n0.1\n2.0\n', ['--dim=100'], 'not a cosine'),
+    ('seen,unseen\n0.1,0.2\n0.3\n', [], 'row 3 has 1 fields'),
+    ('a,b,c\n0.1,0.2,0.3\n', [], 'header'),
+    ('cosine\n', ['--dim=100'], 'header row and data rows'),
+    ('cosine\n0.1\n0.2\n', [], '--dim is required'),
+    ('cosine\n0.1\n0.2\n', ['--dim=2'], 'dim must be an integer >= 3'),
+    ('cosine\n0.1\n0.2\n', ['--dim=100', '--alpha=0.7'], 'alpha'),
+])
+def test_malformed_input_exits_2_with_message(tmp_path, content, flags, message):
+  path = tmp_path / 'bad.csv'
+  path.write_text(content)
+  done = _run(f'--cosines={path}', '--delta=1e-5', *flags)
+  assert done.returncode == 2
+  assert message in done.stderr
+  assert 'Traceback' not in done.stderr
+
+
+def test_missing_file_and_bad_delta(tmp_path):
+  done = _run(f'--cosines={tmp_path / "absent.csv"}', '--delta=1e-5')
+  assert done.returncode == 2 and 'cannot read' in done.stderr
+  path = tmp_path / 'ok.csv'
+  path.write_text('cosine\n0.1\n0.2\n0.15\n')
+  done = _run(f'--cosines={path}', '--dim=100', '--delta=1.5')
+  assert done.returncode == 2 and 'delta' in done.stderr
+  assert 'Traceback' not in done.stderr
