@@ -259,6 +259,16 @@ def test_final_cosines_estimate_recovers_gaussian_mechanism_epsilon():
   assert np.std(values) == pytest.approx(0.165, abs=0.06)
 
 
+def test_null_variance_estimate_is_the_gaussian_mechanism_of_the_mean():
+  # N(0, 1/d) vs N(m, 1/d) is the Gaussian mechanism with sensitivity 1 and
+  # noise 1/(sqrt(d) m) after scaling by sqrt(d) (Balle & Wang 2018).
+  dim, delta = 10**6, 1e-6
+  cosines = np.random.default_rng(13).normal(1.2e-3, 1e-3, size=1000)
+  expected = est.gaussian_epsilon(1 / (math.sqrt(dim) * cosines.mean()), delta)
+  assert est.epsilon_from_final_cosines(
+      cosines, dim, delta, variance='null') == pytest.approx(expected, rel=1e-8)
+
+
 def test_fitted_variance_estimate_is_consistent_but_noisy_at_small_k():
   dim, sigma, delta = 10**6, 1.54, 1e-6
   truth = est.gaussian_epsilon(sigma, delta)

@@ -1,0 +1,1 @@
+"""Benchmark scripts: wall times of the project's programs against a baseline."""

@@ -1,0 +1,1 @@
+"""Programs that reproduce the paper's experiments (absl apps, run with python -m)."""
