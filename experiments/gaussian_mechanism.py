@@ -33,7 +33,6 @@ import dataclasses
 import math
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 
@@ -41,6 +40,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from one_shot_epe import atomic_io
 from one_shot_epe import estimation
 from one_shot_epe import gaussian_mechanism
 
@@ -245,21 +245,6 @@ def format_table(setting: Setting, rows: Sequence[Row],
   return '\n'.join(lines) + '\n'
 
 
-def write_atomically(path: str, text: str) -> None:
-  """Writes `text` to `path` through a temporary file and os.replace."""
-  directory = os.path.dirname(os.path.abspath(path))
-  handle, temporary = tempfile.mkstemp(dir=directory, prefix='.table2-',
-                                       suffix='.tmp')
-  try:
-    with os.fdopen(handle, 'w', encoding='utf-8') as stream:
-      stream.write(text)
-    os.chmod(temporary, 0o644)  # mkstemp creates files readable by us only.
-    os.replace(temporary, path)
-  except BaseException:
-    os.unlink(temporary)
-    raise
-
-
 def _parse_epsilons(values: Sequence[str]) -> list[float]:
   """The --epsilons list as floats; ValueError unless all are finite and > 0."""
   if not values:
@@ -337,7 +322,7 @@ def main(argv: Sequence[str]) -> None:
   report = format_table(setting, rows, time.perf_counter() - start)
   print(report, end='')
   if flag_values.output is not None:
-    write_atomically(flag_values.output, report)
+    atomic_io.write_text(flag_values.output, report)
 
 
 if __name__ == '__main__':

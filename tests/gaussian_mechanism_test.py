@@ -323,13 +323,6 @@ class TestTableHelpers:
     with pytest.raises(ValueError, match=name):
       table2.Setting(**kwargs)
 
-  def test_write_atomically(self, tmp_path):
-    path = tmp_path / 'table.md'
-    path.write_text('old', encoding='utf-8')
-    table2.write_atomically(str(path), 'new table\n')
-    assert path.read_text(encoding='utf-8') == 'new table\n'
-    assert os.listdir(tmp_path) == ['table.md']
-
 
 class TestProgram:
   """The absl program run as `python -m experiments.gaussian_mechanism`."""

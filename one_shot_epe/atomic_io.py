@@ -1,0 +1,55 @@
+"""Atomic file writes: a reader sees the old file or the complete new one.
+
+Results, reports and cosine CSVs are written to a temporary file in the target's
+directory, flushed to disk, and renamed over the target with `os.replace`, which
+is atomic on POSIX file systems. A crash mid-write leaves at most a stray
+temporary file, never a truncated result.
+"""
+
+import csv
+import io
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+
+
+def write_text(path: str, text: str) -> None:
+  """Writes `text` (UTF-8) to `path` atomically."""
+  write_bytes(path, text.encode('utf-8'))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+  """Writes `data` to `path` atomically, syncing it before the rename."""
+  directory = os.path.dirname(os.path.abspath(path))
+  handle, temporary = tempfile.mkstemp(dir=directory, prefix='.tmp-',
+                                       suffix=os.path.basename(path))
+  try:
+    with os.fdopen(handle, 'wb') as stream:
+      stream.write(data)
+      stream.flush()
+      os.fsync(stream.fileno())
+    os.chmod(temporary, 0o644)  # mkstemp creates files readable by us only.
+    os.replace(temporary, path)
+  except BaseException:
+    if os.path.exists(temporary):
+      os.unlink(temporary)
+    raise
+
+
+def write_columns_csv(path: str, columns: Mapping[str, Sequence[float]]) -> None:
+  """Writes named columns (possibly of different lengths) as CSV, atomically.
+
+  Shorter columns leave their trailing cells empty, the format read by
+  `python -m one_shot_epe.estimate`. Floats keep full precision (repr).
+  """
+  names = list(columns)
+  length = max((len(values) for values in columns.values()), default=0)
+  buffer = io.StringIO()
+  writer = csv.writer(buffer, lineterminator='\n')
+  writer.writerow(names)
+  for row in range(length):
+    writer.writerow([
+        repr(float(columns[name][row])) if row < len(columns[name]) else ''
+        for name in names
+    ])
+  write_text(path, buffer.getvalue())

@@ -1,0 +1,105 @@
+"""The paper's figures as PNG files (matplotlib, no display needed).
+
+* `plot_cosine_densities`: Figures 1 and 3 -- kernel density estimates of canary
+  cosine sets, one panel per noise multiplier and one curve per number of canary
+  repetitions, against the null N(0, 1/d).
+* `plot_epsilon_bars`: Figures 2 and 4 -- eps_est as bars and the 95% lower bound
+  eps_lo as red ticks, grouped by noise multiplier, one bar per repetition count.
+"""
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import stats
+
+from one_shot_epe import atomic_io
+
+
+def _save(figure: plt.Figure, path: str) -> None:
+  """Renders to memory, then writes the PNG atomically."""
+  buffer = io.BytesIO()
+  figure.savefig(buffer, format='png', dpi=110, bbox_inches='tight')
+  plt.close(figure)
+  atomic_io.write_bytes(path, buffer.getvalue())
+
+
+def plot_cosine_densities(panels: Mapping[str, Mapping[str, ArrayLike]],
+                          dim: int, path: str, title: str = '') -> None:
+  """One panel per key of `panels`; each maps a curve label to its cosines.
+
+  Each panel also draws the null density N(0, 1/d) (the exact null of
+  Theorem 3.1 is indistinguishable at the paper's d). The x range covers every
+  set and the null's +-4 standard deviations.
+  """
+  if not panels:
+    raise ValueError('panels must name at least one panel.')
+  if dim < 3:
+    raise ValueError(f'dim must be >= 3; got {dim}.')
+  columns = min(len(panels), 4)
+  rows = math.ceil(len(panels) / columns)
+  figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows),
+                              squeeze=False)
+  null_std = 1.0 / math.sqrt(dim)
+  for axis, (panel_title, curves) in zip(axes.flat, panels.items()):
+    values = [np.asarray(v, dtype=np.float64) for v in curves.values()]
+    lo = min([-4 * null_std] + [float(v.min()) for v in values if v.size])
+    hi = max([4 * null_std] + [float(v.max()) for v in values if v.size])
+    pad = 0.05 * (hi - lo)
+    grid = np.linspace(lo - pad, hi + pad, 400)
+    axis.plot(grid, stats.norm.pdf(grid, scale=null_std), 'k--',
+              label='null N(0, 1/d)')
+    for label, sample in zip(curves, values):
+      if sample.size >= 2 and np.std(sample) > 0:
+        axis.plot(grid, stats.gaussian_kde(sample)(grid), label=label)
+    axis.set_title(panel_title)
+    axis.set_xlabel('cosine')
+    axis.legend(fontsize='small')
+  for axis in list(axes.flat)[len(panels):]:
+    axis.set_visible(False)
+  if title:
+    figure.suptitle(title, y=1.03)
+  _save(figure, path)
+
+
+def plot_epsilon_bars(noise_multipliers: Sequence[float],
+                      repetitions: Sequence[int],
+                      epsilon_est: ArrayLike, epsilon_lo: ArrayLike, path: str,
+                      title: str = '') -> None:
+  """Grouped bars: eps_est[i][j] for noise i and repetitions j, eps_lo as ticks.
+
+  The y axis is logarithmic when the estimates span more than two decades, as
+  they do between noise 0 and the largest noise.
+  """
+  est = np.asarray(epsilon_est, dtype=np.float64)
+  low = np.asarray(epsilon_lo, dtype=np.float64)
+  shape = (len(noise_multipliers), len(repetitions))
+  if est.shape != shape or low.shape != shape:
+    raise ValueError(f'epsilon_est and epsilon_lo must have shape {shape} '
+                     '(noise multipliers x repetitions).')
+  figure, axis = plt.subplots(figsize=(1.6 + 1.5 * shape[0], 3.6))
+  width = 0.8 / shape[1]
+  centres = np.arange(shape[0])
+  for j, repeats in enumerate(repetitions):
+    x = centres - 0.4 + width * (j + 0.5)
+    axis.bar(x, est[:, j], width=width * 0.92, label=f'{repeats} repetition'
+             f'{"s" if repeats != 1 else ""}')
+    axis.plot(x, low[:, j], linestyle='none', marker='_', markersize=14,
+              markeredgewidth=2.5, color='red',
+              label='ε_lo (95%)' if j == 0 else None)
+  positive = est[est > 0]
+  if positive.size and positive.max() / max(positive.min(), 1e-12) > 100:
+    axis.set_yscale('log')
+  axis.set_xticks(centres, [f'{noise:g}' for noise in noise_multipliers])
+  axis.set_xlabel('noise multiplier')
+  axis.set_ylabel('ε_est')
+  axis.legend(fontsize='small')
+  if title:
+    axis.set_title(title)
+  _save(figure, path)

@@ -1,0 +1,38 @@
+"""Tests that atomic writes never leave a partial file behind."""
+
+import os
+
+import pytest
+
+from one_shot_epe import atomic_io
+from one_shot_epe import estimate
+
+
+def test_replaces_content_and_leaves_no_temporary(tmp_path):
+  path = tmp_path / 'table.md'
+  path.write_text('old', encoding='utf-8')
+  atomic_io.write_text(str(path), 'new table\n')
+  assert path.read_text(encoding='utf-8') == 'new table\n'
+  assert os.listdir(tmp_path) == ['table.md']
+
+
+def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+  path = tmp_path / 'report.json'
+  path.write_text('{"complete": true}', encoding='utf-8')
+
+  def crash(*_):
+    raise OSError('disk full')
+
+  monkeypatch.setattr(os, 'fsync', crash)
+  with pytest.raises(OSError, match='disk full'):
+    atomic_io.write_text(str(path), '{"compl')
+  assert path.read_text(encoding='utf-8') == '{"complete": true}'
+  assert os.listdir(tmp_path) == ['report.json']
+
+
+def test_columns_round_trip_through_the_estimate_cli_reader(tmp_path):
+  path = tmp_path / 'cosines.csv'
+  seen, unseen = [0.1, 0.25, 1 / 3], [-0.05, 0.2]
+  atomic_io.write_columns_csv(str(path), {'seen': seen, 'unseen': unseen})
+  assert estimate.read_cosine_columns(str(path)) == {
+      'seen': seen, 'unseen': unseen}
