@@ -1,0 +1,89 @@
+"""Tasks of the paper's Section 5: EMNIST CNN and StackOverflow word LSTM.
+
+`get_task(name, ...)` is the entry point of the experiment launcher. It returns a
+`Task` (model function, federated train data, test data, client preprocessing,
+model dimension d) built from TFF's own baseline models and preprocessing, on the
+real data read from `data_dir` (never downloaded) or on synthetic stand-ins with
+the same element structure.
+
+Modules:
+  base: the `Task` object and argument checks.
+  emnist: EMNIST-62 with TFF's 1,206,590-parameter `cnn_dropout` CNN.
+  stackoverflow: StackOverflow next word with the 4,050,748-parameter LSTM.
+  synthetic: seeded synthetic client data with the real element structure.
+  tff_cache: the `data_dir` layout TFF's loaders read; checks, no-download guard.
+"""
+
+import os
+
+from one_shot_epe.tasks import base
+from one_shot_epe.tasks import emnist
+from one_shot_epe.tasks import stackoverflow
+from one_shot_epe.tasks import synthetic
+from one_shot_epe.tasks.base import Task
+
+TASK_NAMES = (emnist.TASK_NAME, stackoverflow.TASK_NAME)
+
+
+def get_task(name: str,
+             *,
+             client_batch_size: int,
+             client_epochs_per_round: int = 1,
+             max_examples_per_client: int | None = None,
+             data_dir: str | None = None,
+             use_synthetic_data: bool = False,
+             synthetic_num_clients: int = 100,
+             synthetic_examples_per_client: int = 32,
+             seed: int = 0,
+             vocab_size: int = stackoverflow.VOCAB_SIZE) -> Task:
+  """Builds a task on real (from `data_dir`) or synthetic client data.
+
+  Args:
+    name: 'emnist_character' or 'stackoverflow_word'.
+    client_batch_size: local batch size (--client_batch_size), >= 1.
+    client_epochs_per_round: local passes over a client's data per round
+      (--client_epochs_per_round), >= 1.
+    max_examples_per_client: cap on the examples a client uses per round, after
+      repeating for the epochs (--max_examples_per_client); None or -1: no cap.
+    data_dir: directory with TFF's cached files (--data_dir): emnist_all.sqlite;
+      or stackoverflow.sqlite and stackoverflow.word_count. Must be None with
+      `use_synthetic_data`.
+    use_synthetic_data: use `synthetic` stand-ins (--use_synthetic_data).
+    synthetic_num_clients: number of synthetic train clients.
+    synthetic_examples_per_client: synthetic train examples per client.
+    seed: seed of the synthetic data.
+    vocab_size: StackOverflow vocabulary size (the paper: 10,000); ignored by
+      EMNIST.
+
+  Returns:
+    The `Task`.
+
+  Raises:
+    ValueError: an argument is out of range, or the data directory is malformed.
+    FileNotFoundError: `data_dir` or an expected file in it is missing.
+  """
+  if name not in TASK_NAMES:
+    raise ValueError(f'task must be one of {list(TASK_NAMES)}; got {name!r}.')
+  spec = base.client_spec(client_epochs_per_round, client_batch_size,
+                          max_examples_per_client)
+  vocab_size = base.check_positive_int(vocab_size, 'vocab_size')
+  if use_synthetic_data and data_dir:
+    raise ValueError(
+        f'pass either --data_dir ({data_dir!r}) or --use_synthetic_data, not '
+        'both.')
+  if use_synthetic_data:
+    source = 'synthetic'
+    if name == emnist.TASK_NAME:
+      train, test = synthetic.emnist(
+          synthetic_num_clients, synthetic_examples_per_client, seed)
+      return emnist.create_task(spec, train, test, source)
+    train, heldout, test, vocab = synthetic.stackoverflow(
+        synthetic_num_clients, synthetic_examples_per_client, vocab_size, seed)
+    return stackoverflow.create_task(spec, train, heldout, test, vocab, source)
+  if name == emnist.TASK_NAME:
+    train, test = emnist.load_client_data(data_dir)
+    return emnist.create_task(spec, train, test, os.path.abspath(data_dir))
+  train, heldout, test, vocab = stackoverflow.load_client_data(data_dir,
+                                                               vocab_size)
+  return stackoverflow.create_task(spec, train, heldout, test, vocab,
+                                   os.path.abspath(data_dir))

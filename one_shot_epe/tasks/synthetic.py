@@ -1,0 +1,244 @@
+"""Synthetic federated data with exactly the element structure of TFF's datasets.
+
+The demo and the tests run the paper's pipeline (Section 5) without the real
+EMNIST/StackOverflow files. These stand-ins yield the same feature names, dtypes and
+shapes as `tff.simulation.datasets.emnist.load_data` and
+`tff.simulation.datasets.stackoverflow.load_data`, so TFF's preprocessing and
+models run on them unchanged. Every client's data is a pure function of
+(seed, split, client index, example index) through TensorFlow's stateless random
+ops, generated lazily inside `tf.data`, so any number of clients costs no memory
+and the same seed always gives the same data.
+
+- EMNIST: each of the 62 classes has a fixed template of three random pen strokes;
+  an example is its class template, shifted by up to 1 pixel each way, drawn with the
+  writer's ink strength (per client, in [0.6, 1]) plus Gaussian pixel noise, on
+  EMNIST's white (1.0) background. Labels are uniform, so a CNN learns it quickly.
+- StackOverflow: sentences of 4 to 25 words over a vocabulary `w0, w1, ...`; the
+  first word is Zipf-distributed and each next word is 1 to 3 ranks after the
+  previous one (modulo the vocabulary size), which a language model can learn.
+"""
+
+import collections
+import math
+import os
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from one_shot_epe.tasks import base
+from one_shot_epe.tasks import tff_cache
+
+_SPLIT_CODES = {'train': 0, 'test': 1, 'heldout': 2}
+_EMNIST_CLASSES = 62
+_IMAGE_SIZE = 28
+_STROKES_PER_CLASS = 3
+_STROKE_STEPS = 14
+_MAX_SHIFT = 1
+_PIXEL_NOISE_STDDEV = 0.2
+_MIN_SENTENCE_WORDS = 4
+_MAX_SENTENCE_WORDS = 25
+_MAX_WORD_STEP = 3
+
+
+def _client_ids(num_clients: int) -> list[str]:
+  width = len(str(num_clients - 1))
+  return [f'{i:0{width}d}' for i in range(num_clients)]
+
+
+def _client_seed(seed: int, split: str, client_id) -> tf.Tensor:
+  """Stateless seed of one client's stream: (seed, split) folded with its index."""
+  index = tf.strings.to_number(client_id, out_type=tf.int64)
+  split_seed = tf.constant([seed, _SPLIT_CODES[split]], dtype=tf.int64)
+  return tf.random.experimental.stateless_fold_in(split_seed, index)
+
+
+def emnist_templates(seed: int) -> np.ndarray:
+  """The 62 class templates: ink (1) / no ink (0) images of three random strokes."""
+  rng = np.random.default_rng([seed, _EMNIST_CLASSES])
+  templates = np.zeros((_EMNIST_CLASSES, _IMAGE_SIZE, _IMAGE_SIZE), np.float32)
+  for label in range(_EMNIST_CLASSES):
+    for _ in range(_STROKES_PER_CLASS):
+      position = rng.uniform(6, 21, size=2)
+      angle = rng.uniform(0, 2 * math.pi)
+      for _ in range(_STROKE_STEPS):
+        angle += rng.normal(0, 0.5)
+        position = np.clip(position + [math.cos(angle), math.sin(angle)], 4, 22)
+        row, col = int(position[0]), int(position[1])
+        templates[label, row:row + 2, col:col + 2] = 1.0
+  return templates
+
+
+def _emnist_split(num_clients: int, examples_per_client: int, seed: int,
+                  split: str) -> tff.simulation.datasets.ClientData:
+  """One split of synthetic EMNIST as a lazily generated `ClientData`."""
+  template_values = emnist_templates(seed)
+
+  def dataset_fn(client_id) -> tf.data.Dataset:
+    templates = tf.constant(template_values)
+    client_seed = _client_seed(seed, split, client_id)
+    ink = tf.random.stateless_uniform([], client_seed, 0.6, 1.0)
+
+    def example(index):
+      seeds = tf.random.experimental.stateless_split(
+          tf.random.experimental.stateless_fold_in(client_seed, index), 3)
+      label = tf.random.stateless_uniform(
+          [], seeds[0], 0, _EMNIST_CLASSES, dtype=tf.int32)
+      shift = tf.random.stateless_uniform(
+          [2], seeds[1], -_MAX_SHIFT, _MAX_SHIFT + 1, dtype=tf.int32)
+      strokes = tf.roll(tf.gather(templates, label), shift, axis=[0, 1])
+      noise = tf.random.stateless_normal(
+          [_IMAGE_SIZE, _IMAGE_SIZE], seeds[2], stddev=_PIXEL_NOISE_STDDEV)
+      pixels = tf.clip_by_value(1.0 - ink * strokes + noise, 0.0, 1.0)
+      return collections.OrderedDict(label=label, pixels=pixels)
+
+    return tf.data.Dataset.range(examples_per_client).map(example)
+
+  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+      _client_ids(num_clients), dataset_fn)
+
+
+def emnist(num_clients: int, examples_per_client: int, seed: int = 0,
+           test_examples_per_client: int | None = None
+           ) -> tuple[tff.simulation.datasets.ClientData,
+                      tff.simulation.datasets.ClientData]:
+  """Synthetic EMNIST-62 (train, test) with TFF's element structure.
+
+  Elements are OrderedDict(label=int32 [], pixels=float32 [28, 28]) in [0, 1].
+  Like the real data, the test split has the same client ids as the train split.
+
+  Args:
+    num_clients: number of clients (writers), >= 1.
+    examples_per_client: train examples per client, >= 1.
+    seed: determines all data.
+    test_examples_per_client: test examples per client; default
+      max(1, examples_per_client // 8), about EMNIST's train/test ratio.
+  """
+  num_clients = base.check_positive_int(num_clients, 'num_clients')
+  examples_per_client = base.check_positive_int(
+      examples_per_client, 'examples_per_client')
+  if test_examples_per_client is None:
+    test_examples_per_client = max(1, examples_per_client // 8)
+  test_examples_per_client = base.check_positive_int(
+      test_examples_per_client, 'test_examples_per_client')
+  return (_emnist_split(num_clients, examples_per_client, seed, 'train'),
+          _emnist_split(num_clients, test_examples_per_client, seed, 'test'))
+
+
+def stackoverflow_vocab(vocab_size: int) -> list[str]:
+  """The synthetic vocabulary, most frequent first: 'w0', 'w1', ..."""
+  return [f'w{rank}' for rank in range(vocab_size)]
+
+
+def _stackoverflow_split(num_clients: int, examples_per_client: int,
+                         vocab_size: int, seed: int,
+                         split: str) -> tff.simulation.datasets.ClientData:
+  """One split of synthetic StackOverflow as a lazily generated `ClientData`."""
+  words = stackoverflow_vocab(vocab_size)
+  zipf_logits = -np.log(np.arange(1, vocab_size + 1, dtype=np.float32))
+
+  def dataset_fn(client_id) -> tf.data.Dataset:
+    vocab = tf.constant(words)
+    logits = tf.constant(zipf_logits[np.newaxis, :])
+    client_seed = _client_seed(seed, split, client_id)
+
+    def example(index):
+      seeds = tf.random.experimental.stateless_split(
+          tf.random.experimental.stateless_fold_in(client_seed, index), 5)
+      length = tf.random.stateless_uniform(
+          [], seeds[0], _MIN_SENTENCE_WORDS, _MAX_SENTENCE_WORDS + 1,
+          dtype=tf.int32)
+      first = tf.random.stateless_categorical(logits, 1, seeds[1])[0, 0]
+      steps = tf.random.stateless_uniform(
+          [length - 1], seeds[2], 1, _MAX_WORD_STEP + 1, dtype=tf.int64)
+      ranks = (first + tf.concat([[0], tf.cumsum(steps)], 0)) % vocab_size
+      sentence = tf.gather(vocab, ranks)
+      is_question = tf.random.stateless_uniform([], seeds[3]) < 0.3
+      return collections.OrderedDict(
+          creation_date=tf.constant('2010-01-01 00:00:00 UTC'),
+          score=tf.random.stateless_uniform(
+              [], seeds[4], -2, 20, dtype=tf.int64),
+          tags=tf.strings.join(['tag', tf.strings.as_string(first % 50)]),
+          title=tf.strings.reduce_join(sentence[:3], separator=' '),
+          tokens=tf.strings.reduce_join(sentence, separator=' '),
+          type=tf.where(is_question, 'question', 'answer'),
+      )
+
+    return tf.data.Dataset.range(examples_per_client).map(example)
+
+  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+      _client_ids(num_clients), dataset_fn)
+
+
+def stackoverflow(num_clients: int, examples_per_client: int,
+                  vocab_size: int = 10_000, seed: int = 0,
+                  eval_examples_per_client: int | None = None
+                  ) -> tuple[tff.simulation.datasets.ClientData,
+                             tff.simulation.datasets.ClientData,
+                             tff.simulation.datasets.ClientData, list[str]]:
+  """Synthetic StackOverflow (train, heldout, test, vocab) with TFF's structure.
+
+  Elements are OrderedDict(creation_date, score, tags, title, tokens, type): all
+  scalar tf.string except score (int64), in the key order of TFF's parser. The
+  vocabulary (default 10,000 words, as in the paper) gives the real model size.
+
+  Args:
+    num_clients: number of clients (users), >= 1.
+    examples_per_client: train sentences per client, >= 1.
+    vocab_size: vocabulary size, >= 1.
+    seed: determines all data.
+    eval_examples_per_client: heldout and test sentences per client; default
+      max(1, examples_per_client // 8).
+  """
+  num_clients = base.check_positive_int(num_clients, 'num_clients')
+  examples_per_client = base.check_positive_int(
+      examples_per_client, 'examples_per_client')
+  vocab_size = base.check_positive_int(vocab_size, 'vocab_size')
+  if eval_examples_per_client is None:
+    eval_examples_per_client = max(1, examples_per_client // 8)
+  eval_examples_per_client = base.check_positive_int(
+      eval_examples_per_client, 'eval_examples_per_client')
+  return (
+      _stackoverflow_split(num_clients, examples_per_client, vocab_size, seed,
+                           'train'),
+      _stackoverflow_split(num_clients, eval_examples_per_client, vocab_size,
+                           seed, 'heldout'),
+      _stackoverflow_split(num_clients, eval_examples_per_client, vocab_size,
+                           seed, 'test'),
+      stackoverflow_vocab(vocab_size),
+  )
+
+
+def write_data_dir(task_name: str, data_dir: str, num_clients: int,
+                   examples_per_client: int, seed: int = 0,
+                   vocab_size: int = 10_000) -> str:
+  """Exports synthetic data as the files TFF's loaders read; returns the file.
+
+  Writes `emnist_all.sqlite` (splits all_train, all_test) or
+  `stackoverflow.sqlite` (train, heldout, test) plus `stackoverflow.word_count`
+  (the vocabulary in order, with pseudo-counts V, V-1, ..., 1) into the existing
+  directory `data_dir`, so the real loading path
+  (`get_task(..., data_dir=data_dir)`) can be exercised end to end offline.
+  """
+  if task_name == 'emnist_character':
+    train, test = emnist(num_clients, examples_per_client, seed)
+    splits = {'all_train': train, 'all_test': test}
+    file_name = tff_cache.EMNIST.file_name
+  elif task_name == 'stackoverflow_word':
+    train, heldout, test, vocab = stackoverflow(
+        num_clients, examples_per_client, vocab_size, seed)
+    splits = {'train': train, 'heldout': heldout, 'test': test}
+    file_name = tff_cache.STACKOVERFLOW.file_name
+    tff_cache.write_word_counts(
+        os.path.join(data_dir, tff_cache.WORD_COUNT_FILE),
+        {word: len(vocab) - rank for rank, word in enumerate(vocab)})
+  else:
+    raise ValueError(
+        "task_name must be one of ['emnist_character', 'stackoverflow_word']; "
+        f'got {task_name!r}.')
+  path = os.path.join(data_dir, file_name)
+  tff_cache.write_sqlite(path, {
+      split: tff_cache.client_data_to_examples(data)
+      for split, data in splits.items()
+  })
+  return path

@@ -1,0 +1,151 @@
+"""Tests of one_shot_epe.tasks.synthetic: structure, determinism, learnability."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
+
+from one_shot_epe.tasks import emnist
+from one_shot_epe.tasks import stackoverflow
+from one_shot_epe.tasks import synthetic
+from one_shot_epe.tasks import tff_cache
+
+
+def _arrays(client_data, client_id):
+  return [{k: v.numpy() for k, v in e.items()}
+          for e in client_data.create_tf_dataset_for_client(client_id)]
+
+
+def test_emnist_structure_sizes_and_ranges():
+  train, test = synthetic.emnist(num_clients=12, examples_per_client=17, seed=3)
+  assert train.client_ids == [f'{i:02d}' for i in range(12)]
+  assert test.client_ids == train.client_ids
+  assert train.element_type_structure == collections.OrderedDict(
+      label=tf.TensorSpec([], tf.int32), pixels=tf.TensorSpec([28, 28], tf.float32))
+  examples = _arrays(train, '11')
+  assert len(examples) == 17
+  assert len(_arrays(test, '11')) == 17 // 8
+  pixels = np.stack([e['pixels'] for e in examples])
+  assert pixels.min() >= 0.0 and pixels.max() <= 1.0
+  # EMNIST's white background: the half of the background pixels with positive
+  # noise clip to exactly 1.0.
+  assert np.mean(pixels == 1.0) > 0.35
+  assert all(0 <= e['label'] < 62 for e in examples)
+
+
+def test_emnist_examples_match_their_class_template():
+  # Brute force: an example's ink (1 - pixels) correlates best with the
+  # template of its own label, over all 62 classes and the 9 possible shifts.
+  templates = synthetic.emnist_templates(seed=3)
+  examples = _arrays(synthetic.emnist(4, 25, seed=3)[0], '1')
+  shifted = np.stack([np.roll(templates, (dr, dc), axis=(1, 2))
+                      for dr in (-1, 0, 1) for dc in (-1, 0, 1)])
+  hits = 0
+  for example in examples:
+    scores = np.einsum('sklm,lm->sk', shifted, 1.0 - example['pixels'])
+    scores /= np.sqrt(np.einsum('sklm,sklm->sk', shifted, shifted))
+    hits += int(np.argmax(scores.max(axis=0)) == example['label'])
+  assert hits >= 0.9 * len(examples)
+
+
+def test_emnist_is_deterministic_in_the_seed():
+  first = _arrays(synthetic.emnist(3, 5, seed=4)[0], '2')
+  again = _arrays(synthetic.emnist(3, 5, seed=4)[0], '2')
+  other = _arrays(synthetic.emnist(3, 5, seed=5)[0], '2')
+  for a, b in zip(first, again):
+    np.testing.assert_array_equal(a['pixels'], b['pixels'])
+    assert a['label'] == b['label']
+  assert not all(np.array_equal(a['pixels'], c['pixels'])
+                 for a, c in zip(first, other))
+  # Train and test streams, and different clients, are different data.
+  test_split = synthetic.emnist(3, 5, seed=4)[1]
+  assert not np.array_equal(first[0]['pixels'],
+                            _arrays(test_split, '2')[0]['pixels'])
+  assert not np.array_equal(first[0]['pixels'], _arrays(
+      synthetic.emnist(3, 5, seed=4)[0], '1')[0]['pixels'])
+
+
+def test_emnist_is_learnable_by_the_task_cnn():
+  # Centralized SGD on 1,280 examples for 200 steps; chance accuracy is 1/62.
+  train, test = synthetic.emnist(20, 64, seed=1, test_examples_per_client=16)
+
+  def batches(client_data, size):
+    return client_data.create_tf_dataset_from_all_clients(seed=0).map(
+        lambda e: (tf.expand_dims(e['pixels'], -1), e['label'])).cache().batch(size)
+
+  tf.keras.utils.set_random_seed(0)
+  model = emnist_models.create_conv_dropout_model(only_digits=False, debug_seed=0)
+  model.compile(tf.keras.optimizers.SGD(0.1, momentum=0.9),
+                'sparse_categorical_crossentropy', ['accuracy'])
+  model.fit(batches(train, 32), epochs=5, verbose=0)
+  _, accuracy = model.evaluate(batches(test, 256), verbose=0)
+  assert accuracy > 0.3
+
+
+def test_stackoverflow_structure_and_word_chain():
+  vocab_size = 40
+  train, heldout, test, vocab = synthetic.stackoverflow(
+      num_clients=5, examples_per_client=30, vocab_size=vocab_size, seed=2)
+  assert vocab == [f'w{i}' for i in range(vocab_size)]
+  assert list(train.element_type_structure) == [
+      'creation_date', 'score', 'tags', 'title', 'tokens', 'type']
+  assert train.element_type_structure['score'] == tf.TensorSpec([], tf.int64)
+  assert len(_arrays(heldout, '4')) == len(_arrays(test, '4')) == 30 // 8
+  examples = _arrays(train, '4')
+  assert len(examples) == 30
+  for example in examples:
+    words = example['tokens'].decode().split(' ')
+    assert 4 <= len(words) <= 25
+    ranks = [vocab.index(w) for w in words]
+    assert all((b - a) % vocab_size in (1, 2, 3) for a, b in zip(ranks, ranks[1:]))
+    assert example['title'].decode() == ' '.join(words[:3])
+    assert example['type'] in (b'question', b'answer')
+
+
+def test_stackoverflow_first_words_follow_zipf():
+  # Rank-1 first words should be twice as frequent as rank-2 (Zipf, s=1). With
+  # 4,000 sentences (expected counts ~534 and ~267) the log-ratio's standard
+  # error is ~0.075, so the band [1.4, 2.8] lies > 4.4 standard errors from 2
+  # on both sides: a correct generator fails with probability < 1e-4.
+  train, *_ = synthetic.stackoverflow(200, 20, vocab_size=1000, seed=9)
+  firsts = collections.Counter(
+      e['tokens'].split(b' ')[0]
+      for e in train.create_tf_dataset_from_all_clients().as_numpy_iterator())
+  assert 1.4 <= firsts[b'w0'] / firsts[b'w1'] <= 2.8
+
+
+@pytest.mark.parametrize('bad', [0, -1, 2.5, True])
+def test_sizes_are_validated(bad):
+  with pytest.raises(ValueError, match='num_clients'):
+    synthetic.emnist(bad, 3)
+  with pytest.raises(ValueError, match='examples_per_client'):
+    synthetic.stackoverflow(3, bad)
+  with pytest.raises(ValueError, match='vocab_size'):
+    synthetic.stackoverflow(3, 3, vocab_size=bad)
+
+
+def test_write_data_dir_round_trips_through_tffs_loaders(tmp_path):
+  path = synthetic.write_data_dir('emnist_character', str(tmp_path), 3, 4, seed=6)
+  assert path == str(tmp_path / 'emnist_all.sqlite')
+  train, test = emnist.load_client_data(str(tmp_path))
+  fake_train, fake_test = synthetic.emnist(3, 4, seed=6)
+  for real, fake in ((train, fake_train), (test, fake_test)):
+    assert real.client_ids == fake.client_ids
+    for client_id in fake.client_ids:
+      for a, b in zip(_arrays(real, client_id), _arrays(fake, client_id),
+                      strict=True):
+        assert a['label'] == b['label']
+        np.testing.assert_array_equal(a['pixels'], b['pixels'])
+
+  synthetic.write_data_dir('stackoverflow_word', str(tmp_path), 2, 3,
+                           vocab_size=30)
+  train, _, _, vocab = stackoverflow.load_client_data(str(tmp_path), vocab_size=30)
+  assert vocab == synthetic.stackoverflow_vocab(30)
+  fake_train = synthetic.stackoverflow(2, 3, vocab_size=30)[0]
+  assert ([e['tokens'] for e in _arrays(train, '1')] ==
+          [e['tokens'] for e in _arrays(fake_train, '1')])
+  assert tff_cache.read_word_counts(str(tmp_path), 30) == vocab
+  with pytest.raises(ValueError, match='task_name'):
+    synthetic.write_data_dir('cifar', str(tmp_path), 2, 3)
