@@ -183,7 +183,9 @@ def _mp_null_logsf(tau, dim):
   """log P(T > tau) by 30-digit quadrature of the Theorem 3.1 density."""
   mpmath.mp.dps = 30
   tau, d = mpmath.mpf(tau), mpmath.mpf(dim)
-  if tau <= 0:
+  if tau == 0:
+    return mpmath.log(mpmath.mpf(1) / 2)
+  if tau < 0:
     return mpmath.log(1 - mpmath.exp(_mp_null_logsf(-tau, dim)))
   log_norm = (mpmath.loggamma(d / 2) - mpmath.loggamma((d - 1) / 2) -
               mpmath.log(mpmath.pi) / 2)
@@ -421,6 +423,11 @@ def test_reports_bundle_estimates_and_serialise():
     (lambda: est.epsilon_lower_bound([0.1, 0.2], dim=10, delta=1e-5,
                                      null='student'), 'null'),
     (lambda: est.anderson_darling([1.0, 2.0]), 'sample'),
+    (lambda: est.jeffreys_upper([3], 2, 0.05), 'failures'),
+    (lambda: est.jeffreys_upper([1], 0, 0.05), 'trials'),
+    (lambda: est.jeffreys_upper([1], 5, 1.5), 'alpha'),
+    (lambda: est.epsilon_two_gaussians(0, 1e-9, 1, 1e-9, 1e-6),
+     'too far apart'),
     (lambda: est.epsilon_from_final_cosines([0.1, 0.2], 100, 1e-5,
                                             variance='pooled'), 'variance'),
 ])
