@@ -1,0 +1,17 @@
+"""Baselines that the one-shot estimator is compared with.
+
+Modules:
+  feedforward: the two-layer feed-forward classifier of Section 5.4, with its
+    parameters held as one flat vector (the space canaries live in).
+  per_example: per-example gradients and their clipping in that flat space.
+  canife_design: CANIFE's canary design (Maddock et al. 2022, Sec. 3.3,
+    Algorithm 1 lines 1-8) and canary health (Sec. 4.2).
+  canife_attack: CANIFE's mock-round attack and per-round epsilon (Sec. 3.4).
+  canife_accounting: CANIFE's per-round noise estimate and its RDP composition
+    over training (Sec. 3.4, Appendix C, Algorithm 2).
+  canife: one CANIFE audit of a frozen model, end to end (Algorithm 1).
+  fashion_mnist: Fashion-MNIST from local files, or a synthetic stand-in.
+  dpsgd: DP-SGD with one-example clients (DP-FedSGD) in plain TensorFlow, with
+    the one-shot method's canaries inserted and tracked (Andrew et al.,
+    Algorithms 2 and 3) and a hook for audits at frozen models.
+"""

@@ -1,0 +1,266 @@
+"""DP-SGD with one-example clients, with the one-shot method's canaries.
+
+Sec. 5.4 of Andrew et al. (ICLR 2024) runs both estimators on one training
+run in CANIFE's setting: every training example is its own client, so
+DP-FedSGD with one local step is DP-SGD with per-example clipping
+(Abadi et al. 2016). Round t (0-based):
+
+  rho_bar_t = (sum_{i in cohort(t)} clip(g_i; C) + sum_{j in canaries(t)} C c_j
+               + N(0, sigma^2 C^2 I_d)) / B
+  theta_{t+1} = theta_t - eta rho_bar_t
+
+with B the expected cohort size (the normalisation of DP-FedAvg's
+`NormalizedQuery`, also used by `one_shot_epe.canary_aggregator`) and eta the
+learning rate. The seen canaries c_j (`one_shot_epe.canaries`, identical to
+those of the TFF pipeline for the same seed and d) are scheduled like real
+clients (`one_shot_epe.participation`): with 'poisson' sampling every client
+and every canary joins each round independently with probability q = B / N
+(`BernoulliSampling`; the DP literature's "Poisson subsampling", CANIFE's
+accounting assumption); with 'shuffle' each joins exactly once per epoch
+(`ShuffledEpochs`). Training runs epochs * ceil(N / B) rounds.
+
+Tracking (Algorithm 3): the cosine of every seen and unseen canary with every
+rho_bar_t enters a running maximum. Aggregates are buffered and the canaries
+regenerated once per block of rounds (`canaries.cosines`). The final-model
+cosines of Algorithm 2 are taken with theta_T - theta_0
+(`final_model.final_model_cosines`); an inserted canary moves theta along
+-c, as in tff.learning.
+
+An optional hook is called with the frozen parameters before the update of
+chosen rounds; CANIFE audits run there without touching the training's
+random streams, so training is the same whether or not it is audited.
+"""
+
+import dataclasses
+import math
+import numbers
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from one_shot_epe import canaries
+from one_shot_epe import final_model
+from one_shot_epe import participation
+from one_shot_epe.baselines import per_example
+
+SAMPLINGS = ('poisson', 'shuffle')
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+  """DP-SGD and canary parameters (defaults: Sec. 5.4 where it says).
+
+  Attributes:
+    clip: Clip norm C (1.0 in Sec. 5.4).
+    noise_multiplier: sigma (0.2 in Sec. 5.4).
+    batch_size: Expected cohort size B (128 in Sec. 5.4).
+    epochs: Passes over the data (1 in Sec. 5.4).
+    learning_rate: eta (not stated in the paper).
+    sampling: 'poisson' or 'shuffle' (module docstring).
+    num_seen: Seen canaries k (1000 in Sec. 5.4; 0 disables the canaries).
+    num_unseen: Unseen canaries (1000 in Sec. 5.4).
+    buffer_rounds: Aggregates buffered per cosine computation.
+    seed: Seeds initialisation, sampling, noise and canaries.
+  """
+  clip: float = 1.0
+  noise_multiplier: float = 0.2
+  batch_size: int = 128
+  epochs: int = 1
+  learning_rate: float = 0.5
+  sampling: str = 'poisson'
+  num_seen: int = 1000
+  num_unseen: int = 1000
+  buffer_rounds: int = 64
+  seed: int = 0
+
+  def __post_init__(self):
+    for name, low in (('batch_size', 1), ('epochs', 1), ('num_seen', 0),
+                      ('num_unseen', 0), ('buffer_rounds', 1), ('seed', 0)):
+      value = getattr(self, name)
+      if (isinstance(value, (bool, np.bool_)) or
+          not isinstance(value, numbers.Integral) or value < low):
+        raise ValueError(f'{name} must be an integer >= {low}; got {value!r}.')
+    per_example.check_clip(self.clip)
+    for name in ('noise_multiplier', 'learning_rate'):
+      value = getattr(self, name)
+      if (isinstance(value, bool) or not isinstance(value, numbers.Real) or
+          not math.isfinite(value) or value < 0.0):
+        raise ValueError(f'{name} must be a finite number >= 0; got {value!r}.')
+    if self.sampling not in SAMPLINGS:
+      raise ValueError(f'sampling must be one of {SAMPLINGS}; got '
+                       f'{self.sampling!r}.')
+    if self.num_seen == 0 and self.num_unseen > 0:
+      raise ValueError('num_unseen must be 0 when num_seen is 0.')
+
+  def num_rounds(self, num_clients: int) -> int:
+    """epochs * ceil(N / B) rounds."""
+    return self.epochs * math.ceil(num_clients / self.batch_size)
+
+  def sampling_rate(self, num_clients: int) -> float:
+    """q = B / N."""
+    return self.batch_size / num_clients
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingResult:
+  """A finished run.
+
+  Attributes:
+    initial_params, final_params: theta_0 and theta_T, float32 [d].
+    num_rounds: T.
+    canary_seed: Seed of the canaries.
+    seen_maxima: Max over rounds of each seen canary's cosine (Algorithm 3).
+    unseen_maxima: The same for the unseen canaries.
+    final_cosines: Seen canaries' cosines with theta_T - theta_0 (Alg. 2).
+    appearances: Rounds in which each seen canary was inserted.
+    train_seconds: Wall time of training proper (gradients, noise, updates).
+    one_shot_seconds: Wall time the one-shot method added (canary records,
+      cosine tracking, final cosines); the hook's time is in neither.
+  """
+  initial_params: np.ndarray
+  final_params: np.ndarray
+  num_rounds: int
+  canary_seed: int
+  seen_maxima: np.ndarray
+  unseen_maxima: np.ndarray
+  final_cosines: np.ndarray
+  appearances: np.ndarray
+  train_seconds: float
+  one_shot_seconds: float
+
+
+def _sampler(config: TrainingConfig, num_clients: int,
+             seed: int) -> participation.ClientSampler:
+  if config.sampling == 'poisson':
+    return participation.BernoulliSampling(num_clients, config.batch_size, seed)
+  return participation.ShuffledEpochs(num_clients, config.batch_size, seed)
+
+
+def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
+          config: TrainingConfig, *,
+          hook: Callable[[int, np.ndarray], None] | None = None,
+          hook_rounds: Sequence[int] = (),
+          oracle: per_example.GradientOracle | None = None) -> TrainingResult:
+  """Trains with canaries; calls hook(t, theta_t) before round t's update.
+
+  Args:
+    model: The model (see `one_shot_epe.baselines.per_example`).
+    train_inputs: float32 [N, *input_shape]; example i is client i.
+    train_labels: Label distributions [N, K] (one-hot rows).
+    config: The training configuration.
+    hook: Called with the round and a copy of the frozen parameters.
+    hook_rounds: Rounds (0-based) at which the hook is called.
+    oracle: The model's compiled gradients, if already built (saves
+      recompiling them for every run).
+  """
+  if not isinstance(config, TrainingConfig):
+    raise ValueError(f'config must be a TrainingConfig; got {config!r}.')
+  num_clients = len(train_inputs)
+  if num_clients < 1 or len(train_labels) != num_clients:
+    raise ValueError('train_inputs and train_labels must hold the same number '
+                     f'(>= 1) of examples; got {num_clients} and '
+                     f'{len(train_labels)}.')
+  if config.batch_size > num_clients:
+    raise ValueError(f'batch_size={config.batch_size} exceeds the '
+                     f'{num_clients} training examples.')
+  num_rounds = config.num_rounds(num_clients)
+  hook_rounds = set(int(r) for r in hook_rounds)
+  if hook_rounds and (hook is None or min(hook_rounds) < 0 or
+                      max(hook_rounds) >= num_rounds):
+    raise ValueError(f'hook_rounds must lie in [0, {num_rounds}) and need a '
+                     'hook.')
+  (init_seed, sampler_seed, schedule_seed, noise_seed,
+   canary_seed) = (int(s) for s in
+                   np.random.SeedSequence(config.seed).generate_state(5))
+  if oracle is None:
+    oracle = per_example.GradientOracle(model)
+  elif oracle.model is not model:
+    raise ValueError('oracle must be built for the same model.')
+  sampler = _sampler(config, num_clients, sampler_seed)
+  dim = model.dim
+  clip = float(config.clip)
+  noise_rng = np.random.default_rng(noise_seed)
+  initial = model.initial_params(init_seed)
+  params = initial.copy()
+
+  use_canaries = config.num_seen > 0
+  if use_canaries:
+    schedule = sampler.canary_schedule(config.num_seen, num_rounds,
+                                       schedule_seed)
+    tracked = np.concatenate([canaries.seen_ids(config.num_seen),
+                              canaries.unseen_ids(config.num_unseen)])
+    chunk = canaries.default_chunk_size(dim)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, dim], tf.float32)],
+                 autograph=False)
+    def block_cosines(vectors):
+      return canaries.cosines(canary_seed, tracked, vectors, chunk)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int64)],
+                 autograph=False)
+    def canary_direction(canary_id):
+      return canaries.canary(canary_seed, canary_id, dim)
+
+    maxima = np.full(tracked.size, -np.inf)
+    buffer = np.zeros((config.buffer_rounds, dim), np.float32)
+  buffered = 0
+  train_seconds = one_shot_seconds = 0.0
+
+  def flush():
+    nonlocal buffered, maxima, one_shot_seconds
+    if buffered:
+      start = time.perf_counter()
+      block = block_cosines(tf.constant(buffer[:buffered])).numpy()
+      maxima = np.maximum(maxima, block.max(axis=1))
+      one_shot_seconds += time.perf_counter() - start
+      buffered = 0
+
+  for t in range(num_rounds):
+    if t in hook_rounds:
+      hook(t, params.copy())
+    start = time.perf_counter()
+    cohort = sampler.indices(t)
+    total = np.zeros(dim, np.float32)
+    if cohort.size:
+      total += oracle.clipped_sum(params, train_inputs[cohort],
+                                  train_labels[cohort], clip).numpy()
+    total += noise_rng.standard_normal(dim).astype(np.float32) * np.float32(
+        config.noise_multiplier * clip)
+    train_seconds += time.perf_counter() - start
+    if use_canaries:
+      start = time.perf_counter()
+      for canary_id in schedule.canaries(t):
+        total += np.float32(clip) * canary_direction(
+            tf.constant(canary_id, tf.int64)).numpy()
+      one_shot_seconds += time.perf_counter() - start
+    start = time.perf_counter()
+    aggregate = total / np.float32(config.batch_size)
+    params = params - np.float32(config.learning_rate) * aggregate
+    train_seconds += time.perf_counter() - start
+    if use_canaries:
+      buffer[buffered] = aggregate
+      buffered += 1
+      if buffered == config.buffer_rounds:
+        flush()
+
+  if not use_canaries:
+    empty = np.zeros(0)
+    return TrainingResult(initial, params, num_rounds, canary_seed, empty,
+                          empty, empty, np.zeros(0, np.int64), train_seconds,
+                          one_shot_seconds)
+  flush()
+  start = time.perf_counter()
+  final_cosines = final_model.final_model_cosines(
+      params, canary_seed=canary_seed,
+      canary_ids=canaries.seen_ids(config.num_seen), initial_weights=initial,
+      statistic='delta', model_moves_along=final_model.TFF_LEARNING_DIRECTION)
+  one_shot_seconds += time.perf_counter() - start
+  return TrainingResult(
+      initial_params=initial, final_params=params, num_rounds=num_rounds,
+      canary_seed=canary_seed, seen_maxima=maxima[:config.num_seen],
+      unseen_maxima=maxima[config.num_seen:], final_cosines=final_cosines,
+      appearances=schedule.appearance_counts(), train_seconds=train_seconds,
+      one_shot_seconds=one_shot_seconds)

@@ -1,0 +1,176 @@
+"""Fashion-MNIST from local files, or a synthetic stand-in of the same shape.
+
+Section 5.4 of Andrew et al. (ICLR 2024) trains on Fashion-MNIST (Xiao et al.
+2017): 60 000 training and 10 000 test images, 28 x 28 grey levels (uint8),
+10 classes. Nothing is ever downloaded. `load` reads a local directory holding
+either
+
+* the four standard IDX files, gzipped or not (the layout of the original
+  distribution, of Keras's cache `~/.keras/datasets/fashion-mnist/`, and of
+  Debian's `dataset-fashion-mnist` package in
+  `/usr/share/datasets/fashion-mnist`):
+    train-images-idx3-ubyte[.gz]  train-labels-idx1-ubyte[.gz]
+    t10k-images-idx3-ubyte[.gz]   t10k-labels-idx1-ubyte[.gz]
+* or one `fashion_mnist.npz` with uint8 arrays x_train [N, 28, 28],
+  y_train [N], x_test [M, 28, 28], y_test [M] (what `np.savez` of Keras's
+  `load_data()` output gives).
+
+IDX format (LeCun et al.): a big-endian header of two zero bytes, a type byte
+(0x08 = unsigned byte), the number of dimensions n, then n uint32 sizes,
+followed by the data in row-major order.
+
+`synthetic` makes a learnable stand-in with the same shapes and dtypes: each
+class has a fixed pattern, a shared random 7 x 7 background blended with a
+class-specific one and upsampled to 28 x 28; an example is its class pattern
+at a random brightness plus strong pixel noise, so that classes overlap.
+"""
+
+import dataclasses
+import gzip
+import math
+import os
+import struct
+
+import numpy as np
+
+IMAGE_SHAPE = (28, 28)
+NUM_CLASSES = 10
+# Per-pixel mean and standard deviation of the Fashion-MNIST training images
+# (in [0, 1]), the usual standardisation constants.
+PIXEL_MEAN = 0.2860
+PIXEL_STD = 0.3530
+DEFAULT_DIRECTORY = '/usr/share/datasets/fashion-mnist'
+NPZ_NAME = 'fashion_mnist.npz'
+IDX_NAMES = {
+    'train_images': 'train-images-idx3-ubyte',
+    'train_labels': 'train-labels-idx1-ubyte',
+    'test_images': 't10k-images-idx3-ubyte',
+    'test_labels': 't10k-labels-idx1-ubyte',
+}
+_UNSIGNED_BYTE = 0x08
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  """Images (uint8 [n, 28, 28]) and labels (uint8 [n]) of both splits."""
+  train_images: np.ndarray
+  train_labels: np.ndarray
+  test_images: np.ndarray
+  test_labels: np.ndarray
+  source: str
+
+  def __post_init__(self):
+    for split in ('train', 'test'):
+      images = getattr(self, f'{split}_images')
+      labels = getattr(self, f'{split}_labels')
+      if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE:
+        raise ValueError(f'{split} images must have shape [n, 28, 28]; got '
+                         f'{images.shape}.')
+      if labels.shape != (images.shape[0],):
+        raise ValueError(f'{split} labels must have shape [{images.shape[0]}]; '
+                         f'got {labels.shape}.')
+      if labels.size and labels.max() >= NUM_CLASSES:
+        raise ValueError(f'{split} labels must lie in [0, {NUM_CLASSES}).')
+
+
+def read_idx(path: str) -> np.ndarray:
+  """Reads an unsigned-byte IDX file (gzipped if its name ends in .gz)."""
+  opener = gzip.open if path.endswith('.gz') else open
+  with opener(path, 'rb') as stream:
+    data = stream.read()
+  if len(data) < 4 or data[0] != 0 or data[1] != 0:
+    raise ValueError(f'{path} is not an IDX file (bad magic number).')
+  if data[2] != _UNSIGNED_BYTE:
+    raise ValueError(f'{path}: only unsigned-byte IDX data is supported; got '
+                     f'type 0x{data[2]:02x}.')
+  ndim = data[3]
+  header = 4 + 4 * ndim
+  if len(data) < header:
+    raise ValueError(f'{path}: truncated IDX header.')
+  shape = struct.unpack(f'>{ndim}I', data[4:header])
+  if len(data) - header != math.prod(shape):
+    raise ValueError(f'{path}: expected {math.prod(shape)} data bytes for '
+                     f'shape {shape}; got {len(data) - header}.')
+  return np.frombuffer(data, np.uint8, offset=header).reshape(shape)
+
+
+def _idx_path(directory: str, name: str) -> str | None:
+  for candidate in (name + '.gz', name):
+    path = os.path.join(directory, candidate)
+    if os.path.isfile(path):
+      return path
+  return None
+
+
+def available(directory: str) -> bool:
+  """Whether `directory` holds the four IDX files or fashion_mnist.npz."""
+  if not directory or not os.path.isdir(directory):
+    return False
+  if os.path.isfile(os.path.join(directory, NPZ_NAME)):
+    return True
+  return all(_idx_path(directory, name) for name in IDX_NAMES.values())
+
+
+def load(directory: str) -> Dataset:
+  """Fashion-MNIST from `directory` (see the module docstring for the formats).
+
+  Raises:
+    ValueError: if the directory holds neither format, or a file is malformed.
+  """
+  if not available(directory):
+    raise ValueError(
+        f'{directory!r} holds neither the four Fashion-MNIST IDX files '
+        f'({", ".join(IDX_NAMES.values())}, optionally .gz) nor {NPZ_NAME}.')
+  npz = os.path.join(directory, NPZ_NAME)
+  if os.path.isfile(npz):
+    with np.load(npz) as arrays:
+      missing = {'x_train', 'y_train', 'x_test', 'y_test'} - set(arrays.files)
+      if missing:
+        raise ValueError(f'{npz} lacks arrays {sorted(missing)}.')
+      parts = {key: np.asarray(arrays[key]) for key in
+               ('x_train', 'y_train', 'x_test', 'y_test')}
+    for key, value in parts.items():
+      if value.dtype != np.uint8:
+        raise ValueError(f'{npz}: {key} must be uint8; got {value.dtype}.')
+    return Dataset(parts['x_train'], parts['y_train'], parts['x_test'],
+                   parts['y_test'], source=npz)
+  arrays = {key: read_idx(_idx_path(directory, name))
+            for key, name in IDX_NAMES.items()}
+  return Dataset(**arrays, source=directory)
+
+
+def synthetic(seed: int, num_train: int = 60000,
+              num_test: int = 10000) -> Dataset:
+  """A learnable Fashion-MNIST-shaped stand-in, a pure function of its inputs.
+
+  Class c has a fixed pattern P_c = 0.7 B + 0.3 S_c, with B and S_c 7 x 7
+  uniform values upsampled 4x (B shared by all classes). An example of class
+  c is clip(b P_c + N(0, 0.4^2), 0, 1) at brightness b ~ U(0.5, 1), quantised
+  to uint8. Labels are uniform over the 10 classes.
+  """
+  for name, value in (('num_train', num_train), ('num_test', num_test)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ValueError(f'{name} must be an integer >= 1; got {value!r}.')
+  rng = np.random.default_rng(seed)
+  coarse = 0.7 * rng.uniform(size=(1, 7, 7)) + 0.3 * rng.uniform(
+      size=(NUM_CLASSES, 7, 7))
+  patterns = np.kron(coarse, np.ones((1, 4, 4)))
+
+  def split(size: int) -> tuple[np.ndarray, np.ndarray]:
+    labels = rng.integers(0, NUM_CLASSES, size=size)
+    brightness = rng.uniform(0.5, 1.0, size=(size, 1, 1))
+    images = brightness * patterns[labels] + 0.4 * rng.standard_normal(
+        (size, *IMAGE_SHAPE))
+    pixels = np.round(np.clip(images, 0.0, 1.0) * 255.0).astype(np.uint8)
+    return pixels, labels.astype(np.uint8)
+
+  train_images, train_labels = split(num_train)
+  test_images, test_labels = split(num_test)
+  return Dataset(train_images, train_labels, test_images, test_labels,
+                 source=f'synthetic(seed={seed})')
+
+
+def standardise(images: np.ndarray) -> np.ndarray:
+  """uint8 images to float32 (x / 255 - PIXEL_MEAN) / PIXEL_STD."""
+  return ((np.asarray(images, np.float32) / 255.0 - PIXEL_MEAN) /
+          PIXEL_STD).astype(np.float32)

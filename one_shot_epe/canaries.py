@@ -1,0 +1,219 @@
+"""Random canary updates (Andrew et al., ICLR 2024, Sec. 4, Algorithms 2 and 3).
+
+A canary client returns, whenever it participates, a fixed random direction of
+the model's full dimensionality d, scaled to the round's clip norm (`Proj` of
+Algorithm 2). The directions are uniform on the unit sphere S^{d-1}: canary j is
+
+  c_j = u_j / ||u_j||,   u_j = tf.random.stateless_normal([d], seed=(s, j),
+                                                          alg='philox'),
+
+a pure function of the canary seed s and the canary id j. TF's stateless
+generator with an explicit algorithm yields the same bits in every process,
+machine and TFF executor and ignores TF's global seed, so the aggregator (which
+inserts canaries and tracks their cosines inside TFF computations) and the
+final-model analysis (plain TF, after training) see identical canaries. The
+uniform law on the sphere follows from the rotation invariance of N(0, I_d).
+
+Canary ids: the k *seen* canaries (those a schedule may insert) have ids
+0..k-1; the m *unseen* canaries of Algorithm 3 (never inserted, tracked only to
+estimate the null distribution of max-over-rounds cosines) have ids
+`UNSEEN_ID_OFFSET + i`, i = 0..m-1, a range disjoint from any seen id.
+
+Canaries live in the flattened parameter space. A model update is a structure
+of float32 tensors (a `tf.nest` structure, e.g. the list of trainable weights);
+`flatten` concatenates its leaves in `tf.nest.flatten` order and `unflatten`
+packs a length-d vector back into that structure, so "canary j of a model" is
+`unflatten(canary(s, j, d), specs)`.
+
+Regenerating canaries is the expensive part of tracking them (about 10 ns per
+coordinate on a 2-core CPU), so `cosines` generates them in chunks and takes all
+their inner products with a block of vectors in one matrix product.
+"""
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+# Ids of unseen canaries start here; seen canaries must have ids below it.
+UNSEEN_ID_OFFSET = 1_000_000_000
+
+# The bit generator behind every canary; fixing it (rather than TF's
+# 'auto_select') keeps canaries identical across devices and TF versions.
+RNG_ALGORITHM = 'philox'
+
+# Default budget for one chunk of regenerated canaries in `cosines`.
+_DEFAULT_CHUNK_BYTES = 256 * 2**20
+_MAX_DEFAULT_CHUNK = 64
+
+
+def check_seed(canary_seed: Any) -> int:
+  """Returns the canary seed as an int, or raises ValueError."""
+  if (isinstance(canary_seed, (bool, np.bool_)) or
+      not isinstance(canary_seed, numbers.Integral) or
+      not 0 <= canary_seed < 2**63):
+    raise ValueError(
+        f'canary_seed must be an integer in [0, 2**63); got {canary_seed!r}.')
+  return int(canary_seed)
+
+
+def _check_count(name: str, value: Any, minimum: int, maximum: int) -> int:
+  if (isinstance(value, (bool, np.bool_)) or
+      not isinstance(value, numbers.Integral) or
+      not minimum <= value <= maximum):
+    raise ValueError(
+        f'{name} must be an integer in [{minimum}, {maximum}]; got {value!r}.')
+  return int(value)
+
+
+def seen_ids(num_seen: int) -> np.ndarray:
+  """Ids of the seen canaries: 0..num_seen-1 (int64)."""
+  num_seen = _check_count('num_seen', num_seen, 0, UNSEEN_ID_OFFSET)
+  return np.arange(num_seen, dtype=np.int64)
+
+
+def unseen_ids(num_unseen: int) -> np.ndarray:
+  """Ids of the unseen canaries: UNSEEN_ID_OFFSET + 0..num_unseen-1 (int64)."""
+  num_unseen = _check_count('num_unseen', num_unseen, 0, 2**62)
+  return UNSEEN_ID_OFFSET + np.arange(num_unseen, dtype=np.int64)
+
+
+def default_chunk_size(dim: int) -> int:
+  """Canaries regenerated at once by `cosines`: <= 256 MiB, <= 64 canaries."""
+  return max(1, min(_MAX_DEFAULT_CHUNK, _DEFAULT_CHUNK_BYTES // (4 * dim)))
+
+
+def gaussian(canary_seed: int, canary_id: Any, dim: int) -> tf.Tensor:
+  """u_j ~ N(0, I_d): canary `canary_id` before normalisation, float32 [dim].
+
+  Args:
+    canary_seed: The canary seed s (validated by `check_seed`).
+    canary_id: A scalar int64 tensor or int, the canary id j.
+    dim: The dimensionality d.
+  """
+  seed = tf.stack([
+      tf.constant(check_seed(canary_seed), tf.int64),
+      tf.cast(canary_id, tf.int64)
+  ])
+  return tf.random.stateless_normal([dim], seed=seed, dtype=tf.float32,
+                                    alg=RNG_ALGORITHM)
+
+
+def canary(canary_seed: int, canary_id: Any, dim: int) -> tf.Tensor:
+  """c_j = u_j / ||u_j||: canary `canary_id`, unit norm, float32 [dim]."""
+  direction = gaussian(canary_seed, canary_id, dim)
+  return direction / tf.norm(direction)
+
+
+def gaussians(canary_seed: int, canary_ids: Any,
+              dim: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """Rows u_j for the int64 vector `canary_ids`, and their norms ||u_j||.
+
+  Each row is generated exactly as `gaussian` does, one canary at a time, so a
+  canary's values do not depend on which other canaries share its chunk.
+
+  Returns:
+    float32 [len(canary_ids), dim] rows and float32 [len(canary_ids)] norms.
+  """
+  canary_seed = check_seed(canary_seed)
+
+  def row_and_norm(canary_id):
+    row = gaussian(canary_seed, canary_id, dim)
+    return row, tf.norm(row)
+
+  return tf.map_fn(
+      row_and_norm,
+      tf.cast(canary_ids, tf.int64),
+      fn_output_signature=(tf.TensorSpec([dim], tf.float32),
+                           tf.TensorSpec([], tf.float32)),
+      parallel_iterations=1)
+
+
+def _row_norms(matrix: tf.Tensor) -> tf.Tensor:
+  """Euclidean norm of each row, one row at a time (no [B, d] temporary)."""
+  num_rows = tf.shape(matrix)[0]
+  _, norms = tf.while_loop(
+      lambda i, _: i < num_rows,
+      lambda i, norms: (i + 1, norms.write(i, tf.norm(matrix[i]))),
+      (tf.constant(0), tf.TensorArray(tf.float32, size=num_rows)))
+  return norms.stack()
+
+
+def cosines(canary_seed: int, canary_ids: Sequence[int] | np.ndarray,
+            vectors: tf.Tensor, chunk_size: int) -> tf.Tensor:
+  """cos(c_j, v_b) for every canary id j and every row v_b of `vectors`.
+
+  Canaries are regenerated `chunk_size` at a time; each chunk's inner products
+  with all rows come from one matrix product, so every canary is generated
+  once however many vectors there are. Rows of norm zero give cosine 0.
+  Besides `vectors`, memory peaks at about two chunks of canaries.
+
+  Args:
+    canary_seed: The canary seed.
+    canary_ids: The n canary ids (a fixed list of ints).
+    vectors: float32 [B, d] block of vectors.
+    chunk_size: Canaries generated at once (memory is chunk_size * d floats).
+
+  Returns:
+    float32 [n, B] cosines.
+  """
+  canary_ids = np.asarray(canary_ids, np.int64).reshape(-1)
+  vectors = tf.convert_to_tensor(vectors, tf.float32)
+  dim = vectors.shape[1]
+  vector_norms = _row_norms(vectors)
+  safe_norms = tf.where(vector_norms > 0, vector_norms,
+                        tf.ones_like(vector_norms))
+  num_vectors = vectors.shape[0]
+  if num_vectors is None:
+    num_vectors = tf.shape(vectors)[0]
+  if canary_ids.size == 0:
+    return tf.zeros([0, num_vectors], tf.float32)
+  num_chunks = -(-canary_ids.size // chunk_size)
+  ids_table = tf.constant(canary_ids)
+
+  def chunk_cosines(i, results):
+    rows, row_norms = gaussians(
+        canary_seed, ids_table[i * chunk_size:(i + 1) * chunk_size], dim)
+    dots = tf.matmul(rows, vectors, transpose_b=True)
+    scale = row_norms[:, tf.newaxis] * safe_norms[tf.newaxis, :]
+    return i + 1, results.write(i, dots / scale)
+
+  _, results = tf.while_loop(
+      lambda i, _: i < num_chunks, chunk_cosines,
+      (tf.constant(0),
+       tf.TensorArray(tf.float32, size=num_chunks, infer_shape=False,
+                      element_shape=tf.TensorShape([None, None]))))
+  return tf.reshape(results.concat(), [canary_ids.size, num_vectors])
+
+
+def flat_size(specs: Any) -> int:
+  """Total number of elements d of a structure of fully defined TensorSpecs."""
+  return sum(math.prod(spec.shape.as_list()) for spec in tf.nest.flatten(specs))
+
+
+def flatten(structure: Any) -> tf.Tensor:
+  """Concatenates a structure's leaves (tf.nest order) into a float32 [d]."""
+  return tf.concat([
+      tf.reshape(tf.cast(leaf, tf.float32), [-1])
+      for leaf in tf.nest.flatten(structure)
+  ], axis=0)
+
+
+def unflatten(flat: tf.Tensor, specs: Any) -> Any:
+  """Inverse of `flatten`: packs a [d] vector into the structure of `specs`."""
+  leaves = tf.nest.flatten(specs)
+  sizes = [math.prod(spec.shape.as_list()) for spec in leaves]
+  parts = tf.split(flat, sizes) if len(sizes) > 1 else [flat]
+  return tf.nest.pack_sequence_as(specs, [
+      tf.cast(tf.reshape(part, spec.shape), spec.dtype)
+      for part, spec in zip(parts, leaves)
+  ])
+
+
+def canary_structure(canary_seed: int, canary_id: Any,
+                     specs: Sequence[tf.TensorSpec] | Any) -> Any:
+  """Canary `canary_id` packed into the structure of `specs` (unit norm)."""
+  return unflatten(canary(canary_seed, canary_id, flat_size(specs)), specs)

@@ -1,0 +1,574 @@
+"""DP-FedAvg aggregation that inserts canary clients and tracks their cosines.
+
+Implements the server side of Algorithms 2 and 3 of Andrew et al., "One-shot
+Empirical Privacy Estimation for Federated Learning" (ICLR 2024, Sec. 4) as a
+`tff.aggregators.UnweightedAggregationFactory`, so it plugs into
+`tff.learning.algorithms.build_unweighted_fed_avg(..., model_aggregator=...)`
+unchanged.
+
+Each round t (0-based count of `next` calls):
+
+1. Real clients clip their updates with the DP query of DP-FedAvg (McMahan et
+   al. 2018): fixed clip S (`GaussianSumQuery`) or the adaptive clip of Andrew
+   et al. 2021 (`QuantileAdaptiveClipSumQuery`, geometric update of S towards a
+   target quantile of update norms), both normalised by the expected number of
+   clients per round (`NormalizedQuery`), as
+   `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed/_adaptive` do.
+   The clipped records are summed over clients.
+2. At the server, every seen canary that the schedule names for round t
+   becomes a record `Proj(c_j; S_t)` (Algorithm 2, line 7: the canary direction
+   scaled to exactly the round's clip S_t) and goes through the same query's
+   `preprocess_record` as a client's update would: it is clipped (a no-op), it
+   counts in the adaptive clip's quantile estimate as an unclipped update, and
+   its record is merged into the clients' sum before `get_noised_result`, so it
+   is noised with everything else (noise std = noise multiplier x S_t).
+3. The noised average rho_bar_t (Algorithm 3, line 9) is the process result.
+   Its cosine with every seen and every unseen canary (Algorithm 3, lines
+   10-12) enters a running maximum per canary (lines 14-16), kept in the
+   state or by an external tracker (below).
+
+Lazy, exact cosine tracking. Regenerating 2 000 canaries costs ~10-25 ns per
+canary coordinate on a 2-core CPU (25-55 s per round at d = 1.2M), so cosines
+are computed for blocks of B rounds at once (`cosine_tracking.update_block`:
+the canaries are regenerated once per block, in chunks, and their cosines with
+all B aggregates come from one matrix product). Two places can hold the B
+buffered aggregates (`CanaryConfig.tracking`):
+
+* 'in_state' (default): the aggregator state. The process is self-contained:
+  the state (hence every checkpoint) determines the maxima exactly, and
+  `final_cosine_maxima(state)` processes the rounds still in the buffer with
+  the same routine. But TFF's runtime moves the whole state between Python
+  and its worker every round (~25-40 ns per byte on a 2-core machine, and
+  transient Python copies of ~8 bytes per buffered float), so for models with
+  millions of parameters keep B small or use 'external'.
+* 'external': the state holds only the round's aggregate (`aggregate`), and a
+  `cosine_tracking.CosineTracker` in the training process buffers it in
+  memory; its `state()` joins the TFF state in checkpoints. Same maxima, a
+  fraction of the cost (see benchmarks/canary_tracking.py).
+
+Per-round measurements stay compact (no d-sized vectors): `clip` (S_t),
+`canaries_inserted`, `aggregate_norm` (||rho_bar_t||) and, with 'in_state'
+tracking, the mean and max of the seen and of the unseen canaries' cosines
+with the aggregate of round `cosine_round`. Because cosines are computed in
+blocks, these summaries arrive with a constant lag of B - 1 rounds: the
+measurements of round t describe round `cosine_round = t - B + 1` (NaN
+summaries and cosine_round = -1 while t < B - 1; no lag when B = 1). The
+summaries of the last B - 1 rounds are not reported per round; their effect on
+the maxima is included by `final_cosine_maxima`. With 'external' tracking the
+tracker returns the summaries (`CosineTracker.observe`).
+
+Sign convention: the result is the noised mean *update* in the sense of
+`tff.learning` (client update = initial - trained weights), and the server
+optimizer subtracts it, so an inserted canary moves the model along -c. The
+cosines tracked here are with the aggregate itself, which contains +c, so
+inserted canaries have positive cosines.
+"""
+
+import collections
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+import tensorflow_privacy as tfp
+
+from one_shot_epe import canaries
+from one_shot_epe import cosine_tracking
+
+DEFAULT_BUFFER_ROUNDS = 16
+TRACKING_MODES = ('in_state', 'external')
+
+
+def _check_real(name: str, value: Any, *, low: float, high: float = math.inf,
+                low_open: bool = False) -> float:
+  """Returns `value` as a float in [low, high] ((low, high] if low_open)."""
+  if (isinstance(value, (bool, np.bool_)) or
+      not isinstance(value, numbers.Real) or not math.isfinite(value) or
+      value > high or value < low or (low_open and value == low)):
+    bracket = '(' if low_open else '['
+    raise ValueError(
+        f'{name} must be a finite number in {bracket}{low}, {high}]; '
+        f'got {value!r}.')
+  return float(value)
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> int:
+  if (isinstance(value, (bool, np.bool_)) or
+      not isinstance(value, numbers.Integral) or not low <= value <= high):
+    raise ValueError(
+        f'{name} must be an integer in [{low}, {high}]; got {value!r}.')
+  return int(value)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CanaryConfig:
+  """Which canaries exist, when seen ones are inserted, how cosines are tracked.
+
+  Attributes:
+    seed: Canary seed s; canary j is a pure function of (s, j) (see
+      `one_shot_epe.canaries`).
+    num_seen: Number k >= 1 of seen canaries (ids 0..k-1).
+    num_unseen: Number m >= 0 of unseen canaries (ids
+      `canaries.UNSEEN_ID_OFFSET + 0..m-1`), tracked but never inserted.
+    schedule: Entry t lists the distinct seen-canary ids inserted in round t
+      (0-based), e.g. `participation.CanarySchedule.rounds`. Rounds past the
+      end of the schedule insert no canary.
+    tracking: Where the aggregates awaiting their cosines are buffered:
+      'in_state' (the aggregator state) or 'external' (a
+      `cosine_tracking.CosineTracker`); see the module docstring.
+    buffer_rounds: B >= 1, the number of noised aggregates buffered between
+      two cosine computations (the per-round lag of cosine summaries is B-1).
+      None picks DEFAULT_BUFFER_ROUNDS for 'in_state' and
+      `cosine_tracking.default_tracker_rounds(d)` (<= 768 MiB) for 'external'.
+    chunk_size: Canaries regenerated at once while computing cosines; None
+      picks `canaries.default_chunk_size(d)` (at most 256 MiB).
+  """
+  seed: int
+  num_seen: int
+  num_unseen: int
+  schedule: Sequence[Sequence[int]]
+  tracking: str = 'in_state'
+  buffer_rounds: int | None = None
+  chunk_size: int | None = None
+
+  def __post_init__(self):
+    canaries.check_seed(self.seed)
+    _check_int('num_seen', self.num_seen, 1, canaries.UNSEEN_ID_OFFSET)
+    _check_int('num_unseen', self.num_unseen, 0, 2**31 - 1)
+    if self.tracking not in TRACKING_MODES:
+      raise ValueError(f'tracking must be one of {TRACKING_MODES}; got '
+                       f'{self.tracking!r}.')
+    if self.buffer_rounds is not None:
+      _check_int('buffer_rounds', self.buffer_rounds, 1, 2**16)
+    if self.chunk_size is not None:
+      _check_int('chunk_size', self.chunk_size, 1, 2**20)
+    if isinstance(self.schedule, (str, bytes)) or not isinstance(
+        self.schedule, (Sequence, np.ndarray)):
+      raise ValueError('schedule must be a sequence (one entry per round) of '
+                       f'sequences of canary ids; got {self.schedule!r}.')
+    rounds = []
+    for t, ids in enumerate(self.schedule):
+      ids = np.asarray(ids)
+      if ids.size == 0:
+        rounds.append(np.zeros(0, np.int64))
+        continue
+      if (ids.ndim != 1 or ids.dtype.kind not in 'iu' or ids.min() < 0 or
+          ids.max() >= self.num_seen or np.unique(ids).size != ids.size):
+        raise ValueError(
+            f'schedule[{t}] must hold distinct seen-canary ids in '
+            f'[0, {self.num_seen - 1}]; got {ids.tolist()}.')
+      rounds.append(ids.astype(np.int64))
+    object.__setattr__(self, 'schedule', tuple(rounds))
+
+  def schedule_table(self) -> tuple[np.ndarray, np.ndarray]:
+    """The schedule as (ids, offsets).
+
+    Round t inserts ids[offsets[t]:offsets[t + 1]].
+    """
+    counts = [len(ids) for ids in self.schedule]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    ids = (np.concatenate(self.schedule) if self.schedule else
+           np.zeros(0, np.int64)).astype(np.int64)
+    return ids, offsets
+
+  def tracked_ids(self) -> np.ndarray:
+    """Ids whose cosines are tracked: the seen ones, then the unseen ones."""
+    return cosine_tracking.tracked_ids(self.num_seen, self.num_unseen)
+
+
+class CanaryAggregatorState(NamedTuple):
+  """State of the process with tracking='in_state' (placed at the server).
+
+  Attributes:
+    query_state: Global state of the DP query (holds the current clip).
+    round_num: Number of completed rounds t (int32).
+    cosine_maxima: float32 [k + m]; running max over rounds processed so far
+      of each tracked canary's cosine (seen ids first, then unseen); -inf
+      before the first processed round.
+    buffer: Tuple of B float32 [d] vectors; entry r mod B holds the noised
+      aggregate of round r for the rounds since the last cosine computation
+      (entries of older rounds are stale and ignored).
+    block_summaries: float32 [4, B]; per-round (seen mean, seen max, unseen
+      mean, unseen max) cosines of the last processed block of B rounds.
+  """
+  query_state: Any
+  round_num: Any
+  cosine_maxima: Any
+  buffer: Any
+  block_summaries: Any
+
+
+class CanaryExportState(NamedTuple):
+  """State of the process with tracking='external' (placed at the server).
+
+  Attributes:
+    query_state: Global state of the DP query (holds the current clip).
+    round_num: Number of completed rounds t (int32).
+    aggregate: float32 [d], the noised aggregate rho_bar of the last round
+      (zeros initially), for `cosine_tracking.CosineTracker.observe`.
+  """
+  query_state: Any
+  round_num: Any
+  aggregate: Any
+
+
+def adaptive_value_noise_multiplier(noise_multiplier: float,
+                                    clipped_count_stddev: float) -> float:
+  """Noise multiplier on the update sum that leaves `noise_multiplier` overall.
+
+  Adaptive clipping releases a noised count of unclipped records, a Gaussian
+  query of sensitivity 1/2 and std `clipped_count_stddev` (Andrew et al. 2021,
+  Sec. 3). Composing it with the update sum's Gaussian query (sensitivity 1,
+  std z_v) is a Gaussian mechanism with 1/z^2 = 1/z_v^2 + 1/(2 std)^2, so
+  z_v = (z^-2 - (2 std)^-2)^-1/2 gives the requested overall z (the convention
+  of `tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive`).
+  """
+  if noise_multiplier == 0.0:
+    return 0.0
+  if noise_multiplier >= 2.0 * clipped_count_stddev:
+    raise ValueError(
+        f'clipped_count_stddev must exceed noise_multiplier / 2 = '
+        f'{noise_multiplier / 2} for the overall noise multiplier to be '
+        f'{noise_multiplier}; got {clipped_count_stddev}.')
+  return (noise_multiplier**-2 - (2.0 * clipped_count_stddev)**-2)**-0.5
+
+
+def _fixed_clip(params: Any) -> tf.Tensor:
+  """Clip norm in the sample params of NormalizedQuery(GaussianSumQuery)."""
+  return params
+
+
+def _adaptive_clip(params: Any) -> tf.Tensor:
+  """Clip norm in the sample params of NormalizedQuery(QuantileAdaptive...)."""
+  return params.sum_params
+
+
+class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
+  """DP-FedAvg Gaussian aggregation with canary insertion and cosine tracking.
+
+  Build it with `gaussian_fixed` or `gaussian_adaptive`; see the module
+  docstring for what the created process does. The aggregated value must be a
+  structure of float32 tensors with fully defined shapes (model updates).
+  """
+
+  @classmethod
+  def gaussian_fixed(cls, *, noise_multiplier: float, clients_per_round: float,
+                     clip: float, canary_config: CanaryConfig
+                     ) -> 'CanaryDPFactory':
+    """Fixed clip S, noise std noise_multiplier * S, mean over the cohort."""
+    noise_multiplier = _check_real('noise_multiplier', noise_multiplier,
+                                   low=0.0)
+    clients_per_round = _check_real('clients_per_round', clients_per_round,
+                                    low=0.0, low_open=True)
+    clip = _check_real('clip', clip, low=0.0, low_open=True)
+    query = tfp.NormalizedQuery(
+        tfp.GaussianSumQuery(l2_norm_clip=clip, stddev=clip * noise_multiplier),
+        denominator=clients_per_round)
+    return cls(query, _fixed_clip, canary_config)
+
+  @classmethod
+  def gaussian_adaptive(cls, *, noise_multiplier: float,
+                        clients_per_round: float, canary_config: CanaryConfig,
+                        initial_l2_norm_clip: float = 0.1,
+                        target_unclipped_quantile: float = 0.5,
+                        learning_rate: float = 0.2,
+                        clipped_count_stddev: float | None = None
+                        ) -> 'CanaryDPFactory':
+    """Adaptive clip (Andrew et al. 2021, geometric update), TFF's defaults.
+
+    Each round S <- S exp(-learning_rate (b - target_unclipped_quantile)),
+    where b is the noised fraction of records (clients and canaries) with norm
+    <= S, normalised by clients_per_round and clamped to [0, 1].
+    `noise_multiplier` is the overall noise multiplier: the update sum gets
+    `adaptive_value_noise_multiplier(noise_multiplier, clipped_count_stddev)`
+    times S, slightly more (see that function). `clipped_count_stddev`
+    defaults to 0.05 * clients_per_round (0 when noise_multiplier is 0).
+    """
+    noise_multiplier = _check_real('noise_multiplier', noise_multiplier,
+                                   low=0.0)
+    clients_per_round = _check_real('clients_per_round', clients_per_round,
+                                    low=0.0, low_open=True)
+    initial_l2_norm_clip = _check_real('initial_l2_norm_clip',
+                                       initial_l2_norm_clip, low=0.0,
+                                       low_open=True)
+    target_unclipped_quantile = _check_real(
+        'target_unclipped_quantile', target_unclipped_quantile, low=0.0,
+        high=1.0)
+    learning_rate = _check_real('learning_rate', learning_rate, low=0.0)
+    if clipped_count_stddev is None:
+      clipped_count_stddev = (0.05 * clients_per_round
+                              if noise_multiplier > 0 else 0.0)
+    clipped_count_stddev = _check_real('clipped_count_stddev',
+                                       clipped_count_stddev, low=0.0)
+    value_noise_multiplier = adaptive_value_noise_multiplier(
+        noise_multiplier, clipped_count_stddev)
+    query = tfp.NormalizedQuery(
+        tfp.QuantileAdaptiveClipSumQuery(
+            initial_l2_norm_clip=initial_l2_norm_clip,
+            noise_multiplier=value_noise_multiplier,
+            target_unclipped_quantile=target_unclipped_quantile,
+            learning_rate=learning_rate,
+            clipped_count_stddev=clipped_count_stddev,
+            expected_num_records=clients_per_round,
+            geometric_update=True),
+        denominator=clients_per_round)
+    return cls(query, _adaptive_clip, canary_config)
+
+  def __init__(self, query: tfp.SumAggregationDPQuery,
+               clip_from_params: Callable[[Any], tf.Tensor],
+               canary_config: CanaryConfig):
+    """Low-level constructor; prefer `gaussian_fixed` / `gaussian_adaptive`.
+
+    Args:
+      query: The DP sum query whose `preprocess_record` clips records.
+      clip_from_params: Returns the round's clip norm from the query's sample
+        params.
+      canary_config: Canaries, schedule and tracking parameters.
+    """
+    if not isinstance(query, tfp.SumAggregationDPQuery):
+      raise ValueError(
+          f'query must be a tfp.SumAggregationDPQuery; got {query!r}.')
+    if not isinstance(canary_config, CanaryConfig):
+      raise ValueError(
+          f'canary_config must be a CanaryConfig; got {canary_config!r}.')
+    self._query = query
+    self._clip_from_params = clip_from_params
+    self._config = canary_config
+    self._tracked_ids = canary_config.tracked_ids()
+
+  @property
+  def canary_config(self) -> CanaryConfig:
+    return self._config
+
+  def _chunk_size(self, dim: int) -> int:
+    if self._config.chunk_size is not None:
+      return self._config.chunk_size
+    return canaries.default_chunk_size(dim)
+
+  # --------------------------------------------------------------------------
+  # TensorFlow building blocks (traced into TFF computations).
+
+  def _project(self, direction: tf.Tensor, clip: tf.Tensor,
+               specs: Any) -> Any:
+    """Proj(c; S) of Algorithm 2 packed into `specs`, with norm S.
+
+    The scale S / ||u|| is stepped down by float32 ulps until the record's
+    global norm, computed exactly as the query's clipping computes it, is
+    <= S. The record's norm is then S up to float rounding, clipping leaves it
+    unchanged, and the quantile estimate counts it as unclipped (norm <= S).
+    """
+
+    def record(scale):
+      return canaries.unflatten(direction * scale, specs)
+
+    def computed_norm(scale):
+      return tf.linalg.global_norm(tf.nest.flatten(record(scale)))
+
+    def step_down(scale):
+      return (tf.minimum(
+          tf.math.nextafter(scale, tf.zeros_like(scale)),
+          scale * clip / computed_norm(scale)),)
+
+    (scale,) = tf.while_loop(
+        lambda scale: computed_norm(scale) > clip, step_down,
+        (clip / tf.norm(direction),), maximum_iterations=32)
+    return record(scale)
+
+  def _canary_sample_state(self, params: Any, round_num: tf.Tensor,
+                           specs: Any, dim: int) -> tuple[Any, tf.Tensor]:
+    """Sum of the preprocessed canary records of the round, and their count."""
+    ids_table, offsets = self._config.schedule_table()
+    num_scheduled = len(offsets) - 1
+    start = tf.gather(offsets, tf.minimum(round_num, num_scheduled))
+    end = tf.gather(offsets, tf.minimum(round_num + 1, num_scheduled))
+    ids = tf.constant(ids_table, tf.int64)[start:end]
+    clip = self._clip_from_params(params)
+
+    def insert(i, total):
+      direction = canaries.gaussian(self._config.seed, ids[i], dim)
+      record = self._query.preprocess_record(
+          params, self._project(direction, clip, specs))
+      return i + 1, self._query.accumulate_preprocessed_record(total, record)
+
+    _, total = tf.while_loop(
+        lambda i, _: i < end - start, insert,
+        (tf.constant(0), self._query.initial_sample_state(specs)))
+    return total, end - start
+
+  def _update_block(self, cosine_maxima: tf.Tensor, block: tf.Tensor,
+                    num_rounds: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """`cosine_tracking.update_block` with this factory's canaries."""
+    return cosine_tracking.update_block(
+        self._config.seed, self._config.num_seen, self._config.num_unseen,
+        self._chunk_size(block.shape[1]), cosine_maxima, block, num_rounds)
+
+  def _buffer_rounds(self) -> int:
+    """B of the in-state buffer."""
+    return self._config.buffer_rounds or DEFAULT_BUFFER_ROUNDS
+
+  def _initial_state(self, dim: int
+                     ) -> CanaryAggregatorState | CanaryExportState:
+    query_state = self._query.initial_global_state()
+    round_num = tf.constant(0, tf.int32)
+    if self._config.tracking == 'external':
+      return CanaryExportState(query_state=query_state, round_num=round_num,
+                               aggregate=tf.zeros([dim], tf.float32))
+    buffer_rounds = self._buffer_rounds()
+    return CanaryAggregatorState(
+        query_state=query_state,
+        round_num=round_num,
+        cosine_maxima=tf.fill([len(self._tracked_ids)],
+                              tf.constant(-np.inf, tf.float32)),
+        buffer=tuple(tf.zeros([dim], tf.float32) for _ in range(buffer_rounds)),
+        block_summaries=tf.fill([4, buffer_rounds],
+                                tf.constant(np.nan, tf.float32)))
+
+  def _track_in_state(self, state: CanaryAggregatorState, flat: tf.Tensor,
+                      query_state: Any, measurements: dict[str, tf.Tensor]
+                      ) -> CanaryAggregatorState:
+    """Buffers the aggregate, processes full blocks, adds lagged summaries."""
+    buffer_rounds = self._buffer_rounds()
+    slot = state.round_num % buffer_rounds
+    buffer = tuple(
+        tf.where(tf.equal(slot, i), flat, old)
+        for i, old in enumerate(state.buffer))
+    cosine_maxima, block_summaries = tf.cond(
+        tf.equal(slot, buffer_rounds - 1),
+        lambda: self._update_block(state.cosine_maxima, tf.stack(buffer),
+                                   tf.constant(buffer_rounds)),
+        lambda: (state.cosine_maxima, state.block_summaries))
+    cosine_round = state.round_num - buffer_rounds + 1
+    reported = block_summaries[:, (slot + 1) % buffer_rounds]
+    reported = tf.where(cosine_round >= 0, reported, np.nan)
+    measurements.update(
+        cosine_round=tf.maximum(cosine_round, -1),
+        seen_cosine_mean=reported[0],
+        seen_cosine_max=reported[1],
+        unseen_cosine_mean=reported[2],
+        unseen_cosine_max=reported[3])
+    return CanaryAggregatorState(
+        query_state=query_state,
+        round_num=state.round_num + 1,
+        cosine_maxima=cosine_maxima,
+        buffer=buffer,
+        block_summaries=block_summaries)
+
+  def _server_update(self, client_sum: Any, state: Any, specs: Any, dim: int):
+    """Inserts canaries, noises, tracks; returns state, result, measurements."""
+    params = self._query.derive_sample_params(state.query_state)
+    canary_sum, inserted = self._canary_sample_state(params, state.round_num,
+                                                     specs, dim)
+    result, query_state, _ = self._query.get_noised_result(
+        self._query.merge_sample_states(client_sum, canary_sum),
+        state.query_state)
+    flat = canaries.flatten(result)
+    measurements = collections.OrderedDict(
+        clip=tf.cast(self._clip_from_params(params), tf.float32),
+        canaries_inserted=inserted,
+        aggregate_norm=tf.norm(flat))
+    if self._config.tracking == 'external':
+      new_state = CanaryExportState(query_state=query_state,
+                                    round_num=state.round_num + 1,
+                                    aggregate=flat)
+    else:
+      new_state = self._track_in_state(state, flat, query_state, measurements)
+    return new_state, result, measurements
+
+  # --------------------------------------------------------------------------
+  # TFF process.
+
+  def create(self, value_type: Any) -> tff.templates.AggregationProcess:
+    """Builds the `tff.templates.AggregationProcess` for `value_type`."""
+    specs = _check_value_type(value_type)
+    dim = canaries.flat_size(specs)
+
+    @tff.tensorflow.computation
+    def initial_state():
+      return self._initial_state(dim)
+
+    state_type = initial_state.type_signature.result
+    query_state_type = state_type.query_state
+
+    @tff.tensorflow.computation(query_state_type)
+    def sample_params(query_state):
+      return self._query.derive_sample_params(query_state)
+
+    @tff.tensorflow.computation(sample_params.type_signature.result, value_type)
+    def client_record(params, value):
+      return self._query.preprocess_record(params, value)
+
+    @tff.tensorflow.computation(client_record.type_signature.result, state_type)
+    def server_update(client_sum, state):
+      return self._server_update(client_sum, state, specs, dim)
+
+    @tff.federated_computation
+    def init_fn():
+      return tff.federated_eval(initial_state, tff.SERVER)
+
+    @tff.federated_computation(
+        tff.FederatedType(state_type, tff.SERVER),
+        tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      params = tff.federated_broadcast(
+          tff.federated_map(sample_params, state.query_state))
+      records = tff.federated_map(client_record, (params, value))
+      new_state, result, measurements = tff.federated_map(
+          server_update, (tff.federated_sum(records), state))
+      return tff.templates.MeasuredProcessOutput(
+          state=new_state, result=result, measurements=measurements)
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+  # --------------------------------------------------------------------------
+  # Results.
+
+  def final_cosine_maxima(self, state: Any) -> cosine_tracking.CosineMaxima:
+    """Exact per-canary max-over-rounds cosines of all rounds run so far.
+
+    For tracking='in_state'. Folds the rounds still in the buffer into the
+    state's maxima with the same TF routine the process uses every B rounds,
+    so the result equals what tracking every round would have given. Works on
+    any state of a process created by this factory (e.g.
+    `learning_state.aggregator` of a `tff.learning` process, or a restored
+    checkpoint).
+
+    Raises:
+      ValueError: with tracking='external' (ask the `CosineTracker`), or for a
+        state of another configuration.
+    """
+    if self._config.tracking != 'in_state':
+      raise ValueError("final_cosine_maxima needs tracking='in_state'; with "
+                       "'external' tracking use CosineTracker.maxima().")
+    buffer_rounds = self._buffer_rounds()
+    buffer = np.stack([np.asarray(v, np.float32) for v in state.buffer])
+    maxima = np.asarray(state.cosine_maxima, np.float32)
+    if (buffer.shape[0] != buffer_rounds or
+        maxima.shape != self._tracked_ids.shape):
+      raise ValueError(
+          f'state has {buffer.shape[0]} buffered rounds and {maxima.size} '
+          f'maxima but this factory buffers {buffer_rounds} rounds of '
+          f'{self._tracked_ids.size} canaries; pass a state of a process '
+          'created by this factory.')
+    pending = int(np.asarray(state.round_num)) % buffer_rounds
+    if pending:
+      maxima, _ = tf.function(self._update_block)(
+          tf.constant(maxima), tf.constant(buffer), tf.constant(pending))
+      maxima = maxima.numpy()
+    return cosine_tracking.split_maxima(maxima, self._config.num_seen)
+
+
+def _check_value_type(value_type: Any) -> Any:
+  """TensorSpecs of `value_type`: float32 tensors of fully defined shapes."""
+  if not isinstance(value_type, (tff.TensorType, tff.StructType)):
+    raise ValueError('value_type must be a tff.TensorType or tff.StructType of '
+                     f'float32 tensors; got {value_type!r}.')
+  specs = tff.types.type_to_tf_tensor_specs(value_type)
+  for spec in tf.nest.flatten(specs):
+    if spec.dtype != tf.float32 or not spec.shape.is_fully_defined():
+      raise ValueError('value_type must hold float32 tensors with fully '
+                       f'defined shapes; got {value_type!r}.')
+  return specs

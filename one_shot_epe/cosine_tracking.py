@@ -1,0 +1,263 @@
+"""Exact max-over-rounds canary cosines, computed in blocks (Algorithm 3).
+
+Algorithm 3 of Andrew et al. (ICLR 2024, Sec. 4.1) scores every seen and
+unseen canary by the maximum over rounds t of cos(c_j, rho_bar_t), the cosine
+with the round's noised aggregate (lines 10-16). Regenerating the 2 000
+canaries of the paper costs ~10-25 ns per canary coordinate on a 2-core CPU
+(25-55 s per round at d = 1.2M), so cosines are computed for blocks of B
+buffered aggregates at a time: each block regenerates the canaries once, in
+chunks, and takes all their inner products with the B aggregates in one matrix
+product (`canaries.cosines`). The maxima are exact; only their update lags.
+
+`update_block` is that TF routine; the canary aggregator runs it inside TFF
+(tracking='in_state', buffer in the TFF state) and `CosineTracker` runs it in
+the training process (tracking='external', buffer in this process's memory).
+The external tracker avoids moving the buffer through TFF's runtime every
+round, which costs ~25-40 ns per buffered byte on a 2-core machine and makes
+large in-state buffers slow and memory-hungry for models with millions of
+parameters (see benchmarks/canary_tracking.py).
+
+Per-round summaries: for each processed round, the mean and max cosine over
+the seen and over the unseen canaries (`RoundSummary`).
+"""
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from one_shot_epe import canaries
+
+# Memory budget of an external tracker's buffer when B is not given.
+_DEFAULT_TRACKER_BUFFER_BYTES = 768 * 2**20
+_MAX_DEFAULT_TRACKER_ROUNDS = 128
+
+
+class CosineMaxima(NamedTuple):
+  """Max-over-rounds cosines of Algorithm 3 (lines 15-16), float32 numpy."""
+  seen: np.ndarray
+  unseen: np.ndarray
+
+
+class RoundSummary(NamedTuple):
+  """Cosine summaries of one round (0-based `round_num`); NaN for empty sets."""
+  round_num: int
+  seen_mean: float
+  seen_max: float
+  unseen_mean: float
+  unseen_max: float
+
+
+def tracked_ids(num_seen: int, num_unseen: int) -> np.ndarray:
+  """Ids whose cosines are tracked: the seen ones, then the unseen ones."""
+  return np.concatenate(
+      [canaries.seen_ids(num_seen), canaries.unseen_ids(num_unseen)])
+
+
+def default_tracker_rounds(dim: int) -> int:
+  """B for an external tracker: a buffer of <= 768 MiB and <= 128 rounds.
+
+  Processing a block holds the buffer, about two chunks of canaries and TF's
+  working memory, ~2.5 GiB in all at d = 4.05M (benchmarks/canary_tracking.py).
+  """
+  return max(1, min(_MAX_DEFAULT_TRACKER_ROUNDS,
+                    _DEFAULT_TRACKER_BUFFER_BYTES // (4 * dim)))
+
+
+def update_block(canary_seed: int, num_seen: int, num_unseen: int,
+                 chunk_size: int, cosine_maxima: tf.Tensor, block: tf.Tensor,
+                 num_rounds: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """Folds the first `num_rounds` rows of `block` into the running maxima.
+
+  Args:
+    canary_seed: The canary seed.
+    num_seen: k, seen canaries (ids 0..k-1).
+    num_unseen: m, unseen canaries.
+    chunk_size: Canaries regenerated at once.
+    cosine_maxima: float32 [k + m] running maxima (seen first).
+    block: float32 [B, d] aggregates; only the first `num_rounds` rows count.
+    num_rounds: int32 scalar, 0 <= num_rounds <= B.
+
+  Returns:
+    (new maxima [k + m], summaries [4, B]) where summaries rows are seen mean,
+    seen max, unseen mean, unseen max per block row (NaN for ignored rows).
+  """
+  cosines = canaries.cosines(canary_seed, tracked_ids(num_seen, num_unseen),
+                             block, chunk_size)
+  valid = tf.range(tf.shape(block)[0]) < num_rounds
+  block_max = tf.reduce_max(
+      tf.where(valid[tf.newaxis, :], cosines, -np.inf), axis=1)
+  nan = tf.fill(tf.shape(valid), np.nan)
+
+  def summaries(group):
+    if group.shape[0] == 0:
+      return [nan, nan]
+    return [tf.where(valid, tf.reduce_mean(group, axis=0), nan),
+            tf.where(valid, tf.reduce_max(group, axis=0), nan)]
+
+  stacked = tf.stack(
+      summaries(cosines[:num_seen]) + summaries(cosines[num_seen:]))
+  return tf.maximum(cosine_maxima, block_max), stacked
+
+
+def split_maxima(cosine_maxima: Any, num_seen: int) -> CosineMaxima:
+  maxima = np.asarray(cosine_maxima, np.float32)
+  return CosineMaxima(seen=maxima[:num_seen], unseen=maxima[num_seen:])
+
+
+class TrackerState(NamedTuple):
+  """All a `CosineTracker` needs to resume exactly; save it with checkpoints.
+
+  Attributes:
+    rounds_observed: Number of rounds observed so far.
+    cosine_maxima: float32 [k + m] maxima over the processed rounds.
+    pending: float32 [p, d] aggregates of the p < B rounds not yet processed.
+  """
+  rounds_observed: int
+  cosine_maxima: np.ndarray
+  pending: np.ndarray
+
+
+class CosineTracker:
+  """Tracks exact max-over-rounds cosines outside TFF (tracking='external').
+
+  Feed it the aggregator state after every round; it buffers the round's
+  noised aggregate in memory and every B rounds processes the block with
+  `update_block`. Usage with a `tff.learning` process:
+
+    tracker = CosineTracker(config, dim)
+    for t in range(num_rounds):
+      output = process.next(state, data[t])
+      state = output.state
+      summaries = tracker.observe(state.aggregator)   # [] or B RoundSummary
+    maxima = tracker.maxima()                          # exact, all rounds
+
+  Its `state()` (plain numpy) together with the TFF state is a complete
+  checkpoint: `CosineTracker(config, dim, state=saved)` resumes exactly.
+  """
+
+  def __init__(self, canary_config: Any, dim: int,
+               state: TrackerState | None = None):
+    """Creates a tracker.
+
+    Args:
+      canary_config: The aggregator's `canary_aggregator.CanaryConfig`.
+      dim: d, the number of parameters of the aggregated updates.
+      state: A `TrackerState` to resume from, or None to start at round 0.
+    """
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or (
+        dim < 1):
+      raise ValueError(f'dim must be a positive integer; got {dim!r}.')
+    self._dim = int(dim)
+    self._seed = canary_config.seed
+    self._num_seen = canary_config.num_seen
+    self._num_unseen = canary_config.num_unseen
+    self._rounds = (canary_config.buffer_rounds if canary_config.buffer_rounds
+                    is not None else default_tracker_rounds(self._dim))
+    chunk_size = (canary_config.chunk_size if canary_config.chunk_size
+                  is not None else canaries.default_chunk_size(self._dim))
+    # The [B, d] buffer is a variable written one row at a time in place and
+    # read by the block update without a copy (its initial zeros are created
+    # inside a tf.function so that no other reference forces copy-on-write).
+    self._buffer = tf.Variable(tf.zeros([0, self._dim], tf.float32),
+                               shape=tf.TensorShape([None, self._dim]),
+                               trainable=False)
+    tf.function(lambda: self._buffer.assign(
+        tf.zeros([self._rounds, self._dim], tf.float32)))()
+    self._write = tf.function(lambda i, row: self._buffer[i].assign(row))
+    self._update = tf.function(
+        lambda maxima, num_rounds: update_block(
+            self._seed, self._num_seen, self._num_unseen, chunk_size, maxima,
+            self._buffer, num_rounds))
+    num_tracked = self._num_seen + self._num_unseen
+    if state is None:
+      self._observed = 0
+      self._maxima = np.full([num_tracked], -np.inf, np.float32)
+      self._pending = 0
+    else:
+      pending = np.asarray(state.pending, np.float32)
+      maxima = np.asarray(state.cosine_maxima, np.float32)
+      if (maxima.shape != (num_tracked,) or pending.ndim != 2 or
+          pending.shape[1] != self._dim or
+          not 0 <= pending.shape[0] < self._rounds or
+          pending.shape[0] > state.rounds_observed):
+        raise ValueError(
+            'state does not match this tracker: expected cosine_maxima of '
+            f'shape ({num_tracked},) and pending of shape (p, {self._dim}) '
+            f'with p < {self._rounds} and p <= rounds_observed; got '
+            f'{maxima.shape} and {pending.shape}.')
+      self._observed = int(state.rounds_observed)
+      self._maxima = maxima.copy()
+      self._pending = pending.shape[0]
+      for i, row in enumerate(pending):
+        self._write(tf.constant(i), row)
+
+  @property
+  def buffer_rounds(self) -> int:
+    return self._rounds
+
+  def _process(self, num_rounds: int) -> tuple[np.ndarray, list[RoundSummary]]:
+    maxima, block = self._update(tf.constant(self._maxima),
+                                 tf.constant(num_rounds, tf.int32))
+    first = self._observed - self._pending
+    block = block.numpy()
+    summaries = [
+        RoundSummary(first + i, *(float(v) for v in block[:, i]))
+        for i in range(num_rounds)
+    ]
+    return maxima.numpy(), summaries
+
+  def observe(self, aggregator_state: Any) -> list[RoundSummary]:
+    """Records the round that produced `aggregator_state` (the next round).
+
+    Args:
+      aggregator_state: The state returned by the canary aggregator's `next`
+        for round `rounds_observed` (e.g. `learning_state.aggregator`).
+
+    Returns:
+      Summaries of the rounds whose cosines were computed by this call (all B
+      rounds of a block when it fills, else none).
+
+    Raises:
+      ValueError: if the state is not that of the next round (a round was
+        skipped or repeated) or has the wrong dimension.
+    """
+    round_num = int(np.asarray(aggregator_state.round_num))
+    if round_num != self._observed + 1:
+      raise ValueError(
+          f'aggregator_state is from round {round_num - 1} but the tracker '
+          f'expects round {self._observed}.')
+    if not hasattr(aggregator_state, 'aggregate'):
+      raise ValueError("aggregator_state has no 'aggregate'; build the "
+                       "aggregator with CanaryConfig(tracking='external').")
+    aggregate = np.asarray(aggregator_state.aggregate, np.float32)
+    if aggregate.shape != (self._dim,):
+      raise ValueError(f'aggregator_state.aggregate has shape '
+                       f'{aggregate.shape}; expected ({self._dim},).')
+    self._write(tf.constant(self._pending), aggregate)
+    self._pending += 1
+    self._observed += 1
+    if self._pending < self._rounds:
+      return []
+    return self.flush()
+
+  def flush(self) -> list[RoundSummary]:
+    """Processes the pending rounds now; returns their summaries."""
+    if not self._pending:
+      return []
+    self._maxima, summaries = self._process(self._pending)
+    self._pending = 0
+    return summaries
+
+  def maxima(self) -> CosineMaxima:
+    """Exact maxima over all observed rounds (pending rounds included)."""
+    maxima = self._maxima
+    if self._pending:
+      maxima, _ = self._process(self._pending)
+    return split_maxima(maxima, self._num_seen)
+
+  def state(self) -> TrackerState:
+    return TrackerState(rounds_observed=self._observed,
+                        cosine_maxima=self._maxima.copy(),
+                        pending=self._buffer[:self._pending].numpy())

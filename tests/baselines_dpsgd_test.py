@@ -1,0 +1,135 @@
+"""Tests of one_shot_epe.baselines.dpsgd (DP-SGD with one-shot canaries).
+
+Truths: one round recomputed by hand (per-example gradients by a plain
+GradientTape loop, canaries from `one_shot_epe.canaries`, cosines in numpy);
+the separation of inserted and never-inserted canaries without noise; the
+independence of training from the audit hook.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from one_shot_epe import canaries
+from one_shot_epe.baselines import dpsgd
+from one_shot_epe.baselines import feedforward
+from one_shot_epe.baselines import per_example
+
+
+def _data(seed: int, size: int):
+  rng = np.random.default_rng(seed)
+  centres = np.random.default_rng(123).standard_normal((3, 36))
+  labels = rng.integers(0, 3, size)
+  inputs = centres[labels] + rng.standard_normal((size, 36))
+  return (inputs.reshape(size, 6, 6).astype(np.float32),
+          per_example.one_hot(labels, 3))
+
+
+def _cosine(a, b):
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
+
+
+def test_one_round_matches_a_hand_computation():
+  model = feedforward.FeedForward((6, 6), hidden_units=4, num_classes=3)
+  inputs, labels = _data(0, 16)
+  config = dpsgd.TrainingConfig(clip=0.5, noise_multiplier=0.0, batch_size=16,
+                                learning_rate=1.0, sampling='shuffle',
+                                num_seen=3, num_unseen=2, buffer_rounds=4,
+                                seed=1)
+  result = dpsgd.train(model, inputs, labels, config)
+  assert result.num_rounds == 1
+  theta0 = result.initial_params
+  total = np.zeros(model.dim)
+  for x, y in zip(inputs, labels):
+    params = tf.constant(theta0)
+    with tf.GradientTape() as tape:
+      tape.watch(params)
+      loss = tf.nn.softmax_cross_entropy_with_logits(
+          y[np.newaxis], model.logits(params, x[np.newaxis]))[0]
+    gradient = tape.gradient(loss, params).numpy().astype(np.float64)
+    total += gradient * min(1.0, 0.5 / np.linalg.norm(gradient))
+  seen = [canaries.canary(result.canary_seed, j, model.dim).numpy()
+          for j in range(3)]
+  unseen = [canaries.canary(result.canary_seed, canaries.UNSEEN_ID_OFFSET + i,
+                            model.dim).numpy() for i in range(2)]
+  aggregate = (total + 0.5 * np.sum(seen, axis=0)) / 16  # Every canary once.
+  np.testing.assert_allclose(result.final_params, theta0 - aggregate,
+                             rtol=1e-4, atol=1e-6)
+  np.testing.assert_array_equal(result.appearances, [1, 1, 1])
+  np.testing.assert_allclose(result.seen_maxima,
+                             [_cosine(c, aggregate) for c in seen], atol=1e-5)
+  np.testing.assert_allclose(result.unseen_maxima,
+                             [_cosine(c, aggregate) for c in unseen], atol=1e-5)
+  # Final model delta is -aggregate, oriented back by the tff.learning sign.
+  np.testing.assert_allclose(result.final_cosines, result.seen_maxima,
+                             atol=1e-5)
+
+
+def test_without_noise_inserted_canaries_stand_out():
+  model = feedforward.FeedForward((6, 6), hidden_units=32, num_classes=3)
+  inputs, labels = _data(1, 200)
+  config = dpsgd.TrainingConfig(noise_multiplier=0.0, batch_size=4,
+                                learning_rate=0.1, sampling='poisson',
+                                num_seen=100, num_unseen=100,
+                                buffer_rounds=16, seed=2)
+  result = dpsgd.train(model, inputs, labels, config)
+  appeared = result.appearances > 0
+  assert 0 < appeared.sum() < 100
+  # Inserted: cosine about C / ||rho_t|| >= 0.3; never inserted: max of 50
+  # N(0, 1/d) cosines, d = 1283, about 0.07.
+  assert result.seen_maxima[appeared].min() > result.unseen_maxima.max()
+  # Final-model cosines of inserted canaries: the null is N(0, 1/d) per
+  # canary, so their mean is N(0, 1/(d n)) without signal; z > 4 (one-sided
+  # level 3e-5).
+  final = result.final_cosines[appeared]
+  assert final.mean() * np.sqrt(model.dim * final.size) > 4.0
+
+
+def test_poisson_canaries_join_at_rate_q():
+  model = feedforward.FeedForward((6, 6), hidden_units=2, num_classes=3)
+  inputs, labels = _data(2, 64)
+  config = dpsgd.TrainingConfig(batch_size=16, num_seen=400, num_unseen=2,
+                                seed=3)
+  result = dpsgd.train(model, inputs, labels, config)
+  # 4 rounds at q = 1/4: Binomial(1600, 1/4), mean 400, std 17.3; 5 std.
+  assert abs(result.appearances.sum() - 400) < 5 * 17.4
+
+
+def test_hook_sees_frozen_models_and_does_not_change_training():
+  model = feedforward.FeedForward((6, 6), hidden_units=4, num_classes=3)
+  inputs, labels = _data(3, 64)
+  config = dpsgd.TrainingConfig(batch_size=16, num_seen=10, num_unseen=10,
+                                seed=4)
+  seen = {}
+
+  def hook(round_index, params):
+    seen[round_index] = params.copy()
+    params += 1.0  # A copy: must not leak into training.
+    np.random.default_rng(0).random(10)
+
+  hooked = dpsgd.train(model, inputs, labels, config, hook=hook,
+                       hook_rounds=[0, 2])
+  plain = dpsgd.train(model, inputs, labels, config)
+  np.testing.assert_array_equal(hooked.final_params, plain.final_params)
+  np.testing.assert_array_equal(hooked.seen_maxima, plain.seen_maxima)
+  assert sorted(seen) == [0, 2]
+  np.testing.assert_array_equal(seen[0], plain.initial_params)
+  with pytest.raises(ValueError, match='hook_rounds'):
+    dpsgd.train(model, inputs, labels, config, hook=hook, hook_rounds=[4])
+
+
+def test_config_validation():
+  with pytest.raises(ValueError, match='sampling'):
+    dpsgd.TrainingConfig(sampling='uniform')
+  with pytest.raises(ValueError, match='clip'):
+    dpsgd.TrainingConfig(clip=0.0)
+  with pytest.raises(ValueError, match='noise_multiplier'):
+    dpsgd.TrainingConfig(noise_multiplier=-0.1)
+  with pytest.raises(ValueError, match='num_unseen'):
+    dpsgd.TrainingConfig(num_seen=0, num_unseen=5)
+  assert dpsgd.TrainingConfig().num_rounds(60000) == 469
+  model = feedforward.FeedForward((6, 6), hidden_units=2, num_classes=3)
+  inputs, labels = _data(0, 8)
+  with pytest.raises(ValueError, match='batch_size'):
+    dpsgd.train(model, inputs, labels, dpsgd.TrainingConfig(batch_size=9))

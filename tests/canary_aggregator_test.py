@@ -1,0 +1,509 @@
+"""Tests for one_shot_epe.canary_aggregator (TFF aggregation with canaries).
+
+Every TFF computation runs inside `runtime.local_cpp_context()`. Processes are
+built and run once per module (tracing is slow) and the tests check the
+recorded rounds against independent numpy computations: canaries regenerated
+straight from `tf.random.stateless_normal`, clipping, averaging, the geometric
+clip update and cosines in float64.
+
+The DP noise is drawn inside TFF by tensorflow_privacy's GaussianSumQuery from
+an unseeded generator (as DP noise must be), so tests with noise are
+statistical; each states its false-failure probability. Everything else
+(canaries, client updates, schedules) is fixed by seeds.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy import stats
+
+from one_shot_epe import canaries
+from one_shot_epe import canary_aggregator as ca
+from one_shot_epe import estimation
+from one_shot_epe import final_model
+from one_shot_epe import runtime
+
+tff = pytest.importorskip('tensorflow_federated')
+
+_SEED = 77
+
+
+def _canary(canary_id: int, dim: int, seed: int = _SEED) -> np.ndarray:
+  """Unit canary from the documented definition, float64."""
+  u = tf.random.stateless_normal([dim], seed=[seed, canary_id],
+                                 dtype=tf.float32, alg='philox').numpy()
+  return u.astype(np.float64) / np.linalg.norm(u.astype(np.float64))
+
+
+def _clip(x: np.ndarray, clip: float) -> np.ndarray:
+  return x * min(1.0, clip / np.linalg.norm(x))
+
+
+def _run(process, clients_per_round, num_rounds):
+  """Runs `num_rounds` rounds; returns (states after each round, outputs)."""
+  state = process.initialize()
+  states, outputs = [], []
+  for t in range(num_rounds):
+    output = process.next(state, clients_per_round(t))
+    state = output.state
+    states.append(state)
+    outputs.append(output)
+  return states, outputs
+
+
+def _flat(value) -> np.ndarray:
+  return np.concatenate(
+      [np.asarray(v, np.float64).reshape(-1) for v in tf.nest.flatten(value)])
+
+
+# ----------------------------------------------------------------------------
+# Fixed clip, no noise: exact insertion and exact lazy tracking.
+
+_FIXED_SHAPES = ([30, 20], [57])  # d = 657, two tensors.
+_FIXED_DIM = 657
+_FIXED_CLIP = 0.7
+_FIXED_DENOMINATOR = 4.0
+_FIXED_SCHEDULE = [[0, 1, 2], [3], [], [4, 0], [5], [1, 2, 3, 4, 5], [0]]
+_FIXED_ROUNDS = 8  # One round past the schedule: no canary.
+_FIXED_BUFFER = 3
+
+
+def _fixed_clients():
+  rng = np.random.default_rng(5)
+  small = rng.normal(size=_FIXED_DIM)
+  small *= 0.3 / np.linalg.norm(small)  # Below the clip: unchanged.
+  large = rng.normal(size=_FIXED_DIM)
+  large *= 5.0 / np.linalg.norm(large)  # Above the clip: clipped.
+  return [small, large]
+
+
+def _as_structure(flat):
+  first = np.prod(_FIXED_SHAPES[0])
+  return [np.asarray(flat[:first], np.float32).reshape(_FIXED_SHAPES[0]),
+          np.asarray(flat[first:], np.float32)]
+
+
+@pytest.fixture(scope='module')
+def fixed_factory():
+  config = ca.CanaryConfig(seed=_SEED, num_seen=6, num_unseen=5,
+                           schedule=_FIXED_SCHEDULE,
+                           buffer_rounds=_FIXED_BUFFER, chunk_size=4)
+  return ca.CanaryDPFactory.gaussian_fixed(
+      noise_multiplier=0.0, clients_per_round=_FIXED_DENOMINATOR,
+      clip=_FIXED_CLIP, canary_config=config)
+
+
+@pytest.fixture(scope='module')
+def fixed_run(fixed_factory):
+  value_type = tff.StructWithPythonType(
+      [tff.TensorType(np.float32, s) for s in _FIXED_SHAPES], list)
+  process = fixed_factory.create(value_type)
+  clients = [_as_structure(x) for x in _fixed_clients()]
+  with runtime.local_cpp_context():
+    return _run(process, lambda t: clients, _FIXED_ROUNDS)
+
+
+def test_fixed_clip_aggregate_is_clipped_clients_plus_projected_canaries(
+    fixed_run):
+  states, outputs = fixed_run
+  clipped_clients = sum(_clip(x, _FIXED_CLIP) for x in _fixed_clients())
+  for t, output in enumerate(outputs):
+    ids = _FIXED_SCHEDULE[t] if t < len(_FIXED_SCHEDULE) else []
+    want = clipped_clients + sum(
+        (_FIXED_CLIP * _canary(j, _FIXED_DIM) for j in ids),
+        np.zeros(_FIXED_DIM))
+    want /= _FIXED_DENOMINATOR
+    np.testing.assert_allclose(_flat(output.result), want, rtol=0, atol=2e-6)
+    assert output.measurements['canaries_inserted'] == len(ids)
+    assert output.measurements['clip'] == pytest.approx(_FIXED_CLIP)
+    assert output.measurements['aggregate_norm'] == pytest.approx(
+        np.linalg.norm(want), rel=1e-5)
+    assert states[t].round_num == t + 1
+
+
+def test_only_canaries_aggregate_is_sum_of_projected_canaries(fixed_factory):
+  process = fixed_factory.create(tff.TensorType(np.float32, [_FIXED_DIM]))
+  with runtime.local_cpp_context():
+    _, outputs = _run(process, lambda t: [], 2)
+  for t, output in enumerate(outputs):
+    want = sum(_FIXED_CLIP * _canary(j, _FIXED_DIM)
+               for j in _FIXED_SCHEDULE[t]) / _FIXED_DENOMINATOR
+    np.testing.assert_allclose(output.result, want, rtol=0, atol=1e-6)
+
+
+def _brute_force_cosines(outputs, ids):
+  """[rounds, canaries] float64 cosines of each round's aggregate."""
+  rows = np.stack([_canary(int(j), _FIXED_DIM) for j in ids])
+  aggregates = np.stack([_flat(o.result) for o in outputs])
+  return (aggregates @ rows.T) / np.linalg.norm(aggregates, axis=1)[:, None]
+
+
+def test_lazy_maxima_are_exact_at_every_round(fixed_factory, fixed_run):
+  # The state after any round (a checkpoint) determines the maxima of all
+  # rounds so far, whether or not its block was processed yet.
+  states, outputs = fixed_run
+  ids = fixed_factory.canary_config.tracked_ids()
+  cosines = _brute_force_cosines(outputs, ids)
+  for t, state in enumerate(states):
+    maxima = fixed_factory.final_cosine_maxima(state)
+    want = cosines[:t + 1].max(axis=0)
+    np.testing.assert_allclose(maxima.seen, want[:6], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(maxima.unseen, want[6:], rtol=0, atol=1e-6)
+
+
+def test_cosine_summaries_lag_by_buffer_minus_one(fixed_factory, fixed_run):
+  _, outputs = fixed_run
+  ids = fixed_factory.canary_config.tracked_ids()
+  cosines = _brute_force_cosines(outputs, ids)
+  lag = _FIXED_BUFFER - 1
+  for t, output in enumerate(outputs):
+    m = output.measurements
+    if t < lag:
+      assert m['cosine_round'] == -1
+      assert math.isnan(m['seen_cosine_mean'])
+      continue
+    r = t - lag
+    assert m['cosine_round'] == r
+    seen, unseen = cosines[r, :6], cosines[r, 6:]
+    assert m['seen_cosine_mean'] == pytest.approx(seen.mean(), abs=1e-6)
+    assert m['seen_cosine_max'] == pytest.approx(seen.max(), abs=1e-6)
+    assert m['unseen_cosine_mean'] == pytest.approx(unseen.mean(), abs=1e-6)
+    assert m['unseen_cosine_max'] == pytest.approx(unseen.max(), abs=1e-6)
+
+
+def test_state_has_no_model_sized_measurements(fixed_run):
+  _, outputs = fixed_run
+  for value in outputs[-1].measurements.values():
+    assert np.ndim(value) == 0
+
+
+# ----------------------------------------------------------------------------
+# Adaptive clipping.
+
+_ADAPTIVE_DIM = 400
+_ADAPTIVE_NORMS = (0.05, 0.2, 0.45, 0.9, 2.0, 6.0)
+_ADAPTIVE_DENOMINATOR = 7.0
+_ADAPTIVE_LR = 2.0
+_ADAPTIVE_QUANTILE = 0.5
+_ADAPTIVE_INITIAL = 0.1
+_ADAPTIVE_ROUNDS = 16
+
+
+def _adaptive_clients():
+  rng = np.random.default_rng(11)
+  clients = []
+  for norm in _ADAPTIVE_NORMS:
+    x = rng.normal(size=_ADAPTIVE_DIM)
+    clients.append(x * norm / np.linalg.norm(x))
+  return clients
+
+
+@pytest.fixture(scope='module')
+def adaptive_run():
+  # One canary per round (ids 0..15), zero noise on both the sum and the
+  # unclipped count, so the clip follows the closed-form geometric update.
+  config = ca.CanaryConfig(seed=_SEED, num_seen=_ADAPTIVE_ROUNDS, num_unseen=0,
+                           schedule=[[t] for t in range(_ADAPTIVE_ROUNDS)],
+                           buffer_rounds=4)
+  factory = ca.CanaryDPFactory.gaussian_adaptive(
+      noise_multiplier=0.0, clients_per_round=_ADAPTIVE_DENOMINATOR,
+      canary_config=config, initial_l2_norm_clip=_ADAPTIVE_INITIAL,
+      target_unclipped_quantile=_ADAPTIVE_QUANTILE,
+      learning_rate=_ADAPTIVE_LR, clipped_count_stddev=0.0)
+  process = factory.create(tff.TensorType(np.float32, [_ADAPTIVE_DIM]))
+  clients = [np.asarray(x, np.float32) for x in _adaptive_clients()]
+  with runtime.local_cpp_context():
+    return _run(process, lambda t: clients, _ADAPTIVE_ROUNDS)
+
+
+def _closed_form_clips():
+  """S_{t+1} = S_t exp(-lr (clamp(b_t) - q)), b_t = fraction of records <= S_t.
+
+  b_t = sum over records of (1[norm <= S_t] - 1/2) / E + 1/2 (Andrew et al.
+  2021 with tensorflow_privacy's centring); the round's canary has norm S_t
+  and counts as unclipped.
+  """
+  clips = [_ADAPTIVE_INITIAL]
+  for _ in range(_ADAPTIVE_ROUNDS - 1):
+    clip = clips[-1]
+    indicators = [float(n <= clip) for n in _ADAPTIVE_NORMS] + [1.0]
+    below = sum(i - 0.5 for i in indicators) / _ADAPTIVE_DENOMINATOR + 0.5
+    below = min(1.0, max(0.0, below))
+    clips.append(clip * math.exp(-_ADAPTIVE_LR * (below - _ADAPTIVE_QUANTILE)))
+  return np.array(clips)
+
+
+def test_adaptive_clip_follows_geometric_update(adaptive_run):
+  _, outputs = adaptive_run
+  want = _closed_form_clips()
+  # No client norm is within 1e-3 of a clip, so float rounding cannot flip
+  # an indicator.
+  gaps = np.abs(np.subtract.outer(want, np.array(_ADAPTIVE_NORMS)))
+  assert gaps.min() > 1e-3
+  got = np.array([o.measurements['clip'] for o in outputs])
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  # The clip rises from 0.1 to the median of the round's 7 records (6 clients
+  # and the canary, whose norm is the clip): the client norm 0.45, around
+  # which it then oscillates.
+  assert np.all(np.diff(got[:8]) > 0)
+  assert min(got[-4:]) < 0.45 < max(got[-4:])
+
+
+def test_adaptive_canary_record_has_norm_of_the_clip(adaptive_run):
+  _, outputs = adaptive_run
+  for t, output in enumerate(outputs):
+    clip = output.measurements['clip']
+    clients = sum(_clip(x, clip) for x in _adaptive_clients())
+    canary_record = np.asarray(output.result, np.float64)
+    canary_record = canary_record * _ADAPTIVE_DENOMINATOR - clients
+    assert np.linalg.norm(canary_record) == pytest.approx(clip, rel=2e-5)
+    direction = canary_record / np.linalg.norm(canary_record)
+    assert direction @ _canary(t, _ADAPTIVE_DIM) == pytest.approx(1, abs=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# The Gaussian mechanism inside TFF (Algorithm 1 via Algorithm 2).
+
+_GM_DIM = 100_000
+_GM_CANARIES = 1000
+_GM_SIGMA = 1.0
+_GM_DELTA = 1e-5
+
+
+def test_gaussian_mechanism_epsilon_matches_analytical():
+  # One round, k = 1000 canaries, no real clients, clip 1, denominator 1: the
+  # result is sum_j c_j + N(0, sigma^2 I_d), the Gaussian mechanism of
+  # Algorithm 1. The final-model estimate (variance fixed to the null's 1/d,
+  # the right model for a Gaussian mechanism) must match the analytical eps.
+  # Its sampling sd over the noise is 0.15 (300 numpy simulations of the same
+  # statistic at k = 1000, d = 1e5, sigma = 1 with
+  # gaussian_mechanism.simulate_cosines: mean 4.34, sd 0.15, range
+  # 3.99..4.78); the tolerance 0.75 is 5 sd, a false-failure rate < 1e-6.
+  config = ca.CanaryConfig(seed=_SEED, num_seen=_GM_CANARIES, num_unseen=0,
+                           schedule=[list(range(_GM_CANARIES))],
+                           buffer_rounds=8)
+  factory = ca.CanaryDPFactory.gaussian_fixed(
+      noise_multiplier=_GM_SIGMA, clients_per_round=1.0, clip=1.0,
+      canary_config=config)
+  process = factory.create(tff.TensorType(np.float32, [_GM_DIM]))
+  with runtime.local_cpp_context():
+    output = process.next(process.initialize(), [])
+  assert output.measurements['canaries_inserted'] == _GM_CANARIES
+  cosines = final_model.final_model_cosines(
+      [output.result], canary_seed=_SEED,
+      canary_ids=canaries.seen_ids(_GM_CANARIES), statistic='final',
+      model_moves_along=final_model.PAPER_DIRECTION)
+  estimate = estimation.epsilon_from_final_cosines(
+      cosines, _GM_DIM, _GM_DELTA, variance='null')
+  analytical = estimation.gaussian_epsilon(_GM_SIGMA, _GM_DELTA)
+  assert abs(estimate - analytical) < 0.75, (estimate, analytical)
+
+
+# ----------------------------------------------------------------------------
+# Algorithm 3: seen vs unseen max-over-rounds cosines.
+
+_A3_DIM = 5000
+_A3_CANARIES = 200
+_A3_ROUNDS = 5
+
+
+def _algorithm3_maxima(noise_multiplier):
+  per_round = _A3_CANARIES // _A3_ROUNDS
+  schedule = [list(range(t * per_round, (t + 1) * per_round))
+              for t in range(_A3_ROUNDS)]
+  config = ca.CanaryConfig(seed=_SEED, num_seen=_A3_CANARIES,
+                           num_unseen=_A3_CANARIES, schedule=schedule,
+                           buffer_rounds=2)
+  factory = ca.CanaryDPFactory.gaussian_fixed(
+      noise_multiplier=noise_multiplier, clients_per_round=float(per_round),
+      clip=1.0, canary_config=config)
+  process = factory.create(tff.TensorType(np.float32, [_A3_DIM]))
+  rng = np.random.default_rng(3)
+  clients = [rng.normal(size=_A3_DIM).astype(np.float32) for _ in range(3)]
+  with runtime.local_cpp_context():
+    states, _ = _run(process, lambda t: clients, _A3_ROUNDS)
+  return factory.final_cosine_maxima(states[-1])
+
+
+def test_without_noise_seen_maxima_separate_from_unseen():
+  maxima = _algorithm3_maxima(0.0)
+  # A seen canary's cosine in its round is about 1/sqrt(40 + 3) ~ 0.15; an
+  # unseen one's is N(0, 1/d) ~ 0.014 per round.
+  assert maxima.seen.min() > 2 * maxima.unseen.max()
+  assert maxima.seen.min() > 0.1
+  assert estimation.epsilon_from_seen_unseen(maxima.seen, maxima.unseen,
+                                             1e-5) > 20
+
+
+def test_with_large_noise_seen_and_unseen_maxima_coincide():
+  # Noise std 1e3 * clip per coordinate drowns the canaries (signal cosine
+  # ~1e-5 against a null spread of 0.014). Two-sample KS at level 1e-4: under
+  # equal distributions the p-value is uniform, so this fails with
+  # probability 1e-4; the noiseless run above gives p < 1e-50.
+  maxima = _algorithm3_maxima(1000.0)
+  assert stats.ks_2samp(maxima.seen, maxima.unseen).pvalue > 1e-4
+
+
+# ----------------------------------------------------------------------------
+# Plug-in: tff.learning FedAvg with the factory as model_aggregator.
+
+_LEARNING_FEATURES = 8
+_LEARNING_CLASSES = 5
+_LEARNING_DIM = _LEARNING_FEATURES * _LEARNING_CLASSES + _LEARNING_CLASSES
+
+
+def _model_fn():
+  keras_model = tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(_LEARNING_FEATURES,)),
+      tf.keras.layers.Dense(_LEARNING_CLASSES, kernel_initializer='zeros'),
+  ])
+  return tff.learning.models.from_keras_model(
+      keras_model,
+      input_spec=(tf.TensorSpec([None, _LEARNING_FEATURES], tf.float32),
+                  tf.TensorSpec([None], tf.int32)),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+def _client_datasets(num_clients):
+  rng = np.random.default_rng(2)
+  datasets = []
+  for _ in range(num_clients):
+    x = rng.normal(size=(12, _LEARNING_FEATURES)).astype(np.float32)
+    y = rng.integers(0, _LEARNING_CLASSES, size=12).astype(np.int32)
+    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(4))
+  return datasets
+
+
+def _learning_process(factory, client_learning_rate):
+  return tff.learning.algorithms.build_unweighted_fed_avg(
+      _model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(
+          learning_rate=client_learning_rate),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+      model_aggregator=factory)
+
+
+def test_trains_inside_build_unweighted_fed_avg():
+  config = ca.CanaryConfig(seed=_SEED, num_seen=4, num_unseen=4,
+                           schedule=[[0, 1], [2], [3]], buffer_rounds=2)
+  factory = ca.CanaryDPFactory.gaussian_adaptive(
+      noise_multiplier=0.1, clients_per_round=3.0, canary_config=config,
+      initial_l2_norm_clip=0.5, clipped_count_stddev=1.0)
+  process = _learning_process(factory, client_learning_rate=0.5)
+  data = _client_datasets(3)
+  with runtime.local_cpp_context():
+    state = process.initialize()
+    initial = _flat(state.global_model_weights.trainable)
+    for t in range(3):
+      output = process.next(state, data)
+      state = output.state
+      aggregator = output.metrics['aggregator']
+      assert aggregator['canaries_inserted'] == len(config.schedule[t])
+      assert aggregator['clip'] > 0
+      assert np.isfinite(output.metrics['client_work']['train']['loss'])
+  assert not np.allclose(_flat(state.global_model_weights.trainable), initial)
+  maxima = factory.final_cosine_maxima(state.aggregator)
+  assert maxima.seen.shape == (4,) and maxima.unseen.shape == (4,)
+  assert np.all(np.isfinite(maxima.seen))
+
+
+def test_inserted_canary_has_positive_final_model_cosine():
+  # Clients do not train (learning rate 0), there is no noise, and one canary
+  # is inserted: the model delta is -S c_0 / E, so with the tff.learning sign
+  # convention its cosine is +1 and the literal sign would give -1.
+  config = ca.CanaryConfig(seed=_SEED, num_seen=3, num_unseen=0,
+                           schedule=[[], [0], []], buffer_rounds=1)
+  factory = ca.CanaryDPFactory.gaussian_fixed(
+      noise_multiplier=0.0, clients_per_round=2.0, clip=0.3,
+      canary_config=config)
+  process = _learning_process(factory, client_learning_rate=0.0)
+  data = _client_datasets(2)
+  with runtime.local_cpp_context():
+    state = process.initialize()
+    initial = state.global_model_weights.trainable
+    for _ in range(3):
+      state = process.next(state, data).state
+  final = state.global_model_weights.trainable
+  cosines = final_model.final_model_cosines(
+      final, canary_seed=_SEED, canary_ids=[0, 1, 2], initial_weights=initial)
+  assert cosines[0] == pytest.approx(1.0, abs=1e-5)
+  assert np.all(np.abs(cosines[1:]) < 0.9)
+  flipped = final_model.final_model_cosines(
+      final, canary_seed=_SEED, canary_ids=[0], initial_weights=initial,
+      model_moves_along=final_model.PAPER_DIRECTION)
+  assert flipped[0] == pytest.approx(-1.0, abs=1e-5)
+  assert _LEARNING_DIM == np.concatenate([np.ravel(w) for w in final]).size
+  maxima = factory.final_cosine_maxima(state.aggregator)
+  assert maxima.seen[0] == pytest.approx(1.0, abs=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# Argument validation.
+
+
+def _config(**overrides):
+  args = dict(seed=1, num_seen=3, num_unseen=2, schedule=[[0], [1, 2]])
+  args.update(overrides)
+  return ca.CanaryConfig(**args)
+
+
+@pytest.mark.parametrize('overrides, name', [
+    (dict(seed=-1), 'canary_seed'),
+    (dict(num_seen=0), 'num_seen'),
+    (dict(num_unseen=-1), 'num_unseen'),
+    (dict(buffer_rounds=0), 'buffer_rounds'),
+    (dict(chunk_size=0), 'chunk_size'),
+    (dict(schedule=[[0], [3]]), r'schedule\[1\]'),
+    (dict(schedule=[[1, 1]]), r'schedule\[0\]'),
+    (dict(schedule=[[0.5]]), r'schedule\[0\]'),
+    (dict(schedule='01'), 'schedule'),
+])
+def test_bad_config_raises(overrides, name):
+  with pytest.raises(ValueError, match=name):
+    _config(**overrides)
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    (dict(noise_multiplier=-0.1), 'noise_multiplier'),
+    (dict(clients_per_round=0.0), 'clients_per_round'),
+    (dict(clip=0.0), 'clip'),
+    (dict(clip=math.inf), 'clip'),
+])
+def test_bad_fixed_arguments_raise(kwargs, name):
+  args = dict(noise_multiplier=1.0, clients_per_round=10.0, clip=1.0)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=name):
+    ca.CanaryDPFactory.gaussian_fixed(canary_config=_config(), **args)
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    (dict(target_unclipped_quantile=1.5), 'target_unclipped_quantile'),
+    (dict(learning_rate=-1.0), 'learning_rate'),
+    (dict(initial_l2_norm_clip=0.0), 'initial_l2_norm_clip'),
+    (dict(noise_multiplier=1.0, clipped_count_stddev=0.4),
+     'clipped_count_stddev'),
+])
+def test_bad_adaptive_arguments_raise(kwargs, name):
+  args = dict(noise_multiplier=0.5, clients_per_round=10.0)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=name):
+    ca.CanaryDPFactory.gaussian_adaptive(canary_config=_config(), **args)
+
+
+def test_adaptive_value_noise_multiplier_composes_to_requested():
+  # 1/z^2 = 1/z_v^2 + 1/(2 s)^2 (Gaussian mechanisms compose in 1/z^2).
+  z_v = ca.adaptive_value_noise_multiplier(1.0, 2.0)
+  assert z_v**-2 + (2 * 2.0)**-2 == pytest.approx(1.0)
+  assert ca.adaptive_value_noise_multiplier(0.0, 0.0) == 0.0
+
+
+def test_bad_value_type_raises():
+  factory = ca.CanaryDPFactory.gaussian_fixed(
+      noise_multiplier=1.0, clients_per_round=2.0, clip=1.0,
+      canary_config=_config())
+  with pytest.raises(ValueError, match='value_type'):
+    factory.create(tff.TensorType(np.int32, [3]))
+  with pytest.raises(ValueError, match='value_type'):
+    factory.create(tff.TensorType(np.float32, [None]))

@@ -1,0 +1,412 @@
+"""End-to-end tests of experiments/train.py on tiny synthetic EMNIST data.
+
+One short run with canaries (module fixture) is checked against independent
+truths: its report against the estimation library applied to the CSVs it wrote,
+its final cosines against canaries regenerated here and the model weights of
+its checkpoints, its final accuracy against the last evaluation row of its
+metrics. Reruns resume from checkpoints. Bad flags exit with status 2 through
+the real command line and leave the output directory untouched. A run reads a
+tiny SQLite data directory through TFF's loading path.
+"""
+
+import asyncio
+import csv
+import dataclasses
+import glob
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+from absl import flags
+import numpy as np
+import pytest
+from tensorflow_federated.python.program import file_utils
+
+from experiments import train
+from one_shot_epe import canaries
+from one_shot_epe import estimate
+from one_shot_epe import estimation
+from one_shot_epe import participation
+from one_shot_epe.tasks import synthetic
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NUM_CLIENTS = 12
+_TOTAL_ROUNDS = 4
+_NOISE = 0.05
+
+
+def _tiny_config(root: str, **overrides) -> train.TrainConfig:
+  """4 rounds of 3 clients with 16 seen and 16 unseen canaries."""
+  settings = dict(
+      task='emnist_character', use_synthetic_data=True,
+      synthetic_num_clients=_NUM_CLIENTS, synthetic_examples_per_client=8,
+      clients_per_round=3, total_rounds=_TOTAL_ROUNDS, client_batch_size=4,
+      noise_multiplier=_NOISE, num_canaries=16, num_unseen_canaries=16,
+      canary_repeats=2, rounds_per_evaluation=2,
+      rounds_per_checkpoint=3, max_eval_examples=16, root_output_dir=root,
+      run_name='tiny', progress_bar=False)
+  settings.update(overrides)
+  return train.TrainConfig(**settings)
+
+
+def _snapshot(directory: str) -> dict[str, bytes]:
+  """Every file under `directory` (relative path -> bytes)."""
+  files = {}
+  for path in glob.glob(os.path.join(directory, '**'), recursive=True):
+    if os.path.isfile(path):
+      with open(path, 'rb') as stream:
+        files[os.path.relpath(path, directory)] = stream.read()
+  return files
+
+
+def _read_metrics(run_dir: str) -> list[dict[str, str]]:
+  with open(os.path.join(run_dir, train.METRICS_FILE), newline='') as stream:
+    return list(csv.DictReader(stream))
+
+
+@pytest.fixture(scope='module', name='run')
+def fixture_run(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp('runs'))
+  return train.run_training(_tiny_config(root))
+
+
+def test_outputs_exist_and_are_well_formed(run):
+  run_dir = run.run_dir
+  for name in (train.CONFIG_FILE, train.METRICS_FILE,
+               train.CANARY_COSINES_FILE, train.FINAL_COSINES_FILE,
+               train.MAX_COSINES_FILE, train.REPORT_JSON_FILE,
+               train.REPORT_MARKDOWN_FILE, train.DENSITY_PLOT_FILE):
+    assert os.path.getsize(os.path.join(run_dir, name)) > 0, name
+  with open(os.path.join(run_dir, train.DENSITY_PLOT_FILE), 'rb') as stream:
+    assert stream.read(8) == b'\x89PNG\r\n\x1a\n'
+  assert glob.glob(os.path.join(run_dir, train.TENSORBOARD_DIR,
+                                'events.out.tfevents.*'))
+  # Checkpoints at round 0, every 3 rounds and after the last round.
+  checkpoints = sorted(os.listdir(os.path.join(run_dir, train.CHECKPOINT_DIR)))
+  assert checkpoints == ['program_state_0', 'program_state_3',
+                         'program_state_4']
+  rows = _read_metrics(run_dir)
+  assert [int(row['round']) for row in rows] == list(range(_TOTAL_ROUNDS + 1))
+  for row in rows:  # Compact: every cell is one number (or empty).
+    for name, cell in row.items():
+      if cell:
+        float(cell)
+  for row in rows[1:]:
+    assert float(row['aggregator/clip']) > 0
+    assert math.isfinite(float(row['client_work/train/loss']))
+  # Canaries 16 x 2 repetitions over 4 rounds: 32 insertions in all.
+  assert sum(int(row['aggregator/canaries_inserted']) for row in rows[1:]) == 32
+  evaluated = [int(row['round']) for row in rows
+               if row['evaluation/sparse_categorical_accuracy']]
+  assert evaluated == [0, 2, 4]
+  with open(os.path.join(run_dir, train.REPORT_MARKDOWN_FILE)) as stream:
+    assert '| noise | analytical ε | ε_lo-all | ε_est-all |' in stream.read()
+  with open(os.path.join(run_dir, train.CANARY_COSINES_FILE)) as stream:
+    per_round = list(csv.DictReader(stream))
+  assert [int(row['round']) for row in per_round] == [1, 2, 3, 4]
+  # The maximum over canaries and rounds, two ways: per-round maxima and
+  # per-canary maxima (Algorithm 3's statistics).
+  for group, maxima in (('seen', run.seen_maxima),
+                        ('unseen', run.unseen_maxima)):
+    assert max(float(row[f'{group}_cosine_max']) for row in per_round) == (
+        pytest.approx(maxima.max(), rel=1e-6))
+  assert run.total_rounds == _TOTAL_ROUNDS
+  assert (run.resumed_from_round, run.rounds_trained) == (0, _TOTAL_ROUNDS)
+
+
+def test_report_equals_estimation_of_the_written_csvs(run):
+  run_dir = run.run_dir
+  final = estimate.read_cosine_columns(
+      os.path.join(run_dir, train.FINAL_COSINES_FILE))['cosine']
+  maxima = estimate.read_cosine_columns(
+      os.path.join(run_dir, train.MAX_COSINES_FILE))
+  with open(os.path.join(run_dir, train.REPORT_JSON_FILE)) as stream:
+    report = json.load(stream)
+  delta = _NUM_CLIENTS**-1.1  # The default delta = m^-1.1.
+  dim = 1_206_590  # The EMNIST CNN.
+  assert report['delta'] == delta and report['dim'] == dim
+  expected_final = estimation.final_model_report(final, dim, delta, 0.05)
+  expected_all = estimation.all_iterates_report(
+      maxima['seen'], maxima['unseen'], delta, 0.05, dim=dim)
+  assert report['final'] == json.loads(json.dumps(expected_final.to_dict()))
+  assert report['all_iterates'] == json.loads(
+      json.dumps(expected_all.to_dict()))
+  assert report['analytical_epsilon'] == estimation.gaussian_epsilon(
+      _NOISE, delta)
+  assert len(final) == 16
+  assert len(maxima['seen']) == len(maxima['unseen']) == 16
+  # The final evaluation is of the same model as the round-4 evaluation.
+  last = _read_metrics(run_dir)[-1]
+  assert report['accuracy'] == pytest.approx(
+      float(last['evaluation/sparse_categorical_accuracy']), abs=1e-7)
+
+
+def _saved_trainable_weights(run_dir: str, round_num: int) -> np.ndarray:
+  """The flattened trainable weights of a saved program state, read directly."""
+  path = os.path.join(run_dir, train.CHECKPOINT_DIR,
+                      f'program_state_{round_num}')
+  loop = asyncio.new_event_loop()
+  try:
+    state = loop.run_until_complete(file_utils.read_saved_model(path))
+  finally:
+    loop.close()
+  return np.concatenate([
+      np.asarray(leaf, np.float64).reshape(-1)
+      for leaf in state['learning'].global_model_weights.trainable
+  ])
+
+
+def test_final_cosines_match_regenerated_canaries_and_checkpoints(run):
+  # Independent of the launcher's code path: model weights read back from the
+  # saved program states of rounds 0 and 4, canaries regenerated one by one,
+  # cosines in float64 numpy. Inserted canaries move the model along -c.
+  moved = (_saved_trainable_weights(run.run_dir, 0) -
+           _saved_trainable_weights(run.run_dir, _TOTAL_ROUNDS))
+  assert moved.size == run.dim
+  written = estimate.read_cosine_columns(
+      os.path.join(run.run_dir, train.FINAL_COSINES_FILE))['cosine']
+  expected = []
+  for canary_id in range(16):
+    canary = canaries.canary(0, canary_id, run.dim).numpy().astype(np.float64)
+    expected.append(moved @ canary /
+                    (np.linalg.norm(moved) * np.linalg.norm(canary)))
+  np.testing.assert_allclose(written, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_canaries_are_detectable_at_low_noise(run):
+  # Noise 0.05 with ~11 expected participants per round: a round's noise has
+  # norm ~0.05 * S * sqrt(d) / 11, about 55x a canary's S / 11, so an inserted
+  # canary's cosine with its round's aggregate is ~1/55 = 0.018, while an
+  # unseen canary's max over 4 rounds is a few times 1/sqrt(d) = 0.0009.
+  null_std = 1 / math.sqrt(run.dim)
+  assert run.seen_maxima.min() > 5 * null_std > run.unseen_maxima.max()
+  assert run.final_cosines.mean() > 5 * null_std
+
+
+def test_rerun_of_a_finished_run_trains_nothing_and_rewrites_the_same(run):
+  before = _snapshot(run.run_dir)
+  again = train.run_training(run.config)
+  assert (again.resumed_from_round, again.rounds_trained) == (_TOTAL_ROUNDS, 0)
+  after = _snapshot(run.run_dir)
+  for name in (train.FINAL_COSINES_FILE, train.MAX_COSINES_FILE,
+               train.REPORT_JSON_FILE, train.REPORT_MARKDOWN_FILE,
+               train.METRICS_FILE, train.CONFIG_FILE):
+    assert after[name] == before[name], name
+
+
+def test_rerun_resumes_from_the_latest_checkpoint(run, tmp_path):
+  copy = str(tmp_path / 'tiny')
+  shutil.copytree(run.run_dir, copy)
+  shutil.rmtree(os.path.join(copy, train.CHECKPOINT_DIR, 'program_state_4'))
+  resumed = train.run_training(
+      dataclasses.replace(run.config, root_output_dir=str(tmp_path)))
+  assert (resumed.resumed_from_round, resumed.rounds_trained) == (3, 1)
+  # The canary tracker resumed from the checkpoint too: all maxima are set.
+  assert np.all(np.isfinite(resumed.seen_maxima))
+  assert np.all(np.isfinite(resumed.unseen_maxima))
+  rows = _read_metrics(copy)  # Round 4 replaced, not appended.
+  assert [int(row['round']) for row in rows] == list(range(_TOTAL_ROUNDS + 1))
+  assert os.path.isdir(os.path.join(copy, train.CHECKPOINT_DIR,
+                                    'program_state_4'))
+
+
+# (flag overrides, the flag the error must name). Checked before anything is
+# written; the data-dependent ones need the task's data.
+_BAD_CONFIGS = [
+    (dict(task='mnist'), '--task'),
+    (dict(client_optimizer='rmsprop'), '--client_optimizer'),
+    (dict(server_optimizer='lamb'), '--server_optimizer'),
+    (dict(sampling='uniform'), '--sampling'),
+    (dict(final_model_statistic='initial'), '--final_model_statistic'),
+    (dict(client_learning_rate=0.0), '--client_learning_rate'),
+    (dict(server_learning_rate=float('nan')), '--server_learning_rate'),
+    (dict(server_momentum=1.0), '--server_momentum'),
+    (dict(client_batch_size=0), '--client_batch_size'),
+    (dict(client_batch_size=1.5), '--client_batch_size'),
+    (dict(clients_per_round=True), '--clients_per_round'),
+    (dict(max_examples_per_client=0), '--max_examples_per_client'),
+    (dict(noise_multiplier=-0.1), '--noise_multiplier'),
+    (dict(noise_multiplier=float('inf')), '--noise_multiplier'),
+    (dict(clipping_norm=-1.0), '--clipping_norm'),
+    (dict(target_unclipped_quantile=1.0), '--target_unclipped_quantile'),
+    (dict(initial_clip=0.0), '--initial_clip'),
+    (dict(delta=1.0), '--delta'),
+    (dict(delta=0.0), '--delta'),
+    (dict(alpha=0.5), '--alpha'),
+    (dict(num_canaries=1), '--num_canaries'),
+    (dict(num_canaries=-3), '--num_canaries'),
+    (dict(num_unseen_canaries=1), '--num_unseen_canaries'),
+    (dict(num_canaries=0), '--num_unseen_canaries'),
+    (dict(train_epochs=2), '--train_epochs'),
+    (dict(total_rounds=0), '--total_rounds'),
+    (dict(sampling='poisson'), '--canary_repeats'),
+    (dict(canary_buffer_rounds=0), '--canary_buffer_rounds'),
+    (dict(seed=-1), '--seed'),
+    (dict(canary_seed=2**31), '--canary_seed'),
+    (dict(rounds_per_evaluation=0), '--rounds_per_evaluation'),
+    (dict(run_name='a/b'), '--run_name'),
+    (dict(use_synthetic_data=False), '--data_dir'),
+    (dict(data_dir='/some/dir'), '--data_dir'),
+    # Data-dependent.
+    (dict(clients_per_round=_NUM_CLIENTS + 1), '--clients_per_round'),
+    (dict(canary_repeats=_TOTAL_ROUNDS + 1), '--canary_repeats'),
+    (dict(noise_multiplier=5.0), '--noise_multiplier'),
+    (dict(use_synthetic_data=False, data_dir='/does/not/exist'), '--data_dir'),
+]
+
+
+@pytest.mark.parametrize('overrides, flag', _BAD_CONFIGS)
+def test_bad_config_is_rejected_before_writing(tmp_path, overrides, flag):
+  root = tmp_path / 'root'
+  with pytest.raises(train.ConfigError, match=flag):
+    train.run_training(_tiny_config(str(root), **overrides))
+  assert not root.exists()
+
+
+def test_run_dir_holding_other_flags_is_refused(run):
+  before = _snapshot(run.run_dir)
+  changed = dataclasses.replace(run.config, noise_multiplier=0.1)
+  with pytest.raises(train.ConfigError,
+                     match=r"--run_name.*--noise_multiplier=0\.05"):
+    train.run_training(changed)
+  assert _snapshot(run.run_dir) == before
+
+
+@pytest.mark.parametrize('bad_flag, named', [
+    ('--noise_multiplier=-1', '--noise_multiplier'),
+    ('--sampling=uniform', 'sampling'),
+    ('--canary_repeats=5', '--canary_repeats'),
+])
+def test_command_line_bad_flag_exits_2_untouched(tmp_path, bad_flag, named):
+  root = tmp_path / 'root'
+  (root / 'tiny').mkdir(parents=True)
+  (root / 'tiny' / 'keep.txt').write_text('user file')
+  before = _snapshot(str(root))
+  done = subprocess.run(
+      [sys.executable, '-m', 'experiments.train', '--use_synthetic_data',
+       f'--synthetic_num_clients={_NUM_CLIENTS}', '--clients_per_round=3',
+       f'--total_rounds={_TOTAL_ROUNDS}', f'--root_output_dir={root}',
+       '--run_name=tiny', bad_flag],
+      cwd=_REPO, capture_output=True, text=True, timeout=300, check=False)
+  assert done.returncode == 2, done.stderr
+  assert named in done.stderr
+  assert 'Traceback' not in done.stderr
+  assert _snapshot(str(root)) == before
+
+
+def test_sqlite_data_dir_trains_through_tff_loading(tmp_path):
+  data_dir = tmp_path / 'data'
+  data_dir.mkdir()
+  synthetic.write_data_dir('emnist_character', str(data_dir), num_clients=6,
+                           examples_per_client=8)
+  # Without canaries (the accuracy baseline) the aggregator is TFF's own DP
+  # factory, and no privacy report is written.
+  result = train.run_training(train.TrainConfig(
+      task='emnist_character', data_dir=str(data_dir), clients_per_round=3,
+      total_rounds=2, client_batch_size=4, num_canaries=0,
+      num_unseen_canaries=0, noise_multiplier=0.1, clipping_norm=0.5,
+      max_eval_examples=8, root_output_dir=str(tmp_path / 'runs'),
+      run_name='sqlite', progress_bar=False))
+  assert result.report is None and result.rounds_trained == 2
+  assert result.delta == 6**-1.1
+  assert 0.0 <= result.accuracy <= 1.0
+  rows = _read_metrics(result.run_dir)
+  assert [int(row['round']) for row in rows] == [0, 1, 2]
+  assert float(rows[1]['client_work/train/num_examples']) == 3 * 8
+  assert not os.path.exists(os.path.join(result.run_dir,
+                                         train.REPORT_JSON_FILE))
+  with open(os.path.join(result.run_dir, train.CONFIG_FILE)) as stream:
+    assert json.load(stream)['data_dir'] == str(data_dir)
+
+
+def _parse_flagfile(name: str, *extra: str) -> train.TrainConfig:
+  flag_values = flags.FlagValues()
+  train.define_flags(flag_values)
+  flag_values(['train', f'--flagfile={os.path.join(_REPO, "configs", name)}',
+               *extra])
+  return train.config_from_flags(flag_values).validate()
+
+
+def _grid(name: str) -> dict[str, list[str]]:
+  """The '# grid: --FLAG=V1,V2' lines of a config."""
+  grid = {}
+  with open(os.path.join(_REPO, 'configs', name)) as stream:
+    for line in stream:
+      if line.startswith('# grid: --'):
+        flag, values = line[len('# grid: --'):].strip().split('=')
+        grid[flag] = values.split(',')
+  return grid
+
+
+def test_emnist_config_is_table_4():
+  config = _parse_flagfile('emnist.cfg', '--data_dir=/data')
+  assert (config.task, config.sampling, config.clients_per_round,
+          config.train_epochs, config.client_optimizer,
+          config.client_learning_rate, config.server_optimizer,
+          config.server_learning_rate, config.server_momentum,
+          config.client_batch_size, config.num_canaries,
+          config.num_unseen_canaries, config.delta) == (
+              'emnist_character', 'shuffle', 101, 15, 'sgd', 0.031, 'sgdm',
+              1.0, 0.9, 16, 1000, 1000, None)
+  assert _grid('emnist.cfg') == {
+      'noise_multiplier': ['0', '0.0487', '0.0958', '0.2207'],
+      'canary_repeats': ['1', '2', '4', '8']}
+
+
+def test_stackoverflow_config_is_table_3():
+  config = _parse_flagfile('stackoverflow.cfg', '--data_dir=/data')
+  assert (config.task, config.vocab_size, config.clients_per_round,
+          config.total_rounds, config.client_learning_rate,
+          config.server_learning_rate, config.clipping_norm,
+          config.num_canaries, config.num_unseen_canaries) == (
+              'stackoverflow_word', 10000, 167, 2048, 1.0, 0.56, 0.0, 1000,
+              1000)
+  assert _grid('stackoverflow.cfg') == {
+      'noise_multiplier': ['0', '0.0496', '0.0986', '0.2317'],
+      'canary_repeats': ['1', '2', '4', '8']}
+
+
+def test_demo_config_is_valid_and_synthetic():
+  config = _parse_flagfile('demo.cfg')
+  assert config.use_synthetic_data and config.num_canaries >= 100
+  assert set(_grid('demo.cfg')) == {'noise_multiplier'}
+
+
+def test_round_datasets_depend_only_on_seed_and_round(tmp_path):
+  # A resumed run must select round t's clients, and the examples each uses,
+  # as an uninterrupted run does, whatever ran before it in the process. With
+  # 3 of 8 examples per client, the examples used depend on the shuffle. (The
+  # order of a client's batches is not compared: TFF's EMNIST preprocessing
+  # maps batches in parallel, non-deterministically.)
+  setup = train.prepare(_tiny_config(str(tmp_path), client_batch_size=1,
+                                     max_examples_per_client=3))
+
+  def examples_used(select, round_num):
+    return [sorted(int(batch[1][0]) for batch in dataset)
+            for dataset in select(round_num)]
+
+  selection_fn = train._selection_fn  # pylint: disable=protected-access
+  seeded = selection_fn(setup)
+  first = examples_used(seeded, 2)
+  for round_num in (1, 3, 1):
+    seeded(round_num)
+  assert examples_used(seeded, 2) == first
+  assert examples_used(selection_fn(setup), 2) == first
+  # Without the per-round seed, the shuffles (so the examples used) differ
+  # between calls; all three clients agreeing by chance has probability about
+  # (1 / C(8, 3))^3 = 6e-6.
+  unseeded = participation.make_training_selection_fn(
+      setup.sampler,
+      setup.task.preprocessed_train_data.create_tf_dataset_for_client)
+  assert examples_used(unseeded, 2) != examples_used(unseeded, 2)
+
+
+def test_compact_metrics_keeps_named_scalars_only():
+  metrics = {'aggregator': {'clip': np.float32(0.5), 'update': np.zeros(7),
+                            'inserted': np.int32(3)},
+             'pair': (1.0, np.ones(2)), 'empty': ()}
+  assert train.compact_metrics(metrics) == {
+      'aggregator/clip': 0.5, 'aggregator/inserted': 3, 'pair/0': 1.0}
