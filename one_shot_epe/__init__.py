@@ -1,8 +1,18 @@
 """One-shot empirical privacy estimation for DP-FedAvg (Andrew et al., ICLR 2024).
 
 Modules:
-  estimation: epsilon estimates and lower bounds from canary cosines (no TF).
-  runtime: lifetime of TFF's C++ execution runtime (no leaked worker processes).
+  estimation: epsilon estimates, exact null, eps_lo, reports (numpy/scipy only).
+  estimate: command line for reports from a CSV of cosines.
+  gaussian_mechanism: exact samplers of Algorithm 1 (Table 2).
+  canaries: canary directions, a pure function of (seed, id).
+  canary_aggregator: the TFF aggregator: DP-FedAvg + canary injection + cosines.
+  cosine_tracking: lazy, exact max-over-rounds canary cosines.
+  final_model: canary cosines with the final model (Algorithm 2).
+  participation: who participates each round, real clients and canaries.
+  tasks: EMNIST CNN and StackOverflow LSTM tasks, real (offline) or synthetic.
+  run_report, plots, atomic_io: end-of-run report, figures, safe file writes.
+  runtime: lifetime of TFF's C++ execution runtime (no leaked workers).
+  baselines: the CANIFE baseline (Section 5.4).
 """
 
 __version__ = '0.1.0'
