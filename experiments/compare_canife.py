@@ -53,6 +53,7 @@ from absl import flags
 import numpy as np
 
 from one_shot_epe import atomic_io
+from one_shot_epe import cli
 from one_shot_epe import estimation
 from one_shot_epe.baselines import canife
 from one_shot_epe.baselines import canife_accounting
@@ -442,16 +443,6 @@ def _fail(flag: str, message: str) -> None:
   sys.exit(2)
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-  """Parses flags; on a bad flag prints the error and exits with status 2."""
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as error:
-    sys.stderr.write(f'FATAL Flags parsing error: {error}\n'
-                     'Pass --helpshort or --helpfull to see help on flags.\n')
-    sys.exit(2)
-
-
 def setting_from_flags(values: flags.FlagValues) -> Setting:
   """The validated Setting; exits with status 2 naming a bad flag."""
   if values.data == 'real' and not fashion_mnist.available(values.data_dir):
@@ -517,4 +508,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=cli.parse_flags_or_exit)

@@ -32,7 +32,6 @@ would collide with same-named flags of other programs imported alongside).
 import dataclasses
 import math
 import os
-import sys
 import time
 from collections.abc import Sequence
 
@@ -41,6 +40,7 @@ from absl import app
 from absl import flags
 
 from one_shot_epe import atomic_io
+from one_shot_epe import cli
 from one_shot_epe import estimation
 from one_shot_epe import gaussian_mechanism
 
@@ -297,16 +297,6 @@ def _define_flags() -> None:
       message="--output's directory must exist.")
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-  """Parses flags; on a bad flag prints the error and exits with status 2."""
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as error:
-    sys.stderr.write(f'FATAL Flags parsing error: {error}\n'
-                     'Pass --helpshort or --helpfull to see help on flags.\n')
-    sys.exit(2)
-
-
 def main(argv: Sequence[str]) -> None:
   """Runs the table at the flags' setting, prints it and maybe writes it."""
   if len(argv) > 1:
@@ -327,4 +317,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=cli.parse_flags_or_exit)

@@ -89,6 +89,7 @@ import tensorflow_federated as tff
 import tqdm
 
 from one_shot_epe import atomic_io
+from one_shot_epe import cli
 from one_shot_epe import canaries
 from one_shot_epe import canary_aggregator
 from one_shot_epe import cosine_tracking
@@ -1007,16 +1008,6 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS
   })
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-  """Parses flags; on a bad flag prints the error and exits with status 2."""
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as error:
-    sys.stderr.write(f'FATAL Flags parsing error: {error}\n'
-                     'Pass --helpshort or --helpfull to see help on flags.\n')
-    sys.exit(2)
-
-
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
@@ -1039,4 +1030,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   define_flags()
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=cli.parse_flags_or_exit)

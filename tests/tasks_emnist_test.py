@@ -6,13 +6,11 @@ then read through the real path: get_task -> checks -> TFF's emnist.load_data.
 """
 
 import sqlite3
-import urllib.request
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.simulation.datasets import download
 
 from one_shot_epe import runtime
 from one_shot_epe import tasks
@@ -64,20 +62,6 @@ def fixture_emnist_dir(tmp_path):
         connection.execute('INSERT INTO client_metadata VALUES (?, ?, ?)',
                            (client_id, split, size))
   return str(tmp_path), written
-
-
-@pytest.fixture(name='network_calls')
-def fixture_network_calls(monkeypatch):
-  """Records (and refuses) every call into TFF's download path or urlopen."""
-  calls = []
-
-  def refuse(*args, **kwargs):
-    calls.append((args, kwargs))
-    raise AssertionError('network access attempted')
-
-  monkeypatch.setattr(urllib.request, 'urlopen', refuse)
-  monkeypatch.setattr(download, '_fetch_lzma_file', refuse)
-  return calls
 
 
 def test_parameter_count_is_the_papers_1206590():

@@ -7,13 +7,11 @@ stackoverflow.load_data, with the vocabulary from stackoverflow.word_count.
 """
 
 import sqlite3
-import urllib.request
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.simulation.datasets import download
 
 from one_shot_epe import runtime
 from one_shot_epe import tasks
@@ -69,20 +67,6 @@ def fixture_so_dir(tmp_path):
   (tmp_path / 'stackoverflow.word_count').write_text(
       ''.join(f'{w} {c}\n' for w, c in zip(_WORDS, counts)))
   return str(tmp_path)
-
-
-@pytest.fixture(name='network_calls')
-def fixture_network_calls(monkeypatch):
-  """Records (and refuses) every call into TFF's download path or urlopen."""
-  calls = []
-
-  def refuse(*args, **kwargs):
-    calls.append((args, kwargs))
-    raise AssertionError('network access attempted')
-
-  monkeypatch.setattr(urllib.request, 'urlopen', refuse)
-  monkeypatch.setattr(download, '_fetch_lzma_file', refuse)
-  return calls
 
 
 def test_parameter_count_is_the_reddi_lstm_closed_form():

@@ -5,7 +5,6 @@ import io
 import os
 import sqlite3
 import tarfile
-import urllib.request
 
 import numpy as np
 import pytest
@@ -14,20 +13,6 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.datasets import download
 
 from one_shot_epe.tasks import tff_cache
-
-
-@pytest.fixture(name='network_calls')
-def fixture_network_calls(monkeypatch):
-  """Records (and refuses) every call into TFF's download path or urlopen."""
-  calls = []
-
-  def refuse(*args, **kwargs):
-    calls.append((args, kwargs))
-    raise AssertionError('network access attempted')
-
-  monkeypatch.setattr(urllib.request, 'urlopen', refuse)
-  monkeypatch.setattr(download, '_fetch_lzma_file', refuse)
-  return calls
 
 
 def _emnist_example(label: int, num_pixels: int = 784) -> dict[str, np.ndarray]:
