@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from tensorflow_federated.python.program import file_utils
 
+from experiments import reproduce
 from experiments import train
 from one_shot_epe import canaries
 from one_shot_epe import estimate
@@ -331,14 +332,7 @@ def _parse_flagfile(name: str, *extra: str) -> train.TrainConfig:
 
 
 def _grid(name: str) -> dict[str, list[str]]:
-  """The '# grid: --FLAG=V1,V2' lines of a config."""
-  grid = {}
-  with open(os.path.join(_REPO, 'configs', name)) as stream:
-    for line in stream:
-      if line.startswith('# grid: --'):
-        flag, values = line[len('# grid: --'):].strip().split('=')
-        grid[flag] = values.split(',')
-  return grid
+  return reproduce.parse_grid(os.path.join(_REPO, 'configs', name))
 
 
 def test_emnist_config_is_table_4():

@@ -1,0 +1,482 @@
+r"""Runs a config's grid (noise x canary repetitions) and writes the paper's tables.
+
+Andrew et al., "One-shot Empirical Privacy Estimation for Federated Learning"
+(ICLR 2024), Section 5: for every noise multiplier and every number of canary
+repetitions of a config's grid, one DP-FedAvg run with canaries
+(`experiments.train.run_training`); then, from the runs' own `report.json`
+and cosine CSVs:
+
+  table.md            Tables 3 and 4: noise, analytical eps, eps_lo-all,
+                      eps_est-all, eps_lo-final, eps_est-final, one block per
+                      repetition count
+  anderson.md         Table 6: Anderson-Darling A^2 of each cosine set
+  results.json        the same numbers at full precision, one entry per run
+  cosine_densities.png  Figures 1 and 3: final-model cosine densities, one
+                      panel per noise multiplier, one curve per repetition
+                      count, against the null N(0, 1/d)
+  epsilon_final.png   Figures 2 and 4: eps_est-final bars, eps_lo-final ticks
+  epsilon_all.png     the same for the all-iterates threat model
+  accuracy.md         with --accuracy_table: final test accuracy of each
+                      noise level without canaries (--num_canaries=0, run
+                      in runs/noise<N>_nocanaries/) and with them, the
+                      earlier version's table
+
+  python -m experiments.reproduce --config=configs/demo.cfg
+  python -m experiments.reproduce --config=configs/emnist.cfg \
+      --data_dir=~/tff_data --scale=0.1 --output_dir=/tmp/emnist_grid
+
+The grid comes from the config's "# grid: --FLAG=V1,V2,..." comment lines
+(flags noise_multiplier and canary_repeats; a flag without a grid line takes
+its single configured value); --noise_multipliers and --repetitions replace
+them. Any flag of `experiments.train` given on the command line overrides the
+config's value. --scale s in (0, 1] then multiplies, rounding to the nearest
+integer: --total_rounds or --train_epochs (at least 1), --clients_per_round
+(at least 1), --synthetic_num_clients (synthetic data only; at least the
+scaled clients per round), and --num_canaries and --num_unseen_canaries when
+nonzero (at least 2). With real data the number of clients is fixed, so there
+scaling the clients per round lengthens an epoch.
+
+Not done here: Table 5 (quantiles of eps_est-final over repeated
+experiments, one run with 1000 canaries vs ten runs with 100 each).
+
+The run of grid point (N, R) lives in --output_dir/runs/noise<N>_rep<R>/
+(--root_output_dir and --run_name of the config are replaced); the whole grid
+is validated (`train.prepare`: flags, data, and that existing run
+directories hold runs with the same flags) before any run starts. A rerun
+skips runs whose report is written and resumes unfinished ones from their
+checkpoints. All output files are written atomically. Bad flags exit with
+status 2 and a message naming the flag.
+"""
+
+import os
+
+if __name__ == '__main__':
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+import csv
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+
+from experiments import train
+from one_shot_epe import atomic_io
+from one_shot_epe import cli
+from one_shot_epe import plots
+
+GRID_PREFIX = '# grid: --'
+GRID_FLAGS = ('noise_multiplier', 'canary_repeats')
+RUNS_DIR = 'runs'
+TABLE_FILE = 'table.md'
+ANDERSON_FILE = 'anderson.md'
+RESULTS_FILE = 'results.json'
+DENSITY_FILE = 'cosine_densities.png'
+EPSILON_FINAL_FILE = 'epsilon_final.png'
+EPSILON_ALL_FILE = 'epsilon_all.png'
+ACCURACY_FILE = 'accuracy.md'
+
+
+def parse_grid(path: str) -> dict[str, list[str]]:
+  """The "# grid: --FLAG=V1,V2,..." lines of a flagfile: flag -> values.
+
+  Raises:
+    ValueError: a grid line is malformed or names a flag twice.
+  """
+  grid = {}
+  with open(path, encoding='utf-8') as stream:
+    for number, line in enumerate(stream, 1):
+      if not line.startswith(GRID_PREFIX):
+        continue
+      flag, sep, values = line[len(GRID_PREFIX):].strip().partition('=')
+      items = [value.strip() for value in values.split(',')]
+      if not sep or not flag or not all(items):
+        raise ValueError(f'config {path} line {number}: a grid line must read '
+                         f'"{GRID_PREFIX}FLAG=V1,V2,..."; got {line.strip()!r}.')
+      if flag in grid:
+        raise ValueError(f'config {path} line {number}: grid flag --{flag} '
+                         'is listed twice.')
+      grid[flag] = items
+  return grid
+
+
+def scale_config(config: train.TrainConfig, scale: float) -> train.TrainConfig:
+  """Shrinks rounds, clients and canaries by `scale` (see module docstring).
+
+  Raises:
+    ValueError: `scale` is not in (0, 1].
+  """
+  if (isinstance(scale, bool) or not isinstance(scale, (int, float)) or
+      not 0.0 < scale <= 1.0):
+    raise ValueError(f'--scale must be a number in (0, 1]; got {scale!r}.')
+
+  def times(value: int, minimum: int) -> int:
+    return max(minimum, int(round(value * scale)))
+
+  changes: dict[str, Any] = {
+      'clients_per_round': times(config.clients_per_round, 1)}
+  if config.total_rounds is not None:
+    changes['total_rounds'] = times(config.total_rounds, 1)
+  if config.train_epochs is not None:
+    changes['train_epochs'] = times(config.train_epochs, 1)
+  if config.use_synthetic_data:
+    changes['synthetic_num_clients'] = times(
+        config.synthetic_num_clients, changes['clients_per_round'])
+  for name in ('num_canaries', 'num_unseen_canaries'):
+    if getattr(config, name):
+      changes[name] = times(getattr(config, name), 2)
+  return dataclasses.replace(config, **changes)
+
+
+def grid_configs(base: train.TrainConfig, noise_multipliers: Sequence[float],
+                 repetitions: Sequence[int],
+                 output_dir: str) -> list[train.TrainConfig]:
+  """One config per (noise, repetitions), noise-major, in its own run dir."""
+  return [
+      dataclasses.replace(base, noise_multiplier=noise, canary_repeats=repeats,
+                          root_output_dir=os.path.join(output_dir, RUNS_DIR),
+                          run_name=f'noise{noise:g}_rep{repeats}')
+      for noise in noise_multipliers for repeats in repetitions
+  ]
+
+
+@dataclasses.dataclass(frozen=True)
+class GridRun:
+  """A finished run of the grid, read back from its run directory."""
+  noise_multiplier: float
+  canary_repeats: int
+  run_dir: str
+  report: dict[str, Any]  # The run's report.json.
+  final_cosines: np.ndarray
+
+
+def _read_column(path: str, column: str) -> np.ndarray:
+  with open(path, newline='', encoding='utf-8') as stream:
+    return np.array([float(row[column]) for row in csv.DictReader(stream)
+                     if row[column] != ''])
+
+
+def load_run(config: train.TrainConfig) -> GridRun:
+  """Reads a finished run's report.json and final cosines."""
+  run_dir = config.run_dir
+  with open(os.path.join(run_dir, train.REPORT_JSON_FILE),
+            encoding='utf-8') as stream:
+    report = json.load(stream)
+  return GridRun(noise_multiplier=config.noise_multiplier,
+                 canary_repeats=config.canary_repeats, run_dir=run_dir,
+                 report=report,
+                 final_cosines=_read_column(
+                     os.path.join(run_dir, train.FINAL_COSINES_FILE),
+                     'cosine'))
+
+
+def run_grid(
+    configs: Sequence[train.TrainConfig],
+    baseline_configs: Sequence[train.TrainConfig] = ()
+) -> tuple[list[GridRun], dict[float, float]]:
+  """Validates every config, then runs (or resumes, or skips) each in turn.
+
+  `configs` are the grid's runs with canaries: one whose report.json exists is
+  finished (`prepare` has checked that its directory holds a run with the
+  same flags) and is not run again. `baseline_configs` are runs without
+  canaries (`accuracy_configs`); a finished one is not trained again, only
+  re-evaluated, as it writes no report to read its accuracy from.
+
+  Returns:
+    The grid's runs, and the final accuracy of each baseline by noise.
+
+  Raises:
+    train.ConfigError: before any run starts, for the first invalid config.
+  """
+  prepared = [train.prepare(config).config for config in configs]
+  baselines = [train.prepare(config).config for config in baseline_configs]
+  for config in prepared:
+    if config.num_canaries == 0:
+      raise train.ConfigError('--num_canaries must be >= 2 for the privacy '
+                              'grid; got 0.')
+  runs = []
+  for config in prepared:
+    if not os.path.exists(os.path.join(config.run_dir,
+                                       train.REPORT_JSON_FILE)):
+      print(f'Running {config.run_dir}', flush=True)
+      train.run_training(config)
+    runs.append(load_run(config))
+  accuracies = {}
+  for config in baselines:
+    print(f'Running {config.run_dir}', flush=True)
+    accuracies[config.noise_multiplier] = train.run_training(config).accuracy
+  return runs, accuracies
+
+
+def accuracy_configs(base: train.TrainConfig,
+                     noise_multipliers: Sequence[float],
+                     output_dir: str) -> list[train.TrainConfig]:
+  """The accuracy baseline: each noise multiplier without any canaries."""
+  return [
+      dataclasses.replace(base, noise_multiplier=noise, num_canaries=0,
+                          num_unseen_canaries=0, canary_repeats=1,
+                          root_output_dir=os.path.join(output_dir, RUNS_DIR),
+                          run_name=f'noise{noise:g}_nocanaries')
+      for noise in noise_multipliers
+  ]
+
+
+def accuracy_table(runs: Sequence[GridRun],
+                   without_canaries: Mapping[float, float]) -> str:
+  """Final accuracy with and without canaries (the earlier version's table).
+
+  One row per noise multiplier, one column per repetition count; the last
+  column is the largest |accuracy change| over them, in percentage points.
+  """
+  by_point = {(run.noise_multiplier, run.canary_repeats): run for run in runs}
+  repetitions = sorted({run.canary_repeats for run in runs})
+  num_canaries = runs[0].report['final']['num_seen']
+  lines = ['| noise | without canaries | ' + ' | '.join(
+      f'with {num_canaries} canaries, {repeats} rep.'
+      for repeats in repetitions) + ' | max change (points) |',
+           '|---|---|' + '---|' * len(repetitions) + '---|']
+  for noise, baseline in without_canaries.items():
+    with_canaries = [by_point[(noise, repeats)].report['accuracy']
+                     for repeats in repetitions]
+    change = max(abs(value - baseline) for value in with_canaries) * 100
+    lines.append(f'| {noise:g} | {baseline:.4f} | ' + ' | '.join(
+        f'{value:.4f}' for value in with_canaries) + f' | {change:.2f} |')
+  return '\n'.join(lines) + '\n'
+
+
+def _number(value: float | None) -> str:
+  """Table cell: None (an infinite analytical eps) is shown as infinity."""
+  if value is None or (isinstance(value, float) and math.isinf(value)):
+    return '∞'
+  return f'{value:.4g}'
+
+
+def privacy_table(runs: Sequence[GridRun]) -> str:
+  """Tables 3/4: one block per repetition count, one row per noise."""
+  lines = []
+  for repeats in sorted({run.canary_repeats for run in runs}):
+    lines += [f'**{repeats} canary repetition{"s" if repeats != 1 else ""}**',
+              '',
+              '| noise | analytical ε | ε_lo-all | ε_est-all | ε_lo-final | '
+              'ε_est-final | accuracy |',
+              '|---|---|---|---|---|---|---|']
+    for run in runs:
+      if run.canary_repeats != repeats:
+        continue
+      report = run.report
+      all_lo = report['epsilon_lo_all']
+      all_est = report['epsilon_est_all']
+      lines.append(
+          f'| {run.noise_multiplier:g} | '
+          f'{_number(report["analytical_epsilon"])} | '
+          f'{"n/a" if all_lo is None else _number(all_lo)} | '
+          f'{"n/a" if all_est is None else _number(all_est)} | '
+          f'{_number(report["epsilon_lo_final"])} | '
+          f'{_number(report["epsilon_est_final"])} | '
+          f'{_number(report["accuracy"])} |')
+    lines.append('')
+  first = runs[0].report
+  lines.append(f'd = {first["dim"]}, δ = {first["delta"]:.3g}, ε_lo at '
+               f'{1 - first["alpha"]:.0%} confidence.')
+  return '\n'.join(lines) + '\n'
+
+
+def anderson_table(runs: Sequence[GridRun]) -> str:
+  """Table 6: A^2 of each cosine set (normality rejected above 0.656 at 10%,
+  1.092 at 1%, for about 1000 samples)."""
+
+  def cell(value: float | None) -> str:
+    return 'n/a' if value is None else f'{value:.3f}'
+
+  lines = ['| noise | repetitions | final model, seen | max over rounds, seen '
+           '| max over rounds, unseen |', '|---|---|---|---|---|']
+  for run in runs:
+    all_iterates = run.report['all_iterates'] or {}
+    lines.append(
+        f'| {run.noise_multiplier:g} | {run.canary_repeats} | '
+        f'{cell(run.report["final"]["anderson_seen"])} | '
+        f'{cell(all_iterates.get("anderson_seen"))} | '
+        f'{cell(all_iterates.get("anderson_unseen"))} |')
+  return '\n'.join(lines) + '\n'
+
+
+def _epsilon_grid(runs: Sequence[GridRun], noises: Sequence[float],
+                  repetitions: Sequence[int], key: str) -> np.ndarray:
+  """report[key] of each (noise, repetitions) run; NaN where missing."""
+  by_point = {(run.noise_multiplier, run.canary_repeats): run for run in runs}
+  values = np.full((len(noises), len(repetitions)), np.nan)
+  for i, noise in enumerate(noises):
+    for j, repeats in enumerate(repetitions):
+      value = by_point[(noise, repeats)].report[key]
+      if value is not None:
+        values[i, j] = value
+  return values
+
+
+def write_outputs(runs: Sequence[GridRun], noises: Sequence[float],
+                  repetitions: Sequence[int], output_dir: str, title: str,
+                  without_canaries: Mapping[float, float] | None = None
+                  ) -> dict[str, str]:
+  """Writes the tables, results.json and figures; returns name -> path.
+
+  The accuracy table is written when `without_canaries` (noise -> accuracy
+  of the run without canaries) is given.
+  """
+  os.makedirs(output_dir, exist_ok=True)
+  paths = {name: os.path.join(output_dir, name) for name in (
+      TABLE_FILE, ANDERSON_FILE, RESULTS_FILE, DENSITY_FILE,
+      EPSILON_FINAL_FILE)}
+  atomic_io.write_text(paths[TABLE_FILE], privacy_table(runs))
+  atomic_io.write_text(paths[ANDERSON_FILE], anderson_table(runs))
+  if without_canaries:
+    paths[ACCURACY_FILE] = os.path.join(output_dir, ACCURACY_FILE)
+    atomic_io.write_text(paths[ACCURACY_FILE],
+                         accuracy_table(runs, without_canaries))
+  atomic_io.write_text(paths[RESULTS_FILE], json.dumps([
+      {'noise_multiplier': run.noise_multiplier,
+       'canary_repeats': run.canary_repeats, 'run_dir': run.run_dir,
+       'report': run.report} for run in runs
+  ], indent=2, sort_keys=True, allow_nan=False) + '\n')
+  panels = {}
+  for noise in noises:
+    panels[f'noise {noise:g}'] = {
+        f'{run.canary_repeats} rep.': run.final_cosines
+        for run in runs if run.noise_multiplier == noise}
+  plots.plot_cosine_densities(panels, runs[0].report['dim'],
+                              paths[DENSITY_FILE],
+                              title=f'{title}: final-model cosines')
+  plots.plot_epsilon_bars(
+      noises, repetitions,
+      _epsilon_grid(runs, noises, repetitions, 'epsilon_est_final'),
+      _epsilon_grid(runs, noises, repetitions, 'epsilon_lo_final'),
+      paths[EPSILON_FINAL_FILE], title=f'{title}: final model')
+  if all(run.report['epsilon_est_all'] is not None for run in runs):
+    paths[EPSILON_ALL_FILE] = os.path.join(output_dir, EPSILON_ALL_FILE)
+    plots.plot_epsilon_bars(
+        noises, repetitions,
+        _epsilon_grid(runs, noises, repetitions, 'epsilon_est_all'),
+        _epsilon_grid(runs, noises, repetitions, 'epsilon_lo_all'),
+        paths[EPSILON_ALL_FILE], title=f'{title}: all iterates')
+  return paths
+
+
+# ----------------------------------------------------------------------------
+# Command line.
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Registers this program's flags and every `experiments.train` flag."""
+  flags.DEFINE_string('config', None, 'Flagfile of the experiment, with '
+                      '"# grid: --FLAG=V1,..." lines.', flag_values=flag_values)
+  flags.DEFINE_float('scale', 1.0, 'Shrink factor in (0, 1] of rounds, '
+                     'clients per round, synthetic clients and canaries.',
+                     flag_values=flag_values)
+  flags.DEFINE_string('output_dir', '/tmp/one_shot_epe_reproduce',
+                      'Directory of the tables, figures and runs.',
+                      flag_values=flag_values)
+  flags.DEFINE_list('noise_multipliers', None, 'Noise multipliers of the grid '
+                    "(default: the config's grid line).",
+                    flag_values=flag_values)
+  flags.DEFINE_list('repetitions', None, 'Canary repetitions of the grid '
+                    "(default: the config's grid line).",
+                    flag_values=flag_values)
+  flags.DEFINE_bool('accuracy_table', False, 'Also train each noise level '
+                    'without canaries and write the accuracy table.',
+                    flag_values=flag_values)
+  train.define_flags(flag_values)
+
+
+def _grid_values(grid: Mapping[str, list[str]], override: list[str] | None,
+                 name: str, flag: str, default: Any, kind: type) -> list[Any]:
+  """The grid values of one flag: the override, the grid line or the default."""
+  texts = override if override is not None else grid.get(name)
+  if texts is None:
+    return [default]
+  try:
+    values = [kind(text) for text in texts]
+  except ValueError:
+    raise train.ConfigError(f'--{flag} must list {kind.__name__} values; got '
+                            f'{texts}.') from None
+  if not values or len(set(values)) != len(values):
+    raise train.ConfigError(f'--{flag} must list distinct values; got '
+                            f'{texts}.')
+  return values
+
+
+def config_and_grid(flag_values: flags.FlagValues
+                    ) -> tuple[train.TrainConfig, list[float], list[int]]:
+  """The scaled base config and the grid of parsed reproduce flags."""
+  if not flag_values['config'].value:
+    raise train.ConfigError('--config must name a flagfile; got none.')
+  config_path = flag_values['config'].value
+  if not os.path.isfile(config_path):
+    raise train.ConfigError(f'--config {config_path!r} is not a file.')
+  try:
+    grid = parse_grid(config_path)
+  except ValueError as error:
+    raise train.ConfigError(f'--config: {error}') from None
+  unknown = set(grid) - set(GRID_FLAGS)
+  if unknown:
+    raise train.ConfigError(f'--config: grid flags must be among '
+                            f'{list(GRID_FLAGS)}; got {sorted(unknown)}.')
+  from_file = flags.FlagValues()
+  train.define_flags(from_file)
+  try:
+    from_file(['reproduce', f'--flagfile={config_path}'])
+  except flags.Error as error:
+    raise train.ConfigError(f'--config: {error}') from None
+  base = train.config_from_flags(from_file)
+  overrides = {field.name: flag_values[field.name].value
+               for field in dataclasses.fields(train.TrainConfig)
+               if flag_values[field.name].present}
+  base = dataclasses.replace(base, **overrides)
+  try:
+    base = scale_config(base, flag_values['scale'].value)
+  except ValueError as error:
+    raise train.ConfigError(str(error)) from None
+  noises = _grid_values(grid, flag_values['noise_multipliers'].value,
+                        'noise_multiplier', 'noise_multipliers',
+                        base.noise_multiplier, float)
+  repetitions = _grid_values(grid, flag_values['repetitions'].value,
+                             'canary_repeats', 'repetitions',
+                             base.canary_repeats, int)
+  return base, noises, repetitions
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)
+  try:
+    base, noises, repetitions = config_and_grid(flags.FLAGS)
+    output_dir = flags.FLAGS.output_dir
+    configs = grid_configs(base, noises, repetitions, output_dir)
+    baselines = (accuracy_configs(base, noises, output_dir)
+                 if flags.FLAGS.accuracy_table else [])
+    runs, without_canaries = run_grid(configs, baselines)
+  except train.ConfigError as error:
+    print(f'error: {error}', file=sys.stderr)
+    sys.exit(2)
+  title = os.path.splitext(os.path.basename(flags.FLAGS.config))[0]
+  paths = write_outputs(runs, noises, repetitions, output_dir, title,
+                        without_canaries)
+  print(privacy_table(runs), end='')
+  print()
+  print(anderson_table(runs), end='')
+  if without_canaries:
+    print()
+    print(accuracy_table(runs, without_canaries), end='')
+  for path in paths.values():
+    print(f'Wrote {path}')
+
+
+if __name__ == '__main__':
+  define_flags()
+  app.run(main, flags_parser=cli.parse_flags_or_exit)

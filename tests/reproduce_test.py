@@ -1,0 +1,262 @@
+"""End-to-end tests of experiments/reproduce.py on a tiny synthetic grid.
+
+The program runs a 2 (noise) x 2 (repetitions) grid of 4-round runs through
+the real command line (module fixture). Its tables are checked against the
+runs' own report.json files and, for the Anderson statistics, against
+`estimation.anderson_darling` applied here to the cosine CSVs the runs wrote;
+its figures must be readable PNGs. A rerun skips finished runs. The grid
+parser is checked on the project's configs, --scale against hand-computed
+values, and a bad --scale exits with status 2 before writing anything.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import matplotlib.image
+import pytest
+
+from experiments import reproduce
+from experiments import train
+from one_shot_epe import estimation
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NOISES = ('0', '0.2')
+_REPETITIONS = ('1', '2')
+_TINY = (f'--config={os.path.join(_REPO, "configs", "demo.cfg")}',
+         '--synthetic_num_clients=12', '--synthetic_examples_per_client=8',
+         '--clients_per_round=3', '--total_rounds=4', '--client_batch_size=4',
+         '--client_epochs_per_round=1', '--num_canaries=16',
+         '--num_unseen_canaries=16', '--rounds_per_evaluation=2',
+         '--rounds_per_checkpoint=4', '--max_eval_examples=16',
+         '--noprogress_bar', f'--noise_multipliers={",".join(_NOISES)}',
+         f'--repetitions={",".join(_REPETITIONS)}')
+
+
+def _reproduce(*args: str) -> subprocess.CompletedProcess:
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  return subprocess.run([sys.executable, '-m', 'experiments.reproduce', *args],
+                        cwd=_REPO, env=env, capture_output=True, text=True,
+                        timeout=300, check=False)
+
+
+@pytest.fixture(scope='module', name='grid')
+def fixture_grid(tmp_path_factory):
+  output_dir = str(tmp_path_factory.mktemp('grid'))
+  completed = _reproduce(*_TINY, '--accuracy_table',
+                         f'--output_dir={output_dir}')
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  return output_dir, completed.stdout
+
+
+def _reports(output_dir: str) -> dict[tuple[str, str], dict]:
+  """report.json of each grid run, keyed by (noise, repetitions) text."""
+  reports = {}
+  for noise in _NOISES:
+    for repeats in _REPETITIONS:
+      path = os.path.join(output_dir, reproduce.RUNS_DIR,
+                          f'noise{noise}_rep{repeats}', train.REPORT_JSON_FILE)
+      with open(path, encoding='utf-8') as stream:
+        reports[(noise, repeats)] = json.load(stream)
+  return reports
+
+
+def _table_rows(text: str) -> dict[tuple[str, str], list[str]]:
+  """Data rows of the privacy table: (noise, repetitions) -> cells."""
+  rows, repeats = {}, None
+  for line in text.splitlines():
+    if line.startswith('**'):
+      repeats = line.strip('*').split()[0]
+    elif line.startswith('| ') and not line.startswith('| noise'):
+      cells = [cell.strip() for cell in line.strip('|').split('|')]
+      rows[(cells[0], repeats)] = cells[1:]
+  return rows
+
+
+def _close(cell: str, value: float | None) -> bool:
+  """A 4-significant-digit cell shows `value` (None: infinity)."""
+  if value is None:
+    return cell == '∞'
+  return abs(float(cell) - value) <= 5e-4 * abs(value)
+
+
+def test_every_grid_point_ran_in_its_own_directory(grid):
+  output_dir, _ = grid
+  for noise in _NOISES:
+    for repeats in _REPETITIONS:
+      with open(os.path.join(output_dir, reproduce.RUNS_DIR,
+                             f'noise{noise}_rep{repeats}', train.CONFIG_FILE),
+                encoding='utf-8') as stream:
+        config = json.load(stream)
+      assert (config['noise_multiplier'], config['canary_repeats'],
+              config['total_rounds'], config['num_canaries']) == (
+                  float(noise), int(repeats), 4, 16)
+
+
+def test_privacy_table_equals_run_reports(grid):
+  output_dir, stdout = grid
+  with open(os.path.join(output_dir, reproduce.TABLE_FILE),
+            encoding='utf-8') as stream:
+    table = stream.read()
+  assert table in stdout
+  rows = _table_rows(table)
+  reports = _reports(output_dir)
+  assert set(rows) == set(reports)
+  for point, report in reports.items():
+    cells = rows[point]
+    keys = ('analytical_epsilon', 'epsilon_lo_all', 'epsilon_est_all',
+            'epsilon_lo_final', 'epsilon_est_final', 'accuracy')
+    for cell, key in zip(cells, keys):
+      assert _close(cell, report[key]), (point, key, cell, report[key])
+  # Noise 0: analytical eps is infinite; noise 0.2 is the Gaussian mechanism.
+  assert reports[('0', '1')]['analytical_epsilon'] is None
+  assert reports[('0.2', '1')]['analytical_epsilon'] == pytest.approx(
+      estimation.gaussian_epsilon(0.2, reports[('0.2', '1')]['delta']))
+  with open(os.path.join(output_dir, reproduce.RESULTS_FILE),
+            encoding='utf-8') as stream:
+    results = json.load(stream)
+  assert {(f'{entry["noise_multiplier"]:g}', str(entry['canary_repeats'])):
+          entry['report'] for entry in results} == reports
+
+
+def _column(path: str, name: str) -> list[float]:
+  with open(path, newline='', encoding='utf-8') as stream:
+    return [float(row[name]) for row in csv.DictReader(stream) if row[name]]
+
+
+def test_anderson_table_recomputes_from_cosine_csvs(grid):
+  output_dir, _ = grid
+  with open(os.path.join(output_dir, reproduce.ANDERSON_FILE),
+            encoding='utf-8') as stream:
+    lines = stream.read().splitlines()[2:]
+  assert len(lines) == len(_NOISES) * len(_REPETITIONS)
+  for line in lines:
+    noise, repeats, final, seen, unseen = [
+        cell.strip() for cell in line.strip('|').split('|')]
+    run_dir = os.path.join(output_dir, reproduce.RUNS_DIR,
+                           f'noise{noise}_rep{repeats}')
+    expected = (
+        estimation.anderson_darling(_column(
+            os.path.join(run_dir, train.FINAL_COSINES_FILE), 'cosine')),
+        estimation.anderson_darling(_column(
+            os.path.join(run_dir, train.MAX_COSINES_FILE), 'seen')),
+        estimation.anderson_darling(_column(
+            os.path.join(run_dir, train.MAX_COSINES_FILE), 'unseen')))
+    for cell, value in zip((final, seen, unseen), expected):
+      assert float(cell) == pytest.approx(value, abs=6e-4)
+
+
+def _final_accuracy(run_dir: str) -> float:
+  """Accuracy of the last evaluation row of a run's metrics.csv."""
+  with open(os.path.join(run_dir, train.METRICS_FILE), newline='',
+            encoding='utf-8') as stream:
+    rows = [row for row in csv.DictReader(stream)
+            if row['evaluation/sparse_categorical_accuracy']]
+  return float(rows[-1]['evaluation/sparse_categorical_accuracy'])
+
+
+def test_accuracy_table_compares_runs_with_and_without_canaries(grid):
+  output_dir, stdout = grid
+  with open(os.path.join(output_dir, reproduce.ACCURACY_FILE),
+            encoding='utf-8') as stream:
+    table = stream.read()
+  assert table in stdout
+  reports = _reports(output_dir)
+  lines = table.splitlines()
+  assert lines[0] == ('| noise | without canaries | with 16 canaries, 1 rep. '
+                      '| with 16 canaries, 2 rep. | max change (points) |')
+  assert len(lines) == 2 + len(_NOISES)
+  for line, noise in zip(lines[2:], _NOISES):
+    cells = [cell.strip() for cell in line.strip('|').split('|')]
+    run_dir = os.path.join(output_dir, reproduce.RUNS_DIR,
+                           f'noise{noise}_nocanaries')
+    with open(os.path.join(run_dir, train.CONFIG_FILE),
+              encoding='utf-8') as stream:
+      assert json.load(stream)['num_canaries'] == 0
+    # 4 rounds evaluated every 2: the last evaluation is of the final model.
+    without = _final_accuracy(run_dir)
+    with_canaries = [reports[(noise, r)]['accuracy'] for r in _REPETITIONS]
+    assert cells[0] == noise
+    assert float(cells[1]) == pytest.approx(without, abs=6e-5)
+    for cell, value in zip(cells[2:4], with_canaries):
+      assert float(cell) == pytest.approx(value, abs=6e-5)
+    assert float(cells[4]) == pytest.approx(
+        100 * max(abs(v - without) for v in with_canaries), abs=6e-3)
+
+
+def test_figures_are_png_images(grid):
+  output_dir, stdout = grid
+  for name in (reproduce.DENSITY_FILE, reproduce.EPSILON_FINAL_FILE,
+               reproduce.EPSILON_ALL_FILE):
+    path = os.path.join(output_dir, name)
+    assert f'Wrote {path}' in stdout
+    with open(path, 'rb') as stream:
+      assert stream.read(8) == b'\x89PNG\r\n\x1a\n'
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and min(image.shape[:2]) > 100
+
+
+def test_rerun_skips_finished_runs(grid):
+  output_dir, stdout = grid
+  assert stdout.count('Running ') == 6
+  report = os.path.join(output_dir, reproduce.RUNS_DIR, 'noise0_rep1',
+                        train.REPORT_JSON_FILE)
+  before = os.stat(report).st_mtime_ns
+  completed = _reproduce(*_TINY, f'--output_dir={output_dir}')
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert 'Running ' not in completed.stdout  # No --accuracy_table this time.
+  assert os.stat(report).st_mtime_ns == before
+  with open(os.path.join(output_dir, reproduce.TABLE_FILE),
+            encoding='utf-8') as stream:
+    assert stream.read() in stdout
+
+
+@pytest.mark.parametrize('scale', ['1.5'])
+def test_bad_scale_exits_2_and_writes_nothing(tmp_path, scale):
+  output_dir = tmp_path / 'out'
+  completed = _reproduce(*_TINY, f'--scale={scale}',
+                         f'--output_dir={output_dir}')
+  assert completed.returncode == 2
+  assert '--scale' in completed.stderr
+  assert not output_dir.exists()
+
+
+def test_parse_grid_reads_the_paper_grids(tmp_path):
+  assert reproduce.parse_grid(os.path.join(_REPO, 'configs', 'emnist.cfg')) == {
+      'noise_multiplier': ['0', '0.0487', '0.0958', '0.2207'],
+      'canary_repeats': ['1', '2', '4', '8']}
+  assert reproduce.parse_grid(
+      os.path.join(_REPO, 'configs', 'stackoverflow.cfg')) == {
+          'noise_multiplier': ['0', '0.0496', '0.0986', '0.2317'],
+          'canary_repeats': ['1', '2', '4', '8']}
+  bad = tmp_path / 'bad.cfg'
+  bad.write_text('# grid: --noise_multiplier\n')
+  with pytest.raises(ValueError, match='grid line'):
+    reproduce.parse_grid(str(bad))
+
+
+def test_scale_shrinks_rounds_clients_and_canaries():
+  demo = train.TrainConfig(use_synthetic_data=True, synthetic_num_clients=100,
+                           clients_per_round=10, total_rounds=20,
+                           num_canaries=100, num_unseen_canaries=100)
+  half = reproduce.scale_config(demo, 0.5)
+  assert (half.total_rounds, half.clients_per_round,
+          half.synthetic_num_clients, half.num_canaries,
+          half.num_unseen_canaries) == (10, 5, 50, 50, 50)
+  tiny = reproduce.scale_config(demo, 0.001)
+  assert (tiny.total_rounds, tiny.clients_per_round,
+          tiny.synthetic_num_clients, tiny.num_canaries,
+          tiny.num_unseen_canaries) == (1, 1, 1, 2, 2)
+  real = train.TrainConfig(data_dir='/data', clients_per_round=101,
+                           train_epochs=15, num_canaries=1000,
+                           num_unseen_canaries=0)
+  fifth = reproduce.scale_config(real, 0.2)
+  assert (fifth.train_epochs, fifth.clients_per_round,
+          fifth.synthetic_num_clients, fifth.num_canaries,
+          fifth.num_unseen_canaries) == (3, 20, 100, 200, 0)
+  assert reproduce.scale_config(real, 1.0) == real
+  for scale in (0.0, -0.5, 1.01, float('nan')):
+    with pytest.raises(ValueError, match='--scale'):
+      reproduce.scale_config(real, scale)
