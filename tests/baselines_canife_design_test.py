@@ -10,21 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import cluster_data
 from one_shot_epe.baselines import canife_design
 from one_shot_epe.baselines import feedforward
 from one_shot_epe.baselines import per_example
 
 CLIP = 1.0
-
-
-def _data(seed: int, size: int):
-  """Three Gaussian clusters in 36 dimensions, shaped as 6 x 6 images."""
-  rng = np.random.default_rng(seed)
-  centres = np.random.default_rng(123).standard_normal((3, 36))
-  labels = rng.integers(0, 3, size)
-  inputs = centres[labels] + rng.standard_normal((size, 36))
-  return (inputs.reshape(size, 6, 6).astype(np.float32),
-          per_example.one_hot(labels, 3))
 
 
 @pytest.fixture(scope='module')
@@ -33,12 +24,12 @@ def frozen():
   model = feedforward.FeedForward((6, 6), hidden_units=8, num_classes=3)
   oracle = per_example.GradientOracle(model)
   params = model.initial_params(0)
-  inputs, labels = _data(1, 1600)
+  inputs, labels = cluster_data.clusters(1, 1600)
   for step in range(50):
     batch = slice(32 * step, 32 * (step + 1))
     params = params - 0.5 * oracle.clipped_sum(
         params, inputs[batch], labels[batch], CLIP).numpy() / 32
-  test_inputs, test_labels = _data(2, 200)
+  test_inputs, test_labels = cluster_data.clusters(2, 200)
   assert oracle.accuracy(params, test_inputs, test_labels) > 0.9
   pool = oracle.clipped(params, test_inputs[:32], test_labels[:32],
                         CLIP).numpy()

@@ -10,20 +10,11 @@ import math
 import numpy as np
 import pytest
 
+import cluster_data
 from one_shot_epe.baselines import canife
 from one_shot_epe.baselines import feedforward
-from one_shot_epe.baselines import per_example
 
 CLIP = 1.0
-
-
-def _data(seed: int, size: int):
-  rng = np.random.default_rng(seed)
-  centres = np.random.default_rng(123).standard_normal((3, 36))
-  labels = rng.integers(0, 3, size)
-  inputs = centres[labels] + rng.standard_normal((size, 36))
-  return (inputs.reshape(size, 6, 6).astype(np.float32),
-          per_example.one_hot(labels, 3))
 
 
 @pytest.fixture(scope='module')
@@ -32,12 +23,12 @@ def setting():
   auditor = canife.CanifeAuditor(
       model, canife.CanifeConfig(design_steps=300, num_mock_rounds=60))
   params = model.initial_params(0)
-  inputs, labels = _data(1, 1600)
+  inputs, labels = cluster_data.clusters(1, 1600)
   for step in range(50):
     batch = slice(32 * step, 32 * (step + 1))
     params = params - 0.5 * auditor.oracle.clipped_sum(
         params, inputs[batch], labels[batch], CLIP).numpy() / 32
-  design_inputs, design_labels = _data(2, 32)
+  design_inputs, design_labels = cluster_data.clusters(2, 32)
 
   def sample_cohort(rng):
     chosen = np.flatnonzero(rng.random(len(inputs)) < 4 / len(inputs))

@@ -10,19 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import cluster_data
 from one_shot_epe import canaries
 from one_shot_epe.baselines import dpsgd
 from one_shot_epe.baselines import feedforward
-from one_shot_epe.baselines import per_example
-
-
-def _data(seed: int, size: int):
-  rng = np.random.default_rng(seed)
-  centres = np.random.default_rng(123).standard_normal((3, 36))
-  labels = rng.integers(0, 3, size)
-  inputs = centres[labels] + rng.standard_normal((size, 36))
-  return (inputs.reshape(size, 6, 6).astype(np.float32),
-          per_example.one_hot(labels, 3))
 
 
 def _cosine(a, b):
@@ -32,7 +23,7 @@ def _cosine(a, b):
 
 def test_one_round_matches_a_hand_computation():
   model = feedforward.FeedForward((6, 6), hidden_units=4, num_classes=3)
-  inputs, labels = _data(0, 16)
+  inputs, labels = cluster_data.clusters(0, 16)
   config = dpsgd.TrainingConfig(clip=0.5, noise_multiplier=0.0, batch_size=16,
                                 learning_rate=1.0, sampling='shuffle',
                                 num_seen=3, num_unseen=2, buffer_rounds=4,
@@ -68,7 +59,7 @@ def test_one_round_matches_a_hand_computation():
 
 def test_without_noise_inserted_canaries_stand_out():
   model = feedforward.FeedForward((6, 6), hidden_units=32, num_classes=3)
-  inputs, labels = _data(1, 200)
+  inputs, labels = cluster_data.clusters(1, 200)
   config = dpsgd.TrainingConfig(noise_multiplier=0.0, batch_size=4,
                                 learning_rate=0.1, sampling='poisson',
                                 num_seen=100, num_unseen=100,
@@ -88,7 +79,7 @@ def test_without_noise_inserted_canaries_stand_out():
 
 def test_poisson_canaries_join_at_rate_q():
   model = feedforward.FeedForward((6, 6), hidden_units=2, num_classes=3)
-  inputs, labels = _data(2, 64)
+  inputs, labels = cluster_data.clusters(2, 64)
   config = dpsgd.TrainingConfig(batch_size=16, num_seen=400, num_unseen=2,
                                 seed=3)
   result = dpsgd.train(model, inputs, labels, config)
@@ -98,7 +89,7 @@ def test_poisson_canaries_join_at_rate_q():
 
 def test_hook_sees_frozen_models_and_does_not_change_training():
   model = feedforward.FeedForward((6, 6), hidden_units=4, num_classes=3)
-  inputs, labels = _data(3, 64)
+  inputs, labels = cluster_data.clusters(3, 64)
   config = dpsgd.TrainingConfig(batch_size=16, num_seen=10, num_unseen=10,
                                 seed=4)
   seen = {}
@@ -130,6 +121,6 @@ def test_config_validation():
     dpsgd.TrainingConfig(num_seen=0, num_unseen=5)
   assert dpsgd.TrainingConfig().num_rounds(60000) == 469
   model = feedforward.FeedForward((6, 6), hidden_units=2, num_classes=3)
-  inputs, labels = _data(0, 8)
+  inputs, labels = cluster_data.clusters(0, 8)
   with pytest.raises(ValueError, match='batch_size'):
     dpsgd.train(model, inputs, labels, dpsgd.TrainingConfig(batch_size=9))
