@@ -39,31 +39,11 @@ import dp_accounting
 import numpy as np
 from scipy import optimize
 
+from one_shot_epe.baselines import checks
+
 # Noise multipliers searched by `noise_from_epsilon`: exp(-12) .. exp(30).
 _LOG_SIGMA_MIN = -12.0
 _LOG_SIGMA_MAX = 30.0
-
-
-def _check_delta(delta: Any) -> float:
-  try:
-    value = float(delta)
-  except (TypeError, ValueError):
-    raise ValueError(
-        f'delta must be a number in (0, 1); got {delta!r}.') from None
-  if not 0.0 < value < 1.0:
-    raise ValueError(f'delta must be a number in (0, 1); got {delta!r}.')
-  return value
-
-
-def _check_noise(name: str, value: Any) -> float:
-  try:
-    number = float(value)
-  except (TypeError, ValueError):
-    raise ValueError(
-        f'{name} must be a number in [0, inf]; got {value!r}.') from None
-  if math.isnan(number) or number < 0.0:
-    raise ValueError(f'{name} must be a number in [0, inf]; got {value!r}.')
-  return number
 
 
 def _accountant(
@@ -81,8 +61,8 @@ def per_round_epsilon(noise_multiplier: float, delta: float,
     delta: Target delta in (0, 1).
     orders: RDP orders (default: dp_accounting's).
   """
-  sigma = _check_noise('noise_multiplier', noise_multiplier)
-  delta = _check_delta(delta)
+  sigma = checks.non_negative('noise_multiplier', noise_multiplier)
+  delta = checks.open_unit_interval('delta', delta)
   if sigma == 0.0:
     return math.inf
   if math.isinf(sigma):
@@ -103,14 +83,8 @@ def noise_from_epsilon(epsilon: float, delta: float,
   per_round_epsilon(sigma_hat) = epsilon. Returns 0 for epsilon = inf and inf
   for epsilon = 0.
   """
-  try:
-    epsilon = float(epsilon)
-  except (TypeError, ValueError):
-    raise ValueError(
-        f'epsilon must be a number in [0, inf]; got {epsilon!r}.') from None
-  if math.isnan(epsilon) or epsilon < 0.0:
-    raise ValueError(f'epsilon must be a number in [0, inf]; got {epsilon!r}.')
-  delta = _check_delta(delta)
+  epsilon = checks.non_negative('epsilon', epsilon)
+  delta = checks.open_unit_interval('delta', delta)
   if math.isinf(epsilon):
     return 0.0
   if epsilon == 0.0:
@@ -191,10 +165,10 @@ def cumulative_epsilon(noise_multipliers: Sequence[float],
     rate = math.nan
   if not 0.0 < rate <= 1.0:
     raise ValueError(f'sampling_rate must be in (0, 1]; got {sampling_rate!r}.')
-  delta = _check_delta(delta)
+  delta = checks.open_unit_interval('delta', delta)
   accountant = _accountant(orders)
   for sigma, count in zip(noise_multipliers, round_counts):
-    sigma = _check_noise('noise multiplier', sigma)
+    sigma = checks.non_negative('noise multiplier', sigma)
     count = _check_count('round count', count, 0)
     if count == 0 or math.isinf(sigma):
       continue

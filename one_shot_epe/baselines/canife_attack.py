@@ -46,23 +46,14 @@ from typing import Any
 
 import numpy as np
 
+from one_shot_epe.baselines import checks
+
 
 @dataclasses.dataclass(frozen=True)
 class AttackScores:
   """Scores of the mock rounds and which rounds held the canary."""
   scores: np.ndarray
   inserted: np.ndarray
-
-
-def _check_probability(name: str, value: Any) -> float:
-  try:
-    number = float(value)
-  except (TypeError, ValueError):
-    raise ValueError(
-        f'{name} must be a number in (0, 1); got {value!r}.') from None
-  if not 0.0 < number < 1.0:
-    raise ValueError(f'{name} must be a number in (0, 1); got {value!r}.')
-  return number
 
 
 def mock_round_scores(clipped_sum: Callable[[int], Any], canary_update: Any, *,
@@ -87,7 +78,7 @@ def mock_round_scores(clipped_sum: Callable[[int], Any], canary_update: Any, *,
   if not math.isfinite(noise_std) or noise_std < 0.0:
     raise ValueError(
         f'noise_std must be a finite number >= 0; got {noise_std!r}.')
-  insertion_probability = _check_probability('insertion_probability',
+  insertion_probability = checks.open_unit_interval('insertion_probability',
                                              insertion_probability)
   update = np.asarray(canary_update, np.float64).reshape(-1)
   update_norm_sq = float(update @ update)
@@ -148,7 +139,7 @@ def epsilon_from_scores(scores: Any, inserted: Any, delta: float,
     perfect: What perfect separation gives: 'inf' (CANIFE) or 'cap' (the
       largest finite value these class sizes allow).
   """
-  delta = _check_probability('delta', delta)
+  delta = checks.open_unit_interval('delta', delta)
   if perfect not in ('inf', 'cap'):
     raise ValueError(f"perfect must be 'inf' or 'cap'; got {perfect!r}.")
   fpr, fnr = threshold_rates(scores, inserted)
