@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench table2 table2-quick canife clean
+.PHONY: setup demo test bench table2 table2-quick canife clean bazel-build bazel-test
 
 # The demo: DP-FedAvg with canaries on synthetic EMNIST-shaped data at three
 # noise multipliers (configs/demo.cfg), then the combined report table.
@@ -46,6 +46,21 @@ bench: $(STAMP)
 
 canife: $(STAMP)
 	$(PY) -m experiments.compare_canife
+
+# Bazel (4.x, offline; see WORKSPACE and .bazelrc): build every target, and run
+# the fast (numpy/scipy-only) test suite with the .venv interpreter. A machine
+# without bazel gets Debian's bazel-bootstrap package (needs root or sudo).
+BAZEL ?= bazel
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+bazel-build:
+	@command -v $(BAZEL) >/dev/null || { \
+	  $(SUDO) apt-get update && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y bazel-bootstrap; }
+	$(BAZEL) build //...
+
+bazel-test: $(STAMP) bazel-build
+	$(BAZEL) test //tests:fast
 
 clean:
 	rm -rf $(VENV) .pytest_cache output

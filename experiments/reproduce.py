@@ -20,6 +20,10 @@ and cosine CSVs:
                       noise level without canaries (--num_canaries=0, run
                       in runs/noise<N>_nocanaries/) and with them, the
                       earlier version's table
+  table5.md           with --table5_experiments=E: Table 5, quantiles of
+                      eps_est-final over E experiments of one run with K
+                      canaries and E of --table5_runs=R runs with K/R
+                      canaries each (`experiments.table5`; runs in table5/)
 
   python -m experiments.reproduce --config=configs/demo.cfg
   python -m experiments.reproduce --config=configs/emnist.cfg \
@@ -35,9 +39,6 @@ integer: --total_rounds or --train_epochs (at least 1), --clients_per_round
 scaled clients per round), and --num_canaries and --num_unseen_canaries when
 nonzero (at least 2). With real data the number of clients is fixed, so there
 scaling the clients per round lengthens an epoch.
-
-Not done here: Table 5 (quantiles of eps_est-final over repeated
-experiments, one run with 1000 canaries vs ten runs with 100 each).
 
 The run of grid point (N, R) lives in --output_dir/runs/noise<N>_rep<R>/
 (--root_output_dir and --run_name of the config are replaced); the whole grid
@@ -67,6 +68,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from experiments import table5
 from experiments import train
 from one_shot_epe import atomic_io
 from one_shot_epe import cli
@@ -82,6 +84,7 @@ DENSITY_FILE = 'cosine_densities.png'
 EPSILON_FINAL_FILE = 'epsilon_final.png'
 EPSILON_ALL_FILE = 'epsilon_all.png'
 ACCURACY_FILE = 'accuracy.md'
+TABLE5_FILE = 'table5.md'
 
 
 def parse_grid(path: str) -> dict[str, list[str]]:
@@ -213,6 +216,34 @@ def run_grid(
     print(f'Running {config.run_dir}', flush=True)
     accuracies[config.noise_multiplier] = train.run_training(config).accuracy
   return runs, accuracies
+
+
+def run_table5(experiments: Sequence[table5.Experiment], output_dir: str
+               ) -> str:
+  """Runs (or resumes, or skips) Table 5's runs; writes and returns the table.
+
+  Each run is validated as it starts (`train.run_training`); `main`
+  validates them all before the first run of the whole program.
+
+  Raises:
+    train.ConfigError: for an invalid config.
+  """
+  estimates: dict[tuple[float, str], list[float]] = {}
+  for experiment in experiments:
+    runs = []
+    for config in experiment.configs:
+      if not os.path.exists(os.path.join(config.run_dir,
+                                         train.REPORT_JSON_FILE)):
+        print(f'Running {config.run_dir}', flush=True)
+        train.run_training(config)
+      runs.append(load_run(config))
+    estimates.setdefault((experiment.noise_multiplier, experiment.arm),
+                         []).append(table5.pooled_epsilon(
+                             [run.final_cosines for run in runs],
+                             runs[0].report['dim'], runs[0].report['delta']))
+  text = table5.table(estimates)
+  atomic_io.write_text(os.path.join(output_dir, TABLE5_FILE), text)
+  return text
 
 
 def accuracy_configs(base: train.TrainConfig,
@@ -389,6 +420,12 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_bool('accuracy_table', False, 'Also train each noise level '
                     'without canaries and write the accuracy table.',
                     flag_values=flag_values)
+  flags.DEFINE_integer('table5_experiments', 0, 'Table 5: experiments per '
+                       'noise level and arm (the paper: 50); 0 skips it.',
+                       flag_values=flag_values)
+  flags.DEFINE_integer('table5_runs', 10, 'Table 5: runs of the split arm '
+                       '(>= 2, dividing --num_canaries).',
+                       flag_values=flag_values)
   train.define_flags(flag_values)
 
 
@@ -460,7 +497,17 @@ def main(argv: Sequence[str]) -> None:
     configs = grid_configs(base, noises, repetitions, output_dir)
     baselines = (accuracy_configs(base, noises, output_dir)
                  if flags.FLAGS.accuracy_table else [])
+    table5_experiments = []
+    if flags.FLAGS.table5_experiments:
+      table5_experiments = table5.experiments(
+          base, noises, flags.FLAGS.table5_experiments,
+          flags.FLAGS.table5_runs, output_dir)
+      for experiment in table5_experiments:  # Validate before any run.
+        for config in experiment.configs:
+          train.prepare(config)
     runs, without_canaries = run_grid(configs, baselines)
+    table5_text = (run_table5(table5_experiments, output_dir)
+                   if table5_experiments else None)
   except train.ConfigError as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)
@@ -473,6 +520,10 @@ def main(argv: Sequence[str]) -> None:
   if without_canaries:
     print()
     print(accuracy_table(runs, without_canaries), end='')
+  if table5_text is not None:
+    paths[TABLE5_FILE] = os.path.join(output_dir, TABLE5_FILE)
+    print()
+    print(table5_text, end='')
   for path in paths.values():
     print(f'Wrote {path}')
 

@@ -36,17 +36,26 @@ is canary i (seen ids 0..k-1; unseen canary i has id UNSEEN_ID_OFFSET + i).
 Resume: checkpoints are taken at round 0, every --rounds_per_checkpoint rounds
 and after the last round. Rerunning the same command (same flags) loads the
 latest complete checkpoint and continues from there; a finished run does no
-training and rewrites the same results. Per-round metrics after the resumed
-checkpoint are re-released, replacing their earlier rows. Each round's client
-selection and the examples each client uses (its shuffle) are pure functions
-of (--seed, round), so a resumed run selects and shuffles as an uninterrupted
-one would. Training is not yet bit-reproducible, so a resumed run's later
-rounds (and a second run's results) differ within the run-to-run spread: TFF
-executes the model's dropout and the DP query's Gaussian noise
-(`tf.random.normal` in tensorflow_privacy) as unseeded stateful random ops, and
-TFF's EMNIST preprocessing maps batches in parallel with `deterministic=False`,
-so a client's batch order can vary. The initial model, the canaries and their
-schedule are reproducible.
+training and rewrites the same results. A checkpoint is complete or absent
+(TFF writes it to a temporary directory and renames it); a rerun deletes the
+temporary leftovers of a killed run, and refuses with exit status 2 to resume
+from a checkpoint whose files fail to read back (`one_shot_epe.checkpoints`).
+Per-round metrics after the resumed checkpoint are re-released, replacing
+their earlier rows.
+
+Reproducibility: on a given machine and TensorFlow build, a run with canaries
+is a pure function of its flags (--num_canaries=0 runs use TFF's own DP
+factory, whose noise is unseeded). Each round's client
+selection and shuffles depend on (--seed, round) only; the DP noise of round t
+is drawn from (noise seed, t) (`one_shot_epe.seeded_queries`, the noise seed
+derived from --seed; --noseeded_noise turns this off, as a deployment must);
+the EMNIST model's dropout masks are keyed by the layer's input and its
+batches kept in order (`one_shot_epe.tasks.determinism`). So a resumed run
+(even one killed with SIGKILL mid-round or mid-checkpoint), a second run with
+the same flags, and a run spread over --tff_workers processes all write the
+same final cosines, maxima and report, byte for byte
+(tests/train_resume_test.py); only the wall-clock columns of metrics.csv
+differ.
 
 Every flag is checked before anything is written; a bad flag (or a data
 directory that does not exist or holds the wrong files, or a run directory
@@ -88,11 +97,14 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tqdm
 
+from one_shot_epe import accelerators
 from one_shot_epe import atomic_io
 from one_shot_epe import cli
 from one_shot_epe import canaries
 from one_shot_epe import canary_aggregator
+from one_shot_epe import checkpoints
 from one_shot_epe import cosine_tracking
+from one_shot_epe import distributed_runtime
 from one_shot_epe import final_model
 from one_shot_epe import participation
 from one_shot_epe import plots
@@ -114,9 +126,13 @@ ACCURACY_METRICS = {
 
 # Flags that may differ between a run and its resumption: they name the run's
 # location or only affect how it is displayed or how often it is saved.
+# The TFF workers are among them: a run's results do not depend on how many
+# workers train its clients (`distributed_runtime`).
 _RESUMABLE_DIFFERENCES = ('root_output_dir', 'run_name', 'progress_bar',
-                          'rounds_per_checkpoint', 'canary_buffer_rounds')
+                          'rounds_per_checkpoint', 'canary_buffer_rounds',
+                          'tff_workers', 'tff_worker_addresses')
 _MAX_SEED = 2**31 - 1
+_MAX_LOCAL_WORKERS = 64
 _CHECKPOINTS_KEPT = 3  # Round 0 (it holds the initial model) and the last two.
 
 # Synthetic data stands in for a fixed data set: it does not vary with --seed.
@@ -183,6 +199,10 @@ class TrainConfig:
   root_output_dir: str = '/tmp/one_shot_epe'
   run_name: str | None = None
   seed: int = 0
+  seeded_noise: bool = True
+  tff_workers: int = 1
+  tff_worker_addresses: str = ''
+  accelerator: str = 'cpu'
   progress_bar: bool = True
 
   def validate(self) -> 'TrainConfig':
@@ -200,7 +220,8 @@ class TrainConfig:
     _check_choice('sampling', self.sampling, SAMPLINGS)
     _check_choice('final_model_statistic', self.final_model_statistic,
                   FINAL_MODEL_STATISTICS)
-    for name in ('use_synthetic_data', 'progress_bar'):
+    _check_choice('accelerator', self.accelerator, accelerators.ACCELERATORS)
+    for name in ('use_synthetic_data', 'seeded_noise', 'progress_bar'):
       if not isinstance(getattr(self, name), (bool, np.bool_)):
         raise ConfigError(f'--{name} must be true or false; got '
                           f'{getattr(self, name)!r}.')
@@ -211,6 +232,19 @@ class TrainConfig:
       _check_int(name, getattr(self, name), 1)
     if self.canary_buffer_rounds is not None:
       _check_int('canary_buffer_rounds', self.canary_buffer_rounds, 1)
+    _check_int('tff_workers', self.tff_workers, 1, _MAX_LOCAL_WORKERS)
+    if not isinstance(self.tff_worker_addresses, str):
+      raise ConfigError('--tff_worker_addresses must be a comma-separated '
+                        f'list of host:port; got {self.tff_worker_addresses!r}.')
+    if self.tff_worker_addresses:
+      if self.tff_workers != 1:
+        raise ConfigError('set at most one of --tff_workers and '
+                          f'--tff_worker_addresses; got --tff_workers='
+                          f'{self.tff_workers}.')
+      try:
+        distributed_runtime.parse_addresses(self.tff_worker_addresses)
+      except ValueError as error:
+        raise ConfigError(f'--tff_worker_addresses: {error}') from None
     for name in ('max_examples_per_client', 'max_eval_examples'):
       value = getattr(self, name)
       if value != -1 or isinstance(value, bool):
@@ -344,7 +378,7 @@ class RunResult:
 
 @dataclasses.dataclass(frozen=True)
 class PreparedRun:
-  """A validated run: config, data, participation, aggregator."""
+  """A validated run: config, data, participation, aggregator, device."""
   config: TrainConfig
   task: tasks.Task
   sampler: participation.ClientSampler
@@ -352,6 +386,7 @@ class PreparedRun:
   delta: float
   canary_config: canary_aggregator.CanaryConfig | None
   aggregator: tff.aggregators.UnweightedAggregationFactory
+  device: str  # TF device of the launcher's canary work.
 
 
 def prepare(config: TrainConfig) -> PreparedRun:
@@ -362,7 +397,8 @@ def prepare(config: TrainConfig) -> PreparedRun:
 
   Raises:
     ConfigError: a flag is invalid, the data directory is missing or
-      malformed, or the run directory holds a run with other flags.
+      malformed, the run directory holds a run with other flags, or the
+      checkpoint a rerun would resume from is damaged.
   """
   config = config.validate()
   try:
@@ -431,10 +467,19 @@ def prepare(config: TrainConfig) -> PreparedRun:
     raise ConfigError(
         f'--noise_multiplier={config.noise_multiplier} with '
         f'--clients_per_round={config.clients_per_round}: {error}') from None
+  try:
+    device = accelerators.launcher_device(config.accelerator)
+  except ValueError as error:
+    raise ConfigError(str(error)) from None
   _check_run_dir(config)
+  try:
+    checkpoints.verify_latest(os.path.join(config.run_dir, CHECKPOINT_DIR))
+  except checkpoints.CheckpointError as error:
+    raise ConfigError(f'--run_name: {error}.') from None
   return PreparedRun(config=config, task=task, sampler=sampler,
                      total_rounds=total_rounds, delta=delta,
-                     canary_config=canary_config, aggregator=aggregator)
+                     canary_config=canary_config, aggregator=aggregator,
+                     device=device)
 
 
 def build_aggregator(
@@ -446,9 +491,10 @@ def build_aggregator(
   The noised sum of clipped updates is divided by `clients_per_round`, the
   expected number of participants per round (real clients and canaries), which
   also normalises the adaptive clip's count of unclipped updates. With
-  canaries, the canary aggregator inserts and tracks them; without
-  (--num_canaries=0, the accuracy baseline), TFF's own DP factory does the
-  same clipping, noising and normalisation.
+  canaries, the canary aggregator inserts and tracks them, drawing its noise
+  from `noise_seed(config)`; without (--num_canaries=0, the accuracy
+  baseline), TFF's own DP factory does the same clipping, noising and
+  normalisation with unseeded noise.
   """
   if config.clipping_norm > 0:
     if canary_config is None:
@@ -458,7 +504,7 @@ def build_aggregator(
     return canary_aggregator.CanaryDPFactory.gaussian_fixed(
         noise_multiplier=config.noise_multiplier,
         clients_per_round=clients_per_round, clip=config.clipping_norm,
-        canary_config=canary_config)
+        canary_config=canary_config, noise_seed=noise_seed(config))
   adaptive = dict(noise_multiplier=config.noise_multiplier,
                   clients_per_round=clients_per_round,
                   initial_l2_norm_clip=config.initial_clip,
@@ -468,7 +514,7 @@ def build_aggregator(
     return tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
         **adaptive)
   return canary_aggregator.CanaryDPFactory.gaussian_adaptive(
-      canary_config=canary_config, **adaptive)
+      canary_config=canary_config, noise_seed=noise_seed(config), **adaptive)
 
 
 def _check_run_dir(config: TrainConfig) -> None:
@@ -604,12 +650,14 @@ class _CanaryTracking:
 
   def __init__(self, canary_config: canary_aggregator.CanaryConfig, dim: int,
                release_managers: Sequence[tff.program.ReleaseManager],
-               loop: asyncio.AbstractEventLoop):
+               loop: asyncio.AbstractEventLoop, device: str):
     self._config = canary_config
     self._dim = dim
     self._release_managers = list(release_managers)
     self._loop = loop
-    self.tracker = cosine_tracking.CosineTracker(canary_config, dim)
+    self._device = device
+    self.tracker = cosine_tracking.CosineTracker(canary_config, dim,
+                                                 device=device)
 
   def observe(self, aggregator_state: Any) -> None:
     """Records a round; called between rounds, outside the event loop."""
@@ -640,7 +688,8 @@ class _CanaryTracking:
 
   def restore(self, state: cosine_tracking.TrackerState) -> None:
     self.tracker = cosine_tracking.CosineTracker(self._config, self._dim,
-                                                 state=state)
+                                                 state=state,
+                                                 device=self._device)
 
 
 class _ObservedProcess:
@@ -715,6 +764,18 @@ class _RunStateManager(tff.program.ProgramStateManager):
     await self._files.save(saved, version)
 
 
+def noise_seed(config: TrainConfig) -> int | None:
+  """Seed of the DP noise (`seeded_queries`), None for unseeded noise.
+
+  A pure function of --seed, independent of the round seeds below. Noise
+  that anyone holding the config can regenerate is fine for a simulated
+  audit, never for a deployment (--noseeded_noise).
+  """
+  if not config.seeded_noise:
+    return None
+  return int(np.random.SeedSequence([config.seed, 1]).generate_state(1)[0])
+
+
 def _round_seed(seed: int, round_num: int) -> int:
   """TF global seed for round `round_num`'s client datasets, pure in both."""
   return int(np.random.SeedSequence(seed, spawn_key=(round_num,))
@@ -773,6 +834,26 @@ def _event_loop() -> Iterator[asyncio.AbstractEventLoop]:
     asyncio.set_event_loop(None)
 
 
+@contextlib.contextmanager
+def tff_runtime(config: TrainConfig) -> Iterator[None]:
+  """The run's TFF execution context; its local workers stop on exit.
+
+  One local C++ worker by default; --tff_workers=N local workers, or the
+  running workers at --tff_worker_addresses, through `distributed_runtime`
+  (same results, clients spread over the workers).
+  """
+  if config.tff_worker_addresses:
+    with distributed_runtime.remote_cpp_context(config.tff_worker_addresses):
+      yield
+  elif config.tff_workers > 1:
+    with distributed_runtime.local_workers(config.tff_workers) as addresses:
+      with distributed_runtime.remote_cpp_context(addresses):
+        yield
+  else:
+    with runtime.local_cpp_context():
+      yield
+
+
 def run_training(config: TrainConfig) -> RunResult:
   """Trains (or resumes) a run and writes its outputs (see module docstring).
 
@@ -786,6 +867,9 @@ def run_training(config: TrainConfig) -> RunResult:
   config = setup.config
   run_dir = config.run_dir
   os.makedirs(run_dir, exist_ok=True)
+  # Leftovers of a run killed while writing: never complete, never read.
+  atomic_io.remove_temporaries(run_dir)
+  checkpoints.remove_partial(os.path.join(run_dir, CHECKPOINT_DIR))
   atomic_io.write_text(os.path.join(run_dir, CONFIG_FILE),
                        json.dumps(config.to_json_dict(), indent=2,
                                   sort_keys=True) + '\n')
@@ -794,7 +878,7 @@ def run_training(config: TrainConfig) -> RunResult:
   max_eval = (None if config.max_eval_examples == -1 else
               config.max_eval_examples)
   progress = _ProgressReleaseManager(setup.total_rounds, config.progress_bar)
-  with runtime.local_cpp_context(), _event_loop() as loop:
+  with tff_runtime(config), _event_loop() as loop:
     process = tff.learning.algorithms.build_unweighted_fed_avg(
         task.model_fn,
         client_optimizer_fn=_optimizer(config.client_optimizer,
@@ -815,7 +899,7 @@ def run_training(config: TrainConfig) -> RunResult:
               os.path.join(run_dir, CANARY_COSINES_FILE),
               save_mode=tff.program.CSVSaveMode.WRITE, key_fieldname='round'),
           tensorboard,
-      ], loop)
+      ], loop, setup.device)
     state_manager = _RunStateManager(
         os.path.join(run_dir, CHECKPOINT_DIR), config.rounds_per_checkpoint,
         setup.total_rounds, tracking)
@@ -848,12 +932,13 @@ def run_training(config: TrainConfig) -> RunResult:
     if tracking is not None:
       initial_state = loop.run_until_complete(
           state_manager.load_learning_state(0, process.initialize()))
-      final_cosines = final_model.final_model_cosines(
-          process.get_model_weights(state).trainable,
-          canary_seed=config.canary_seed,
-          canary_ids=canaries.seen_ids(config.num_canaries),
-          initial_weights=process.get_model_weights(initial_state).trainable,
-          statistic=config.final_model_statistic)
+      with tf.device(setup.device):
+        final_cosines = final_model.final_model_cosines(
+            process.get_model_weights(state).trainable,
+            canary_seed=config.canary_seed,
+            canary_ids=canaries.seen_ids(config.num_canaries),
+            initial_weights=process.get_model_weights(initial_state).trainable,
+            statistic=config.final_model_statistic)
       maxima = tracking.tracker.maxima()
       seen_maxima = maxima.seen.astype(np.float64)
       unseen_maxima = maxima.unseen.astype(np.float64)
@@ -974,10 +1059,23 @@ _FLAG_HELP = {
                 'seed.',
     'seed': 'Seed of model initialisation and of client selection and '
             'shuffling, in [0, 2^31) (synthetic data is fixed).',
+    'seeded_noise': 'Draw the DP noise from a seed derived from --seed, so '
+                    'runs and resumes are reproducible (a simulation); '
+                    '--noseeded_noise draws unpredictable noise, as a '
+                    'deployment must.',
+    'tff_workers': 'TFF C++ worker processes started on this machine '
+                   '(>= 1); each round\'s clients are spread over them. '
+                   'Results do not depend on it.',
+    'tff_worker_addresses': 'Comma-separated host:port of running TFF '
+                            'workers (one per host; see README), instead of '
+                            'local ones.',
+    'accelerator': 'Device of the launcher\'s canary cosine work: cpu or '
+                   'gpu (TFF\'s pip worker trains on the CPU).',
     'progress_bar': 'Show a progress bar on stderr.',
 }
 
-_ENUMS = {'task': tasks.TASK_NAMES, 'client_optimizer': OPTIMIZERS,
+_ENUMS = {'task': tasks.TASK_NAMES, 'accelerator': accelerators.ACCELERATORS,
+          'client_optimizer': OPTIMIZERS,
           'server_optimizer': OPTIMIZERS, 'sampling': SAMPLINGS,
           'final_model_statistic': FINAL_MODEL_STATISTICS}
 

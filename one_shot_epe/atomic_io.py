@@ -3,7 +3,8 @@
 Results, reports and cosine CSVs are written to a temporary file in the target's
 directory, flushed to disk, and renamed over the target with `os.replace`, which
 is atomic on POSIX file systems. A crash mid-write leaves at most a stray
-temporary file, never a truncated result.
+temporary file (named `.tmp-*`), never a truncated result;
+`remove_temporaries` deletes such leftovers when the directory is next used.
 """
 
 import csv
@@ -11,6 +12,8 @@ import io
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
+
+TEMPORARY_PREFIX = '.tmp-'
 
 
 def write_text(path: str, text: str) -> None:
@@ -21,7 +24,7 @@ def write_text(path: str, text: str) -> None:
 def write_bytes(path: str, data: bytes) -> None:
   """Writes `data` to `path` atomically, syncing it before the rename."""
   directory = os.path.dirname(os.path.abspath(path))
-  handle, temporary = tempfile.mkstemp(dir=directory, prefix='.tmp-',
+  handle, temporary = tempfile.mkstemp(dir=directory, prefix=TEMPORARY_PREFIX,
                                        suffix=os.path.basename(path))
   try:
     with os.fdopen(handle, 'wb') as stream:
@@ -34,6 +37,23 @@ def write_bytes(path: str, data: bytes) -> None:
     if os.path.exists(temporary):
       os.unlink(temporary)
     raise
+
+
+def remove_temporaries(directory: str) -> list[str]:
+  """Deletes the temporary files of interrupted writes in `directory`.
+
+  Only call it while no write to `directory` is in progress. Returns the
+  names removed.
+  """
+  if not os.path.isdir(directory):
+    return []
+  removed = []
+  for name in sorted(os.listdir(directory)):
+    path = os.path.join(directory, name)
+    if name.startswith(TEMPORARY_PREFIX) and os.path.isfile(path):
+      os.unlink(path)
+      removed.append(name)
+  return removed
 
 
 def write_columns_csv(path: str, columns: Mapping[str, Sequence[float]]) -> None:

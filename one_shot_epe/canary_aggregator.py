@@ -65,6 +65,7 @@ inserted canaries have positive cosines.
 """
 
 import collections
+import contextlib
 import dataclasses
 import math
 import numbers
@@ -78,6 +79,7 @@ import tensorflow_privacy as tfp
 
 from one_shot_epe import canaries
 from one_shot_epe import cosine_tracking
+from one_shot_epe import seeded_queries
 
 DEFAULT_BUFFER_ROUNDS = 16
 TRACKING_MODES = ('in_state', 'external')
@@ -257,18 +259,27 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
   @classmethod
   def gaussian_fixed(cls, *, noise_multiplier: float, clients_per_round: float,
-                     clip: float, canary_config: CanaryConfig
-                     ) -> 'CanaryDPFactory':
-    """Fixed clip S, noise std noise_multiplier * S, mean over the cohort."""
+                     clip: float, canary_config: CanaryConfig,
+                     noise_seed: int | None = None) -> 'CanaryDPFactory':
+    """Fixed clip S, noise std noise_multiplier * S, mean over the cohort.
+
+    With `noise_seed`, round t's noise is a pure function of (noise_seed, t)
+    (`seeded_queries`); without, tensorflow_privacy's unseeded noise.
+    """
     noise_multiplier = _check_real('noise_multiplier', noise_multiplier,
                                    low=0.0)
     clients_per_round = _check_real('clients_per_round', clients_per_round,
                                     low=0.0, low_open=True)
     clip = _check_real('clip', clip, low=0.0, low_open=True)
-    query = tfp.NormalizedQuery(
-        tfp.GaussianSumQuery(l2_norm_clip=clip, stddev=clip * noise_multiplier),
-        denominator=clients_per_round)
-    return cls(query, _fixed_clip, canary_config)
+    if noise_seed is None:
+      sum_query = tfp.GaussianSumQuery(l2_norm_clip=clip,
+                                       stddev=clip * noise_multiplier)
+    else:
+      sum_query = seeded_queries.SeededGaussianSumQuery(
+          l2_norm_clip=clip, stddev=clip * noise_multiplier,
+          stream=seeded_queries.UPDATE_STREAM)
+    query = tfp.NormalizedQuery(sum_query, denominator=clients_per_round)
+    return cls(query, _fixed_clip, canary_config, noise_seed)
 
   @classmethod
   def gaussian_adaptive(cls, *, noise_multiplier: float,
@@ -276,8 +287,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                         initial_l2_norm_clip: float = 0.1,
                         target_unclipped_quantile: float = 0.5,
                         learning_rate: float = 0.2,
-                        clipped_count_stddev: float | None = None
-                        ) -> 'CanaryDPFactory':
+                        clipped_count_stddev: float | None = None,
+                        noise_seed: int | None = None) -> 'CanaryDPFactory':
     """Adaptive clip (Andrew et al. 2021, geometric update), TFF's defaults.
 
     Each round S <- S exp(-learning_rate (b - target_unclipped_quantile)),
@@ -287,6 +298,9 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     `adaptive_value_noise_multiplier(noise_multiplier, clipped_count_stddev)`
     times S, slightly more (see that function). `clipped_count_stddev`
     defaults to 0.05 * clients_per_round (0 when noise_multiplier is 0).
+    With `noise_seed`, both noises of round t are pure functions of
+    (noise_seed, t) (`seeded_queries`); without, tensorflow_privacy's unseeded
+    noise.
     """
     noise_multiplier = _check_real('noise_multiplier', noise_multiplier,
                                    low=0.0)
@@ -306,8 +320,11 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                                        clipped_count_stddev, low=0.0)
     value_noise_multiplier = adaptive_value_noise_multiplier(
         noise_multiplier, clipped_count_stddev)
+    adaptive_query_class = (tfp.QuantileAdaptiveClipSumQuery
+                            if noise_seed is None else
+                            seeded_queries.SeededQuantileAdaptiveClipSumQuery)
     query = tfp.NormalizedQuery(
-        tfp.QuantileAdaptiveClipSumQuery(
+        adaptive_query_class(
             initial_l2_norm_clip=initial_l2_norm_clip,
             noise_multiplier=value_noise_multiplier,
             target_unclipped_quantile=target_unclipped_quantile,
@@ -316,11 +333,11 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
             expected_num_records=clients_per_round,
             geometric_update=True),
         denominator=clients_per_round)
-    return cls(query, _adaptive_clip, canary_config)
+    return cls(query, _adaptive_clip, canary_config, noise_seed)
 
   def __init__(self, query: tfp.SumAggregationDPQuery,
                clip_from_params: Callable[[Any], tf.Tensor],
-               canary_config: CanaryConfig):
+               canary_config: CanaryConfig, noise_seed: int | None = None):
     """Low-level constructor; prefer `gaussian_fixed` / `gaussian_adaptive`.
 
     Args:
@@ -328,6 +345,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       clip_from_params: Returns the round's clip norm from the query's sample
         params.
       canary_config: Canaries, schedule and tracking parameters.
+      noise_seed: If set, the seed of the round seeds that `query` (built from
+        `seeded_queries`) draws its noise from; None for unseeded queries.
     """
     if not isinstance(query, tfp.SumAggregationDPQuery):
       raise ValueError(
@@ -335,7 +354,10 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     if not isinstance(canary_config, CanaryConfig):
       raise ValueError(
           f'canary_config must be a CanaryConfig; got {canary_config!r}.')
+    if noise_seed is not None:
+      noise_seed = _check_int('noise_seed', noise_seed, 0, 2**63 - 1)
     self._query = query
+    self._noise_seed = noise_seed
     self._clip_from_params = clip_from_params
     self._config = canary_config
     self._tracked_ids = canary_config.tracked_ids()
@@ -462,9 +484,15 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     params = self._query.derive_sample_params(state.query_state)
     canary_sum, inserted = self._canary_sample_state(params, state.round_num,
                                                      specs, dim)
-    result, query_state, _ = self._query.get_noised_result(
-        self._query.merge_sample_states(client_sum, canary_sum),
-        state.query_state)
+    if self._noise_seed is None:
+      noise_scope = contextlib.nullcontext()
+    else:
+      noise_scope = seeded_queries.noise_seed_scope(
+          seeded_queries.round_seed(self._noise_seed, state.round_num))
+    with noise_scope:
+      result, query_state, _ = self._query.get_noised_result(
+          self._query.merge_sample_states(client_sum, canary_sum),
+          state.query_state)
     flat = canaries.flatten(result)
     measurements = collections.OrderedDict(
         clip=tf.cast(self._clip_from_params(params), tf.float32),

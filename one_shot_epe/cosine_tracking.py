@@ -138,13 +138,15 @@ class CosineTracker:
   """
 
   def __init__(self, canary_config: Any, dim: int,
-               state: TrackerState | None = None):
+               state: TrackerState | None = None, device: str = '/CPU:0'):
     """Creates a tracker.
 
     Args:
       canary_config: The aggregator's `canary_aggregator.CanaryConfig`.
       dim: d, the number of parameters of the aggregated updates.
       state: A `TrackerState` to resume from, or None to start at round 0.
+      device: TF device holding the buffer and computing the cosines
+        (`accelerators.launcher_device`).
     """
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or (
         dim < 1):
@@ -157,14 +159,16 @@ class CosineTracker:
                     is not None else default_tracker_rounds(self._dim))
     chunk_size = (canary_config.chunk_size if canary_config.chunk_size
                   is not None else canaries.default_chunk_size(self._dim))
+    self._device = device
     # The [B, d] buffer is a variable written one row at a time in place and
     # read by the block update without a copy (its initial zeros are created
     # inside a tf.function so that no other reference forces copy-on-write).
-    self._buffer = tf.Variable(tf.zeros([0, self._dim], tf.float32),
-                               shape=tf.TensorShape([None, self._dim]),
-                               trainable=False)
-    tf.function(lambda: self._buffer.assign(
-        tf.zeros([self._rounds, self._dim], tf.float32)))()
+    with tf.device(device):
+      self._buffer = tf.Variable(tf.zeros([0, self._dim], tf.float32),
+                                 shape=tf.TensorShape([None, self._dim]),
+                                 trainable=False)
+      tf.function(lambda: self._buffer.assign(
+          tf.zeros([self._rounds, self._dim], tf.float32)))()
     self._write = tf.function(lambda i, row: self._buffer[i].assign(row))
     self._update = tf.function(
         lambda maxima, num_rounds: update_block(
@@ -198,8 +202,9 @@ class CosineTracker:
     return self._rounds
 
   def _process(self, num_rounds: int) -> tuple[np.ndarray, list[RoundSummary]]:
-    maxima, block = self._update(tf.constant(self._maxima),
-                                 tf.constant(num_rounds, tf.int32))
+    with tf.device(self._device):
+      maxima, block = self._update(tf.constant(self._maxima),
+                                   tf.constant(num_rounds, tf.int32))
     first = self._observed - self._pending
     block = block.numpy()
     summaries = [

@@ -36,3 +36,14 @@ def test_columns_round_trip_through_the_estimate_cli_reader(tmp_path):
   atomic_io.write_columns_csv(str(path), {'seen': seen, 'unseen': unseen})
   assert estimate.read_cosine_columns(str(path)) == {
       'seen': seen, 'unseen': unseen}
+
+
+def test_remove_temporaries_deletes_only_interrupted_writes(tmp_path):
+  (tmp_path / '.tmp-abc123report.json').write_text('{"half": ')
+  (tmp_path / 'report.json').write_text('{}')
+  (tmp_path / '.hidden').write_text('keep')
+  (tmp_path / '.tmp-dir').mkdir()
+  assert atomic_io.remove_temporaries(str(tmp_path)) == [
+      '.tmp-abc123report.json']
+  assert sorted(os.listdir(tmp_path)) == ['.hidden', '.tmp-dir', 'report.json']
+  assert atomic_io.remove_temporaries(str(tmp_path / 'missing')) == []

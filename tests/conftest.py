@@ -1,18 +1,74 @@
-"""Suite-wide fixtures: no leaked TFF workers; a network-call recorder."""
+"""Suite-wide fixtures: nothing leaks; a network-call recorder.
 
+At the end of the session the suite fails if anything it started is still
+there: a TFF worker or any other child process, a listening socket of this
+process or a child, or a file or directory left in the session's temporary
+directory. The session gets a temporary directory of its own (TMPDIR and
+`tempfile.tempdir`, inherited by subprocesses), so the check sees only what
+the suite and the code under test created. Exempt are pytest's own
+`tmp_path` directories (under `pytest-of-<user>`) and TensorFlow autograph's
+generated sources, which TensorFlow deletes at interpreter exit. The
+directory is removed at the end unless a test failed.
+"""
+
+import os
+import shutil
+import tempfile
 import urllib.request
 
+import psutil
 import pytest
 
 from one_shot_epe import runtime
 
+# pytest's tmp_path directories, and the source files TensorFlow's autograph
+# writes for each converted function and deletes itself at interpreter exit.
+_EXEMPT_TEMP_PREFIXES = ('pytest-of-', '__autograph_generated_file')
+
+
+def pytest_configure(config):
+  del config
+  session_temp = tempfile.mkdtemp(prefix='one_shot_epe_tests_')
+  os.environ['TMPDIR'] = session_temp
+  tempfile.tempdir = session_temp
+
+
+def _listening_sockets(processes):
+  found = []
+  for process in processes:
+    try:
+      found += [(process.pid, conn.laddr) for conn in
+                process.net_connections(kind='inet')
+                if conn.status == psutil.CONN_LISTEN]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+      continue
+  return found
+
 
 @pytest.fixture(autouse=True, scope='session')
-def _no_leftover_tff_workers():
+def _nothing_leaks(request):
+  session_temp = tempfile.gettempdir()
   yield
-  leftover = runtime.worker_processes()
+  leftover_workers = runtime.worker_processes()
   runtime.shutdown_workers()
-  assert not leftover, f'TFF worker processes left running: {leftover}'
+  me = psutil.Process()
+  children = [child for child in me.children(recursive=True)
+              if child.status() != psutil.STATUS_ZOMBIE]
+  sockets = _listening_sockets([me, *children])
+  leftover_files = sorted(name for name in os.listdir(session_temp)
+                          if not name.startswith(_EXEMPT_TEMP_PREFIXES))
+  for child in children:
+    child.kill()
+  if request.session.testsfailed:
+    print(f'\nTemporary files of this session kept in {session_temp}')
+  else:
+    shutil.rmtree(session_temp, ignore_errors=True)
+  assert not leftover_workers, (
+      f'TFF worker processes left running: {leftover_workers}')
+  assert not children, f'child processes left running: {children}'
+  assert not sockets, f'sockets left listening: {sockets}'
+  assert not leftover_files, (
+      f'left in the temporary directory: {leftover_files}')
 
 
 @pytest.fixture(name='network_calls')

@@ -46,6 +46,7 @@ def _reproduce(*args: str) -> subprocess.CompletedProcess:
 def fixture_grid(tmp_path_factory):
   output_dir = str(tmp_path_factory.mktemp('grid'))
   completed = _reproduce(*_TINY, '--accuracy_table',
+                         '--table5_experiments=1', '--table5_runs=2',
                          f'--output_dir={output_dir}')
   assert completed.returncode == 0, completed.stderr[-3000:]
   return output_dir, completed.stdout
@@ -186,6 +187,40 @@ def test_accuracy_table_compares_runs_with_and_without_canaries(grid):
         100 * max(abs(v - without) for v in with_canaries), abs=6e-3)
 
 
+def test_table5_pools_the_runs_final_cosines(grid):
+  output_dir, stdout = grid
+  with open(os.path.join(output_dir, reproduce.TABLE5_FILE),
+            encoding='utf-8') as stream:
+    text = stream.read()
+  assert text in stdout
+  rows = {}
+  for line in text.splitlines()[2:]:
+    cells = [cell.strip() for cell in line.strip('|').split('|')]
+    rows[(cells[0], cells[1])] = cells[2:]
+  assert set(rows) == {(noise, arm) for noise in _NOISES
+                       for arm in ('1/16', '2/8')}
+  for noise in _NOISES:
+    for arm, runs, canaries in (('1/16', ['single_e0_r0'], 16),
+                                ('2/8', ['split_e0_r0', 'split_e0_r1'], 8)):
+      cosines, report = [], None
+      for run in runs:
+        run_dir = os.path.join(output_dir, 'table5', f'noise{noise}_{run}')
+        with open(os.path.join(run_dir, train.FINAL_COSINES_FILE),
+                  encoding='utf-8') as stream:
+          column = [float(row['cosine']) for row in csv.DictReader(stream)]
+        assert len(column) == canaries
+        cosines.extend(column)
+        with open(os.path.join(run_dir, train.REPORT_JSON_FILE),
+                  encoding='utf-8') as stream:
+          report = json.load(stream)
+      expected = estimation.epsilon_from_final_cosines(
+          cosines, report['dim'], report['delta'])
+      # One experiment: every quantile is its estimate (3 significant digits).
+      for cell in rows[(noise, arm)][:-1]:
+        assert abs(float(cell) - expected) <= 5e-3 * abs(expected) + 1e-12
+      assert rows[(noise, arm)][-1] == '1'
+
+
 def test_figures_are_png_images(grid):
   output_dir, stdout = grid
   for name in (reproduce.DENSITY_FILE, reproduce.EPSILON_FINAL_FILE,
@@ -200,7 +235,8 @@ def test_figures_are_png_images(grid):
 
 def test_rerun_skips_finished_runs(grid):
   output_dir, stdout = grid
-  assert stdout.count('Running ') == 6
+  # 4 grid runs, 2 without canaries, and per noise 1 + 2 Table 5 runs.
+  assert stdout.count('Running ') == 12
   report = os.path.join(output_dir, reproduce.RUNS_DIR, 'noise0_rep1',
                         train.REPORT_JSON_FILE)
   before = os.stat(report).st_mtime_ns

@@ -23,6 +23,7 @@ import sys
 from absl import flags
 import numpy as np
 import pytest
+import tensorflow as tf
 from tensorflow_federated.python.program import file_utils
 
 from experiments import reproduce
@@ -31,6 +32,7 @@ from one_shot_epe import canaries
 from one_shot_epe import estimate
 from one_shot_epe import estimation
 from one_shot_epe import participation
+from one_shot_epe import runtime
 from one_shot_epe.tasks import synthetic
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -251,6 +253,13 @@ _BAD_CONFIGS = [
     (dict(run_name='a/b'), '--run_name'),
     (dict(use_synthetic_data=False), '--data_dir'),
     (dict(data_dir='/some/dir'), '--data_dir'),
+    (dict(seeded_noise='yes'), '--seeded_noise'),
+    (dict(tff_workers=0), '--tff_workers'),
+    (dict(tff_workers=2.5), '--tff_workers'),
+    (dict(tff_worker_addresses='localhost'), '--tff_worker_addresses'),
+    (dict(tff_worker_addresses='h:99999'), '--tff_worker_addresses'),
+    (dict(tff_workers=2, tff_worker_addresses='127.0.0.1:9'), '--tff_workers'),
+    (dict(accelerator='tpu'), '--accelerator'),
     # Data-dependent.
     (dict(clients_per_round=_NUM_CLIENTS + 1), '--clients_per_round'),
     (dict(canary_repeats=_TOTAL_ROUNDS + 1), '--canary_repeats'),
@@ -265,6 +274,45 @@ def test_bad_config_is_rejected_before_writing(tmp_path, overrides, flag):
   with pytest.raises(train.ConfigError, match=flag):
     train.run_training(_tiny_config(str(root), **overrides))
   assert not root.exists()
+
+
+@pytest.mark.skipif(bool(tf.config.list_logical_devices('GPU')),
+                    reason='a GPU is visible')
+def test_gpu_accelerator_without_gpu_is_rejected(tmp_path):
+  root = tmp_path / 'root'
+  with pytest.raises(train.ConfigError, match='--accelerator=gpu.*no GPU'):
+    train.run_training(_tiny_config(str(root), accelerator='gpu'))
+  assert not root.exists()
+
+
+def _result_files(run_dir):
+  return {name: open(os.path.join(run_dir, name), 'rb').read()
+          for name in (train.FINAL_COSINES_FILE, train.MAX_COSINES_FILE,
+                       train.REPORT_JSON_FILE, train.CANARY_COSINES_FILE)}
+
+
+def test_same_flags_give_identical_results(run, tmp_path):
+  again = train.run_training(
+      dataclasses.replace(run.config, root_output_dir=str(tmp_path)))
+  assert _result_files(again.run_dir) == _result_files(run.run_dir)
+
+
+def test_two_tff_workers_give_identical_results(run, tmp_path):
+  # Clients spread over two worker processes (distributed_runtime), the
+  # aggregate folded in client order: the same bits as one worker.
+  spread = train.run_training(
+      dataclasses.replace(run.config, root_output_dir=str(tmp_path),
+                          tff_workers=2))
+  assert _result_files(spread.run_dir) == _result_files(run.run_dir)
+  assert not runtime.worker_processes()
+
+
+def test_other_canary_seed_gives_other_canaries(run, tmp_path):
+  other = train.run_training(
+      dataclasses.replace(run.config, root_output_dir=str(tmp_path),
+                          canary_seed=run.config.canary_seed + 1))
+  assert not np.any(other.final_cosines == run.final_cosines)
+  assert not np.any(other.unseen_maxima == run.unseen_maxima)
 
 
 def test_run_dir_holding_other_flags_is_refused(run):

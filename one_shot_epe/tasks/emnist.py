@@ -6,20 +6,28 @@ TFF's baseline `cnn_dropout` with 62 outputs
 (`emnist_models.create_conv_dropout_model(only_digits=False)`): conv 3x3x32, conv
 3x3x64, 2x2 max-pool, dropout 0.25, dense 128, dropout 0.5, dense 62 softmax, with
 320 + 18,496 + 1,179,776 + 7,998 = 1,206,590 trainable parameters. Model,
-preprocessing (shuffle, repeat, take, batch, add a channel axis) and loss come from
-TFF's `create_character_recognition_task_from_datasets`; only the data loading is
-ours, to guarantee it never downloads.
+preprocessing (shuffle, repeat, take, batch, add a channel axis), loss and
+metric are TFF's (as `create_character_recognition_task_from_datasets`
+assembles them, evaluation in batches of 64), with two changes that make training reproducible
+(`determinism`): dropout masks keyed by the layer's input instead of an
+unseeded op, and the training preprocessing run with its batches in order. The
+data loading is ours, to guarantee it never downloads.
 """
 
+import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.simulation.baselines.emnist import char_recognition_tasks
+from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
+from tensorflow_federated.python.simulation.baselines.emnist import emnist_preprocessing
 
 from one_shot_epe.tasks import base
+from one_shot_epe.tasks import determinism
 from one_shot_epe.tasks import tff_cache
 
 TASK_NAME = 'emnist_character'
 NUM_CLASSES = 62
-MODEL_ID = 'cnn_dropout'
+# TFF's default evaluation preprocessing for its EMNIST baselines.
+EVAL_CLIENT_SPEC = tff.simulation.baselines.ClientSpec(
+    num_epochs=1, batch_size=64, shuffle_buffer_size=1)
 
 
 def load_client_data(
@@ -49,12 +57,24 @@ def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
     test_data: the same structure; evaluated centrally in batches of 64.
     data_source: recorded in the returned task ('synthetic' or a directory).
   """
-  baseline = char_recognition_tasks.create_character_recognition_task_from_datasets(
-      train_client_spec=train_client_spec,
-      eval_client_spec=None,
-      model_id=MODEL_ID,
-      only_digits=False,
+  datasets = tff.simulation.baselines.BaselineTaskDatasets(
       train_data=train_data,
       test_data=test_data,
-  )
+      validation_data=None,
+      train_preprocess_fn=emnist_preprocessing.create_preprocess_fn(
+          train_client_spec, num_parallel_calls=1),
+      eval_preprocess_fn=emnist_preprocessing.create_preprocess_fn(
+          EVAL_CLIENT_SPEC))
+
+  def model_fn() -> tff.learning.models.VariableModel:
+    # TFF's model_fn for `cnn_dropout`, with reproducible dropout masks.
+    keras_model = determinism.input_keyed_dropout(
+        emnist_models.create_conv_dropout_model(only_digits=False))
+    return tff.learning.models.from_keras_model(
+        keras_model=keras_model,
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+        input_spec=datasets.element_type_structure,
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+
+  baseline = tff.simulation.baselines.BaselineTask(datasets, model_fn)
   return base.Task.from_baseline(TASK_NAME, baseline, data_source)

@@ -1,0 +1,92 @@
+"""Integrity of a run's checkpoint directory (`tff.program` program state).
+
+`tff.program.FileProgramStateManager` saves version N as a SavedModel written
+to `<prefix>N_temp<random>` and renamed to `<prefix>N`, so a process killed
+while saving leaves a `_temp` directory that is never taken for a version. A
+renamed version can still be damaged afterwards (a disk error, a truncated
+copy, a hand edit); loading it then fails deep inside TensorFlow. Before a run
+resumes, `verify_latest` reads the version it would resume from — the
+SavedModel proto and every saved tensor, whose CRC32C checksums TensorFlow
+checks on read — and turns any damage into one clear error, before anything
+is written.
+"""
+
+import os
+import re
+import shutil
+
+from google.protobuf import message
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+
+PREFIX = 'program_state_'
+_VERSION = re.compile(re.escape(PREFIX) + r'(\d+)$')
+_PARTIAL = re.compile(re.escape(PREFIX) + r'\d+_temp\d+$')
+
+
+class CheckpointError(ValueError):
+  """A saved version is damaged; the message names it and what to do."""
+
+
+def versions(directory: str) -> list[int]:
+  """Complete versions in `directory`, ascending ([] if none or no directory)."""
+  if not os.path.isdir(directory):
+    return []
+  found = []
+  for name in os.listdir(directory):
+    match = _VERSION.match(name)
+    if match and os.path.isdir(os.path.join(directory, name)):
+      found.append(int(match.group(1)))
+  return sorted(found)
+
+
+def remove_partial(directory: str) -> list[str]:
+  """Deletes the `_temp` directories of interrupted saves; returns their names."""
+  if not os.path.isdir(directory):
+    return []
+  removed = []
+  for name in sorted(os.listdir(directory)):
+    if _PARTIAL.match(name):
+      shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+      removed.append(name)
+  return removed
+
+
+def verify(path: str) -> None:
+  """Reads the SavedModel at `path` completely; raises CheckpointError if damaged."""
+  try:
+    proto = os.path.join(path, 'saved_model.pb')
+    with open(proto, 'rb') as stream:
+      saved_model_pb2.SavedModel.FromString(stream.read())
+    reader = tf.train.load_checkpoint(os.path.join(path, 'variables',
+                                                   'variables'))
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+  except (OSError, ValueError, IndexError, message.DecodeError,
+          tf.errors.OpError) as error:
+    # A missing file, a bad proto, a checksum mismatch or a short read
+    # (IndexError, as TF reports a truncated tensor file): the
+    # version cannot be resumed from.
+    summary = str(error).strip().splitlines()[0] if str(error).strip() else (
+        type(error).__name__)
+    raise CheckpointError(f'checkpoint {path!r} is damaged ({summary})') from None
+
+
+def verify_latest(directory: str) -> int | None:
+  """Verifies the newest complete version in `directory`; returns it (or None).
+
+  Raises:
+    CheckpointError: the newest version is damaged. The message says which
+      older version a rerun would use once the damaged one is removed.
+  """
+  found = versions(directory)
+  if not found:
+    return None
+  latest = found[-1]
+  try:
+    verify(os.path.join(directory, f'{PREFIX}{latest}'))
+  except CheckpointError as error:
+    fallback = (f'remove it to resume from version {found[-2]}'
+                if len(found) > 1 else 'remove it to start the run afresh')
+    raise CheckpointError(f'{error}; {fallback}') from None
+  return latest
