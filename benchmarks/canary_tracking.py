@@ -210,6 +210,11 @@ def _run_child(kind: str, dim: int) -> dict[str, float]:
 
 
 def main(argv: Sequence[str]) -> None:
+  """Prints per-round tracking cost and memory per d and mode vs the baseline.
+
+  With --child set, this process is one measurement (run by `_run_child` in
+  a fresh subprocess) and prints a single `RESULT <json>` line instead.
+  """
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}', exitcode=2)
   if _CHILD.value is not None:

@@ -99,6 +99,7 @@ def _median_seconds(round_fn: tff.Computation, values: list[int],
 
 
 def main(argv: Sequence[str]) -> None:
+  """Prints both contexts' median round times on the same workers, and ratio."""
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   num_workers = _NUM_WORKERS.value

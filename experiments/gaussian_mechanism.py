@@ -87,6 +87,10 @@ class Setting:
                        f'got {self.method!r}.')
 
   def is_paper_setting(self) -> bool:
+    """True at Table 2's d = 10^6, k = 10^3, delta = 10^-6 (Sec. 3).
+
+    Only there are the paper's values a valid reference (`paper_row`).
+    """
     return (self.dim == 10**6 and self.num_canaries == 10**3 and
             self.delta == 1e-6)
 
@@ -98,6 +102,7 @@ class Estimates:
 
   @property
   def mean(self) -> float:
+    """Mean eps_est over simulations (the first number of a Table 2 cell)."""
     return float(np.mean(self.values))
 
   @property

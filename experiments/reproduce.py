@@ -70,6 +70,7 @@ import numpy as np
 
 from experiments import table5
 from experiments import train
+from experiments import train_config
 from one_shot_epe import atomic_io
 from one_shot_epe import cli
 from one_shot_epe import plots
@@ -110,7 +111,8 @@ def parse_grid(path: str) -> dict[str, list[str]]:
   return grid
 
 
-def scale_config(config: train.TrainConfig, scale: float) -> train.TrainConfig:
+def scale_config(config: train_config.TrainConfig,
+                 scale: float) -> train_config.TrainConfig:
   """Shrinks rounds, clients and canaries by `scale` (see module docstring).
 
   Raises:
@@ -138,9 +140,10 @@ def scale_config(config: train.TrainConfig, scale: float) -> train.TrainConfig:
   return dataclasses.replace(config, **changes)
 
 
-def grid_configs(base: train.TrainConfig, noise_multipliers: Sequence[float],
+def grid_configs(base: train_config.TrainConfig,
+                 noise_multipliers: Sequence[float],
                  repetitions: Sequence[int],
-                 output_dir: str) -> list[train.TrainConfig]:
+                 output_dir: str) -> list[train_config.TrainConfig]:
   """One config per (noise, repetitions), noise-major, in its own run dir."""
   return [
       dataclasses.replace(base, noise_multiplier=noise, canary_repeats=repeats,
@@ -166,7 +169,7 @@ def _read_column(path: str, column: str) -> np.ndarray:
                      if row[column] != ''])
 
 
-def load_run(config: train.TrainConfig) -> GridRun:
+def load_run(config: train_config.TrainConfig) -> GridRun:
   """Reads a finished run's report.json and final cosines."""
   run_dir = config.run_dir
   with open(os.path.join(run_dir, train.REPORT_JSON_FILE),
@@ -181,8 +184,8 @@ def load_run(config: train.TrainConfig) -> GridRun:
 
 
 def run_grid(
-    configs: Sequence[train.TrainConfig],
-    baseline_configs: Sequence[train.TrainConfig] = ()
+    configs: Sequence[train_config.TrainConfig],
+    baseline_configs: Sequence[train_config.TrainConfig] = ()
 ) -> tuple[list[GridRun], dict[float, float]]:
   """Validates every config, then runs (or resumes, or skips) each in turn.
 
@@ -196,14 +199,15 @@ def run_grid(
     The grid's runs, and the final accuracy of each baseline by noise.
 
   Raises:
-    train.ConfigError: before any run starts, for the first invalid config.
+    train_config.ConfigError: before any run starts, for the first invalid
+      config.
   """
   prepared = [train.prepare(config).config for config in configs]
   baselines = [train.prepare(config).config for config in baseline_configs]
   for config in prepared:
     if config.num_canaries == 0:
-      raise train.ConfigError('--num_canaries must be >= 2 for the privacy '
-                              'grid; got 0.')
+      raise train_config.ConfigError('--num_canaries must be >= 2 for the '
+                                     'privacy grid; got 0.')
   runs = []
   for config in prepared:
     if not os.path.exists(os.path.join(config.run_dir,
@@ -226,7 +230,7 @@ def run_table5(experiments: Sequence[table5.Experiment], output_dir: str
   validates them all before the first run of the whole program.
 
   Raises:
-    train.ConfigError: for an invalid config.
+    train_config.ConfigError: for an invalid config.
   """
   estimates: dict[tuple[float, str], list[float]] = {}
   for experiment in experiments:
@@ -246,9 +250,9 @@ def run_table5(experiments: Sequence[table5.Experiment], output_dir: str
   return text
 
 
-def accuracy_configs(base: train.TrainConfig,
+def accuracy_configs(base: train_config.TrainConfig,
                      noise_multipliers: Sequence[float],
-                     output_dir: str) -> list[train.TrainConfig]:
+                     output_dir: str) -> list[train_config.TrainConfig]:
   """The accuracy baseline: each noise multiplier without any canaries."""
   return [
       dataclasses.replace(base, noise_multiplier=noise, num_canaries=0,
@@ -426,7 +430,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_integer('table5_runs', 10, 'Table 5: runs of the split arm '
                        '(>= 2, dividing --num_canaries).',
                        flag_values=flag_values)
-  train.define_flags(flag_values)
+  train_config.define_flags(flag_values)
 
 
 def _grid_values(grid: Mapping[str, list[str]], override: list[str] | None,
@@ -438,45 +442,47 @@ def _grid_values(grid: Mapping[str, list[str]], override: list[str] | None,
   try:
     values = [kind(text) for text in texts]
   except ValueError:
-    raise train.ConfigError(f'--{flag} must list {kind.__name__} values; got '
-                            f'{texts}.') from None
+    raise train_config.ConfigError(f'--{flag} must list {kind.__name__} '
+                                   f'values; got {texts}.') from None
   if not values or len(set(values)) != len(values):
-    raise train.ConfigError(f'--{flag} must list distinct values; got '
-                            f'{texts}.')
+    raise train_config.ConfigError(f'--{flag} must list distinct values; got '
+                                   f'{texts}.')
   return values
 
 
-def config_and_grid(flag_values: flags.FlagValues
-                    ) -> tuple[train.TrainConfig, list[float], list[int]]:
+def config_and_grid(
+    flag_values: flags.FlagValues
+) -> tuple[train_config.TrainConfig, list[float], list[int]]:
   """The scaled base config and the grid of parsed reproduce flags."""
   if not flag_values['config'].value:
-    raise train.ConfigError('--config must name a flagfile; got none.')
+    raise train_config.ConfigError('--config must name a flagfile; got none.')
   config_path = flag_values['config'].value
   if not os.path.isfile(config_path):
-    raise train.ConfigError(f'--config {config_path!r} is not a file.')
+    raise train_config.ConfigError(f'--config {config_path!r} is not a file.')
   try:
     grid = parse_grid(config_path)
   except ValueError as error:
-    raise train.ConfigError(f'--config: {error}') from None
+    raise train_config.ConfigError(f'--config: {error}') from None
   unknown = set(grid) - set(GRID_FLAGS)
   if unknown:
-    raise train.ConfigError(f'--config: grid flags must be among '
-                            f'{list(GRID_FLAGS)}; got {sorted(unknown)}.')
+    raise train_config.ConfigError(f'--config: grid flags must be among '
+                                   f'{list(GRID_FLAGS)}; got '
+                                   f'{sorted(unknown)}.')
   from_file = flags.FlagValues()
-  train.define_flags(from_file)
+  train_config.define_flags(from_file)
   try:
     from_file(['reproduce', f'--flagfile={config_path}'])
   except flags.Error as error:
-    raise train.ConfigError(f'--config: {error}') from None
-  base = train.config_from_flags(from_file)
+    raise train_config.ConfigError(f'--config: {error}') from None
+  base = train_config.config_from_flags(from_file)
   overrides = {field.name: flag_values[field.name].value
-               for field in dataclasses.fields(train.TrainConfig)
+               for field in dataclasses.fields(train_config.TrainConfig)
                if flag_values[field.name].present}
   base = dataclasses.replace(base, **overrides)
   try:
     base = scale_config(base, flag_values['scale'].value)
   except ValueError as error:
-    raise train.ConfigError(str(error)) from None
+    raise train_config.ConfigError(str(error)) from None
   noises = _grid_values(grid, flag_values['noise_multipliers'].value,
                         'noise_multiplier', 'noise_multipliers',
                         base.noise_multiplier, float)
@@ -487,6 +493,11 @@ def config_and_grid(flag_values: flags.FlagValues
 
 
 def main(argv: Sequence[str]) -> None:
+  """Validates the whole grid, runs (or resumes) it, writes the outputs.
+
+  Everything is checked before the first run starts; a bad flag or config
+  exits with status 2. Prints the tables and the paths written.
+  """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
   if not flags.FLAGS['verbosity'].present:
@@ -508,7 +519,7 @@ def main(argv: Sequence[str]) -> None:
     runs, without_canaries = run_grid(configs, baselines)
     table5_text = (run_table5(table5_experiments, output_dir)
                    if table5_experiments else None)
-  except train.ConfigError as error:
+  except train_config.ConfigError as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)
   title = os.path.splitext(os.path.basename(flags.FLAGS.config))[0]

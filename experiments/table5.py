@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from experiments import train
+from experiments import train_config
 from one_shot_epe import estimation
 
 QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -34,10 +34,11 @@ class Experiment:
   noise_multiplier: float
   arm: str  # '1/K' (one run) or 'R/(K/R)' (R runs).
   index: int  # 0..E-1 within its noise level and arm.
-  configs: tuple[train.TrainConfig, ...]
+  configs: tuple[train_config.TrainConfig, ...]
 
 
-def experiments(base: train.TrainConfig, noise_multipliers: Sequence[float],
+def experiments(base: train_config.TrainConfig,
+                noise_multipliers: Sequence[float],
                 num_experiments: int, num_runs: int,
                 output_dir: str) -> list[Experiment]:
   """The E experiments of both arms at every noise level.
@@ -51,17 +52,17 @@ def experiments(base: train.TrainConfig, noise_multipliers: Sequence[float],
     output_dir: Runs go to output_dir/table5/noise<N>_<arm>_e<i>_r<j>/.
 
   Raises:
-    train.ConfigError: naming the flag, for E, R or K out of range.
+    train_config.ConfigError: naming the flag, for E, R or K out of range.
   """
   if isinstance(num_experiments, bool) or not isinstance(
       num_experiments, int) or num_experiments < 1:
-    raise train.ConfigError('--table5_experiments must be an integer >= 1; '
-                            f'got {num_experiments!r}.')
+    raise train_config.ConfigError('--table5_experiments must be an integer '
+                                   f'>= 1; got {num_experiments!r}.')
   num_canaries = base.num_canaries
   if (isinstance(num_runs, bool) or not isinstance(num_runs, int) or
       num_runs < 2 or num_canaries % num_runs or
       num_canaries // num_runs < 2):
-    raise train.ConfigError(
+    raise train_config.ConfigError(
         f'--table5_runs must be an integer >= 2 dividing --num_canaries='
         f'{num_canaries} into parts of at least 2; got {num_runs!r}.')
   root = os.path.join(output_dir, SUBDIR)

@@ -364,6 +364,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
   @property
   def canary_config(self) -> CanaryConfig:
+    """The canaries, schedule and tracking this factory was built with."""
     return self._config
 
   def _chunk_size(self, dim: int) -> int:

@@ -102,6 +102,10 @@ def update_block(canary_seed: int, num_seen: int, num_unseen: int,
 
 
 def split_maxima(cosine_maxima: Any, num_seen: int) -> CosineMaxima:
+  """Splits [k + m] maxima (seen first, as tracked) into seen and unseen.
+
+  The two sets are g^1_j and g^0_j of Algorithm 3, lines 15-16.
+  """
   maxima = np.asarray(cosine_maxima, np.float32)
   return CosineMaxima(seen=maxima[:num_seen], unseen=maxima[num_seen:])
 
@@ -199,6 +203,7 @@ class CosineTracker:
 
   @property
   def buffer_rounds(self) -> int:
+    """B, the number of rounds buffered between two block updates."""
     return self._rounds
 
   def _process(self, num_rounds: int) -> tuple[np.ndarray, list[RoundSummary]]:
@@ -263,6 +268,11 @@ class CosineTracker:
     return split_maxima(maxima, self._num_seen)
 
   def state(self) -> TrackerState:
+    """A copy of everything needed to resume exactly (see `TrackerState`).
+
+    No side effect: the pending rounds are saved as raw aggregates, not
+    processed, so a checkpoint does not change when their block is computed.
+    """
     return TrackerState(rounds_observed=self._observed,
                         cosine_maxima=self._maxima.copy(),
                         pending=self._buffer[:self._pending].numpy())

@@ -468,6 +468,7 @@ class DistributedExecutionContext(tff.framework.SyncContext):
 
   @property
   def num_workers(self) -> int:
+    """Number of worker contexts; 0 once closed."""
     return len(self._workers)
 
   def close(self) -> None:
@@ -492,6 +493,14 @@ class DistributedExecutionContext(tff.framework.SyncContext):
     return [future.result() for future in futures]
 
   def invoke(self, comp: Any, arg: Any) -> Any:
+    """Runs `comp` on `arg` over the workers (module docstring, steps 0-4).
+
+    The result has the same bits as `comp` run in one process: the clients'
+    records are merged in client order on worker 0.
+
+    Raises:
+      RuntimeError: if the context is closed.
+    """
     if not self._workers:
       raise RuntimeError('DistributedExecutionContext is closed.')
     parameter_type = comp.type_signature.parameter

@@ -91,6 +91,7 @@ def build_report(columns: dict[str, list[float]], dim: int | None,
 
 
 def format_markdown(report: estimation.PrivacyReport) -> str:
+  """The report as a two-column Markdown table, floats to 6 digits."""
   rows = [(key, value) for key, value in report.to_dict().items()]
   lines = ['| quantity | value |', '|---|---|']
   for key, value in rows:
@@ -100,6 +101,7 @@ def format_markdown(report: estimation.PrivacyReport) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
+  """Reads --cosines, prints the report; bad input exits with status 2."""
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
   if _COSINES.value is None or _DELTA.value is None:

@@ -761,9 +761,11 @@ class PrivacyReport:
   anderson_unseen: float | None
 
   def to_dict(self) -> dict[str, object]:
+    """The fields by name (None for an Anderson statistic not computed)."""
     return dataclasses.asdict(self)
 
   def to_json(self) -> str:
+    """`to_dict` as indented JSON with sorted keys."""
     return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
 

@@ -221,6 +221,7 @@ class CanarySchedule:
 
   @property
   def num_rounds(self) -> int:
+    """T, the number of rounds the schedule covers."""
     return len(self.rounds)
 
   def canaries(self, round_index: int) -> np.ndarray:
@@ -372,6 +373,7 @@ class ShuffledEpochs(ClientSampler):
 
   @property
   def expected_clients_per_round(self) -> float:
+    """m / R: the mean cohort size over the R rounds of an epoch."""
     return self.num_clients / self.rounds_per_epoch
 
   def epoch_permutation(self, epoch: int) -> np.ndarray:
@@ -421,6 +423,7 @@ class BernoulliSampling(ClientSampler):
 
   @property
   def expected_clients_per_round(self) -> float:
+    """q m, the mean of the Binomial(m, q) cohort size."""
     return self._expected
 
   def _select(self, round_index: int) -> np.ndarray:

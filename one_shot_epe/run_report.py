@@ -55,6 +55,7 @@ class RunReport:
     }
 
   def to_json(self) -> str:
+    """`to_dict` as indented JSON; a NaN or infinity raises ValueError."""
     return json.dumps(self.to_dict(), indent=2, sort_keys=True,
                       allow_nan=False)
 
@@ -99,6 +100,7 @@ class RunReport:
     return '\n'.join(lines) + '\n'
 
   def write(self, json_path: str, markdown_path: str) -> None:
+    """Writes `to_json` and `to_markdown`, each atomically (`atomic_io`)."""
     atomic_io.write_text(json_path, self.to_json() + '\n')
     atomic_io.write_text(markdown_path, self.to_markdown())
 

@@ -20,6 +20,7 @@ import pytest
 
 from experiments import reproduce
 from experiments import train
+from experiments import train_config
 from one_shot_epe import estimation
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -274,9 +275,10 @@ def test_parse_grid_reads_the_paper_grids(tmp_path):
 
 
 def test_scale_shrinks_rounds_clients_and_canaries():
-  demo = train.TrainConfig(use_synthetic_data=True, synthetic_num_clients=100,
-                           clients_per_round=10, total_rounds=20,
-                           num_canaries=100, num_unseen_canaries=100)
+  demo = train_config.TrainConfig(use_synthetic_data=True,
+                                  synthetic_num_clients=100,
+                                  clients_per_round=10, total_rounds=20,
+                                  num_canaries=100, num_unseen_canaries=100)
   half = reproduce.scale_config(demo, 0.5)
   assert (half.total_rounds, half.clients_per_round,
           half.synthetic_num_clients, half.num_canaries,
@@ -285,9 +287,9 @@ def test_scale_shrinks_rounds_clients_and_canaries():
   assert (tiny.total_rounds, tiny.clients_per_round,
           tiny.synthetic_num_clients, tiny.num_canaries,
           tiny.num_unseen_canaries) == (1, 1, 1, 2, 2)
-  real = train.TrainConfig(data_dir='/data', clients_per_round=101,
-                           train_epochs=15, num_canaries=1000,
-                           num_unseen_canaries=0)
+  real = train_config.TrainConfig(data_dir='/data', clients_per_round=101,
+                                  train_epochs=15, num_canaries=1000,
+                                  num_unseen_canaries=0)
   fifth = reproduce.scale_config(real, 0.2)
   assert (fifth.train_epochs, fifth.clients_per_round,
           fifth.synthetic_num_clients, fifth.num_canaries,

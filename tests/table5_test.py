@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from experiments import table5
-from experiments import train
+from experiments import train_config
 from one_shot_epe import estimation
 
 
@@ -18,7 +18,7 @@ def _base(**overrides):
                   total_rounds=4, num_canaries=16, num_unseen_canaries=16,
                   canary_repeats=2, seed=3, canary_seed=5)
   settings.update(overrides)
-  return train.TrainConfig(**settings)
+  return train_config.TrainConfig(**settings)
 
 
 def test_experiments_layout():
@@ -54,7 +54,7 @@ def test_experiments_layout():
     (dict(num_experiments=1, num_runs=16), '--table5_runs'),  # 1 per run.
 ])
 def test_bad_arguments_name_the_flag(kwargs, flag):
-  with pytest.raises(train.ConfigError, match=flag):
+  with pytest.raises(train_config.ConfigError, match=flag):
     table5.experiments(_base(), [0.0], output_dir='/out', **kwargs)
 
 

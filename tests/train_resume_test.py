@@ -48,7 +48,7 @@ _CRASHING_LAUNCHER = r'''
 import glob, os, signal, sys
 import tensorflow as tf
 from absl import app
-from experiments import train
+from experiments import train, train_config
 from one_shot_epe import atomic_io, cli
 
 def die():
@@ -71,7 +71,7 @@ elif mode == 'report':
       die()
     real_replace(source, target)
   atomic_io.os.replace = replace
-train.define_flags()
+train_config.define_flags()
 app.run(train.main, flags_parser=cli.parse_flags_or_exit)
 '''
 

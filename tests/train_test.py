@@ -6,7 +6,9 @@ its final cosines against canaries regenerated here and the model weights of
 its checkpoints, its final accuracy against the last evaluation row of its
 metrics. Reruns resume from checkpoints. Bad flags exit with status 2 through
 the real command line and leave the output directory untouched. A run reads a
-tiny SQLite data directory through TFF's loading path.
+tiny SQLite data directory through TFF's loading path. (The flag checks of a
+config are tested in train_config_test.py, the round selection and metrics
+plumbing in train_program_test.py.)
 """
 
 import asyncio
@@ -20,39 +22,20 @@ import shutil
 import subprocess
 import sys
 
-from absl import flags
 import numpy as np
 import pytest
-import tensorflow as tf
 from tensorflow_federated.python.program import file_utils
 
-from experiments import reproduce
 from experiments import train
+from experiments import train_config
 from one_shot_epe import canaries
 from one_shot_epe import estimate
 from one_shot_epe import estimation
-from one_shot_epe import participation
 from one_shot_epe import runtime
 from one_shot_epe.tasks import synthetic
+import tiny_run
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_NUM_CLIENTS = 12
-_TOTAL_ROUNDS = 4
-_NOISE = 0.05
-
-
-def _tiny_config(root: str, **overrides) -> train.TrainConfig:
-  """4 rounds of 3 clients with 16 seen and 16 unseen canaries."""
-  settings = dict(
-      task='emnist_character', use_synthetic_data=True,
-      synthetic_num_clients=_NUM_CLIENTS, synthetic_examples_per_client=8,
-      clients_per_round=3, total_rounds=_TOTAL_ROUNDS, client_batch_size=4,
-      noise_multiplier=_NOISE, num_canaries=16, num_unseen_canaries=16,
-      canary_repeats=2, rounds_per_evaluation=2,
-      rounds_per_checkpoint=3, max_eval_examples=16, root_output_dir=root,
-      run_name='tiny', progress_bar=False)
-  settings.update(overrides)
-  return train.TrainConfig(**settings)
 
 
 def _snapshot(directory: str) -> dict[str, bytes]:
@@ -73,7 +56,7 @@ def _read_metrics(run_dir: str) -> list[dict[str, str]]:
 @pytest.fixture(scope='module', name='run')
 def fixture_run(tmp_path_factory):
   root = str(tmp_path_factory.mktemp('runs'))
-  return train.run_training(_tiny_config(root))
+  return train.run_training(tiny_run.config(root))
 
 
 def test_outputs_exist_and_are_well_formed(run):
@@ -92,7 +75,8 @@ def test_outputs_exist_and_are_well_formed(run):
   assert checkpoints == ['program_state_0', 'program_state_3',
                          'program_state_4']
   rows = _read_metrics(run_dir)
-  assert [int(row['round']) for row in rows] == list(range(_TOTAL_ROUNDS + 1))
+  assert [int(row['round']) for row in rows] == list(
+      range(tiny_run.TOTAL_ROUNDS + 1))
   for row in rows:  # Compact: every cell is one number (or empty).
     for name, cell in row.items():
       if cell:
@@ -116,8 +100,9 @@ def test_outputs_exist_and_are_well_formed(run):
                         ('unseen', run.unseen_maxima)):
     assert max(float(row[f'{group}_cosine_max']) for row in per_round) == (
         pytest.approx(maxima.max(), rel=1e-6))
-  assert run.total_rounds == _TOTAL_ROUNDS
-  assert (run.resumed_from_round, run.rounds_trained) == (0, _TOTAL_ROUNDS)
+  assert run.total_rounds == tiny_run.TOTAL_ROUNDS
+  assert (run.resumed_from_round, run.rounds_trained) == (
+      0, tiny_run.TOTAL_ROUNDS)
 
 
 def test_report_equals_estimation_of_the_written_csvs(run):
@@ -128,7 +113,7 @@ def test_report_equals_estimation_of_the_written_csvs(run):
       os.path.join(run_dir, train.MAX_COSINES_FILE))
   with open(os.path.join(run_dir, train.REPORT_JSON_FILE)) as stream:
     report = json.load(stream)
-  delta = _NUM_CLIENTS**-1.1  # The default delta = m^-1.1.
+  delta = tiny_run.NUM_CLIENTS**-1.1  # The default delta = m^-1.1.
   dim = 1_206_590  # The EMNIST CNN.
   assert report['delta'] == delta and report['dim'] == dim
   expected_final = estimation.final_model_report(final, dim, delta, 0.05)
@@ -138,7 +123,7 @@ def test_report_equals_estimation_of_the_written_csvs(run):
   assert report['all_iterates'] == json.loads(
       json.dumps(expected_all.to_dict()))
   assert report['analytical_epsilon'] == estimation.gaussian_epsilon(
-      _NOISE, delta)
+      tiny_run.NOISE, delta)
   assert len(final) == 16
   assert len(maxima['seen']) == len(maxima['unseen']) == 16
   # The final evaluation is of the same model as the round-4 evaluation.
@@ -167,7 +152,7 @@ def test_final_cosines_match_regenerated_canaries_and_checkpoints(run):
   # saved program states of rounds 0 and 4, canaries regenerated one by one,
   # cosines in float64 numpy. Inserted canaries move the model along -c.
   moved = (_saved_trainable_weights(run.run_dir, 0) -
-           _saved_trainable_weights(run.run_dir, _TOTAL_ROUNDS))
+           _saved_trainable_weights(run.run_dir, tiny_run.TOTAL_ROUNDS))
   assert moved.size == run.dim
   written = estimate.read_cosine_columns(
       os.path.join(run.run_dir, train.FINAL_COSINES_FILE))['cosine']
@@ -192,7 +177,8 @@ def test_canaries_are_detectable_at_low_noise(run):
 def test_rerun_of_a_finished_run_trains_nothing_and_rewrites_the_same(run):
   before = _snapshot(run.run_dir)
   again = train.run_training(run.config)
-  assert (again.resumed_from_round, again.rounds_trained) == (_TOTAL_ROUNDS, 0)
+  assert (again.resumed_from_round, again.rounds_trained) == (
+      tiny_run.TOTAL_ROUNDS, 0)
   after = _snapshot(run.run_dir)
   for name in (train.FINAL_COSINES_FILE, train.MAX_COSINES_FILE,
                train.REPORT_JSON_FILE, train.REPORT_MARKDOWN_FILE,
@@ -211,78 +197,10 @@ def test_rerun_resumes_from_the_latest_checkpoint(run, tmp_path):
   assert np.all(np.isfinite(resumed.seen_maxima))
   assert np.all(np.isfinite(resumed.unseen_maxima))
   rows = _read_metrics(copy)  # Round 4 replaced, not appended.
-  assert [int(row['round']) for row in rows] == list(range(_TOTAL_ROUNDS + 1))
+  assert [int(row['round']) for row in rows] == list(
+      range(tiny_run.TOTAL_ROUNDS + 1))
   assert os.path.isdir(os.path.join(copy, train.CHECKPOINT_DIR,
                                     'program_state_4'))
-
-
-# (flag overrides, the flag the error must name). Checked before anything is
-# written; the data-dependent ones need the task's data.
-_BAD_CONFIGS = [
-    (dict(task='mnist'), '--task'),
-    (dict(client_optimizer='rmsprop'), '--client_optimizer'),
-    (dict(server_optimizer='lamb'), '--server_optimizer'),
-    (dict(sampling='uniform'), '--sampling'),
-    (dict(final_model_statistic='initial'), '--final_model_statistic'),
-    (dict(client_learning_rate=0.0), '--client_learning_rate'),
-    (dict(server_learning_rate=float('nan')), '--server_learning_rate'),
-    (dict(server_momentum=1.0), '--server_momentum'),
-    (dict(client_batch_size=0), '--client_batch_size'),
-    (dict(client_batch_size=1.5), '--client_batch_size'),
-    (dict(clients_per_round=True), '--clients_per_round'),
-    (dict(max_examples_per_client=0), '--max_examples_per_client'),
-    (dict(noise_multiplier=-0.1), '--noise_multiplier'),
-    (dict(noise_multiplier=float('inf')), '--noise_multiplier'),
-    (dict(clipping_norm=-1.0), '--clipping_norm'),
-    (dict(target_unclipped_quantile=1.0), '--target_unclipped_quantile'),
-    (dict(initial_clip=0.0), '--initial_clip'),
-    (dict(delta=1.0), '--delta'),
-    (dict(delta=0.0), '--delta'),
-    (dict(alpha=0.5), '--alpha'),
-    (dict(num_canaries=1), '--num_canaries'),
-    (dict(num_canaries=-3), '--num_canaries'),
-    (dict(num_unseen_canaries=1), '--num_unseen_canaries'),
-    (dict(num_canaries=0), '--num_unseen_canaries'),
-    (dict(train_epochs=2), '--train_epochs'),
-    (dict(total_rounds=0), '--total_rounds'),
-    (dict(sampling='poisson'), '--canary_repeats'),
-    (dict(canary_buffer_rounds=0), '--canary_buffer_rounds'),
-    (dict(seed=-1), '--seed'),
-    (dict(canary_seed=2**31), '--canary_seed'),
-    (dict(rounds_per_evaluation=0), '--rounds_per_evaluation'),
-    (dict(run_name='a/b'), '--run_name'),
-    (dict(use_synthetic_data=False), '--data_dir'),
-    (dict(data_dir='/some/dir'), '--data_dir'),
-    (dict(seeded_noise='yes'), '--seeded_noise'),
-    (dict(tff_workers=0), '--tff_workers'),
-    (dict(tff_workers=2.5), '--tff_workers'),
-    (dict(tff_worker_addresses='localhost'), '--tff_worker_addresses'),
-    (dict(tff_worker_addresses='h:99999'), '--tff_worker_addresses'),
-    (dict(tff_workers=2, tff_worker_addresses='127.0.0.1:9'), '--tff_workers'),
-    (dict(accelerator='tpu'), '--accelerator'),
-    # Data-dependent.
-    (dict(clients_per_round=_NUM_CLIENTS + 1), '--clients_per_round'),
-    (dict(canary_repeats=_TOTAL_ROUNDS + 1), '--canary_repeats'),
-    (dict(noise_multiplier=5.0), '--noise_multiplier'),
-    (dict(use_synthetic_data=False, data_dir='/does/not/exist'), '--data_dir'),
-]
-
-
-@pytest.mark.parametrize('overrides, flag', _BAD_CONFIGS)
-def test_bad_config_is_rejected_before_writing(tmp_path, overrides, flag):
-  root = tmp_path / 'root'
-  with pytest.raises(train.ConfigError, match=flag):
-    train.run_training(_tiny_config(str(root), **overrides))
-  assert not root.exists()
-
-
-@pytest.mark.skipif(bool(tf.config.list_logical_devices('GPU')),
-                    reason='a GPU is visible')
-def test_gpu_accelerator_without_gpu_is_rejected(tmp_path):
-  root = tmp_path / 'root'
-  with pytest.raises(train.ConfigError, match='--accelerator=gpu.*no GPU'):
-    train.run_training(_tiny_config(str(root), accelerator='gpu'))
-  assert not root.exists()
 
 
 def _result_files(run_dir):
@@ -318,7 +236,7 @@ def test_other_canary_seed_gives_other_canaries(run, tmp_path):
 def test_run_dir_holding_other_flags_is_refused(run):
   before = _snapshot(run.run_dir)
   changed = dataclasses.replace(run.config, noise_multiplier=0.1)
-  with pytest.raises(train.ConfigError,
+  with pytest.raises(train_config.ConfigError,
                      match=r"--run_name.*--noise_multiplier=0\.05"):
     train.run_training(changed)
   assert _snapshot(run.run_dir) == before
@@ -336,8 +254,9 @@ def test_command_line_bad_flag_exits_2_untouched(tmp_path, bad_flag, named):
   before = _snapshot(str(root))
   done = subprocess.run(
       [sys.executable, '-m', 'experiments.train', '--use_synthetic_data',
-       f'--synthetic_num_clients={_NUM_CLIENTS}', '--clients_per_round=3',
-       f'--total_rounds={_TOTAL_ROUNDS}', f'--root_output_dir={root}',
+       f'--synthetic_num_clients={tiny_run.NUM_CLIENTS}',
+       '--clients_per_round=3', f'--total_rounds={tiny_run.TOTAL_ROUNDS}',
+       f'--root_output_dir={root}',
        '--run_name=tiny', bad_flag],
       cwd=_REPO, capture_output=True, text=True, timeout=300, check=False)
   assert done.returncode == 2, done.stderr
@@ -353,7 +272,7 @@ def test_sqlite_data_dir_trains_through_tff_loading(tmp_path):
                            examples_per_client=8)
   # Without canaries (the accuracy baseline) the aggregator is TFF's own DP
   # factory, and no privacy report is written.
-  result = train.run_training(train.TrainConfig(
+  result = train.run_training(train_config.TrainConfig(
       task='emnist_character', data_dir=str(data_dir), clients_per_round=3,
       total_rounds=2, client_batch_size=4, num_canaries=0,
       num_unseen_canaries=0, noise_multiplier=0.1, clipping_norm=0.5,
@@ -369,86 +288,3 @@ def test_sqlite_data_dir_trains_through_tff_loading(tmp_path):
                                          train.REPORT_JSON_FILE))
   with open(os.path.join(result.run_dir, train.CONFIG_FILE)) as stream:
     assert json.load(stream)['data_dir'] == str(data_dir)
-
-
-def _parse_flagfile(name: str, *extra: str) -> train.TrainConfig:
-  flag_values = flags.FlagValues()
-  train.define_flags(flag_values)
-  flag_values(['train', f'--flagfile={os.path.join(_REPO, "configs", name)}',
-               *extra])
-  return train.config_from_flags(flag_values).validate()
-
-
-def _grid(name: str) -> dict[str, list[str]]:
-  return reproduce.parse_grid(os.path.join(_REPO, 'configs', name))
-
-
-def test_emnist_config_is_table_4():
-  config = _parse_flagfile('emnist.cfg', '--data_dir=/data')
-  assert (config.task, config.sampling, config.clients_per_round,
-          config.train_epochs, config.client_optimizer,
-          config.client_learning_rate, config.server_optimizer,
-          config.server_learning_rate, config.server_momentum,
-          config.client_batch_size, config.num_canaries,
-          config.num_unseen_canaries, config.delta) == (
-              'emnist_character', 'shuffle', 101, 15, 'sgd', 0.031, 'sgdm',
-              1.0, 0.9, 16, 1000, 1000, None)
-  assert _grid('emnist.cfg') == {
-      'noise_multiplier': ['0', '0.0487', '0.0958', '0.2207'],
-      'canary_repeats': ['1', '2', '4', '8']}
-
-
-def test_stackoverflow_config_is_table_3():
-  config = _parse_flagfile('stackoverflow.cfg', '--data_dir=/data')
-  assert (config.task, config.vocab_size, config.clients_per_round,
-          config.total_rounds, config.client_learning_rate,
-          config.server_learning_rate, config.clipping_norm,
-          config.num_canaries, config.num_unseen_canaries) == (
-              'stackoverflow_word', 10000, 167, 2048, 1.0, 0.56, 0.0, 1000,
-              1000)
-  assert _grid('stackoverflow.cfg') == {
-      'noise_multiplier': ['0', '0.0496', '0.0986', '0.2317'],
-      'canary_repeats': ['1', '2', '4', '8']}
-
-
-def test_demo_config_is_valid_and_synthetic():
-  config = _parse_flagfile('demo.cfg')
-  assert config.use_synthetic_data and config.num_canaries >= 100
-  assert set(_grid('demo.cfg')) == {'noise_multiplier'}
-
-
-def test_round_datasets_depend_only_on_seed_and_round(tmp_path):
-  # A resumed run must select round t's clients, and the examples each uses,
-  # as an uninterrupted run does, whatever ran before it in the process. With
-  # 3 of 8 examples per client, the examples used depend on the shuffle. (The
-  # order of a client's batches is not compared: TFF's EMNIST preprocessing
-  # maps batches in parallel, non-deterministically.)
-  setup = train.prepare(_tiny_config(str(tmp_path), client_batch_size=1,
-                                     max_examples_per_client=3))
-
-  def examples_used(select, round_num):
-    return [sorted(int(batch[1][0]) for batch in dataset)
-            for dataset in select(round_num)]
-
-  selection_fn = train._selection_fn  # pylint: disable=protected-access
-  seeded = selection_fn(setup)
-  first = examples_used(seeded, 2)
-  for round_num in (1, 3, 1):
-    seeded(round_num)
-  assert examples_used(seeded, 2) == first
-  assert examples_used(selection_fn(setup), 2) == first
-  # Without the per-round seed, the shuffles (so the examples used) differ
-  # between calls; all three clients agreeing by chance has probability about
-  # (1 / C(8, 3))^3 = 6e-6.
-  unseeded = participation.make_training_selection_fn(
-      setup.sampler,
-      setup.task.preprocessed_train_data.create_tf_dataset_for_client)
-  assert examples_used(unseeded, 2) != examples_used(unseeded, 2)
-
-
-def test_compact_metrics_keeps_named_scalars_only():
-  metrics = {'aggregator': {'clip': np.float32(0.5), 'update': np.zeros(7),
-                            'inserted': np.int32(3)},
-             'pair': (1.0, np.ones(2)), 'empty': ()}
-  assert train.compact_metrics(metrics) == {
-      'aggregator/clip': 0.5, 'aggregator/inserted': 3, 'pair/0': 1.0}

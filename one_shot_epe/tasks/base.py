@@ -83,6 +83,7 @@ class Task:
   @classmethod
   def from_baseline(cls, name: str, baseline: tff.simulation.baselines.BaselineTask,
                     data_source: str) -> 'Task':
+    """A `Task` of TFF's `baseline`, with d counted from its model."""
     return cls(name=name, baseline=baseline,
                num_parameters=count_trainable_parameters(baseline.model_fn),
                data_source=data_source)
@@ -104,6 +105,11 @@ class Task:
 
   @property
   def train_preprocess_fn(self) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
+    """TFF's training preprocessing of one client's dataset.
+
+    Shuffle, repeat for the client epochs, take the example cap, batch (and
+    the task's reshaping); see the task modules.
+    """
     return self.baseline.datasets.train_preprocess_fn
 
   @property

@@ -1,0 +1,375 @@
+"""The launcher's configuration: `TrainConfig`, its checks and its flags.
+
+One `TrainConfig` field per flag of `experiments.train` (same name, default
+and help), so a run is equally described by a command line, a flagfile
+(configs/*.cfg) or a `TrainConfig` built in Python. `TrainConfig.validate`
+checks each field on its own and raises `ConfigError` naming the flag and its
+allowed range; the checks that need the task's data are in `train.prepare`.
+`check_resumable` decides whether a run directory's saved flags may be
+resumed with the current ones.
+
+The defaults and ranges follow the experiments of Section 5 of Andrew et
+al., "One-shot Empirical Privacy Estimation for Federated Learning" (ICLR
+2024): k seen canaries and as many unseen ones (Algorithms 2 and 3; at least
+2 of each to fit a Gaussian to their cosines), canary repetitions once per
+equal period of the run (Figures 1 to 4: 1, 2, 4, 8), delta = m^-1.1 by
+default for m real clients, adaptive clipping (Andrew et al., 2021) unless a
+fixed clip norm is given.
+"""
+
+import dataclasses
+import math
+import numbers
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from absl import flags
+import numpy as np
+
+from one_shot_epe import accelerators
+from one_shot_epe import distributed_runtime
+from one_shot_epe import tasks
+
+OPTIMIZERS = ('sgd', 'sgdm', 'adam')
+FINAL_MODEL_STATISTICS = ('delta', 'final')
+SAMPLINGS = ('shuffle', 'bernoulli', 'poisson')
+
+# Flags that may differ between a run and its resumption: they name the run's
+# location or only affect how it is displayed or how often it is saved.
+# The TFF workers are among them: a run's results do not depend on how many
+# workers train its clients (`distributed_runtime`).
+_RESUMABLE_DIFFERENCES = ('root_output_dir', 'run_name', 'progress_bar',
+                          'rounds_per_checkpoint', 'canary_buffer_rounds',
+                          'tff_workers', 'tff_worker_addresses')
+MAX_SEED = 2**31 - 1  # --seed and --canary_seed are in [0, MAX_SEED].
+_MAX_LOCAL_WORKERS = 64
+
+
+class ConfigError(ValueError):
+  """A flag (or a `TrainConfig` field) is invalid; the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Everything one training run depends on; field names are the flag names.
+
+  `validate` checks every field; `train.run_training` validates before it
+  writes. The help text of each flag is in `_FLAG_HELP`.
+  """
+  task: str = 'emnist_character'
+  data_dir: str | None = None
+  use_synthetic_data: bool = False
+  synthetic_num_clients: int = 100
+  synthetic_examples_per_client: int = 32
+  vocab_size: int = 10_000
+  client_optimizer: str = 'sgd'
+  client_learning_rate: float = 0.1
+  client_momentum: float = 0.9
+  server_optimizer: str = 'sgd'
+  server_learning_rate: float = 1.0
+  server_momentum: float = 0.9
+  client_batch_size: int = 16
+  client_epochs_per_round: int = 1
+  max_examples_per_client: int = -1
+  sampling: str = 'shuffle'
+  clients_per_round: int = 10
+  train_epochs: int | None = None
+  total_rounds: int | None = None
+  noise_multiplier: float = 0.0
+  clipping_norm: float = 0.0
+  target_unclipped_quantile: float = 0.5
+  initial_clip: float = 0.1
+  clip_learning_rate: float = 0.2
+  num_canaries: int = 1000
+  num_unseen_canaries: int = 1000
+  canary_repeats: int = 1
+  canary_seed: int = 0
+  canary_buffer_rounds: int | None = None
+  final_model_statistic: str = 'delta'
+  delta: float | None = None
+  alpha: float = 0.05
+  rounds_per_evaluation: int = 10
+  max_eval_examples: int = 10_000
+  rounds_per_checkpoint: int = 50
+  root_output_dir: str = '/tmp/one_shot_epe'
+  run_name: str | None = None
+  seed: int = 0
+  seeded_noise: bool = True
+  tff_workers: int = 1
+  tff_worker_addresses: str = ''
+  accelerator: str = 'cpu'
+  progress_bar: bool = True
+
+  def validate(self) -> 'TrainConfig':
+    """Checks every field on its own; returns the config with names resolved.
+
+    Checks that need the task's data (clients per round against the number
+    of clients) are done by `prepare`.
+
+    Raises:
+      ConfigError: naming the first invalid flag and its allowed range.
+    """
+    _check_choice('task', self.task, tasks.TASK_NAMES)
+    _check_choice('client_optimizer', self.client_optimizer, OPTIMIZERS)
+    _check_choice('server_optimizer', self.server_optimizer, OPTIMIZERS)
+    _check_choice('sampling', self.sampling, SAMPLINGS)
+    _check_choice('final_model_statistic', self.final_model_statistic,
+                  FINAL_MODEL_STATISTICS)
+    _check_choice('accelerator', self.accelerator, accelerators.ACCELERATORS)
+    for name in ('use_synthetic_data', 'seeded_noise', 'progress_bar'):
+      if not isinstance(getattr(self, name), (bool, np.bool_)):
+        raise ConfigError(f'--{name} must be true or false; got '
+                          f'{getattr(self, name)!r}.')
+    for name in ('synthetic_num_clients', 'synthetic_examples_per_client',
+                 'vocab_size', 'client_batch_size', 'client_epochs_per_round',
+                 'clients_per_round', 'canary_repeats', 'rounds_per_evaluation',
+                 'rounds_per_checkpoint'):
+      _check_int(name, getattr(self, name), 1)
+    if self.canary_buffer_rounds is not None:
+      _check_int('canary_buffer_rounds', self.canary_buffer_rounds, 1)
+    _check_int('tff_workers', self.tff_workers, 1, _MAX_LOCAL_WORKERS)
+    if not isinstance(self.tff_worker_addresses, str):
+      raise ConfigError('--tff_worker_addresses must be a comma-separated '
+                        f'list of host:port; got {self.tff_worker_addresses!r}.')
+    if self.tff_worker_addresses:
+      if self.tff_workers != 1:
+        raise ConfigError('set at most one of --tff_workers and '
+                          f'--tff_worker_addresses; got --tff_workers='
+                          f'{self.tff_workers}.')
+      try:
+        distributed_runtime.parse_addresses(self.tff_worker_addresses)
+      except ValueError as error:
+        raise ConfigError(f'--tff_worker_addresses: {error}') from None
+    for name in ('max_examples_per_client', 'max_eval_examples'):
+      value = getattr(self, name)
+      if value != -1 or isinstance(value, bool):
+        _check_int(name, value, 1, note=' or -1 for all examples')
+    for name in ('seed', 'canary_seed'):
+      _check_int(name, getattr(self, name), 0, MAX_SEED)
+    for name in ('client_learning_rate', 'server_learning_rate',
+                 'initial_clip'):
+      _check_float(name, getattr(self, name), 0.0, math.inf, low_open=True)
+    for name in ('client_momentum', 'server_momentum'):
+      _check_float(name, getattr(self, name), 0.0, 1.0, high_open=True)
+    for name in ('noise_multiplier', 'clipping_norm', 'clip_learning_rate'):
+      _check_float(name, getattr(self, name), 0.0, math.inf)
+    _check_float('target_unclipped_quantile', self.target_unclipped_quantile,
+                 0.0, 1.0, low_open=True, high_open=True)
+    _check_float('alpha', self.alpha, 0.0, 0.5, low_open=True, high_open=True)
+    if self.delta is not None:
+      _check_float('delta', self.delta, 0.0, 1.0, low_open=True,
+                   high_open=True)
+    if (self.train_epochs is None) == (self.total_rounds is None):
+      raise ConfigError('set exactly one of --train_epochs and --total_rounds; '
+                        f'got --train_epochs={self.train_epochs} and '
+                        f'--total_rounds={self.total_rounds}.')
+    if self.train_epochs is not None:
+      _check_int('train_epochs', self.train_epochs, 1)
+    else:
+      _check_int('total_rounds', self.total_rounds, 1)
+    for name in ('num_canaries', 'num_unseen_canaries'):
+      value = getattr(self, name)
+      if value != 0 or isinstance(value, bool):
+        _check_int(name, value, 2, note=' (2 or more to fit a Gaussian), or 0')
+    if self.num_unseen_canaries and not self.num_canaries:
+      raise ConfigError('--num_unseen_canaries needs seen canaries '
+                        '(--num_canaries >= 2); got --num_canaries=0.')
+    if self.sampling != 'shuffle' and self.canary_repeats != 1:
+      raise ConfigError(
+          f'--canary_repeats applies to --sampling=shuffle only (with '
+          f'--sampling={self.sampling} canaries are sampled like real '
+          f'clients); got --canary_repeats={self.canary_repeats}.')
+    if self.use_synthetic_data == bool(self.data_dir):
+      raise ConfigError('pass exactly one of --data_dir and '
+                        '--use_synthetic_data; got --data_dir='
+                        f'{self.data_dir!r}, --use_synthetic_data='
+                        f'{self.use_synthetic_data}.')
+    if not isinstance(self.root_output_dir, str) or not self.root_output_dir:
+      raise ConfigError('--root_output_dir must be a non-empty path; got '
+                        f'{self.root_output_dir!r}.')
+    run_name = self.run_name or self.default_run_name()
+    if (not isinstance(run_name, str) or run_name in ('.', '..') or
+        os.sep in run_name or (os.altsep and os.altsep in run_name)):
+      raise ConfigError('--run_name must be a plain directory name (no path '
+                        f'separators); got {self.run_name!r}.')
+    data_dir = self.data_dir and os.path.abspath(
+        os.path.expanduser(self.data_dir))
+    return dataclasses.replace(self, run_name=run_name, data_dir=data_dir)
+
+  def default_run_name(self) -> str:
+    """The run directory name when --run_name is not given."""
+    return (f'{self.task}_noise{self.noise_multiplier:g}_'
+            f'rep{self.canary_repeats}_seed{self.seed}')
+
+  @property
+  def run_dir(self) -> str:
+    """The run's output directory, root_output_dir/run_name."""
+    return os.path.join(self.root_output_dir,
+                        self.run_name or self.default_run_name())
+
+  def to_json_dict(self) -> dict[str, Any]:
+    """The fields as a JSON-serialisable dict (config.json)."""
+    return dataclasses.asdict(self)
+
+
+def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+  if value not in choices:
+    raise ConfigError(f'--{name} must be one of {list(choices)}; got '
+                      f'{value!r}.')
+
+
+def _check_int(name: str, value: Any, low: int, high: int | None = None,
+               note: str = '') -> None:
+  allowed = f'[{low}, {"inf" if high is None else high}]'
+  if (isinstance(value, (bool, np.bool_)) or
+      not isinstance(value, numbers.Integral) or value < low or
+      (high is not None and value > high)):
+    raise ConfigError(f'--{name} must be an integer in {allowed}{note}; got '
+                      f'{value!r}.')
+
+
+def _check_float(name: str, value: Any, low: float, high: float, *,
+                 low_open: bool = False, high_open: bool = False) -> None:
+  allowed = (f'{"(" if low_open else "["}{low:g}, {high:g}'
+             f'{")" if high_open or math.isinf(high) else "]"}')
+  if (isinstance(value, (bool, np.bool_)) or
+      not isinstance(value, numbers.Real) or not math.isfinite(value) or
+      value < low or value > high or (low_open and value == low) or
+      (high_open and value == high)):
+    raise ConfigError(f'--{name} must be a finite number in {allowed}; got '
+                      f'{value!r}.')
+
+
+def check_resumable(config: TrainConfig, saved: Mapping[str, Any],
+                    run_dir: str) -> None:
+  """Checks that a run saved with flags `saved` may resume with `config`.
+
+  `saved` is the run directory's config.json. Only the flags that name the
+  run's location or affect how it is shown or saved may differ.
+
+  Raises:
+    ConfigError: naming every other flag that differs, for the run directory
+      `run_dir`.
+  """
+  current = config.to_json_dict()
+  differing = sorted(
+      name for name in set(saved) | set(current)
+      if name not in _RESUMABLE_DIFFERENCES and
+      saved.get(name) != current.get(name))
+  if differing:
+    changes = ', '.join(f'--{name}={saved.get(name)!r} (now '
+                        f'{current.get(name)!r})' for name in differing)
+    raise ConfigError(f'--run_name: {run_dir!r} holds a run with other flags: '
+                      f'{changes}; rerun with the same flags to resume, or '
+                      'choose another --run_name.')
+
+
+_FLAG_HELP = {
+    'task': 'Task: emnist_character (CNN, 1,206,590 parameters) or '
+            'stackoverflow_word (LSTM, 4,050,748 parameters).',
+    'data_dir': "Directory with TFF's cached SQLite files (never downloads).",
+    'use_synthetic_data': 'Train on synthetic data with the real structure.',
+    'synthetic_num_clients': 'Synthetic training clients (>= 1).',
+    'synthetic_examples_per_client': 'Synthetic examples per client (>= 1).',
+    'vocab_size': 'StackOverflow vocabulary size (>= 1; the paper: 10000).',
+    'client_optimizer': 'Client optimizer: sgd, sgdm (with --client_momentum) '
+                        'or adam.',
+    'client_learning_rate': 'Client learning rate (> 0).',
+    'client_momentum': 'Client momentum of sgdm, in [0, 1).',
+    'server_optimizer': 'Server optimizer: sgd, sgdm (with --server_momentum) '
+                        'or adam.',
+    'server_learning_rate': 'Server learning rate (> 0).',
+    'server_momentum': 'Server momentum of sgdm, in [0, 1).',
+    'client_batch_size': 'Local batch size (>= 1).',
+    'client_epochs_per_round': 'Local epochs per round (>= 1).',
+    'max_examples_per_client': 'Examples a client uses per round (>= 1), -1 '
+                               'for all.',
+    'sampling': 'Real-client participation: shuffle (each client once per '
+                'epoch), bernoulli or poisson (expected --clients_per_round).',
+    'clients_per_round': 'Clients per round (shuffle: at most; else '
+                         'expected), >= 1.',
+    'train_epochs': 'Training length in epochs over the real clients (>= 1); '
+                    'set this or --total_rounds.',
+    'total_rounds': 'Training length in rounds (>= 1); set this or '
+                    '--train_epochs.',
+    'noise_multiplier': 'Noise std / clip norm of DP-FedAvg (>= 0).',
+    'clipping_norm': 'Fixed clip norm (> 0), or 0 for adaptive clipping.',
+    'target_unclipped_quantile': 'Adaptive clipping: target quantile of '
+                                 'unclipped updates, in (0, 1).',
+    'initial_clip': 'Adaptive clipping: initial clip norm (> 0).',
+    'clip_learning_rate': 'Adaptive clipping: learning rate of the clip '
+                          '(>= 0).',
+    'num_canaries': 'Seen canaries k (0, or >= 2).',
+    'num_unseen_canaries': 'Unseen canaries for the all-iterates estimate '
+                           '(0, or >= 2).',
+    'canary_repeats': 'Presentations of each canary, once per equal period '
+                      '(the paper: 1, 2, 4, 8); --sampling=shuffle only.',
+    'canary_seed': 'Seed of the canaries and their schedule, in [0, 2^31).',
+    'canary_buffer_rounds': 'Rounds between two canary cosine computations; '
+                            'default: --rounds_per_checkpoint, capped for '
+                            'memory (>= 1). Speed only: the maxima are exact '
+                            'whatever its value.',
+    'final_model_statistic': 'Final-model cosine of Algorithm 2: with the '
+                             'model delta theta_T - theta_0 (delta) or with '
+                             'theta_T (final, the paper\'s literal line 11).',
+    'delta': 'delta of the estimates, in (0, 1); default m^-1.1 for m real '
+             'clients.',
+    'alpha': 'eps_lo holds with confidence 1 - alpha; alpha in (0, 0.5).',
+    'rounds_per_evaluation': 'Rounds between test-set evaluations (>= 1).',
+    'max_eval_examples': 'Test examples evaluated (>= 1), -1 for all.',
+    'rounds_per_checkpoint': 'Rounds between checkpoints (>= 1).',
+    'root_output_dir': 'Root directory of run directories.',
+    'run_name': 'Run directory name; default from task, noise, repetitions, '
+                'seed.',
+    'seed': 'Seed of model initialisation and of client selection and '
+            'shuffling, in [0, 2^31) (synthetic data is fixed).',
+    'seeded_noise': 'Draw the DP noise from a seed derived from --seed, so '
+                    'runs and resumes are reproducible (a simulation); '
+                    '--noseeded_noise draws unpredictable noise, as a '
+                    'deployment must.',
+    'tff_workers': 'TFF C++ worker processes started on this machine '
+                   '(>= 1); each round\'s clients are spread over them. '
+                   'Results do not depend on it.',
+    'tff_worker_addresses': 'Comma-separated host:port of running TFF '
+                            'workers (one per host; see README), instead of '
+                            'local ones.',
+    'accelerator': 'Device of the launcher\'s canary cosine work: cpu or '
+                   'gpu (TFF\'s pip worker trains on the CPU).',
+    'progress_bar': 'Show a progress bar on stderr.',
+}
+
+_ENUMS = {'task': tasks.TASK_NAMES, 'accelerator': accelerators.ACCELERATORS,
+          'client_optimizer': OPTIMIZERS,
+          'server_optimizer': OPTIMIZERS, 'sampling': SAMPLINGS,
+          'final_model_statistic': FINAL_MODEL_STATISTICS}
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Registers one flag per `TrainConfig` field (same name and default).
+
+  absl files the flags under this module; a program lists them in its
+  --helpshort by adopting them (`flags.adopt_module_key_flags`).
+  """
+  for field in dataclasses.fields(TrainConfig):
+    kwargs = dict(name=field.name, default=field.default,
+                  help=_FLAG_HELP[field.name], flag_values=flag_values)
+    if field.name in _ENUMS:
+      flags.DEFINE_enum(enum_values=list(_ENUMS[field.name]), **kwargs)
+    elif field.type is bool:
+      flags.DEFINE_bool(**kwargs)
+    elif field.type in (int, int | None):
+      flags.DEFINE_integer(**kwargs)
+    elif field.type in (float, float | None):
+      flags.DEFINE_float(**kwargs)
+    else:
+      flags.DEFINE_string(**kwargs)
+
+
+def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS
+                      ) -> TrainConfig:
+  """The `TrainConfig` of parsed flags (not yet validated)."""
+  return TrainConfig(**{
+      field.name: flag_values[field.name].value
+      for field in dataclasses.fields(TrainConfig)
+  })

@@ -1,0 +1,155 @@
+"""Tests of experiments/train_config.py: flag checks and the shipped configs.
+
+Every bad flag (or flag combination, or flag that does not fit the task's
+data) raises `ConfigError` naming it, from `train.run_training`, before
+anything is written. The flagfiles in configs/ parse through `define_flags`
+and `config_from_flags` into the settings of the paper's Tables 3 and 4.
+"""
+
+import os
+
+from absl import flags
+import pytest
+import tensorflow as tf
+
+from experiments import reproduce
+from experiments import train
+from experiments import train_config
+import tiny_run
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# (flag overrides, the flag the error must name). Checked before anything is
+# written; the data-dependent ones need the task's data.
+_BAD_CONFIGS = [
+    (dict(task='mnist'), '--task'),
+    (dict(client_optimizer='rmsprop'), '--client_optimizer'),
+    (dict(server_optimizer='lamb'), '--server_optimizer'),
+    (dict(sampling='uniform'), '--sampling'),
+    (dict(final_model_statistic='initial'), '--final_model_statistic'),
+    (dict(client_learning_rate=0.0), '--client_learning_rate'),
+    (dict(server_learning_rate=float('nan')), '--server_learning_rate'),
+    (dict(server_momentum=1.0), '--server_momentum'),
+    (dict(client_batch_size=0), '--client_batch_size'),
+    (dict(client_batch_size=1.5), '--client_batch_size'),
+    (dict(clients_per_round=True), '--clients_per_round'),
+    (dict(max_examples_per_client=0), '--max_examples_per_client'),
+    (dict(noise_multiplier=-0.1), '--noise_multiplier'),
+    (dict(noise_multiplier=float('inf')), '--noise_multiplier'),
+    (dict(clipping_norm=-1.0), '--clipping_norm'),
+    (dict(target_unclipped_quantile=1.0), '--target_unclipped_quantile'),
+    (dict(initial_clip=0.0), '--initial_clip'),
+    (dict(delta=1.0), '--delta'),
+    (dict(delta=0.0), '--delta'),
+    (dict(alpha=0.5), '--alpha'),
+    (dict(num_canaries=1), '--num_canaries'),
+    (dict(num_canaries=-3), '--num_canaries'),
+    (dict(num_unseen_canaries=1), '--num_unseen_canaries'),
+    (dict(num_canaries=0), '--num_unseen_canaries'),
+    (dict(train_epochs=2), '--train_epochs'),
+    (dict(total_rounds=0), '--total_rounds'),
+    (dict(sampling='poisson'), '--canary_repeats'),
+    (dict(canary_buffer_rounds=0), '--canary_buffer_rounds'),
+    (dict(seed=-1), '--seed'),
+    (dict(canary_seed=2**31), '--canary_seed'),
+    (dict(rounds_per_evaluation=0), '--rounds_per_evaluation'),
+    (dict(run_name='a/b'), '--run_name'),
+    (dict(use_synthetic_data=False), '--data_dir'),
+    (dict(data_dir='/some/dir'), '--data_dir'),
+    (dict(seeded_noise='yes'), '--seeded_noise'),
+    (dict(tff_workers=0), '--tff_workers'),
+    (dict(tff_workers=2.5), '--tff_workers'),
+    (dict(tff_worker_addresses='localhost'), '--tff_worker_addresses'),
+    (dict(tff_worker_addresses='h:99999'), '--tff_worker_addresses'),
+    (dict(tff_workers=2, tff_worker_addresses='127.0.0.1:9'), '--tff_workers'),
+    (dict(accelerator='tpu'), '--accelerator'),
+    # Data-dependent.
+    (dict(clients_per_round=tiny_run.NUM_CLIENTS + 1), '--clients_per_round'),
+    (dict(canary_repeats=tiny_run.TOTAL_ROUNDS + 1), '--canary_repeats'),
+    (dict(noise_multiplier=5.0), '--noise_multiplier'),
+    (dict(use_synthetic_data=False, data_dir='/does/not/exist'), '--data_dir'),
+]
+
+
+@pytest.mark.parametrize('overrides, flag', _BAD_CONFIGS)
+def test_bad_config_is_rejected_before_writing(tmp_path, overrides, flag):
+  root = tmp_path / 'root'
+  with pytest.raises(train_config.ConfigError, match=flag):
+    train.run_training(tiny_run.config(str(root), **overrides))
+  assert not root.exists()
+
+
+@pytest.mark.skipif(bool(tf.config.list_logical_devices('GPU')),
+                    reason='a GPU is visible')
+def test_gpu_accelerator_without_gpu_is_rejected(tmp_path):
+  root = tmp_path / 'root'
+  with pytest.raises(train_config.ConfigError,
+                     match='--accelerator=gpu.*no GPU'):
+    train.run_training(tiny_run.config(str(root), accelerator='gpu'))
+  assert not root.exists()
+
+
+def test_only_location_display_and_saving_flags_may_change_on_resume():
+  saved = tiny_run.config('/runs').validate().to_json_dict()
+  moved = tiny_run.config('/elsewhere', run_name='other', progress_bar=True,
+                          rounds_per_checkpoint=1, canary_buffer_rounds=2,
+                          tff_workers=2).validate()
+  train_config.check_resumable(moved, saved, '/runs/tiny')  # No error.
+  changed = tiny_run.config('/runs', noise_multiplier=0.1, seed=3).validate()
+  with pytest.raises(train_config.ConfigError,
+                     match=r"'/runs/tiny' holds a run with other flags: "
+                     r'--noise_multiplier=0\.05 \(now 0\.1\), --seed=0 '
+                     r'\(now 3\);'):
+    train_config.check_resumable(changed, saved, '/runs/tiny')
+
+
+def _parse_flagfile(name: str, *extra: str) -> train_config.TrainConfig:
+  flag_values = flags.FlagValues()
+  train_config.define_flags(flag_values)
+  flag_values(['train', f'--flagfile={os.path.join(_REPO, "configs", name)}',
+               *extra])
+  return train_config.config_from_flags(flag_values).validate()
+
+
+def _grid(name: str) -> dict[str, list[str]]:
+  return reproduce.parse_grid(os.path.join(_REPO, 'configs', name))
+
+
+def test_emnist_config_is_table_4():
+  config = _parse_flagfile('emnist.cfg', '--data_dir=/data')
+  assert (config.task, config.sampling, config.clients_per_round,
+          config.train_epochs, config.client_optimizer,
+          config.client_learning_rate, config.server_optimizer,
+          config.server_learning_rate, config.server_momentum,
+          config.client_batch_size, config.num_canaries,
+          config.num_unseen_canaries, config.delta) == (
+              'emnist_character', 'shuffle', 101, 15, 'sgd', 0.031, 'sgdm',
+              1.0, 0.9, 16, 1000, 1000, None)
+  assert _grid('emnist.cfg') == {
+      'noise_multiplier': ['0', '0.0487', '0.0958', '0.2207'],
+      'canary_repeats': ['1', '2', '4', '8']}
+
+
+def test_stackoverflow_config_is_table_3():
+  config = _parse_flagfile('stackoverflow.cfg', '--data_dir=/data')
+  assert (config.task, config.vocab_size, config.clients_per_round,
+          config.total_rounds, config.client_learning_rate,
+          config.server_learning_rate, config.clipping_norm,
+          config.num_canaries, config.num_unseen_canaries) == (
+              'stackoverflow_word', 10000, 167, 2048, 1.0, 0.56, 0.0, 1000,
+              1000)
+  assert _grid('stackoverflow.cfg') == {
+      'noise_multiplier': ['0', '0.0496', '0.0986', '0.2317'],
+      'canary_repeats': ['1', '2', '4', '8']}
+
+
+def test_demo_config_is_valid_and_synthetic():
+  config = _parse_flagfile('demo.cfg')
+  assert config.use_synthetic_data and config.num_canaries >= 50
+  assert config.num_unseen_canaries == config.num_canaries
+  assert set(_grid('demo.cfg')) == {'noise_multiplier'}
+  # Canaries are a small share of each round's participants (2.5 of 42.5), so
+  # that they barely change the accuracy (measured: < 1 point, README).
+  per_round = config.num_canaries * config.canary_repeats / config.total_rounds
+  assert per_round / (config.clients_per_round + per_round) < 0.06
