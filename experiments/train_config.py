@@ -28,6 +28,7 @@ from absl import flags
 import numpy as np
 
 from one_shot_epe import accelerators
+from one_shot_epe import canaries
 from one_shot_epe import distributed_runtime
 from one_shot_epe import tasks
 
@@ -171,7 +172,10 @@ class TrainConfig:
     for name in ('num_canaries', 'num_unseen_canaries'):
       value = getattr(self, name)
       if value != 0 or isinstance(value, bool):
-        _check_int(name, value, 2, note=' (2 or more to fit a Gaussian), or 0')
+        # Seen ids are 0..k-1 and unseen ids start at UNSEEN_ID_OFFSET, so
+        # neither count may reach it.
+        _check_int(name, value, 2, canaries.UNSEEN_ID_OFFSET,
+                   note=' (2 or more to fit a Gaussian), or 0')
     if self.num_unseen_canaries and not self.num_canaries:
       raise ConfigError('--num_unseen_canaries needs seen canaries '
                         '(--num_canaries >= 2); got --num_canaries=0.')

@@ -45,6 +45,7 @@ _BAD_CONFIGS = [
     (dict(alpha=0.5), '--alpha'),
     (dict(num_canaries=1), '--num_canaries'),
     (dict(num_canaries=-3), '--num_canaries'),
+    (dict(num_canaries=10**9 + 1), '--num_canaries'),
     (dict(num_unseen_canaries=1), '--num_unseen_canaries'),
     (dict(num_canaries=0), '--num_unseen_canaries'),
     (dict(train_epochs=2), '--train_epochs'),
