@@ -40,7 +40,7 @@ def _reproduce(*args: str) -> subprocess.CompletedProcess:
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
   return subprocess.run([sys.executable, '-m', 'experiments.reproduce', *args],
                         cwd=_REPO, env=env, capture_output=True, text=True,
-                        timeout=300, check=False)
+                        timeout=1200, check=False)
 
 
 @pytest.fixture(scope='module', name='grid')
