@@ -25,6 +25,8 @@ from one_shot_epe import estimation
 from one_shot_epe import final_model
 from one_shot_epe import runtime
 
+import linear_model
+
 tff = pytest.importorskip('tensorflow_federated')
 
 _SEED = 77
@@ -354,16 +356,7 @@ _LEARNING_CLASSES = 5
 _LEARNING_DIM = _LEARNING_FEATURES * _LEARNING_CLASSES + _LEARNING_CLASSES
 
 
-def _model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(_LEARNING_FEATURES,)),
-      tf.keras.layers.Dense(_LEARNING_CLASSES, kernel_initializer='zeros'),
-  ])
-  return tff.learning.models.from_keras_model(
-      keras_model,
-      input_spec=(tf.TensorSpec([None, _LEARNING_FEATURES], tf.float32),
-                  tf.TensorSpec([None], tf.int32)),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+_model_fn = linear_model.model_fn_for(_LEARNING_FEATURES, _LEARNING_CLASSES)
 
 
 def _client_datasets(num_clients):

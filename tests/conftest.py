@@ -6,8 +6,9 @@ process or a child, or a file or directory left in the session's temporary
 directory. The session gets a temporary directory of its own (TMPDIR and
 `tempfile.tempdir`, inherited by subprocesses), so the check sees only what
 the suite and the code under test created. Exempt are pytest's own
-`tmp_path` directories (under `pytest-of-<user>`) and TensorFlow autograph's
-generated sources, which TensorFlow deletes at interpreter exit. The
+`tmp_path` directories (under `pytest-of-<user>`), TensorFlow autograph's
+generated sources and matplotlib's fallback config directory, which their
+libraries delete at interpreter exit. The
 directory is removed at the end unless a test failed.
 """
 
@@ -21,9 +22,12 @@ import pytest
 
 from one_shot_epe import runtime
 
-# pytest's tmp_path directories, and the source files TensorFlow's autograph
-# writes for each converted function and deletes itself at interpreter exit.
-_EXEMPT_TEMP_PREFIXES = ('pytest-of-', '__autograph_generated_file')
+# pytest's tmp_path directories; the source files TensorFlow's autograph
+# writes for each converted function, and the config directory matplotlib
+# makes when HOME is not writable (as in Bazel's sandbox), both deleted by
+# their library at interpreter exit.
+_EXEMPT_TEMP_PREFIXES = ('pytest-of-', '__autograph_generated_file',
+                         'matplotlib-')
 
 
 def pytest_configure(config):

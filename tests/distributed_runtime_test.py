@@ -19,6 +19,8 @@ from one_shot_epe import canary_aggregator as ca
 from one_shot_epe import distributed_runtime as dr
 from one_shot_epe import runtime
 
+import linear_model
+
 tff = pytest.importorskip('tensorflow_federated')
 
 _NUM_CLIENTS = 8
@@ -141,16 +143,7 @@ def test_sum_matches_one_process_and_clients_are_spread(monkeypatch):
 # DP-FedAvg rounds with the project's canary aggregator.
 
 
-def _model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(_FEATURES,)),
-      tf.keras.layers.Dense(_CLASSES, kernel_initializer='zeros'),
-  ])
-  return tff.learning.models.from_keras_model(
-      keras_model,
-      input_spec=(tf.TensorSpec([None, _FEATURES], tf.float32),
-                  tf.TensorSpec([None], tf.int32)),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+_model_fn = linear_model.model_fn_for(_FEATURES, _CLASSES)
 
 
 def _client_datasets():

@@ -23,6 +23,8 @@ from experiments import train
 from experiments import train_config
 from one_shot_epe import estimation
 
+import programs
+
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NOISES = ('0', '0.2')
 _REPETITIONS = ('1', '2')
@@ -38,9 +40,8 @@ _TINY = (f'--config={os.path.join(_REPO, "configs", "demo.cfg")}',
 
 def _reproduce(*args: str) -> subprocess.CompletedProcess:
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-  return subprocess.run([sys.executable, '-m', 'experiments.reproduce', *args],
-                        cwd=_REPO, env=env, capture_output=True, text=True,
-                        timeout=1200, check=False)
+  return programs.run([sys.executable, '-m', 'experiments.reproduce', *args],
+                      cwd=_REPO, env=env, timeout=1200)
 
 
 @pytest.fixture(scope='module', name='grid')

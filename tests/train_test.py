@@ -19,7 +19,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -33,6 +32,7 @@ from one_shot_epe import estimate
 from one_shot_epe import estimation
 from one_shot_epe import runtime
 from one_shot_epe.tasks import synthetic
+import programs
 import tiny_run
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -252,13 +252,13 @@ def test_command_line_bad_flag_exits_2_untouched(tmp_path, bad_flag, named):
   (root / 'tiny').mkdir(parents=True)
   (root / 'tiny' / 'keep.txt').write_text('user file')
   before = _snapshot(str(root))
-  done = subprocess.run(
+  done = programs.run(
       [sys.executable, '-m', 'experiments.train', '--use_synthetic_data',
        f'--synthetic_num_clients={tiny_run.NUM_CLIENTS}',
        '--clients_per_round=3', f'--total_rounds={tiny_run.TOTAL_ROUNDS}',
        f'--root_output_dir={root}',
        '--run_name=tiny', bad_flag],
-      cwd=_REPO, capture_output=True, text=True, timeout=300, check=False)
+      cwd=_REPO, timeout=300)
   assert done.returncode == 2, done.stderr
   assert named in done.stderr
   assert 'Traceback' not in done.stderr
