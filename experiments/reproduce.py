@@ -183,6 +183,14 @@ def load_run(config: train_config.TrainConfig) -> GridRun:
                      'cosine'))
 
 
+def run_or_load(config: train_config.TrainConfig) -> GridRun:
+  """Runs (or resumes) `config` unless its report is written; reads it back."""
+  if not os.path.exists(os.path.join(config.run_dir, train.REPORT_JSON_FILE)):
+    print(f'Running {config.run_dir}', flush=True)
+    train.run_training(config)
+  return load_run(config)
+
+
 def run_grid(
     configs: Sequence[train_config.TrainConfig],
     baseline_configs: Sequence[train_config.TrainConfig] = ()
@@ -208,13 +216,7 @@ def run_grid(
     if config.num_canaries == 0:
       raise train_config.ConfigError('--num_canaries must be >= 2 for the '
                                      'privacy grid; got 0.')
-  runs = []
-  for config in prepared:
-    if not os.path.exists(os.path.join(config.run_dir,
-                                       train.REPORT_JSON_FILE)):
-      print(f'Running {config.run_dir}', flush=True)
-      train.run_training(config)
-    runs.append(load_run(config))
+  runs = [run_or_load(config) for config in prepared]
   accuracies = {}
   for config in baselines:
     print(f'Running {config.run_dir}', flush=True)
@@ -234,13 +236,7 @@ def run_table5(experiments: Sequence[table5.Experiment], output_dir: str
   """
   estimates: dict[tuple[float, str], list[float]] = {}
   for experiment in experiments:
-    runs = []
-    for config in experiment.configs:
-      if not os.path.exists(os.path.join(config.run_dir,
-                                         train.REPORT_JSON_FILE)):
-        print(f'Running {config.run_dir}', flush=True)
-        train.run_training(config)
-      runs.append(load_run(config))
+    runs = [run_or_load(config) for config in experiment.configs]
     estimates.setdefault((experiment.noise_multiplier, experiment.arm),
                          []).append(table5.pooled_epsilon(
                              [run.final_cosines for run in runs],

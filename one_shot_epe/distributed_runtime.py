@@ -403,6 +403,20 @@ def _client_slice(value: Any, type_spec: Any, start: int, stop: int) -> Any:
   ])
 
 
+def _block_bounds(num_items: int, num_blocks: int) -> list[int]:
+  """Bounds of min(num_blocks, n) contiguous blocks of n items, larger first.
+
+  Block i is [bounds[i], bounds[i + 1]); the first n mod k blocks hold one
+  item more than the others.
+  """
+  num_blocks = min(num_blocks, num_items)
+  bounds = [0]
+  for i in range(num_blocks):
+    bounds.append(bounds[-1] + num_items // num_blocks +
+                  (1 if i < num_items % num_blocks else 0))
+  return bounds
+
+
 def split_clients(value: Any, type_spec: Any, num_slices: int) -> list[Any]:
   """Cuts CLIENTS-placed values of `value` into <= `num_slices` slices.
 
@@ -425,11 +439,7 @@ def split_clients(value: Any, type_spec: Any, num_slices: int) -> list[Any]:
   num_clients = counts.pop() if counts else 0
   if num_clients == 0:
     return [value]
-  num_slices = min(num_slices, num_clients)
-  bounds = [0]
-  for i in range(num_slices):
-    bounds.append(bounds[-1] + num_clients // num_slices +
-                  (1 if i < num_clients % num_slices else 0))
+  bounds = _block_bounds(num_clients, num_slices)
   return [_client_slice(value, type_spec, start, stop)
           for start, stop in zip(bounds[:-1], bounds[1:])]
 
@@ -538,15 +548,10 @@ class DistributedExecutionContext(tff.framework.SyncContext):
 
 
 def _contiguous_blocks(items: Sequence[Any], num_blocks: int) -> list[list[Any]]:
-  """`items` cut into <= num_blocks contiguous blocks, larger blocks first."""
-  num_blocks = min(num_blocks, len(items))
-  blocks, start = [], 0
-  for i in range(num_blocks):
-    stop = start + len(items) // num_blocks + (
-        1 if i < len(items) % num_blocks else 0)
-    blocks.append(list(items[start:stop]))
-    start = stop
-  return blocks
+  """`items` cut into <= num_blocks contiguous blocks (`_block_bounds`)."""
+  bounds = _block_bounds(len(items), num_blocks)
+  return [list(items[start:stop])
+          for start, stop in zip(bounds[:-1], bounds[1:])]
 
 
 @contextlib.contextmanager

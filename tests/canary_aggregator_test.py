@@ -360,13 +360,9 @@ _model_fn = linear_model.model_fn_for(_LEARNING_FEATURES, _LEARNING_CLASSES)
 
 
 def _client_datasets(num_clients):
-  rng = np.random.default_rng(2)
-  datasets = []
-  for _ in range(num_clients):
-    x = rng.normal(size=(12, _LEARNING_FEATURES)).astype(np.float32)
-    y = rng.integers(0, _LEARNING_CLASSES, size=12).astype(np.int32)
-    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(4))
-  return datasets
+  return linear_model.client_datasets(
+      num_clients, _LEARNING_FEATURES, _LEARNING_CLASSES, examples=12,
+      batch_size=4, seed=2)
 
 
 def _learning_process(factory, client_learning_rate):

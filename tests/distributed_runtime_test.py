@@ -147,13 +147,8 @@ _model_fn = linear_model.model_fn_for(_FEATURES, _CLASSES)
 
 
 def _client_datasets():
-  rng = np.random.default_rng(11)
-  datasets = []
-  for _ in range(_NUM_CLIENTS):
-    x = rng.normal(size=(6, _FEATURES)).astype(np.float32)
-    y = rng.integers(0, _CLASSES, size=6).astype(np.int32)
-    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(3))
-  return datasets
+  return linear_model.client_datasets(_NUM_CLIENTS, _FEATURES, _CLASSES,
+                                      examples=6, batch_size=3, seed=11)
 
 
 def _flat(value):

@@ -1,9 +1,11 @@
-"""A zero-initialised linear classifier as a TFF model, shared by TFF tests.
+"""A zero-initialised linear classifier as a TFF model, and data for it.
 
-Not collected (no `_test` suffix). Small enough that a DP-FedAvg round traces
-and runs in seconds, yet a real `tff.learning` model with trainable weights.
+Shared by TFF tests; not collected (no `_test` suffix). Small enough that a
+DP-FedAvg round traces and runs in seconds, yet a real `tff.learning` model
+with trainable weights.
 """
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -23,3 +25,16 @@ def model_fn_for(features: int, classes: int):
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
   return model_fn
+
+
+def client_datasets(num_clients: int, features: int, classes: int,
+                    examples: int, batch_size: int,
+                    seed: int) -> list[tf.data.Dataset]:
+  """`num_clients` batched datasets of Gaussian inputs and uniform labels."""
+  rng = np.random.default_rng(seed)
+  datasets = []
+  for _ in range(num_clients):
+    x = rng.normal(size=(examples, features)).astype(np.float32)
+    y = rng.integers(0, classes, size=examples).astype(np.int32)
+    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size))
+  return datasets

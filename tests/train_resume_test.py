@@ -121,13 +121,14 @@ def fixture_reference(tmp_path_factory):
 
 
 def _resume_and_compare(root, reference, resumed_from):
-  _, reference = reference
+  """Reruns the command in `root` to its end; compares with `reference`."""
+  _, reference_files = reference
   done = _run(_command(root, '-m', 'experiments.train'))
   assert done.returncode == 0, done.stderr[-3000:]
   assert f'resumed from round {resumed_from}' in done.stdout, done.stdout
   run_dir = os.path.join(root, 'run')
   for name in _RESULT_FILES:
-    assert _read(run_dir, name) == reference[name], name
+    assert _read(run_dir, name) == reference_files[name], name
   leftovers = [name for name in os.listdir(os.path.join(run_dir, 'checkpoints'))
                if 'temp' in name]
   assert not leftovers
