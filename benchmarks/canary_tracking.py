@@ -35,10 +35,20 @@ issue) is not re-timed here: it needs the dataset and costs minutes.
       [--buffer_rounds=B] [--dims=1206590,4050000]
 """
 
+import sys
+
+if __name__ == '__main__':
+  # Before TensorFlow starts a thread: local TFF workers in a network
+  # namespace with only loopback, then a quiet TensorFlow import.
+  from one_shot_epe import isolation
+  from one_shot_epe import quiet
+  isolation.isolate_program(sys.argv)
+  quiet.quiet_startup(sys.argv, import_tensorflow=True)
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 

@@ -20,6 +20,17 @@ Each is timed --repeats times after one warm-up call; medians are printed.
       [--clients_per_worker=2] [--client_sleep_ms=500] [--repeats=3]
 """
 
+import sys
+
+if __name__ == '__main__':
+  # Before TensorFlow starts a thread: local TFF workers in a network
+  # namespace with only loopback, then a quiet TensorFlow import.
+  from one_shot_epe import isolation
+  from one_shot_epe import quiet
+  isolation.isolate_program(sys.argv)
+  quiet.quiet_startup(sys.argv, import_tensorflow=True)
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 import statistics
 import time
 from collections.abc import Sequence

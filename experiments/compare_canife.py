@@ -8,16 +8,29 @@ own client, clip norm 1.0, noise multiplier 0.2, one epoch at batch size 128
 every 100 rounds (design pool 512, 2 500 Adam steps on pixels and soft label,
 100 attack scores), and the one-shot estimate from 1 000 seen and 1 000 unseen
 canaries inserted into the same run. The paper reports an analytical eps of
-34.5, CANIFE eps_hat 0.879 +- 0.124 and one-shot eps_est 6.76 +- 1.06.
+34.5, CANIFE eps_hat 0.879 +- 0.124 and one-shot eps_est 6.76 +- 1.06 (with
+unseen canaries, hence the all-iterates threat model).
+
+The analytical 34.5 is one unamplified Gaussian mechanism (sigma = 0.2,
+delta = 1/60 000): a canary presented exactly once, in a round the adversary
+knows. So by default (--canary_insertion=once) each seen canary is inserted
+exactly once, at a uniformly drawn round (`dpsgd.canary_schedule`); with
+--canary_insertion=poisson a canary joins each round with probability q like
+a Poisson-sampled client (about 37% of them are then never inserted in one
+epoch and "seen" is a mixture), with 'shuffle' once per epoch. Real clients
+are always sampled by --sampling.
 
 Each run trains once (`one_shot_epe.baselines.dpsgd`); before the update of
 rounds 0, s, 2s, ... the frozen model is audited by CANIFE
 (`one_shot_epe.baselines.canife`), whose per-round estimates are composed
 over training with the RDP accountant (`canife_accounting`). The one-shot
-estimates come from the same run's canary cosines (`one_shot_epe.estimation`:
-all iterates, Algorithm 3, and final model, Algorithm 2). The program prints a
-Markdown table of the means +- sample std over --num_runs runs, with the wall
-time each method added to training, and a table per run.
+estimates come from the same run's canary cosines (`one_shot_epe.estimation`
+reports: all iterates, Algorithm 3, and final model, Algorithm 2), each with
+eps_est (Sec. 3.2), its bootstrap 95% interval, the Gaussian-DP estimate, the
+attack's AUROC and TPR at FPR 1e-2 and 1e-3, and eps_lo (Sec. 5.1). The
+program prints a Markdown table of the means +- sample std over --num_runs
+runs beside the paper's numbers, with the wall time each method added to
+training, and a table per run.
 
   python -m experiments.compare_canife                 # CPU default (below)
   python -m experiments.compare_canife --flagfile=configs/compare_canife.cfg
@@ -32,19 +45,27 @@ downloaded.
 
 The default is the paper's setting except --design_steps=500 (instead of
 2 500; canary health is already >= 0.97 by then) and --num_runs=3; it took
-5 minutes on a 2-core CPU shared with other jobs (load ~7). The paper-scale
-config (2 500 steps, 5 runs) takes about 4 times as long. Not stated in the
+15 minutes on a 2-core CPU shared with other jobs (load ~8; per run: 37 s of
+training, 200 s of CANIFE, 24 s of one-shot tracking and reports). The
+paper-scale config (2 500 steps, 5 runs) takes about 4 times as long. Not stated in the
 paper, chosen here: 100 hidden units, learning rate 0.5, Poisson sampling of
-clients and canaries (--sampling=shuffle is the alternative), delta = 1/N.
+clients (--sampling=shuffle is the alternative), delta = 1/N.
 
 Bad flags exit with status 2 and a message naming the flag.
 """
 
+import sys
+
+if __name__ == '__main__':
+  # Before the baselines import TensorFlow: a quiet start.
+  from one_shot_epe import quiet
+  quiet.quiet_startup(sys.argv, import_tensorflow=True)
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 import dataclasses
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Sequence
 
@@ -97,7 +118,8 @@ class RunResult:
   canife_estimate: canife_accounting.CanifeEstimate
   audits: list[canife.AuditResult]
   one_shot_all: estimation.PrivacyReport
-  one_shot_final: float
+  one_shot_final: estimation.PrivacyReport
+  canary_presentations: list[int]
   train_seconds: float
   canife_seconds: float
   one_shot_seconds: float
@@ -127,8 +149,8 @@ def run_once(setting: Setting, data: fashion_mnist.Dataset,
   """Trains once with canaries and CANIFE audits; returns both estimates."""
   run_seed = int(np.random.SeedSequence([setting.seed, run_index])
                  .generate_state(1)[0])
-  train_seed, pool_seed, audit_seed = (
-      int(s) for s in np.random.SeedSequence(run_seed).generate_state(3))
+  train_seed, pool_seed, audit_seed, bootstrap_seed = (
+      int(s) for s in np.random.SeedSequence(run_seed).generate_state(4))
   model = auditor.model
   train_images, train_labels = data.train_images, data.train_labels
   if setting.num_train_examples > 0:
@@ -173,18 +195,19 @@ def run_once(setting: Setting, data: fashion_mnist.Dataset,
   canife_seconds = time.perf_counter() - start + sum(
       a.design_seconds + a.attack_seconds for a in audits)
   start = time.perf_counter()
-  report = estimation.all_iterates_report(trained.seen_maxima,
-                                          trained.unseen_maxima, delta)
-  final = estimation.epsilon_from_final_cosines(trained.final_cosines,
-                                                model.dim, delta)
+  report = estimation.all_iterates_report(
+      trained.seen_maxima, trained.unseen_maxima, delta, seed=bootstrap_seed)
+  final = estimation.final_model_report(trained.final_cosines, model.dim,
+                                        delta, seed=bootstrap_seed)
   one_shot_seconds = trained.one_shot_seconds + time.perf_counter() - start
   accuracy = auditor.oracle.accuracy(trained.final_params, test_inputs,
                                      test_labels)
   return RunResult(
       seed=run_seed, test_accuracy=accuracy, canife_epsilon=estimate.epsilon,
       canife_capped_epsilon=capped.epsilon, canife_estimate=estimate,
-      audits=audits, one_shot_all=report,
-      one_shot_final=final, train_seconds=trained.train_seconds,
+      audits=audits, one_shot_all=report, one_shot_final=final,
+      canary_presentations=np.bincount(trained.appearances).tolist(),
+      train_seconds=trained.train_seconds,
       canife_seconds=canife_seconds, one_shot_seconds=one_shot_seconds)
 
 
@@ -221,10 +244,61 @@ def _mean_std(values: Sequence[float]) -> str:
   return text
 
 
+_THREAT_MODELS = (
+    ('one_shot_all', 'all iterates (Alg. 3; seen vs unseen max-cosines)'),
+    ('one_shot_final', 'final model (Alg. 2; cosines with theta_T - theta_0 '
+     'vs the exact null)'),
+)
+_PAPER_ONE_SHOT_TEXT = f'{PAPER_ONE_SHOT[0]} ± {PAPER_ONE_SHOT[1]}'
+
+
+def _insertion_text(insertion: str) -> str:
+  """How the seen canaries were inserted, in words for the report."""
+  return {
+      'once': 'each seen canary inserted exactly once, at a uniformly random '
+              'round',
+      'poisson': 'each canary joins each round w.p. q (Poisson); some are '
+                 'never inserted',
+      'shuffle': 'each canary once per epoch (shuffled)',
+  }[insertion]
+
+
+def _one_shot_rows(results: Sequence[RunResult], field: str,
+                   title: str) -> list[str]:
+  """Summary rows of one threat model's `estimation.PrivacyReport`s."""
+  reports = [getattr(r, field) for r in results]
+
+  def column(name: str) -> str:
+    return _mean_std([getattr(report, name) for report in reports])
+
+  interval = [report.epsilon_est_interval for report in reports]
+  paper = (f'{_PAPER_ONE_SHOT_TEXT} (Sec. 5.4)' if field == 'one_shot_all'
+           else '—')
+  rows = [
+      f'| **one-shot, {title}**: eps_est (Sec. 3.2) | {column("epsilon_est")} '
+      f'| {paper} |',
+      f'| — eps_est, bootstrap 95% interval [lo, hi] | '
+      f'[{_mean_std([lo for lo, _ in interval])}, '
+      f'{_mean_std([hi for _, hi in interval])}] | — |',
+      f'| — eps_gdp (mu-Gaussian DP, mu = mean shift / null std) | '
+      f'{column("epsilon_gdp")} | — |',
+      f'| — GDP mu | {column("gdp_mu")} | — |',
+      f'| — attack AUROC | {column("auroc")} | — |',
+  ]
+  for fpr in estimation.TPR_FPRS:
+    key = f'{fpr:g}'
+    rows.append(f'| — attack TPR at FPR {key} | '
+                f'{_mean_std([report.tpr_at_fpr[key] for report in reports])} '
+                '| — |')
+  rows.append(f'| — eps_lo (95% lower bound, Sec. 5.1) | '
+              f'{column("epsilon_lo")} | — |')
+  return rows
+
+
 def format_report(setting: Setting, data: fashion_mnist.Dataset,
                   num_clients: int, results: Sequence[RunResult],
                   total_seconds: float) -> str:
-  """The Markdown report: summary table, per-run table and notes."""
+  """The Markdown report: summary table beside the paper, per-run table, notes."""
   config = setting.training
   single, composed = analytical_epsilons(setting, num_clients)
   delta = setting.delta if setting.delta is not None else 1.0 / num_clients
@@ -234,82 +308,95 @@ def format_report(setting: Setting, data: fashion_mnist.Dataset,
   dim = feedforward.FeedForward(fashion_mnist.IMAGE_SHAPE,
                                 setting.hidden_units).dim
 
-  def mean_time(name: str) -> float:
-    return float(np.mean([getattr(r, name) for r in results]))
+  def mean_time(name: str) -> str:
+    return f'{np.mean([getattr(r, name) for r in results]):.1f}'
 
   lines = [
       f'Section 5.4: CANIFE vs one-shot on one training run ({runs} runs; '
       f'data: {data.source}, N = {num_clients} clients; two-layer network, '
-      f'{setting.hidden_units} hidden units, d = '
-      f'{dim}; '
+      f'{setting.hidden_units} hidden units, d = {dim}; '
       f'clip {config.clip:g}, noise multiplier {config.noise_multiplier:g}, '
       f'batch {config.batch_size}, {config.epochs} epoch(s) = {num_rounds} '
-      f'rounds, {config.sampling} sampling, lr {config.learning_rate:g}; '
-      f'delta = {delta:.3g})',
+      f'rounds, {config.sampling} sampling of clients, lr '
+      f'{config.learning_rate:g}; {config.num_seen} seen / {config.num_unseen} '
+      f'unseen canaries, canary insertion {config.canary_insertion!r}: '
+      f'{_insertion_text(config.canary_insertion)}; delta = {delta:.3g})',
       '',
-      '| quantity | epsilon | wall time per run (s) |',
-      '|---|---|---|',
-      f'| analytical eps, one Gaussian release (RDP; the paper\'s "analytical '
-      f'eps", 34.5 there) | {single:.3g} | — |',
-      f'| analytical eps, RDP of {num_rounds} Poisson-subsampled rounds at q = '
-      f'{config.sampling_rate(num_clients):.3g} | {composed:.3g} | — |',
+      '| quantity | this implementation (mean ± std over runs) | paper | '
+      'wall time per run (s) |',
+      '|---|---|---|---|',
+      f'| analytical eps, one unamplified Gaussian release (RDP; a canary '
+      f'inserted once) | {single:.3g} | {PAPER_ANALYTICAL_EPSILON} | — |',
+      f'| accounted eps of real clients: RDP of {num_rounds} Poisson-subsampled'
+      f' rounds at q = {config.sampling_rate(num_clients):.3g} | '
+      f'{composed:.3g} | — | — |',
       f'| CANIFE eps_hat (Alg. 2; audit every {setting.audit_every} rounds, '
-      f'{audit.num_mock_rounds} scores, pool '
-      f'{setting.design_pool_size}, {audit.design_steps} design steps,'
-      f' GetNoise at the {setting.canife_noise_delta} delta; ∞ if an '
-      f'audit separates perfectly) | '
-      f'{_mean_std([r.canife_epsilon for r in results])} | '
-      f'{mean_time("canife_seconds"):.1f} |',
+      f'{audit.num_mock_rounds} scores, pool {setting.design_pool_size}, '
+      f'{audit.design_steps} design steps, GetNoise at the '
+      f'{setting.canife_noise_delta} delta; ∞ if an audit separates '
+      f'perfectly) | {_mean_std([r.canife_epsilon for r in results])} | '
+      f'{PAPER_CANIFE[0]} ± {PAPER_CANIFE[1]} | '
+      f'{mean_time("canife_seconds")} |',
       f'| CANIFE eps_hat, perfect audits capped at the '
       f'{audit.num_mock_rounds}-score bound | '
-      f'{_mean_std([r.canife_capped_epsilon for r in results])} | (same) |',
-      f'| one-shot eps_est, all iterates (Alg. 3; {config.num_seen} seen / '
-      f'{config.num_unseen} unseen canaries) | '
-      f'{_mean_std([r.one_shot_all.epsilon_est for r in results])} | '
-      f'{mean_time("one_shot_seconds"):.1f} |',
-      f'| one-shot eps_lo, all iterates (95% lower bound) | '
-      f'{_mean_std([r.one_shot_all.epsilon_lo for r in results])} | (same) |',
-      f'| one-shot eps_est, final model only (Alg. 2) | '
-      f'{_mean_std([r.one_shot_final for r in results])} | (same) |',
-      f'| (training itself, shared) | — | {mean_time("train_seconds"):.1f} |',
+      f'{_mean_std([r.canife_capped_epsilon for r in results])} | — | (same) |',
+  ]
+  for field, title in _THREAT_MODELS:
+    rows = _one_shot_rows(results, field, title)
+    rows[0] += f' {mean_time("one_shot_seconds")} |'
+    lines += rows[:1] + [row + ' (same) |' for row in rows[1:]]
+  lines += [
+      f'| (training itself, shared) | — | — | {mean_time("train_seconds")} |',
       '',
       f'Paper (Sec. 5.4): analytical {PAPER_ANALYTICAL_EPSILON}, CANIFE '
       f'{PAPER_CANIFE[0]} ± {PAPER_CANIFE[1]}, one-shot '
-      f'{PAPER_ONE_SHOT[0]} ± {PAPER_ONE_SHOT[1]}.',
+      f'{_PAPER_ONE_SHOT_TEXT} (1 000 seen and 1 000 unseen canaries: the '
+      'all-iterates estimate).',
       '',
-      '| run | test acc. | CANIFE eps_hat_r per audit | canary health | '
-      'attack acc. | mean abs cos (held-out) | CANIFE eps_hat (capped) | '
-      'seen max-cos mean/std | unseen max-cos mean/std | eps_est all | '
-      'eps_est final |',
-      '|---|---|---|---|---|---|---|---|---|---|---|',
+      '| run | test acc. | canaries inserted 0/1/2/... times | '
+      'CANIFE eps_hat_r per audit | canary health | attack acc. | '
+      'mean abs cos (held-out) | CANIFE eps_hat (capped) | '
+      'seen max-cos mean/std | unseen max-cos mean/std | '
+      'eps_est all [95% interval] | eps_lo all | '
+      'eps_est final [95% interval] | eps_lo final |',
+      '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ]
   for i, r in enumerate(results):
     per_round = ', '.join(f'{a.epsilon:.3g}' for a in r.audits)
     health = ', '.join(f'{a.canary_health:.3f}' for a in r.audits)
     accuracy = ', '.join(f'{a.attack_accuracy:.2f}' for a in r.audits)
     cosine = ', '.join(f'{a.heldout_cosine:.2g}' for a in r.audits)
-    report = r.one_shot_all
+    presentations = '/'.join(str(n) for n in r.canary_presentations)
+    every, final = r.one_shot_all, r.one_shot_final
     lines.append(
-        f'| {i} | {r.test_accuracy:.3f} | {per_round} | {health} | {accuracy} '
-        f'| {cosine} | {r.canife_epsilon:.3g} ({r.canife_capped_epsilon:.3g}) '
-        f'| {report.seen_mean:.4g} / '
-        f'{report.seen_std:.3g} | {report.null_mean:.4g} / '
-        f'{report.null_std:.3g} | {report.epsilon_est:.3g} | '
-        f'{r.one_shot_final:.3g} |')
+        f'| {i} | {r.test_accuracy:.3f} | {presentations} | {per_round} | '
+        f'{health} | {accuracy} | {cosine} | {r.canife_epsilon:.3g} '
+        f'({r.canife_capped_epsilon:.3g}) | {every.seen_mean:.4g} / '
+        f'{every.seen_std:.3g} | {every.null_mean:.4g} / '
+        f'{every.null_std:.3g} | {_with_interval(every)} | '
+        f'{every.epsilon_lo:.3g} | {_with_interval(final)} | '
+        f'{final.epsilon_lo:.3g} |')
   lines += [
       '',
       f'Total wall time: {total_seconds:.1f} s. Estimates are mean ± sample '
-      'std (ddof = 1) over runs. Wall times are what each method adds to '
-      'training: CANIFE = mock-client updates, canary design, mock rounds and '
-      'accounting; one-shot = canary records, cosine tracking, final-model '
-      'cosines and the estimates.',
+      'std (ddof = 1) over runs; an interval row gives the mean ± std of its '
+      'ends. Wall times are what each method adds to training: CANIFE = '
+      'mock-client updates, canary design, mock rounds and accounting; '
+      'one-shot = canary records, cosine tracking, final-model cosines and '
+      'both reports (bootstrap included).',
   ]
   return '\n'.join(lines) + '\n'
 
 
+def _with_interval(report: estimation.PrivacyReport) -> str:
+  """'eps_est [lo, hi]' of one report."""
+  low, high = report.epsilon_est_interval
+  return f'{report.epsilon_est:.3g} [{low:.3g}, {high:.3g}]'
+
+
 def results_json(setting: Setting, num_clients: int,
                  results: Sequence[RunResult]) -> str:
-  """Per-run numbers, for the record."""
+  """The setting (canary insertion included) and per-run numbers."""
   single, composed = analytical_epsilons(setting, num_clients)
 
   def audit_dict(a: canife.AuditResult) -> dict[str, object]:
@@ -317,18 +404,26 @@ def results_json(setting: Setting, num_clients: int,
             if key not in ('scores', 'inserted')}
 
   return json.dumps({
+      'setting': dataclasses.asdict(setting),
+      'canary_insertion': setting.training.canary_insertion,
       'analytical_epsilon_single_release': single,
       'analytical_epsilon_poisson_rdp': composed,
+      'paper': {
+          'analytical_epsilon': PAPER_ANALYTICAL_EPSILON,
+          'canife_epsilon_mean_std': list(PAPER_CANIFE),
+          'one_shot_epsilon_mean_std': list(PAPER_ONE_SHOT),
+      },
       'num_clients': num_clients,
       'runs': [{
           'seed': r.seed,
           'test_accuracy': r.test_accuracy,
+          'canary_presentations': r.canary_presentations,
           'canife_epsilon': r.canife_epsilon,
           'canife_capped_epsilon': r.canife_capped_epsilon,
           'canife_estimate': dataclasses.asdict(r.canife_estimate),
           'audits': [audit_dict(a) for a in r.audits],
           'one_shot_all': r.one_shot_all.to_dict(),
-          'one_shot_final': r.one_shot_final,
+          'one_shot_final': r.one_shot_final.to_dict(),
           'train_seconds': r.train_seconds,
           'canife_seconds': r.canife_seconds,
           'one_shot_seconds': r.one_shot_seconds,
@@ -394,7 +489,15 @@ def _define_flags() -> None:
                            message='--learning_rate must be finite and > 0.')
   flags.DEFINE_enum('sampling', defaults.sampling, list(dpsgd.SAMPLINGS),
                     "'poisson': each client and canary joins each round w.p. "
-                    "q = B/N; 'shuffle': each exactly once per epoch.")
+                    "q = B/N; 'shuffle': each exactly once per epoch "
+                    '(real clients only; canaries follow '
+                    '--canary_insertion).')
+  flags.DEFINE_enum('canary_insertion', defaults.canary_insertion,
+                    list(dpsgd.CANARY_INSERTIONS),
+                    "How seen canaries are inserted: 'once': each exactly "
+                    'once at a uniformly random round (one Gaussian release, '
+                    "the paper's analytical eps); 'poisson': each round w.p. "
+                    "q = B/N (some never); 'shuffle': once per epoch.")
   flags.DEFINE_integer('num_seen', defaults.num_seen, 'Seen canaries.',
                        lower_bound=2)
   flags.DEFINE_integer('num_unseen', defaults.num_unseen, 'Unseen canaries.',
@@ -453,8 +556,8 @@ def setting_from_flags(values: flags.FlagValues) -> Setting:
         clip=values.clip, noise_multiplier=values.noise_multiplier,
         batch_size=values.batch_size, epochs=values.epochs,
         learning_rate=values.learning_rate, sampling=values.sampling,
-        num_seen=values.num_seen, num_unseen=values.num_unseen,
-        buffer_rounds=values.buffer_rounds)
+        canary_insertion=values.canary_insertion, num_seen=values.num_seen,
+        num_unseen=values.num_unseen, buffer_rounds=values.buffer_rounds)
     config = canife.CanifeConfig(
         design_steps=values.design_steps,
         design_learning_rate=values.design_learning_rate,

@@ -6,9 +6,12 @@ repetitions of a config's grid, one DP-FedAvg run with canaries
 (`experiments.train.run_training`); then, from the runs' own `report.json`
 and cosine CSVs:
 
-  table.md            Tables 3 and 4: noise, analytical eps, eps_lo-all,
-                      eps_est-all, eps_lo-final, eps_est-final, one block per
-                      repetition count
+  table.md            Tables 3 and 4: noise, analytical eps at r
+                      presentations, eps_lo-all, eps_est-all, eps_lo-final,
+                      eps_est-final, accuracy, then the accounted eps of a
+                      real client and the robust summaries (eps_gdp,
+                      bootstrap interval, AUROC, TPR), one block per
+                      repetition count r
   anderson.md         Table 6: Anderson-Darling A^2 of each cosine set
   results.json        the same numbers at full precision, one entry per run
   cosine_densities.png  Figures 1 and 3: final-model cosine densities, one
@@ -45,21 +48,33 @@ The run of grid point (N, R) lives in --output_dir/runs/noise<N>_rep<R>/
 is validated (`train.prepare`: flags, data, and that existing run
 directories hold runs with the same flags) before any run starts. A rerun
 skips runs whose report is written and resumes unfinished ones from their
-checkpoints. All output files are written atomically. Bad flags exit with
-status 2 and a message naming the flag.
+checkpoints. Each run is locked while it trains (`train.run_training`, one
+writer per run directory): a run that another process is training (say, a
+second reproduce on the same --output_dir) stops this program with status 2
+naming the run directory and the holder's pid, rather than waiting an
+unknown time for it or leaving it out of the tables; rerunning once the
+holder has ended picks the run up. All output files are written atomically;
+a failed write (a full disk) exits with status 2 naming the file and the
+cause, and a rerun resumes. Bad flags exit with status 2 and a message
+naming the flag.
 """
 
 import os
+import sys
 
 if __name__ == '__main__':
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+  # Before TensorFlow starts a thread: the runs' local TFF workers in a network
+  # namespace with only loopback, then a quiet TensorFlow import.
+  from one_shot_epe import isolation
+  from one_shot_epe import quiet
+  isolation.isolate_program(sys.argv, flagfile_flags=('config',))
+  quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 import csv
 import dataclasses
 import json
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -74,6 +89,7 @@ from experiments import train_config
 from one_shot_epe import atomic_io
 from one_shot_epe import cli
 from one_shot_epe import plots
+from one_shot_epe import write_failures
 
 GRID_PREFIX = '# grid: --'
 GRID_FLAGS = ('noise_multiplier', 'canary_repeats')
@@ -289,21 +305,63 @@ def _number(value: float | None) -> str:
   return f'{value:.4g}'
 
 
+def _cell(report: Mapping[str, Any], key: str) -> str:
+  """A robust-summary cell of report.json; n/a where the report lacks it."""
+  value = report.get(key)
+  return 'n/a' if value is None else _number(value)
+
+
+def _interval_cell(report: Mapping[str, Any], key: str) -> str:
+  """A bootstrap interval [low, high]; n/a where the report lacks it."""
+  value = report.get(key)
+  return 'n/a' if value is None else f'[{_number(value[0])}, {_number(value[1])}]'
+
+
+def _tpr_cell(report: Mapping[str, Any], key: str, fpr: str) -> str:
+  """TPR at one FPR ('0.01', '0.001'); n/a where the report lacks it."""
+  value = report.get(key)
+  return 'n/a' if value is None else _number(value[fpr])
+
+
+def _accounted_cell(report: Mapping[str, Any]) -> str:
+  """Accounted eps: None means infinite when a mechanism is given, else n/a."""
+  if report.get('accounted_epsilon_mechanism') is None:
+    return 'n/a'
+  return _number(report['accounted_epsilon'])
+
+
 def privacy_table(runs: Sequence[GridRun]) -> str:
-  """Tables 3/4: one block per repetition count, one row per noise."""
+  """Tables 3/4: one block per repetition count, one row per noise.
+
+  The paper's columns first (analytical eps at the block's r presentations),
+  then the accounted eps of a real client and, per threat model, the robust
+  summaries: Gaussian-DP eps, bootstrap 95% interval of eps_est, AUROC and
+  TPR at FPR 1e-2 and 1e-3.
+  """
   lines = []
+  robust = ' | '.join(
+      f'ε_gdp-{model} | ε_est-{model} 95% CI | AUROC-{model} | '
+      f'TPR@1e-2-{model} | TPR@1e-3-{model}' for model in ('all', 'final'))
   for repeats in sorted({run.canary_repeats for run in runs}):
     lines += [f'**{repeats} canary repetition{"s" if repeats != 1 else ""}**',
               '',
-              '| noise | analytical ε | ε_lo-all | ε_est-all | ε_lo-final | '
-              'ε_est-final | accuracy |',
-              '|---|---|---|---|---|---|---|']
+              f'| noise | analytical ε (r = {repeats}) | ε_lo-all | ε_est-all '
+              '| ε_lo-final | ε_est-final | accuracy | accounted ε | '
+              f'{robust} |',
+              '|---|---|---|---|---|---|---|---|' + '---|' * 10]
     for run in runs:
       if run.canary_repeats != repeats:
         continue
       report = run.report
       all_lo = report['epsilon_lo_all']
       all_est = report['epsilon_est_all']
+      robust_cells = ' | '.join(
+          f'{_cell(report, f"epsilon_gdp_{model}")} | '
+          f'{_interval_cell(report, f"epsilon_est_interval_{model}")} | '
+          f'{_cell(report, f"auroc_{model}")} | '
+          f'{_tpr_cell(report, f"tpr_at_fpr_{model}", "0.01")} | '
+          f'{_tpr_cell(report, f"tpr_at_fpr_{model}", "0.001")}'
+          for model in ('all', 'final'))
       lines.append(
           f'| {run.noise_multiplier:g} | '
           f'{_number(report["analytical_epsilon"])} | '
@@ -311,11 +369,22 @@ def privacy_table(runs: Sequence[GridRun]) -> str:
           f'{"n/a" if all_est is None else _number(all_est)} | '
           f'{_number(report["epsilon_lo_final"])} | '
           f'{_number(report["epsilon_est_final"])} | '
-          f'{_number(report["accuracy"])} |')
+          f'{_number(report["accuracy"])} | {_accounted_cell(report)} | '
+          f'{robust_cells} |')
     lines.append('')
   first = runs[0].report
-  lines.append(f'd = {first["dim"]}, δ = {first["delta"]:.3g}, ε_lo at '
-               f'{1 - first["alpha"]:.0%} confidence.')
+  sampling = first.get('setting', {}).get('sampling', 'the configured')
+  lines += [
+      f'd = {first["dim"]}, δ = {first["delta"]:.3g}, ε_lo at '
+      f'{1 - first["alpha"]:.0%} confidence.',
+      '',
+      'Analytical ε: a canary presented r times in known rounds (r-fold '
+      'Gaussian mechanism, no amplification). Accounted ε: a real client under '
+      f'{sampling} sampling over the whole run (each run\'s report.md names '
+      'the mechanism). ε_gdp: Gaussian-DP estimate from the mean shift in '
+      'null standard deviations; CI: basic bootstrap interval of ε_est; '
+      'AUROC and TPR of the attack "the statistic is larger".',
+  ]
   return '\n'.join(lines) + '\n'
 
 
@@ -492,7 +561,9 @@ def main(argv: Sequence[str]) -> None:
   """Validates the whole grid, runs (or resumes) it, writes the outputs.
 
   Everything is checked before the first run starts; a bad flag or config
-  exits with status 2. Prints the tables and the paths written.
+  exits with status 2, and so do a run in use by another process and a
+  failed write (`train.REPORTED_ERRORS`). Prints the tables and the paths
+  written.
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
@@ -512,15 +583,16 @@ def main(argv: Sequence[str]) -> None:
       for experiment in table5_experiments:  # Validate before any run.
         for config in experiment.configs:
           train.prepare(config)
-    runs, without_canaries = run_grid(configs, baselines)
-    table5_text = (run_table5(table5_experiments, output_dir)
-                   if table5_experiments else None)
-  except train_config.ConfigError as error:
+    title = os.path.splitext(os.path.basename(flags.FLAGS.config))[0]
+    with write_failures.reported(output_dir):
+      runs, without_canaries = run_grid(configs, baselines)
+      table5_text = (run_table5(table5_experiments, output_dir)
+                     if table5_experiments else None)
+      paths = write_outputs(runs, noises, repetitions, output_dir, title,
+                            without_canaries)
+  except train.REPORTED_ERRORS as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)
-  title = os.path.splitext(os.path.basename(flags.FLAGS.config))[0]
-  paths = write_outputs(runs, noises, repetitions, output_dir, title,
-                        without_canaries)
   print(privacy_table(runs), end='')
   print()
   print(anderson_table(runs), end='')

@@ -21,7 +21,8 @@ atomically):
                          `tff.program.CSVFileReleaseManager`
   canary_cosines.csv     per-round mean and max cosine of the seen and of the
                          unseen canaries with the round's noised aggregate
-                         (written in blocks of --canary_buffer_rounds)
+                         (or model step, --all_iterates_statistic; written in
+                         blocks of --canary_buffer_rounds)
   tensorboard/           both, `tff.program.TensorBoardReleaseManager`
   checkpoints/           `tff.program.FileProgramStateManager` versions:
                          learning state and canary tracker state
@@ -60,6 +61,17 @@ differ.
 Every flag is checked before anything is written; a bad flag (or a data
 directory that does not exist or holds the wrong files, or a run directory
 holding a run with other flags) exits with status 2 and a message naming it.
+
+One writer per run directory: a launcher holds an exclusive OS lock on its
+run directory (`one_shot_epe.run_lock`, the file `.run.lock`) from before its
+first write to its end; a second launcher on the same directory exits with
+status 2 naming the holder's pid, writing nothing. The kernel drops the lock
+of a killed launcher, so a rerun always gets it and resumes. A failed write
+(a full disk, an I/O error: a checkpoint, a CSV, the report, the plot,
+config.json) exits with status 2 and one line naming the file and the cause
+(`one_shot_epe.write_failures`); the temporary files of the failed write are
+removed, everything written before is intact, and rerunning the same
+command resumes from the last checkpoint.
 The flags are defined only when this module runs as a program (or by
 `train_config.define_flags`), so the launcher is also a library:
 
@@ -76,11 +88,15 @@ tracking, checkpoints) is in `experiments.train_program`.
 """
 
 import os
+import sys
 
 if __name__ == '__main__':
-  # Run as a program: quiet TensorFlow's C++ INFO logs (also in TFF's worker
-  # process, which inherits the environment) unless the user chose a level.
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+  # Run as a program, before TensorFlow starts a thread: local TFF workers in a
+  # network namespace with only loopback, then a quiet TensorFlow import.
+  from one_shot_epe import isolation
+  from one_shot_epe import quiet
+  isolation.isolate_program(sys.argv)
+  quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 import collections
@@ -88,7 +104,7 @@ import contextlib
 import dataclasses
 import json
 import math
-import sys
+import re
 from collections.abc import Iterator, Sequence
 
 from absl import app
@@ -101,6 +117,7 @@ import tensorflow_federated as tff
 from experiments import train_config
 from experiments import train_program
 from one_shot_epe import accelerators
+from one_shot_epe import accounting
 from one_shot_epe import atomic_io
 from one_shot_epe import cli
 from one_shot_epe import canaries
@@ -111,15 +128,18 @@ from one_shot_epe import distributed_runtime
 from one_shot_epe import final_model
 from one_shot_epe import participation
 from one_shot_epe import plots
+from one_shot_epe import run_lock
 from one_shot_epe import run_report
 from one_shot_epe import runtime
 from one_shot_epe import tasks
+from one_shot_epe import write_failures
 
 # The accuracy put in the report, per task. StackOverflow excludes padding,
 # out-of-vocabulary and end-of-sentence tokens from the accuracy, as Reddi et
 # al. (2020) report it.
 ACCURACY_METRICS = {
     'emnist_character': 'sparse_categorical_accuracy',
+    'fashion_mnist': 'sparse_categorical_accuracy',
     'stackoverflow_word': 'accuracy_without_out_of_vocab_or_end_of_sentence',
 }
 
@@ -136,6 +156,16 @@ MAX_COSINES_FILE = 'max_cosines.csv'
 REPORT_JSON_FILE = 'report.json'
 REPORT_MARKDOWN_FILE = 'report.md'
 DENSITY_PLOT_FILE = 'cosine_densities.png'
+
+# The temporary files of TFF's CSV release managers (`<file>_temp1234`),
+# left by a process killed or stopped by a failed write before its rename.
+_TFF_CSV_TEMPORARY = re.compile(
+    rf'({re.escape(METRICS_FILE)}|{re.escape(CANARY_COSINES_FILE)})_temp\d+$')
+
+# What a launcher reports in one line with exit status 2: a bad flag, a run
+# directory in use by another launcher, a failed write (a full disk, ...).
+REPORTED_ERRORS = (train_config.ConfigError, run_lock.RunLockedError,
+                   write_failures.WriteFailure)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +273,7 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
         seed=config.canary_seed, num_seen=config.num_canaries,
         num_unseen=config.num_unseen_canaries,
         schedule=schedule.as_round_lists(), tracking='external',
+        canary_clip=config.canary_clip,
         buffer_rounds=config.canary_buffer_rounds or min(
             cosine_tracking.default_tracker_rounds(task.num_parameters),
             config.rounds_per_checkpoint, total_rounds))
@@ -267,10 +298,6 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
   except ValueError as error:
     raise train_config.ConfigError(str(error)) from None
   _check_run_dir(config)
-  try:
-    checkpoints.verify_latest(os.path.join(config.run_dir, CHECKPOINT_DIR))
-  except checkpoints.CheckpointError as error:
-    raise train_config.ConfigError(f'--run_name: {error}.') from None
   return PreparedRun(config=config, task=task, sampler=sampler,
                      total_rounds=total_rounds, delta=delta,
                      canary_config=canary_config, aggregator=aggregator,
@@ -313,7 +340,11 @@ def build_aggregator(
 
 
 def _check_run_dir(config: train_config.TrainConfig) -> None:
-  """The run directory must be new, empty, or hold a run with the same flags."""
+  """The run directory must be new, empty, or hold a run with the same flags.
+
+  "Empty" allows the lock file (`run_lock`). A run with the same flags must
+  have an intact newest checkpoint, if it has any (`checkpoints`).
+  """
   root, run_dir = config.root_output_dir, config.run_dir
   if os.path.exists(root) and not os.path.isdir(root):
     raise train_config.ConfigError(f'--root_output_dir {root!r} exists and is '
@@ -325,7 +356,7 @@ def _check_run_dir(config: train_config.TrainConfig) -> None:
                                    'not a directory.')
   config_path = os.path.join(run_dir, CONFIG_FILE)
   if not os.path.exists(config_path):
-    if os.listdir(run_dir):
+    if set(os.listdir(run_dir)) - {run_lock.LOCK_FILE}:
       raise train_config.ConfigError(
           f'--run_name: {run_dir!r} is not empty and holds no {CONFIG_FILE}; '
           'choose another --run_name or --root_output_dir.')
@@ -337,6 +368,52 @@ def _check_run_dir(config: train_config.TrainConfig) -> None:
     raise train_config.ConfigError(
         f'--run_name: cannot read {config_path!r}: {error}.') from None
   train_config.check_resumable(config, saved, run_dir)
+  try:
+    checkpoints.verify_latest(os.path.join(run_dir, CHECKPOINT_DIR))
+  except checkpoints.CheckpointError as error:
+    raise train_config.ConfigError(f'--run_name: {error}.') from None
+
+
+def _remove_leftovers(run_dir: str) -> None:
+  """Deletes what unfinished writes left (never complete, never read).
+
+  Temporary files and checkpoint directories of a killed run or of a failed
+  write (`atomic_io`, TFF's CSV release managers, `checkpoints`).
+  """
+  atomic_io.remove_temporaries(run_dir)
+  checkpoints.remove_partial(os.path.join(run_dir, CHECKPOINT_DIR))
+  for name in os.listdir(run_dir):
+    if _TFF_CSV_TEMPORARY.match(name):
+      os.unlink(os.path.join(run_dir, name))
+
+
+@contextlib.contextmanager
+def _owned_run_dir(config: train_config.TrainConfig) -> Iterator[None]:
+  """The run directory, locked by this process for the block's duration.
+
+  Takes `run_lock` (creating the directory) and checks the directory again,
+  as another launcher may have written it since `prepare` looked. A failed
+  write under --root_output_dir becomes `write_failures.WriteFailure`, and
+  the temporary files of unfinished writes are removed while the lock is
+  still held.
+
+  Raises:
+    run_lock.RunLockedError: another process holds the lock.
+    train_config.ConfigError: the directory no longer passes `prepare`'s
+      checks.
+    write_failures.WriteFailure: a write under --root_output_dir failed.
+  """
+  with write_failures.reported(config.root_output_dir), run_lock.acquire(
+      config.run_dir):
+    _check_run_dir(config)
+    _remove_leftovers(config.run_dir)
+    try:
+      yield
+    except BaseException:
+      # Best effort on a failing disk: the next run removes them too.
+      with contextlib.suppress(OSError):
+        _remove_leftovers(config.run_dir)
+      raise
 
 
 def _optimizer(name: str, learning_rate: float,
@@ -388,17 +465,26 @@ def run_training(config: train_config.TrainConfig) -> RunResult:
   Calls `tf.keras.utils.set_random_seed(config.seed)` (Python, numpy and TF
   global seeds) before building the model.
 
+  The run directory is locked for the whole run (`run_lock`): one writer per
+  run directory.
+
   Raises:
     train_config.ConfigError: before anything is written, for an invalid
       config.
+    run_lock.RunLockedError: before anything is written, when another
+      process is running in the run directory.
+    write_failures.WriteFailure: a write failed (e.g. the disk is full);
+      the outputs written before are intact and a rerun resumes.
   """
   setup = prepare(config)
+  with _owned_run_dir(setup.config):
+    return _train_and_write(setup)
+
+
+def _train_and_write(setup: PreparedRun) -> RunResult:
+  """`run_training` in its locked run directory: trains, then writes."""
   config = setup.config
   run_dir = config.run_dir
-  os.makedirs(run_dir, exist_ok=True)
-  # Leftovers of a run killed while writing: never complete, never read.
-  atomic_io.remove_temporaries(run_dir)
-  checkpoints.remove_partial(os.path.join(run_dir, CHECKPOINT_DIR))
   atomic_io.write_text(os.path.join(run_dir, CONFIG_FILE),
                        json.dumps(config.to_json_dict(), indent=2,
                                   sort_keys=True) + '\n')
@@ -449,7 +535,7 @@ def run_training(config: train_config.TrainConfig) -> RunResult:
     try:
       state = tff.simulation.run_training_process(
           process if tracking is None else train_program.ObservedProcess(
-              process, tracking),
+              process, tracking, config.all_iterates_statistic),
           train_program.selection_fn(
               setup.sampler,
               task.preprocessed_train_data.create_tf_dataset_for_client,
@@ -513,14 +599,21 @@ def _write_results(setup: PreparedRun, accuracy: float,
                 config.clipping_norm),
       num_canaries=config.num_canaries,
       num_unseen_canaries=config.num_unseen_canaries,
-      canary_repeats=config.canary_repeats, seed=config.seed,
+      canary_repeats=config.canary_repeats,
+      all_iterates_statistic=config.all_iterates_statistic,
+      canary_clip=config.canary_clip, seed=config.seed,
       canary_seed=config.canary_seed)
   report = run_report.build_run_report(
       final_cosines=final_cosines, dim=dim, delta=setup.delta,
       noise_multiplier=config.noise_multiplier, alpha=config.alpha,
       seen_maxima=seen_maxima if has_unseen else None,
       unseen_maxima=unseen_maxima if has_unseen else None,
-      accuracy=accuracy, setting=setting)
+      accuracy=accuracy, setting=setting,
+      canary_presentations=config.canary_repeats,
+      participation=accounting.Participation(
+          sampling=config.sampling, clients_per_round=config.clients_per_round,
+          num_clients=setup.task.num_train_clients,
+          rounds=setup.total_rounds))
   report.write(os.path.join(run_dir, REPORT_JSON_FILE),
                os.path.join(run_dir, REPORT_MARKDOWN_FILE))
   panels = {'final model': {'seen canaries': final_cosines}}
@@ -537,7 +630,9 @@ def _write_results(setup: PreparedRun, accuracy: float,
 def main(argv: Sequence[str]) -> None:
   """Trains (or resumes) the run of the flags and prints its report.
 
-  A bad flag exits with status 2 before anything is written.
+  A bad flag, or a run directory in use by another launcher, exits with
+  status 2 before anything is written; a failed write (a full disk) exits
+  with status 2 naming the file and the cause (`REPORTED_ERRORS`).
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
@@ -545,7 +640,7 @@ def main(argv: Sequence[str]) -> None:
     logging.set_verbosity(logging.WARNING)  # TFF logs every round at INFO.
   try:
     result = run_training(train_config.config_from_flags())
-  except train_config.ConfigError as error:
+  except REPORTED_ERRORS as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)
   print(f'Run directory: {result.run_dir}')

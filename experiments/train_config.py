@@ -29,11 +29,17 @@ import numpy as np
 
 from one_shot_epe import accelerators
 from one_shot_epe import canaries
+from one_shot_epe import canary_aggregator
 from one_shot_epe import distributed_runtime
 from one_shot_epe import tasks
 
 OPTIMIZERS = ('sgd', 'sgdm', 'adam')
 FINAL_MODEL_STATISTICS = ('delta', 'final')
+# The all-iterates statistic of Algorithm 3: each canary's cosine with the
+# round's noised aggregate rho_bar_t (the paper's text), or with the model
+# step theta_{t-1} - theta_t after the server optimizer (the paper's
+# published code); see `train_program.all_iterates_state`.
+ALL_ITERATES_STATISTICS = ('aggregate', 'model_delta')
 SAMPLINGS = ('shuffle', 'bernoulli', 'poisson')
 
 # Flags that may differ between a run and its resumption: they name the run's
@@ -88,6 +94,8 @@ class TrainConfig:
   canary_seed: int = 0
   canary_buffer_rounds: int | None = None
   final_model_statistic: str = 'delta'
+  all_iterates_statistic: str = 'aggregate'
+  canary_clip: str = 'project'
   delta: float | None = None
   alpha: float = 0.05
   rounds_per_evaluation: int = 10
@@ -117,6 +125,10 @@ class TrainConfig:
     _check_choice('sampling', self.sampling, SAMPLINGS)
     _check_choice('final_model_statistic', self.final_model_statistic,
                   FINAL_MODEL_STATISTICS)
+    _check_choice('all_iterates_statistic', self.all_iterates_statistic,
+                  ALL_ITERATES_STATISTICS)
+    _check_choice('canary_clip', self.canary_clip,
+                  canary_aggregator.CANARY_CLIPS)
     _check_choice('accelerator', self.accelerator, accelerators.ACCELERATORS)
     for name in ('use_synthetic_data', 'seeded_noise', 'progress_bar'):
       if not isinstance(getattr(self, name), (bool, np.bool_)):
@@ -245,18 +257,26 @@ def _check_float(name: str, value: Any, low: float, high: float, *,
                       f'{value!r}.')
 
 
+_DEFAULTS = {field.name: field.default
+             for field in dataclasses.fields(TrainConfig)}
+
+
 def check_resumable(config: TrainConfig, saved: Mapping[str, Any],
                     run_dir: str) -> None:
   """Checks that a run saved with flags `saved` may resume with `config`.
 
   `saved` is the run directory's config.json. Only the flags that name the
-  run's location or affect how it is shown or saved may differ.
+  run's location or affect how it is shown or saved may differ. A flag absent
+  from `saved` was added after that run started; it counts as its default
+  (flags are added with defaults that keep the earlier behaviour, e.g.
+  --all_iterates_statistic and --canary_clip), so such runs still resume.
 
   Raises:
     ConfigError: naming every other flag that differs, for the run directory
       `run_dir`.
   """
   current = config.to_json_dict()
+  saved = {**_DEFAULTS, **saved}
   differing = sorted(
       name for name in set(saved) | set(current)
       if name not in _RESUMABLE_DIFFERENCES and
@@ -270,9 +290,11 @@ def check_resumable(config: TrainConfig, saved: Mapping[str, Any],
 
 
 _FLAG_HELP = {
-    'task': 'Task: emnist_character (CNN, 1,206,590 parameters) or '
-            'stackoverflow_word (LSTM, 4,050,748 parameters).',
-    'data_dir': "Directory with TFF's cached SQLite files (never downloads).",
+    'task': 'Task: emnist_character (CNN, 1,206,590 parameters), '
+            'stackoverflow_word (LSTM, 4,050,748 parameters) or fashion_mnist '
+            '(1,200 non-IID clients, CNN with 10 classes, 1,199,882 parameters).',
+    'data_dir': "Directory with TFF's cached SQLite files, or for fashion_mnist "
+                'the Fashion-MNIST IDX files (never downloads).',
     'use_synthetic_data': 'Train on synthetic data with the real structure.',
     'synthetic_num_clients': 'Synthetic training clients (>= 1).',
     'synthetic_examples_per_client': 'Synthetic examples per client (>= 1).',
@@ -317,6 +339,18 @@ _FLAG_HELP = {
     'final_model_statistic': 'Final-model cosine of Algorithm 2: with the '
                              'model delta theta_T - theta_0 (delta) or with '
                              'theta_T (final, the paper\'s literal line 11).',
+    'all_iterates_statistic': 'All-iterates statistic of Algorithm 3: each '
+                              'canary\'s max cosine with the noised '
+                              'aggregate (aggregate, the paper\'s text) or '
+                              'with the model step theta_{t-1} - theta_t '
+                              'after the server optimizer (model_delta, the '
+                              'published code; differs under server '
+                              'momentum).',
+    'canary_clip': 'How a canary meets the clip S_t: scaled to norm S_t and '
+                   'counted as unclipped by adaptive clipping (project, the '
+                   'paper\'s text), or a 1e4 x S_t record clipped to S_t by '
+                   'the DP query and counted as clipped (clip, the published '
+                   'code).',
     'delta': 'delta of the estimates, in (0, 1); default m^-1.1 for m real '
              'clients.',
     'alpha': 'eps_lo holds with confidence 1 - alpha; alpha in (0, 0.5).',
@@ -346,7 +380,9 @@ _FLAG_HELP = {
 _ENUMS = {'task': tasks.TASK_NAMES, 'accelerator': accelerators.ACCELERATORS,
           'client_optimizer': OPTIMIZERS,
           'server_optimizer': OPTIMIZERS, 'sampling': SAMPLINGS,
-          'final_model_statistic': FINAL_MODEL_STATISTICS}
+          'final_model_statistic': FINAL_MODEL_STATISTICS,
+          'all_iterates_statistic': ALL_ITERATES_STATISTICS,
+          'canary_clip': canary_aggregator.CANARY_CLIPS}
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:

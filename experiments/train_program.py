@@ -5,12 +5,13 @@ round's client datasets (`selection_fn`, seeded per round so that a resumed
 run trains on the same data) and the test-set evaluation (`evaluation_fn`);
 the release managers of the per-round metrics (`CompactReleaseManager`, to
 CSV and TensorBoard, and the `ProgressReleaseManager` bar); the tracking of
-the canaries' per-round cosines with the noised aggregate, whose
-max-over-rounds values are Algorithm 3's statistics in Andrew et al., "One-shot
-Empirical Privacy Estimation for Federated Learning" (ICLR 2024), Sec. 4.1
-(`CanaryTracking`, fed by `ObservedProcess`); and the checkpoints of the run
-(`RunStateManager`: learning state and tracker state together, so a resumed
-run's maxima are exact).
+the canaries' per-round cosines with the noised aggregate (or, with
+--all_iterates_statistic=model_delta, the model step; `all_iterates_state`),
+whose max-over-rounds values are Algorithm 3's statistics in Andrew et al.,
+"One-shot Empirical Privacy Estimation for Federated Learning" (ICLR 2024),
+Sec. 4.1 (`CanaryTracking`, fed by `ObservedProcess`); and the checkpoints of
+the run (`RunStateManager`: learning state and tracker state together, so a
+resumed run's maxima are exact).
 """
 
 import asyncio
@@ -116,7 +117,9 @@ class CanaryTracking:
   """Exact max-over-rounds canary cosines, tracked outside TFF (Algorithm 3).
 
   The aggregator (tracking='external') keeps each round's noised aggregate in
-  its state; a `cosine_tracking.CosineTracker` in this process buffers them
+  its state; `ObservedProcess` hands it (or the model step,
+  `all_iterates_state`) to a `cosine_tracking.CosineTracker` in this process,
+  which buffers them
   and every B rounds (and at every checkpoint) computes their cosines with all
   canaries, releasing each round's cosine summaries (key: the round, 1-based
   as in metrics.csv) to `release_managers`.
@@ -167,6 +170,63 @@ class CanaryTracking:
                                                  device=self._device)
 
 
+def _flat_trainable(learning_state: Any) -> np.ndarray:
+  """The global model's trainable weights as float32 [d] (tf.nest order)."""
+  return np.concatenate([
+      np.asarray(w, np.float32).reshape(-1)
+      for w in tf.nest.flatten(learning_state.global_model_weights.trainable)
+  ])
+
+
+def all_iterates_state(statistic: str, previous_state: Any,
+                       state: Any) -> Any:
+  """The canary aggregator's state for the tracker, holding the vector to track.
+
+  The all-iterates statistic of Algorithm 3 is each canary's max over rounds
+  of its cosine with a per-round vector:
+
+  * 'aggregate' (the paper's text, lines 9-12): the round's noised aggregate
+    rho_bar_t, as the aggregator exported it (`state.aggregator`, unchanged);
+  * 'model_delta' (the paper's published code): the model step after the
+    server optimizer, signed as theta_{t-1} - theta_t. TFF's client update is
+    initial - trained weights and the server optimizer applies rho_bar_t as a
+    gradient, so with plain SGD at learning rate 1, theta_{t-1} - theta_t =
+    rho_bar_t and the two statistics agree (inserted canaries have positive
+    cosines under both). They agree only up to float32 rounding: theta_t is
+    stored rounded, so the step recovered from it differs from rho_bar_t by
+    at most 2^-24 (|theta_t| + |step|) per coordinate. Under server momentum
+    the step also carries earlier rounds' aggregates.
+
+  The previous model is in `previous_state`, the learning state `next` was
+  called with, which is the checkpointed state after a resume: the tracked
+  vectors, hence the maxima, do not depend on where a run was resumed.
+
+  Args:
+    statistic: One of `train_config.ALL_ITERATES_STATISTICS`.
+    previous_state: The learning state before the round (theta_{t-1}).
+    state: The learning state after it (theta_t), whose aggregator was built
+      with tracking='external'.
+
+  Returns:
+    The aggregator's state for `CosineTracker.observe`: `state.aggregator`
+    itself, or a `canary_aggregator.CanaryExportState` whose `aggregate` is
+    the model step.
+
+  Raises:
+    ValueError: for another `statistic`.
+  """
+  if statistic not in train_config.ALL_ITERATES_STATISTICS:
+    raise ValueError('statistic must be one of '
+                     f'{list(train_config.ALL_ITERATES_STATISTICS)}; got '
+                     f'{statistic!r}.')
+  aggregator = state.aggregator
+  if statistic == 'aggregate':
+    return aggregator
+  return canary_aggregator.CanaryExportState(
+      query_state=aggregator.query_state, round_num=aggregator.round_num,
+      aggregate=_flat_trainable(previous_state) - _flat_trainable(state))
+
+
 class ObservedProcess:
   """A learning process whose `next` also feeds the round to the tracking.
 
@@ -174,18 +234,35 @@ class ObservedProcess:
   """
 
   def __init__(self, process: tff.learning.templates.LearningProcess,
-               tracking: CanaryTracking):
+               tracking: CanaryTracking, statistic: str = 'aggregate'):
+    """Wraps `process`.
+
+    Args:
+      process: The DP-FedAvg learning process (external canary tracking).
+      tracking: Receives each round's vector to track.
+      statistic: The all-iterates statistic (`all_iterates_state`), one of
+        `train_config.ALL_ITERATES_STATISTICS`.
+
+    Raises:
+      ValueError: for another `statistic`.
+    """
+    if statistic not in train_config.ALL_ITERATES_STATISTICS:
+      raise ValueError('statistic must be one of '
+                       f'{list(train_config.ALL_ITERATES_STATISTICS)}; got '
+                       f'{statistic!r}.')
     self._process = process
     self._tracking = tracking
+    self._statistic = statistic
 
   def initialize(self) -> Any:
     """The wrapped process's initial state."""
     return self._process.initialize()
 
   def next(self, state: Any, client_data: Any) -> Any:
-    """Runs one round, then hands its aggregator state to the tracking."""
+    """Runs one round, then hands the vector it tracks to the tracking."""
     output = self._process.next(state, client_data)
-    self._tracking.observe(output.state.aggregator)
+    self._tracking.observe(
+        all_iterates_state(self._statistic, state, output.state))
     return output
 
 

@@ -12,6 +12,10 @@ Modules:
   tasks: EMNIST CNN and StackOverflow LSTM tasks, real (offline) or synthetic.
   run_report, plots, atomic_io: end-of-run report, figures, safe file writes.
   runtime: lifetime of TFF's C++ execution runtime (no leaked workers).
+  isolation: local TFF workers reachable only over loopback (network namespace).
+  quiet: program start without TensorFlow's start-up noise.
+  run_lock, write_failures: one writer per run directory; a failed write
+    (a full disk) as one line naming the file.
   baselines: the CANIFE baseline (Section 5.4).
 """
 

@@ -22,10 +22,19 @@ def write_text(path: str, text: str) -> None:
 
 
 def write_bytes(path: str, data: bytes) -> None:
-  """Writes `data` to `path` atomically, syncing it before the rename."""
+  """Writes `data` to `path` atomically, syncing it before the rename.
+
+  Raises:
+    OSError: the write failed (a full disk, an I/O error, ...). Its
+      `filename` is `path`, whatever step failed, and the old file at `path`
+      (if any) is untouched; the temporary file is removed.
+  """
   directory = os.path.dirname(os.path.abspath(path))
-  handle, temporary = tempfile.mkstemp(dir=directory, prefix=TEMPORARY_PREFIX,
-                                       suffix=os.path.basename(path))
+  try:
+    handle, temporary = tempfile.mkstemp(
+        dir=directory, prefix=TEMPORARY_PREFIX, suffix=os.path.basename(path))
+  except OSError as error:
+    raise _naming(error, path) from None
   try:
     with os.fdopen(handle, 'wb') as stream:
       stream.write(data)
@@ -33,10 +42,21 @@ def write_bytes(path: str, data: bytes) -> None:
       os.fsync(stream.fileno())
     os.chmod(temporary, 0o644)  # mkstemp creates files readable by us only.
     os.replace(temporary, path)
-  except BaseException:
+  except BaseException as error:
     if os.path.exists(temporary):
       os.unlink(temporary)
+    if isinstance(error, OSError):
+      raise _naming(error, path) from None
     raise
+
+
+def _naming(error: OSError, path: str) -> OSError:
+  """`error` (same errno, hence same OSError subclass) with `path` as filename.
+
+  A failed `write` or `fsync` carries no file name, and a failed rename names
+  the temporary file; callers report the target instead.
+  """
+  return OSError(error.errno, error.strerror or str(error), path)
 
 
 def remove_temporaries(directory: str) -> list[str]:

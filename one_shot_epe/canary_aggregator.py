@@ -16,12 +16,17 @@ Each round t (0-based count of `next` calls):
    `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed/_adaptive` do.
    The clipped records are summed over clients.
 2. At the server, every seen canary that the schedule names for round t
-   becomes a record `Proj(c_j; S_t)` (Algorithm 2, line 7: the canary direction
-   scaled to exactly the round's clip S_t) and goes through the same query's
-   `preprocess_record` as a client's update would: it is clipped (a no-op), it
-   counts in the adaptive clip's quantile estimate as an unclipped update, and
-   its record is merged into the clients' sum before `get_noised_result`, so it
-   is noised with everything else (noise std = noise multiplier x S_t).
+   becomes a record and goes through the same query's `preprocess_record` as
+   a client's update would, and its record is merged into the clients' sum
+   before `get_noised_result`, so it is noised with everything else (noise
+   std = noise multiplier x S_t). `CanaryConfig.canary_clip` picks the record:
+   'project' (default, the paper's text): `Proj(c_j; S_t)` (Algorithm 2,
+   line 7: the canary direction scaled to exactly the round's clip S_t), so
+   clipping is a no-op and the adaptive clip's quantile estimate counts it as
+   an unclipped update; 'clip' (the convention of the paper's published
+   code): `CLIPPED_CANARY_SCALE` x S_t times the unit direction, which the
+   query's own clipping scales down to norm S_t, so it contributes the same
+   vector (up to float32 rounding) but counts as a clipped update.
 3. The noised average rho_bar_t (Algorithm 3, line 9) is the process result.
    Its cosine with every seen and every unseen canary (Algorithm 3, lines
    10-12) enters a running maximum per canary (lines 14-16), kept in the
@@ -83,6 +88,11 @@ from one_shot_epe import seeded_queries
 
 DEFAULT_BUFFER_ROUNDS = 16
 TRACKING_MODES = ('in_state', 'external')
+CANARY_CLIPS = ('project', 'clip')
+# With canary_clip='clip', a canary record has norm CLIPPED_CANARY_SCALE x S_t
+# before the query clips it: always clipped, whatever S_t (the published code
+# multiplies the unit canary by 10 000).
+CLIPPED_CANARY_SCALE = 1e4
 
 
 def _check_real(name: str, value: Any, *, low: float, high: float = math.inf,
@@ -128,6 +138,11 @@ class CanaryConfig:
       `cosine_tracking.default_tracker_rounds(d)` (<= 768 MiB) for 'external'.
     chunk_size: Canaries regenerated at once while computing cosines; None
       picks `canaries.default_chunk_size(d)` (at most 256 MiB).
+    canary_clip: How an inserted canary meets the clip S_t (see the module
+      docstring): 'project' (scaled to norm S_t, counted as unclipped by
+      adaptive clipping; Algorithm 2, line 7) or 'clip' (a record of norm
+      `CLIPPED_CANARY_SCALE` x S_t clipped to S_t by the DP query, counted as
+      clipped; the paper's published code).
   """
   seed: int
   num_seen: int
@@ -136,6 +151,7 @@ class CanaryConfig:
   tracking: str = 'in_state'
   buffer_rounds: int | None = None
   chunk_size: int | None = None
+  canary_clip: str = 'project'
 
   def __post_init__(self):
     canaries.check_seed(self.seed)
@@ -144,6 +160,9 @@ class CanaryConfig:
     if self.tracking not in TRACKING_MODES:
       raise ValueError(f'tracking must be one of {TRACKING_MODES}; got '
                        f'{self.tracking!r}.')
+    if self.canary_clip not in CANARY_CLIPS:
+      raise ValueError(f'canary_clip must be one of {CANARY_CLIPS}; got '
+                       f'{self.canary_clip!r}.')
     if self.buffer_rounds is not None:
       _check_int('buffer_rounds', self.buffer_rounds, 1, 2**16)
     if self.chunk_size is not None:
@@ -413,8 +432,13 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
     def insert(i, total):
       direction = canaries.gaussian(self._config.seed, ids[i], dim)
-      record = self._query.preprocess_record(
-          params, self._project(direction, clip, specs))
+      if self._config.canary_clip == 'project':
+        record = self._project(direction, clip, specs)
+      else:
+        record = canaries.unflatten(
+            direction * (CLIPPED_CANARY_SCALE * clip / tf.norm(direction)),
+            specs)
+      record = self._query.preprocess_record(params, record)
       return i + 1, self._query.accumulate_preprocessed_record(total, record)
 
     _, total = tf.while_loop(

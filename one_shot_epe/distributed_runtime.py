@@ -94,6 +94,8 @@ import grpc
 import psutil
 import tensorflow_federated as tff
 
+from one_shot_epe import isolation
+
 LOOPBACK_HOST = '127.0.0.1'
 _MAX_PORT = 65535
 # TFF's own channel options for its local worker (executor_factory.py).
@@ -255,8 +257,10 @@ def local_workers(num_workers: int, *,
 
   worker_binary has no flag for the interface: like the worker of
   `runtime.local_cpp_context()` it listens on [::]:port, i.e. on every
-  interface, with an unauthenticated gRPC service. This module only ever
-  connects to 127.0.0.1; on a host reachable by others, firewall the ports.
+  interface of its network namespace, with an unauthenticated gRPC service.
+  The programs run in a namespace with only loopback
+  (`isolation.isolate_program`); a worker reachable from other hosts is
+  reported once it listens (`isolation.warn_if_exposed`).
 
   Args:
     num_workers: Number of workers, in [1, 256].
@@ -300,6 +304,7 @@ def local_workers(num_workers: int, *,
         if _await_listening(processes[-1], port,
                             time.monotonic() + startup_timeout_s):
           ports.append(port)
+          isolation.warn_if_exposed(processes[-1].pid, f'worker_binary {i}')
           break
       else:
         raise RuntimeError(

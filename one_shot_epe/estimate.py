@@ -7,8 +7,9 @@ The CSV has a header row. A column named `cosine` (or a single unnamed column)
 holds observed canaries' cosines with the final model and gives the
 final-model report (Algorithm 2; needs --dim). Columns `seen` and `unseen` hold
 max-over-rounds cosines and give the all-iterates report (Algorithm 3); the two
-columns may differ in length (leave trailing cells empty). Prints the report as
-JSON (--format=json) or a Markdown table (default). Bad input exits with status
+columns may differ in length (leave trailing cells empty). Prints the report
+(eps_est, eps_lo, and the robust epsilon_gdp, gdp_mu, epsilon_est_interval,
+auroc, tpr_at_fpr) as JSON (--format=json) or a Markdown table (default). Bad input exits with status
 2 and a message naming the problem.
 """
 
@@ -90,13 +91,26 @@ def build_report(columns: dict[str, list[float]], dim: int | None,
                                         threshold_strategy=threshold_strategy)
 
 
+def _format_value(value: object) -> str:
+  """Floats to 6 digits, inside lists (the interval) and dicts (TPR) too."""
+  if isinstance(value, float):
+    return f'{value:.6g}'
+  if isinstance(value, list):
+    return '[' + ', '.join(_format_value(item) for item in value) + ']'
+  if isinstance(value, dict):
+    return ', '.join(f'{key}: {_format_value(item)}'
+                     for key, item in value.items())
+  return str(value)
+
+
 def format_markdown(report: estimation.PrivacyReport) -> str:
-  """The report as a two-column Markdown table, floats to 6 digits."""
-  rows = [(key, value) for key, value in report.to_dict().items()]
+  """The report as a two-column Markdown table, floats to 6 digits.
+
+  tpr_at_fpr shows as "FPR: TPR" pairs, the bootstrap interval as [low, high].
+  """
   lines = ['| quantity | value |', '|---|---|']
-  for key, value in rows:
-    text = f'{value:.6g}' if isinstance(value, float) else str(value)
-    lines.append(f'| {key} | {text} |')
+  for key, value in report.to_dict().items():
+    lines.append(f'| {key} | {_format_value(value)} |')
   return '\n'.join(lines)
 
 

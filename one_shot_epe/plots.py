@@ -2,7 +2,9 @@
 
 * `plot_cosine_densities`: Figures 1 and 3 -- kernel density estimates of canary
   cosine sets, one panel per noise multiplier and one curve per number of canary
-  repetitions, against the null N(0, 1/d).
+  repetitions, against the null N(0, 1/d). Cosines are small (about 1/sqrt(d)),
+  so the x axis writes a common power of ten once (an offset such as
+  "1e-2") and takes as many ticks as fit without overlapping labels.
 * `plot_epsilon_bars`: Figures 2 and 4 -- eps_est as bars and the 95% lower bound
   eps_lo as red ticks, grouped by noise multiplier, one bar per repetition count.
 """
@@ -15,6 +17,7 @@ import matplotlib
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+from matplotlib import ticker  # pylint: disable=g-import-not-at-top
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
@@ -30,14 +33,39 @@ def _save(figure: plt.Figure, path: str) -> None:
   atomic_io.write_bytes(path, buffer.getvalue())
 
 
-def plot_cosine_densities(panels: Mapping[str, Mapping[str, ArrayLike]],
-                          dim: int, path: str, title: str = '') -> None:
-  """One panel per key of `panels`; each maps a curve label to its cosines.
+# Most x ticks of a density panel, and the least gap between their labels.
+_MAX_X_TICKS = 7
+_MIN_TICK_LABEL_GAP_PX = 4.0
 
-  Each panel also draws the null density N(0, 1/d) (the exact null of
-  Theorem 3.1 is indistinguishable at the paper's d). The x range covers every
-  set and the null's +-4 standard deviations.
+
+def x_tick_label_gaps(figure: plt.Figure, axis: plt.Axes) -> list[float]:
+  """Pixel gaps between consecutive x tick labels of `axis` (negative: overlap).
+
+  Measured on the renderer's bounding boxes of the drawn labels.
   """
+  figure.canvas.draw()
+  renderer = figure.canvas.get_renderer()
+  boxes = sorted((label.get_window_extent(renderer)
+                  for label in axis.get_xticklabels()
+                  if label.get_visible() and label.get_text()),
+                 key=lambda box: box.x0)
+  return [right.x0 - left.x1 for left, right in zip(boxes, boxes[1:])]
+
+
+def _fit_x_ticks(figure: plt.Figure, axis: plt.Axes) -> None:
+  """Scientific offset below 0.1; then the most ticks whose labels fit."""
+  axis.ticklabel_format(axis='x', style='sci', scilimits=(-1, 3),
+                        useMathText=True)
+  for bins in range(_MAX_X_TICKS, 1, -1):
+    axis.xaxis.set_major_locator(ticker.MaxNLocator(nbins=bins))
+    if min(x_tick_label_gaps(figure, axis),
+           default=_MIN_TICK_LABEL_GAP_PX) >= _MIN_TICK_LABEL_GAP_PX:
+      return
+
+
+def cosine_density_figure(panels: Mapping[str, Mapping[str, ArrayLike]],
+                          dim: int, title: str = '') -> plt.Figure:
+  """The figure of `plot_cosine_densities` (the caller closes it)."""
   if not panels:
     raise ValueError('panels must name at least one panel.')
   if dim < 3:
@@ -65,7 +93,20 @@ def plot_cosine_densities(panels: Mapping[str, Mapping[str, ArrayLike]],
     axis.set_visible(False)
   if title:
     figure.suptitle(title, y=1.03)
-  _save(figure, path)
+  for axis in list(axes.flat)[:len(panels)]:
+    _fit_x_ticks(figure, axis)
+  return figure
+
+
+def plot_cosine_densities(panels: Mapping[str, Mapping[str, ArrayLike]],
+                          dim: int, path: str, title: str = '') -> None:
+  """One panel per key of `panels`; each maps a curve label to its cosines.
+
+  Each panel also draws the null density N(0, 1/d) (the exact null of
+  Theorem 3.1 is indistinguishable at the paper's d). The x range covers every
+  set and the null's +-4 standard deviations. Writes a PNG to `path`.
+  """
+  _save(cosine_density_figure(panels, dim, title), path)
 
 
 def plot_epsilon_bars(noise_multipliers: Sequence[float],

@@ -1,10 +1,14 @@
 """The privacy report that ends every training run (Sections 4 and 5).
 
-Bundles, for one DP-FedAvg run with canaries, the analytical epsilon (the
-unamplified Gaussian mechanism applied once at the run's noise multiplier, as in
-the paper's Tables 3 and 4, footnote 5), the final-model report (Algorithm 2)
-and the all-iterates report (Algorithm 3), with the run's accuracy and setting.
-Written as JSON (machine-readable) and Markdown (for people), atomically.
+Bundles, for one DP-FedAvg run with canaries: two upper bounds, each with the
+mechanism it assumes (`accounting`): the analytical epsilon of a canary
+presented r times (an r-fold Gaussian mechanism, no amplification; r = 1 is
+the paper's Tables 3 and 4, footnote 5) and the accounted epsilon of a real
+client under the run's sampling; the final-model report (Algorithm 2) and the
+all-iterates report (Algorithm 3) with eps_est, eps_lo and the robust
+summaries (Gaussian-DP eps, bootstrap interval, AUROC, TPR at FPR); and the
+run's accuracy and setting. Written as JSON (machine-readable) and Markdown
+(for people), atomically.
 """
 
 import dataclasses
@@ -15,13 +19,23 @@ from typing import Any
 
 from numpy.typing import ArrayLike
 
+from one_shot_epe import accounting
 from one_shot_epe import atomic_io
 from one_shot_epe import estimation
 
 
+def _finite_or_none(value: float | None) -> float | None:
+  return None if value is None or math.isinf(value) else value
+
+
 @dataclasses.dataclass(frozen=True)
 class RunReport:
-  """Privacy estimates of one run under both threat models."""
+  """Privacy estimates of one run under both threat models.
+
+  analytical_epsilon is the canary's bound at canary_presentations = r
+  (math.inf without noise); accounted_epsilon is the real clients' bound
+  under the run's sampling, None when the sampling was not given.
+  """
   noise_multiplier: float
   delta: float
   alpha: float
@@ -31,28 +45,42 @@ class RunReport:
   all_iterates: estimation.PrivacyReport | None
   accuracy: float | None = None
   setting: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  canary_presentations: int = 1
+  analytical_mechanism: str = ''
+  accounted_epsilon: float | None = None  # math.inf without noise.
+  accounted_mechanism: str | None = None
 
   def to_dict(self) -> dict[str, Any]:
-    """JSON-ready dict; an infinite analytical epsilon becomes None."""
-    return {
+    """JSON-ready dict; an infinite analytical/accounted epsilon becomes None.
+
+    Per threat model, the robust summaries are repeated at the top level
+    with the suffix _final or _all (None without unseen canaries).
+    """
+    all_it = self.all_iterates
+    result = {
         'noise_multiplier': self.noise_multiplier,
         'delta': self.delta,
         'alpha': self.alpha,
         'dim': self.dim,
-        'analytical_epsilon': (None if math.isinf(self.analytical_epsilon) else
-                               self.analytical_epsilon),
+        'canary_presentations': self.canary_presentations,
+        'analytical_epsilon': _finite_or_none(self.analytical_epsilon),
+        'analytical_epsilon_mechanism': self.analytical_mechanism,
+        'accounted_epsilon': _finite_or_none(self.accounted_epsilon),
+        'accounted_epsilon_mechanism': self.accounted_mechanism,
         'epsilon_est_final': self.final.epsilon_est,
         'epsilon_lo_final': self.final.epsilon_lo,
-        'epsilon_est_all': (None if self.all_iterates is None else
-                            self.all_iterates.epsilon_est),
-        'epsilon_lo_all': (None if self.all_iterates is None else
-                           self.all_iterates.epsilon_lo),
+        'epsilon_est_all': None if all_it is None else all_it.epsilon_est,
+        'epsilon_lo_all': None if all_it is None else all_it.epsilon_lo,
         'accuracy': self.accuracy,
         'final': self.final.to_dict(),
-        'all_iterates': (None if self.all_iterates is None else
-                         self.all_iterates.to_dict()),
+        'all_iterates': None if all_it is None else all_it.to_dict(),
         'setting': dict(self.setting),
     }
+    for suffix, report in (('final', self.final), ('all', all_it)):
+      fields = None if report is None else report.to_dict()
+      for key in _ROBUST_KEYS:
+        result[f'{key}_{suffix}'] = None if fields is None else fields[key]
+    return result
 
   def to_json(self) -> str:
     """`to_dict` as indented JSON; a NaN or infinity raises ValueError."""
@@ -60,40 +88,61 @@ class RunReport:
                       allow_nan=False)
 
   def to_markdown(self) -> str:
-    """The Table 3/4 row of this run plus the fits behind it."""
-
-    def num(value: float | None) -> str:
-      if value is None:
-        return 'n/a'
-      return '∞' if math.isinf(value) else f'{value:.4g}'
-
+    """The Table 3/4 row, the bounds' mechanisms, robust summaries, fits."""
     all_it = self.all_iterates
     lines = [
         '| noise | analytical ε | ε_lo-all | ε_est-all | ε_lo-final | '
         'ε_est-final | accuracy |',
         '|---|---|---|---|---|---|---|',
-        f'| {self.noise_multiplier:g} | {num(self.analytical_epsilon)} | '
-        f'{num(all_it and all_it.epsilon_lo)} | '
-        f'{num(all_it and all_it.epsilon_est)} | {num(self.final.epsilon_lo)} '
-        f'| {num(self.final.epsilon_est)} | {num(self.accuracy)} |',
+        f'| {self.noise_multiplier:g} | {_num(self.analytical_epsilon)} | '
+        f'{_num(all_it and all_it.epsilon_lo)} | '
+        f'{_num(all_it and all_it.epsilon_est)} | '
+        f'{_num(self.final.epsilon_lo)} | {_num(self.final.epsilon_est)} | '
+        f'{_num(self.accuracy)} |',
         '',
         f'd = {self.dim}, δ = {self.delta:.3g}, ε_lo at {1 - self.alpha:.0%} '
         'confidence.',
+        '',
+        '| upper bound | ε | mechanism it assumes |',
+        '|---|---|---|',
+        f'| analytical ε (canary, r = {self.canary_presentations}) | '
+        f'{_num(self.analytical_epsilon)} | {self.analytical_mechanism} |',
+    ]
+    if self.accounted_mechanism is not None:
+      lines.append(f'| accounted ε (real client) | '
+                   f'{_num(self.accounted_epsilon)} | '
+                   f'{self.accounted_mechanism} |')
+    lines += [
+        '',
+        '| threat model | ε_est | ε_est 95% bootstrap interval | ε_gdp | '
+        'GDP μ | AUROC | TPR at FPR 1e-2 | TPR at FPR 1e-3 |',
+        '|---|---|---|---|---|---|---|---|',
+    ]
+    for name, report in (('all iterates', all_it), ('final model', self.final)):
+      if report is not None:
+        low, high = report.epsilon_est_interval
+        lines.append(
+            f'| {name} | {_num(report.epsilon_est)} | [{_num(low)}, '
+            f'{_num(high)}] | {_num(report.epsilon_gdp)} | '
+            f'{_num(report.gdp_mu)} | {_num(report.auroc)} | '
+            f'{_num(report.tpr_at_fpr["0.01"])} | '
+            f'{_num(report.tpr_at_fpr["0.001"])} |')
+    lines += [
         '',
         '| cosine set | count | mean | std | null mean | null std | '
         'Anderson A² |',
         '|---|---|---|---|---|---|---|',
         f'| final model, seen | {self.final.num_seen} | '
         f'{self.final.seen_mean:.4g} | {self.final.seen_std:.4g} | 0 | '
-        f'{self.final.null_std:.4g} | {num(self.final.anderson_seen)} |',
+        f'{self.final.null_std:.4g} | {_num(self.final.anderson_seen)} |',
     ]
     if all_it is not None:
       lines.append(
           f'| max over rounds, seen vs unseen | {all_it.num_seen} / '
           f'{all_it.num_unseen} | {all_it.seen_mean:.4g} | '
           f'{all_it.seen_std:.4g} | {all_it.null_mean:.4g} | '
-          f'{all_it.null_std:.4g} | {num(all_it.anderson_seen)} / '
-          f'{num(all_it.anderson_unseen)} |')
+          f'{all_it.null_std:.4g} | {_num(all_it.anderson_seen)} / '
+          f'{_num(all_it.anderson_unseen)} |')
     if self.setting:
       lines += ['', '| setting | value |', '|---|---|']
       lines += [f'| {key} | {value} |' for key, value in self.setting.items()]
@@ -105,19 +154,16 @@ class RunReport:
     atomic_io.write_text(markdown_path, self.to_markdown())
 
 
-def analytical_epsilon(noise_multiplier: float, delta: float) -> float:
-  """eps of one unamplified Gaussian mechanism at this noise multiplier.
+# Robust summaries repeated at the top level of `RunReport.to_dict`.
+_ROBUST_KEYS = ('epsilon_gdp', 'gdp_mu', 'epsilon_est_interval', 'auroc',
+                'tpr_at_fpr')
 
-  A canary's update has norm equal to the clip S and the noise std is
-  noise_multiplier * S, so the sensitivity-1 mechanism has sigma equal to the
-  noise multiplier; with no noise the answer is infinite.
-  """
-  if not math.isfinite(noise_multiplier) or noise_multiplier < 0:
-    raise ValueError('noise_multiplier must be a finite number >= 0; got '
-                     f'{noise_multiplier!r}.')
-  if noise_multiplier == 0:
-    return math.inf
-  return estimation.gaussian_epsilon(noise_multiplier, delta)
+
+def _num(value: float | None) -> str:
+  """A table cell: 4 significant digits, n/a for None, ∞ for infinity."""
+  if value is None:
+    return 'n/a'
+  return '∞' if math.isinf(value) else f'{value:.4g}'
 
 
 def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
@@ -125,18 +171,33 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
                      seen_maxima: ArrayLike | None = None,
                      unseen_maxima: ArrayLike | None = None,
                      accuracy: float | None = None,
-                     setting: Mapping[str, Any] | None = None) -> RunReport:
-  """Computes both threat models' reports from a run's cosines."""
+                     setting: Mapping[str, Any] | None = None,
+                     canary_presentations: int = 1,
+                     participation: accounting.Participation | None = None
+                     ) -> RunReport:
+  """Computes both threat models' reports and both upper bounds.
+
+  canary_presentations: r, how many times each seen canary was inserted
+    (the run's canary repetitions); the analytical eps is at r.
+  participation: the real clients' sampling; without it there is no
+    accounted eps.
+  """
   if (seen_maxima is None) != (unseen_maxima is None):
     raise ValueError('give both seen_maxima and unseen_maxima, or neither.')
+  analytical = accounting.canary_epsilon(noise_multiplier, delta,
+                                         canary_presentations)
+  accounted = (None if participation is None else accounting.client_epsilon(
+      noise_multiplier, delta, participation))
   final = estimation.final_model_report(final_cosines, dim, delta, alpha)
   all_iterates = None
   if seen_maxima is not None:
     all_iterates = estimation.all_iterates_report(seen_maxima, unseen_maxima,
                                                   delta, alpha, dim=dim)
-  return RunReport(noise_multiplier=float(noise_multiplier), delta=delta,
-                   alpha=alpha, dim=dim,
-                   analytical_epsilon=analytical_epsilon(noise_multiplier,
-                                                         delta),
-                   final=final, all_iterates=all_iterates, accuracy=accuracy,
-                   setting=dict(setting or {}))
+  return RunReport(
+      noise_multiplier=float(noise_multiplier), delta=delta, alpha=alpha,
+      dim=dim, analytical_epsilon=analytical.epsilon, final=final,
+      all_iterates=all_iterates, accuracy=accuracy,
+      setting=dict(setting or {}), canary_presentations=canary_presentations,
+      analytical_mechanism=analytical.mechanism,
+      accounted_epsilon=None if accounted is None else accounted.epsilon,
+      accounted_mechanism=None if accounted is None else accounted.mechanism)

@@ -6,16 +6,25 @@ parent keeps the parent's stdout/stderr open, which hangs any pipe or CI runner
 reading them. Every entry point of this project therefore runs TFF computations
 inside `local_cpp_context()` and this module also stops leftover workers at
 interpreter exit.
+
+The worker listens on every interface of its network namespace (TFF has no
+bind-address flag); `local_cpp_context()` watches for it to listen and reports
+it if it is reachable from other hosts (`isolation.warn_if_exposed`), i.e.
+unless the program entered a private network namespace
+(`isolation.isolate_program`).
 """
 
 import atexit
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 
 import psutil
+
+from one_shot_epe import isolation
 
 WORKER_BINARY_NAME = 'worker_binary'
 
@@ -70,6 +79,12 @@ def shutdown_workers(timeout_s: float = 10.0) -> int:
 def local_cpp_context(default_num_clients: int = 0) -> Iterator[object]:
   """Installs a fresh synchronous C++ execution context; stops its worker on exit.
 
+  TFF starts the worker at the first computation; a background thread waits
+  for it to listen and, if it is reachable from other hosts, logs a warning
+  naming its address and port. (Starting it here with a warm-up computation
+  would be simpler but perturbs TF's seeded random state, so a run would no
+  longer equal the same run on `distributed_runtime` workers.)
+
   Usage:
     with runtime.local_cpp_context():
       state = process.initialize()
@@ -78,11 +93,28 @@ def local_cpp_context(default_num_clients: int = 0) -> Iterator[object]:
 
   context = tff.backends.native.create_sync_local_cpp_execution_context(
       default_num_clients=default_num_clients)
+  stop = threading.Event()
+  watcher = threading.Thread(target=_report_exposed_worker, args=(stop,),
+                             name='worker-exposure-watch', daemon=True)
+  watcher.start()
   try:
     with tff.framework.get_context_stack().install(context):
       yield context
   finally:
+    stop.set()
+    watcher.join()
     shutdown_workers()
+
+
+def _report_exposed_worker(stop: threading.Event,
+                           poll_s: float = 0.05) -> None:
+  """Waits for this process's worker to listen, then reports its exposure."""
+  while not stop.wait(poll_s):
+    for worker in worker_processes():
+      with contextlib.suppress(FileNotFoundError, psutil.NoSuchProcess):
+        if isolation.listening_addresses(worker.pid):
+          isolation.warn_if_exposed(worker.pid, 'TFF worker_binary')
+          return
 
 
 atexit.register(shutdown_workers)

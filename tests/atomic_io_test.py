@@ -1,5 +1,6 @@
 """Tests that atomic writes never leave a partial file behind."""
 
+import errno
 import os
 
 import pytest
@@ -28,6 +29,31 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     atomic_io.write_text(str(path), '{"compl')
   assert path.read_text(encoding='utf-8') == '{"complete": true}'
   assert os.listdir(tmp_path) == ['report.json']
+
+
+def test_a_full_disk_names_the_target_and_keeps_the_old_file(tmp_path,
+                                                             monkeypatch):
+  path = tmp_path / 'final_cosines.csv'
+  path.write_text('cosine\n0.5\n', encoding='utf-8')
+
+  def full(*_):  # What write(2)/fsync(2) raise on a full disk: no file name.
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  monkeypatch.setattr(os, 'fsync', full)
+  with pytest.raises(OSError) as error:
+    atomic_io.write_columns_csv(str(path), {'cosine': [0.25]})
+  assert error.value.errno == errno.ENOSPC
+  assert error.value.filename == str(path)
+  assert os.strerror(errno.ENOSPC) in str(error.value)
+  assert path.read_text(encoding='utf-8') == 'cosine\n0.5\n'
+  assert os.listdir(tmp_path) == ['final_cosines.csv']
+
+
+def test_a_missing_directory_raises_naming_the_target(tmp_path):
+  path = str(tmp_path / 'missing' / 'report.md')
+  with pytest.raises(FileNotFoundError) as error:
+    atomic_io.write_text(path, 'text')
+  assert error.value.filename == path
 
 
 def test_columns_round_trip_through_the_estimate_cli_reader(tmp_path):

@@ -2,7 +2,8 @@
 
 Truths: one round recomputed by hand (per-example gradients by a plain
 GradientTape loop, canaries from `one_shot_epe.canaries`, cosines in numpy);
-the separation of inserted and never-inserted canaries without noise; the
+the separation of inserted and never-inserted canaries without noise;
+brute-force counts of each canary's insertions under 'once'; the
 independence of training from the audit hook.
 """
 
@@ -62,7 +63,7 @@ def test_without_noise_inserted_canaries_stand_out():
   inputs, labels = cluster_data.clusters(1, 200)
   config = dpsgd.TrainingConfig(noise_multiplier=0.0, batch_size=4,
                                 learning_rate=0.1, sampling='poisson',
-                                num_seen=100, num_unseen=100,
+                                canary_insertion='poisson', num_seen=100, num_unseen=100,
                                 buffer_rounds=16, seed=2)
   result = dpsgd.train(model, inputs, labels, config)
   appeared = result.appearances > 0
@@ -80,11 +81,61 @@ def test_without_noise_inserted_canaries_stand_out():
 def test_poisson_canaries_join_at_rate_q():
   model = feedforward.FeedForward((6, 6), hidden_units=2, num_classes=3)
   inputs, labels = cluster_data.clusters(2, 64)
-  config = dpsgd.TrainingConfig(batch_size=16, num_seen=400, num_unseen=2,
-                                seed=3)
+  config = dpsgd.TrainingConfig(batch_size=16, canary_insertion='poisson',
+                                num_seen=400, num_unseen=2, seed=3)
   result = dpsgd.train(model, inputs, labels, config)
   # 4 rounds at q = 1/4: Binomial(1600, 1/4), mean 400, std 17.3; 5 std.
   assert abs(result.appearances.sum() - 400) < 5 * 17.4
+
+
+@pytest.mark.parametrize('epochs', [1, 3])
+def test_once_inserts_every_seen_canary_exactly_once(epochs):
+  # Brute force: count each canary's insertions over every round of the run,
+  # for both client samplings (the canaries' rule does not follow them).
+  config = dpsgd.TrainingConfig(batch_size=7, epochs=epochs, num_seen=50,
+                                canary_insertion='once')
+  num_rounds = config.num_rounds(60)  # 9 rounds per epoch.
+  schedule = dpsgd.canary_schedule(config, 60, seed=5)
+  assert schedule.num_rounds == num_rounds
+  counts = np.zeros(50, np.int64)
+  for t in range(num_rounds):
+    ids = schedule.canaries(t)
+    assert ids.size in (50 // num_rounds, 50 // num_rounds + 1)
+    assert np.all((ids >= 0) & (ids < 50))  # Never an unseen canary.
+    np.add.at(counts, ids, 1)
+  np.testing.assert_array_equal(counts, np.ones(50, np.int64))
+
+
+def test_once_rounds_are_uniform_and_seeded():
+  config = dpsgd.TrainingConfig(batch_size=10, num_seen=400,
+                                canary_insertion='once')
+  rounds = np.zeros(400, np.int64)
+  schedule = dpsgd.canary_schedule(config, 40, seed=6)  # 4 rounds.
+  for t in range(4):
+    rounds[schedule.canaries(t)] = t
+  # Balanced counts put exactly 100 canaries in each round; which ones is a
+  # uniform draw: canary j's round is uniform, so canaries 0..199 land in
+  # rounds 0-1 Hypergeometric(400, 200, 200) times: mean 100, std 5.0; 5 std.
+  assert abs(np.sum(rounds[:200] < 2) - 100) < 5 * 5.0
+  again = dpsgd.canary_schedule(config, 40, seed=6)
+  other = dpsgd.canary_schedule(config, 40, seed=7)
+  assert again.as_round_lists() == schedule.as_round_lists()
+  assert other.as_round_lists() != schedule.as_round_lists()
+
+
+def test_training_inserts_the_once_schedule():
+  # Without noise, an inserted canary's max cosine is large and a
+  # never-inserted one's about N(0, 1/d): with 'once', every seen canary
+  # stands out, and training with sampling='poisson' leaves that unchanged.
+  model = feedforward.FeedForward((6, 6), hidden_units=32, num_classes=3)
+  inputs, labels = cluster_data.clusters(1, 200)
+  config = dpsgd.TrainingConfig(noise_multiplier=0.0, batch_size=4,
+                                learning_rate=0.1, sampling='poisson',
+                                canary_insertion='once', num_seen=100,
+                                num_unseen=100, buffer_rounds=16, seed=2)
+  result = dpsgd.train(model, inputs, labels, config)
+  np.testing.assert_array_equal(result.appearances, np.ones(100, np.int64))
+  assert result.seen_maxima.min() > result.unseen_maxima.max()
 
 
 def test_hook_sees_frozen_models_and_does_not_change_training():
@@ -117,6 +168,17 @@ def test_config_validation():
     dpsgd.TrainingConfig(clip=0.0)
   with pytest.raises(ValueError, match='noise_multiplier'):
     dpsgd.TrainingConfig(noise_multiplier=-0.1)
+  with pytest.raises(ValueError, match='canary_insertion'):
+    dpsgd.TrainingConfig(canary_insertion='twice')
+  with pytest.raises(TypeError, match='config'):
+    dpsgd.canary_schedule({'num_seen': 3}, 10, seed=0)
+  with pytest.raises(ValueError, match='num_clients'):
+    dpsgd.canary_schedule(dpsgd.TrainingConfig(batch_size=9), 8, seed=0)
+  with pytest.raises(TypeError, match='num_clients'):
+    dpsgd.canary_schedule(dpsgd.TrainingConfig(batch_size=9), 80.0, seed=0)
+  with pytest.raises(ValueError, match='num_seen'):
+    dpsgd.canary_schedule(dpsgd.TrainingConfig(num_seen=0, num_unseen=0), 200,
+                          seed=0)
   with pytest.raises(ValueError, match='num_unseen'):
     dpsgd.TrainingConfig(num_seen=0, num_unseen=5)
   assert dpsgd.TrainingConfig().num_rounds(60000) == 469

@@ -266,6 +266,82 @@ def test_adaptive_canary_record_has_norm_of_the_clip(adaptive_run):
 
 
 # ----------------------------------------------------------------------------
+# canary_clip: 'project' (the paper's text) vs 'clip' (the published code).
+
+_CLIP_MODE_CANARIES = 3
+
+
+@pytest.fixture(scope='module')
+def clip_mode_runs():
+  """Two noiseless adaptive rounds per canary_clip mode, 3 canaries in round 0.
+
+  Same clients, clip and schedule; only how the canaries meet the clip
+  differs.
+  """
+  runs = {}
+  for mode in ca.CANARY_CLIPS:
+    config = ca.CanaryConfig(
+        seed=_SEED, num_seen=_CLIP_MODE_CANARIES, num_unseen=0,
+        schedule=[list(range(_CLIP_MODE_CANARIES)), []], buffer_rounds=1,
+        canary_clip=mode)
+    factory = ca.CanaryDPFactory.gaussian_adaptive(
+        noise_multiplier=0.0, clients_per_round=_ADAPTIVE_DENOMINATOR,
+        canary_config=config, initial_l2_norm_clip=_ADAPTIVE_INITIAL,
+        target_unclipped_quantile=_ADAPTIVE_QUANTILE,
+        learning_rate=_ADAPTIVE_LR, clipped_count_stddev=0.0)
+    process = factory.create(tff.TensorType(np.float32, [_ADAPTIVE_DIM]))
+    clients = [np.asarray(x, np.float32) for x in _adaptive_clients()]
+    with runtime.local_cpp_context():
+      runs[mode] = _run(process, lambda t: clients, 2)[1]
+  return runs
+
+
+def test_canary_clip_modes_contribute_the_same_vector(clip_mode_runs):
+  # Round 0, clip S_0 = 0.1: the aggregate is (sum of clipped clients +
+  # S_0 sum_j c_j) / E in both modes, computed here in float64. The modes
+  # differ only in float32 rounding (one scaling vs the query's clipping of a
+  # 1e4 x S_0 record), far below the tolerance; a canary missing or of
+  # another norm would move the aggregate by >= S_0 / E = 0.014 in norm.
+  clip = _ADAPTIVE_INITIAL
+  want = (sum(_clip(x, clip) for x in _adaptive_clients()) +
+          clip * sum(_canary(j, _ADAPTIVE_DIM)
+                     for j in range(_CLIP_MODE_CANARIES)))
+  want /= _ADAPTIVE_DENOMINATOR
+  results = {}
+  for mode, outputs in clip_mode_runs.items():
+    assert outputs[0].measurements['clip'] == pytest.approx(clip, rel=1e-6)
+    assert outputs[0].measurements['canaries_inserted'] == 3
+    results[mode] = np.asarray(outputs[0].result, np.float64)
+    np.testing.assert_allclose(results[mode], want, rtol=0, atol=1e-7)
+  assert np.linalg.norm(results['clip'] - results['project']) < 1e-7
+
+
+def test_clipped_canaries_count_as_clipped_in_the_adaptive_clip(
+    clip_mode_runs):
+  # S_1 = S_0 exp(-lr (b - q)) with b = sum over records of (1[unclipped] -
+  # 1/2) / E + 1/2 (as in _closed_form_clips). The 6 clients' indicators at
+  # S_0 = 0.1 are (1, 0, 0, 0, 0, 0); each projected canary adds 1, a clipped
+  # one 0, so the unclipped counts differ by the 3 canaries: b = 1/2 + (1 - 6
+  # / 2 + 3 (1 - 1/2)) / 7 = 9/14 with 'project' and b = 1/2 + (1 - 6 / 2 - 3
+  # / 2) / 7 = 0 with 'clip' (both in [0, 1]: the clamp changes neither).
+  clip = _ADAPTIVE_INITIAL
+  indicators = [float(n <= clip) for n in _ADAPTIVE_NORMS]
+  assert indicators == [1.0] + [0.0] * 5
+  for mode, counted in (('project', 1.0), ('clip', 0.0)):
+    records = indicators + [counted] * _CLIP_MODE_CANARIES
+    below = sum(i - 0.5 for i in records) / _ADAPTIVE_DENOMINATOR + 0.5
+    assert 0.0 <= below <= 1.0
+    want = clip * math.exp(-_ADAPTIVE_LR * (below - _ADAPTIVE_QUANTILE))
+    got = clip_mode_runs[mode][1].measurements['clip']
+    assert got == pytest.approx(want, rel=1e-5), mode
+  # The log-ratio of the two next clips is lr x (3 canaries) / E.
+  ratio = (clip_mode_runs['clip'][1].measurements['clip'] /
+           clip_mode_runs['project'][1].measurements['clip'])
+  assert math.log(ratio) == pytest.approx(
+      _ADAPTIVE_LR * _CLIP_MODE_CANARIES / _ADAPTIVE_DENOMINATOR, rel=1e-4)
+
+
+# ----------------------------------------------------------------------------
 # The Gaussian mechanism inside TFF (Algorithm 1 via Algorithm 2).
 
 _GM_DIM = 100_000
@@ -448,6 +524,7 @@ def _config(**overrides):
     (dict(schedule=[[1, 1]]), r'schedule\[0\]'),
     (dict(schedule=[[0.5]]), r'schedule\[0\]'),
     (dict(schedule='01'), 'schedule'),
+    (dict(canary_clip='scale'), 'canary_clip'),
 ])
 def test_bad_config_raises(overrides, name):
   with pytest.raises(ValueError, match=name):

@@ -1,6 +1,7 @@
 """Tests of experiments/compare_canife.py (Sec. 5.4 comparison program).
 
 Truths: dp_accounting called directly for the analytical epsilons; the
+per-run JSON numbers, averaged here, for the printed summary rows; the
 program's own exit status and messages for bad flags.
 """
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 
 import dp_accounting
+import numpy as np
 import pytest
 
 from experiments import compare_canife
@@ -47,10 +49,48 @@ def test_tiny_comparison_runs_both_methods_on_one_training():
     assert len(run['audits']) == 2  # Rounds 0 and 4 of 8.
     assert run['canife_estimate']['round_counts'] == [4, 4]
     assert run['one_shot_all']['num_seen'] == 20
+    assert run['one_shot_final']['threat_model'] == 'final'
+    assert run['canary_presentations'] == [0, 20]  # Each exactly once.
     assert run['canife_capped_epsilon'] <= run['canife_epsilon']
   assert details['runs'][0]['seed'] != details['runs'][1]['seed']
+  assert details['canary_insertion'] == 'once'
+  assert details['setting']['training']['canary_insertion'] == 'once'
   assert '| CANIFE eps_hat (Alg. 2;' in report
-  assert '| one-shot eps_est, all iterates' in report
+  assert '| **one-shot, all iterates' in report
+  assert '| **one-shot, final model' in report
+  assert f'| {compare_canife.PAPER_ANALYTICAL_EPSILON} |' in report
+  _check_summary_rows(report, details)
+
+
+def _mean_std(values):
+  values = np.asarray(values, np.float64)
+  return f'{values.mean():.3g} ± {values.std(ddof=1):.3g}'
+
+
+def _check_summary_rows(report, details):
+  """Each one-shot summary row is the mean ± std of the per-run JSON values."""
+  rows = [line.split(' | ') for line in report.splitlines()
+          if line.startswith('| ')]
+  for field, title in (('one_shot_all', 'all iterates'),
+                       ('one_shot_final', 'final model')):
+    runs = [run[field] for run in details['runs']]
+    start = next(i for i, row in enumerate(rows)
+                 if row[0].startswith(f'| **one-shot, {title}'))
+    block = rows[start:start + 9]
+    assert block[0][1] == _mean_std([r['epsilon_est'] for r in runs])
+    assert block[1][1] == (
+        f'[{_mean_std([r["epsilon_est_interval"][0] for r in runs])}, '
+        f'{_mean_std([r["epsilon_est_interval"][1] for r in runs])}]')
+    assert block[2][1] == _mean_std([r['epsilon_gdp'] for r in runs])
+    assert block[3][1] == _mean_std([r['gdp_mu'] for r in runs])
+    assert block[4][1] == _mean_std([r['auroc'] for r in runs])
+    assert block[5][1] == _mean_std([r['tpr_at_fpr']['0.01'] for r in runs])
+    assert block[6][1] == _mean_std([r['tpr_at_fpr']['0.001'] for r in runs])
+    assert block[7][1] == _mean_std([r['epsilon_lo'] for r in runs])
+    assert 'eps_lo' in block[7][0] and 'FPR 0.001' in block[6][0]
+    paper = block[0][2]
+    assert paper == ('6.76 ± 1.06 (Sec. 5.4)' if field == 'one_shot_all'
+                     else '—')
 
 
 def _run_program(*args):
@@ -60,7 +100,27 @@ def _run_program(*args):
       env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
+def test_quick_config_prints_every_estimate_and_records_insertion(tmp_path):
+  output = tmp_path / 'details.json'
+  result = _run_program('--flagfile=configs/compare_canife_quick.cfg',
+                        f'--output_json={output}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  for row in ('| analytical eps, one unamplified Gaussian release',
+              '| accounted eps of real clients: RDP of 32 Poisson-subsampled',
+              '| **one-shot, all iterates', '| **one-shot, final model',
+              '| — eps_est, bootstrap 95% interval', '| — eps_gdp',
+              '| — attack AUROC', '| — attack TPR at FPR 0.01',
+              '| — attack TPR at FPR 0.001', '| — eps_lo'):
+    assert row in result.stdout
+  assert result.stdout.count('| — eps_gdp') == 2  # Both threat models.
+  details = json.loads(output.read_text())
+  assert details['canary_insertion'] == 'once'
+  for run in details['runs']:
+    assert run['canary_presentations'] == [0, 200]
+
+
 @pytest.mark.parametrize('args, flag', [
+    (['--canary_insertion=twice'], '--canary_insertion'),
     (['--noise_multiplier=-1'], '--noise_multiplier'),
     (['--data=real', '--data_dir=/nonexistent/fmnist'], '--data_dir'),
     (['--data=synthetic', '--synthetic_num_train=500',

@@ -7,6 +7,7 @@ any number of workers: the workers return one aggregate record per client and
 the launcher folds them in client order, the order of one process.
 """
 
+import logging
 import signal
 import socket
 
@@ -17,6 +18,7 @@ import tensorflow as tf
 
 from one_shot_epe import canary_aggregator as ca
 from one_shot_epe import distributed_runtime as dr
+from one_shot_epe import isolation
 from one_shot_epe import runtime
 
 import linear_model
@@ -232,6 +234,21 @@ def test_workers_stop_on_exception_and_ports_are_released():
     with socket.socket() as probe:
       probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
       probe.bind(('127.0.0.1', _port(address)))
+
+
+@pytest.mark.skipif(isolation.namespace_interfaces() == ['lo'],
+                    reason='this host has no interface but loopback')
+def test_exposed_workers_are_reported_with_their_addresses(caplog):
+  # This test process is in the host's network (programs enter a private
+  # one): each worker's exact exposure is logged once it listens.
+  with caplog.at_level(logging.WARNING), dr.local_workers(2) as addresses:
+    for address in addresses:
+      (listening,) = [a for pid in (w.pid for w in runtime.worker_processes())
+                      for a in isolation.listening_addresses(pid)
+                      if a.endswith(f':{_port(address)}')]
+      assert listening.startswith(('[::]:', '0.0.0.0:'))
+      assert any(f'listens on {listening},' in record.getMessage()
+                 for record in caplog.records)
 
 
 def test_workers_that_ignore_sigint_are_killed():

@@ -575,8 +575,10 @@ def test_reports_are_finite_and_survive_json(seed, size, dim, mean_z, delta):
   seen = _cosine_sample(seed, size, mean_z * scale, scale)
   unseen = _cosine_sample(seed + 1, size, 0.0, scale)
   with _strict_numerics():
-    reports = (est.final_model_report(seen, dim, delta),
-               est.all_iterates_report(seen, unseen, delta))
+    # Few bootstrap resamples keep the examples fast; the path is the same.
+    reports = (est.final_model_report(seen, dim, delta, bootstrap_resamples=50),
+               est.all_iterates_report(seen, unseen, delta,
+                                       bootstrap_resamples=50))
   for report in reports:
     fields = report.to_dict()
     assert json.loads(report.to_json()) == fields
@@ -584,3 +586,10 @@ def test_reports_are_finite_and_survive_json(seed, size, dim, mean_z, delta):
       if isinstance(value, float):
         assert math.isfinite(value)
     assert report.epsilon_est >= 0.0 and report.epsilon_lo >= 0.0
+    low, high = report.epsilon_est_interval
+    assert 0.0 <= low <= high and math.isfinite(high)
+    assert math.isfinite(report.epsilon_gdp) and report.epsilon_gdp >= 0.0
+    assert 0.0 <= report.auroc <= 1.0
+    tpr = report.tpr_at_fpr
+    assert set(tpr) == {'0.01', '0.001'}
+    assert 0.0 <= tpr['0.001'] <= tpr['0.01'] <= 1.0

@@ -1,6 +1,7 @@
 """Tests that the figures render to valid PNG files of the expected layout."""
 
 import matplotlib.image
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
@@ -42,3 +43,36 @@ def test_bad_shapes_and_empty_panels(tmp_path):
                             str(tmp_path / 'x.png'))
   with pytest.raises(ValueError, match='panels'):
     plots.plot_cosine_densities({}, 100, str(tmp_path / 'y.png'))
+
+
+# Cosine ranges: the demo's (d ~ 1.2e6, canaries at ~0.019), a smaller d, the
+# paper's noise-0 runs (cosines near 1) and a large d with tiny cosines.
+@pytest.mark.parametrize('dim, centre, spread', [
+    (1_206_590, 0.0185, 0.0008), (10_000, 0.06, 0.01), (1_000, 0.9, 0.05),
+    (10**9, 1.2e-4, 2e-5)])
+def test_density_x_tick_labels_do_not_overlap(dim, centre, spread):
+  rng = np.random.default_rng(1)
+  panels = {'final model': {'seen': rng.normal(centre, spread, 50)},
+            'max over rounds': {'seen': rng.normal(centre, spread, 50),
+                                'unseen': rng.normal(0, spread, 50)},
+            'three': {'seen': rng.normal(centre / 2, spread, 50)}}
+  figure = plots.cosine_density_figure(panels, dim, title='t')
+  try:
+    for axis in figure.axes:
+      gaps = plots.x_tick_label_gaps(figure, axis)
+      assert len(gaps) >= 2  # At least three labels.
+      assert min(gaps) > 0, [t.get_text() for t in axis.get_xticklabels()]
+  finally:
+    plt.close(figure)
+
+
+def test_tick_gap_measure_sees_matplotlib_default_overlap():
+  # Control: matplotlib's default ticks overlap on a small cosine range in a
+  # panel of this layout (two of 4.2 inches), so the test above can fail.
+  figure, axes = plt.subplots(1, 2, figsize=(8.4, 3.2))
+  try:
+    for axis in axes:
+      axis.plot([-0.001, 0.0015], [0, 1])
+    assert min(plots.x_tick_label_gaps(figure, axes[0])) < 0
+  finally:
+    plt.close(figure)

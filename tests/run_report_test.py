@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from one_shot_epe import accounting
 from one_shot_epe import estimation
 from one_shot_epe import run_report
 
@@ -49,6 +50,7 @@ def test_no_noise_means_infinite_analytical_epsilon(tmp_path):
     (dict(noise_multiplier=-1.0), 'noise_multiplier'),
     (dict(seen_maxima=[0.1, 0.2]), 'both'),
     (dict(delta=2.0), 'delta'),
+    (dict(canary_presentations=0), 'presentations'),
 ])
 def test_bad_arguments(kwargs, message):
   base = dict(final_cosines=_cosines(4, 1.0), dim=10**5, delta=1e-5,
@@ -56,3 +58,49 @@ def test_bad_arguments(kwargs, message):
   base.update(kwargs)
   with pytest.raises(ValueError, match=message):
     run_report.build_run_report(**base)
+
+
+def test_report_carries_both_bounds_with_their_mechanisms():
+  dim = 10**5
+  final, seen, unseen = _cosines(5, 2.0), _cosines(6, 4.0), _cosines(7, 1.0)
+  participation = accounting.Participation('bernoulli', 20, 200, 30)
+  report = run_report.build_run_report(
+      final_cosines=final, dim=dim, delta=1e-5, noise_multiplier=0.8,
+      seen_maxima=seen, unseen_maxima=unseen, canary_presentations=4,
+      participation=participation)
+  # r = 4 presentations: one Gaussian at 0.8 / 2.
+  assert report.analytical_epsilon == estimation.gaussian_epsilon(0.4, 1e-5)
+  accounted = accounting.client_epsilon(0.8, 1e-5, participation)
+  assert report.accounted_epsilon == accounted.epsilon
+  parsed = json.loads(report.to_json())
+  assert parsed['canary_presentations'] == 4
+  assert parsed['accounted_epsilon'] == accounted.epsilon
+  assert parsed['accounted_epsilon_mechanism'] == accounted.mechanism
+  assert 'r = 4' in parsed['analytical_epsilon_mechanism']
+  for suffix, threat in (('final', report.final),
+                         ('all', report.all_iterates)):
+    assert parsed[f'epsilon_gdp_{suffix}'] == threat.epsilon_gdp
+    assert parsed[f'epsilon_est_interval_{suffix}'] == list(
+        threat.epsilon_est_interval)
+    assert parsed[f'auroc_{suffix}'] == threat.auroc
+    assert parsed[f'tpr_at_fpr_{suffix}'] == threat.tpr_at_fpr
+  text = report.to_markdown()
+  assert (f'| analytical ε (canary, r = 4) | {report.analytical_epsilon:.4g} | '
+          f'{report.analytical_mechanism} |') in text
+  assert (f'| accounted ε (real client) | {accounted.epsilon:.4g} | '
+          f'{accounted.mechanism} |') in text
+  low, high = report.final.epsilon_est_interval
+  assert (f'| final model | {report.final.epsilon_est:.4g} | [{low:.4g}, '
+          f'{high:.4g}] | {report.final.epsilon_gdp:.4g} |') in text
+  assert '| all iterates | ' in text
+
+
+def test_without_sampling_there_is_no_accounted_epsilon():
+  report = run_report.build_run_report(final_cosines=_cosines(8, 2.0),
+                                       dim=10**5, delta=1e-5,
+                                       noise_multiplier=1.0)
+  parsed = json.loads(report.to_json())
+  assert parsed['accounted_epsilon'] is None
+  assert parsed['accounted_epsilon_mechanism'] is None
+  assert parsed['epsilon_gdp_all'] is None
+  assert 'accounted ε' not in report.to_markdown()

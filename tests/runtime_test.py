@@ -1,12 +1,15 @@
 """Tests that TFF computations run and leave no worker process behind."""
 
+import logging
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
 
+from one_shot_epe import isolation
 from one_shot_epe import runtime
 
 tff = pytest.importorskip('tensorflow_federated')
@@ -38,3 +41,22 @@ def test_plain_script_exit_leaves_no_worker():
   done = subprocess.run([sys.executable, '-c', script], capture_output=True,
                         text=True, timeout=300, check=True)
   assert 'SUM 3 WORKERS 1' in done.stdout
+
+
+@pytest.mark.skipif(isolation.namespace_interfaces() == ['lo'],
+                    reason='this host has no interface but loopback')
+def test_exposed_worker_is_reported_with_its_address(caplog):
+  # This test process is in the host's network, as a library user's would be:
+  # the worker starts with the first computation and its exact exposure is
+  # logged by the context's watcher.
+  with caplog.at_level(logging.WARNING), runtime.local_cpp_context():
+    assert tff.tensorflow.computation(lambda: 1)() == 1
+    (worker,) = runtime.worker_processes()
+    (address,) = isolation.listening_addresses(worker.pid)
+    deadline = time.monotonic() + 30
+    while (time.monotonic() < deadline and
+           not any('EXPOSED' in r.getMessage() for r in caplog.records)):
+      time.sleep(0.05)
+  assert address.startswith(('[::]:', '0.0.0.0:'))
+  assert any(f'pid {worker.pid}) listens on {address}' in record.getMessage()
+             for record in caplog.records)

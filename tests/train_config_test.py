@@ -28,6 +28,11 @@ _BAD_CONFIGS = [
     (dict(server_optimizer='lamb'), '--server_optimizer'),
     (dict(sampling='uniform'), '--sampling'),
     (dict(final_model_statistic='initial'), '--final_model_statistic'),
+    (dict(all_iterates_statistic='final'),
+     r"--all_iterates_statistic must be one of \['aggregate', 'model_delta'\]"),
+    (dict(all_iterates_statistic=None), '--all_iterates_statistic'),
+    (dict(canary_clip='scale'),
+     r"--canary_clip must be one of \['project', 'clip'\]; got 'scale'"),
     (dict(client_learning_rate=0.0), '--client_learning_rate'),
     (dict(server_learning_rate=float('nan')), '--server_learning_rate'),
     (dict(server_momentum=1.0), '--server_momentum'),
@@ -103,6 +108,33 @@ def test_only_location_display_and_saving_flags_may_change_on_resume():
                      r'--noise_multiplier=0\.05 \(now 0\.1\), --seed=0 '
                      r'\(now 3\);'):
     train_config.check_resumable(changed, saved, '/runs/tiny')
+
+
+def test_run_saved_before_a_flag_existed_resumes_with_its_default():
+  # config.json of a run started before --all_iterates_statistic and
+  # --canary_clip existed: it ran with their defaults' behaviour.
+  saved = tiny_run.config('/runs').validate().to_json_dict()
+  del saved['all_iterates_statistic'], saved['canary_clip']
+  train_config.check_resumable(tiny_run.config('/runs').validate(), saved,
+                               '/runs/tiny')  # No error.
+  other = tiny_run.config('/runs', all_iterates_statistic='model_delta',
+                          canary_clip='clip').validate()
+  with pytest.raises(train_config.ConfigError,
+                     match=r"--all_iterates_statistic='aggregate' \(now "
+                     r"'model_delta'\), --canary_clip='project' \(now "
+                     r"'clip'\)"):
+    train_config.check_resumable(other, saved, '/runs/tiny')
+
+
+def test_reference_code_conventions_parse_from_flags():
+  config = _parse_flagfile('demo.cfg', '--all_iterates_statistic=model_delta',
+                           '--canary_clip=clip')
+  assert (config.all_iterates_statistic, config.canary_clip) == (
+      'model_delta', 'clip')
+  # The defaults are the paper's text.
+  default = _parse_flagfile('demo.cfg')
+  assert (default.all_iterates_statistic, default.canary_clip) == (
+      'aggregate', 'project')
 
 
 def _parse_flagfile(name: str, *extra: str) -> train_config.TrainConfig:

@@ -242,10 +242,74 @@ def test_run_dir_holding_other_flags_is_refused(run):
   assert _snapshot(run.run_dir) == before
 
 
+# --all_iterates_statistic=model_delta and --canary_clip=clip (the paper's
+# published code).
+
+
+@pytest.fixture(scope='module', name='model_delta_run')
+def fixture_model_delta_run(run, tmp_path_factory):
+  root = str(tmp_path_factory.mktemp('model_delta'))
+  return train.run_training(dataclasses.replace(
+      run.config, root_output_dir=root, all_iterates_statistic='model_delta'))
+
+
+def test_model_delta_statistic_equals_aggregate_under_sgd_at_rate_1(
+    run, model_delta_run):
+  # The tiny run's server optimizer is SGD at learning rate 1, so the model
+  # step theta_{t-1} - theta_t is the noised aggregate rho_t up to float32
+  # rounding of the stored model: per coordinate at most u (|theta_t| +
+  # |step_t|), u = 2^-24 (train_program.all_iterates_state). A cosine then
+  # moves by at most 2 ||error|| / ||rho_t||, with ||theta_t|| <= ||theta_0||
+  # + sum_{s <= t} ||rho_s|| and ||step_t|| <= 2 ||rho_t||.
+  run_dir = model_delta_run.run_dir
+  with open(os.path.join(run_dir, train.CONFIG_FILE)) as stream:
+    assert json.load(stream)['all_iterates_statistic'] == 'model_delta'
+  with open(os.path.join(run_dir, train.REPORT_JSON_FILE)) as stream:
+    setting = json.load(stream)['setting']
+  assert (setting['all_iterates_statistic'], setting['canary_clip']) == (
+      'model_delta', 'project')
+  # Training does not depend on what is tracked.
+  np.testing.assert_array_equal(model_delta_run.final_cosines,
+                                run.final_cosines)
+  norms = [float(row['aggregator/aggregate_norm'])
+           for row in _read_metrics(run_dir)[1:]]
+  weight_bound = (np.linalg.norm(_saved_trainable_weights(run_dir, 0)) +
+                  np.cumsum(norms))
+  cosine_bound = max(2 * 1.01 * 2.0**-24 * (w + 2 * n) / n
+                     for w, n in zip(weight_bound, norms))
+  assert cosine_bound < 1e-4
+  for got, want in ((model_delta_run.seen_maxima, run.seen_maxima),
+                    (model_delta_run.unseen_maxima, run.unseen_maxima)):
+    assert np.all(np.abs(got - want) <= cosine_bound)
+
+
+def test_model_delta_run_resumes_to_the_same_bytes(model_delta_run, tmp_path):
+  # The previous model of the resumed round is the checkpointed one.
+  copy = str(tmp_path / 'tiny')
+  shutil.copytree(model_delta_run.run_dir, copy)
+  shutil.rmtree(os.path.join(copy, train.CHECKPOINT_DIR, 'program_state_4'))
+  resumed = train.run_training(dataclasses.replace(
+      model_delta_run.config, root_output_dir=str(tmp_path)))
+  assert (resumed.resumed_from_round, resumed.rounds_trained) == (3, 1)
+  assert _result_files(copy) == _result_files(model_delta_run.run_dir)
+
+
+def test_canary_clip_reaches_the_aggregator(run, tmp_path):
+  for canary_clip in ('project', 'clip'):
+    setup = train.prepare(dataclasses.replace(
+        run.config, root_output_dir=str(tmp_path), canary_clip=canary_clip))
+    assert setup.aggregator.canary_config.canary_clip == canary_clip
+  assert not os.listdir(tmp_path)
+
+
 @pytest.mark.parametrize('bad_flag, named', [
     ('--noise_multiplier=-1', '--noise_multiplier'),
     ('--sampling=uniform', 'sampling'),
     ('--canary_repeats=5', '--canary_repeats'),
+    ('--canary_clip=scale', '--canary_clip=scale: value should be one of '
+     '<project|clip>'),
+    ('--all_iterates_statistic=final', '--all_iterates_statistic=final: '
+     'value should be one of <aggregate|model_delta>'),
 ])
 def test_command_line_bad_flag_exits_2_untouched(tmp_path, bad_flag, named):
   root = tmp_path / 'root'

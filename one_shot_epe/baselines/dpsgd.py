@@ -11,13 +11,26 @@ DP-FedSGD with one local step is DP-SGD with per-example clipping
 
 with B the expected cohort size (the normalisation of DP-FedAvg's
 `NormalizedQuery`, also used by `one_shot_epe.canary_aggregator`) and eta the
-learning rate. The seen canaries c_j (`one_shot_epe.canaries`, identical to
-those of the TFF pipeline for the same seed and d) are scheduled like real
-clients (`one_shot_epe.participation`): with 'poisson' sampling every client
-and every canary joins each round independently with probability q = B / N
-(`BernoulliSampling`; the DP literature's "Poisson subsampling", CANIFE's
-accounting assumption); with 'shuffle' each joins exactly once per epoch
-(`ShuffledEpochs`). Training runs epochs * ceil(N / B) rounds.
+learning rate. Real clients are sampled by `sampling`
+(`one_shot_epe.participation`): with 'poisson' every client joins each round
+independently with probability q = B / N (`BernoulliSampling`; the DP
+literature's "Poisson subsampling", CANIFE's accounting assumption); with
+'shuffle' each joins exactly once per epoch (`ShuffledEpochs`). Training runs
+epochs * ceil(N / B) rounds.
+
+The seen canaries c_j (`one_shot_epe.canaries`, identical to those of the TFF
+pipeline for the same seed and d) are inserted by `canary_insertion`
+(`canary_schedule`):
+  'once' (default): every seen canary exactly once in the whole run, at a
+    uniformly random round (`participation.periodic_canary_schedule` with one
+    period; per-round counts differ by at most one). Each canary is then one
+    unamplified Gaussian release, the mechanism of the paper's "analytical
+    eps" of Sec. 5.4 (34.5).
+  'poisson': each canary joins each round with probability q, as a
+    Poisson-sampled client; a canary may be inserted several times or never
+    (about e^{-epochs} of them), so "seen" is a mixture.
+  'shuffle': once per epoch, as a shuffled client (for one epoch the same
+    schedule as 'once').
 
 Tracking (Algorithm 3): the cosine of every seen and unseen canary with every
 rho_bar_t enters a running maximum. Aggregates are buffered and the canaries
@@ -47,6 +60,7 @@ from one_shot_epe import participation
 from one_shot_epe.baselines import per_example
 
 SAMPLINGS = ('poisson', 'shuffle')
+CANARY_INSERTIONS = ('once',) + SAMPLINGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +73,10 @@ class TrainingConfig:
     batch_size: Expected cohort size B (128 in Sec. 5.4).
     epochs: Passes over the data (1 in Sec. 5.4).
     learning_rate: eta (not stated in the paper).
-    sampling: 'poisson' or 'shuffle' (module docstring).
+    sampling: Real clients' sampling, 'poisson' or 'shuffle' (module
+      docstring).
+    canary_insertion: Seen canaries' schedule, 'once', 'poisson' or
+      'shuffle' (module docstring).
     num_seen: Seen canaries k (1000 in Sec. 5.4; 0 disables the canaries).
     num_unseen: Unseen canaries (1000 in Sec. 5.4).
     buffer_rounds: Aggregates buffered per cosine computation.
@@ -71,6 +88,7 @@ class TrainingConfig:
   epochs: int = 1
   learning_rate: float = 0.5
   sampling: str = 'poisson'
+  canary_insertion: str = 'once'
   num_seen: int = 1000
   num_unseen: int = 1000
   buffer_rounds: int = 64
@@ -92,6 +110,9 @@ class TrainingConfig:
     if self.sampling not in SAMPLINGS:
       raise ValueError(f'sampling must be one of {SAMPLINGS}; got '
                        f'{self.sampling!r}.')
+    if self.canary_insertion not in CANARY_INSERTIONS:
+      raise ValueError(f'canary_insertion must be one of {CANARY_INSERTIONS}; '
+                       f'got {self.canary_insertion!r}.')
     if self.num_seen == 0 and self.num_unseen > 0:
       raise ValueError('num_unseen must be 0 when num_seen is 0.')
 
@@ -132,11 +153,39 @@ class TrainingResult:
   one_shot_seconds: float
 
 
-def _sampler(config: TrainingConfig, num_clients: int,
+def _sampler(sampling: str, num_clients: int, batch_size: int,
              seed: int) -> participation.ClientSampler:
-  if config.sampling == 'poisson':
-    return participation.BernoulliSampling(num_clients, config.batch_size, seed)
-  return participation.ShuffledEpochs(num_clients, config.batch_size, seed)
+  if sampling == 'poisson':
+    return participation.BernoulliSampling(num_clients, batch_size, seed)
+  return participation.ShuffledEpochs(num_clients, batch_size, seed)
+
+
+def canary_schedule(config: TrainingConfig, num_clients: int,
+                    seed: int) -> participation.CanarySchedule:
+  """The rounds at which each seen canary is inserted (`canary_insertion`).
+
+  'once' is `participation.periodic_canary_schedule(k, T, 1, seed)`;
+  'poisson' and 'shuffle' are the canary schedules of the same-named client
+  samplers at the clients' rate q = B / N (module docstring). A pure function
+  of (config, num_clients, seed).
+  """
+  if not isinstance(config, TrainingConfig):
+    raise TypeError(f'config must be a TrainingConfig; got {config!r}.')
+  if config.num_seen < 1:
+    raise ValueError('config.num_seen must be >= 1 for a canary schedule; got '
+                     f'{config.num_seen}.')
+  if (isinstance(num_clients, (bool, np.bool_)) or
+      not isinstance(num_clients, numbers.Integral)):
+    raise TypeError(f'num_clients must be an integer; got {num_clients!r}.')
+  if num_clients < config.batch_size:
+    raise ValueError(f'num_clients must be >= batch_size = {config.batch_size}'
+                     f'; got {num_clients}.')
+  num_rounds = config.num_rounds(num_clients)
+  if config.canary_insertion == 'once':
+    return participation.periodic_canary_schedule(config.num_seen, num_rounds,
+                                                  1, seed)
+  return _sampler(config.canary_insertion, num_clients, config.batch_size,
+                  seed).canary_schedule(config.num_seen, num_rounds, seed)
 
 
 def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
@@ -179,7 +228,8 @@ def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
     oracle = per_example.GradientOracle(model)
   elif oracle.model is not model:
     raise ValueError('oracle must be built for the same model.')
-  sampler = _sampler(config, num_clients, sampler_seed)
+  sampler = _sampler(config.sampling, num_clients, config.batch_size,
+                     sampler_seed)
   dim = model.dim
   clip = float(config.clip)
   noise_rng = np.random.default_rng(noise_seed)
@@ -188,8 +238,7 @@ def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
 
   use_canaries = config.num_seen > 0
   if use_canaries:
-    schedule = sampler.canary_schedule(config.num_seen, num_rounds,
-                                       schedule_seed)
+    schedule = canary_schedule(config, num_clients, schedule_seed)
     tracked = np.concatenate([canaries.seen_ids(config.num_seen),
                               canaries.unseen_ids(config.num_unseen)])
     chunk = canaries.default_chunk_size(dim)

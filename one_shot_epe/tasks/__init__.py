@@ -1,4 +1,4 @@
-"""Tasks of the paper's Section 5: EMNIST CNN and StackOverflow word LSTM.
+"""Tasks of the paper's Section 5 (EMNIST CNN, StackOverflow word LSTM) and the demo's.
 
 `get_task(name, ...)` is the entry point of the experiment launcher. It returns a
 `Task` (model function, federated train data, test data, client preprocessing,
@@ -9,6 +9,8 @@ the same element structure.
 Modules:
   base: the `Task` object and argument checks.
   emnist: EMNIST-62 with TFF's 1,206,590-parameter `cnn_dropout` CNN.
+  fashion_mnist: Fashion-MNIST split into 1,200 non-IID clients, the same CNN
+    with 10 classes (the real-data demo).
   stackoverflow: StackOverflow next word with the 4,050,748-parameter LSTM.
   synthetic: seeded synthetic client data with the real element structure.
   tff_cache: the `data_dir` layout TFF's loaders read; checks, no-download guard.
@@ -18,11 +20,13 @@ import os
 
 from one_shot_epe.tasks import base
 from one_shot_epe.tasks import emnist
+from one_shot_epe.tasks import fashion_mnist
 from one_shot_epe.tasks import stackoverflow
 from one_shot_epe.tasks import synthetic
 from one_shot_epe.tasks.base import Task
 
-TASK_NAMES = (emnist.TASK_NAME, stackoverflow.TASK_NAME)
+TASK_NAMES = (emnist.TASK_NAME, stackoverflow.TASK_NAME,
+              fashion_mnist.TASK_NAME)
 
 
 def get_task(name: str,
@@ -39,21 +43,23 @@ def get_task(name: str,
   """Builds a task on real (from `data_dir`) or synthetic client data.
 
   Args:
-    name: 'emnist_character' or 'stackoverflow_word'.
+    name: 'emnist_character', 'stackoverflow_word' or 'fashion_mnist'.
     client_batch_size: local batch size (--client_batch_size), >= 1.
     client_epochs_per_round: local passes over a client's data per round
       (--client_epochs_per_round), >= 1.
     max_examples_per_client: cap on the examples a client uses per round, after
       repeating for the epochs (--max_examples_per_client); None or -1: no cap.
     data_dir: directory with TFF's cached files (--data_dir): emnist_all.sqlite;
-      or stackoverflow.sqlite and stackoverflow.word_count. Must be None with
+      or stackoverflow.sqlite and stackoverflow.word_count; for fashion_mnist
+      the four Fashion-MNIST IDX files (Debian's dataset-fashion-mnist:
+      /usr/share/datasets/fashion-mnist). Must be None with
       `use_synthetic_data`.
     use_synthetic_data: use `synthetic` stand-ins (--use_synthetic_data).
     synthetic_num_clients: number of synthetic train clients.
     synthetic_examples_per_client: synthetic train examples per client.
     seed: seed of the synthetic data.
     vocab_size: StackOverflow vocabulary size (the paper: 10,000); ignored by
-      EMNIST.
+      the image tasks.
 
   Returns:
     The `Task`.
@@ -71,6 +77,15 @@ def get_task(name: str,
     raise ValueError(
         f'pass either --data_dir ({data_dir!r}) or --use_synthetic_data, not '
         'both.')
+  if name == fashion_mnist.TASK_NAME:
+    if use_synthetic_data:
+      return fashion_mnist.create_task(
+          spec, fashion_mnist.synthetic_data(
+              synthetic_num_clients, synthetic_examples_per_client, seed),
+          synthetic_num_clients, 'synthetic')
+    return fashion_mnist.create_task(spec, fashion_mnist.load(data_dir),
+                                     fashion_mnist.NUM_CLIENTS,
+                                     os.path.abspath(data_dir))
   if use_synthetic_data:
     source = 'synthetic'
     if name == emnist.TASK_NAME:

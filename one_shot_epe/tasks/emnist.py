@@ -11,7 +11,9 @@ metric are TFF's (as `create_character_recognition_task_from_datasets`
 assembles them, evaluation in batches of 64), with two changes that make training reproducible
 (`determinism`): dropout masks keyed by the layer's input instead of an
 unseeded op, and the training preprocessing run with its batches in order. The
-data loading is ours, to guarantee it never downloads.
+data loading is ours, to guarantee it never downloads. With `num_classes=10`
+(TFF's digits-only head) the same model serves other 28 x 28 grey-level tasks
+(`fashion_mnist`).
 """
 
 import tensorflow as tf
@@ -47,8 +49,11 @@ def load_client_data(
 def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
                 train_data: tff.simulation.datasets.ClientData,
                 test_data: tff.simulation.datasets.ClientData,
-                data_source: str) -> base.Task:
-  """Wraps TFF's EMNIST-62 `cnn_dropout` baseline task around the given data.
+                data_source: str,
+                *,
+                task_name: str = TASK_NAME,
+                num_classes: int = NUM_CLASSES) -> base.Task:
+  """Wraps TFF's EMNIST `cnn_dropout` baseline task around the given data.
 
   Args:
     train_client_spec: client epochs, batch size and example cap for training.
@@ -56,7 +61,17 @@ def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
       float32 [28, 28]} (TFF's EMNIST structure, real or synthetic).
     test_data: the same structure; evaluated centrally in batches of 64.
     data_source: recorded in the returned task ('synthetic' or a directory).
+    task_name: the task's registry name (other 28 x 28 grey-level image tasks,
+      e.g. `fashion_mnist`, reuse this model and preprocessing).
+    num_classes: 62 (EMNIST-62) or 10 (TFF's digits-only head, 1,199,882
+      parameters).
+
+  Raises:
+    ValueError: `num_classes` is neither 10 nor 62.
   """
+  if num_classes not in (10, NUM_CLASSES):
+    raise ValueError(f'num_classes must be 10 or {NUM_CLASSES}; got '
+                     f'{num_classes!r}.')
   datasets = tff.simulation.baselines.BaselineTaskDatasets(
       train_data=train_data,
       test_data=test_data,
@@ -69,7 +84,8 @@ def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
   def model_fn() -> tff.learning.models.VariableModel:
     # TFF's model_fn for `cnn_dropout`, with reproducible dropout masks.
     keras_model = determinism.input_keyed_dropout(
-        emnist_models.create_conv_dropout_model(only_digits=False))
+        emnist_models.create_conv_dropout_model(
+            only_digits=num_classes == 10))
     return tff.learning.models.from_keras_model(
         keras_model=keras_model,
         loss=tf.keras.losses.SparseCategoricalCrossentropy(),
@@ -77,4 +93,4 @@ def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
         metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
 
   baseline = tff.simulation.baselines.BaselineTask(datasets, model_fn)
-  return base.Task.from_baseline(TASK_NAME, baseline, data_source)
+  return base.Task.from_baseline(task_name, baseline, data_source)

@@ -1,0 +1,19 @@
+"""A TensorFlow-free JAX engine for DP-FedAvg with canaries (issue 13).
+
+The TFF path cannot run client training on an accelerator; this package holds
+the same experiment written in JAX, so it runs on GPUs/TPUs and in
+environments without TensorFlow. Nothing here may import TensorFlow or
+TensorFlow Federated (tests/jax_engine_isolation_test.py checks it).
+
+Modules:
+  compat: the few JAX calls whose spelling differs between jax 0.4.14 (this
+    project's .venv, pinned by TFF) and the newest jax.
+  models: the EMNIST `cnn_dropout` CNN and the StackOverflow word LSTM of
+    TFF's baselines as pure functions, with Keras-equivalent initialisation and
+    a converter from Keras weights.
+  data: on-disk client arrays, numpy synthetic data, and the padded/masked
+    per-round client batches (TFF's client preprocessing).
+  optimizers: TFF's sgd / sgdm / adam update rules on pytrees.
+  fedavg: one DP-FedAvg round (Andrew et al., ICLR 2024, Algorithm 2), with
+    clients vmapped and sharded over all local devices.
+"""

@@ -1,0 +1,415 @@
+"""Client data without TensorFlow: arrays on disk, synthetic data, round batches.
+
+The JAX engine (issue 13) reads federated data that TFF's SQLite files were
+converted to (`one_shot_epe.tasks.export_arrays`, run where TFF is installed) or
+that is generated here in numpy, and turns the clients of a round into padded,
+masked arrays that one jit-compiled DP-FedAvg round consumes
+(`fedavg.dp_fedavg_round`).
+
+Format (`ClientArrays.save` / `load`): a directory per split holding one .npy
+file per array, so `load` can memory-map the 2 GB of EMNIST or the ~6 GB of
+StackOverflow instead of reading them: `offsets.npy` (int64 [clients + 1];
+client i owns examples offsets[i]:offsets[i+1]), `client_ids.npy` (str), one
+file per feature, and `arrays.json` naming the kind and the features.
+
+* kind 'emnist': features `pixels` float32 [n, 28, 28] and `label` int32 [n]
+  (TFF's EMNIST elements).
+* kind 'stackoverflow': feature `tokens` [n, sequence_length + 1], each
+  sentence as TFF's `word_prediction_preprocessing` maps it before batching:
+  [bos] + word ids of the first `sequence_length` words (+ [eos] if shorter),
+  padded with 0. Model inputs are tokens[:, :-1], targets tokens[:, 1:].
+
+Round batches (`client_batches`) follow TFF's client preprocessing
+(`emnist_preprocessing` / `word_prediction_preprocessing.create_preprocess_fn`):
+shuffle with a buffer, re-shuffled every epoch; repeat for the epochs; take the
+example cap; batch (last batch partial). Shuffles draw from a numpy Generator
+with the distribution of tf.data's shuffle, not its random bits.
+"""
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+KINDS = ('emnist', 'stackoverflow')
+FEATURES = {'emnist': ('pixels', 'label'), 'stackoverflow': ('tokens',)}
+# tf.data shuffle buffers of TFF's preprocessing when ClientSpec leaves it
+# unset: emnist_preprocessing.MAX_CLIENT_DATASET_SIZE and
+# stackoverflow constants.DEFAULT_SHUFFLE_BUFFER_SIZE.
+DEFAULT_SHUFFLE_BUFFER = {'emnist': 418, 'stackoverflow': 1000}
+EMNIST_CLASSES = 62
+IMAGE_SIZE = 28
+SEQUENCE_LENGTH = 20
+_MANIFEST = 'arrays.json'
+_FORMAT_VERSION = 1
+
+
+def _check_int(value: object, name: str, low: int) -> int:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise TypeError(f'{name} must be an int; got {type(value).__name__}.')
+  if value < low:
+    raise ValueError(f'{name} must be >= {low}; got {value}.')
+  return int(value)
+
+
+def _check_kind(kind: object) -> str:
+  if kind not in KINDS:
+    raise ValueError(f'kind must be one of {list(KINDS)}; got {kind!r}.')
+  return kind
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialTokens:
+  """Token ids TFF adds to a vocabulary (`get_special_tokens`).
+
+  Word of rank r (0-based) has id r + 1; 0 pads; out-of-vocabulary words hash
+  to vocab_size + 1 + bucket; then beginning and end of sentence.
+  """
+  pad: int
+  oov: tuple[int, ...]
+  bos: int
+  eos: int
+
+
+def special_tokens(vocab_size: int, num_oov_buckets: int = 1) -> SpecialTokens:
+  """TFF's special token ids for a vocabulary of `vocab_size` words."""
+  vocab_size = _check_int(vocab_size, 'vocab_size', 1)
+  num_oov_buckets = _check_int(num_oov_buckets, 'num_oov_buckets', 1)
+  return SpecialTokens(
+      pad=0, oov=tuple(vocab_size + 1 + n for n in range(num_oov_buckets)),
+      bos=vocab_size + num_oov_buckets + 1,
+      eos=vocab_size + num_oov_buckets + 2)
+
+
+def encode_sentence(word_ids: Sequence[int], tokens: SpecialTokens,
+                    sequence_length: int = SEQUENCE_LENGTH) -> np.ndarray:
+  """One sentence as TFF's `to_ids` + padding: int32 [sequence_length + 1].
+
+  `word_ids` are the words' ids (rank + 1, or an oov id); the first
+  `sequence_length` are kept, and [eos] follows when fewer.
+  """
+  kept = list(word_ids[:sequence_length])
+  if len(kept) < sequence_length:
+    kept.append(tokens.eos)
+  row = np.zeros(sequence_length + 1, np.int32)
+  row[0] = tokens.bos
+  row[1:1 + len(kept)] = kept
+  return row
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ClientArrays:
+  """One split of federated data: every client's examples, contiguous.
+
+  Attributes:
+    kind: 'emnist' or 'stackoverflow' (which features, see the module doc).
+    client_ids: str [clients].
+    offsets: int64 [clients + 1], non-decreasing from 0 to n.
+    features: name -> array with n rows.
+  """
+  kind: str
+  client_ids: np.ndarray
+  offsets: np.ndarray
+  features: Mapping[str, np.ndarray]
+
+  def __post_init__(self):
+    _check_kind(self.kind)
+    offsets = np.asarray(self.offsets)
+    if (offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or
+        np.any(np.diff(offsets) < 0)):
+      raise ValueError('offsets must be a non-decreasing 1-D array starting '
+                       'at 0.')
+    if len(self.client_ids) != offsets.size - 1:
+      raise ValueError(f'client_ids must have {offsets.size - 1} entries (one '
+                       f'per client); got {len(self.client_ids)}.')
+    if set(self.features) != set(FEATURES[self.kind]):
+      raise ValueError(f'features of kind {self.kind!r} must be '
+                       f'{FEATURES[self.kind]}; got {tuple(self.features)}.')
+    for name, array in self.features.items():
+      if len(array) != offsets[-1]:
+        raise ValueError(f'feature {name!r} must have {offsets[-1]} rows; got '
+                         f'{len(array)}.')
+
+  @property
+  def num_clients(self) -> int:
+    """Number of clients."""
+    return len(self.client_ids)
+
+  def client_sizes(self) -> np.ndarray:
+    """Number of examples of every client, int64 [clients]."""
+    return np.diff(self.offsets)
+
+  def save(self, directory: str) -> None:
+    """Writes the split as .npy files plus a manifest into `directory`."""
+    os.makedirs(directory, exist_ok=True)
+    np.save(os.path.join(directory, 'offsets.npy'),
+            np.asarray(self.offsets, np.int64))
+    np.save(os.path.join(directory, 'client_ids.npy'),
+            np.asarray(self.client_ids, str))
+    for name, array in self.features.items():
+      np.save(os.path.join(directory, f'{name}.npy'), np.asarray(array))
+    with open(os.path.join(directory, _MANIFEST), 'w') as f:
+      json.dump({'format': _FORMAT_VERSION, 'kind': self.kind,
+                 'features': list(self.features)}, f)
+
+  @classmethod
+  def load(cls, directory: str, mmap: bool = True) -> 'ClientArrays':
+    """Reads a split written by `save`; features memory-mapped if `mmap`.
+
+    Raises:
+      FileNotFoundError: the directory or one of its files is missing.
+      ValueError: the manifest is not this format's.
+    """
+    manifest_path = os.path.join(directory, _MANIFEST)
+    with open(manifest_path) as f:
+      manifest = json.load(f)
+    if manifest.get('format') != _FORMAT_VERSION:
+      raise ValueError(f'{manifest_path} is not a client-array manifest of '
+                       f'format {_FORMAT_VERSION}.')
+    mode = 'r' if mmap else None
+    return cls(
+        kind=manifest['kind'],
+        client_ids=np.load(os.path.join(directory, 'client_ids.npy')),
+        offsets=np.load(os.path.join(directory, 'offsets.npy')),
+        features={name: np.load(os.path.join(directory, f'{name}.npy'),
+                                mmap_mode=mode)
+                  for name in manifest['features']})
+
+
+def model_inputs(kind: str, features: Mapping[str, np.ndarray]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+  """(inputs, labels) of the model from a kind's features (any leading axes).
+
+  EMNIST: (pixels, label). StackOverflow: (tokens[..., :-1], tokens[..., 1:]),
+  TFF's `split_input_target`.
+  """
+  if _check_kind(kind) == 'emnist':
+    return features['pixels'], features['label']
+  tokens = features['tokens']
+  return tokens[..., :-1], tokens[..., 1:]
+
+
+def shuffled_order(num_examples: int, buffer_size: int,
+                   rng: np.random.Generator,
+                   limit: int | None = None) -> np.ndarray:
+  """The order in which tf.data's `shuffle(buffer_size)` emits 0..n-1.
+
+  tf.data fills a buffer with the first `buffer_size` elements, then
+  repeatedly emits a uniformly chosen buffered element and refills its slot
+  with the next input. With buffer_size >= n this is a uniform permutation.
+  Only the first `limit` outputs are produced (all if None).
+  """
+  num_examples = _check_int(num_examples, 'num_examples', 0)
+  buffer_size = _check_int(buffer_size, 'buffer_size', 1)
+  count = num_examples if limit is None else min(limit, num_examples)
+  if buffer_size >= num_examples:
+    return rng.permutation(num_examples)[:count]
+  buffer = list(range(buffer_size))
+  next_input = buffer_size
+  order = np.empty(count, np.int64)
+  for position in range(count):
+    slot = int(rng.integers(len(buffer)))
+    order[position] = buffer[slot]
+    if next_input < num_examples:
+      buffer[slot] = next_input
+      next_input += 1
+    else:
+      buffer[slot] = buffer[-1]
+      buffer.pop()
+  return order
+
+
+def client_example_order(num_examples: int, *, epochs: int,
+                         max_examples: int | None, shuffle_buffer: int,
+                         rng: np.random.Generator) -> np.ndarray:
+  """Indices of a client's examples in the order TFF's preprocessing uses.
+
+  shuffle (re-drawn every epoch: tf.data's reshuffle_each_iteration), repeat
+  `epochs` times, take `max_examples` (None: all).
+  """
+  epochs = _check_int(epochs, 'epochs', 1)
+  if max_examples is not None:
+    max_examples = _check_int(max_examples, 'max_examples', 1)
+  orders = []
+  remaining = num_examples * epochs if max_examples is None else max_examples
+  for _ in range(epochs):
+    if remaining <= 0:
+      break
+    order = shuffled_order(num_examples, shuffle_buffer, rng, remaining)
+    orders.append(order)
+    remaining -= order.size
+  return np.concatenate(orders) if orders else np.zeros(0, np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundBatches:
+  """The padded batches of one round's clients.
+
+  Attributes:
+    inputs: [slots, max_batches, batch_size, ...] model inputs.
+    labels: [slots, max_batches, batch_size, ...] targets.
+    example_mask: float32 [slots, max_batches, batch_size]; 1 for real
+      examples. A batch without any is skipped (no local step).
+    client_mask: float32 [slots]; 1 for the round's clients, 0 for padding
+      slots (which contribute nothing to the round).
+  """
+  inputs: np.ndarray
+  labels: np.ndarray
+  example_mask: np.ndarray
+  client_mask: np.ndarray
+
+
+def max_batches_for(max_examples: int, batch_size: int) -> int:
+  """Batches of a client that uses `max_examples` examples: ceil(n / b)."""
+  return math.ceil(max_examples / batch_size)
+
+
+def client_batches(arrays: ClientArrays, clients: Sequence[int], *,
+                   batch_size: int, epochs: int, max_examples: int | None,
+                   rng: np.random.Generator,
+                   shuffle_buffer: int | None = None,
+                   num_slots: int | None = None,
+                   max_batches: int | None = None) -> RoundBatches:
+  """Batches of the clients `clients` (indices into `arrays`) for one round.
+
+  Args:
+    arrays: the split the clients come from.
+    clients: client indices, one slot each, in order.
+    batch_size: examples per local step (the last batch may be partial).
+    epochs: local passes over each client's data.
+    max_examples: cap on the examples a client uses, after repeating for the
+      epochs (TFF's `ClientSpec.max_elements`); None for no cap.
+    rng: numpy Generator of the shuffles.
+    shuffle_buffer: tf.data shuffle buffer; None for the kind's default
+      (DEFAULT_SHUFFLE_BUFFER); 1 keeps the stored order.
+    num_slots: client slots of the result (>= len(clients)); the extra ones are
+      masked out. Fixed slot and batch counts keep one compiled round for all
+      rounds and let the client axis divide evenly over devices.
+    max_batches: batches per slot; default the most any client needs.
+
+  Raises:
+    ValueError: a count is out of range, or a client needs more than
+      `max_batches` batches.
+  """
+  batch_size = _check_int(batch_size, 'batch_size', 1)
+  if shuffle_buffer is None:
+    shuffle_buffer = DEFAULT_SHUFFLE_BUFFER[arrays.kind]
+  clients = [_check_int(c, 'clients[i]', 0) for c in clients]
+  if any(c >= arrays.num_clients for c in clients):
+    raise ValueError(f'clients must be indices in [0, {arrays.num_clients}); '
+                     f'got {clients}.')
+  num_slots = len(clients) if num_slots is None else _check_int(
+      num_slots, 'num_slots', len(clients))
+  sizes = arrays.client_sizes()
+  orders = [
+      arrays.offsets[c] + client_example_order(
+          int(sizes[c]), epochs=epochs, max_examples=max_examples,
+          shuffle_buffer=shuffle_buffer, rng=rng) for c in clients
+  ]
+  needed = max([max_batches_for(o.size, batch_size) for o in orders] + [1])
+  if max_batches is None:
+    max_batches = needed
+  elif _check_int(max_batches, 'max_batches', 1) < needed:
+    raise ValueError(f'max_batches must be >= {needed}, the batches a client '
+                     f'of this round needs; got {max_batches}.')
+  rows = max_batches * batch_size
+  index = np.zeros((num_slots, rows), np.int64)
+  example_mask = np.zeros((num_slots, rows), np.float32)
+  for slot, order in enumerate(orders):
+    index[slot, :order.size] = order
+    example_mask[slot, :order.size] = 1.0
+  # Gather through the sorted distinct rows: one pass over memory-mapped data.
+  unique, position = np.unique(index.reshape(-1), return_inverse=True)
+  gathered = {
+      name: np.asarray(array[unique])[position].reshape(
+          (num_slots, max_batches, batch_size) + array.shape[1:])
+      for name, array in arrays.features.items()
+  }
+  inputs, labels = model_inputs(arrays.kind, gathered)
+  client_mask = np.zeros(num_slots, np.float32)
+  client_mask[:len(clients)] = 1.0
+  return RoundBatches(
+      inputs=inputs, labels=labels,
+      example_mask=example_mask.reshape(num_slots, max_batches, batch_size),
+      client_mask=client_mask)
+
+
+def synthetic_emnist(num_clients: int, examples_per_client: int,
+                     seed: int = 0) -> ClientArrays:
+  """Synthetic EMNIST-62 in numpy, with the structure of the real data.
+
+  Like `one_shot_epe.tasks.synthetic.emnist` (not its values): every class has
+  a template of three random pen strokes; an example is its class template
+  shifted by up to one pixel, drawn with the writer's ink strength in
+  [0.6, 1] plus N(0, 0.2^2) pixel noise on a white (1.0) background, clipped to
+  [0, 1]; labels uniform over the 62 classes.
+  """
+  num_clients = _check_int(num_clients, 'num_clients', 1)
+  examples_per_client = _check_int(examples_per_client, 'examples_per_client',
+                                   1)
+  rng = np.random.default_rng([seed, 0])
+  templates = np.zeros((EMNIST_CLASSES, IMAGE_SIZE, IMAGE_SIZE), np.float32)
+  for label in range(EMNIST_CLASSES):
+    for _ in range(3):
+      position = rng.uniform(6, 21, size=2)
+      angle = rng.uniform(0, 2 * math.pi)
+      for _ in range(14):
+        angle += rng.normal(0, 0.5)
+        position = np.clip(position + [math.cos(angle), math.sin(angle)], 4,
+                           22)
+        row, col = int(position[0]), int(position[1])
+        templates[label, row:row + 2, col:col + 2] = 1.0
+  n = num_clients * examples_per_client
+  labels = rng.integers(0, EMNIST_CLASSES, n).astype(np.int32)
+  shifts = rng.integers(-1, 2, (n, 2))
+  ink = np.repeat(rng.uniform(0.6, 1.0, num_clients), examples_per_client)
+  strokes = np.stack([
+      np.roll(templates[label], tuple(shift), axis=(0, 1))
+      for label, shift in zip(labels, shifts)
+  ])
+  noise = rng.normal(0.0, 0.2, (n, IMAGE_SIZE, IMAGE_SIZE))
+  pixels = np.clip(1.0 - ink[:, None, None] * strokes + noise, 0.0, 1.0)
+  return ClientArrays(
+      kind='emnist', client_ids=_client_ids(num_clients),
+      offsets=np.arange(num_clients + 1, dtype=np.int64) * examples_per_client,
+      features={'pixels': pixels.astype(np.float32), 'label': labels})
+
+
+def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
+                            vocab_size: int = 10_000, seed: int = 0,
+                            sequence_length: int = SEQUENCE_LENGTH
+                            ) -> ClientArrays:
+  """Synthetic StackOverflow sentences in numpy, already as token ids.
+
+  Like `one_shot_epe.tasks.synthetic.stackoverflow` (not its values):
+  sentences of 4 to 25 words; the first word's rank is Zipf-distributed over
+  the vocabulary, each next word 1 to 3 ranks further (mod vocab_size); rank r
+  has id r + 1, and sentences are encoded as TFF does (`encode_sentence`).
+  """
+  num_clients = _check_int(num_clients, 'num_clients', 1)
+  examples_per_client = _check_int(examples_per_client, 'examples_per_client',
+                                   1)
+  tokens = special_tokens(vocab_size)
+  rng = np.random.default_rng([seed, 1])
+  zipf = 1.0 / np.arange(1, vocab_size + 1)
+  zipf /= zipf.sum()
+  n = num_clients * examples_per_client
+  lengths = rng.integers(4, 26, n)
+  firsts = rng.choice(vocab_size, n, p=zipf)
+  rows = []
+  for length, first in zip(lengths, firsts):
+    steps = rng.integers(1, 4, length - 1)
+    ranks = (first + np.concatenate([[0], np.cumsum(steps)])) % vocab_size
+    rows.append(encode_sentence(list(ranks + 1), tokens, sequence_length))
+  return ClientArrays(
+      kind='stackoverflow', client_ids=_client_ids(num_clients),
+      offsets=np.arange(num_clients + 1, dtype=np.int64) * examples_per_client,
+      features={'tokens': np.stack(rows)})
+
+
+def _client_ids(num_clients: int) -> np.ndarray:
+  width = len(str(num_clients - 1))
+  return np.asarray([f'{i:0{width}d}' for i in range(num_clients)])

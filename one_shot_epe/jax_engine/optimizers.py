@@ -1,0 +1,90 @@
+"""TFF's client and server optimizers (sgd, sgdm, adam) as pure pytree updates.
+
+The TFF path builds both optimizers with `tff.learning.optimizers.build_sgdm`
+(sgd: no momentum; sgdm: with momentum) and `build_adam` (experiments/train.py,
+`_optimizer`). Their update rules, reproduced exactly (optax is not available
+in this project's .venv, and its adam differs in where epsilon enters):
+
+* sgd:  w <- w - lr g
+* sgdm: a <- m a + g;  w <- w - lr a            (a starts at 0)
+* adam: t <- t + 1;  a <- a + (g - a)(1 - b1);  p <- p + (g^2 - p)(1 - b2);
+        w <- w - lr sqrt(1 - b2^t) / (1 - b1^t) a / (sqrt(p) + eps)
+  with TFF's defaults b1 = 0.9, b2 = 0.999, eps = 1e-7.
+"""
+
+import dataclasses
+import math
+import numbers
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+NAMES = ('sgd', 'sgdm', 'adam')
+_tree_map = jax.tree_util.tree_map
+
+
+def _check_real(value: object, name: str, low: float, high: float) -> float:
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise TypeError(f'{name} must be a real number; got '
+                    f'{type(value).__name__}.')
+  if not (math.isfinite(value) and low <= value <= high):
+    raise ValueError(f'{name} must be in [{low}, {high}]; got {value}.')
+  return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimizer:
+  """One of TFF's optimizers; `init` and `step` are pure and jit-able.
+
+  Attributes:
+    name: 'sgd', 'sgdm' or 'adam'.
+    learning_rate: lr >= 0.
+    momentum: m in [0, 1] (sgdm only).
+    beta_1, beta_2, epsilon: adam's constants (TFF's defaults).
+  """
+  name: str
+  learning_rate: float
+  momentum: float = 0.0
+  beta_1: float = 0.9
+  beta_2: float = 0.999
+  epsilon: float = 1e-7
+
+  def __post_init__(self):
+    if self.name not in NAMES:
+      raise ValueError(f'optimizer name must be one of {list(NAMES)}; got '
+                       f'{self.name!r}.')
+    _check_real(self.learning_rate, 'learning_rate', 0.0, math.inf)
+    _check_real(self.momentum, 'momentum', 0.0, 1.0)
+    _check_real(self.beta_1, 'beta_1', 0.0, 1.0)
+    _check_real(self.beta_2, 'beta_2', 0.0, 1.0)
+    _check_real(self.epsilon, 'epsilon', 0.0, math.inf)
+
+  def init(self, params: Any) -> Any:
+    """The optimizer state for `params` (a pytree of float arrays)."""
+    if self.name == 'sgd':
+      return ()
+    zeros = _tree_map(jnp.zeros_like, params)
+    if self.name == 'sgdm':
+      return zeros
+    return (jnp.zeros((), jnp.int32), zeros, _tree_map(jnp.zeros_like, params))
+
+  def step(self, state: Any, params: Any, grads: Any) -> tuple[Any, Any]:
+    """One update with gradient `grads`; returns (new state, new params)."""
+    lr = self.learning_rate
+    if self.name == 'sgd':
+      return state, _tree_map(lambda w, g: w - lr * g, params, grads)
+    if self.name == 'sgdm':
+      acc = _tree_map(lambda a, g: self.momentum * a + g, state, grads)
+      return acc, _tree_map(lambda w, a: w - lr * a, params, acc)
+    step, acc, precond = state
+    step = step + 1
+    t = step.astype(jnp.float32)
+    normalized_lr = lr * jnp.sqrt(1.0 - self.beta_2**t) / (1.0 - self.beta_1**t)
+    acc = _tree_map(lambda a, g: a + (g - a) * (1.0 - self.beta_1), acc, grads)
+    precond = _tree_map(lambda p, g: p + (g * g - p) * (1.0 - self.beta_2),
+                        precond, grads)
+    params = _tree_map(
+        lambda w, a, p: w - normalized_lr * a / (jnp.sqrt(p) + self.epsilon),
+        params, acc, precond)
+    return (step, acc, precond), params

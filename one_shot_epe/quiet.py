@@ -1,0 +1,88 @@
+"""Quiet program start: no TensorFlow/CUDA start-up noise unless asked for.
+
+Importing TensorFlow 2.14 prints a screen of C++ log lines before a program
+does anything: INFO (oneDNN custom operations, CPU instructions, missing CUDA
+drivers), WARNING (TF-TRT) and three ERROR lines that are not errors ("Unable
+to register cuDNN/cuFFT/cuBLAS factory", the pip wheel registering its CUDA
+plugins twice). `quiet_startup` runs first thing in every program and
+
+* sets TF_CPP_MIN_LOG_LEVEL=2 (C++ WARNING and below off; inherited by TFF's
+  worker processes), so real C++ errors still show;
+* imports TensorFlow (if the program uses it) with the process's stderr
+  (file descriptor 2, where the C++ logs go) captured, and writes back every
+  captured line except the three registration lines;
+* ignores Python DeprecationWarnings and FutureWarnings of libraries and sets
+  TensorFlow's Python logger to ERROR.
+
+Progress bars, the program's own output and absl's own warnings stay. Any of
+these asks for everything instead: ONE_SHOT_EPE_VERBOSE=1, the user's own
+TF_CPP_MIN_LOG_LEVEL, or absl's --verbosity / -v on the command line.
+"""
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+
+VERBOSE_ENV = 'ONE_SHOT_EPE_VERBOSE'
+TF_LOG_LEVEL_ENV = 'TF_CPP_MIN_LOG_LEVEL'
+QUIET_TF_LOG_LEVEL = '2'
+# C++ ERROR lines of TensorFlow's import that report no error.
+REGISTRATION_NOISE = ('Unable to register cuDNN factory',
+                      'Unable to register cuFFT factory',
+                      'Unable to register cuBLAS factory')
+_VERBOSITY_FLAG = re.compile(r'--?(v|verbosity)(=.*)?')
+
+
+def verbose_requested(argv: Sequence[str]) -> bool:
+  """True if the user asked for TensorFlow's start-up output (module doc)."""
+  if os.environ.get(VERBOSE_ENV, '').strip() not in ('', '0'):
+    return True
+  if TF_LOG_LEVEL_ENV in os.environ:
+    return True
+  return any(_VERBOSITY_FLAG.fullmatch(arg) for arg in argv[1:])
+
+
+@contextlib.contextmanager
+def stderr_without(patterns: Sequence[str]) -> Iterator[None]:
+  """Captures file descriptor 2; on exit writes back lines without `patterns`.
+
+  Catches what C++ code writes, which `sys.stderr` redirection would not.
+  """
+  sys.stderr.flush()
+  saved = os.dup(2)
+  try:
+    with tempfile.TemporaryFile() as capture:
+      os.dup2(capture.fileno(), 2)
+      try:
+        yield
+      finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        capture.seek(0)
+        kept = [line for line in capture.read().splitlines(keepends=True)
+                if not any(p.encode() in line for p in patterns)]
+        os.write(2, b''.join(kept))
+  finally:
+    os.close(saved)
+
+
+def quiet_startup(argv: Sequence[str], import_tensorflow: bool) -> None:
+  """Makes the program quiet unless `verbose_requested(argv)` (module doc).
+
+  Call before anything imports TensorFlow; `import_tensorflow` for programs
+  that use it.
+  """
+  if verbose_requested(argv):
+    return
+  os.environ[TF_LOG_LEVEL_ENV] = QUIET_TF_LOG_LEVEL
+  warnings.filterwarnings('ignore', category=DeprecationWarning)
+  warnings.filterwarnings('ignore', category=FutureWarning)
+  if import_tensorflow:
+    with stderr_without(REGISTRATION_NOISE):
+      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    logging.getLogger('tensorflow').setLevel(logging.ERROR)

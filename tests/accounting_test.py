@@ -1,0 +1,110 @@
+"""Tests of one_shot_epe.accounting against dp_accounting's own accountants."""
+
+import math
+
+import dp_accounting
+import pytest
+
+from one_shot_epe import accounting
+from one_shot_epe import estimation
+
+
+def _pld_epsilon(event, delta, interval=1e-4):
+  accountant = dp_accounting.pld.PLDAccountant(
+      value_discretization_interval=interval)
+  accountant.compose(event)
+  return accountant.get_epsilon(delta)
+
+
+@pytest.mark.parametrize('noise,presentations,delta', [
+    (0.2207, 1, 200**-1.1), (0.2207, 2, 200**-1.1), (1.0, 4, 1e-6),
+    (2.0, 8, 1e-5)])
+def test_canary_epsilon_is_the_pld_composition_of_r_gaussians(
+    noise, presentations, delta):
+  expected = _pld_epsilon(
+      dp_accounting.SelfComposedDpEvent(
+          dp_accounting.GaussianDpEvent(noise), presentations), delta)
+  got = accounting.canary_epsilon(noise, delta, presentations)
+  assert got.epsilon == pytest.approx(expected, rel=1e-3)
+  assert f'r = {presentations}' in got.mechanism
+
+
+def test_one_presentation_is_the_papers_analytical_epsilon():
+  # Sec. 5.4: noise 0.2 at delta = 1e-5 (one Gaussian release) is 34.5...
+  # here checked against Balle and Wang directly, r = 1.
+  assert accounting.canary_epsilon(0.2, 1e-5, 1).epsilon == (
+      estimation.gaussian_epsilon(0.2, 1e-5))
+
+
+def test_no_noise_is_infinite():
+  assert math.isinf(accounting.canary_epsilon(0.0, 1e-5, 3).epsilon)
+  participation = accounting.Participation('bernoulli', 10, 100, 5)
+  assert math.isinf(
+      accounting.client_epsilon(0.0, 1e-5, participation).epsilon)
+
+
+@pytest.mark.parametrize('sampling', ['bernoulli', 'poisson'])
+@pytest.mark.parametrize('noise,clients,num_clients,rounds,delta', [
+    (1.0, 10, 1000, 1000, 1e-6), (1.0, 40, 200, 20, 200**-1.1)])
+def test_sampled_client_epsilon_is_dp_accountings_pld(
+    sampling, noise, clients, num_clients, rounds, delta):
+  q = clients / num_clients
+  event = dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(
+          q, dp_accounting.GaussianDpEvent(noise)), rounds)
+  expected = _pld_epsilon(event, delta)
+  got = accounting.client_epsilon(
+      noise, delta,
+      accounting.Participation(sampling, clients, num_clients, rounds))
+  assert got.epsilon == pytest.approx(expected, rel=2e-3)
+  # A valid (pessimistic) PLD bound is never far below RDP's looser one.
+  rdp = dp_accounting.rdp.RdpAccountant()
+  rdp.compose(event)
+  assert got.epsilon <= rdp.get_epsilon(delta) * 1.001
+  assert f'q = {q:.4g}' in got.mechanism and f'{rounds} rounds' in got.mechanism
+
+
+def test_shuffled_client_epsilon_composes_over_epochs():
+  # 200 clients, 40 per round: 5 rounds per epoch; 12 rounds touch 3 epochs.
+  participation = accounting.Participation('shuffle', 40, 200, 12)
+  assert participation.epochs == 3
+  got = accounting.client_epsilon(0.5, 1e-5, participation)
+  expected = _pld_epsilon(
+      dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(0.5), 3),
+      1e-5)
+  assert got.epsilon == pytest.approx(expected, rel=1e-3)
+  assert 'no amplification' in got.mechanism and '3 shuffled' in got.mechanism
+
+
+def test_shuffle_epochs_with_a_partial_cohort():
+  # 101 clients, 10 per round: ceil(101/10) = 11 rounds per epoch.
+  assert accounting.Participation('shuffle', 10, 101, 11).epochs == 1
+  assert accounting.Participation('shuffle', 10, 101, 12).epochs == 2
+
+
+@pytest.mark.parametrize('call,error,message', [
+    (lambda: accounting.canary_epsilon(-1.0, 1e-5, 1), ValueError,
+     'noise_multiplier'),
+    (lambda: accounting.canary_epsilon('1', 1e-5, 1), TypeError,
+     'noise_multiplier'),
+    (lambda: accounting.canary_epsilon(1.0, 1e-5, 0), ValueError,
+     'presentations'),
+    (lambda: accounting.canary_epsilon(1.0, 1e-5, 1.5), TypeError,
+     'presentations'),
+    (lambda: accounting.Participation('uniform', 1, 10, 1), ValueError,
+     'sampling'),
+    (lambda: accounting.Participation('shuffle', 11, 10, 1), ValueError,
+     'clients_per_round'),
+    (lambda: accounting.Participation('shuffle', 1, 10, 0), ValueError,
+     'rounds'),
+    (lambda: accounting.Participation('shuffle', 1, 10.0, 1), TypeError,
+     'num_clients'),
+    (lambda: accounting.client_epsilon(1.0, 1e-5, None), TypeError,
+     'participation'),
+    (lambda: accounting.client_epsilon(
+        1.0, 2.0, accounting.Participation('shuffle', 1, 10, 1)), ValueError,
+     'delta'),
+])
+def test_bad_arguments_raise_named_errors(call, error, message):
+  with pytest.raises(error, match=message):
+    call()

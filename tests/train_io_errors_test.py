@@ -1,0 +1,137 @@
+"""A full disk under a real launcher: one line, nothing lost, the rerun resumes.
+
+The run directory lives on a small tmpfs (mounted here; root only, else the
+test is skipped with the reason). 24 MiB hold the small files and two
+checkpoint versions of the tiny run (9.7 MB each: the 1,206,590-parameter
+EMNIST CNN), not a third, so the launcher fails while saving checkpoint 4:
+
+* exit status 2, a last stderr line naming the checkpoint version and
+  "No space left on device", no traceback; checkpoints 0 and 2 intact
+  (every tensor reads back with its checksum), no temporary leftovers;
+* remounted larger, the same command resumes from round 2 and finishes;
+* the disk filled again but for 16 KiB, rerunning the finished run (which
+  rewrites config.json and its results) fails on one of its files with
+  status 2, and every file it had written is unchanged, byte for byte.
+"""
+
+import errno
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from experiments import train
+from one_shot_epe import checkpoints
+from one_shot_epe import run_lock
+
+import programs
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NO_SPACE = os.strerror(errno.ENOSPC)
+_SMALL, _LARGE = '24m', '64m'
+_FLAGS = [
+    '--task=emnist_character', '--use_synthetic_data',
+    '--synthetic_num_clients=12', '--synthetic_examples_per_client=8',
+    '--clients_per_round=3', '--total_rounds=4', '--client_batch_size=4',
+    '--noise_multiplier=0.05', '--num_canaries=16',
+    '--num_unseen_canaries=16', '--canary_repeats=2',
+    '--rounds_per_evaluation=2', '--rounds_per_checkpoint=2',
+    '--max_eval_examples=16', '--noprogress_bar', '--run_name=run',
+]
+_WRITTEN = (train.CONFIG_FILE, train.METRICS_FILE, train.CANARY_COSINES_FILE,
+            train.FINAL_COSINES_FILE, train.MAX_COSINES_FILE,
+            train.REPORT_JSON_FILE, train.REPORT_MARKDOWN_FILE,
+            train.DENSITY_PLOT_FILE)
+
+
+def _mount(*args):
+  return subprocess.run(['mount', *args], capture_output=True, text=True,
+                        check=False)
+
+
+@pytest.fixture(name='disk')
+def fixture_disk(tmp_path):
+  """A tmpfs of `_SMALL` bytes at tmp_path/disk, unmounted afterwards."""
+  if os.geteuid() != 0:
+    pytest.skip('mounting a small tmpfs needs root')
+  disk = tmp_path / 'disk'
+  disk.mkdir()
+  mounted = _mount('-t', 'tmpfs', '-o', f'size={_SMALL}', 'tmpfs', str(disk))
+  if mounted.returncode != 0:
+    pytest.skip(f'cannot mount a tmpfs: {mounted.stderr.strip()}')
+  try:
+    yield disk
+  finally:
+    subprocess.run(['umount', '--lazy', str(disk)], check=True)
+
+
+def _train(root):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  return programs.run([sys.executable, '-m', 'experiments.train', *_FLAGS,
+                       f'--root_output_dir={root}'], cwd=_REPO, env=env,
+                      timeout=300)
+
+
+def _failure_line(done):
+  """The launcher's one-line error: last stderr line, the only 'error:'."""
+  assert done.returncode == 2, done.stderr[-3000:]
+  assert 'Traceback' not in done.stderr, done.stderr[-3000:]
+  last = done.stderr.strip().splitlines()[-1]
+  assert [line for line in done.stderr.splitlines()
+          if line.startswith('error:')] == [last]
+  assert _NO_SPACE in last and 'intact' in last and 'rerun' in last, last
+  return last
+
+
+def _leftovers(run_dir):
+  """Temporary files or checkpoint directories anywhere in the run."""
+  return [os.path.join(parent, name)
+          for parent, directories, files in os.walk(run_dir)
+          for name in directories + files
+          if '_temp' in name or name.startswith('.tmp-')]
+
+
+def _fill_but(disk, free_bytes):
+  """Fills the tmpfs with a file, then frees `free_bytes` of it."""
+  filler = disk / 'filler'
+  with open(filler, 'wb') as stream:
+    try:
+      while True:
+        stream.write(b'\0' * 65536)
+        stream.flush()
+    except OSError as error:
+      assert error.errno == errno.ENOSPC
+  os.truncate(filler, os.path.getsize(filler) - free_bytes)
+
+
+def test_full_disk_fails_cleanly_and_the_rerun_resumes(disk):
+  root = str(disk / 'out')
+  run_dir = os.path.join(root, 'run')
+  checkpoint_dir = os.path.join(run_dir, train.CHECKPOINT_DIR)
+
+  line = _failure_line(_train(root))
+  assert repr(os.path.join(checkpoint_dir, 'program_state_4')) in line
+  assert checkpoints.versions(checkpoint_dir) == [0, 2]
+  assert checkpoints.verify_latest(checkpoint_dir) == 2
+  checkpoints.verify(os.path.join(checkpoint_dir, 'program_state_0'))
+  assert not _leftovers(run_dir)
+
+  remounted = _mount('-o', f'remount,size={_LARGE}', str(disk))
+  assert remounted.returncode == 0, remounted.stderr
+  resumed = _train(root)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert 'resumed from round 2, trained 2 now' in resumed.stdout
+  before = {name: pathlib.Path(run_dir, name).read_bytes()
+            for name in _WRITTEN}
+
+  _fill_but(disk, 16 * 1024)
+  line = _failure_line(_train(root))
+  named = line.split("cannot write '")[1].split("'")[0]
+  assert os.path.relpath(named, run_dir).split(os.sep)[0] in (
+      *_WRITTEN, train.TENSORBOARD_DIR, run_lock.LOCK_FILE), line
+  assert {name: pathlib.Path(run_dir, name).read_bytes()
+          for name in _WRITTEN} == before
+  assert not _leftovers(run_dir)
+  assert checkpoints.versions(checkpoint_dir) == [0, 2, 4]
