@@ -281,14 +281,15 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
   # cohort of the DP average counts them: k * repetitions presentations
   # spread over the rounds (or, for sampled participation, k at the real
   # clients' inclusion rate).
-  expected_canaries = (config.num_canaries * config.canary_repeats /
-                       total_rounds if config.sampling == 'shuffle' else
-                       config.num_canaries *
-                       sampler.expected_clients_per_round / num_clients)
+  if config.sampling == 'shuffle':
+    cohort = participation.expected_cohort(
+        sampler.expected_clients_per_round, config.num_canaries,
+        config.canary_repeats, total_rounds)
+  else:
+    cohort = sampler.expected_clients_per_round + (
+        config.num_canaries * sampler.expected_clients_per_round / num_clients)
   try:
-    aggregator = build_aggregator(
-        config, sampler.expected_clients_per_round + expected_canaries,
-        canary_config)
+    aggregator = build_aggregator(config, cohort, canary_config)
   except ValueError as error:
     raise train_config.ConfigError(
         f'--noise_multiplier={config.noise_multiplier} with '

@@ -202,6 +202,11 @@ class CosineTracker:
         self._write(tf.constant(i), row)
 
   @property
+  def rounds_observed(self) -> int:
+    """The number of rounds observed so far."""
+    return self._observed
+
+  @property
   def buffer_rounds(self) -> int:
     """B, the number of rounds buffered between two block updates."""
     return self._rounds

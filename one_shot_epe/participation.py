@@ -264,6 +264,24 @@ def periodic_canary_schedule(num_canaries: int, num_rounds: int,
       tuple(_place_once_per_period(num_canaries, lengths, _check_seed(seed))))
 
 
+def expected_cohort(clients_per_round: float, num_canaries: int,
+                    repetitions: int, num_rounds: int) -> float:
+  """Expected participants per round: real clients plus k r / T canaries.
+
+  Canary clients participate as real clients do (Sec. 4), so the DP average's
+  denominator and the adaptive clip's expected record count include them: k
+  canaries presented r times each over T rounds add k r / T per round.
+  """
+  if isinstance(clients_per_round, bool) or not isinstance(
+      clients_per_round, numbers.Real) or not clients_per_round > 0:
+    raise ValueError('clients_per_round must be a positive number; got '
+                     f'{clients_per_round!r}')
+  num_canaries = _check_int('num_canaries', num_canaries, 0)
+  num_rounds = _check_int('num_rounds', num_rounds, 1)
+  repetitions = _check_int('repetitions', repetitions, 1, num_rounds)
+  return float(clients_per_round) + num_canaries * repetitions / num_rounds
+
+
 def last_rounds_canary_schedule(
     num_canaries: int, num_rounds: int, repetitions: int,
     max_canaries_per_round: int | None = None) -> CanarySchedule:

@@ -76,8 +76,14 @@ def shutdown_workers(timeout_s: float = 10.0) -> int:
 
 
 @contextlib.contextmanager
-def local_cpp_context(default_num_clients: int = 0) -> Iterator[object]:
-  """Installs a fresh synchronous C++ execution context; stops its worker on exit.
+def local_cpp_context(default_num_clients: int = 0,
+                      federated_program: bool = False) -> Iterator[object]:
+  """Installs a fresh C++ execution context; stops its worker on exit.
+
+  The context is synchronous (computations return values), or with
+  `federated_program=True` a `tff.program.NativeFederatedContext` over the
+  asynchronous one, which TFF's program logic (`tff.learning.programs.
+  train_model`) requires.
 
   TFF starts the worker at the first computation; a background thread waits
   for it to listen and, if it is reachable from other hosts, logs a warning
@@ -91,8 +97,13 @@ def local_cpp_context(default_num_clients: int = 0) -> Iterator[object]:
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-  context = tff.backends.native.create_sync_local_cpp_execution_context(
-      default_num_clients=default_num_clients)
+  if federated_program:
+    context = tff.program.NativeFederatedContext(
+        tff.backends.native.create_async_local_cpp_execution_context(
+            default_num_clients=default_num_clients))
+  else:
+    context = tff.backends.native.create_sync_local_cpp_execution_context(
+        default_num_clients=default_num_clients)
   stop = threading.Event()
   watcher = threading.Thread(target=_report_exposed_worker, args=(stop,),
                              name='worker-exposure-watch', daemon=True)

@@ -2,8 +2,8 @@
 
 The BUILD files are Starlark, whose syntax is a subset of Python's, so they are
 read with `ast` (no Bazel needed). The independent truth is the source tree
-itself: the .py files under one_shot_epe/, experiments/, benchmarks/ and
-tests/, and the import statements in them, also read with `ast`.
+itself: the .py files under one_shot_epe/, experiments/, benchmarks/,
+examples/ and tests/, and the import statements in them, also read with `ast`.
 
 What a target's `deps` must be, exactly (nothing missing, nothing extra):
   * the target of every project module its sources import (`import a.b`,
@@ -23,7 +23,7 @@ Tests that import TensorFlow Federated at module level (directly or through
 project modules) must be tagged "tff", which `bazel test //...` skips
 (.bazelrc); other tests importing TensorFlow must be tagged "tf" (or "tff"), so
 the //tests:fast suite (the untagged tests) stays numpy/scipy-only. Every
-program in experiments/ and benchmarks/ needs a py_binary.
+program in experiments/, benchmarks/ and examples/ needs a py_binary.
 """
 
 import ast
@@ -35,9 +35,9 @@ import pytest
 
 # The source tree, also under `bazel test`, whose runfiles hold only the deps.
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-PACKAGE_ROOTS = ('one_shot_epe', 'experiments', 'benchmarks')
+PACKAGE_ROOTS = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
 TESTS_DIR = 'tests'
-BINARY_DIRS = ('experiments', 'benchmarks')
+BINARY_DIRS = ('experiments', 'benchmarks', 'examples')
 RULES = ('py_library', 'py_binary', 'py_test', 'pytest_test')
 PYTEST_TEST_SRCS = ('tests/pytest_runner.py',)
 PYTEST_TEST_DEPS = frozenset({'//tests:conftest'})

@@ -122,8 +122,15 @@ def test_report_equals_estimation_of_the_written_csvs(run):
   assert report['final'] == json.loads(json.dumps(expected_final.to_dict()))
   assert report['all_iterates'] == json.loads(
       json.dumps(expected_all.to_dict()))
-  assert report['analytical_epsilon'] == estimation.gaussian_epsilon(
-      tiny_run.NOISE, delta)
+  # A canary presented r = 2 times is the 2-fold composition of the Gaussian
+  # mechanism: exactly one Gaussian at noise z / sqrt(2).
+  assert report['analytical_epsilon'] == pytest.approx(
+      estimation.gaussian_epsilon(tiny_run.NOISE / math.sqrt(2), delta),
+      rel=1e-3)
+  # 4 rounds of 3 of 12 shuffled clients: one epoch, each client at most once,
+  # so a real client's accounted eps is one Gaussian at z (no amplification).
+  assert report['accounted_epsilon'] == pytest.approx(
+      estimation.gaussian_epsilon(tiny_run.NOISE, delta), rel=1e-3)
   assert len(final) == 16
   assert len(maxima['seen']) == len(maxima['unseen']) == 16
   # The final evaluation is of the same model as the round-4 evaluation.

@@ -1,0 +1,319 @@
+"""Canaries in any `tff.learning` pipeline: one object from factory to report.
+
+A `CanaryAudit` holds everything the method needs besides the user's model and
+data (Andrew et al., ICLR 2024, Sections 3-4):
+
+1. the canary schedule (every seen canary once in each of r equal periods,
+   Sec. 5.2) and the DP aggregation factory that inserts the canaries
+   (`gaussian_adaptive` / `gaussian_fixed`, TFF's argument names), with the DP
+   average's denominator and the adaptive clip's expected record count
+   including the expected canaries per round (canaries participate as clients
+   do, Sec. 4);
+2. one call per round, `observe(learning_state)`, or a
+   `tff.program.ProgramStateManager` that calls it for TFF's own loops
+   (`tff.simulation.run_training_process`, `tff.learning.programs.
+   train_model`) and adds the audit's state to their checkpoints;
+3. one call at the end, `report()`, giving both threat models (Algorithm 2:
+   cosines with theta_T - theta_0; Algorithm 3: max-over-rounds cosines of seen
+   vs unseen canaries) and both upper bounds as a `run_report.RunReport`.
+
+Example (examples/canaries_in_fedavg.py runs it on a tiny model):
+
+  audit = CanaryAudit(num_canaries=1000, rounds=T, clients_per_round=100,
+                      delta=1e-6)
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      model_fn, client_optimizer_fn, server_optimizer_fn,
+      model_aggregator=audit.gaussian_adaptive(noise_multiplier=0.5))
+  tff.simulation.run_training_process(
+      process, selection_fn, T,
+      program_state_manager=audit.program_state_manager())
+  print(audit.report().to_markdown())
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from one_shot_epe import accounting
+from one_shot_epe import canaries
+from one_shot_epe import canary_aggregator
+from one_shot_epe import cosine_tracking
+from one_shot_epe import final_model
+from one_shot_epe import participation as participation_lib
+from one_shot_epe import run_report
+
+
+def _flat_trainable(learning_state: Any) -> np.ndarray:
+  """The global model's trainable weights as float32 [d] (tf.nest order)."""
+  return np.concatenate([
+      np.asarray(w, np.float32).reshape(-1)
+      for w in tf.nest.flatten(learning_state.global_model_weights.trainable)
+  ])
+
+
+def _learning_state(program_state: Any) -> Any:
+  """The learning state inside what a TFF loop saves.
+
+  `run_training_process` saves the learning state itself; `train_model`
+  saves a `ProgramState` whose `state` field holds it.
+  """
+  if hasattr(program_state, 'round_number') and hasattr(program_state,
+                                                          'state'):
+    return program_state.state
+  return program_state
+
+
+class CanaryAudit:
+  """The canaries of one training run, from aggregation factory to report."""
+
+  def __init__(self, *, num_canaries: int, rounds: int,
+               clients_per_round: float, delta: float,
+               num_unseen_canaries: int | None = None, repetitions: int = 1,
+               canary_seed: int = 0, canary_clip: str = 'project',
+               noise_seed: int | None = None,
+               client_participation: accounting.Participation | None = None):
+    """Plans the canaries of a run of `rounds` rounds.
+
+    Args:
+      num_canaries: k >= 1 seen canaries, inserted `repetitions` times each.
+      rounds: T, the number of training rounds.
+      clients_per_round: The expected number of real clients per round; the
+        expected canaries per round, k r / T, are added to it.
+      delta: The delta of every epsilon of the report.
+      num_unseen_canaries: m canaries tracked but never inserted (default k).
+      repetitions: r, presentations of each seen canary (one per period).
+      canary_seed: Canary j is a pure function of (canary_seed, j).
+      canary_clip: 'project' (the paper) or 'clip' (its published code); see
+        `canary_aggregator.CanaryConfig`.
+      noise_seed: None for unpredictable DP noise (deployments); an int makes
+        a simulation reproducible.
+      client_participation: How real clients are sampled, for the report's
+        accounted epsilon (`accounting.client_epsilon`); None omits it.
+    """
+    num_unseen = (num_canaries if num_unseen_canaries is None else
+                  num_unseen_canaries)
+    schedule = participation_lib.periodic_canary_schedule(
+        num_canaries, rounds, repetitions, canary_seed)
+    self.canary_config = canary_aggregator.CanaryConfig(
+        seed=canary_seed, num_seen=num_canaries, num_unseen=num_unseen,
+        schedule=schedule.as_round_lists(), tracking='external',
+        canary_clip=canary_clip)
+    self.expected_cohort = participation_lib.expected_cohort(
+        clients_per_round, num_canaries, repetitions, rounds)
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)):
+      raise TypeError(f'delta must be a real number; got {delta!r}.')
+    if not 0.0 < delta < 1.0:
+      raise ValueError(f'delta must be in (0, 1); got {delta!r}.')
+    self._delta = float(delta)
+    self._repetitions = repetitions
+    self._noise_seed = noise_seed
+    self._client_participation = client_participation
+    self._noise_multiplier: float | None = None
+    self._tracker: cosine_tracking.CosineTracker | None = None
+    self._initial: np.ndarray | None = None
+    self._latest: np.ndarray | None = None
+
+  # -- 1. The aggregation factory. --------------------------------------------
+
+  def gaussian_fixed(self, *, noise_multiplier: float,
+                     clip: float) -> canary_aggregator.CanaryDPFactory:
+    """DP-FedAvg's aggregation with a fixed clip, canaries inserted."""
+    factory = canary_aggregator.CanaryDPFactory.gaussian_fixed(
+        noise_multiplier=noise_multiplier,
+        clients_per_round=self.expected_cohort, clip=clip,
+        canary_config=self.canary_config, noise_seed=self._noise_seed)
+    self._noise_multiplier = float(noise_multiplier)
+    return factory
+
+  def gaussian_adaptive(
+      self, *, noise_multiplier: float, initial_l2_norm_clip: float = 0.1,
+      target_unclipped_quantile: float = 0.5, learning_rate: float = 0.2,
+      clipped_count_stddev: float | None = None
+  ) -> canary_aggregator.CanaryDPFactory:
+    """DP-FedAvg's aggregation with adaptive clipping (TFF's defaults)."""
+    factory = canary_aggregator.CanaryDPFactory.gaussian_adaptive(
+        noise_multiplier=noise_multiplier,
+        clients_per_round=self.expected_cohort,
+        initial_l2_norm_clip=initial_l2_norm_clip,
+        target_unclipped_quantile=target_unclipped_quantile,
+        learning_rate=learning_rate, clipped_count_stddev=clipped_count_stddev,
+        canary_config=self.canary_config, noise_seed=self._noise_seed)
+    self._noise_multiplier = float(noise_multiplier)
+    return factory
+
+  # -- 2. One call per round. -------------------------------------------------
+
+  def _start(self, initial_weights: np.ndarray) -> None:
+    self._initial = initial_weights
+    self._latest = initial_weights
+    self._tracker = cosine_tracking.CosineTracker(self.canary_config,
+                                                  initial_weights.size)
+
+  def observe(self, learning_state: Any) -> list[cosine_tracking.RoundSummary]:
+    """Records a learning state: the initial one first, then every round's.
+
+    Args:
+      learning_state: The state of a `tff.learning` process built with this
+        audit's factory: `process.initialize()`, then each `next(...).state`.
+
+    Returns:
+      Per-round cosine summaries of the rounds computed by this call (the
+      tracker works in blocks of rounds; see `cosine_tracking`).
+
+    Raises:
+      ValueError: if a round is skipped or repeated, or the initial state was
+        not observed first.
+    """
+    round_num = int(np.asarray(learning_state.aggregator.round_num))
+    weights = _flat_trainable(learning_state)
+    if round_num == 0:
+      self._start(weights)
+      return []
+    if self._tracker is None:
+      raise ValueError('observe the initial learning state (round 0) before '
+                       f'round {round_num}.')
+    summaries = self._tracker.observe(learning_state.aggregator)
+    self._latest = weights
+    return summaries
+
+  def state(self) -> dict[str, np.ndarray]:
+    """Everything needed to resume the audit (numpy; joins a checkpoint)."""
+    if self._tracker is None:
+      raise ValueError('the audit has observed no learning state yet.')
+    tracker = self._tracker.state()
+    return {'initial_weights': self._initial,
+            'rounds_observed': np.int64(tracker.rounds_observed),
+            'cosine_maxima': tracker.cosine_maxima,
+            'pending': tracker.pending}
+
+  def empty_state(self, learning_state: Any) -> dict[str, np.ndarray]:
+    """A `state()` of the right structure for `learning_state` (to load)."""
+    dim = _flat_trainable(learning_state).size
+    tracked = self.canary_config.num_seen + self.canary_config.num_unseen
+    return {'initial_weights': np.zeros([dim], np.float32),
+            'rounds_observed': np.int64(0),
+            'cosine_maxima': np.zeros([tracked], np.float32),
+            'pending': np.zeros([0, dim], np.float32)}
+
+  def restore(self, state: dict[str, Any], learning_state: Any) -> None:
+    """Resumes from `state()` saved together with `learning_state`."""
+    initial = np.asarray(state['initial_weights'], np.float32)
+    tracker_state = cosine_tracking.TrackerState(
+        rounds_observed=int(state['rounds_observed']),
+        cosine_maxima=np.asarray(state['cosine_maxima'], np.float32),
+        pending=np.asarray(state['pending'], np.float32).reshape(
+            -1, initial.size))
+    self._initial = initial
+    self._latest = _flat_trainable(learning_state)
+    self._tracker = cosine_tracking.CosineTracker(
+        self.canary_config, initial.size, state=tracker_state)
+
+  def program_state_manager(
+      self, inner: tff.program.ProgramStateManager | None = None,
+      rounds_per_checkpoint: int = 1) -> tff.program.ProgramStateManager:
+    """A program state manager that observes every state a TFF loop saves.
+
+    Give it to `tff.simulation.run_training_process` (with the default
+    rounds_per_saving_program_state=1, so that every round is observed) or
+    to `tff.learning.programs.train_model`. With `inner` (e.g. a
+    `tff.program.FileProgramStateManager`), round 0, every
+    `rounds_per_checkpoint`-th round are saved to it together with the
+    audit's state, and a rerun resumes both.
+    """
+    return _AuditingStateManager(self, inner, rounds_per_checkpoint)
+
+  # -- 3. One call at the end. ------------------------------------------------
+
+  def _check_observed(self) -> cosine_tracking.CosineTracker:
+    if self._tracker is None or self._tracker.rounds_observed == 0:
+      raise ValueError('the audit has observed no training round yet.')
+    return self._tracker
+
+  def cosine_maxima(self) -> cosine_tracking.CosineMaxima:
+    """Each canary's max-over-rounds cosine so far (Algorithm 3, l. 15-16)."""
+    return self._check_observed().maxima()
+
+  def final_cosines(self) -> np.ndarray:
+    """Seen canaries' cosines with theta_0 - theta_t, t the latest round.
+
+    Algorithm 2, line 11, on the model delta (`final_model`, statistic
+    'delta', tff.learning's sign convention).
+    """
+    self._check_observed()
+    return final_model.final_model_cosines(
+        self._latest, canary_seed=self.canary_config.seed,
+        canary_ids=canaries.seen_ids(self.canary_config.num_seen),
+        initial_weights=self._initial)
+
+  def report(self, *, alpha: float = 0.05, accuracy: float | None = None,
+             noise_multiplier: float | None = None) -> run_report.RunReport:
+    """Both threat models' estimates and bounds for the rounds observed.
+
+    Args:
+      alpha: 1 - confidence of epsilon_lo.
+      accuracy: The final model's accuracy, if known, for the report.
+      noise_multiplier: The noise multiplier of the factory; defaults to the
+        one given to `gaussian_fixed`/`gaussian_adaptive`.
+    """
+    tracker = self._check_observed()
+    if noise_multiplier is None:
+      noise_multiplier = self._noise_multiplier
+    if noise_multiplier is None:
+      raise ValueError('noise_multiplier is unknown: build the factory with '
+                       'this audit or pass noise_multiplier.')
+    config = self.canary_config
+    maxima = self.cosine_maxima()
+    return run_report.build_run_report(
+        final_cosines=self.final_cosines(), dim=int(self._initial.size),
+        delta=self._delta, noise_multiplier=noise_multiplier, alpha=alpha,
+        seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
+        accuracy=accuracy, canary_presentations=self._repetitions,
+        participation=self._client_participation,
+        setting={'num_canaries': config.num_seen,
+                 'num_unseen_canaries': config.num_unseen,
+                 'canary_repeats': self._repetitions,
+                 'rounds_observed': tracker.rounds_observed,
+                 'canary_clip': config.canary_clip,
+                 'expected_cohort': self.expected_cohort})
+
+
+class _AuditingStateManager(tff.program.ProgramStateManager):
+  """Observes each saved program state; saves the audit beside it."""
+
+  def __init__(self, audit: CanaryAudit,
+               inner: tff.program.ProgramStateManager | None,
+               rounds_per_checkpoint: int):
+    if isinstance(rounds_per_checkpoint, bool) or not isinstance(
+        rounds_per_checkpoint, int) or rounds_per_checkpoint < 1:
+      raise ValueError('rounds_per_checkpoint must be a positive integer; got '
+                       f'{rounds_per_checkpoint!r}.')
+    self._audit = audit
+    self._inner = inner
+    self._every = rounds_per_checkpoint
+
+  async def get_versions(self) -> Sequence[int] | None:
+    """The inner manager's versions (None without one: nothing to resume)."""
+    if self._inner is None:
+      return None
+    return await self._inner.get_versions()
+
+  async def load(self, version: int, structure: Any) -> Any:
+    """Loads `version` from the inner manager and resumes the audit from it."""
+    if self._inner is None:
+      raise ValueError('nothing to load: the audit has no inner manager.')
+    template = self._audit.empty_state(_learning_state(structure))
+    saved = await self._inner.load(version, {'program': structure,
+                                             'audit': template})
+    self._audit.restore(saved['audit'], _learning_state(saved['program']))
+    return saved['program']
+
+  async def save(self, program_state: Any, version: int) -> None:
+    """Observes the state of round `version`; checkpoints it when due."""
+    self._audit.observe(_learning_state(program_state))
+    if self._inner is None or version % self._every:
+      return
+    await self._inner.save({'program': program_state,
+                            'audit': self._audit.state()}, version)
