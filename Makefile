@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup data demo test bench table2 table2-quick canife clean bazel-build bazel-test
+.PHONY: setup data demo test test-jax bench table2 table2-quick canife clean bazel-build bazel-test
 
 # The demo: DP-FedAvg with canaries on real images, Fashion-MNIST split into
 # non-IID clients (configs/demo_fashion_mnist.cfg), at the three noise
@@ -56,7 +56,32 @@ table2: $(STAMP)
 	$(PY) -m experiments.gaussian_mechanism
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
+
+# The TensorFlow-free JAX environment: the accelerator machines'
+# stack (Python 3.12, jax 0.11, numpy, scipy, absl-py, pytest; no TensorFlow)
+# in its own virtual environment, pinned in requirements-jax.txt, for the JAX
+# engine's tests. JAX_PYTHON: python3.12 on PATH, else pyenv's newest 3.12
+# (pyenv's python3.12 shim fails while its global version is another).
+JAX_VENV ?= .venv-jax
+JAX_PY := $(JAX_VENV)/bin/python
+JAX_STAMP := $(JAX_VENV)/.installed
+JAX_PYTHON ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || \
+  ls -d "$$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 2>/dev/null | sort -V | tail -n 1)
+# Every JAX engine test but the TFF comparison, and the JAX launcher's;
+# jax_engine_models_test skips
+# itself without TensorFlow (its references are Keras models).
+JAX_TESTS = $(filter-out tests/jax_engine_tff_equivalence_test.py,$(wildcard tests/jax_engine_*_test.py)) tests/train_jax_test.py
+
+$(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py
+	@test -n "$(JAX_PYTHON)" || { echo 'make test-jax needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }
+	test -x $(JAX_PY) || $(JAX_PYTHON) -m venv $(JAX_VENV)
+	$(JAX_PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-jax.txt
+	$(JAX_PY) scripts/check_jax_env.py
+	touch $(JAX_STAMP)
+
+test-jax: $(JAX_STAMP)
+	$(JAX_PY) -m pytest -q $(JAX_TESTS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.table2
@@ -81,4 +106,4 @@ bazel-test: $(STAMP) bazel-build
 	$(BAZEL) test //tests:fast
 
 clean:
-	rm -rf $(VENV) .pytest_cache output
+	rm -rf $(VENV) $(JAX_VENV) .pytest_cache output

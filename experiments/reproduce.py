@@ -226,8 +226,8 @@ def run_grid(
     train_config.ConfigError: before any run starts, for the first invalid
       config.
   """
-  prepared = [train.prepare(config).config for config in configs]
-  baselines = [train.prepare(config).config for config in baseline_configs]
+  prepared = [train.validate_run(config) for config in configs]
+  baselines = [train.validate_run(config) for config in baseline_configs]
   for config in prepared:
     if config.num_canaries == 0:
       raise train_config.ConfigError('--num_canaries must be >= 2 for the '

@@ -91,6 +91,11 @@ import os
 import sys
 
 if __name__ == '__main__':
+  # --backend=jax never imports TensorFlow: hand over before anything does.
+  from experiments import train_config as _train_config
+  if _train_config.requested_backend(sys.argv) == 'jax':
+    from experiments import train_jax
+    train_jax.run_as_program()
   # Run as a program, before TensorFlow starts a thread: local TFF workers in a
   # network namespace with only loopback, then a quiet TensorFlow import.
   from one_shot_epe import isolation
@@ -103,7 +108,6 @@ import collections
 import contextlib
 import dataclasses
 import json
-import math
 import re
 from collections.abc import Iterator, Sequence
 
@@ -114,10 +118,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from experiments import run_outputs
 from experiments import train_config
+from experiments import train_jax
 from experiments import train_program
 from one_shot_epe import accelerators
-from one_shot_epe import accounting
 from one_shot_epe import atomic_io
 from one_shot_epe import cli
 from one_shot_epe import canaries
@@ -127,7 +132,6 @@ from one_shot_epe import cosine_tracking
 from one_shot_epe import distributed_runtime
 from one_shot_epe import final_model
 from one_shot_epe import participation
-from one_shot_epe import plots
 from one_shot_epe import run_lock
 from one_shot_epe import run_report
 from one_shot_epe import runtime
@@ -146,16 +150,18 @@ ACCURACY_METRICS = {
 # Synthetic data stands in for a fixed data set: it does not vary with --seed.
 SYNTHETIC_DATA_SEED = 0
 
-CONFIG_FILE = 'config.json'
-METRICS_FILE = 'metrics.csv'
-CANARY_COSINES_FILE = 'canary_cosines.csv'
-TENSORBOARD_DIR = 'tensorboard'
-CHECKPOINT_DIR = 'checkpoints'
-FINAL_COSINES_FILE = 'final_cosines.csv'
-MAX_COSINES_FILE = 'max_cosines.csv'
-REPORT_JSON_FILE = 'report.json'
-REPORT_MARKDOWN_FILE = 'report.md'
-DENSITY_PLOT_FILE = 'cosine_densities.png'
+# The run directory's files (`experiments.run_outputs`, shared with the JAX
+# engine's launcher).
+CONFIG_FILE = run_outputs.CONFIG_FILE
+METRICS_FILE = run_outputs.METRICS_FILE
+CANARY_COSINES_FILE = run_outputs.CANARY_COSINES_FILE
+TENSORBOARD_DIR = run_outputs.TENSORBOARD_DIR
+CHECKPOINT_DIR = run_outputs.CHECKPOINT_DIR
+FINAL_COSINES_FILE = run_outputs.FINAL_COSINES_FILE
+MAX_COSINES_FILE = run_outputs.MAX_COSINES_FILE
+REPORT_JSON_FILE = run_outputs.REPORT_JSON_FILE
+REPORT_MARKDOWN_FILE = run_outputs.REPORT_MARKDOWN_FILE
+DENSITY_PLOT_FILE = run_outputs.DENSITY_PLOT_FILE
 
 # The temporary files of TFF's CSV release managers (`<file>_temp1234`),
 # left by a process killed or stopped by a failed write before its rename.
@@ -168,37 +174,8 @@ REPORTED_ERRORS = (train_config.ConfigError, run_lock.RunLockedError,
                    write_failures.WriteFailure)
 
 
-@dataclasses.dataclass(frozen=True)
-class RunResult:
-  """What a run produced.
-
-  Attributes:
-    config: The validated config (run name resolved).
-    run_dir: Directory holding the outputs listed in the module docstring.
-    total_rounds: T, the number of training rounds of the run.
-    resumed_from_round: The checkpoint round this invocation started from (0
-      for a fresh run; T when the run was already complete).
-    rounds_trained: Training rounds this invocation ran.
-    dim: d, the number of model parameters.
-    delta: The delta of the report.
-    accuracy: Final test accuracy (`ACCURACY_METRICS[task]`).
-    final_cosines: Seen canaries' cosines with the final model (empty without
-      canaries).
-    seen_maxima, unseen_maxima: Max-over-rounds cosines (empty without).
-    report: The privacy report; None without canaries.
-  """
-  config: train_config.TrainConfig
-  run_dir: str
-  total_rounds: int
-  resumed_from_round: int
-  rounds_trained: int
-  dim: int
-  delta: float
-  accuracy: float
-  final_cosines: np.ndarray
-  seen_maxima: np.ndarray
-  unseen_maxima: np.ndarray
-  report: run_report.RunReport | None
+# What a run produced (either engine).
+RunResult = run_outputs.RunResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,33 +219,11 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
     raise train_config.ConfigError(
         f'--clients_per_round must be in [1, {num_clients}] (the task has '
         f'{num_clients} training clients); got {config.clients_per_round}.')
-  client_ids = task.preprocessed_train_data.client_ids
-  if config.sampling == 'shuffle':
-    sampler = participation.ShuffledEpochs(client_ids,
-                                           config.clients_per_round,
-                                           config.seed)
-    rounds_per_epoch = sampler.rounds_per_epoch
-  else:
-    sampler_class = (participation.BernoulliSampling if config.sampling ==
-                     'bernoulli' else participation.PoissonSampling)
-    sampler = sampler_class(client_ids, config.clients_per_round, config.seed)
-    rounds_per_epoch = math.ceil(num_clients / config.clients_per_round)
-  total_rounds = (config.total_rounds if config.total_rounds is not None else
-                  config.train_epochs * rounds_per_epoch)
-  if config.canary_repeats > total_rounds:
-    raise train_config.ConfigError(
-        f'--canary_repeats must be in [1, {total_rounds}] (the number of '
-        f'training rounds); got {config.canary_repeats}.')
+  sampler, total_rounds, schedule, cohort = train_config.participation_plan(
+      config, task.preprocessed_train_data.client_ids)
   delta = config.delta if config.delta is not None else num_clients**-1.1
   canary_config = None
-  if config.num_canaries:
-    if config.sampling == 'shuffle':
-      schedule = participation.periodic_canary_schedule(
-          config.num_canaries, total_rounds, config.canary_repeats,
-          config.canary_seed)
-    else:
-      schedule = sampler.canary_schedule(config.num_canaries, total_rounds,
-                                         config.canary_seed)
+  if schedule is not None:
     canary_config = canary_aggregator.CanaryConfig(
         seed=config.canary_seed, num_seen=config.num_canaries,
         num_unseen=config.num_unseen_canaries,
@@ -277,17 +232,6 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
         buffer_rounds=config.canary_buffer_rounds or min(
             cosine_tracking.default_tracker_rounds(task.num_parameters),
             config.rounds_per_checkpoint, total_rounds))
-  # Canary clients participate as real clients do (Sec. 4), so the expected
-  # cohort of the DP average counts them: k * repetitions presentations
-  # spread over the rounds (or, for sampled participation, k at the real
-  # clients' inclusion rate).
-  if config.sampling == 'shuffle':
-    cohort = participation.expected_cohort(
-        sampler.expected_clients_per_round, config.num_canaries,
-        config.canary_repeats, total_rounds)
-  else:
-    cohort = sampler.expected_clients_per_round + (
-        config.num_canaries * sampler.expected_clients_per_round / num_clients)
   try:
     aggregator = build_aggregator(config, cohort, canary_config)
   except ValueError as error:
@@ -303,6 +247,14 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
                      total_rounds=total_rounds, delta=delta,
                      canary_config=canary_config, aggregator=aggregator,
                      device=device)
+
+
+def validate_run(config: train_config.TrainConfig) -> train_config.TrainConfig:
+  """`prepare` for either --backend: the validated config; writes nothing."""
+  if config.backend == 'jax':
+    train_jax.prepare(config)
+    return config.validate()
+  return prepare(config).config
 
 
 def build_aggregator(
@@ -477,6 +429,8 @@ def run_training(config: train_config.TrainConfig) -> RunResult:
     write_failures.WriteFailure: a write failed (e.g. the disk is full);
       the outputs written before are intact and a rerun resumes.
   """
+  if config.backend == 'jax':
+    return train_jax.run_training(config)
   setup = prepare(config)
   with _owned_run_dir(setup.config):
     return _train_and_write(setup)
@@ -582,50 +536,14 @@ def _write_results(setup: PreparedRun, accuracy: float,
                    final_cosines: np.ndarray, seen_maxima: np.ndarray,
                    unseen_maxima: np.ndarray) -> run_report.RunReport | None:
   """Writes the cosine CSVs, the privacy report and the density plot."""
-  config, dim = setup.config, setup.task.num_parameters
   if setup.canary_config is None:
     return None
-  run_dir = config.run_dir
-  atomic_io.write_columns_csv(os.path.join(run_dir, FINAL_COSINES_FILE),
-                              {'cosine': final_cosines})
-  has_unseen = unseen_maxima.size > 0
-  if has_unseen:
-    atomic_io.write_columns_csv(os.path.join(run_dir, MAX_COSINES_FILE),
-                                {'seen': seen_maxima, 'unseen': unseen_maxima})
-  setting = collections.OrderedDict(
-      task=config.task, data=setup.task.data_source,
-      total_rounds=setup.total_rounds,
-      clients_per_round=config.clients_per_round, sampling=config.sampling,
-      clipping=('adaptive' if config.clipping_norm == 0 else
-                config.clipping_norm),
-      num_canaries=config.num_canaries,
-      num_unseen_canaries=config.num_unseen_canaries,
-      canary_repeats=config.canary_repeats,
-      all_iterates_statistic=config.all_iterates_statistic,
-      canary_clip=config.canary_clip, seed=config.seed,
-      canary_seed=config.canary_seed)
-  report = run_report.build_run_report(
-      final_cosines=final_cosines, dim=dim, delta=setup.delta,
-      noise_multiplier=config.noise_multiplier, alpha=config.alpha,
-      seen_maxima=seen_maxima if has_unseen else None,
-      unseen_maxima=unseen_maxima if has_unseen else None,
-      accuracy=accuracy, setting=setting,
-      canary_presentations=config.canary_repeats,
-      participation=accounting.Participation(
-          sampling=config.sampling, clients_per_round=config.clients_per_round,
-          num_clients=setup.task.num_train_clients,
-          rounds=setup.total_rounds))
-  report.write(os.path.join(run_dir, REPORT_JSON_FILE),
-               os.path.join(run_dir, REPORT_MARKDOWN_FILE))
-  panels = {'final model': {'seen canaries': final_cosines}}
-  if has_unseen:
-    panels['max over rounds'] = {'seen canaries': seen_maxima,
-                                 'unseen canaries': unseen_maxima}
-  plots.plot_cosine_densities(
-      panels, dim, os.path.join(run_dir, DENSITY_PLOT_FILE),
-      title=f'{config.task}, noise {config.noise_multiplier:g}, '
-      f'{config.canary_repeats} repetition(s)')
-  return report
+  return run_outputs.write_results(
+      setup.config, dim=setup.task.num_parameters, delta=setup.delta,
+      num_train_clients=setup.task.num_train_clients,
+      total_rounds=setup.total_rounds, data_source=setup.task.data_source,
+      accuracy=accuracy, final_cosines=final_cosines,
+      seen_maxima=seen_maxima, unseen_maxima=unseen_maxima)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -27,11 +27,8 @@ from typing import Any
 from absl import flags
 import numpy as np
 
-from one_shot_epe import accelerators
-from one_shot_epe import canaries
-from one_shot_epe import canary_aggregator
-from one_shot_epe import distributed_runtime
-from one_shot_epe import tasks
+from one_shot_epe import participation
+from one_shot_epe import run_options
 
 OPTIMIZERS = ('sgd', 'sgdm', 'adam')
 FINAL_MODEL_STATISTICS = ('delta', 'final')
@@ -64,6 +61,7 @@ class TrainConfig:
   `validate` checks every field; `train.run_training` validates before it
   writes. The help text of each flag is in `_FLAG_HELP`.
   """
+  backend: str = 'tff'
   task: str = 'emnist_character'
   data_dir: str | None = None
   use_synthetic_data: bool = False
@@ -119,7 +117,8 @@ class TrainConfig:
     Raises:
       ConfigError: naming the first invalid flag and its allowed range.
     """
-    _check_choice('task', self.task, tasks.TASK_NAMES)
+    _check_choice('backend', self.backend, run_options.BACKENDS)
+    _check_choice('task', self.task, run_options.TASK_NAMES)
     _check_choice('client_optimizer', self.client_optimizer, OPTIMIZERS)
     _check_choice('server_optimizer', self.server_optimizer, OPTIMIZERS)
     _check_choice('sampling', self.sampling, SAMPLINGS)
@@ -128,8 +127,8 @@ class TrainConfig:
     _check_choice('all_iterates_statistic', self.all_iterates_statistic,
                   ALL_ITERATES_STATISTICS)
     _check_choice('canary_clip', self.canary_clip,
-                  canary_aggregator.CANARY_CLIPS)
-    _check_choice('accelerator', self.accelerator, accelerators.ACCELERATORS)
+                  run_options.CANARY_CLIPS)
+    _check_choice('accelerator', self.accelerator, run_options.ACCELERATORS)
     for name in ('use_synthetic_data', 'seeded_noise', 'progress_bar'):
       if not isinstance(getattr(self, name), (bool, np.bool_)):
         raise ConfigError(f'--{name} must be true or false; got '
@@ -151,6 +150,8 @@ class TrainConfig:
                           f'--tff_worker_addresses; got --tff_workers='
                           f'{self.tff_workers}.')
       try:
+        # Imported here: it needs TFF, which the JAX engine's machines lack.
+        from one_shot_epe import distributed_runtime  # pylint: disable=g-import-not-at-top
         distributed_runtime.parse_addresses(self.tff_worker_addresses)
       except ValueError as error:
         raise ConfigError(f'--tff_worker_addresses: {error}') from None
@@ -186,7 +187,7 @@ class TrainConfig:
       if value != 0 or isinstance(value, bool):
         # Seen ids are 0..k-1 and unseen ids start at UNSEEN_ID_OFFSET, so
         # neither count may reach it.
-        _check_int(name, value, 2, canaries.UNSEEN_ID_OFFSET,
+        _check_int(name, value, 2, run_options.UNSEEN_ID_OFFSET,
                    note=' (2 or more to fit a Gaussian), or 0')
     if self.num_unseen_canaries and not self.num_canaries:
       raise ConfigError('--num_unseen_canaries needs seen canaries '
@@ -290,6 +291,9 @@ def check_resumable(config: TrainConfig, saved: Mapping[str, Any],
 
 
 _FLAG_HELP = {
+    'backend': 'Training engine: tff (TensorFlow Federated, CPU) or jax (the '
+               'JAX engine, one_shot_epe/jax_engine: GPU, TPU or CPU; no '
+               'TensorFlow needed).',
     'task': 'Task: emnist_character (CNN, 1,206,590 parameters), '
             'stackoverflow_word (LSTM, 4,050,748 parameters) or fashion_mnist '
             '(1,200 non-IID clients, CNN with 10 classes, 1,199,882 parameters).',
@@ -377,12 +381,13 @@ _FLAG_HELP = {
     'progress_bar': 'Show a progress bar on stderr.',
 }
 
-_ENUMS = {'task': tasks.TASK_NAMES, 'accelerator': accelerators.ACCELERATORS,
+_ENUMS = {'backend': run_options.BACKENDS, 'task': run_options.TASK_NAMES,
+          'accelerator': run_options.ACCELERATORS,
           'client_optimizer': OPTIMIZERS,
           'server_optimizer': OPTIMIZERS, 'sampling': SAMPLINGS,
           'final_model_statistic': FINAL_MODEL_STATISTICS,
           'all_iterates_statistic': ALL_ITERATES_STATISTICS,
-          'canary_clip': canary_aggregator.CANARY_CLIPS}
+          'canary_clip': run_options.CANARY_CLIPS}
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -413,3 +418,55 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS
       field.name: flag_values[field.name].value
       for field in dataclasses.fields(TrainConfig)
   })
+
+
+def participation_plan(
+    config: TrainConfig, client_ids: Sequence[str]
+) -> tuple[participation.ClientSampler, int, participation.CanarySchedule
+           | None, float]:
+  """Who takes part in each round, for either engine.
+
+  Returns (sampler, total rounds T, the seen canaries' schedule or None,
+  the expected cohort of the DP average, canaries included; see
+  `participation.canary_plan`). T is --total_rounds, or --train_epochs
+  epochs of rounds (ceil(m / clients per round) per epoch for sampling).
+
+  Raises:
+    ConfigError: --canary_repeats exceeds T.
+  """
+  if config.sampling == 'shuffle':
+    sampler = participation.ShuffledEpochs(client_ids,
+                                           config.clients_per_round,
+                                           config.seed)
+    rounds_per_epoch = sampler.rounds_per_epoch
+  else:
+    sampler_class = (participation.BernoulliSampling if config.sampling ==
+                     'bernoulli' else participation.PoissonSampling)
+    sampler = sampler_class(client_ids, config.clients_per_round, config.seed)
+    rounds_per_epoch = math.ceil(len(client_ids) / config.clients_per_round)
+  total_rounds = (config.total_rounds if config.total_rounds is not None else
+                  config.train_epochs * rounds_per_epoch)
+  if config.canary_repeats > total_rounds:
+    raise ConfigError(
+        f'--canary_repeats must be in [1, {total_rounds}] (the number of '
+        f'training rounds); got {config.canary_repeats}.')
+  schedule, cohort = participation.canary_plan(
+      sampler, config.num_canaries, total_rounds, config.canary_repeats,
+      config.canary_seed)
+  return sampler, total_rounds, schedule, cohort
+
+
+def requested_backend(argv: Sequence[str]) -> str:
+  """The --backend of a command line (flagfiles read), before parsing it all.
+
+  Lets `experiments.train` pick its engine before importing TensorFlow,
+  which --backend=jax must not need. An unparsable command line counts as
+  'tff', whose full parse then reports the error.
+  """
+  flag_values = flags.FlagValues()
+  define_flags(flag_values)
+  try:
+    flag_values(list(argv), known_only=True)
+  except flags.Error:
+    return 'tff'
+  return flag_values['backend'].value

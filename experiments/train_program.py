@@ -222,8 +222,7 @@ def all_iterates_state(statistic: str, previous_state: Any,
   aggregator = state.aggregator
   if statistic == 'aggregate':
     return aggregator
-  return canary_aggregator.CanaryExportState(
-      query_state=aggregator.query_state, round_num=aggregator.round_num,
+  return aggregator._replace(
       aggregate=_flat_trainable(previous_state) - _flat_trainable(state))
 
 

@@ -15,7 +15,9 @@ it is a [B, d] x [d, 2k] product over regenerated canaries.
 
 import tensorflow as tf
 
-ACCELERATORS = ('cpu', 'gpu')
+from one_shot_epe import run_options
+
+ACCELERATORS = run_options.ACCELERATORS
 
 
 def launcher_device(accelerator: str) -> str:

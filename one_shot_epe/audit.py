@@ -33,6 +33,7 @@ Example (examples/canaries_in_fedavg.py runs it on a tiny model):
 from collections.abc import Sequence
 from typing import Any
 
+import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -118,20 +119,26 @@ class CanaryAudit:
 
   # -- 1. The aggregation factory. --------------------------------------------
 
-  def gaussian_fixed(self, *, noise_multiplier: float,
-                     clip: float) -> canary_aggregator.CanaryDPFactory:
+  def gaussian_fixed(
+      self, *, noise_multiplier: float, clip: float,
+      record_aggregation_factory: (
+          tff.aggregators.UnweightedAggregationFactory | None) = None
+  ) -> canary_aggregator.CanaryDPFactory:
     """DP-FedAvg's aggregation with a fixed clip, canaries inserted."""
     factory = canary_aggregator.CanaryDPFactory.gaussian_fixed(
         noise_multiplier=noise_multiplier,
         clients_per_round=self.expected_cohort, clip=clip,
-        canary_config=self.canary_config, noise_seed=self._noise_seed)
+        canary_config=self.canary_config, noise_seed=self._noise_seed,
+        record_aggregation_factory=record_aggregation_factory)
     self._noise_multiplier = float(noise_multiplier)
     return factory
 
   def gaussian_adaptive(
       self, *, noise_multiplier: float, initial_l2_norm_clip: float = 0.1,
       target_unclipped_quantile: float = 0.5, learning_rate: float = 0.2,
-      clipped_count_stddev: float | None = None
+      clipped_count_stddev: float | None = None,
+      record_aggregation_factory: (
+          tff.aggregators.UnweightedAggregationFactory | None) = None
   ) -> canary_aggregator.CanaryDPFactory:
     """DP-FedAvg's aggregation with adaptive clipping (TFF's defaults)."""
     factory = canary_aggregator.CanaryDPFactory.gaussian_adaptive(
@@ -140,9 +147,36 @@ class CanaryAudit:
         initial_l2_norm_clip=initial_l2_norm_clip,
         target_unclipped_quantile=target_unclipped_quantile,
         learning_rate=learning_rate, clipped_count_stddev=clipped_count_stddev,
-        canary_config=self.canary_config, noise_seed=self._noise_seed)
+        canary_config=self.canary_config, noise_seed=self._noise_seed,
+        record_aggregation_factory=record_aggregation_factory)
     self._noise_multiplier = float(noise_multiplier)
     return factory
+
+  def tree_aggregation(
+      self, *, noise_multiplier: float, l2_norm_clip: float,
+      record_specs: Any, use_efficient: bool = True,
+      record_aggregation_factory: (
+          tff.aggregators.UnweightedAggregationFactory | None) = None
+  ) -> canary_aggregator.CanaryDPFactory:
+    """DP-FTRL's tree aggregation (TFF's `tree_aggregation`), canaries in.
+
+    The report's analytical epsilon assumes independent Gaussian noise per
+    round, which tree aggregation does not add: pass the noise multiplier
+    to account with to `report(noise_multiplier=...)` explicitly.
+    """
+    factory = canary_aggregator.CanaryDPFactory.tree_aggregation(
+        noise_multiplier=noise_multiplier,
+        clients_per_round=self.expected_cohort, l2_norm_clip=l2_norm_clip,
+        record_specs=record_specs, canary_config=self.canary_config,
+        noise_seed=self._noise_seed, use_efficient=use_efficient,
+        record_aggregation_factory=record_aggregation_factory)
+    self._noise_multiplier = None
+    return factory
+
+  def dp_event(self, learning_state: Any) -> dp_accounting.DpEvent:
+    """The DpEvent of the round that produced `learning_state`."""
+    return canary_aggregator.extract_dp_event_from_state(
+        learning_state.aggregator)
 
   # -- 2. One call per round. -------------------------------------------------
 
@@ -263,7 +297,8 @@ class CanaryAudit:
       noise_multiplier = self._noise_multiplier
     if noise_multiplier is None:
       raise ValueError('noise_multiplier is unknown: build the factory with '
-                       'this audit or pass noise_multiplier.')
+                       "this audit's gaussian_fixed/gaussian_adaptive or pass "
+                       'noise_multiplier.')
     config = self.canary_config
     maxima = self.cosine_maxima()
     return run_report.build_run_report(

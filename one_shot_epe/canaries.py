@@ -38,8 +38,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from one_shot_epe import run_options
+
 # Ids of unseen canaries start here; seen canaries must have ids below it.
-UNSEEN_ID_OFFSET = 1_000_000_000
+UNSEEN_ID_OFFSET = run_options.UNSEEN_ID_OFFSET
 
 # The bit generator behind every canary; fixing it (rather than TF's
 # 'auto_select') keeps canaries identical across devices and TF versions.

@@ -13,8 +13,12 @@ Each round t (0-based count of `next` calls):
    et al. 2021 (`QuantileAdaptiveClipSumQuery`, geometric update of S towards a
    target quantile of update norms), both normalised by the expected number of
    clients per round (`NormalizedQuery`), as
-   `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed/_adaptive` do.
-   The clipped records are summed over clients.
+   `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed/_adaptive` do;
+   or DP-FTRL's tree aggregation (`tree_aggregation`, tensorflow_privacy's
+   `TreeResidualSumQuery`, as `DifferentiallyPrivateFactory.tree_aggregation`).
+   The clipped records are aggregated over clients by the process of
+   `record_aggregation_factory` (default `tff.aggregators.SumFactory`; any
+   factory that sums without raising the records' sensitivity, as in TFF).
 2. At the server, every seen canary that the schedule names for round t
    becomes a record and goes through the same query's `preprocess_record` as
    a client's update would, and its record is merged into the clients' sum
@@ -51,8 +55,18 @@ buffered aggregates (`CanaryConfig.tracking`):
   memory; its `state()` joins the TFF state in checkpoints. Same maxima, a
   fraction of the cost (see benchmarks/canary_tracking.py).
 
-Per-round measurements stay compact (no d-sized vectors): `clip` (S_t),
-`canaries_inserted`, `aggregate_norm` (||rho_bar_t||) and, with 'in_state'
+Conformance with `tff.aggregators.DifferentiallyPrivateFactory` (TFF 0.87).
+The state carries TFF's fields `query_state`, `agg_state` (the record
+aggregation's state), `dp_event` (the `dp_accounting.DpEvent` that the DP
+query's `get_noised_result` reported for the last round, as a named tuple) and
+`is_init_state`; `extract_dp_event_from_state` returns the event, which an
+accountant composes over rounds exactly as for TFF's own factory. The
+measurements start with TFF's `dp_query_metrics` (the query's
+`derive_metrics` after the round, e.g. the next adaptive clip) and `dp` (the
+record aggregation's measurements).
+
+The canaries' per-round measurements stay compact (no d-sized vectors): `clip`
+(S_t, the clip applied this round), `canaries_inserted`, `aggregate_norm` (||rho_bar_t||) and, with 'in_state'
 tracking, the mean and max of the seen and of the unseen canaries' cosines
 with the aggregate of round `cosine_round`. Because cosines are computed in
 blocks, these summaries arrive with a constant lag of B - 1 rounds: the
@@ -77,6 +91,7 @@ import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -84,11 +99,12 @@ import tensorflow_privacy as tfp
 
 from one_shot_epe import canaries
 from one_shot_epe import cosine_tracking
+from one_shot_epe import run_options
 from one_shot_epe import seeded_queries
 
 DEFAULT_BUFFER_ROUNDS = 16
 TRACKING_MODES = ('in_state', 'external')
-CANARY_CLIPS = ('project', 'clip')
+CANARY_CLIPS = run_options.CANARY_CLIPS
 # With canary_clip='clip', a canary record has norm CLIPPED_CANARY_SCALE x S_t
 # before the query clips it: always clipped, whatever S_t (the published code
 # multiplies the unit canary by 10 000).
@@ -201,11 +217,23 @@ class CanaryConfig:
     return cosine_tracking.tracked_ids(self.num_seen, self.num_unseen)
 
 
+# The measurements of the canaries, after TFF's `dp_query_metrics` and `dp`.
+CANARY_MEASUREMENTS = ('clip', 'canaries_inserted', 'aggregate_norm')
+COSINE_MEASUREMENTS = ('cosine_round', 'seen_cosine_mean', 'seen_cosine_max',
+                       'unseen_cosine_mean', 'unseen_cosine_max')
+
+
 class CanaryAggregatorState(NamedTuple):
   """State of the process with tracking='in_state' (placed at the server).
 
+  The first four fields are those of TFF's `DPAggregatorState`.
+
   Attributes:
     query_state: Global state of the DP query (holds the current clip).
+    agg_state: State of the record aggregation process.
+    dp_event: `DpEvent.to_named_tuple()` of the last round's DP event (a
+      placeholder in the initial state); see `extract_dp_event_from_state`.
+    is_init_state: True in the state of `initialize`, False after a round.
     round_num: Number of completed rounds t (int32).
     cosine_maxima: float32 [k + m]; running max over rounds processed so far
       of each tracked canary's cosine (seen ids first, then unseen); -inf
@@ -217,6 +245,9 @@ class CanaryAggregatorState(NamedTuple):
       mean, unseen max) cosines of the last processed block of B rounds.
   """
   query_state: Any
+  agg_state: Any
+  dp_event: Any
+  is_init_state: Any
   round_num: Any
   cosine_maxima: Any
   buffer: Any
@@ -228,11 +259,18 @@ class CanaryExportState(NamedTuple):
 
   Attributes:
     query_state: Global state of the DP query (holds the current clip).
+    agg_state: State of the record aggregation process.
+    dp_event: `DpEvent.to_named_tuple()` of the last round's DP event (a
+      placeholder in the initial state); see `extract_dp_event_from_state`.
+    is_init_state: True in the state of `initialize`, False after a round.
     round_num: Number of completed rounds t (int32).
     aggregate: float32 [d], the noised aggregate rho_bar of the last round
       (zeros initially), for `cosine_tracking.CosineTracker.observe`.
   """
   query_state: Any
+  agg_state: Any
+  dp_event: Any
+  is_init_state: Any
   round_num: Any
   aggregate: Any
 
@@ -279,11 +317,16 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
   @classmethod
   def gaussian_fixed(cls, *, noise_multiplier: float, clients_per_round: float,
                      clip: float, canary_config: CanaryConfig,
-                     noise_seed: int | None = None) -> 'CanaryDPFactory':
+                     noise_seed: int | None = None,
+                     record_aggregation_factory: (
+                         tff.aggregators.UnweightedAggregationFactory | None
+                     ) = None) -> 'CanaryDPFactory':
     """Fixed clip S, noise std noise_multiplier * S, mean over the cohort.
 
     With `noise_seed`, round t's noise is a pure function of (noise_seed, t)
     (`seeded_queries`); without, tensorflow_privacy's unseeded noise.
+    `record_aggregation_factory` sums the clients' clipped records (default
+    `tff.aggregators.SumFactory`; see `__init__`).
     """
     noise_multiplier = _check_real('noise_multiplier', noise_multiplier,
                                    low=0.0)
@@ -298,7 +341,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
           l2_norm_clip=clip, stddev=clip * noise_multiplier,
           stream=seeded_queries.UPDATE_STREAM)
     query = tfp.NormalizedQuery(sum_query, denominator=clients_per_round)
-    return cls(query, _fixed_clip, canary_config, noise_seed)
+    return cls(query, _fixed_clip, canary_config, noise_seed,
+               record_aggregation_factory)
 
   @classmethod
   def gaussian_adaptive(cls, *, noise_multiplier: float,
@@ -307,7 +351,10 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                         target_unclipped_quantile: float = 0.5,
                         learning_rate: float = 0.2,
                         clipped_count_stddev: float | None = None,
-                        noise_seed: int | None = None) -> 'CanaryDPFactory':
+                        noise_seed: int | None = None,
+                        record_aggregation_factory: (
+                            tff.aggregators.UnweightedAggregationFactory | None
+                        ) = None) -> 'CanaryDPFactory':
     """Adaptive clip (Andrew et al. 2021, geometric update), TFF's defaults.
 
     Each round S <- S exp(-learning_rate (b - target_unclipped_quantile)),
@@ -319,7 +366,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     defaults to 0.05 * clients_per_round (0 when noise_multiplier is 0).
     With `noise_seed`, both noises of round t are pure functions of
     (noise_seed, t) (`seeded_queries`); without, tensorflow_privacy's unseeded
-    noise.
+    noise. `record_aggregation_factory` sums the clients' clipped records
+    (default `tff.aggregators.SumFactory`; see `__init__`).
     """
     noise_multiplier = _check_real('noise_multiplier', noise_multiplier,
                                    low=0.0)
@@ -352,12 +400,73 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
             expected_num_records=clients_per_round,
             geometric_update=True),
         denominator=clients_per_round)
-    return cls(query, _adaptive_clip, canary_config, noise_seed)
+    return cls(query, _adaptive_clip, canary_config, noise_seed,
+               record_aggregation_factory)
+
+  @classmethod
+  def tree_aggregation(cls, *, noise_multiplier: float,
+                       clients_per_round: float, l2_norm_clip: float,
+                       record_specs: Any, canary_config: CanaryConfig,
+                       noise_seed: int | None = None,
+                       use_efficient: bool = True,
+                       record_aggregation_factory: (
+                           tff.aggregators.UnweightedAggregationFactory | None
+                       ) = None) -> 'CanaryDPFactory':
+    """DP-FTRL's tree-aggregated noise, as TFF's `tree_aggregation`.
+
+    tensorflow_privacy's `TreeResidualSumQuery` (Kairouz et al. 2021,
+    "Practical and Private (Deep) Learning without Sampling or Shuffling")
+    clips records to `l2_norm_clip`, adds to the running sum of records the
+    noise of a binary tree (std `l2_norm_clip * noise_multiplier` per node;
+    the efficient estimator of Honaker 2015 with `use_efficient`) and releases
+    the residual between consecutive noised running sums, divided by
+    `clients_per_round`. Canaries are records of this query like any other
+    (Proj(c_j; l2_norm_clip), Algorithm 2 line 7). The noise is correlated
+    across rounds, so tensorflow_privacy reports an `UnsupportedDpEvent`:
+    account for it with the tree accountant, not as a Gaussian mechanism.
+
+    Args:
+      noise_multiplier: Noise std per tree node over `l2_norm_clip`, >= 0.
+      clients_per_round: Expected records per round (> 0), the denominator.
+      l2_norm_clip: The clip norm, > 0.
+      record_specs: `tf.TensorSpec`s of the aggregated value (the tree's noise
+        has this structure; must match the value type given to `create`).
+      canary_config: Canaries, schedule and tracking parameters.
+      noise_seed: Seed of tensorflow_privacy's tree noise generator, which
+        makes the noise of every round reproducible; None for a seed from the
+        system time.
+      use_efficient: Whether to use the efficient tree estimator.
+      record_aggregation_factory: Sums the clipped records (default
+        `tff.aggregators.SumFactory`; see `__init__`).
+    """
+    noise_multiplier = _check_real('noise_multiplier', noise_multiplier,
+                                   low=0.0)
+    clients_per_round = _check_real('clients_per_round', clients_per_round,
+                                    low=0.0, low_open=True)
+    l2_norm_clip = _check_real('l2_norm_clip', l2_norm_clip, low=0.0,
+                               low_open=True)
+    if noise_seed is not None:
+      noise_seed = _check_int('noise_seed', noise_seed, 0, 2**63 - 1)
+    if not isinstance(use_efficient, bool):
+      raise TypeError(f'use_efficient must be a bool; got {use_efficient!r}.')
+    specs = tf.nest.flatten(record_specs)
+    if not specs or not all(isinstance(s, tf.TensorSpec) for s in specs):
+      raise TypeError('record_specs must be a structure of tf.TensorSpec; '
+                      f'got {record_specs!r}.')
+    sum_query = tfp.TreeResidualSumQuery.build_l2_gaussian_query(
+        l2_norm_clip, noise_multiplier, record_specs, noise_seed=noise_seed,
+        use_efficient=use_efficient)
+    query = tfp.NormalizedQuery(sum_query, denominator=clients_per_round)
+    return cls(query, _fixed_clip, canary_config, None,
+               record_aggregation_factory)
 
   def __init__(self, query: tfp.SumAggregationDPQuery,
                clip_from_params: Callable[[Any], tf.Tensor],
-               canary_config: CanaryConfig, noise_seed: int | None = None):
-    """Low-level constructor; prefer `gaussian_fixed` / `gaussian_adaptive`.
+               canary_config: CanaryConfig, noise_seed: int | None = None,
+               record_aggregation_factory: (
+                   tff.aggregators.UnweightedAggregationFactory | None
+               ) = None):
+    """Low-level constructor; prefer the class methods.
 
     Args:
       query: The DP sum query whose `preprocess_record` clips records.
@@ -365,17 +474,34 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         params.
       canary_config: Canaries, schedule and tracking parameters.
       noise_seed: If set, the seed of the round seeds that `query` (built from
-        `seeded_queries`) draws its noise from; None for unseeded queries.
+        `seeded_queries`) draws its noise from; None for other queries.
+      record_aggregation_factory: Aggregates the clients' preprocessed
+        records, as in `tff.aggregators.DifferentiallyPrivateFactory`: None
+        for `tff.aggregators.SumFactory`; another factory must implement a sum
+        that does not increase the records' sensitivity (e.g. secure
+        aggregation). The canaries' records are added at the server after it.
+
+    Raises:
+      TypeError: for a `query`, `canary_config` or
+        `record_aggregation_factory` of the wrong type.
     """
     if not isinstance(query, tfp.SumAggregationDPQuery):
-      raise ValueError(
+      raise TypeError(
           f'query must be a tfp.SumAggregationDPQuery; got {query!r}.')
     if not isinstance(canary_config, CanaryConfig):
-      raise ValueError(
+      raise TypeError(
           f'canary_config must be a CanaryConfig; got {canary_config!r}.')
+    if record_aggregation_factory is None:
+      record_aggregation_factory = tff.aggregators.SumFactory()
+    if not isinstance(record_aggregation_factory,
+                      tff.aggregators.UnweightedAggregationFactory):
+      raise TypeError('record_aggregation_factory must be a '
+                      'tff.aggregators.UnweightedAggregationFactory or None; '
+                      f'got {record_aggregation_factory!r}.')
     if noise_seed is not None:
       noise_seed = _check_int('noise_seed', noise_seed, 0, 2**63 - 1)
     self._query = query
+    self._record_aggregation_factory = record_aggregation_factory
     self._noise_seed = noise_seed
     self._clip_from_params = clip_from_params
     self._config = canary_config
@@ -457,38 +583,80 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     """B of the in-state buffer."""
     return self._config.buffer_rounds or DEFAULT_BUFFER_ROUNDS
 
-  def _initial_state(self, dim: int
-                     ) -> CanaryAggregatorState | CanaryExportState:
+  def _state_class(
+      self) -> type[CanaryAggregatorState] | type[CanaryExportState]:
+    """The state's NamedTuple for this factory's tracking mode."""
+    if self._config.tracking == 'external':
+      return CanaryExportState
+    return CanaryAggregatorState
+
+  def _core_fields(self) -> tuple[str, ...]:
+    """State fields computed in TensorFlow: all but the record aggregation's."""
+    return tuple(name for name in self._state_class()._fields
+                 if name != 'agg_state')
+
+  def _measurement_names(self) -> tuple[str, ...]:
+    """The canaries' measurements (after TFF's `dp_query_metrics` and `dp`)."""
+    if self._config.tracking == 'external':
+      return CANARY_MEASUREMENTS
+    return CANARY_MEASUREMENTS + COSINE_MEASUREMENTS
+
+  def _noised_result(self, sample_state: Any, query_state: Any,
+                     round_num: tf.Tensor) -> tuple[Any, Any, Any]:
+    """The query's `get_noised_result`, in round `round_num`'s seed scope."""
+    if self._noise_seed is None:
+      noise_scope = contextlib.nullcontext()
+    else:
+      noise_scope = seeded_queries.noise_seed_scope(
+          seeded_queries.round_seed(self._noise_seed, round_num))
+    with noise_scope:
+      return self._query.get_noised_result(sample_state, query_state)
+
+  def _initial_core(self, specs: Any,
+                    dim: int) -> collections.OrderedDict[str, Any]:
+    """The initial state's `_core_fields()` (traced in TensorFlow).
+
+    As in TFF's factory, the initial `dp_event` is that of a round on an
+    empty sample: a placeholder of the right type, never to be accounted.
+    """
     query_state = self._query.initial_global_state()
     round_num = tf.constant(0, tf.int32)
+    _, _, event = self._noised_result(
+        self._query.initial_sample_state(specs), query_state, round_num)
+    core = dict(query_state=query_state, dp_event=event.to_named_tuple(),
+                is_init_state=tf.constant(True), round_num=round_num)
     if self._config.tracking == 'external':
-      return CanaryExportState(query_state=query_state, round_num=round_num,
-                               aggregate=tf.zeros([dim], tf.float32))
-    buffer_rounds = self._buffer_rounds()
-    return CanaryAggregatorState(
-        query_state=query_state,
-        round_num=round_num,
-        cosine_maxima=tf.fill([len(self._tracked_ids)],
-                              tf.constant(-np.inf, tf.float32)),
-        buffer=tuple(tf.zeros([dim], tf.float32) for _ in range(buffer_rounds)),
-        block_summaries=tf.fill([4, buffer_rounds],
-                                tf.constant(np.nan, tf.float32)))
+      core.update(aggregate=tf.zeros([dim], tf.float32))
+    else:
+      buffer_rounds = self._buffer_rounds()
+      core.update(
+          cosine_maxima=tf.fill([len(self._tracked_ids)],
+                                tf.constant(-np.inf, tf.float32)),
+          buffer=tuple(
+              tf.zeros([dim], tf.float32) for _ in range(buffer_rounds)),
+          block_summaries=tf.fill([4, buffer_rounds],
+                                  tf.constant(np.nan, tf.float32)))
+    return collections.OrderedDict(
+        (name, core[name]) for name in self._core_fields())
 
-  def _track_in_state(self, state: CanaryAggregatorState, flat: tf.Tensor,
-                      query_state: Any, measurements: dict[str, tf.Tensor]
-                      ) -> CanaryAggregatorState:
-    """Buffers the aggregate, processes full blocks, adds lagged summaries."""
+  def _track_in_state(self, core: Any, flat: tf.Tensor,
+                      measurements: dict[str, tf.Tensor]) -> dict[str, Any]:
+    """Buffers the aggregate, processes full blocks, adds lagged summaries.
+
+    Returns the new tracking fields of the state.
+    """
     buffer_rounds = self._buffer_rounds()
-    slot = state.round_num % buffer_rounds
+    round_num = core['round_num']
+    slot = round_num % buffer_rounds
     buffer = tuple(
         tf.where(tf.equal(slot, i), flat, old)
-        for i, old in enumerate(state.buffer))
+        for i, old in enumerate(core['buffer']))
     cosine_maxima, block_summaries = tf.cond(
         tf.equal(slot, buffer_rounds - 1),
-        lambda: self._update_block(state.cosine_maxima, tf.stack(buffer),
+        lambda: self._update_block(core['cosine_maxima'], tf.stack(buffer),
                                    tf.constant(buffer_rounds)),
-        lambda: (state.cosine_maxima, state.block_summaries))
-    cosine_round = state.round_num - buffer_rounds + 1
+        lambda: (core['cosine_maxima'], core['block_summaries']))
+    cosine_round = round_num - buffer_rounds + 1
     reported = block_summaries[:, (slot + 1) % buffer_rounds]
     reported = tf.where(cosine_round >= 0, reported, np.nan)
     measurements.update(
@@ -497,54 +665,60 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         seen_cosine_max=reported[1],
         unseen_cosine_mean=reported[2],
         unseen_cosine_max=reported[3])
-    return CanaryAggregatorState(
-        query_state=query_state,
-        round_num=state.round_num + 1,
-        cosine_maxima=cosine_maxima,
-        buffer=buffer,
-        block_summaries=block_summaries)
+    return dict(cosine_maxima=cosine_maxima, buffer=buffer,
+                block_summaries=block_summaries)
 
-  def _server_update(self, client_sum: Any, state: Any, specs: Any, dim: int):
-    """Inserts canaries, noises, tracks; returns state, result, measurements."""
-    params = self._query.derive_sample_params(state.query_state)
-    canary_sum, inserted = self._canary_sample_state(params, state.round_num,
-                                                     specs, dim)
-    if self._noise_seed is None:
-      noise_scope = contextlib.nullcontext()
-    else:
-      noise_scope = seeded_queries.noise_seed_scope(
-          seeded_queries.round_seed(self._noise_seed, state.round_num))
-    with noise_scope:
-      result, query_state, _ = self._query.get_noised_result(
-          self._query.merge_sample_states(client_sum, canary_sum),
-          state.query_state)
+  def _server_update(self, client_sum: Any, core: Any, specs: Any, dim: int):
+    """Inserts canaries, noises, tracks; returns core, result, measurements.
+
+    `core` holds the state's `_core_fields()`; so does the new core.
+    """
+    query_state, round_num = core['query_state'], core['round_num']
+    params = self._query.derive_sample_params(query_state)
+    canary_sum, inserted = self._canary_sample_state(params, round_num, specs,
+                                                     dim)
+    result, new_query_state, event = self._noised_result(
+        self._query.merge_sample_states(client_sum, canary_sum), query_state,
+        round_num)
     flat = canaries.flatten(result)
     measurements = collections.OrderedDict(
         clip=tf.cast(self._clip_from_params(params), tf.float32),
         canaries_inserted=inserted,
         aggregate_norm=tf.norm(flat))
+    new_core = dict(query_state=new_query_state,
+                    dp_event=event.to_named_tuple(),
+                    is_init_state=tf.constant(False),
+                    round_num=round_num + 1)
     if self._config.tracking == 'external':
-      new_state = CanaryExportState(query_state=query_state,
-                                    round_num=state.round_num + 1,
-                                    aggregate=flat)
+      new_core.update(aggregate=flat)
     else:
-      new_state = self._track_in_state(state, flat, query_state, measurements)
-    return new_state, result, measurements
+      new_core.update(self._track_in_state(core, flat, measurements))
+    new_core = collections.OrderedDict(
+        (name, new_core[name]) for name in self._core_fields())
+    return new_core, result, measurements
 
   # --------------------------------------------------------------------------
   # TFF process.
 
   def create(self, value_type: Any) -> tff.templates.AggregationProcess:
-    """Builds the `tff.templates.AggregationProcess` for `value_type`."""
+    """Builds the `tff.templates.AggregationProcess` for `value_type`.
+
+    The structure follows `tff.aggregators.DifferentiallyPrivateFactory.
+    create`: clients preprocess (clip) their values with the query's sample
+    params, the record aggregation process sums them, and the server adds the
+    canaries' records and calls `get_noised_result`.
+    """
     specs = _check_value_type(value_type)
     dim = canaries.flat_size(specs)
+    state_class = self._state_class()
+    core_fields = self._core_fields()
 
     @tff.tensorflow.computation
-    def initial_state():
-      return self._initial_state(dim)
+    def initial_core():
+      return self._initial_core(specs, dim)
 
-    state_type = initial_state.type_signature.result
-    query_state_type = state_type.query_state
+    core_type = initial_core.type_signature.result
+    query_state_type = core_type.query_state
 
     @tff.tensorflow.computation(query_state_type)
     def sample_params(query_state):
@@ -554,25 +728,47 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     def client_record(params, value):
       return self._query.preprocess_record(params, value)
 
-    @tff.tensorflow.computation(client_record.type_signature.result, state_type)
-    def server_update(client_sum, state):
-      return self._server_update(client_sum, state, specs, dim)
+    record_process = self._record_aggregation_factory.create(
+        client_record.type_signature.result)
+    client_sum_type = record_process.next.type_signature.result.result.member
+
+    @tff.tensorflow.computation(client_sum_type, core_type)
+    def server_update(client_sum, core):
+      return self._server_update(client_sum, core, specs, dim)
+
+    derive_metrics = tff.tensorflow.computation(self._query.derive_metrics,
+                                                query_state_type)
+
+    def zip_state(core, agg_state):
+      fields = {name: getattr(core, name) for name in core_fields}
+      return tff.federated_zip(state_class(agg_state=agg_state, **fields))
 
     @tff.federated_computation
     def init_fn():
-      return tff.federated_eval(initial_state, tff.SERVER)
+      return zip_state(tff.federated_eval(initial_core, tff.SERVER),
+                       record_process.initialize())
 
     @tff.federated_computation(
-        tff.FederatedType(state_type, tff.SERVER),
+        init_fn.type_signature.result,
         tff.FederatedType(value_type, tff.CLIENTS))
     def next_fn(state, value):
       params = tff.federated_broadcast(
           tff.federated_map(sample_params, state.query_state))
       records = tff.federated_map(client_record, (params, value))
-      new_state, result, measurements = tff.federated_map(
-          server_update, (tff.federated_sum(records), state))
+      record_output = record_process.next(state.agg_state, records)
+      core = tff.federated_zip(collections.OrderedDict(
+          (name, getattr(state, name)) for name in core_fields))
+      new_core, result, canary_measurements = tff.federated_map(
+          server_update, (record_output.result, core))
+      measurements = collections.OrderedDict(
+          dp_query_metrics=tff.federated_map(derive_metrics,
+                                             new_core.query_state),
+          dp=record_output.measurements)
+      for name in self._measurement_names():
+        measurements[name] = getattr(canary_measurements, name)
       return tff.templates.MeasuredProcessOutput(
-          state=new_state, result=result, measurements=measurements)
+          state=zip_state(new_core, record_output.state), result=result,
+          measurements=tff.federated_zip(measurements))
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
@@ -612,6 +808,31 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
           tf.constant(maxima), tf.constant(buffer), tf.constant(pending))
       maxima = maxima.numpy()
     return cosine_tracking.split_maxima(maxima, self._config.num_seen)
+
+
+def extract_dp_event_from_state(state: Any) -> dp_accounting.DpEvent:
+  """The `DpEvent` of the round that produced `state`.
+
+  The counterpart of TFF's `differential_privacy.extract_dp_event_from_state`
+  for a state of a process created by `CanaryDPFactory` (e.g.
+  `learning_state.aggregator` of a `tff.learning` process): the event that the
+  DP query's `get_noised_result` reported for that round, which covers the
+  canaries too (they are records of the same query). Compose the events of
+  all rounds in a `dp_accounting` accountant for the run's guarantee.
+
+  Raises:
+    ValueError: for the state of `initialize()`, whose event is a placeholder
+      (as TFF), or an object without the fields `dp_event`, `is_init_state`.
+  """
+  if not (hasattr(state, 'dp_event') and hasattr(state, 'is_init_state')):
+    raise ValueError('state must be a state of a CanaryDPFactory process, '
+                     "with fields 'dp_event' and 'is_init_state'; got "
+                     f'{type(state).__name__}.')
+  if bool(np.asarray(state.is_init_state)):
+    raise ValueError(
+        'state is the one returned by initialize(), whose DpEvent is a '
+        'placeholder; pass a state returned by next().')
+  return dp_accounting.DpEvent.from_named_tuple(state.dp_event)
 
 
 def _check_value_type(value_type: Any) -> Any:

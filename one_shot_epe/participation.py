@@ -523,3 +523,29 @@ def make_training_selection_fn(
     ]
 
   return training_selection_fn
+
+
+def canary_plan(sampler: ClientSampler, num_canaries: int, num_rounds: int,
+                repetitions: int, seed: int
+                ) -> tuple[CanarySchedule | None, float]:
+  """A run's canary schedule and the expected cohort of its DP average.
+
+  Canaries participate as the real clients do (Sec. 4): with shuffled epochs,
+  every canary once in each of `repetitions` equal periods (Sec. 5.2), adding
+  k r / T per round (`expected_cohort`); with Bernoulli or Poisson sampling,
+  at the clients' own rate q = E[cohort] / m, adding k q per round. The
+  cohort is the DP average's denominator and the adaptive clip's expected
+  record count. Without canaries (k = 0) the schedule is None.
+  """
+  num_canaries = _check_int('num_canaries', num_canaries, 0)
+  num_rounds = _check_int('num_rounds', num_rounds, 1)
+  clients = sampler.expected_clients_per_round
+  if isinstance(sampler, ShuffledEpochs):
+    schedule = (periodic_canary_schedule(num_canaries, num_rounds,
+                                         repetitions, seed)
+                if num_canaries else None)
+    return schedule, expected_cohort(clients, num_canaries, repetitions,
+                                     num_rounds)
+  schedule = (sampler.canary_schedule(num_canaries, num_rounds, seed)
+              if num_canaries else None)
+  return schedule, clients + num_canaries * clients / sampler.num_clients

@@ -41,8 +41,9 @@ def _maxima(device):
   rng = np.random.default_rng(0)
   for round_num in range(rounds):
     aggregate = rng.normal(size=dim).astype(np.float32)
-    tracker.observe(ca.CanaryExportState(query_state=(), round_num=round_num + 1,
-                                         aggregate=aggregate))
+    tracker.observe(ca.CanaryExportState(
+        query_state=(), agg_state=(), dp_event=(), is_init_state=False,
+        round_num=round_num + 1, aggregate=aggregate))
   maxima = tracker.maxima()
   return np.concatenate([maxima.seen, maxima.unseen])
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import dp_accounting
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -80,6 +81,29 @@ def test_cohort_counts_expected_canaries_as_tffs_stock_factory_would():
   expected = -clip * _unit_canaries(3, inserted).sum(axis=0) / 8.0
   np.testing.assert_allclose(after[0] - after[1], expected, rtol=1e-4,
                              atol=1e-4)
+
+
+def test_tree_aggregation_adds_canaries_to_tffs_stock_tree_factory():
+  # As above, against TFF's own DP-FTRL factory (noise 0): the canaries over
+  # the cohort 8 are the whole difference, and the audit's dp_event is the
+  # tree query's (UnsupportedDpEvent: correlated noise).
+  clip = 1e3
+  specs = [tf.TensorSpec([FEATURES, CLASSES], tf.float32),
+           tf.TensorSpec([CLASSES], tf.float32)]
+  canary_audit = _audit()
+  with_canaries = _process(canary_audit.tree_aggregation(
+      noise_multiplier=0.0, l2_norm_clip=clip, record_specs=specs))
+  stock = _process(
+      tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
+          noise_multiplier=0.0, clients_per_round=8.0, l2_norm_clip=clip,
+          record_specs=specs))
+  states = [p.next(p.initialize(), _data(0)).state
+            for p in (with_canaries, stock)]
+  inserted = canary_audit.canary_config.schedule[0]
+  expected = -clip * _unit_canaries(3, inserted).sum(axis=0) / 8.0
+  np.testing.assert_allclose(_flat(states[0]) - _flat(states[1]), expected,
+                             rtol=1e-4, atol=1e-4)
+  assert canary_audit.dp_event(states[0]) == dp_accounting.UnsupportedDpEvent()
 
 
 def _run_observed(canary_audit, rounds=ROUNDS):
@@ -191,14 +215,18 @@ def test_train_model_program_is_observed_every_round():
                                                     initial_l2_norm_clip=0.5))
   initial = _flat(process.initialize())
   released = tff.program.MemoryReleaseManager()
+  # A private loop: asyncio.run would leave the thread without a current
+  # loop, which later in-process TFF loops (run_training_process) need.
+  loop = asyncio.new_event_loop()
   with runtime.local_cpp_context(federated_program=True):
-    asyncio.run(tff.learning.programs.train_model(
+    loop.run_until_complete(tff.learning.programs.train_model(
         train_process=process,
         train_data_source=_RoundSource(),
         train_per_round_clients=CLIENTS, train_total_rounds=4,
         program_state_manager=canary_audit.program_state_manager(),
         model_output_manager=released, evaluation_manager=None,
         evaluation_periodicity=1))
+  loop.close()
   final = _flat(released.values()['training_checkpoint_round_4'])
   delta = initial - final
   units = _unit_canaries(3, canaries.seen_ids(8))

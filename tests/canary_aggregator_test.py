@@ -14,9 +14,11 @@ statistical; each states its false-failure probability. Everything else
 
 import math
 
+import dp_accounting
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_privacy as tfp
 from scipy import stats
 
 from one_shot_epe import canaries
@@ -177,7 +179,9 @@ def test_cosine_summaries_lag_by_buffer_minus_one(fixed_factory, fixed_run):
 
 def test_state_has_no_model_sized_measurements(fixed_run):
   _, outputs = fixed_run
-  for value in outputs[-1].measurements.values():
+  measurements = outputs[-1].measurements
+  assert list(measurements)[:2] == ['dp_query_metrics', 'dp']  # TFF's names.
+  for value in tf.nest.flatten(measurements):
     assert np.ndim(value) == 0
 
 
@@ -502,6 +506,223 @@ def test_inserted_canary_has_positive_final_model_cosine():
   assert _LEARNING_DIM == np.concatenate([np.ravel(w) for w in final]).size
   maxima = factory.final_cosine_maxima(state.aggregator)
   assert maxima.seen[0] == pytest.approx(1.0, abs=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# The DpEvent in the state, as TFF's DifferentiallyPrivateFactory keeps it.
+
+_EVENT_ROUNDS = 4
+_EVENT_DELTA = 1e-5
+
+
+def _events(factory, num_rounds=_EVENT_ROUNDS):
+  """The initial state and the DpEvents extracted after each round."""
+  process = factory.create(tff.TensorType(np.float32, [3]))
+  clients = [np.array([3.0, 0.0, 0.0], np.float32),
+             np.array([0.0, 0.1, 0.0], np.float32)]
+  with runtime.local_cpp_context():
+    states, _ = _run(process, lambda t: clients, num_rounds)
+    initial = process.initialize()
+  return initial, [ca.extract_dp_event_from_state(s) for s in states]
+
+
+def _rdp_epsilon(events):
+  accountant = dp_accounting.rdp.RdpAccountant()
+  for event in events:
+    accountant.compose(event)
+  return accountant.get_epsilon(_EVENT_DELTA)
+
+
+def test_fixed_clip_dp_event_composes_to_the_gaussian_mechanism():
+  z = 0.8
+  config = ca.CanaryConfig(seed=_SEED, num_seen=2, num_unseen=0,
+                           schedule=[[0], [1], [0, 1]])
+  factory = ca.CanaryDPFactory.gaussian_fixed(
+      noise_multiplier=z, clients_per_round=3.0, clip=0.5,
+      canary_config=config, noise_seed=9)
+  initial, events = _events(factory)
+  for event in events:
+    assert isinstance(event, dp_accounting.GaussianDpEvent)
+    assert event.noise_multiplier == pytest.approx(z, rel=1e-6)
+  by_hand = _rdp_epsilon(
+      [dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z),
+                                         _EVENT_ROUNDS)])
+  assert _rdp_epsilon(events) == pytest.approx(by_hand, rel=1e-5)
+  with pytest.raises(ValueError, match='initialize'):
+    ca.extract_dp_event_from_state(initial)
+
+
+@pytest.mark.parametrize('noise_seed', [None, 4])
+def test_adaptive_dp_event_is_tffs_and_composes_to_overall_z(noise_seed):
+  # The event is the one TFF's own gaussian_adaptive factory reports (the
+  # update sum's and the unclipped count's Gaussian mechanisms), and since
+  # 1/z^2 = 1/z_v^2 + 1/(2 s)^2 its RDP, hence epsilon, is that of one
+  # Gaussian mechanism at the overall z per round.
+  z, clients, count_stddev = 0.7, 4.0, 1.5
+  config = ca.CanaryConfig(seed=_SEED, num_seen=1, num_unseen=0,
+                           schedule=[[0]])
+  factory = ca.CanaryDPFactory.gaussian_adaptive(
+      noise_multiplier=z, clients_per_round=clients, canary_config=config,
+      clipped_count_stddev=count_stddev, noise_seed=noise_seed)
+  _, events = _events(factory)
+  tff_process = tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+      noise_multiplier=z, clients_per_round=clients,
+      clipped_count_stddev=count_stddev).create(
+          tff.TensorType(np.float32, [3]))
+  with runtime.local_cpp_context():
+    tff_state = tff_process.next(tff_process.initialize(),
+                                 [np.ones(3, np.float32)]).state
+  tff_event = dp_accounting.DpEvent.from_named_tuple(tff_state.dp_event)
+  assert isinstance(tff_event, dp_accounting.ComposedDpEvent)
+  tff_multipliers = [e.noise_multiplier for e in tff_event.events]
+  for event in events:
+    # The same event up to float32 rounding of stddev / clip (the clips of
+    # the two runs differ).
+    assert isinstance(event, dp_accounting.ComposedDpEvent)
+    assert [type(e) for e in event.events] == [type(e)
+                                               for e in tff_event.events]
+    np.testing.assert_allclose([e.noise_multiplier for e in event.events],
+                               tff_multipliers, rtol=1e-6)
+  by_hand = _rdp_epsilon(
+      [dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z),
+                                         _EVENT_ROUNDS)])
+  assert _rdp_epsilon(events) == pytest.approx(by_hand, rel=1e-5)
+
+
+def test_extract_dp_event_rejects_other_objects():
+  with pytest.raises(ValueError, match='dp_event'):
+    ca.extract_dp_event_from_state(object())
+
+
+# ----------------------------------------------------------------------------
+# record_aggregation_factory: the clients' records go through it.
+
+
+def test_record_aggregation_factory_aggregates_the_client_records():
+  # UnweightedMeanFactory is not a sum, which makes its use visible: the
+  # result is (mean of the clipped clients + Proj(c_0; S)) / E, against
+  # (sum + Proj) / E with the default SumFactory.
+  clip, denominator, dim = 1.0, 2.0, 4
+  clients = [np.array([3.0, 0.0, 0.0, 4.0], np.float32),
+             np.array([0.0, 0.5, 0.0, 0.0], np.float32)]
+  clipped = [_clip(x.astype(np.float64), clip) for x in clients]
+  canary = clip * _canary(0, dim)
+  config = ca.CanaryConfig(seed=_SEED, num_seen=1, num_unseen=0,
+                           schedule=[[0]])
+  want = {
+      None: (sum(clipped) + canary) / denominator,
+      'mean': (sum(clipped) / len(clients) + canary) / denominator,
+  }
+  for name, want_result in want.items():
+    inner = tff.aggregators.UnweightedMeanFactory() if name else None
+    factory = ca.CanaryDPFactory.gaussian_fixed(
+        noise_multiplier=0.0, clients_per_round=denominator, clip=clip,
+        canary_config=config, record_aggregation_factory=inner)
+    process = factory.create(tff.TensorType(np.float32, [dim]))
+    with runtime.local_cpp_context():
+      output = process.next(process.initialize(), clients)
+    np.testing.assert_allclose(output.result, want_result, atol=1e-6)
+    if name:
+      # TFF's layout: the inner process's measurements under 'dp'.
+      assert set(output.measurements['dp']) == {'mean_value', 'mean_count'}
+
+
+def test_bad_record_aggregation_factory_raises():
+  with pytest.raises(TypeError, match='record_aggregation_factory'):
+    ca.CanaryDPFactory.gaussian_fixed(
+        noise_multiplier=1.0, clients_per_round=2.0, clip=1.0,
+        canary_config=_config(),
+        record_aggregation_factory=tff.aggregators.MeanFactory())
+
+
+# ----------------------------------------------------------------------------
+# DP-FTRL: canaries under tensorflow_privacy's TreeResidualSumQuery.
+
+_TREE_DIM = 6
+_TREE_CLIP = 0.8
+_TREE_DENOMINATOR = 3.0
+_TREE_SCHEDULE = [[0], [1, 2], [], [2]]
+_TREE_SEED = 21
+
+
+def _tree_clients():
+  rng = np.random.default_rng(8)
+  return [rng.normal(size=_TREE_DIM).astype(np.float32) * scale
+          for scale in (0.1, 2.0)]  # Norms about 0.2 (kept) and 4 (clipped).
+
+
+def _tree_run(noise_multiplier):
+  specs = tf.TensorSpec([_TREE_DIM], tf.float32)
+  config = ca.CanaryConfig(seed=_SEED, num_seen=3, num_unseen=0,
+                           schedule=_TREE_SCHEDULE, tracking='external')
+  factory = ca.CanaryDPFactory.tree_aggregation(
+      noise_multiplier=noise_multiplier, clients_per_round=_TREE_DENOMINATOR,
+      l2_norm_clip=_TREE_CLIP, record_specs=specs, canary_config=config,
+      noise_seed=_TREE_SEED)
+  process = factory.create(tff.TensorType(np.float32, [_TREE_DIM]))
+  clients = _tree_clients()
+  with runtime.local_cpp_context():
+    return _run(process, lambda t: clients, len(_TREE_SCHEDULE))
+
+
+def _tree_record_sums():
+  """Brute force: each round's clipped clients plus Proj(c_j; S), float64."""
+  clipped = sum(_clip(x.astype(np.float64), _TREE_CLIP)
+                for x in _tree_clients())
+  return [clipped + sum((_TREE_CLIP * _canary(j, _TREE_DIM) for j in ids),
+                        np.zeros(_TREE_DIM)) for ids in _TREE_SCHEDULE]
+
+
+def test_tree_aggregation_without_noise_is_clients_plus_canaries():
+  states, outputs = _tree_run(0.0)
+  for t, (output, total) in enumerate(zip(outputs, _tree_record_sums())):
+    np.testing.assert_allclose(output.result, total / _TREE_DENOMINATOR,
+                               rtol=0, atol=1e-6)
+    assert output.measurements['canaries_inserted'] == len(_TREE_SCHEDULE[t])
+    assert output.measurements['clip'] == pytest.approx(_TREE_CLIP)
+    # TFF's dp_query_metrics: the query's derive_metrics.
+    assert output.measurements['dp_query_metrics'][
+        'tree_agg_dpftrl_clip'] == pytest.approx(_TREE_CLIP)
+    np.testing.assert_array_equal(states[t].aggregate, output.result)
+
+
+def test_tree_aggregation_noise_and_dp_event_are_tensorflow_privacys():
+  # Canaries are records of the given query: the process's results equal
+  # tensorflow_privacy's own TreeResidualSumQuery (same noise seed, run
+  # eagerly here) applied to the brute-force record sums, and its DpEvent is
+  # the one that query reports (correlated noise: UnsupportedDpEvent).
+  z = 0.5
+  states, outputs = _tree_run(z)
+  query = tfp.NormalizedQuery(
+      tfp.TreeResidualSumQuery.build_l2_gaussian_query(
+          _TREE_CLIP, z, tf.TensorSpec([_TREE_DIM], tf.float32),
+          noise_seed=_TREE_SEED),
+      denominator=_TREE_DENOMINATOR)
+  global_state = query.initial_global_state()
+  for t, total in enumerate(_tree_record_sums()):
+    want, global_state, tfp_event = query.get_noised_result(
+        tf.constant(total, tf.float32), global_state)
+    np.testing.assert_allclose(outputs[t].result, want.numpy(), rtol=0,
+                               atol=1e-5)
+    assert ca.extract_dp_event_from_state(states[t]) == tfp_event
+  assert tfp_event == dp_accounting.UnsupportedDpEvent()
+  # The noise is there: each round differs from the noiseless sum.
+  for output, total in zip(outputs, _tree_record_sums()):
+    assert np.linalg.norm(output.result - total / _TREE_DENOMINATOR) > 0.01
+
+
+@pytest.mark.parametrize('kwargs, error, name', [
+    (dict(l2_norm_clip=0.0), ValueError, 'l2_norm_clip'),
+    (dict(noise_multiplier=-1.0), ValueError, 'noise_multiplier'),
+    (dict(record_specs=[3]), TypeError, 'record_specs'),
+    (dict(use_efficient=1), TypeError, 'use_efficient'),
+])
+def test_bad_tree_arguments_raise(kwargs, error, name):
+  args = dict(noise_multiplier=1.0, clients_per_round=2.0, l2_norm_clip=1.0,
+              record_specs=tf.TensorSpec([3], tf.float32))
+  args.update(kwargs)
+  with pytest.raises(error, match=name):
+    ca.CanaryDPFactory.tree_aggregation(canary_config=_config(), **args)
 
 
 # ----------------------------------------------------------------------------

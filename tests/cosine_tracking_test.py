@@ -73,8 +73,8 @@ def test_export_state_holds_the_round_aggregate(export_run):
     assert state.round_num == t + 1
     np.testing.assert_array_equal(state.aggregate,
                                   results[t].astype(np.float32))
-    assert set(measurements[t]) == {'clip', 'canaries_inserted',
-                                    'aggregate_norm'}
+    assert set(measurements[t]) == {'dp_query_metrics', 'dp', 'clip',
+                                    'canaries_inserted', 'aggregate_norm'}
     assert measurements[t]['canaries_inserted'] == len(_SCHEDULE[t])
 
 
@@ -153,7 +153,8 @@ def test_tracker_rejects_skipped_rounds_and_bad_states(export_run):
         state=cosine_tracking.TrackerState(
             rounds_observed=2, cosine_maxima=np.zeros(_NUM_SEEN + _NUM_UNSEEN),
             pending=np.zeros((3, _DIM))))
-  in_state = ca.CanaryAggregatorState(None, 1, None, None, None)
+  in_state = ca.CanaryAggregatorState(None, None, None, False, 1, None, None,
+                                      None)
   with pytest.raises(ValueError, match="tracking='external'"):
     tracker.observe(in_state)
 

@@ -13,6 +13,12 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
+
+# The references are Keras models: skipped where TensorFlow is absent (the
+# TensorFlow-free JAX environment of `make test-jax`, the accelerator machines).
+pytest.importorskip('tensorflow')
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf
 import jax
 import jax.numpy as jnp
@@ -20,6 +26,7 @@ import jax.numpy as jnp
 from one_shot_epe import tasks
 from one_shot_epe.jax_engine import compat
 from one_shot_epe.jax_engine import models
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 
 def _first_batch(task):

@@ -31,7 +31,7 @@ CONSOLE_SCRIPTS = ('one-shot-epe-train', 'one-shot-epe-reproduce',
                    'one-shot-epe-estimate')
 # Checkout entries that are not sources: environments, outputs, caches.
 _NOT_COPIED = shutil.ignore_patterns(
-    '.venv', '.git', 'bazel-*', 'output', 'build', 'dist', '*.egg-info',
+    '.venv*', '.git', 'bazel-*', 'output', 'build', 'dist', '*.egg-info',
     '.hypothesis', '.pytest_cache', '__pycache__')
 
 

@@ -503,3 +503,26 @@ def _selection_fn_call(round_num):
 def test_invalid_arguments_raise(call, match):
   with pytest.raises(ValueError, match=match):
     call()
+
+
+@pytest.mark.parametrize('sampler', [
+    pt.ShuffledEpochs(40, 8, seed=1),
+    pt.PoissonSampling(40, 8.0, seed=1),
+    pt.BernoulliSampling(40, 8.0, seed=1),
+])
+def test_canary_plan_cohort_counts_canaries_as_clients(sampler):
+  # Truth by simulation of the schedule itself: the mean over rounds of
+  # real clients plus scheduled canaries is the planned cohort (exactly for
+  # shuffled epochs, within sampling error otherwise).
+  rounds, k = 400, 30
+  schedule, cohort = pt.canary_plan(sampler, k, rounds, 2, seed=3)
+  canaries_per_round = schedule.round_counts().mean()
+  clients_per_round = np.mean([len(sampler.indices(t)) for t in range(rounds)])
+  if isinstance(sampler, pt.ShuffledEpochs):
+    assert cohort == 8 + k * 2 / rounds
+    assert canaries_per_round == k * 2 / rounds
+  else:
+    assert cohort == pytest.approx(8 + k * 8 / 40)
+    assert canaries_per_round + clients_per_round == pytest.approx(
+        cohort, rel=0.05)
+  assert pt.canary_plan(sampler, 0, rounds, 1, seed=3)[0] is None

@@ -9,6 +9,7 @@ own queries. The TFF part runs the canary aggregator twice in separate
 execution contexts and checks the runs agree bit for bit.
 """
 
+import dp_accounting
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -149,6 +150,32 @@ def test_bad_seed_shape_is_an_error():
   with pytest.raises(ValueError, match='shape'):
     with sq.noise_seed_scope(tf.constant([1, 2, 3], tf.int64)):
       pass
+
+
+def test_seeded_queries_report_tensorflow_privacys_dp_events():
+  # Seeding changes where the noise comes from, not the mechanism: the
+  # DpEvents (what accountants compose) equal tensorflow_privacy's.
+  args = dict(initial_l2_norm_clip=0.3, noise_multiplier=0.9,
+              target_unclipped_quantile=0.5, learning_rate=0.2,
+              clipped_count_stddev=2.0, expected_num_records=8.0)
+  pairs = [
+      (sq.SeededGaussianSumQuery(l2_norm_clip=0.3, stddev=0.6,
+                                 stream=sq.UPDATE_STREAM),
+       tfp.GaussianSumQuery(l2_norm_clip=0.3, stddev=0.6)),
+      (sq.SeededQuantileAdaptiveClipSumQuery(**args),
+       tfp.QuantileAdaptiveClipSumQuery(**args)),
+  ]
+  zeros = [tf.zeros([4])]
+  for seeded, reference in pairs:
+    _, _, event = _noised_sum(seeded, sq.round_seed(1, 0),
+                              seeded.initial_sample_state(zeros))
+    _, _, want = reference.get_noised_result(
+        reference.initial_sample_state(zeros),
+        reference.initial_global_state())
+    assert event == want, (event, want)
+  assert want == dp_accounting.ComposedDpEvent([
+      dp_accounting.GaussianDpEvent(np.float32(0.9)),
+      dp_accounting.GaussianDpEvent(np.float32(2.0 / 0.5))])
 
 
 # ----------------------------------------------------------------------------

@@ -3,6 +3,9 @@
 import pytest
 
 from one_shot_epe import tasks
+from one_shot_epe.tasks import emnist
+from one_shot_epe.tasks import fashion_mnist
+from one_shot_epe.tasks import stackoverflow
 
 
 def _synthetic(name='emnist_character', **kwargs):
@@ -12,13 +15,18 @@ def _synthetic(name='emnist_character', **kwargs):
   return tasks.get_task(name, **args)
 
 
-def test_task_names():
-  assert tasks.TASK_NAMES == ('emnist_character', 'stackoverflow_word')
+def test_task_names_are_the_task_modules_own():
+  # run_options names the tasks without importing them (for the flags of
+  # both engines); each task module holds its own name.
+  assert tasks.TASK_NAMES == (emnist.TASK_NAME, stackoverflow.TASK_NAME,
+                              fashion_mnist.TASK_NAME)
+  assert tasks.TASK_NAMES == ('emnist_character', 'stackoverflow_word',
+                              'fashion_mnist')
 
 
 def test_unknown_task_name_lists_the_allowed_names():
   with pytest.raises(ValueError, match=r"one of \['emnist_character', "
-                     r"'stackoverflow_word'\]; got 'emnist'"):
+                     r"'stackoverflow_word', 'fashion_mnist'\]; got 'emnist'"):
     _synthetic('emnist')
 
 

@@ -1,4 +1,4 @@
-"""A TensorFlow-free JAX engine for DP-FedAvg with canaries (issue 13).
+"""A TensorFlow-free JAX engine for DP-FedAvg with canaries.
 
 The TFF path cannot run client training on an accelerator; this package holds
 the same experiment written in JAX, so it runs on GPUs/TPUs and in

@@ -1,7 +1,7 @@
 """JAX calls whose spelling differs between jax 0.4.14 and the newest jax.
 
 The engine runs in this project's .venv (jax 0.4.14, pinned by TFF 0.87) and on
-accelerator machines with the newest jax (issue 13). Everything else it uses
+accelerator machines with the newest jax. Everything else it uses
 (jax.numpy, jax.lax, jax.random's split/fold_in/normal, jax.tree_util,
 jax.sharding) is spelled the same in both.
 """

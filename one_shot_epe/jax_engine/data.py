@@ -1,6 +1,6 @@
 """Client data without TensorFlow: arrays on disk, synthetic data, round batches.
 
-The JAX engine (issue 13) reads federated data that TFF's SQLite files were
+The JAX engine reads federated data that TFF's SQLite files were
 converted to (`one_shot_epe.tasks.export_arrays`, run where TFF is installed) or
 that is generated here in numpy, and turns the clients of a round into padded,
 masked arrays that one jit-compiled DP-FedAvg round consumes

@@ -18,6 +18,7 @@ Modules:
 
 import os
 
+from one_shot_epe import run_options
 from one_shot_epe.tasks import base
 from one_shot_epe.tasks import emnist
 from one_shot_epe.tasks import fashion_mnist
@@ -25,8 +26,7 @@ from one_shot_epe.tasks import stackoverflow
 from one_shot_epe.tasks import synthetic
 from one_shot_epe.tasks.base import Task
 
-TASK_NAMES = (emnist.TASK_NAME, stackoverflow.TASK_NAME,
-              fashion_mnist.TASK_NAME)
+TASK_NAMES = run_options.TASK_NAMES
 
 
 def get_task(name: str,

@@ -1,0 +1,59 @@
+"""Converts TFF's SQLite EMNIST / StackOverflow for the JAX engine (--backend=jax).
+
+Run where TensorFlow Federated is installed (this project's .venv); copy the
+output to the accelerator machine and pass it as --data_dir:
+
+  python -m experiments.export_arrays --task=emnist_character \
+      --data_dir=$HOME/tff_data --output_dir=$HOME/jax_data
+  python -m experiments.train --backend=jax --flagfile=configs/emnist.cfg \
+      --data_dir=$HOME/jax_data --noise_multiplier=0.0958
+
+The format and conversion are `one_shot_epe.tasks.export_arrays`'s.
+"""
+
+import sys
+
+if __name__ == '__main__':
+  # Before TensorFlow starts a thread: a quiet TensorFlow import.
+  from one_shot_epe import quiet
+  quiet.quiet_startup(sys.argv, import_tensorflow=True)
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+from collections.abc import Sequence
+
+from absl import app
+from absl import flags
+
+from one_shot_epe import cli
+from one_shot_epe.tasks import export_arrays
+
+_TASK = flags.DEFINE_enum('task', None, ['emnist_character',
+                                         'stackoverflow_word'],
+                          'Dataset to convert.', required=True)
+_DATA_DIR = flags.DEFINE_string(
+    'data_dir', None, 'Directory with TFF\'s SQLite files (as for '
+    'experiments.train).', required=True)
+_OUTPUT_DIR = flags.DEFINE_string(
+    'output_dir', None, 'Where <task>/train and <task>/test are written.',
+    required=True)
+_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 10_000,
+                                   'StackOverflow vocabulary size.',
+                                   lower_bound=1)
+
+
+def main(argv: Sequence[str]) -> None:
+  """Converts the flags' task and prints the directories written."""
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
+  try:
+    written = export_arrays.export(_TASK.value, _DATA_DIR.value,
+                                   _OUTPUT_DIR.value, _VOCAB_SIZE.value)
+  except (OSError, ValueError) as error:
+    print(f'error: --data_dir: {error}', file=sys.stderr)
+    sys.exit(2)
+  for directory in written:
+    print(f'Wrote {directory}')
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=cli.parse_flags_or_exit)

@@ -1,0 +1,19 @@
+"""The choices a run is made of, shared by both engines (framework-free).
+
+The launcher's flags (`experiments.train_config`) are checked against these
+names without importing TensorFlow, so the JAX engine (`--backend=jax`) runs
+the same flags on machines without it; the modules that implement each
+choice take their names from here.
+"""
+
+# Training engines: TensorFlow Federated (CPU), or the JAX engine
+# (one_shot_epe/jax_engine; GPU, TPU, or CPU).
+BACKENDS = ('tff', 'jax')
+# The tasks of Section 5 and the demo's (one_shot_epe/tasks).
+TASK_NAMES = ('emnist_character', 'stackoverflow_word', 'fashion_mnist')
+# How an inserted canary meets the clip S_t (one_shot_epe/canary_aggregator).
+CANARY_CLIPS = ('project', 'clip')
+# Device of the TFF launcher's canary work (one_shot_epe/accelerators).
+ACCELERATORS = ('cpu', 'gpu')
+# Unseen canary i has id UNSEEN_ID_OFFSET + i; seen ids are 0..k-1.
+UNSEEN_ID_OFFSET = 1_000_000_000

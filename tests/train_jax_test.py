@@ -1,0 +1,122 @@
+"""Tests of experiments.train_jax: `experiments.train --backend=jax`.
+
+Independent truths: an interpreter in which TensorFlow cannot be imported
+(the program must run there, as on the accelerator machines); the run
+directory layout and report of `experiments.train`; an uninterrupted run
+(resumption from a checkpoint gives the same results); numpy regenerating
+the canaries' cosines with the final model from the checkpoints.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments import run_outputs
+from experiments import train_config
+from experiments import train_jax
+from one_shot_epe.jax_engine import canaries
+
+REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+FLAGS = ['--backend=jax', '--task=emnist_character', '--use_synthetic_data',
+         '--synthetic_num_clients=4', '--synthetic_examples_per_client=16',
+         '--clients_per_round=2', '--total_rounds=3', '--num_canaries=5',
+         '--num_unseen_canaries=5', '--noise_multiplier=0.1',
+         '--rounds_per_checkpoint=2', '--noprogress_bar']
+# `python -m experiments.train` with TensorFlow, TFF and TF Privacy made
+# unimportable (`import tensorflow` raises ImportError).
+_WITHOUT_TF = '''
+import runpy, sys
+for name in ('tensorflow', 'tensorflow_federated', 'tensorflow_privacy'):
+  sys.modules[name] = None
+sys.argv = ['train'] + sys.argv[1:]
+runpy.run_module('experiments.train', run_name='__main__')
+'''
+OUTPUTS = (run_outputs.CONFIG_FILE, run_outputs.METRICS_FILE,
+           run_outputs.CANARY_COSINES_FILE, run_outputs.FINAL_COSINES_FILE,
+           run_outputs.MAX_COSINES_FILE, run_outputs.REPORT_JSON_FILE,
+           run_outputs.REPORT_MARKDOWN_FILE, run_outputs.DENSITY_PLOT_FILE)
+
+
+def _config(root, **overrides) -> train_config.TrainConfig:
+  settings = dict(backend='jax', task='emnist_character',
+                  use_synthetic_data=True, synthetic_num_clients=4,
+                  synthetic_examples_per_client=16, clients_per_round=2,
+                  total_rounds=3, num_canaries=5, num_unseen_canaries=5,
+                  noise_multiplier=0.1, rounds_per_checkpoint=2,
+                  progress_bar=False, root_output_dir=str(root),
+                  run_name='run')
+  settings.update(overrides)
+  return train_config.TrainConfig(**settings)
+
+
+def test_program_runs_without_tensorflow_and_writes_the_run_layout(tmp_path):
+  completed = subprocess.run(
+      [sys.executable, '-c', _WITHOUT_TF, *FLAGS,
+       f'--root_output_dir={tmp_path}', '--run_name=run'],
+      cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert '| all iterates |' in completed.stdout
+  for name in OUTPUTS:
+    assert os.path.getsize(os.path.join(tmp_path, 'run', name)) > 0, name
+  with open(os.path.join(tmp_path, 'run', run_outputs.REPORT_JSON_FILE)) as f:
+    report = json.load(f)
+  assert report['setting']['backend'] == 'jax'
+  with open(os.path.join(tmp_path, 'run', run_outputs.METRICS_FILE)) as f:
+    assert [line.split(',')[0] for line in f][1:] == ['1', '2', '3']
+
+
+def test_resumed_run_equals_uninterrupted_and_final_cosines_are_exact(
+    tmp_path):
+  whole = train_jax.run_training(_config(tmp_path / 'whole'))
+  assert whole.rounds_trained == 3 and whole.dim == 1_206_590
+  # As if killed after round 2's checkpoint: the round-3 checkpoint and the
+  # results are gone; the rerun resumes from round 2.
+  shutil.copytree(tmp_path / 'whole', tmp_path / 'cut')
+  cut_dir = tmp_path / 'cut' / 'run'
+  os.unlink(cut_dir / run_outputs.CHECKPOINT_DIR / 'round_00000003.npz')
+  for name in (run_outputs.FINAL_COSINES_FILE, run_outputs.MAX_COSINES_FILE):
+    os.unlink(cut_dir / name)
+  resumed = train_jax.run_training(_config(tmp_path / 'cut'))
+  assert (resumed.resumed_from_round, resumed.rounds_trained) == (2, 1)
+  np.testing.assert_array_equal(resumed.final_cosines, whole.final_cosines)
+  np.testing.assert_array_equal(resumed.seen_maxima, whole.seen_maxima)
+  np.testing.assert_array_equal(resumed.unseen_maxima, whole.unseen_maxima)
+  for name in (run_outputs.FINAL_COSINES_FILE, run_outputs.MAX_COSINES_FILE):
+    assert (cut_dir / name).read_bytes() == (
+        tmp_path / 'whole' / 'run' / name).read_bytes()
+  # Algorithm 2's statistic from the checkpoints, canaries regenerated.
+  checkpoints = cut_dir / run_outputs.CHECKPOINT_DIR
+  with np.load(checkpoints / 'round_00000003.npz') as saved:
+    initial = saved['initial']
+  final = _final_params(checkpoints / 'round_00000003.npz')
+  units = np.asarray(canaries.directions(0, np.arange(5), initial.size),
+                     np.float64)
+  delta = initial.astype(np.float64) - final
+  np.testing.assert_allclose(whole.final_cosines,
+                             units @ delta / np.linalg.norm(delta), atol=1e-5)
+  # Inserted canaries stand out of the unseen ones at this low noise.
+  assert whole.seen_maxima.mean() > whole.unseen_maxima.max()
+
+
+def _final_params(path) -> np.ndarray:
+  """The flat model of a checkpoint (its leaves in `ServerState` order)."""
+  with np.load(path) as saved:
+    leaves = [saved[f'leaf_{i}'] for i in range(8)]  # params: 8 arrays.
+  return np.concatenate([leaf.ravel() for leaf in leaves]).astype(np.float64)
+
+
+@pytest.mark.parametrize('flag,message', [
+    (dict(tff_workers=2), '--tff_workers'),
+    (dict(task='fashion_mnist'), '--task=fashion_mnist'),
+    (dict(num_canaries=0), '--num_canaries=0'),
+    (dict(use_synthetic_data=False, data_dir='/nonexistent'), '--data_dir'),
+])
+def test_flags_the_engine_does_not_take_are_named(tmp_path, flag, message):
+  with pytest.raises(train_config.ConfigError, match=message):
+    train_jax.prepare(_config(tmp_path, **flag))
+  assert not os.path.exists(tmp_path / 'run')
