@@ -8,19 +8,13 @@ with 1 000 seen + 1 000 unseen canaries:
   It is timed on --baseline_canaries canaries and scaled linearly to all
   k + m: each canary is generated and scored independently, so the cost is
   linear in their number (--baseline_canaries=2000 times all of them);
-* external (default tracking for large models): `CanaryDPFactory` with
-  tracking='external' inside TFF's C++ runtime exports the round's aggregate
-  in its state, and `cosine_tracking.CosineTracker` buffers B aggregates in
-  memory and processes them once every B rounds (one regeneration of the
-  canaries per block). Per round it costs the export (the aggregator's round
-  minus a plain `tff.aggregators.DifferentiallyPrivateFactory` round on the
-  same value) plus the tracker's amortised ((B - 1) buffering + 1 block) / B;
-* in_state (with --modes=external,in_state): the buffer of B aggregates lives
-  in the aggregator state; a buffering round and the B-th (block) round are
-  both timed against the plain DP round, amortised the same way.
-
-Block rounds are timed directly from a state holding B - 1 buffered rounds
-(states are plain data) instead of running B - 1 rounds first.
+* tracker: `CanaryDPFactory` inside TFF's C++ runtime exports the round's
+  aggregate in its state, and `cosine_tracking.CosineTracker` buffers B
+  aggregates in memory and processes them once every B rounds (one
+  regeneration of the canaries per block). Per round it costs the export
+  (the aggregator's round minus a plain
+  `tff.aggregators.DifferentiallyPrivateFactory` round on the same value)
+  plus the tracker's amortised ((B - 1) buffering + 1 block) / B.
 
 Peak extra memory is the high-water resident set (VmHWM) of the benchmark
 process plus its TFF worker, minus their resident set after three rounds of
@@ -31,8 +25,8 @@ so the times are upper bounds.
 The EMNIST CNN training round itself (~20 s on the 2-core machine, from the
 issue) is not re-timed here: it needs the dataset and costs minutes.
 
-  python -m benchmarks.canary_tracking [--modes=external,in_state]
-      [--buffer_rounds=B] [--dims=1206590,4050000]
+  python -m benchmarks.canary_tracking [--buffer_rounds=B]
+      [--dims=1206590,4050000]
 """
 
 import sys
@@ -57,10 +51,9 @@ from absl import flags
 
 _DIMS = flags.DEFINE_list('dims', ['1206590', '4050000'],
                           'Model dimensionalities d to time.')
-_MODES = flags.DEFINE_list('modes', ['external'],
-                           "Tracking modes to time: 'external', 'in_state'.")
 _BUFFER_ROUNDS = flags.DEFINE_integer(
-    'buffer_rounds', None, 'B; default: the mode\'s default.', lower_bound=1)
+    'buffer_rounds', None,
+    'B; default: cosine_tracking.default_tracker_rounds(d).', lower_bound=1)
 _NUM_SEEN = flags.DEFINE_integer('num_seen', 1000, 'Seen canaries.',
                                  lower_bound=1)
 _NUM_UNSEEN = flags.DEFINE_integer('num_unseen', 1000, 'Unseen canaries.',
@@ -69,7 +62,7 @@ _BASELINE_CANARIES = flags.DEFINE_integer(
     'baseline_canaries', 500,
     'Canaries the baseline is timed on (scaled linearly to all of them).',
     lower_bound=1)
-_CHILD = flags.DEFINE_enum('child', None, ['baseline', 'external', 'in_state'],
+_CHILD = flags.DEFINE_enum('child', None, ['baseline', 'tracker'],
                            'Internal: run one measurement and print it.')
 _DIM = flags.DEFINE_integer('dim', None, 'Internal: d of a child run.')
 
@@ -100,22 +93,17 @@ def _timed(fn):
   return time.perf_counter() - start, result
 
 
-def _config(tracking: str):
-  from one_shot_epe import canary_aggregator as ca  # pylint: disable=g-import-not-at-top
-  return ca.CanaryConfig(seed=_SEED, num_seen=_NUM_SEEN.value,
-                         num_unseen=_NUM_UNSEEN.value, schedule=[[0]],
-                         tracking=tracking, buffer_rounds=_BUFFER_ROUNDS.value)
-
-
-def _child_aggregator(dim: int, tracking: str) -> dict[str, float]:
-  """Times one tracking mode against a plain DP aggregator at `dim`."""
+def _child_tracker(dim: int) -> dict[str, float]:
+  """Times the aggregator and tracker against a plain DP aggregator at `dim`."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from one_shot_epe import canary_aggregator as ca  # pylint: disable=g-import-not-at-top
   from one_shot_epe import cosine_tracking  # pylint: disable=g-import-not-at-top
   from one_shot_epe import runtime  # pylint: disable=g-import-not-at-top
 
-  config = _config(tracking)
+  config = ca.CanaryConfig(seed=_SEED, num_seen=_NUM_SEEN.value,
+                           num_unseen=_NUM_UNSEEN.value, schedule=[[0]],
+                           buffer_rounds=_BUFFER_ROUNDS.value)
   value_type = tff.StructWithPythonType([tff.TensorType(np.float32, [dim])],
                                         list)
   factory = ca.CanaryDPFactory.gaussian_fixed(canary_config=config, **_DP_ARGS)
@@ -139,28 +127,20 @@ def _child_aggregator(dim: int, tracking: str) -> dict[str, float]:
     # Round 0 inserts canary 0 and warms up; later rounds insert none.
     state, _ = time_rounds(ours, ours.initialize(), 1)
     state, ours_s = time_rounds(ours, state, 2)
-    if tracking == 'in_state':
-      buffer_rounds = len(state.buffer)
-      state = state._replace(round_num=np.int32(buffer_rounds - 1))
-      _, block_s = time_rounds(ours, state, 1)
-      result = dict(round_overhead_s=min(ours_s) - plain_round,
-                    observe_s=0.0,
-                    block_s=block_s[0] - plain_round)
-    else:
-      # Feed B - 1 rounds (the exported aggregate of the last round, with
-      # the round counter the tracker expects), then time the block round.
-      tracker = cosine_tracking.CosineTracker(config, dim)
-      buffer_rounds = tracker.buffer_rounds
-      observe_s = [0.0]
-      for t in range(1, buffer_rounds):
-        elapsed, _ = _timed(lambda: tracker.observe(  # pylint: disable=cell-var-from-loop
-            state._replace(round_num=np.int32(t))))  # pylint: disable=cell-var-from-loop
-        observe_s.append(elapsed)
-      observe_s = float(np.median(observe_s[1:] or observe_s))
-      block_s, _ = _timed(lambda: tracker.observe(
-          state._replace(round_num=np.int32(buffer_rounds))))
-      result = dict(round_overhead_s=min(ours_s) - plain_round,
-                    observe_s=observe_s, block_s=block_s)
+    # Feed B - 1 rounds (the exported aggregate of the last round, with the
+    # round counter the tracker expects), then time the block round.
+    tracker = cosine_tracking.CosineTracker(config, dim)
+    buffer_rounds = tracker.buffer_rounds
+    observe_s = [0.0]
+    for t in range(1, buffer_rounds):
+      elapsed, _ = _timed(lambda: tracker.observe(  # pylint: disable=cell-var-from-loop
+          state._replace(round_num=np.int32(t))))  # pylint: disable=cell-var-from-loop
+      observe_s.append(elapsed)
+    observe_s = float(np.median(observe_s[1:] or observe_s))
+    block_s, _ = _timed(lambda: tracker.observe(
+        state._replace(round_num=np.int32(buffer_rounds))))
+    result = dict(round_overhead_s=min(ours_s) - plain_round,
+                  observe_s=observe_s, block_s=block_s)
     peak = _rss_bytes('VmHWM')
   result.update(
       buffer_rounds=buffer_rounds,
@@ -168,13 +148,9 @@ def _child_aggregator(dim: int, tracking: str) -> dict[str, float]:
       extra_peak_bytes=peak - resident)
   # A negative round overhead is timing noise of a shared machine; count 0.
   overhead = max(result['round_overhead_s'], 0.0)
-  if tracking == 'in_state':
-    result['amortised_s'] = ((buffer_rounds - 1) * overhead +
-                             result['block_s']) / buffer_rounds
-  else:
-    result['amortised_s'] = overhead + (
-        (buffer_rounds - 1) * result['observe_s'] +
-        result['block_s']) / buffer_rounds
+  result['amortised_s'] = overhead + (
+      (buffer_rounds - 1) * result['observe_s'] +
+      result['block_s']) / buffer_rounds
   return result
 
 
@@ -220,7 +196,7 @@ def _run_child(kind: str, dim: int) -> dict[str, float]:
 
 
 def main(argv: Sequence[str]) -> None:
-  """Prints per-round tracking cost and memory per d and mode vs the baseline.
+  """Prints per-round tracking cost and memory per d vs the baseline.
 
   With --child set, this process is one measurement (run by `_run_child` in
   a fresh subprocess) and prints a single `RESULT <json>` line instead.
@@ -231,12 +207,9 @@ def main(argv: Sequence[str]) -> None:
     if _CHILD.value == 'baseline':
       result = _child_baseline(_DIM.value)
     else:
-      result = _child_aggregator(_DIM.value, _CHILD.value)
+      result = _child_tracker(_DIM.value)
     print('RESULT ' + json.dumps(result), flush=True)
     return
-  for mode in _MODES.value:
-    if mode not in ('external', 'in_state'):
-      raise app.UsageError(f'Unknown mode {mode!r}.', exitcode=2)
   print(f'Canary cosine tracking, {_NUM_SEEN.value} seen + '
         f'{_NUM_UNSEEN.value} unseen canaries, seconds per round:')
   for dim in (int(d) for d in _DIMS.value):
@@ -247,25 +220,24 @@ def main(argv: Sequence[str]) -> None:
           f'{baseline["extra_peak_bytes"] / _GIB:.2f} GiB')
     print(f'      (timed on {baseline["timed_canaries"]} canaries, scaled '
           'linearly)')
-    for mode in _MODES.value:
-      ours = _run_child(mode, dim)
-      goal = _GOALS_S.get(dim)
-      verdict = ''
-      if goal is not None:
-        met = (ours['amortised_s'] <= goal and
-               ours['extra_peak_bytes'] <= 4 * _GIB)
-        verdict = (f'   goal <= {goal:.0f} s, <= 4 GiB: '
-                   f'{"met" if met else "NOT met"}')
-      print(f'  {mode + ",":9s} B = {ours["buffer_rounds"]:3d}, amortised:'
-            '      '
-            f'{ours["amortised_s"]:8.2f} s   peak extra '
-            f'{ours["extra_peak_bytes"] / _GIB:.2f} GiB')
-      print(f'      round {ours["round_overhead_s"]:+.2f} s over a plain DP '
-            f'round of {ours["plain_round_s"]:.2f} s; buffering '
-            f'{ours["observe_s"]:.3f} s; block of B rounds '
-            f'{ours["block_s"]:.1f} s')
-      print(f'      speed-up over baseline: '
-            f'{baseline["amortised_s"] / ours["amortised_s"]:.1f}x{verdict}')
+    ours = _run_child('tracker', dim)
+    goal = _GOALS_S.get(dim)
+    verdict = ''
+    if goal is not None:
+      met = (ours['amortised_s'] <= goal and
+             ours['extra_peak_bytes'] <= 4 * _GIB)
+      verdict = (f'   goal <= {goal:.0f} s, <= 4 GiB: '
+                 f'{"met" if met else "NOT met"}')
+    print(f'  tracker,  B = {ours["buffer_rounds"]:3d}, amortised:'
+          '      '
+          f'{ours["amortised_s"]:8.2f} s   peak extra '
+          f'{ours["extra_peak_bytes"] / _GIB:.2f} GiB')
+    print(f'      round {ours["round_overhead_s"]:+.2f} s over a plain DP '
+          f'round of {ours["plain_round_s"]:.2f} s; buffering '
+          f'{ours["observe_s"]:.3f} s; block of B rounds '
+          f'{ours["block_s"]:.1f} s')
+    print(f'      speed-up over baseline: '
+          f'{baseline["amortised_s"] / ours["amortised_s"]:.1f}x{verdict}')
 
 
 if __name__ == '__main__':

@@ -91,9 +91,10 @@ import os
 import sys
 
 if __name__ == '__main__':
-  # --backend=jax never imports TensorFlow: hand over before anything does.
-  from experiments import train_config as _train_config
-  if _train_config.requested_backend(sys.argv) == 'jax':
+  # --backend=jax never imports TensorFlow: hand over before anything does
+  # (and before numpy starts the threads that would stop `isolation` below).
+  from one_shot_epe import cli as _cli
+  if _cli.requested_backend(sys.argv) == 'jax':
     from experiments import train_jax
     train_jax.run_as_program()
   # Run as a program, before TensorFlow starts a thread: local TFF workers in a
@@ -227,7 +228,7 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
     canary_config = canary_aggregator.CanaryConfig(
         seed=config.canary_seed, num_seen=config.num_canaries,
         num_unseen=config.num_unseen_canaries,
-        schedule=schedule.as_round_lists(), tracking='external',
+        schedule=schedule.as_round_lists(),
         canary_clip=config.canary_clip,
         buffer_rounds=config.canary_buffer_rounds or min(
             cosine_tracking.default_tracker_rounds(task.num_parameters),

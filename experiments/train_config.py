@@ -455,18 +455,3 @@ def participation_plan(
       config.canary_seed)
   return sampler, total_rounds, schedule, cohort
 
-
-def requested_backend(argv: Sequence[str]) -> str:
-  """The --backend of a command line (flagfiles read), before parsing it all.
-
-  Lets `experiments.train` pick its engine before importing TensorFlow,
-  which --backend=jax must not need. An unparsable command line counts as
-  'tff', whose full parse then reports the error.
-  """
-  flag_values = flags.FlagValues()
-  define_flags(flag_values)
-  try:
-    flag_values(list(argv), known_only=True)
-  except flags.Error:
-    return 'tff'
-  return flag_values['backend'].value

@@ -116,8 +116,7 @@ class ProgressReleaseManager(tff.program.ReleaseManager):
 class CanaryTracking:
   """Exact max-over-rounds canary cosines, tracked outside TFF (Algorithm 3).
 
-  The aggregator (tracking='external') keeps each round's noised aggregate in
-  its state; `ObservedProcess` hands it (or the model step,
+  The aggregator keeps each round's noised aggregate in its state; `ObservedProcess` hands it (or the model step,
   `all_iterates_state`) to a `cosine_tracking.CosineTracker` in this process,
   which buffers them
   and every B rounds (and at every checkpoint) computes their cosines with all
@@ -204,12 +203,12 @@ def all_iterates_state(statistic: str, previous_state: Any,
   Args:
     statistic: One of `train_config.ALL_ITERATES_STATISTICS`.
     previous_state: The learning state before the round (theta_{t-1}).
-    state: The learning state after it (theta_t), whose aggregator was built
-      with tracking='external'.
+    state: The learning state after it (theta_t), with a canary aggregator's
+      state.
 
   Returns:
     The aggregator's state for `CosineTracker.observe`: `state.aggregator`
-    itself, or a `canary_aggregator.CanaryExportState` whose `aggregate` is
+    itself, or a `canary_aggregator.CanaryAggregatorState` whose `aggregate` is
     the model step.
 
   Raises:

@@ -100,8 +100,7 @@ class CanaryAudit:
         num_canaries, rounds, repetitions, canary_seed)
     self.canary_config = canary_aggregator.CanaryConfig(
         seed=canary_seed, num_seen=num_canaries, num_unseen=num_unseen,
-        schedule=schedule.as_round_lists(), tracking='external',
-        canary_clip=canary_clip)
+        schedule=schedule.as_round_lists(), canary_clip=canary_clip)
     self.expected_cohort = participation_lib.expected_cohort(
         clients_per_round, num_canaries, repetitions, rounds)
     if isinstance(delta, bool) or not isinstance(delta, (int, float)):

@@ -32,28 +32,15 @@ Each round t (0-based count of `next` calls):
    query's own clipping scales down to norm S_t, so it contributes the same
    vector (up to float32 rounding) but counts as a clipped update.
 3. The noised average rho_bar_t (Algorithm 3, line 9) is the process result.
-   Its cosine with every seen and every unseen canary (Algorithm 3, lines
-   10-12) enters a running maximum per canary (lines 14-16), kept in the
-   state or by an external tracker (below).
-
-Lazy, exact cosine tracking. Regenerating 2 000 canaries costs ~10-25 ns per
-canary coordinate on a 2-core CPU (25-55 s per round at d = 1.2M), so cosines
-are computed for blocks of B rounds at once (`cosine_tracking.update_block`:
-the canaries are regenerated once per block, in chunks, and their cosines with
-all B aggregates come from one matrix product). Two places can hold the B
-buffered aggregates (`CanaryConfig.tracking`):
-
-* 'in_state' (default): the aggregator state. The process is self-contained:
-  the state (hence every checkpoint) determines the maxima exactly, and
-  `final_cosine_maxima(state)` processes the rounds still in the buffer with
-  the same routine. But TFF's runtime moves the whole state between Python
-  and its worker every round (~25-40 ns per byte on a 2-core machine, and
-  transient Python copies of ~8 bytes per buffered float), so for models with
-  millions of parameters keep B small or use 'external'.
-* 'external': the state holds only the round's aggregate (`aggregate`), and a
-  `cosine_tracking.CosineTracker` in the training process buffers it in
-  memory; its `state()` joins the TFF state in checkpoints. Same maxima, a
-  fraction of the cost (see benchmarks/canary_tracking.py).
+   The state exposes it (`CanaryAggregatorState.aggregate`): its cosine with
+   every seen and every unseen canary (Algorithm 3, lines 10-12) enters a
+   running maximum per canary (lines 14-16) in
+   `cosine_tracking.CosineTracker`, which the training loop feeds each
+   round's state (`tracker.observe(learning_state.aggregator)`). The tracker
+   buffers aggregates in the training process and computes the cosines of B
+   rounds at once, exactly; its `state()` joins the TFF state in checkpoints.
+   (Keeping that buffer in the TFF state instead would make TFF's runtime move
+   it between Python and its worker every round, ~25-40 ns per byte.)
 
 Conformance with `tff.aggregators.DifferentiallyPrivateFactory` (TFF 0.87).
 The state carries TFF's fields `query_state`, `agg_state` (the record
@@ -66,15 +53,9 @@ measurements start with TFF's `dp_query_metrics` (the query's
 record aggregation's measurements).
 
 The canaries' per-round measurements stay compact (no d-sized vectors): `clip`
-(S_t, the clip applied this round), `canaries_inserted`, `aggregate_norm` (||rho_bar_t||) and, with 'in_state'
-tracking, the mean and max of the seen and of the unseen canaries' cosines
-with the aggregate of round `cosine_round`. Because cosines are computed in
-blocks, these summaries arrive with a constant lag of B - 1 rounds: the
-measurements of round t describe round `cosine_round = t - B + 1` (NaN
-summaries and cosine_round = -1 while t < B - 1; no lag when B = 1). The
-summaries of the last B - 1 rounds are not reported per round; their effect on
-the maxima is included by `final_cosine_maxima`. With 'external' tracking the
-tracker returns the summaries (`CosineTracker.observe`).
+(S_t, the clip applied this round), `canaries_inserted` and `aggregate_norm`
+(||rho_bar_t||); the per-round cosine summaries come from the tracker
+(`CosineTracker.observe`).
 
 Sign convention: the result is the noised mean *update* in the sense of
 `tff.learning` (client update = initial - trained weights), and the server
@@ -102,8 +83,6 @@ from one_shot_epe import cosine_tracking
 from one_shot_epe import run_options
 from one_shot_epe import seeded_queries
 
-DEFAULT_BUFFER_ROUNDS = 16
-TRACKING_MODES = ('in_state', 'external')
 CANARY_CLIPS = run_options.CANARY_CLIPS
 # With canary_clip='clip', a canary record has norm CLIPPED_CANARY_SCALE x S_t
 # before the query clips it: always clipped, whatever S_t (the published code
@@ -134,7 +113,7 @@ def _check_int(name: str, value: Any, low: int, high: int) -> int:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class CanaryConfig:
-  """Which canaries exist, when seen ones are inserted, how cosines are tracked.
+  """Which canaries exist, when seen ones are inserted, how they are tracked.
 
   Attributes:
     seed: Canary seed s; canary j is a pure function of (s, j) (see
@@ -145,13 +124,10 @@ class CanaryConfig:
     schedule: Entry t lists the distinct seen-canary ids inserted in round t
       (0-based), e.g. `participation.CanarySchedule.rounds`. Rounds past the
       end of the schedule insert no canary.
-    tracking: Where the aggregates awaiting their cosines are buffered:
-      'in_state' (the aggregator state) or 'external' (a
-      `cosine_tracking.CosineTracker`); see the module docstring.
-    buffer_rounds: B >= 1, the number of noised aggregates buffered between
-      two cosine computations (the per-round lag of cosine summaries is B-1).
-      None picks DEFAULT_BUFFER_ROUNDS for 'in_state' and
-      `cosine_tracking.default_tracker_rounds(d)` (<= 768 MiB) for 'external'.
+    buffer_rounds: B >= 1, the number of noised aggregates the
+      `cosine_tracking.CosineTracker` buffers between two cosine computations
+      (the per-round lag of cosine summaries is B-1). None picks
+      `cosine_tracking.default_tracker_rounds(d)` (<= 768 MiB).
     chunk_size: Canaries regenerated at once while computing cosines; None
       picks `canaries.default_chunk_size(d)` (at most 256 MiB).
     canary_clip: How an inserted canary meets the clip S_t (see the module
@@ -164,7 +140,6 @@ class CanaryConfig:
   num_seen: int
   num_unseen: int
   schedule: Sequence[Sequence[int]]
-  tracking: str = 'in_state'
   buffer_rounds: int | None = None
   chunk_size: int | None = None
   canary_clip: str = 'project'
@@ -173,9 +148,6 @@ class CanaryConfig:
     canaries.check_seed(self.seed)
     _check_int('num_seen', self.num_seen, 1, canaries.UNSEEN_ID_OFFSET)
     _check_int('num_unseen', self.num_unseen, 0, 2**31 - 1)
-    if self.tracking not in TRACKING_MODES:
-      raise ValueError(f'tracking must be one of {TRACKING_MODES}; got '
-                       f'{self.tracking!r}.')
     if self.canary_clip not in CANARY_CLIPS:
       raise ValueError(f'canary_clip must be one of {CANARY_CLIPS}; got '
                        f'{self.canary_clip!r}.')
@@ -219,43 +191,12 @@ class CanaryConfig:
 
 # The measurements of the canaries, after TFF's `dp_query_metrics` and `dp`.
 CANARY_MEASUREMENTS = ('clip', 'canaries_inserted', 'aggregate_norm')
-COSINE_MEASUREMENTS = ('cosine_round', 'seen_cosine_mean', 'seen_cosine_max',
-                       'unseen_cosine_mean', 'unseen_cosine_max')
 
 
 class CanaryAggregatorState(NamedTuple):
-  """State of the process with tracking='in_state' (placed at the server).
+  """State of the canary aggregation process (placed at the server).
 
   The first four fields are those of TFF's `DPAggregatorState`.
-
-  Attributes:
-    query_state: Global state of the DP query (holds the current clip).
-    agg_state: State of the record aggregation process.
-    dp_event: `DpEvent.to_named_tuple()` of the last round's DP event (a
-      placeholder in the initial state); see `extract_dp_event_from_state`.
-    is_init_state: True in the state of `initialize`, False after a round.
-    round_num: Number of completed rounds t (int32).
-    cosine_maxima: float32 [k + m]; running max over rounds processed so far
-      of each tracked canary's cosine (seen ids first, then unseen); -inf
-      before the first processed round.
-    buffer: Tuple of B float32 [d] vectors; entry r mod B holds the noised
-      aggregate of round r for the rounds since the last cosine computation
-      (entries of older rounds are stale and ignored).
-    block_summaries: float32 [4, B]; per-round (seen mean, seen max, unseen
-      mean, unseen max) cosines of the last processed block of B rounds.
-  """
-  query_state: Any
-  agg_state: Any
-  dp_event: Any
-  is_init_state: Any
-  round_num: Any
-  cosine_maxima: Any
-  buffer: Any
-  block_summaries: Any
-
-
-class CanaryExportState(NamedTuple):
-  """State of the process with tracking='external' (placed at the server).
 
   Attributes:
     query_state: Global state of the DP query (holds the current clip).
@@ -307,7 +248,7 @@ def _adaptive_clip(params: Any) -> tf.Tensor:
 
 
 class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
-  """DP-FedAvg Gaussian aggregation with canary insertion and cosine tracking.
+  """DP-FedAvg Gaussian aggregation with canary insertion.
 
   Build it with `gaussian_fixed` or `gaussian_adaptive`; see the module
   docstring for what the created process does. The aggregated value must be a
@@ -505,17 +446,11 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     self._noise_seed = noise_seed
     self._clip_from_params = clip_from_params
     self._config = canary_config
-    self._tracked_ids = canary_config.tracked_ids()
 
   @property
   def canary_config(self) -> CanaryConfig:
     """The canaries, schedule and tracking this factory was built with."""
     return self._config
-
-  def _chunk_size(self, dim: int) -> int:
-    if self._config.chunk_size is not None:
-      return self._config.chunk_size
-    return canaries.default_chunk_size(dim)
 
   # --------------------------------------------------------------------------
   # TensorFlow building blocks (traced into TFF computations).
@@ -572,34 +507,10 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         (tf.constant(0), self._query.initial_sample_state(specs)))
     return total, end - start
 
-  def _update_block(self, cosine_maxima: tf.Tensor, block: tf.Tensor,
-                    num_rounds: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """`cosine_tracking.update_block` with this factory's canaries."""
-    return cosine_tracking.update_block(
-        self._config.seed, self._config.num_seen, self._config.num_unseen,
-        self._chunk_size(block.shape[1]), cosine_maxima, block, num_rounds)
-
-  def _buffer_rounds(self) -> int:
-    """B of the in-state buffer."""
-    return self._config.buffer_rounds or DEFAULT_BUFFER_ROUNDS
-
-  def _state_class(
-      self) -> type[CanaryAggregatorState] | type[CanaryExportState]:
-    """The state's NamedTuple for this factory's tracking mode."""
-    if self._config.tracking == 'external':
-      return CanaryExportState
-    return CanaryAggregatorState
-
   def _core_fields(self) -> tuple[str, ...]:
     """State fields computed in TensorFlow: all but the record aggregation's."""
-    return tuple(name for name in self._state_class()._fields
+    return tuple(name for name in CanaryAggregatorState._fields
                  if name != 'agg_state')
-
-  def _measurement_names(self) -> tuple[str, ...]:
-    """The canaries' measurements (after TFF's `dp_query_metrics` and `dp`)."""
-    if self._config.tracking == 'external':
-      return CANARY_MEASUREMENTS
-    return CANARY_MEASUREMENTS + COSINE_MEASUREMENTS
 
   def _noised_result(self, sample_state: Any, query_state: Any,
                      round_num: tf.Tensor) -> tuple[Any, Any, Any]:
@@ -624,52 +535,13 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     _, _, event = self._noised_result(
         self._query.initial_sample_state(specs), query_state, round_num)
     core = dict(query_state=query_state, dp_event=event.to_named_tuple(),
-                is_init_state=tf.constant(True), round_num=round_num)
-    if self._config.tracking == 'external':
-      core.update(aggregate=tf.zeros([dim], tf.float32))
-    else:
-      buffer_rounds = self._buffer_rounds()
-      core.update(
-          cosine_maxima=tf.fill([len(self._tracked_ids)],
-                                tf.constant(-np.inf, tf.float32)),
-          buffer=tuple(
-              tf.zeros([dim], tf.float32) for _ in range(buffer_rounds)),
-          block_summaries=tf.fill([4, buffer_rounds],
-                                  tf.constant(np.nan, tf.float32)))
+                is_init_state=tf.constant(True), round_num=round_num,
+                aggregate=tf.zeros([dim], tf.float32))
     return collections.OrderedDict(
         (name, core[name]) for name in self._core_fields())
 
-  def _track_in_state(self, core: Any, flat: tf.Tensor,
-                      measurements: dict[str, tf.Tensor]) -> dict[str, Any]:
-    """Buffers the aggregate, processes full blocks, adds lagged summaries.
-
-    Returns the new tracking fields of the state.
-    """
-    buffer_rounds = self._buffer_rounds()
-    round_num = core['round_num']
-    slot = round_num % buffer_rounds
-    buffer = tuple(
-        tf.where(tf.equal(slot, i), flat, old)
-        for i, old in enumerate(core['buffer']))
-    cosine_maxima, block_summaries = tf.cond(
-        tf.equal(slot, buffer_rounds - 1),
-        lambda: self._update_block(core['cosine_maxima'], tf.stack(buffer),
-                                   tf.constant(buffer_rounds)),
-        lambda: (core['cosine_maxima'], core['block_summaries']))
-    cosine_round = round_num - buffer_rounds + 1
-    reported = block_summaries[:, (slot + 1) % buffer_rounds]
-    reported = tf.where(cosine_round >= 0, reported, np.nan)
-    measurements.update(
-        cosine_round=tf.maximum(cosine_round, -1),
-        seen_cosine_mean=reported[0],
-        seen_cosine_max=reported[1],
-        unseen_cosine_mean=reported[2],
-        unseen_cosine_max=reported[3])
-    return dict(cosine_maxima=cosine_maxima, buffer=buffer,
-                block_summaries=block_summaries)
-
   def _server_update(self, client_sum: Any, core: Any, specs: Any, dim: int):
-    """Inserts canaries, noises, tracks; returns core, result, measurements.
+    """Inserts canaries and noises; returns core, result, measurements.
 
     `core` holds the state's `_core_fields()`; so does the new core.
     """
@@ -688,11 +560,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     new_core = dict(query_state=new_query_state,
                     dp_event=event.to_named_tuple(),
                     is_init_state=tf.constant(False),
-                    round_num=round_num + 1)
-    if self._config.tracking == 'external':
-      new_core.update(aggregate=flat)
-    else:
-      new_core.update(self._track_in_state(core, flat, measurements))
+                    round_num=round_num + 1, aggregate=flat)
     new_core = collections.OrderedDict(
         (name, new_core[name]) for name in self._core_fields())
     return new_core, result, measurements
@@ -710,7 +578,6 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     """
     specs = _check_value_type(value_type)
     dim = canaries.flat_size(specs)
-    state_class = self._state_class()
     core_fields = self._core_fields()
 
     @tff.tensorflow.computation
@@ -741,7 +608,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
     def zip_state(core, agg_state):
       fields = {name: getattr(core, name) for name in core_fields}
-      return tff.federated_zip(state_class(agg_state=agg_state, **fields))
+      return tff.federated_zip(CanaryAggregatorState(agg_state=agg_state, **fields))
 
     @tff.federated_computation
     def init_fn():
@@ -764,50 +631,13 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
           dp_query_metrics=tff.federated_map(derive_metrics,
                                              new_core.query_state),
           dp=record_output.measurements)
-      for name in self._measurement_names():
+      for name in CANARY_MEASUREMENTS:
         measurements[name] = getattr(canary_measurements, name)
       return tff.templates.MeasuredProcessOutput(
           state=zip_state(new_core, record_output.state), result=result,
           measurements=tff.federated_zip(measurements))
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
-
-  # --------------------------------------------------------------------------
-  # Results.
-
-  def final_cosine_maxima(self, state: Any) -> cosine_tracking.CosineMaxima:
-    """Exact per-canary max-over-rounds cosines of all rounds run so far.
-
-    For tracking='in_state'. Folds the rounds still in the buffer into the
-    state's maxima with the same TF routine the process uses every B rounds,
-    so the result equals what tracking every round would have given. Works on
-    any state of a process created by this factory (e.g.
-    `learning_state.aggregator` of a `tff.learning` process, or a restored
-    checkpoint).
-
-    Raises:
-      ValueError: with tracking='external' (ask the `CosineTracker`), or for a
-        state of another configuration.
-    """
-    if self._config.tracking != 'in_state':
-      raise ValueError("final_cosine_maxima needs tracking='in_state'; with "
-                       "'external' tracking use CosineTracker.maxima().")
-    buffer_rounds = self._buffer_rounds()
-    buffer = np.stack([np.asarray(v, np.float32) for v in state.buffer])
-    maxima = np.asarray(state.cosine_maxima, np.float32)
-    if (buffer.shape[0] != buffer_rounds or
-        maxima.shape != self._tracked_ids.shape):
-      raise ValueError(
-          f'state has {buffer.shape[0]} buffered rounds and {maxima.size} '
-          f'maxima but this factory buffers {buffer_rounds} rounds of '
-          f'{self._tracked_ids.size} canaries; pass a state of a process '
-          'created by this factory.')
-    pending = int(np.asarray(state.round_num)) % buffer_rounds
-    if pending:
-      maxima, _ = tf.function(self._update_block)(
-          tf.constant(maxima), tf.constant(buffer), tf.constant(pending))
-      maxima = maxima.numpy()
-    return cosine_tracking.split_maxima(maxima, self._config.num_seen)
 
 
 def extract_dp_event_from_state(state: Any) -> dp_accounting.DpEvent:

@@ -5,6 +5,7 @@ a traceback (absl's own parser exits with status 1).
 """
 
 import sys
+from collections.abc import Sequence
 
 from absl import flags
 
@@ -17,3 +18,35 @@ def parse_flags_or_exit(argv: list[str]) -> list[str]:
     sys.stderr.write(f'FATAL Flags parsing error: {error}\n'
                      'Pass --helpshort or --helpfull to see help on flags.\n')
     sys.exit(2)
+
+
+def known_string_flags(argv: Sequence[str],
+                       names: Sequence[str]) -> flags.FlagValues:
+  """String flags `names` of `argv` (flagfiles read), before a full parse.
+
+  absl with known_only: every other flag is skipped. Imports nothing beyond
+  absl, so a program can read these before numpy or TensorFlow start a
+  thread (which `isolation.enter_private_network` needs).
+
+  Raises:
+    flags.Error: if `argv` cannot be parsed (the full parse then reports it).
+  """
+  values = flags.FlagValues()
+  for name in names:
+    flags.DEFINE_string(name, None, '', flag_values=values)
+  values(list(argv), known_only=True)
+  return values
+
+
+def requested_backend(argv: Sequence[str]) -> str:
+  """The --backend of a command line: 'tff' (default) or what it names.
+
+  Lets `experiments.train` pick its engine before importing numpy or
+  TensorFlow. An unparsable command line counts as 'tff', whose full parse
+  then reports the error; so does a value that is not a backend.
+  """
+  try:
+    backend = known_string_flags(argv, ('backend',)).backend
+  except flags.Error:
+    return 'tff'
+  return backend or 'tff'

@@ -9,13 +9,14 @@ buffered aggregates at a time: each block regenerates the canaries once, in
 chunks, and takes all their inner products with the B aggregates in one matrix
 product (`canaries.cosines`). The maxima are exact; only their update lags.
 
-`update_block` is that TF routine; the canary aggregator runs it inside TFF
-(tracking='in_state', buffer in the TFF state) and `CosineTracker` runs it in
-the training process (tracking='external', buffer in this process's memory).
-The external tracker avoids moving the buffer through TFF's runtime every
-round, which costs ~25-40 ns per buffered byte on a 2-core machine and makes
-large in-state buffers slow and memory-hungry for models with millions of
-parameters (see benchmarks/canary_tracking.py).
+`CosineTracker` is the project's one tracker: it owns the buffer (in this
+process's memory, not in the TFF state, which TFF's runtime would move between
+Python and its worker every round at ~25-40 ns per byte), the block cosines,
+the maxima and the per-round summaries. The canary aggregator only exposes
+each round's aggregate (`CanaryAggregatorState.aggregate`, fed with
+`observe`); other trainers feed their aggregates directly
+(`observe_aggregate`, e.g. `baselines.dpsgd`). `update_block` is the TF
+routine it runs per block (see benchmarks/canary_tracking.py for its cost).
 
 Per-round summaries: for each processed round, the mean and max cosine over
 the seen and over the unseen canaries (`RoundSummary`).
@@ -38,6 +39,27 @@ class CosineMaxima(NamedTuple):
   """Max-over-rounds cosines of Algorithm 3 (lines 15-16), float32 numpy."""
   seen: np.ndarray
   unseen: np.ndarray
+
+
+class TrackedCanaries(NamedTuple):
+  """The canaries a `CosineTracker` follows, for trainers without TFF.
+
+  `canary_aggregator.CanaryConfig` has the same attributes and serves too.
+
+  Attributes:
+    seed: The canary seed s (`one_shot_epe.canaries`).
+    num_seen: k >= 1 seen canaries (ids 0..k-1).
+    num_unseen: m >= 0 unseen canaries.
+    buffer_rounds: B, aggregates buffered per block; None picks
+      `default_tracker_rounds(d)`.
+    chunk_size: Canaries regenerated at once; None picks
+      `canaries.default_chunk_size(d)`.
+  """
+  seed: int
+  num_seen: int
+  num_unseen: int
+  buffer_rounds: int | None = None
+  chunk_size: int | None = None
 
 
 class RoundSummary(NamedTuple):
@@ -124,11 +146,12 @@ class TrackerState(NamedTuple):
 
 
 class CosineTracker:
-  """Tracks exact max-over-rounds cosines outside TFF (tracking='external').
+  """Tracks exact max-over-rounds cosines of seen and unseen canaries.
 
-  Feed it the aggregator state after every round; it buffers the round's
-  noised aggregate in memory and every B rounds processes the block with
-  `update_block`. Usage with a `tff.learning` process:
+  Feed it the aggregator state after every round (or the round's aggregate,
+  `observe_aggregate`); it buffers the round's noised aggregate in memory and
+  every B rounds processes the block with `update_block`. Usage with a
+  `tff.learning` process:
 
     tracker = CosineTracker(config, dim)
     for t in range(num_rounds):
@@ -146,7 +169,8 @@ class CosineTracker:
     """Creates a tracker.
 
     Args:
-      canary_config: The aggregator's `canary_aggregator.CanaryConfig`.
+      canary_config: The aggregator's `canary_aggregator.CanaryConfig`, or a
+        `TrackedCanaries` (the same attributes) for a trainer without TFF.
       dim: d, the number of parameters of the aggregated updates.
       state: A `TrackerState` to resume from, or None to start at round 0.
       device: TF device holding the buffer and computing the cosines
@@ -173,7 +197,17 @@ class CosineTracker:
                                  trainable=False)
       tf.function(lambda: self._buffer.assign(
           tf.zeros([self._rounds, self._dim], tf.float32)))()
-    self._write = tf.function(lambda i, row: self._buffer[i].assign(row))
+    # A row is written with the raw scatter op, which returns nothing: the
+    # Variable API's assign reads the whole buffer back, and that reference
+    # makes the next write copy all B x d floats (~0.1 s per round at
+    # d = 1.2M, B = 128, against ~2 ms in place).
+    @tf.function
+    def write(i, row):
+      tf.raw_ops.ResourceScatterUpdate(
+          resource=self._buffer.handle, indices=tf.reshape(i, [1]),
+          updates=row[tf.newaxis])
+
+    self._write = write
     self._update = tf.function(
         lambda maxima, num_rounds: update_block(
             self._seed, self._num_seen, self._num_unseen, chunk_size, maxima,
@@ -236,20 +270,39 @@ class CosineTracker:
 
     Raises:
       ValueError: if the state is not that of the next round (a round was
-        skipped or repeated) or has the wrong dimension.
+        skipped or repeated), is not a canary aggregator's state, or has the
+        wrong dimension.
     """
+    if not (hasattr(aggregator_state, 'aggregate') and
+            hasattr(aggregator_state, 'round_num')):
+      raise ValueError(
+          'aggregator_state must be a state of a canary_aggregator process, '
+          "with fields 'round_num' and 'aggregate'; got "
+          f'{type(aggregator_state).__name__}.')
     round_num = int(np.asarray(aggregator_state.round_num))
     if round_num != self._observed + 1:
       raise ValueError(
           f'aggregator_state is from round {round_num - 1} but the tracker '
           f'expects round {self._observed}.')
-    if not hasattr(aggregator_state, 'aggregate'):
-      raise ValueError("aggregator_state has no 'aggregate'; build the "
-                       "aggregator with CanaryConfig(tracking='external').")
-    aggregate = np.asarray(aggregator_state.aggregate, np.float32)
+    return self.observe_aggregate(aggregator_state.aggregate)
+
+  def observe_aggregate(self, aggregate: Any) -> list[RoundSummary]:
+    """Records the noised aggregate rho_bar of round `rounds_observed`.
+
+    Args:
+      aggregate: float [d], the round's noised aggregate, flattened in the
+        order of `canaries.flatten`.
+
+    Returns:
+      As `observe`.
+
+    Raises:
+      ValueError: if `aggregate` does not have shape (d,).
+    """
+    aggregate = np.asarray(aggregate, np.float32)
     if aggregate.shape != (self._dim,):
-      raise ValueError(f'aggregator_state.aggregate has shape '
-                       f'{aggregate.shape}; expected ({self._dim},).')
+      raise ValueError(f'aggregate has shape {aggregate.shape}; expected '
+                       f'({self._dim},).')
     self._write(tf.constant(self._pending), aggregate)
     self._pending += 1
     self._observed += 1

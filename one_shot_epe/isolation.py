@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from absl import flags
 from absl import logging
 
+from one_shot_epe import cli
+
 ISOLATION_ENV = 'ONE_SHOT_EPE_NETWORK_ISOLATION'
 ISOLATION_MODES = ('auto', 'require', 'off')
 LOOPBACK_INTERFACE = 'lo'
@@ -137,15 +139,6 @@ def enter_private_network() -> None:
                          f'{namespace_interfaces()}, expected only loopback.')
 
 
-def _parse_known(argv: Sequence[str], names: Sequence[str]) -> flags.FlagValues:
-  """String flags `names` of `argv` (absl, known_only: others are skipped)."""
-  values = flags.FlagValues()
-  for name in names:
-    flags.DEFINE_string(name, None, '', flag_values=values)
-  values(list(argv), known_only=True)
-  return values
-
-
 def remote_workers_requested(argv: Sequence[str],
                              flagfile_flags: Sequence[str] = ()) -> bool:
   """True if `argv` gives --tff_worker_addresses (also in flagfiles).
@@ -157,11 +150,12 @@ def remote_workers_requested(argv: Sequence[str],
   """
   names = ('tff_worker_addresses', *flagfile_flags)
   try:
-    values = _parse_known(argv, names)
+    values = cli.known_string_flags(argv, names)
     files = [f'--flagfile={values[name].value}' for name in flagfile_flags
              if values[name].value]
     if files:
-      values = _parse_known([argv[0], *files, *argv[1:]], names)
+      values = cli.known_string_flags([argv[0], *files, *argv[1:]],
+                                      names)
   except flags.Error:  # The program's own parser reports it.
     return False
   return bool(values.tff_worker_addresses)

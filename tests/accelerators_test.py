@@ -35,13 +35,12 @@ def test_gpu_request_without_gpu_is_a_clear_error():
 def _maxima(device):
   dim, rounds = 5000, 6
   config = ca.CanaryConfig(seed=4, num_seen=30, num_unseen=30,
-                           schedule=[[0]] * rounds, tracking='external',
-                           buffer_rounds=4)
+                           schedule=[[0]] * rounds, buffer_rounds=4)
   tracker = cosine_tracking.CosineTracker(config, dim, device=device)
   rng = np.random.default_rng(0)
   for round_num in range(rounds):
     aggregate = rng.normal(size=dim).astype(np.float32)
-    tracker.observe(ca.CanaryExportState(
+    tracker.observe(ca.CanaryAggregatorState(
         query_state=(), agg_state=(), dp_event=(), is_init_state=False,
         round_num=round_num + 1, aggregate=aggregate))
   maxima = tracker.maxima()

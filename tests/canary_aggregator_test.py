@@ -23,6 +23,7 @@ from scipy import stats
 
 from one_shot_epe import canaries
 from one_shot_epe import canary_aggregator as ca
+from one_shot_epe import cosine_tracking
 from one_shot_epe import estimation
 from one_shot_epe import final_model
 from one_shot_epe import runtime
@@ -63,7 +64,7 @@ def _flat(value) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------
-# Fixed clip, no noise: exact insertion and exact lazy tracking.
+# Fixed clip, no noise: exact insertion and the exposed aggregate.
 
 _FIXED_SHAPES = ([30, 20], [57])  # d = 657, two tensors.
 _FIXED_DIM = 657
@@ -144,37 +145,42 @@ def _brute_force_cosines(outputs, ids):
   return (aggregates @ rows.T) / np.linalg.norm(aggregates, axis=1)[:, None]
 
 
-def test_lazy_maxima_are_exact_at_every_round(fixed_factory, fixed_run):
-  # The state after any round (a checkpoint) determines the maxima of all
-  # rounds so far, whether or not its block was processed yet.
+def _tracked_maxima(config, dim, aggregator_states):
+  """The tracker's maxima after observing every state."""
+  tracker = cosine_tracking.CosineTracker(config, dim)
+  for state in aggregator_states:
+    tracker.observe(state)
+  return tracker.maxima()
+
+
+def test_state_exposes_the_aggregate_the_tracker_scores(fixed_factory,
+                                                         fixed_run):
+  # The state holds the flattened result (two tensors, in canaries.flatten
+  # order), and the tracker fed the states gets every round's exact cosines
+  # and lagged summaries (blocks of 3, the rest at flush).
   states, outputs = fixed_run
   ids = fixed_factory.canary_config.tracked_ids()
   cosines = _brute_force_cosines(outputs, ids)
-  for t, state in enumerate(states):
-    maxima = fixed_factory.final_cosine_maxima(state)
+  tracker = cosine_tracking.CosineTracker(fixed_factory.canary_config,
+                                          _FIXED_DIM)
+  summaries = []
+  for t, (state, output) in enumerate(zip(states, outputs)):
+    np.testing.assert_array_equal(
+        state.aggregate, _flat(output.result).astype(np.float32))
+    summaries += tracker.observe(state)
+    assert len(summaries) == (t + 1) // _FIXED_BUFFER * _FIXED_BUFFER
+    maxima = tracker.maxima()
     want = cosines[:t + 1].max(axis=0)
     np.testing.assert_allclose(maxima.seen, want[:6], rtol=0, atol=1e-6)
     np.testing.assert_allclose(maxima.unseen, want[6:], rtol=0, atol=1e-6)
-
-
-def test_cosine_summaries_lag_by_buffer_minus_one(fixed_factory, fixed_run):
-  _, outputs = fixed_run
-  ids = fixed_factory.canary_config.tracked_ids()
-  cosines = _brute_force_cosines(outputs, ids)
-  lag = _FIXED_BUFFER - 1
-  for t, output in enumerate(outputs):
-    m = output.measurements
-    if t < lag:
-      assert m['cosine_round'] == -1
-      assert math.isnan(m['seen_cosine_mean'])
-      continue
-    r = t - lag
-    assert m['cosine_round'] == r
-    seen, unseen = cosines[r, :6], cosines[r, 6:]
-    assert m['seen_cosine_mean'] == pytest.approx(seen.mean(), abs=1e-6)
-    assert m['seen_cosine_max'] == pytest.approx(seen.max(), abs=1e-6)
-    assert m['unseen_cosine_mean'] == pytest.approx(unseen.mean(), abs=1e-6)
-    assert m['unseen_cosine_max'] == pytest.approx(unseen.max(), abs=1e-6)
+  summaries += tracker.flush()
+  assert [s.round_num for s in summaries] == list(range(_FIXED_ROUNDS))
+  for summary in summaries:
+    seen, unseen = cosines[summary.round_num, :6], cosines[summary.round_num,
+                                                           6:]
+    np.testing.assert_allclose(
+        summary[1:], [seen.mean(), seen.max(), unseen.mean(), unseen.max()],
+        rtol=0, atol=1e-6)
 
 
 def test_state_has_no_model_sized_measurements(fixed_run):
@@ -406,7 +412,7 @@ def _algorithm3_maxima(noise_multiplier):
   clients = [rng.normal(size=_A3_DIM).astype(np.float32) for _ in range(3)]
   with runtime.local_cpp_context():
     states, _ = _run(process, lambda t: clients, _A3_ROUNDS)
-  return factory.final_cosine_maxima(states[-1])
+  return _tracked_maxima(config, _A3_DIM, states)
 
 
 def test_without_noise_seen_maxima_separate_from_unseen():
@@ -462,18 +468,20 @@ def test_trains_inside_build_unweighted_fed_avg():
       initial_l2_norm_clip=0.5, clipped_count_stddev=1.0)
   process = _learning_process(factory, client_learning_rate=0.5)
   data = _client_datasets(3)
+  aggregator_states = []
   with runtime.local_cpp_context():
     state = process.initialize()
     initial = _flat(state.global_model_weights.trainable)
     for t in range(3):
       output = process.next(state, data)
       state = output.state
+      aggregator_states.append(state.aggregator)
       aggregator = output.metrics['aggregator']
       assert aggregator['canaries_inserted'] == len(config.schedule[t])
       assert aggregator['clip'] > 0
       assert np.isfinite(output.metrics['client_work']['train']['loss'])
   assert not np.allclose(_flat(state.global_model_weights.trainable), initial)
-  maxima = factory.final_cosine_maxima(state.aggregator)
+  maxima = _tracked_maxima(config, _LEARNING_DIM, aggregator_states)
   assert maxima.seen.shape == (4,) and maxima.unseen.shape == (4,)
   assert np.all(np.isfinite(maxima.seen))
 
@@ -489,11 +497,13 @@ def test_inserted_canary_has_positive_final_model_cosine():
       canary_config=config)
   process = _learning_process(factory, client_learning_rate=0.0)
   data = _client_datasets(2)
+  aggregator_states = []
   with runtime.local_cpp_context():
     state = process.initialize()
     initial = state.global_model_weights.trainable
     for _ in range(3):
       state = process.next(state, data).state
+      aggregator_states.append(state.aggregator)
   final = state.global_model_weights.trainable
   cosines = final_model.final_model_cosines(
       final, canary_seed=_SEED, canary_ids=[0, 1, 2], initial_weights=initial)
@@ -504,7 +514,7 @@ def test_inserted_canary_has_positive_final_model_cosine():
       model_moves_along=final_model.PAPER_DIRECTION)
   assert flipped[0] == pytest.approx(-1.0, abs=1e-5)
   assert _LEARNING_DIM == np.concatenate([np.ravel(w) for w in final]).size
-  maxima = factory.final_cosine_maxima(state.aggregator)
+  maxima = _tracked_maxima(config, _LEARNING_DIM, aggregator_states)
   assert maxima.seen[0] == pytest.approx(1.0, abs=1e-5)
 
 
@@ -654,7 +664,7 @@ def _tree_clients():
 def _tree_run(noise_multiplier):
   specs = tf.TensorSpec([_TREE_DIM], tf.float32)
   config = ca.CanaryConfig(seed=_SEED, num_seen=3, num_unseen=0,
-                           schedule=_TREE_SCHEDULE, tracking='external')
+                           schedule=_TREE_SCHEDULE)
   factory = ca.CanaryDPFactory.tree_aggregation(
       noise_multiplier=noise_multiplier, clients_per_round=_TREE_DENOMINATOR,
       l2_norm_clip=_TREE_CLIP, record_specs=specs, canary_config=config,

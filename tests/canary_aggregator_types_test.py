@@ -25,13 +25,11 @@ _GAUSSIAN_EVENT = tff.StructType([('module_name', _STR),
                                   ('noise_multiplier', _F32)])
 _GAUSSIAN_SUM_STATE = tff.StructType([('l2_norm_clip', _F32),
                                       ('stddev', _F32)])
-_NUM_SEEN, _NUM_UNSEEN, _BUFFER = 2, 3, 2
 
 
-def _config(tracking):
-  return ca.CanaryConfig(seed=5, num_seen=_NUM_SEEN, num_unseen=_NUM_UNSEEN,
-                         schedule=[[0], [1]], tracking=tracking,
-                         buffer_rounds=_BUFFER)
+def _config():
+  return ca.CanaryConfig(seed=5, num_seen=2, num_unseen=3,
+                         schedule=[[0], [1]])
 
 
 def _normalized(numerator_state):
@@ -60,32 +58,20 @@ def _adaptive_event():
                                                     _GAUSSIAN_EVENT]))])
 
 
-def _state_type(query_state, dp_event, tracking, value_dim):
+def _state_type(query_state, dp_event, value_dim):
   fields = [('query_state', query_state), ('agg_state', tff.StructType([])),
             ('dp_event', dp_event),
             ('is_init_state', tff.TensorType(np.bool_)),
-            ('round_num', tff.TensorType(np.int32))]
-  if tracking == 'external':
-    fields.append(('aggregate', tff.TensorType(np.float32, [value_dim])))
-  else:
-    fields += [
-        ('cosine_maxima',
-         tff.TensorType(np.float32, [_NUM_SEEN + _NUM_UNSEEN])),
-        ('buffer', tff.StructType(
-            [tff.TensorType(np.float32, [value_dim])] * _BUFFER)),
-        ('block_summaries', tff.TensorType(np.float32, [4, _BUFFER]))]
+            ('round_num', tff.TensorType(np.int32)),
+            ('aggregate', tff.TensorType(np.float32, [value_dim]))]
   return tff.FederatedType(tff.StructType(fields), tff.SERVER)
 
 
-def _measurements_type(query_metrics, tracking):
+def _measurements_type(query_metrics):
   fields = [('dp_query_metrics', query_metrics),
             ('dp', tff.StructType([])), ('clip', _F32),
             ('canaries_inserted', tff.TensorType(np.int32)),
             ('aggregate_norm', _F32)]
-  if tracking == 'in_state':
-    fields += [('cosine_round', tff.TensorType(np.int32)),
-               ('seen_cosine_mean', _F32), ('seen_cosine_max', _F32),
-               ('unseen_cosine_mean', _F32), ('unseen_cosine_max', _F32)]
   return tff.FederatedType(tff.StructType(fields), tff.SERVER)
 
 
@@ -106,20 +92,18 @@ def _check_type_properties(process, value_type, state_type, measurements):
       process.next.type_signature)
 
 
-@pytest.mark.parametrize('tracking', ca.TRACKING_MODES)
-def test_gaussian_fixed_type_properties(tracking):
+def test_gaussian_fixed_type_properties():
   value_type = tff.TensorType(np.float32, [3])
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=1.0, clients_per_round=4.0, clip=0.5,
-      canary_config=_config(tracking))
+      canary_config=_config())
   _check_type_properties(
       factory.create(value_type), value_type,
-      _state_type(_fixed_query_state(), _GAUSSIAN_EVENT, tracking, 3),
-      _measurements_type(tff.StructType([]), tracking))
+      _state_type(_fixed_query_state(), _GAUSSIAN_EVENT, 3),
+      _measurements_type(tff.StructType([])))
 
 
-@pytest.mark.parametrize('tracking', ca.TRACKING_MODES)
-def test_gaussian_adaptive_type_properties(tracking):
+def test_gaussian_adaptive_type_properties():
   # A small struct (as tff.learning's model updates, with a container):
   # d = 2 + 3.
   value_type = tff.StructWithPythonType(
@@ -127,11 +111,11 @@ def test_gaussian_adaptive_type_properties(tracking):
        ('b', tff.TensorType(np.float32, [3]))], collections.OrderedDict)
   factory = ca.CanaryDPFactory.gaussian_adaptive(
       noise_multiplier=1.0, clients_per_round=20.0,
-      canary_config=_config(tracking), noise_seed=3)
+      canary_config=_config(), noise_seed=3)
   _check_type_properties(
       factory.create(value_type), value_type,
-      _state_type(_adaptive_query_state(), _adaptive_event(), tracking, 5),
-      _measurements_type(tff.StructType([('clip', _F32)]), tracking))
+      _state_type(_adaptive_query_state(), _adaptive_event(), 5),
+      _measurements_type(tff.StructType([('clip', _F32)])))
 
 
 def test_types_match_tffs_own_factory():
@@ -140,7 +124,7 @@ def test_types_match_tffs_own_factory():
   value_type = tff.TensorType(np.float32, [3])
   ours = ca.CanaryDPFactory.gaussian_adaptive(
       noise_multiplier=1.0, clients_per_round=20.0,
-      canary_config=_config('external')).create(value_type)
+      canary_config=_config()).create(value_type)
   tffs = tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
       noise_multiplier=1.0, clients_per_round=20.0).create(value_type)
   our_state = ours.initialize.type_signature.result.member

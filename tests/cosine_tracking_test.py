@@ -40,8 +40,7 @@ def _cosines(aggregates: np.ndarray) -> np.ndarray:
 
 def _config(buffer_rounds=3):
   return ca.CanaryConfig(seed=_SEED, num_seen=_NUM_SEEN, num_unseen=_NUM_UNSEEN,
-                         schedule=_SCHEDULE, tracking='external',
-                         buffer_rounds=buffer_rounds, chunk_size=2)
+                         schedule=_SCHEDULE, buffer_rounds=buffer_rounds, chunk_size=2)
 
 
 @pytest.fixture(scope='module')
@@ -62,8 +61,6 @@ def export_run():
       states.append(state)
       results.append(np.asarray(output.result, np.float64))
       measurements.append(output.measurements)
-  with pytest.raises(ValueError, match='in_state'):
-    factory.final_cosine_maxima(states[-1])
   return states, np.stack(results), measurements
 
 
@@ -153,10 +150,28 @@ def test_tracker_rejects_skipped_rounds_and_bad_states(export_run):
         state=cosine_tracking.TrackerState(
             rounds_observed=2, cosine_maxima=np.zeros(_NUM_SEEN + _NUM_UNSEEN),
             pending=np.zeros((3, _DIM))))
-  in_state = ca.CanaryAggregatorState(None, None, None, False, 1, None, None,
-                                      None)
-  with pytest.raises(ValueError, match="tracking='external'"):
-    tracker.observe(in_state)
+  with pytest.raises(ValueError, match="fields 'round_num' and 'aggregate'"):
+    tracker.observe(states[0]._asdict())
+  with pytest.raises(ValueError, match=r'shape \(3,\); expected \(500,\)'):
+    tracker.observe(states[0]._replace(aggregate=np.zeros(3, np.float32)))
+  assert tracker.rounds_observed == 0
+
+
+def test_tracker_fed_aggregates_directly_equals_fed_states(export_run):
+  # A trainer without TFF (baselines.dpsgd) feeds the aggregates themselves,
+  # with TrackedCanaries in place of the CanaryConfig.
+  states, results, _ = export_run
+  from_states = cosine_tracking.CosineTracker(_config(), _DIM)
+  direct = cosine_tracking.CosineTracker(
+      cosine_tracking.TrackedCanaries(_SEED, _NUM_SEEN, _NUM_UNSEEN,
+                                      buffer_rounds=3, chunk_size=2), _DIM)
+  for state, aggregate in zip(states, results):
+    assert (from_states.observe(state) ==
+            direct.observe_aggregate(aggregate.astype(np.float32)))
+  np.testing.assert_array_equal(direct.maxima().seen,
+                                from_states.maxima().seen)
+  np.testing.assert_array_equal(direct.maxima().unseen,
+                                from_states.maxima().unseen)
 
 
 def test_update_block_ignores_rows_past_num_rounds():
@@ -207,8 +222,7 @@ def test_tracker_with_tff_learning_matches_model_deltas():
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
   config = ca.CanaryConfig(seed=_SEED, num_seen=3, num_unseen=3,
-                           schedule=[[0], [1, 2], []], tracking='external',
-                           buffer_rounds=2)
+                           schedule=[[0], [1, 2], []], buffer_rounds=2)
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.1, clients_per_round=3.0, clip=0.5,
       canary_config=config)

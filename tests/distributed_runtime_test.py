@@ -171,7 +171,7 @@ def _two_rounds(process, data):
 
 def test_fed_avg_rounds_match_one_process():
   config = ca.CanaryConfig(seed=5, num_seen=2, num_unseen=2,
-                           schedule=[[0], []], tracking='external')
+                           schedule=[[0], []])
   # Seeded DP noise: the same round seeds in every runtime.
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.1, clients_per_round=float(_NUM_CLIENTS), clip=0.5,

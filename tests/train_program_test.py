@@ -83,7 +83,7 @@ def _tracked_run(server_momentum):
   """
   config = canary_aggregator.CanaryConfig(
       seed=_CANARY_SEED, num_seen=4, num_unseen=6, schedule=_SCHEDULE,
-      tracking='external', buffer_rounds=3)
+      buffer_rounds=3)
   factory = canary_aggregator.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.2, clients_per_round=3.0, clip=0.5,
       canary_config=config, noise_seed=11)

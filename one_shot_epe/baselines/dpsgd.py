@@ -33,8 +33,9 @@ pipeline for the same seed and d) are inserted by `canary_insertion`
     schedule as 'once').
 
 Tracking (Algorithm 3): the cosine of every seen and unseen canary with every
-rho_bar_t enters a running maximum. Aggregates are buffered and the canaries
-regenerated once per block of rounds (`canaries.cosines`). The final-model
+rho_bar_t enters a running maximum, kept by the project's one tracker
+(`cosine_tracking.CosineTracker`, fed each aggregate; it buffers them and
+regenerates the canaries once per block of rounds). The final-model
 cosines of Algorithm 2 are taken with theta_T - theta_0
 (`final_model.final_model_cosines`); an inserted canary moves theta along
 -c, as in tff.learning.
@@ -55,6 +56,7 @@ import numpy as np
 import tensorflow as tf
 
 from one_shot_epe import canaries
+from one_shot_epe import cosine_tracking
 from one_shot_epe import final_model
 from one_shot_epe import participation
 from one_shot_epe.baselines import per_example
@@ -239,33 +241,18 @@ def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
   use_canaries = config.num_seen > 0
   if use_canaries:
     schedule = canary_schedule(config, num_clients, schedule_seed)
-    tracked = np.concatenate([canaries.seen_ids(config.num_seen),
-                              canaries.unseen_ids(config.num_unseen)])
-    chunk = canaries.default_chunk_size(dim)
-
-    @tf.function(input_signature=[tf.TensorSpec([None, dim], tf.float32)],
-                 autograph=False)
-    def block_cosines(vectors):
-      return canaries.cosines(canary_seed, tracked, vectors, chunk)
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.int64)],
                  autograph=False)
     def canary_direction(canary_id):
       return canaries.canary(canary_seed, canary_id, dim)
 
-    maxima = np.full(tracked.size, -np.inf)
-    buffer = np.zeros((config.buffer_rounds, dim), np.float32)
-  buffered = 0
+    tracker = cosine_tracking.CosineTracker(
+        cosine_tracking.TrackedCanaries(canary_seed, config.num_seen,
+                                        config.num_unseen,
+                                        buffer_rounds=config.buffer_rounds),
+        dim)
   train_seconds = one_shot_seconds = 0.0
-
-  def flush():
-    nonlocal buffered, maxima, one_shot_seconds
-    if buffered:
-      start = time.perf_counter()
-      block = block_cosines(tf.constant(buffer[:buffered])).numpy()
-      maxima = np.maximum(maxima, block.max(axis=1))
-      one_shot_seconds += time.perf_counter() - start
-      buffered = 0
 
   for t in range(num_rounds):
     if t in hook_rounds:
@@ -290,18 +277,17 @@ def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
     params = params - np.float32(config.learning_rate) * aggregate
     train_seconds += time.perf_counter() - start
     if use_canaries:
-      buffer[buffered] = aggregate
-      buffered += 1
-      if buffered == config.buffer_rounds:
-        flush()
+      start = time.perf_counter()
+      tracker.observe_aggregate(aggregate)
+      one_shot_seconds += time.perf_counter() - start
 
   if not use_canaries:
     empty = np.zeros(0)
     return TrainingResult(initial, params, num_rounds, canary_seed, empty,
                           empty, empty, np.zeros(0, np.int64), train_seconds,
                           one_shot_seconds)
-  flush()
   start = time.perf_counter()
+  maxima = tracker.maxima()
   final_cosines = final_model.final_model_cosines(
       params, canary_seed=canary_seed,
       canary_ids=canaries.seen_ids(config.num_seen), initial_weights=initial,
@@ -309,7 +295,7 @@ def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
   one_shot_seconds += time.perf_counter() - start
   return TrainingResult(
       initial_params=initial, final_params=params, num_rounds=num_rounds,
-      canary_seed=canary_seed, seen_maxima=maxima[:config.num_seen],
-      unseen_maxima=maxima[config.num_seen:], final_cosines=final_cosines,
+      canary_seed=canary_seed, seen_maxima=maxima.seen,
+      unseen_maxima=maxima.unseen, final_cosines=final_cosines,
       appearances=schedule.appearance_counts(), train_seconds=train_seconds,
       one_shot_seconds=one_shot_seconds)

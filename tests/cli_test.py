@@ -1,0 +1,75 @@
+"""Tests of one_shot_epe.cli: the early argv scan and the exit-2 flag parser."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from absl import flags
+import pytest
+
+from one_shot_epe import cli
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_known_string_flags_reads_named_flags_and_skips_the_rest(tmp_path):
+  flagfile = tmp_path / 'run.cfg'
+  flagfile.write_text('--backend=jax\n--noise_multiplier=0.1\n')
+  values = cli.known_string_flags(
+      ['prog', '--total_rounds=3', '--tff_worker_addresses=h:1'],
+      ('tff_worker_addresses', 'backend'))
+  assert values.tff_worker_addresses == 'h:1'
+  assert values.backend is None
+  assert cli.known_string_flags(['prog', f'--flagfile={flagfile}'],
+                                ('backend',)).backend == 'jax'
+  with pytest.raises(flags.Error):
+    cli.known_string_flags(['prog', '--flagfile=/nonexistent.cfg'],
+                           ('backend',))
+
+
+def test_requested_backend_reads_flags_flagfiles_and_defaults_to_tff(
+    tmp_path):
+  flagfile = tmp_path / 'run.cfg'
+  flagfile.write_text('--backend=jax\n')
+  assert cli.requested_backend(['prog']) == 'tff'
+  assert cli.requested_backend(['prog', '--backend=jax']) == 'jax'
+  assert cli.requested_backend(['prog', '--backend', 'jax', '--x=1']) == 'jax'
+  assert cli.requested_backend(['prog', f'--flagfile={flagfile}']) == 'jax'
+  assert cli.requested_backend(
+      ['prog', f'--flagfile={flagfile}', '--backend=tff']) == 'tff'
+  # Unparsable: the TFF path's full parse reports it.
+  assert cli.requested_backend(['prog', '--flagfile=/nonexistent.cfg']) == 'tff'
+
+
+def test_the_early_scan_starts_no_thread():
+  # `isolation.enter_private_network` needs a single-threaded process: what a
+  # launcher runs before it to pick its engine must not start one (as numpy's
+  # import would).
+  script = textwrap.dedent("""
+      import os, sys
+      from one_shot_epe import cli
+      cli.requested_backend(['prog', '--backend=tff'])
+      cli.known_string_flags(['prog'], ('tff_worker_addresses',))
+      assert 'numpy' not in sys.modules, 'numpy imported'
+      print('THREADS', len(os.listdir('/proc/self/task')))
+  """)
+  done = subprocess.run([sys.executable, '-c', script], cwd=_REPO,
+                        capture_output=True, text=True, timeout=60,
+                        check=False)
+  assert done.returncode == 0, done.stderr
+  assert 'THREADS 1' in done.stdout, done.stdout
+
+
+def test_parse_flags_or_exit_exits_2_naming_the_flag():
+  script = textwrap.dedent("""
+      from absl import app, flags
+      from one_shot_epe import cli
+      flags.DEFINE_integer('rounds', 1, 'rounds')
+      app.run(lambda argv: None, flags_parser=cli.parse_flags_or_exit)
+  """)
+  done = subprocess.run([sys.executable, '-c', script, '--rounds=x'],
+                        cwd=_REPO, capture_output=True, text=True, timeout=60,
+                        check=False)
+  assert done.returncode == 2
+  assert '--rounds' in done.stderr and 'Traceback' not in done.stderr
