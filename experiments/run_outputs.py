@@ -1,10 +1,11 @@
-"""A run directory's files and the end-of-run results, for either engine.
+"""A run directory's files, end-of-run results and errors, for either engine.
 
 Both engines (`--backend=tff`, `experiments.train`; `--backend=jax`,
 `experiments.train_jax`) write the same layout (see `experiments.train`'s
 docstring) and the same results: the cosine CSVs of both threat models
 (Algorithms 2 and 3), the privacy report (`one_shot_epe.run_report`) and
-the density plot (Figures 1 and 3). Framework-free.
+the density plot (Figures 1 and 3). Both raise `REPORTED_ERRORS` for what a
+launcher reports in one line. Framework-free.
 """
 
 import collections
@@ -17,7 +18,9 @@ from experiments import train_config
 from one_shot_epe import accounting
 from one_shot_epe import atomic_io
 from one_shot_epe import plots
+from one_shot_epe import run_lock
 from one_shot_epe import run_report
+from one_shot_epe import write_failures
 
 CONFIG_FILE = 'config.json'
 METRICS_FILE = 'metrics.csv'
@@ -29,6 +32,11 @@ MAX_COSINES_FILE = 'max_cosines.csv'
 REPORT_JSON_FILE = 'report.json'
 REPORT_MARKDOWN_FILE = 'report.md'
 DENSITY_PLOT_FILE = 'cosine_densities.png'
+
+# What a launcher reports in one line with exit status 2: a bad flag, a run
+# directory in use by another launcher, a failed write (a full disk, ...).
+REPORTED_ERRORS = (train_config.ConfigError, run_lock.RunLockedError,
+                   write_failures.WriteFailure)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -171,8 +171,7 @@ _TFF_CSV_TEMPORARY = re.compile(
 
 # What a launcher reports in one line with exit status 2: a bad flag, a run
 # directory in use by another launcher, a failed write (a full disk, ...).
-REPORTED_ERRORS = (train_config.ConfigError, run_lock.RunLockedError,
-                   write_failures.WriteFailure)
+REPORTED_ERRORS = run_outputs.REPORTED_ERRORS
 
 
 # What a run produced (either engine).
@@ -248,14 +247,6 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
                      total_rounds=total_rounds, delta=delta,
                      canary_config=canary_config, aggregator=aggregator,
                      device=device)
-
-
-def validate_run(config: train_config.TrainConfig) -> train_config.TrainConfig:
-  """`prepare` for either --backend: the validated config; writes nothing."""
-  if config.backend == 'jax':
-    train_jax.prepare(config)
-    return config.validate()
-  return prepare(config).config
 
 
 def build_aggregator(

@@ -19,7 +19,10 @@ checkpoint; metrics.csv and canary_cosines.csv have one row per round.
 Data: --use_synthetic_data (numpy stand-ins with the real structure,
 `jax_engine.data`), or --data_dir holding client arrays written by
 `jax_engine.data.ClientArrays.save` as <data_dir>/<task>/train and
-<data_dir>/<task>/test.
+<data_dir>/<task>/test. --task=fashion_mnist reads Fashion-MNIST's own files
+from --data_dir (or its synthetic stand-in) and splits them into the same
+clients as the TFF path (`jax_engine.data.fashion_mnist_arrays`), for the
+10-class CNN.
 """
 
 import csv
@@ -37,6 +40,8 @@ from experiments import train_config
 from one_shot_epe import atomic_io
 from one_shot_epe import cli
 from one_shot_epe import run_lock
+from one_shot_epe import write_failures
+from one_shot_epe.baselines import fashion_mnist
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import models
@@ -44,7 +49,8 @@ from one_shot_epe.jax_engine import optimizers
 from one_shot_epe.jax_engine import training
 
 # Task -> the engine's data kind.
-KINDS = {'emnist_character': 'emnist', 'stackoverflow_word': 'stackoverflow'}
+KINDS = {'emnist_character': 'emnist', 'stackoverflow_word': 'stackoverflow',
+         'fashion_mnist': 'emnist'}
 # Synthetic data stands in for a fixed data set (as experiments.train's).
 SYNTHETIC_DATA_SEED = 0
 _METRIC_FIELDS = ('round', 'clip', 'aggregate_norm', 'canaries_inserted',
@@ -73,6 +79,8 @@ def _check_supported(config: train_config.TrainConfig) -> None:
 
 def _data(config: train_config.TrainConfig
           ) -> tuple[data.ClientArrays, data.ClientArrays, str]:
+  if config.task == 'fashion_mnist':
+    return _fashion_mnist(config)
   kind = KINDS[config.task]
   if config.use_synthetic_data:
     make = (data.synthetic_emnist if kind == 'emnist' else
@@ -96,6 +104,28 @@ def _data(config: train_config.TrainConfig
   return train, test, directory
 
 
+def _fashion_mnist(config: train_config.TrainConfig
+                   ) -> tuple[data.ClientArrays, data.ClientArrays, str]:
+  """Fashion-MNIST split as `experiments.train` splits it (tasks.fashion_mnist)."""
+  try:
+    if config.use_synthetic_data:
+      num_clients = config.synthetic_num_clients
+      dataset = fashion_mnist.synthetic_clients(
+          num_clients, config.synthetic_examples_per_client,
+          SYNTHETIC_DATA_SEED)
+      source = 'synthetic'
+    else:
+      num_clients = fashion_mnist.NUM_CLIENTS
+      dataset = fashion_mnist.load(config.data_dir)
+      source = os.path.abspath(config.data_dir)
+  except (OSError, ValueError) as error:
+    flag = ('--synthetic_examples_per_client' if config.use_synthetic_data
+            else '--data_dir')
+    raise train_config.ConfigError(f'{flag}: {error}') from None
+  train, test = data.fashion_mnist_arrays(dataset, num_clients)
+  return train, _first_examples(test, config.max_eval_examples), source
+
+
 def _first_examples(arrays: data.ClientArrays,
                     count: int) -> data.ClientArrays:
   """The split's first `count` examples (all for -1): --max_eval_examples."""
@@ -108,6 +138,8 @@ def _first_examples(arrays: data.ClientArrays,
 
 
 def _model(config: train_config.TrainConfig):
+  if config.task == 'fashion_mnist':
+    return models.EmnistCnn(num_classes=fashion_mnist.NUM_CLASSES)
   if KINDS[config.task] == 'emnist':
     return models.EmnistCnn()
   return models.WordLstm(vocab_size=config.vocab_size)
@@ -220,11 +252,14 @@ def run_training(config: train_config.TrainConfig) -> run_outputs.RunResult:
       config.
     run_lock.RunLockedError: another process is running in the run
       directory.
+    write_failures.WriteFailure: a write failed (e.g. the disk is full); the
+      outputs written before are intact and a rerun resumes.
   """
   plan, delta, source = prepare(config)
   config = config.validate()
   run_dir = config.run_dir
-  with run_lock.acquire(run_dir):
+  with write_failures.reported(config.root_output_dir), run_lock.acquire(
+      run_dir):
     _check_run_dir(config)
     atomic_io.remove_temporaries(run_dir)
     atomic_io.write_text(os.path.join(run_dir, run_outputs.CONFIG_FILE),
@@ -277,13 +312,8 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
   try:
     result = run_training(train_config.config_from_flags())
-  except (train_config.ConfigError, run_lock.RunLockedError) as error:
+  except run_outputs.REPORTED_ERRORS as error:
     print(f'error: {error}', file=sys.stderr)
-    sys.exit(2)
-  except OSError as error:
-    print(f'error: writing {error.filename or "the run directory"} failed: '
-          f'{error.strerror or error}; the results written before are '
-          'intact and rerunning the command resumes.', file=sys.stderr)
     sys.exit(2)
   print(f'Run directory: {result.run_dir}')
   print(f'Rounds: {result.total_rounds} (resumed from round '

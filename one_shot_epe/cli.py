@@ -20,33 +20,45 @@ def parse_flags_or_exit(argv: list[str]) -> list[str]:
     sys.exit(2)
 
 
-def known_string_flags(argv: Sequence[str],
-                       names: Sequence[str]) -> flags.FlagValues:
-  """String flags `names` of `argv` (flagfiles read), before a full parse.
+def known_string_flags(argv: Sequence[str], names: Sequence[str],
+                       flagfile_flags: Sequence[str] = ()) -> flags.FlagValues:
+  """String flags `names` of `argv`, before the program's full parse.
 
-  absl with known_only: every other flag is skipped. Imports nothing beyond
+  absl with known_only: every other flag is skipped. Follows --flagfile and
+  each flag of `flagfile_flags` whose value is a flagfile (reproduce's
+  --config, whose values the command line overrides). Imports nothing beyond
   absl, so a program can read these before numpy or TensorFlow start a
   thread (which `isolation.enter_private_network` needs).
 
   Raises:
     flags.Error: if `argv` cannot be parsed (the full parse then reports it).
   """
-  values = flags.FlagValues()
-  for name in names:
-    flags.DEFINE_string(name, None, '', flag_values=values)
-  values(list(argv), known_only=True)
-  return values
+  names = (*names, *(name for name in flagfile_flags if name not in names))
+
+  def parse(args: Sequence[str]) -> flags.FlagValues:
+    values = flags.FlagValues()
+    for name in names:
+      flags.DEFINE_string(name, None, '', flag_values=values)
+    values(list(args), known_only=True)
+    return values
+
+  values = parse(argv)
+  files = [f'--flagfile={values[name].value}' for name in flagfile_flags
+           if values[name].value]
+  return parse([argv[0], *files, *argv[1:]]) if files else values
 
 
-def requested_backend(argv: Sequence[str]) -> str:
+def requested_backend(argv: Sequence[str],
+                      flagfile_flags: Sequence[str] = ()) -> str:
   """The --backend of a command line: 'tff' (default) or what it names.
 
-  Lets `experiments.train` pick its engine before importing numpy or
-  TensorFlow. An unparsable command line counts as 'tff', whose full parse
-  then reports the error; so does a value that is not a backend.
+  Lets a program pick its engine before importing numpy or TensorFlow
+  (flagfiles followed as `known_string_flags`). An unparsable command line
+  counts as 'tff', whose full parse then reports the error; so does a value
+  that is not a backend.
   """
   try:
-    backend = known_string_flags(argv, ('backend',)).backend
+    backend = known_string_flags(argv, ('backend',), flagfile_flags).backend
   except flags.Error:
     return 'tff'
   return backend or 'tff'

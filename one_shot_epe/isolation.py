@@ -148,14 +148,9 @@ def remote_workers_requested(argv: Sequence[str],
   whose values the command line overrides), before the program's own flags
   are defined.
   """
-  names = ('tff_worker_addresses', *flagfile_flags)
   try:
-    values = cli.known_string_flags(argv, names)
-    files = [f'--flagfile={values[name].value}' for name in flagfile_flags
-             if values[name].value]
-    if files:
-      values = cli.known_string_flags([argv[0], *files, *argv[1:]],
-                                      names)
+    values = cli.known_string_flags(argv, ('tff_worker_addresses',),
+                                    flagfile_flags)
   except flags.Error:  # The program's own parser reports it.
     return False
   return bool(values.tff_worker_addresses)

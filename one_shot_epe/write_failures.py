@@ -13,15 +13,17 @@ checkpoint; `WriteFailure` says so.
 Only an error that names a path under the output directory is taken for a
 failed write: anything else (TensorFlow's out-of-memory
 `ResourceExhaustedError`, a bug) keeps its type and traceback.
+
+TensorFlow is not imported here: its errors can only come from a program that
+loaded it, and the JAX engine's programs run where it is not installed.
 """
 
 import contextlib
 import errno
 import os
 import re
+import sys
 from collections.abc import Iterator
-
-import tensorflow as tf
 
 # Temporary names of TensorFlow's and TFF's writers, per path component:
 # TFF's `<name>_temp1234`, TensorFlow's `variables_temp` and
@@ -78,6 +80,13 @@ def _paths_in_message(message: str, directory: str) -> list[str]:
   return found
 
 
+def _tensorflow_errors() -> tuple[type[BaseException], ...]:
+  """`tf.errors.OpError` if this program has loaded TensorFlow, else ()."""
+  tf = sys.modules.get('tensorflow')
+  errors = getattr(tf, 'errors', None)
+  return (errors.OpError,) if errors is not None else ()
+
+
 def from_error(error: BaseException, directory: str) -> WriteFailure | None:
   """The `WriteFailure` that `error` is, or None if it is not a failed write.
 
@@ -98,7 +107,8 @@ def from_error(error: BaseException, directory: str) -> WriteFailure | None:
       return None
     return WriteFailure(_final_name(paths[0], directory),
                         error.strerror or str(error))
-  if isinstance(error, tf.errors.OpError):
+  tensorflow_errors = _tensorflow_errors()
+  if tensorflow_errors and isinstance(error, tensorflow_errors):
     paths = _paths_in_message(error.message, directory)
     if not paths:
       return None
@@ -124,7 +134,7 @@ def reported(directory: str) -> Iterator[None]:
     raise ValueError('directory must be a non-empty path; got an empty string')
   try:
     yield
-  except (OSError, tf.errors.OpError) as error:
+  except (OSError, *_tensorflow_errors()) as error:
     failure = from_error(error, directory)
     if failure is None:
       raise

@@ -73,3 +73,16 @@ def test_parse_flags_or_exit_exits_2_naming_the_flag():
                         check=False)
   assert done.returncode == 2
   assert '--rounds' in done.stderr and 'Traceback' not in done.stderr
+
+
+def test_flagfile_flags_are_followed_and_the_command_line_wins(tmp_path):
+  config = tmp_path / 'grid.cfg'
+  config.write_text('# grid: --noise_multiplier=0,0.1\n--backend=jax\n')
+  assert cli.requested_backend(['prog', f'--config={config}'],
+                               flagfile_flags=('config',)) == 'jax'
+  assert cli.requested_backend(['prog', f'--config={config}']) == 'tff'
+  assert cli.requested_backend(
+      ['prog', f'--config={config}', '--backend=tff'],
+      flagfile_flags=('config',)) == 'tff'
+  assert cli.requested_backend(['prog', '--config=/nonexistent.cfg'],
+                               flagfile_flags=('config',)) == 'tff'

@@ -11,6 +11,7 @@ import collections
 import numpy as np
 import pytest
 
+from one_shot_epe.baselines import fashion_mnist
 from one_shot_epe.jax_engine import data
 
 
@@ -151,3 +152,24 @@ def test_arguments_are_checked():
   with pytest.raises(TypeError, match='batch_size must be an int'):
     data.client_batches(_arrays(), [0], batch_size=2.0, epochs=1,
                         max_examples=None, rng=np.random.default_rng(0))
+
+
+def test_fashion_mnist_arrays_hold_the_label_shard_clients():
+  # Brute force from the partition: client i holds exactly its shard indices,
+  # in index order, pixels / 255; the test split is one client of all images.
+  images = fashion_mnist.synthetic_clients(5, 10, seed=1)
+  train, test = data.fashion_mnist_arrays(images, 5)
+  partition = fashion_mnist.partition_by_label_shards(
+      images.train_labels, 5, fashion_mnist.SHARDS_PER_CLIENT,
+      fashion_mnist.PARTITION_SEED)
+  assert list(train.client_ids) == ['0', '1', '2', '3', '4']
+  for i, indices in enumerate(partition):
+    start, end = train.offsets[i], train.offsets[i + 1]
+    np.testing.assert_array_equal(train.features['label'][start:end],
+                                  images.train_labels[indices])
+    np.testing.assert_array_equal(
+        train.features['pixels'][start:end],
+        images.train_images[indices].astype(np.float32) / 255.0)
+  assert train.offsets[-1] == 50 and train.kind == 'emnist'
+  assert test.num_clients == 1
+  np.testing.assert_array_equal(test.features['label'], images.test_labels)

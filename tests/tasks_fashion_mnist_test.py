@@ -22,6 +22,7 @@ from experiments import train
 from experiments import train_config
 from one_shot_epe import tasks
 from one_shot_epe.baselines import fashion_mnist as fashion_mnist_files
+from one_shot_epe.jax_engine import data as jax_data
 from one_shot_epe.tasks import fashion_mnist
 import tiny_run
 
@@ -135,6 +136,27 @@ def test_client_datasets_hold_their_partition_as_emnist_elements():
       'pixels': tf.TensorSpec([28, 28], tf.float32)}
   test_labels, _ = _elements(test_data.create_tf_dataset_from_all_clients())
   np.testing.assert_array_equal(test_labels, data.test_labels)
+
+
+def test_jax_engine_clients_are_the_tff_tasks_clients():
+  # The JAX engine's split (TF-free) against this task's ClientData, client
+  # by client: same ids, images, labels and order; the test split whole.
+  images = fashion_mnist.synthetic_data(num_clients=7, examples_per_client=10,
+                                        seed=2)
+  train_data, test_data = fashion_mnist.client_data(images, 7)
+  train_arrays, test_arrays = jax_data.fashion_mnist_arrays(images, 7)
+  assert list(train_arrays.client_ids) == train_data.client_ids
+  for i, client_id in enumerate(train_data.client_ids):
+    start, end = train_arrays.offsets[i], train_arrays.offsets[i + 1]
+    labels, pixels = _elements(
+        train_data.create_tf_dataset_for_client(client_id))
+    np.testing.assert_array_equal(train_arrays.features['label'][start:end],
+                                  labels)
+    np.testing.assert_allclose(train_arrays.features['pixels'][start:end],
+                               pixels, rtol=1e-6)
+  test_labels, _ = _elements(test_data.create_tf_dataset_from_all_clients())
+  np.testing.assert_array_equal(test_arrays.features['label'], test_labels)
+  assert test_arrays.num_clients == 1
 
 
 def test_client_data_rejects_unknown_ids_and_empty_clients():

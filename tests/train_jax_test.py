@@ -112,7 +112,8 @@ def _final_params(path) -> np.ndarray:
 
 @pytest.mark.parametrize('flag,message', [
     (dict(tff_workers=2), '--tff_workers'),
-    (dict(task='fashion_mnist'), '--task=fashion_mnist'),
+    (dict(task='fashion_mnist', synthetic_examples_per_client=3),
+     '--synthetic_examples_per_client'),
     (dict(num_canaries=0), '--num_canaries=0'),
     (dict(use_synthetic_data=False, data_dir='/nonexistent'), '--data_dir'),
 ])
@@ -120,3 +121,24 @@ def test_flags_the_engine_does_not_take_are_named(tmp_path, flag, message):
   with pytest.raises(train_config.ConfigError, match=message):
     train_jax.prepare(_config(tmp_path, **flag))
   assert not os.path.exists(tmp_path / 'run')
+
+
+def test_fashion_mnist_directory_without_its_files_is_named(tmp_path):
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  with pytest.raises(train_config.ConfigError, match='--data_dir'):
+    train_jax.prepare(_config(tmp_path, task='fashion_mnist',
+                              use_synthetic_data=False, data_dir=str(empty)))
+  assert not os.path.exists(tmp_path / 'run')
+
+
+def test_fashion_mnist_trains_the_ten_class_cnn_on_the_demos_clients(
+    tmp_path):
+  # The demo's task on the JAX engine: TFF's 10-class head (1,199,882
+  # parameters), the label-shard clients (delta = m^-1.1 for m clients).
+  result = train_jax.run_training(_config(
+      tmp_path, task='fashion_mnist', synthetic_num_clients=6,
+      synthetic_examples_per_client=10, total_rounds=2))
+  assert result.dim == 1_199_882
+  assert result.delta == pytest.approx(6**-1.1)
+  assert result.report is not None and 0.0 <= result.accuracy <= 1.0

@@ -7,6 +7,9 @@ message TensorFlow's SaveV2 gives on a full tmpfs (recorded verbatim).
 
 import errno
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import tensorflow as tf
@@ -133,3 +136,31 @@ def test_argument_checks():
   with pytest.raises(ValueError, match='non-empty'):
     with write_failures.reported(''):
       pass
+
+
+def test_works_where_tensorflow_cannot_be_imported():
+  # The JAX engine's programs run without TensorFlow: a real failed write
+  # is still reported, and TensorFlow is never imported.
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  script = textwrap.dedent("""
+      import sys
+      sys.modules['tensorflow'] = None
+      from one_shot_epe import write_failures
+      try:
+        with write_failures.reported('/dev'):
+          open('/dev/full/report.json', 'w')
+      except write_failures.WriteFailure as failure:
+        print('FAILURE', failure.path, '|', failure.cause)
+      try:
+        with write_failures.reported('/dev'):
+          raise KeyError('not a write')
+      except KeyError:
+        print('PASSED THROUGH')
+  """)
+  done = subprocess.run([sys.executable, '-c', script], cwd=repo,
+                        capture_output=True, text=True, timeout=60,
+                        check=False)
+  assert done.returncode == 0, done.stderr
+  assert ('FAILURE /dev/full/report.json | '
+          f'{os.strerror(errno.ENOTDIR)}') in done.stdout
+  assert 'PASSED THROUGH' in done.stdout

@@ -23,6 +23,11 @@ followed by the data in row-major order.
 class has a fixed pattern, a shared random 7 x 7 background blended with a
 class-specific one and upsampled to 28 x 28; an example is its class pattern
 at a random brightness plus strong pixel noise, so that classes overlap.
+
+Federated clients (the demo, `tasks.fashion_mnist`, and the JAX engine):
+`partition_by_label_shards` splits the training images into non-IID clients
+by McMahan et al.'s (2017, Sec. 3) label shards; `synthetic_clients` sizes the
+synthetic stand-in for a number of clients.
 """
 
 import dataclasses
@@ -32,6 +37,8 @@ import os
 import struct
 
 import numpy as np
+
+from one_shot_epe import validation
 
 IMAGE_SHAPE = (28, 28)
 NUM_CLASSES = 10
@@ -48,6 +55,10 @@ IDX_NAMES = {
     'test_labels': 't10k-labels-idx1-ubyte',
 }
 _UNSIGNED_BYTE = 0x08
+# The demo's split: 1,200 clients of 50 images, 5 label shards each.
+NUM_CLIENTS = 1200
+SHARDS_PER_CLIENT = 5
+PARTITION_SEED = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,3 +185,68 @@ def standardise(images: np.ndarray) -> np.ndarray:
   """uint8 images to float32 (x / 255 - PIXEL_MEAN) / PIXEL_STD."""
   return ((np.asarray(images, np.float32) / 255.0 - PIXEL_MEAN) /
           PIXEL_STD).astype(np.float32)
+
+
+def partition_by_label_shards(labels: np.ndarray, num_clients: int,
+                              shards_per_client: int,
+                              seed: int) -> list[np.ndarray]:
+  """Splits example indices into non-IID clients (McMahan et al. 2017, Sec. 3).
+
+  The indices are sorted by label, ties in a random order drawn from `seed`,
+  cut into num_clients * shards_per_client contiguous shards of equal size (up
+  to one example), and each client gets `shards_per_client` shards chosen by a
+  seeded permutation.
+
+  Args:
+    labels: int labels, shape [n], n >= num_clients * shards_per_client.
+    num_clients: number of clients, >= 1.
+    shards_per_client: shards per client (classes a client mostly sees), >= 1.
+    seed: seeds the tie order and the shard assignment; any non-negative int.
+
+  Returns:
+    One sorted int64 index array per client; together they hold every index
+    in [0, n) exactly once.
+
+  Raises:
+    TypeError: `labels` is not an integer array.
+    ValueError: a count is not a positive integer, `labels` is not 1-D, or
+      there are fewer examples than shards.
+  """
+  labels = np.asarray(labels)
+  if not np.issubdtype(labels.dtype, np.integer):
+    raise TypeError(f'labels must be integers; got dtype {labels.dtype}.')
+  if labels.ndim != 1:
+    raise ValueError(f'labels must be 1-D; got shape {labels.shape}.')
+  num_clients = validation.check_int('num_clients', num_clients, low=1)
+  shards_per_client = validation.check_int('shards_per_client', shards_per_client, low=1)
+  num_shards = num_clients * shards_per_client
+  if labels.size < num_shards:
+    raise ValueError(
+        f'labels must hold at least num_clients * shards_per_client = '
+        f'{num_shards} examples; got {labels.size}.')
+  rng = np.random.default_rng(seed)
+  shuffled = rng.permutation(labels.size)
+  by_label = shuffled[np.argsort(labels[shuffled], kind='stable')]
+  shards = np.array_split(by_label, num_shards)
+  owners = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
+  return [np.sort(np.concatenate([shards[s] for s in row])) for row in owners]
+
+
+def synthetic_clients(num_clients: int, examples_per_client: int,
+                      seed: int) -> Dataset:
+  """The loader's synthetic stand-in sized for num_clients x examples_per_client.
+
+  The test split has max(1, train size // 6) images (Fashion-MNIST's ratio).
+
+  Raises:
+    ValueError: a count is not an integer >= 1, or examples_per_client is
+      below SHARDS_PER_CLIENT (each client needs one example per shard).
+  """
+  num_clients = validation.check_int('num_clients', num_clients, low=1)
+  examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
+  if examples_per_client < SHARDS_PER_CLIENT:
+    raise ValueError(
+        f'examples_per_client must be >= {SHARDS_PER_CLIENT} (one example per '
+        f'label shard of a client); got {examples_per_client}.')
+  num_train = num_clients * examples_per_client
+  return synthetic(seed, num_train=num_train, num_test=max(1, num_train // 6))

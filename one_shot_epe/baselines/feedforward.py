@@ -15,19 +15,13 @@ relu(x W1 + b1) W2 + b2 for flattened inputs x.
 """
 
 import math
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-
-def _check_positive_int(name: str, value: Any) -> int:
-  if (isinstance(value, (bool, np.bool_)) or
-      not isinstance(value, numbers.Integral) or value < 1):
-    raise ValueError(f'{name} must be an integer >= 1; got {value!r}.')
-  return int(value)
+from one_shot_epe import validation
 
 
 class FeedForward:
@@ -47,9 +41,9 @@ class FeedForward:
       raise ValueError('input_shape must be a non-empty sequence of integers '
                        f'>= 1; got {input_shape!r}.')
     self.input_shape = tuple(
-        _check_positive_int('input_shape entries', s) for s in input_shape)
-    self.hidden_units = _check_positive_int('hidden_units', hidden_units)
-    self.num_classes = _check_positive_int('num_classes', num_classes)
+        validation.check_int('input_shape entries', s, low=1) for s in input_shape)
+    self.hidden_units = validation.check_int('hidden_units', hidden_units, low=1)
+    self.num_classes = validation.check_int('num_classes', num_classes, low=1)
     if self.num_classes < 2:
       raise ValueError(f'num_classes must be >= 2; got {num_classes!r}.')
     self.num_features = math.prod(self.input_shape)

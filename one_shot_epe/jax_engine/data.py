@@ -13,7 +13,8 @@ client i owns examples offsets[i]:offsets[i+1]), `client_ids.npy` (str), one
 file per feature, and `arrays.json` naming the kind and the features.
 
 * kind 'emnist': features `pixels` float32 [n, 28, 28] and `label` int32 [n]
-  (TFF's EMNIST elements).
+  (TFF's EMNIST elements; also Fashion-MNIST's, as the TFF path's task maps
+  them: `fashion_mnist_arrays`).
 * kind 'stackoverflow': feature `tokens` [n, sequence_length + 1], each
   sentence as TFF's `word_prediction_preprocessing` maps it before batching:
   [bos] + word ids of the first `sequence_length` words (+ [eos] if shorter),
@@ -34,6 +35,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from one_shot_epe import validation
+from one_shot_epe.baselines import fashion_mnist
+
 KINDS = ('emnist', 'stackoverflow')
 FEATURES = {'emnist': ('pixels', 'label'), 'stackoverflow': ('tokens',)}
 # tf.data shuffle buffers of TFF's preprocessing when ClientSpec leaves it
@@ -45,14 +49,6 @@ IMAGE_SIZE = 28
 SEQUENCE_LENGTH = 20
 _MANIFEST = 'arrays.json'
 _FORMAT_VERSION = 1
-
-
-def _check_int(value: object, name: str, low: int) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise TypeError(f'{name} must be an int; got {type(value).__name__}.')
-  if value < low:
-    raise ValueError(f'{name} must be >= {low}; got {value}.')
-  return int(value)
 
 
 def _check_kind(kind: object) -> str:
@@ -76,8 +72,8 @@ class SpecialTokens:
 
 def special_tokens(vocab_size: int, num_oov_buckets: int = 1) -> SpecialTokens:
   """TFF's special token ids for a vocabulary of `vocab_size` words."""
-  vocab_size = _check_int(vocab_size, 'vocab_size', 1)
-  num_oov_buckets = _check_int(num_oov_buckets, 'num_oov_buckets', 1)
+  vocab_size = validation.check_int('vocab_size', vocab_size, low=1)
+  num_oov_buckets = validation.check_int('num_oov_buckets', num_oov_buckets, low=1)
   return SpecialTokens(
       pad=0, oov=tuple(vocab_size + 1 + n for n in range(num_oov_buckets)),
       bos=vocab_size + num_oov_buckets + 1,
@@ -202,8 +198,8 @@ def shuffled_order(num_examples: int, buffer_size: int,
   with the next input. With buffer_size >= n this is a uniform permutation.
   Only the first `limit` outputs are produced (all if None).
   """
-  num_examples = _check_int(num_examples, 'num_examples', 0)
-  buffer_size = _check_int(buffer_size, 'buffer_size', 1)
+  num_examples = validation.check_int('num_examples', num_examples, low=0)
+  buffer_size = validation.check_int('buffer_size', buffer_size, low=1)
   count = num_examples if limit is None else min(limit, num_examples)
   if buffer_size >= num_examples:
     return rng.permutation(num_examples)[:count]
@@ -230,9 +226,9 @@ def client_example_order(num_examples: int, *, epochs: int,
   shuffle (re-drawn every epoch: tf.data's reshuffle_each_iteration), repeat
   `epochs` times, take `max_examples` (None: all).
   """
-  epochs = _check_int(epochs, 'epochs', 1)
+  epochs = validation.check_int('epochs', epochs, low=1)
   if max_examples is not None:
-    max_examples = _check_int(max_examples, 'max_examples', 1)
+    max_examples = validation.check_int('max_examples', max_examples, low=1)
   orders = []
   remaining = num_examples * epochs if max_examples is None else max_examples
   for _ in range(epochs):
@@ -294,15 +290,15 @@ def client_batches(arrays: ClientArrays, clients: Sequence[int], *,
     ValueError: a count is out of range, or a client needs more than
       `max_batches` batches.
   """
-  batch_size = _check_int(batch_size, 'batch_size', 1)
+  batch_size = validation.check_int('batch_size', batch_size, low=1)
   if shuffle_buffer is None:
     shuffle_buffer = DEFAULT_SHUFFLE_BUFFER[arrays.kind]
-  clients = [_check_int(c, 'clients[i]', 0) for c in clients]
+  clients = [validation.check_int('clients[i]', c, low=0) for c in clients]
   if any(c >= arrays.num_clients for c in clients):
     raise ValueError(f'clients must be indices in [0, {arrays.num_clients}); '
                      f'got {clients}.')
-  num_slots = len(clients) if num_slots is None else _check_int(
-      num_slots, 'num_slots', len(clients))
+  num_slots = len(clients) if num_slots is None else validation.check_int(
+      'num_slots', num_slots, low=len(clients))
   sizes = arrays.client_sizes()
   orders = [
       arrays.offsets[c] + client_example_order(
@@ -312,7 +308,7 @@ def client_batches(arrays: ClientArrays, clients: Sequence[int], *,
   needed = max([max_batches_for(o.size, batch_size) for o in orders] + [1])
   if max_batches is None:
     max_batches = needed
-  elif _check_int(max_batches, 'max_batches', 1) < needed:
+  elif validation.check_int('max_batches', max_batches, low=1) < needed:
     raise ValueError(f'max_batches must be >= {needed}, the batches a client '
                      f'of this round needs; got {max_batches}.')
   rows = max_batches * batch_size
@@ -347,9 +343,8 @@ def synthetic_emnist(num_clients: int, examples_per_client: int,
   [0.6, 1] plus N(0, 0.2^2) pixel noise on a white (1.0) background, clipped to
   [0, 1]; labels uniform over the 62 classes.
   """
-  num_clients = _check_int(num_clients, 'num_clients', 1)
-  examples_per_client = _check_int(examples_per_client, 'examples_per_client',
-                                   1)
+  num_clients = validation.check_int('num_clients', num_clients, low=1)
+  examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
   rng = np.random.default_rng([seed, 0])
   templates = np.zeros((EMNIST_CLASSES, IMAGE_SIZE, IMAGE_SIZE), np.float32)
   for label in range(EMNIST_CLASSES):
@@ -389,9 +384,8 @@ def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
   the vocabulary, each next word 1 to 3 ranks further (mod vocab_size); rank r
   has id r + 1, and sentences are encoded as TFF does (`encode_sentence`).
   """
-  num_clients = _check_int(num_clients, 'num_clients', 1)
-  examples_per_client = _check_int(examples_per_client, 'examples_per_client',
-                                   1)
+  num_clients = validation.check_int('num_clients', num_clients, low=1)
+  examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
   tokens = special_tokens(vocab_size)
   rng = np.random.default_rng([seed, 1])
   zipf = 1.0 / np.arange(1, vocab_size + 1)
@@ -408,6 +402,39 @@ def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
       kind='stackoverflow', client_ids=_client_ids(num_clients),
       offsets=np.arange(num_clients + 1, dtype=np.int64) * examples_per_client,
       features={'tokens': np.stack(rows)})
+
+
+def fashion_mnist_arrays(
+    dataset: fashion_mnist.Dataset, num_clients: int,
+    shards_per_client: int = fashion_mnist.SHARDS_PER_CLIENT,
+    seed: int = fashion_mnist.PARTITION_SEED
+) -> tuple[ClientArrays, ClientArrays]:
+  """Fashion-MNIST as (train, test) client arrays, split as the TFF path's.
+
+  Train clients are `fashion_mnist.partition_by_label_shards` of the training
+  labels (each client's examples in index order, ids '000', '001', ... as
+  `tasks.fashion_mnist.ArrayClientData`); the test split is one client of
+  every test image in file order. Pixels are uint8 / 255 in float32.
+  """
+  partition = fashion_mnist.partition_by_label_shards(
+      dataset.train_labels, num_clients, shards_per_client, seed)
+  order = np.concatenate(partition)
+  sizes = [len(indices) for indices in partition]
+
+  def split(images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
+            offsets: np.ndarray) -> ClientArrays:
+    return ClientArrays(
+        kind='emnist', client_ids=ids,
+        offsets=np.asarray(offsets, np.int64),
+        features={'pixels': np.asarray(images, np.float32) / 255.0,
+                  'label': np.asarray(labels, np.int32)})
+
+  train = split(dataset.train_images[order], dataset.train_labels[order],
+                _client_ids(num_clients),
+                np.concatenate([[0], np.cumsum(sizes)]))
+  test = split(dataset.test_images, dataset.test_labels, _client_ids(1),
+               [0, dataset.test_labels.size])
+  return train, test
 
 
 def _client_ids(num_clients: int) -> np.ndarray:

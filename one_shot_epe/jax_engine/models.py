@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from one_shot_epe import validation
+
 Params = tuple[jax.Array, ...]
 Shapes = tuple[tuple[int, ...], ...]
 
@@ -36,14 +38,6 @@ Shapes = tuple[tuple[int, ...], ...]
 EMBEDDING_INIT_RANGE = 0.05
 # Keras' token id for padding: `Embedding(mask_zero=True)` masks it.
 PAD_TOKEN = 0
-
-
-def _check_positive_int(value: object, name: str) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise TypeError(f'{name} must be an int; got {type(value).__name__}.')
-  if value < 1:
-    raise ValueError(f'{name} must be >= 1; got {value}.')
-  return int(value)
 
 
 def glorot_uniform(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -138,7 +132,7 @@ class EmnistCnn:
 
   def __post_init__(self):
     for field in dataclasses.fields(self):
-      _check_positive_int(getattr(self, field.name), field.name)
+      validation.check_int(field.name, getattr(self, field.name), low=1)
     if self.image_size < 6:
       raise ValueError(f'image_size must be >= 6 (two 3x3 convs and a 2x2 '
                        f'pool); got {self.image_size}.')
@@ -228,7 +222,7 @@ class WordLstm:
 
   def __post_init__(self):
     for field in dataclasses.fields(self):
-      _check_positive_int(getattr(self, field.name), field.name)
+      validation.check_int(field.name, getattr(self, field.name), low=1)
 
   @property
   def num_tokens(self) -> int:

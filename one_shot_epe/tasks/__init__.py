@@ -19,6 +19,7 @@ Modules:
 import os
 
 from one_shot_epe import run_options
+from one_shot_epe import validation
 from one_shot_epe.tasks import base
 from one_shot_epe.tasks import emnist
 from one_shot_epe.tasks import fashion_mnist
@@ -72,7 +73,7 @@ def get_task(name: str,
     raise ValueError(f'task must be one of {list(TASK_NAMES)}; got {name!r}.')
   spec = base.client_spec(client_epochs_per_round, client_batch_size,
                           max_examples_per_client)
-  vocab_size = base.check_positive_int(vocab_size, 'vocab_size')
+  vocab_size = validation.check_int('vocab_size', vocab_size, low=1)
   if use_synthetic_data and data_dir:
     raise ValueError(
         f'pass either --data_dir ({data_dir!r}) or --use_synthetic_data, not '

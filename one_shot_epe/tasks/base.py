@@ -16,14 +16,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-
-def check_positive_int(value: object, name: str) -> int:
-  """Returns `value` if it is an int >= 1, else raises ValueError naming `name`."""
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise ValueError(f'{name} must be an integer >= 1; got {value!r}.')
-  if value < 1:
-    raise ValueError(f'{name} must be >= 1; got {value}.')
-  return int(value)
+from one_shot_epe import validation
 
 
 def client_spec(
@@ -50,9 +43,8 @@ def client_spec(
           f'examples; got {max_examples_per_client!r}.')
     max_examples_per_client = int(max_examples_per_client)
   return tff.simulation.baselines.ClientSpec(
-      num_epochs=check_positive_int(client_epochs_per_round,
-                                    'client_epochs_per_round'),
-      batch_size=check_positive_int(client_batch_size, 'client_batch_size'),
+      num_epochs=validation.check_int('client_epochs_per_round', client_epochs_per_round, low=1),
+      batch_size=validation.check_int('client_batch_size', client_batch_size, low=1),
       max_elements=max_examples_per_client,
   )
 
@@ -132,5 +124,5 @@ class Task:
     test_data = self.baseline.datasets.test_data
     dataset = test_data.create_tf_dataset_from_all_clients(seed=0)
     if max_examples is not None:
-      dataset = dataset.take(check_positive_int(max_examples, 'max_examples'))
+      dataset = dataset.take(validation.check_int('max_examples', max_examples, low=1))
     return self.baseline.datasets.eval_preprocess_fn(dataset)

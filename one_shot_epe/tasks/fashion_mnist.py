@@ -8,6 +8,7 @@ and 10 000 test images, 28 x 28 grey levels, 10 classes), read offline by
 
 **Clients.** Fashion-MNIST has no natural users, so the training images are
 split into `NUM_CLIENTS` = 1,200 clients of 50 images by the label-shard scheme
+(`baselines.fashion_mnist.partition_by_label_shards`, framework-free)
 of McMahan et al. (2017, Section 3): sort the images by label (ties in a
 seeded random order), cut them into 5 x 1,200 shards of 10 and give each
 client five shards drawn by a seeded permutation. Every shard holds a single
@@ -47,59 +48,16 @@ from one_shot_epe.tasks import emnist
 
 TASK_NAME = 'fashion_mnist'
 NUM_CLASSES = fashion_mnist.NUM_CLASSES
-NUM_CLIENTS = 1200
-SHARDS_PER_CLIENT = 5
-PARTITION_SEED = 0
+# The split into clients is framework-free (the JAX engine uses it too).
+NUM_CLIENTS = fashion_mnist.NUM_CLIENTS
+SHARDS_PER_CLIENT = fashion_mnist.SHARDS_PER_CLIENT
+PARTITION_SEED = fashion_mnist.PARTITION_SEED
+partition_by_label_shards = fashion_mnist.partition_by_label_shards
+synthetic_data = fashion_mnist.synthetic_clients
 DEFAULT_DATA_DIR = fashion_mnist.DEFAULT_DIRECTORY
 INSTALL_HINT = ('install it with `sudo apt-get install dataset-fashion-mnist` '
                 '(Debian/Ubuntu), which puts it in '
                 f'{fashion_mnist.DEFAULT_DIRECTORY}')
-
-
-def partition_by_label_shards(labels: np.ndarray, num_clients: int,
-                              shards_per_client: int,
-                              seed: int) -> list[np.ndarray]:
-  """Splits example indices into non-IID clients (McMahan et al. 2017, Sec. 3).
-
-  The indices are sorted by label, ties in a random order drawn from `seed`,
-  cut into num_clients * shards_per_client contiguous shards of equal size (up
-  to one example), and each client gets `shards_per_client` shards chosen by a
-  seeded permutation.
-
-  Args:
-    labels: int labels, shape [n], n >= num_clients * shards_per_client.
-    num_clients: number of clients, >= 1.
-    shards_per_client: shards per client (classes a client mostly sees), >= 1.
-    seed: seeds the tie order and the shard assignment; any non-negative int.
-
-  Returns:
-    One sorted int64 index array per client; together they hold every index
-    in [0, n) exactly once.
-
-  Raises:
-    TypeError: `labels` is not an integer array.
-    ValueError: a count is not a positive integer, `labels` is not 1-D, or
-      there are fewer examples than shards.
-  """
-  labels = np.asarray(labels)
-  if not np.issubdtype(labels.dtype, np.integer):
-    raise TypeError(f'labels must be integers; got dtype {labels.dtype}.')
-  if labels.ndim != 1:
-    raise ValueError(f'labels must be 1-D; got shape {labels.shape}.')
-  num_clients = base.check_positive_int(num_clients, 'num_clients')
-  shards_per_client = base.check_positive_int(shards_per_client,
-                                              'shards_per_client')
-  num_shards = num_clients * shards_per_client
-  if labels.size < num_shards:
-    raise ValueError(
-        f'labels must hold at least num_clients * shards_per_client = '
-        f'{num_shards} examples; got {labels.size}.')
-  rng = np.random.default_rng(seed)
-  shuffled = rng.permutation(labels.size)
-  by_label = shuffled[np.argsort(labels[shuffled], kind='stable')]
-  shards = np.array_split(by_label, num_shards)
-  owners = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
-  return [np.sort(np.concatenate([shards[s] for s in row])) for row in owners]
 
 
 class ArrayClientData(tff.simulation.datasets.ClientData):
@@ -214,28 +172,6 @@ def load(data_dir: str | None) -> fashion_mnist.Dataset:
         f'Fashion-MNIST directory {data_dir!r} does not exist; '
         f'{INSTALL_HINT}.')
   return fashion_mnist.load(data_dir)
-
-
-def synthetic_data(num_clients: int, examples_per_client: int,
-                   seed: int) -> fashion_mnist.Dataset:
-  """The loader's synthetic stand-in sized for num_clients x examples_per_client.
-
-  The test split has max(1, train size // 6) images (Fashion-MNIST's ratio).
-
-  Raises:
-    ValueError: a count is not an integer >= 1, or examples_per_client is
-      below SHARDS_PER_CLIENT (each client needs one example per shard).
-  """
-  num_clients = base.check_positive_int(num_clients, 'num_clients')
-  examples_per_client = base.check_positive_int(examples_per_client,
-                                                'examples_per_client')
-  if examples_per_client < SHARDS_PER_CLIENT:
-    raise ValueError(
-        f'examples_per_client must be >= {SHARDS_PER_CLIENT} (one example per '
-        f'label shard of a client); got {examples_per_client}.')
-  num_train = num_clients * examples_per_client
-  return fashion_mnist.synthetic(seed, num_train=num_train,
-                                 num_test=max(1, num_train // 6))
 
 
 def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,

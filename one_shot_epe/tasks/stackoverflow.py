@@ -22,6 +22,7 @@ is not used: it loads the vocabulary without `cache_dir`, i.e. from the network.
 import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_tasks
 
+from one_shot_epe import validation
 from one_shot_epe.tasks import base
 from one_shot_epe.tasks import tff_cache
 
@@ -44,7 +45,7 @@ def load_client_data(
     FileNotFoundError / ValueError: see `tff_cache.verify_sqlite` and
       `tff_cache.read_word_counts`.
   """
-  vocab_size = base.check_positive_int(vocab_size, 'vocab_size')
+  vocab_size = validation.check_int('vocab_size', vocab_size, low=1)
   cache_dir = tff_cache.verify_sqlite(data_dir, tff_cache.STACKOVERFLOW)
   vocab = tff_cache.read_word_counts(cache_dir, vocab_size)
   with tff_cache.no_download():

@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from one_shot_epe.tasks import base
+from one_shot_epe import validation
 from one_shot_epe.tasks import tff_cache
 
 _SPLIT_CODES = {'train': 0, 'test': 1, 'heldout': 2}
@@ -114,13 +114,11 @@ def emnist(num_clients: int, examples_per_client: int, seed: int = 0,
     test_examples_per_client: test examples per client; default
       max(1, examples_per_client // 8), about EMNIST's train/test ratio.
   """
-  num_clients = base.check_positive_int(num_clients, 'num_clients')
-  examples_per_client = base.check_positive_int(
-      examples_per_client, 'examples_per_client')
+  num_clients = validation.check_int('num_clients', num_clients, low=1)
+  examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
   if test_examples_per_client is None:
     test_examples_per_client = max(1, examples_per_client // 8)
-  test_examples_per_client = base.check_positive_int(
-      test_examples_per_client, 'test_examples_per_client')
+  test_examples_per_client = validation.check_int('test_examples_per_client', test_examples_per_client, low=1)
   return (_emnist_split(num_clients, examples_per_client, seed, 'train'),
           _emnist_split(num_clients, test_examples_per_client, seed, 'test'))
 
@@ -190,14 +188,12 @@ def stackoverflow(num_clients: int, examples_per_client: int,
     eval_examples_per_client: heldout and test sentences per client; default
       max(1, examples_per_client // 8).
   """
-  num_clients = base.check_positive_int(num_clients, 'num_clients')
-  examples_per_client = base.check_positive_int(
-      examples_per_client, 'examples_per_client')
-  vocab_size = base.check_positive_int(vocab_size, 'vocab_size')
+  num_clients = validation.check_int('num_clients', num_clients, low=1)
+  examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
+  vocab_size = validation.check_int('vocab_size', vocab_size, low=1)
   if eval_examples_per_client is None:
     eval_examples_per_client = max(1, examples_per_client // 8)
-  eval_examples_per_client = base.check_positive_int(
-      eval_examples_per_client, 'eval_examples_per_client')
+  eval_examples_per_client = validation.check_int('eval_examples_per_client', eval_examples_per_client, low=1)
   return (
       _stackoverflow_split(num_clients, examples_per_client, vocab_size, seed,
                            'train'),

@@ -1,0 +1,35 @@
+"""Tests of one_shot_epe.validation: types, bounds and messages."""
+
+import numpy as np
+import pytest
+
+from one_shot_epe import validation
+
+
+def test_integers_in_range_pass_as_python_ints():
+  assert validation.check_int('n', 3, low=1) == 3
+  value = validation.check_int('n', np.int64(7), low=0, high=7)
+  assert value == 7 and type(value) is int  # pylint: disable=unidiomatic-typecheck
+  assert validation.check_int('n', -5) == -5
+
+
+@pytest.mark.parametrize('value', [True, np.bool_(False), 1.0, '3', None,
+                                   np.float32(2)])
+def test_wrong_types_raise_a_type_error_that_is_also_a_value_error(value):
+  with pytest.raises(TypeError, match=r'^count must be an int; got '):
+    validation.check_int('count', value, low=0)
+  with pytest.raises(ValueError):
+    validation.check_int('count', value, low=0)
+
+
+@pytest.mark.parametrize('low, high, value, message', [
+    (1, None, 0, 'count must be >= 1; got 0.'),
+    (None, 4, 5, 'count must be <= 4; got 5.'),
+    (2, 4, 1, r'count must be in \[2, 4\]; got 1.'),
+    (2, 4, 5, r'count must be in \[2, 4\]; got 5.'),
+])
+def test_out_of_range_names_the_argument_and_the_range(low, high, value,
+                                                       message):
+  with pytest.raises(ValueError, match=message) as raised:
+    validation.check_int('count', value, low=low, high=high)
+  assert not isinstance(raised.value, TypeError)
