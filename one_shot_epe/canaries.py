@@ -31,7 +31,6 @@ their inner products with a block of vectors in one matrix product.
 """
 
 import math
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from one_shot_epe import run_options
+from one_shot_epe import validation
 
 # Ids of unseen canaries start here; seen canaries must have ids below it.
 UNSEEN_ID_OFFSET = run_options.UNSEEN_ID_OFFSET
@@ -53,33 +53,19 @@ _MAX_DEFAULT_CHUNK = 64
 
 
 def check_seed(canary_seed: Any) -> int:
-  """Returns the canary seed as an int, or raises ValueError."""
-  if (isinstance(canary_seed, (bool, np.bool_)) or
-      not isinstance(canary_seed, numbers.Integral) or
-      not 0 <= canary_seed < 2**63):
-    raise ValueError(
-        f'canary_seed must be an integer in [0, 2**63); got {canary_seed!r}.')
-  return int(canary_seed)
-
-
-def _check_count(name: str, value: Any, minimum: int, maximum: int) -> int:
-  if (isinstance(value, (bool, np.bool_)) or
-      not isinstance(value, numbers.Integral) or
-      not minimum <= value <= maximum):
-    raise ValueError(
-        f'{name} must be an integer in [{minimum}, {maximum}]; got {value!r}.')
-  return int(value)
+  """The canary seed as an int in [0, 2**63 - 1] (`validation.check_int`)."""
+  return validation.check_int('canary_seed', canary_seed, 0, 2**63 - 1)
 
 
 def seen_ids(num_seen: int) -> np.ndarray:
   """Ids of the seen canaries: 0..num_seen-1 (int64)."""
-  num_seen = _check_count('num_seen', num_seen, 0, UNSEEN_ID_OFFSET)
+  num_seen = validation.check_int('num_seen', num_seen, 0, UNSEEN_ID_OFFSET)
   return np.arange(num_seen, dtype=np.int64)
 
 
 def unseen_ids(num_unseen: int) -> np.ndarray:
   """Ids of the unseen canaries: UNSEEN_ID_OFFSET + 0..num_unseen-1 (int64)."""
-  num_unseen = _check_count('num_unseen', num_unseen, 0, 2**62)
+  num_unseen = validation.check_int('num_unseen', num_unseen, 0, 2**62)
   return UNSEEN_ID_OFFSET + np.arange(num_unseen, dtype=np.int64)
 
 

@@ -67,8 +67,6 @@ inserted canaries have positive cosines.
 import collections
 import contextlib
 import dataclasses
-import math
-import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -82,33 +80,13 @@ from one_shot_epe import canaries
 from one_shot_epe import cosine_tracking
 from one_shot_epe import run_options
 from one_shot_epe import seeded_queries
+from one_shot_epe import validation
 
 CANARY_CLIPS = run_options.CANARY_CLIPS
 # With canary_clip='clip', a canary record has norm CLIPPED_CANARY_SCALE x S_t
 # before the query clips it: always clipped, whatever S_t (the published code
 # multiplies the unit canary by 10 000).
 CLIPPED_CANARY_SCALE = 1e4
-
-
-def _check_real(name: str, value: Any, *, low: float, high: float = math.inf,
-                low_open: bool = False) -> float:
-  """Returns `value` as a float in [low, high] ((low, high] if low_open)."""
-  if (isinstance(value, (bool, np.bool_)) or
-      not isinstance(value, numbers.Real) or not math.isfinite(value) or
-      value > high or value < low or (low_open and value == low)):
-    bracket = '(' if low_open else '['
-    raise ValueError(
-        f'{name} must be a finite number in {bracket}{low}, {high}]; '
-        f'got {value!r}.')
-  return float(value)
-
-
-def _check_int(name: str, value: Any, low: int, high: int) -> int:
-  if (isinstance(value, (bool, np.bool_)) or
-      not isinstance(value, numbers.Integral) or not low <= value <= high):
-    raise ValueError(
-        f'{name} must be an integer in [{low}, {high}]; got {value!r}.')
-  return int(value)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -146,15 +124,16 @@ class CanaryConfig:
 
   def __post_init__(self):
     canaries.check_seed(self.seed)
-    _check_int('num_seen', self.num_seen, 1, canaries.UNSEEN_ID_OFFSET)
-    _check_int('num_unseen', self.num_unseen, 0, 2**31 - 1)
+    validation.check_int('num_seen', self.num_seen, 1,
+                         canaries.UNSEEN_ID_OFFSET)
+    validation.check_int('num_unseen', self.num_unseen, 0, 2**31 - 1)
     if self.canary_clip not in CANARY_CLIPS:
       raise ValueError(f'canary_clip must be one of {CANARY_CLIPS}; got '
                        f'{self.canary_clip!r}.')
     if self.buffer_rounds is not None:
-      _check_int('buffer_rounds', self.buffer_rounds, 1, 2**16)
+      validation.check_int('buffer_rounds', self.buffer_rounds, 1, 2**16)
     if self.chunk_size is not None:
-      _check_int('chunk_size', self.chunk_size, 1, 2**20)
+      validation.check_int('chunk_size', self.chunk_size, 1, 2**20)
     if isinstance(self.schedule, (str, bytes)) or not isinstance(
         self.schedule, (Sequence, np.ndarray)):
       raise ValueError('schedule must be a sequence (one entry per round) of '
@@ -269,11 +248,11 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     `record_aggregation_factory` sums the clients' clipped records (default
     `tff.aggregators.SumFactory`; see `__init__`).
     """
-    noise_multiplier = _check_real('noise_multiplier', noise_multiplier,
-                                   low=0.0)
-    clients_per_round = _check_real('clients_per_round', clients_per_round,
-                                    low=0.0, low_open=True)
-    clip = _check_real('clip', clip, low=0.0, low_open=True)
+    noise_multiplier = validation.check_real('noise_multiplier',
+                                             noise_multiplier, low=0.0)
+    clients_per_round = validation.check_real(
+        'clients_per_round', clients_per_round, low=0.0, low_open=True)
+    clip = validation.check_real('clip', clip, low=0.0, low_open=True)
     if noise_seed is None:
       sum_query = tfp.GaussianSumQuery(l2_norm_clip=clip,
                                        stddev=clip * noise_multiplier)
@@ -310,22 +289,22 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     noise. `record_aggregation_factory` sums the clients' clipped records
     (default `tff.aggregators.SumFactory`; see `__init__`).
     """
-    noise_multiplier = _check_real('noise_multiplier', noise_multiplier,
-                                   low=0.0)
-    clients_per_round = _check_real('clients_per_round', clients_per_round,
-                                    low=0.0, low_open=True)
-    initial_l2_norm_clip = _check_real('initial_l2_norm_clip',
-                                       initial_l2_norm_clip, low=0.0,
-                                       low_open=True)
-    target_unclipped_quantile = _check_real(
+    noise_multiplier = validation.check_real('noise_multiplier',
+                                             noise_multiplier, low=0.0)
+    clients_per_round = validation.check_real(
+        'clients_per_round', clients_per_round, low=0.0, low_open=True)
+    initial_l2_norm_clip = validation.check_real(
+        'initial_l2_norm_clip', initial_l2_norm_clip, low=0.0, low_open=True)
+    target_unclipped_quantile = validation.check_real(
         'target_unclipped_quantile', target_unclipped_quantile, low=0.0,
         high=1.0)
-    learning_rate = _check_real('learning_rate', learning_rate, low=0.0)
+    learning_rate = validation.check_real('learning_rate', learning_rate,
+                                          low=0.0)
     if clipped_count_stddev is None:
       clipped_count_stddev = (0.05 * clients_per_round
                               if noise_multiplier > 0 else 0.0)
-    clipped_count_stddev = _check_real('clipped_count_stddev',
-                                       clipped_count_stddev, low=0.0)
+    clipped_count_stddev = validation.check_real(
+        'clipped_count_stddev', clipped_count_stddev, low=0.0)
     value_noise_multiplier = adaptive_value_noise_multiplier(
         noise_multiplier, clipped_count_stddev)
     adaptive_query_class = (tfp.QuantileAdaptiveClipSumQuery
@@ -380,14 +359,14 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       record_aggregation_factory: Sums the clipped records (default
         `tff.aggregators.SumFactory`; see `__init__`).
     """
-    noise_multiplier = _check_real('noise_multiplier', noise_multiplier,
-                                   low=0.0)
-    clients_per_round = _check_real('clients_per_round', clients_per_round,
-                                    low=0.0, low_open=True)
-    l2_norm_clip = _check_real('l2_norm_clip', l2_norm_clip, low=0.0,
-                               low_open=True)
+    noise_multiplier = validation.check_real('noise_multiplier',
+                                             noise_multiplier, low=0.0)
+    clients_per_round = validation.check_real(
+        'clients_per_round', clients_per_round, low=0.0, low_open=True)
+    l2_norm_clip = validation.check_real(
+        'l2_norm_clip', l2_norm_clip, low=0.0, low_open=True)
     if noise_seed is not None:
-      noise_seed = _check_int('noise_seed', noise_seed, 0, 2**63 - 1)
+      noise_seed = validation.check_int('noise_seed', noise_seed, 0, 2**63 - 1)
     if not isinstance(use_efficient, bool):
       raise TypeError(f'use_efficient must be a bool; got {use_efficient!r}.')
     specs = tf.nest.flatten(record_specs)
@@ -440,7 +419,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                       'tff.aggregators.UnweightedAggregationFactory or None; '
                       f'got {record_aggregation_factory!r}.')
     if noise_seed is not None:
-      noise_seed = _check_int('noise_seed', noise_seed, 0, 2**63 - 1)
+      noise_seed = validation.check_int('noise_seed', noise_seed, 0, 2**63 - 1)
     self._query = query
     self._record_aggregation_factory = record_aggregation_factory
     self._noise_seed = noise_seed
@@ -608,7 +587,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
     def zip_state(core, agg_state):
       fields = {name: getattr(core, name) for name in core_fields}
-      return tff.federated_zip(CanaryAggregatorState(agg_state=agg_state, **fields))
+      return tff.federated_zip(
+          CanaryAggregatorState(agg_state=agg_state, **fields))
 
     @tff.federated_computation
     def init_fn():

@@ -83,6 +83,8 @@ from typing import Any
 
 import numpy as np
 
+from one_shot_epe import validation
+
 # Spawn-key tags that keep the random streams of different draws independent.
 _SHUFFLE_TAG = 0
 _BERNOULLI_TAG = 1
@@ -94,19 +96,8 @@ _CANARY_POISSON_TAG = 5
 _REMAINDER_MODES = ('spread', 'partial')
 
 
-def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
-  """Returns `value` as an int after checking `low <= value <= high`."""
-  allowed = f'[{low}, {"inf" if high is None else high}]'
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-    raise ValueError(f'{name} must be an integer in {allowed}; got {value!r}')
-  value = int(value)
-  if value < low or (high is not None and value > high):
-    raise ValueError(f'{name} must be an integer in {allowed}; got {value}')
-  return value
-
-
 def _check_seed(seed: Any) -> int:
-  return _check_int('seed', seed, 0)
+  return validation.check_int('seed', seed, 0)
 
 
 def _check_expected(value: Any, num_clients: int) -> float:
@@ -124,7 +115,7 @@ def _check_expected(value: Any, num_clients: int) -> float:
 def _check_client_ids(clients: Any) -> tuple[int, tuple[str, ...] | None]:
   """Returns `(m, ids)` from a client count or a sequence of string ids."""
   if isinstance(clients, numbers.Integral) and not isinstance(clients, bool):
-    return _check_int('clients', clients, 1), None
+    return validation.check_int('clients', clients, 1), None
   if isinstance(clients, (str, bytes)) or not isinstance(
       clients, (Sequence, np.ndarray)):
     raise ValueError('clients must be a positive client count or a sequence '
@@ -201,7 +192,7 @@ class CanarySchedule:
   rounds: tuple[np.ndarray, ...]
 
   def __post_init__(self):
-    num_canaries = _check_int('num_canaries', self.num_canaries, 1)
+    num_canaries = validation.check_int('num_canaries', self.num_canaries, 1)
     rounds = []
     for t, ids in enumerate(self.rounds):
       given = np.asarray(ids)
@@ -226,7 +217,7 @@ class CanarySchedule:
 
   def canaries(self, round_index: int) -> np.ndarray:
     """The sorted ids of the canaries presented in round `round_index`."""
-    return self.rounds[_check_int('round_index', round_index, 0,
+    return self.rounds[validation.check_int('round_index', round_index, 0,
                                   self.num_rounds - 1)]
 
   def appearance_counts(self) -> np.ndarray:
@@ -249,15 +240,15 @@ def period_lengths(num_rounds: int, repetitions: int) -> np.ndarray:
   The lengths differ by at most one; the first `num_rounds % repetitions`
   periods are the longer ones.
   """
-  num_rounds = _check_int('num_rounds', num_rounds, 1)
-  repetitions = _check_int('repetitions', repetitions, 1, num_rounds)
+  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
+  repetitions = validation.check_int('repetitions', repetitions, 1, num_rounds)
   return _even_split(num_rounds, repetitions)
 
 
 def periodic_canary_schedule(num_canaries: int, num_rounds: int,
                              repetitions: int, seed: int) -> CanarySchedule:
   """Every canary exactly once in each of `repetitions` periods (Sec. 5.2)."""
-  num_canaries = _check_int('num_canaries', num_canaries, 1)
+  num_canaries = validation.check_int('num_canaries', num_canaries, 1)
   lengths = period_lengths(num_rounds, repetitions)
   return CanarySchedule(
       num_canaries,
@@ -276,9 +267,9 @@ def expected_cohort(clients_per_round: float, num_canaries: int,
       clients_per_round, numbers.Real) or not clients_per_round > 0:
     raise ValueError('clients_per_round must be a positive number; got '
                      f'{clients_per_round!r}')
-  num_canaries = _check_int('num_canaries', num_canaries, 0)
-  num_rounds = _check_int('num_rounds', num_rounds, 1)
-  repetitions = _check_int('repetitions', repetitions, 1, num_rounds)
+  num_canaries = validation.check_int('num_canaries', num_canaries, 0)
+  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
+  repetitions = validation.check_int('repetitions', repetitions, 1, num_rounds)
   return float(clients_per_round) + num_canaries * repetitions / num_rounds
 
 
@@ -297,13 +288,13 @@ def last_rounds_canary_schedule(
   Raises:
     ValueError: if the `L` rounds needed exceed `num_rounds`.
   """
-  num_canaries = _check_int('num_canaries', num_canaries, 1)
-  num_rounds = _check_int('num_rounds', num_rounds, 1)
-  repetitions = _check_int('repetitions', repetitions, 1, num_rounds)
+  num_canaries = validation.check_int('num_canaries', num_canaries, 1)
+  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
+  repetitions = validation.check_int('repetitions', repetitions, 1, num_rounds)
   cap = num_canaries
   if max_canaries_per_round is not None:
-    cap = min(cap, _check_int('max_canaries_per_round', max_canaries_per_round,
-                              1))
+    cap = min(cap, validation.check_int('max_canaries_per_round',
+                                        max_canaries_per_round, 1))
   presentations = num_canaries * repetitions
   used_rounds = math.ceil(presentations / cap)
   if used_rounds > num_rounds:
@@ -350,7 +341,7 @@ class ClientSampler(abc.ABC):
 
   def indices(self, round_index: int) -> np.ndarray:
     """Sorted int64 population indices of round `round_index`'s cohort."""
-    return self._select(_check_int('round_index', round_index, 0))
+    return self._select(validation.check_int('round_index', round_index, 0))
 
   def ids(self, round_index: int) -> list[str]:
     """Client ids of round `round_index`'s cohort, in index order."""
@@ -372,8 +363,8 @@ class ShuffledEpochs(ClientSampler):
   def __init__(self, clients: int | Sequence[str], clients_per_round: int,
                seed: int, remainder: str = 'spread'):
     super().__init__(clients, seed)
-    self.clients_per_round = _check_int('clients_per_round', clients_per_round,
-                                        1, self.num_clients)
+    self.clients_per_round = validation.check_int(
+        'clients_per_round', clients_per_round, 1, self.num_clients)
     if remainder not in _REMAINDER_MODES:
       raise ValueError(f'remainder must be one of {_REMAINDER_MODES}; got '
                        f'{remainder!r}')
@@ -396,7 +387,7 @@ class ShuffledEpochs(ClientSampler):
 
   def epoch_permutation(self, epoch: int) -> np.ndarray:
     """All clients in their order in `epoch`: pure in (seed, epoch)."""
-    epoch = _check_int('epoch', epoch, 0)
+    epoch = validation.check_int('epoch', epoch, 0)
     if self._epoch_cache[0] != epoch:
       permutation = _rng(self.seed, _SHUFFLE_TAG, epoch).permutation(
           self.num_clients).astype(np.int64)
@@ -416,8 +407,8 @@ class ShuffledEpochs(ClientSampler):
     A final partial epoch is placed in full and then truncated, so, like a
     real client, a canary may or may not appear in it.
     """
-    num_canaries = _check_int('num_canaries', num_canaries, 1)
-    num_rounds = _check_int('num_rounds', num_rounds, 1)
+    num_canaries = validation.check_int('num_canaries', num_canaries, 1)
+    num_rounds = validation.check_int('num_rounds', num_rounds, 1)
     epochs = math.ceil(num_rounds / self.rounds_per_epoch)
     rounds = _place_once_per_period(num_canaries,
                                     [self.rounds_per_epoch] * epochs,
@@ -451,8 +442,8 @@ class BernoulliSampling(ClientSampler):
   def canary_schedule(self, num_canaries: int, num_rounds: int,
                       seed: int) -> CanarySchedule:
     """Each canary independently with probability q in every round."""
-    num_canaries = _check_int('num_canaries', num_canaries, 1)
-    num_rounds = _check_int('num_rounds', num_rounds, 1)
+    num_canaries = validation.check_int('num_canaries', num_canaries, 1)
+    num_rounds = validation.check_int('num_rounds', num_rounds, 1)
     seed = _check_seed(seed)
     return CanarySchedule(
         num_canaries,
@@ -482,8 +473,8 @@ class PoissonSampling(ClientSampler):
   def canary_schedule(self, num_canaries: int, num_rounds: int,
                       seed: int) -> CanarySchedule:
     """A Poisson(k * expected / m)-sized set of canaries in every round."""
-    num_canaries = _check_int('num_canaries', num_canaries, 1)
-    num_rounds = _check_int('num_rounds', num_rounds, 1)
+    num_canaries = validation.check_int('num_canaries', num_canaries, 1)
+    num_rounds = validation.check_int('num_rounds', num_rounds, 1)
     seed = _check_seed(seed)
     expected = num_canaries * self._expected / self.num_clients
     return CanarySchedule(
@@ -516,7 +507,7 @@ def make_training_selection_fn(
                      f'{create_tf_dataset_for_client!r}')
 
   def training_selection_fn(round_num: int) -> list[Any]:
-    round_index = _check_int('round_num', round_num, 1) - 1
+    round_index = validation.check_int('round_num', round_num, 1) - 1
     return [
         create_tf_dataset_for_client(client_id)
         for client_id in sampler.ids(round_index)
@@ -537,8 +528,8 @@ def canary_plan(sampler: ClientSampler, num_canaries: int, num_rounds: int,
   cohort is the DP average's denominator and the adaptive clip's expected
   record count. Without canaries (k = 0) the schedule is None.
   """
-  num_canaries = _check_int('num_canaries', num_canaries, 0)
-  num_rounds = _check_int('num_rounds', num_rounds, 1)
+  num_canaries = validation.check_int('num_canaries', num_canaries, 0)
+  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
   clients = sampler.expected_clients_per_round
   if isinstance(sampler, ShuffledEpochs):
     schedule = (periodic_canary_schedule(num_canaries, num_rounds,

@@ -33,3 +33,25 @@ def test_out_of_range_names_the_argument_and_the_range(low, high, value,
   with pytest.raises(ValueError, match=message) as raised:
     validation.check_int('count', value, low=low, high=high)
   assert not isinstance(raised.value, TypeError)
+
+
+@pytest.mark.parametrize('kwargs, value, message', [
+    (dict(low=0.0), -0.5, r'rate must be a finite number in \[0.0, inf\]'),
+    (dict(low=0.0, low_open=True), 0.0, r'in \(0.0, inf\]; got 0.0'),
+    (dict(low=0.0, high=1.0), 1.5, r'in \[0.0, 1.0\]; got 1.5'),
+    (dict(high=1.0, high_open=True), 1.0, r'in \[-inf, 1.0\); got 1.0'),
+    (dict(), float('nan'), 'finite'),
+    (dict(), float('inf'), 'finite'),
+])
+def test_reals_out_of_their_interval_are_named(kwargs, value, message):
+  with pytest.raises(ValueError, match=message):
+    validation.check_real('rate', value, **kwargs)
+
+
+def test_reals_accept_ints_and_numpy_and_reject_other_types():
+  assert validation.check_real('rate', 1, low=0.0) == 1.0
+  assert validation.check_real('rate', np.float32(0.5), high=1.0) == 0.5
+  for value in (True, '0.5', None):
+    with pytest.raises(validation.ArgumentTypeError,
+                       match='rate must be a real number'):
+      validation.check_real('rate', value)
