@@ -68,10 +68,12 @@ JAX_PY := $(JAX_VENV)/bin/python
 JAX_STAMP := $(JAX_VENV)/.installed
 JAX_PYTHON ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || \
   ls -d "$$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 2>/dev/null | sort -V | tail -n 1)
-# Every JAX engine test but the TFF comparison, and the JAX launcher's and
-# grid's; jax_engine_models_test skips itself without TensorFlow (its
+# Every JAX engine test but the TFF comparison, the JAX launcher's and
+# grid's, and the core-layer check (here truly without TensorFlow);
+# jax_engine_models_test skips itself without TensorFlow (its
 # references are Keras models).
-JAX_TESTS = $(filter-out tests/jax_engine_tff_equivalence_test.py,$(wildcard tests/jax_engine_*_test.py)) tests/train_jax_test.py tests/reproduce_jax_test.py
+JAX_TESTS = $(filter-out tests/jax_engine_tff_equivalence_test.py,$(wildcard tests/jax_engine_*_test.py)) tests/train_jax_test.py tests/reproduce_jax_test.py \
+  tests/one_shot_epe_test.py
 
 $(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py
 	@test -n "$(JAX_PYTHON)" || { echo 'make test-jax needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }

@@ -45,6 +45,7 @@ import tensorflow_federated as tff
 from tensorflow.python.data.experimental.ops import testing as tf_data_testing
 
 from one_shot_epe import distributed_runtime
+from one_shot_epe import tff_workers
 
 _NUM_WORKERS = flags.DEFINE_integer('num_workers', 2, 'Workers.',
                                     lower_bound=2)
@@ -116,7 +117,7 @@ def main(argv: Sequence[str]) -> None:
   num_workers = _NUM_WORKERS.value
   values = list(range(num_workers * _CLIENTS_PER_WORKER.value))
   round_fn = _sleeping_sum(1000 * _CLIENT_SLEEP_MS.value)
-  with distributed_runtime.local_workers(num_workers) as addresses:
+  with tff_workers.local_workers(num_workers) as addresses:
     with tff.framework.get_context_stack().install(
         _tff_mergeable_context(addresses)):
       baseline = _median_seconds(round_fn, values, _REPEATS.value)

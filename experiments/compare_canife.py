@@ -75,7 +75,7 @@ import numpy as np
 
 from one_shot_epe import atomic_io
 from one_shot_epe import cli
-from one_shot_epe import estimation
+from one_shot_epe import privacy_report
 from one_shot_epe.baselines import canife
 from one_shot_epe.baselines import canife_accounting
 from one_shot_epe.baselines import dpsgd
@@ -117,8 +117,8 @@ class RunResult:
   canife_capped_epsilon: float
   canife_estimate: canife_accounting.CanifeEstimate
   audits: list[canife.AuditResult]
-  one_shot_all: estimation.PrivacyReport
-  one_shot_final: estimation.PrivacyReport
+  one_shot_all: privacy_report.PrivacyReport
+  one_shot_final: privacy_report.PrivacyReport
   canary_presentations: list[int]
   train_seconds: float
   canife_seconds: float
@@ -195,10 +195,11 @@ def run_once(setting: Setting, data: fashion_mnist.Dataset,
   canife_seconds = time.perf_counter() - start + sum(
       a.design_seconds + a.attack_seconds for a in audits)
   start = time.perf_counter()
-  report = estimation.all_iterates_report(
-      trained.seen_maxima, trained.unseen_maxima, delta, seed=bootstrap_seed)
-  final = estimation.final_model_report(trained.final_cosines, model.dim,
-                                        delta, seed=bootstrap_seed)
+  report = privacy_report.all_iterates_report(trained.seen_maxima,
+                                              trained.unseen_maxima, delta,
+                                              seed=bootstrap_seed)
+  final = privacy_report.final_model_report(trained.final_cosines, model.dim,
+                                            delta, seed=bootstrap_seed)
   one_shot_seconds = trained.one_shot_seconds + time.perf_counter() - start
   accuracy = auditor.oracle.accuracy(trained.final_params, test_inputs,
                                      test_labels)
@@ -265,7 +266,7 @@ def _insertion_text(insertion: str) -> str:
 
 def _one_shot_rows(results: Sequence[RunResult], field: str,
                    title: str) -> list[str]:
-  """Summary rows of one threat model's `estimation.PrivacyReport`s."""
+  """Summary rows of one threat model's `privacy_report.PrivacyReport`s."""
   reports = [getattr(r, field) for r in results]
 
   def column(name: str) -> str:
@@ -285,7 +286,7 @@ def _one_shot_rows(results: Sequence[RunResult], field: str,
       f'| — GDP mu | {column("gdp_mu")} | — |',
       f'| — attack AUROC | {column("auroc")} | — |',
   ]
-  for fpr in estimation.TPR_FPRS:
+  for fpr in privacy_report.TPR_FPRS:
     key = f'{fpr:g}'
     rows.append(f'| — attack TPR at FPR {key} | '
                 f'{_mean_std([report.tpr_at_fpr[key] for report in reports])} '
@@ -388,7 +389,7 @@ def format_report(setting: Setting, data: fashion_mnist.Dataset,
   return '\n'.join(lines) + '\n'
 
 
-def _with_interval(report: estimation.PrivacyReport) -> str:
+def _with_interval(report: privacy_report.PrivacyReport) -> str:
   """'eps_est [lo, hi]' of one report."""
   low, high = report.epsilon_est_interval
   return f'{report.epsilon_est:.3g} [{low:.3g}, {high:.3g}]'

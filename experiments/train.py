@@ -105,7 +105,6 @@ if __name__ == '__main__':
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
-import collections
 import contextlib
 import dataclasses
 import json
@@ -125,10 +124,10 @@ from experiments import train_jax
 from experiments import train_program
 from one_shot_epe import accelerators
 from one_shot_epe import atomic_io
-from one_shot_epe import cli
 from one_shot_epe import canaries
 from one_shot_epe import canary_aggregator
 from one_shot_epe import checkpoints
+from one_shot_epe import cli
 from one_shot_epe import cosine_tracking
 from one_shot_epe import distributed_runtime
 from one_shot_epe import final_model
@@ -137,6 +136,7 @@ from one_shot_epe import run_lock
 from one_shot_epe import run_report
 from one_shot_epe import runtime
 from one_shot_epe import tasks
+from one_shot_epe import tff_workers
 from one_shot_epe import write_failures
 
 # The accuracy put in the report, per task. StackOverflow excludes padding,
@@ -396,7 +396,7 @@ def tff_runtime(config: train_config.TrainConfig) -> Iterator[None]:
     with distributed_runtime.remote_cpp_context(config.tff_worker_addresses):
       yield
   elif config.tff_workers > 1:
-    with distributed_runtime.local_workers(config.tff_workers) as addresses:
+    with tff_workers.local_workers(config.tff_workers) as addresses:
       with distributed_runtime.remote_cpp_context(addresses):
         yield
   else:

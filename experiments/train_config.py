@@ -150,9 +150,10 @@ class TrainConfig:
                           f'--tff_worker_addresses; got --tff_workers='
                           f'{self.tff_workers}.')
       try:
-        # Imported here: it needs TFF, which the JAX engine's machines lack.
-        from one_shot_epe import distributed_runtime  # pylint: disable=g-import-not-at-top
-        distributed_runtime.parse_addresses(self.tff_worker_addresses)
+        # Imported here: it needs psutil, which the JAX engine's machines
+        # may lack.
+        from one_shot_epe import tff_workers  # pylint: disable=g-import-not-at-top
+        tff_workers.parse_addresses(self.tff_worker_addresses)
       except ValueError as error:
         raise ConfigError(f'--tff_worker_addresses: {error}') from None
     for name in ('max_examples_per_client', 'max_eval_examples'):
@@ -454,4 +455,3 @@ def participation_plan(
       sampler, config.num_canaries, total_rounds, config.canary_repeats,
       config.canary_seed)
   return sampler, total_rounds, schedule, cohort
-

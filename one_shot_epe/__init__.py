@@ -1,7 +1,11 @@
 """One-shot empirical privacy estimation for DP-FedAvg (Andrew et al., ICLR 2024).
 
 Modules:
-  estimation: epsilon estimates, exact null, eps_lo, reports (numpy/scipy only).
+  estimation: epsilon between Gaussians and the paper's eps_est.
+  null_distribution: the exact null of a canary cosine (Theorems 3.1, 3.2).
+  lower_bound: eps_lo, the 1-alpha lower bound (Section 5.1).
+  privacy_report: one report per threat model (eps_est, eps_lo, robust
+    summaries). These four use numpy/scipy only.
   estimate: command line for reports from a CSV of cosines.
   gaussian_mechanism: exact samplers of Algorithm 1 (Table 2).
   canaries: canary directions, a pure function of (seed, id).

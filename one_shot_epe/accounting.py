@@ -26,6 +26,7 @@ import math
 import dp_accounting
 
 from one_shot_epe import estimation
+from one_shot_epe import validation
 
 SAMPLINGS = ('shuffle', 'bernoulli', 'poisson')
 
@@ -61,19 +62,10 @@ class Participation:
     if self.sampling not in SAMPLINGS:
       raise ValueError(f'sampling must be one of {SAMPLINGS}; got '
                        f'{self.sampling!r}.')
-    for name in ('num_clients', 'rounds'):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f'{name} must be an int; got {type(value).__name__}.')
-      if value < 1:
-        raise ValueError(f'{name} must be >= 1; got {value}.')
-    n = self.clients_per_round
-    if isinstance(n, bool) or not isinstance(n, (int, float)):
-      raise TypeError('clients_per_round must be a number; got '
-                      f'{type(n).__name__}.')
-    if not 0 < n <= self.num_clients:
-      raise ValueError(f'clients_per_round must be in (0, {self.num_clients}] '
-                       f'(num_clients); got {n}.')
+    validation.check_int('num_clients', self.num_clients, 1)
+    validation.check_int('rounds', self.rounds, 1)
+    validation.check_real('clients_per_round', self.clients_per_round, 0.0,
+                          self.num_clients, low_open=True)
 
   @property
   def sampling_probability(self) -> float:
@@ -90,33 +82,15 @@ class Participation:
     return math.ceil(self.rounds / rounds_per_epoch)
 
 
-def _check_noise(noise_multiplier: float) -> float:
-  if isinstance(noise_multiplier, bool) or not isinstance(
-      noise_multiplier, (int, float)):
-    raise TypeError('noise_multiplier must be a number; got '
-                    f'{type(noise_multiplier).__name__}.')
-  if not math.isfinite(noise_multiplier) or noise_multiplier < 0:
-    raise ValueError('noise_multiplier must be a finite number >= 0; got '
-                     f'{noise_multiplier!r}.')
-  return float(noise_multiplier)
-
-
-def _check_count(name: str, value: int) -> int:
-  if isinstance(value, bool) or not isinstance(value, int):
-    raise TypeError(f'{name} must be an int; got {type(value).__name__}.')
-  if value < 1:
-    raise ValueError(f'{name} must be >= 1; got {value}.')
-  return value
-
-
 def composed_gaussian_epsilon(noise_multiplier: float, delta: float,
                               count: int) -> float:
   """Exact eps of `count` compositions of the Gaussian mechanism (sensitivity 1).
 
   Equal to one Gaussian at noise_multiplier / sqrt(count); infinite at 0 noise.
   """
-  noise_multiplier = _check_noise(noise_multiplier)
-  count = _check_count('count', count)
+  noise_multiplier = validation.check_real('noise_multiplier', noise_multiplier,
+                                           0.0)
+  count = validation.check_int('count', count, 1)
   if noise_multiplier == 0:
     return math.inf
   return estimation.gaussian_epsilon(noise_multiplier / math.sqrt(count), delta)
@@ -129,8 +103,8 @@ def canary_epsilon(noise_multiplier: float, delta: float,
   The adversary knows the rounds (footnote 5), so no amplification: an
   r-fold composition of the Gaussian mechanism at noise multiplier z.
   """
-  z = _check_noise(noise_multiplier)
-  presentations = _check_count('presentations', presentations)
+  z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
+  presentations = validation.check_int('presentations', presentations, 1)
   return MechanismEpsilon(
       composed_gaussian_epsilon(z, delta, presentations),
       f'a canary presented r = {presentations} time(s) in known rounds: '
@@ -162,10 +136,8 @@ def _poisson_sampled_pld_epsilon(noise_multiplier: float, delta: float,
 def client_epsilon(noise_multiplier: float, delta: float,
                    participation: Participation) -> MechanismEpsilon:
   """Accounted eps of one real client over the whole run (see module doc)."""
-  z = _check_noise(noise_multiplier)
-  delta = float(delta)
-  if not 0.0 < delta < 1.0:
-    raise ValueError(f'delta must be in (0, 1); got {delta!r}.')
+  z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
+  delta = validation.check_probability('delta', delta)
   if not isinstance(participation, Participation):
     raise TypeError('participation must be an accounting.Participation; got '
                     f'{type(participation).__name__}.')

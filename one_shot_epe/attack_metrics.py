@@ -26,23 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
 
-
-def _check_level(name: str, value: float) -> float:
-  if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
-    raise TypeError(f'{name} must be a number; got {type(value).__name__}.')
-  if not 0.0 < float(value) < 1.0:
-    raise ValueError(f'{name} must be in (0, 1); got {value!r}.')
-  return float(value)
-
-
-def _as_sample(name: str, values: ArrayLike) -> np.ndarray:
-  array = np.asarray(values, dtype=np.float64)
-  if array.ndim != 1 or array.size < 1:
-    raise ValueError(f'{name} must be a non-empty 1-D array; got shape '
-                     f'{array.shape}.')
-  if not np.all(np.isfinite(array)):
-    raise ValueError(f'{name} contains NaN or infinite values.')
-  return array
+from one_shot_epe import validation
 
 
 def auroc_against_cdf(null_cdf_at_seen: ArrayLike) -> float:
@@ -51,7 +35,8 @@ def auroc_against_cdf(null_cdf_at_seen: ArrayLike) -> float:
   P(null < S) for S drawn from the seen sample is the mean over the seen
   statistics s of F_null(s); `null_cdf_at_seen` holds those F_null(s).
   """
-  values = _as_sample('null_cdf_at_seen', null_cdf_at_seen)
+  values = validation.check_sample('null_cdf_at_seen', null_cdf_at_seen,
+                                   min_size=1)
   if np.any((values < 0.0) | (values > 1.0)):
     raise ValueError('null_cdf_at_seen are probabilities and must lie in '
                      '[0, 1].')
@@ -64,8 +49,8 @@ def auroc_two_samples(seen: ArrayLike, unseen: ArrayLike) -> float:
   The Mann-Whitney U statistic over all k m pairs divided by k m, from the
   ranks of the pooled sample (average ranks for ties), in O((k + m) log(k + m)).
   """
-  seen = _as_sample('seen', seen)
-  unseen = _as_sample('unseen', unseen)
+  seen = validation.check_sample('seen', seen, min_size=1)
+  unseen = validation.check_sample('unseen', unseen, min_size=1)
   ranks = stats.rankdata(np.concatenate([seen, unseen]))
   k, m = seen.size, unseen.size
   u_statistic = float(np.sum(ranks[:k])) - k * (k + 1) / 2.0
@@ -79,23 +64,22 @@ def empirical_threshold(unseen: ArrayLike, fpr: float) -> float:
   sample (ties with t only lower it). With fewer than 1/fpr unseen
   statistics, t is their maximum.
   """
-  unseen = np.sort(_as_sample('unseen', unseen))
-  fpr = _check_level('fpr', fpr)
+  unseen = np.sort(validation.check_sample('unseen', unseen, min_size=1))
+  fpr = validation.check_probability('fpr', fpr)
   allowed = math.floor(fpr * unseen.size + 1e-9)
   return float(unseen[unseen.size - allowed - 1])
 
 
 def tpr_above(seen: ArrayLike, threshold: float) -> float:
   """Fraction of seen statistics strictly above `threshold` (a tie is a miss)."""
-  seen = _as_sample('seen', seen)
+  seen = validation.check_sample('seen', seen, min_size=1)
   return float(np.mean(seen > threshold))
 
 
 def gdp_mu(seen_mean: float, null_mean: float, null_std: float) -> float:
   """mu of Gaussian DP: the mean shift of the seen statistics in null stds."""
-  if not null_std > 0.0:
-    raise ValueError(f'null_std must be positive; got {null_std!r}.')
-  return (float(seen_mean) - float(null_mean)) / float(null_std)
+  null_std = validation.check_real('null_std', null_std, 0.0, low_open=True)
+  return (float(seen_mean) - float(null_mean)) / null_std
 
 
 def bootstrap_fits(sample: ArrayLike, resamples: int,
@@ -105,11 +89,8 @@ def bootstrap_fits(sample: ArrayLike, resamples: int,
   Each resample draws len(sample) values with replacement; all resamples are
   drawn and summarised at once ([resamples, n] indices).
   """
-  sample = _as_sample('sample', sample)
-  if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)):
-    raise TypeError(f'resamples must be an int; got {type(resamples).__name__}.')
-  if resamples < 1:
-    raise ValueError(f'resamples must be >= 1; got {resamples}.')
+  sample = validation.check_sample('sample', sample, min_size=1)
+  resamples = validation.check_int('resamples', resamples, 1)
   if not isinstance(rng, np.random.Generator):
     raise TypeError('rng must be a numpy.random.Generator.')
   drawn = sample[rng.integers(0, sample.size, size=(int(resamples), sample.size))]
@@ -127,8 +108,8 @@ def basic_bootstrap_interval(estimate: float, resampled: ArrayLike,
   removed (a percentile interval would keep it). Endpoints below
   `lower_limit` (eps >= 0) are raised to it.
   """
-  level = _check_level('level', level)
-  resampled = _as_sample('resampled', resampled)
+  level = validation.check_probability('level', level)
+  resampled = validation.check_sample('resampled', resampled, min_size=1)
   low_q, high_q = np.quantile(resampled, [(1.0 - level) / 2.0,
                                           (1.0 + level) / 2.0])
   return (max(2.0 * estimate - float(high_q), lower_limit),

@@ -22,7 +22,6 @@ Per-round summaries: for each processed round, the mean and max cosine over
 the seen and over the unseen canaries (`RoundSummary`).
 """
 
-from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np

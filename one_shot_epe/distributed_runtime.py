@@ -74,30 +74,24 @@ processes (fixed and adaptive clipping, canaries) satisfy it. Server work
 on every worker, so it must be deterministic; the DP noise is drawn after
 it.
 
-Lifetimes: `local_workers` starts workers on loopback ports and stops them;
-`remote_cpp_context` connects to running workers (this process, or one per
-host) and installs the context. Neither kills workers it did not start.
+Lifetimes: `tff_workers.local_workers` starts workers on loopback ports and
+stops them; `remote_cpp_context` connects to running workers (this process,
+or one per host) and installs the context; it never stops a worker.
 """
 
 import collections
 import concurrent.futures
 import contextlib
-import os
-import signal
-import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
-import psutil
 import tensorflow_federated as tff
 
-from one_shot_epe import isolation
+from one_shot_epe import tff_workers
+from one_shot_epe import validation
 
-LOOPBACK_HOST = '127.0.0.1'
-_MAX_PORT = 65535
 # TFF's own channel options for its local worker (executor_factory.py).
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
 _GRPC_CHANNEL_OPTIONS = (
@@ -109,210 +103,10 @@ _GRPC_CHANNEL_OPTIONS = (
 # this the least recently used one is disposed of on the worker (TFF's
 # factory also keeps 10 but drops evicted ones without disposing of them).
 _MAX_EXECUTORS_PER_WORKER = 10
-_PORT_ATTEMPTS = 3
-_POLL_S = 0.05
 
 _Slice = TypeVar('_Slice')
 # `split_clients` with this many slices cuts one slice per client.
 _ONE_SLICE_PER_CLIENT = 2**62
-
-
-def worker_binary_path() -> str:
-  """Path of the C++ worker shipped in the installed TFF package."""
-  return os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
-
-
-# ----------------------------------------------------------------------------
-# Addresses.
-
-
-def parse_addresses(addresses: str | Sequence[str]) -> list[str]:
-  """Validated worker addresses 'host:port' from a list or a comma list.
-
-  `host` is a name, an IPv4 address or a bracketed IPv6 address ('[::1]').
-
-  Raises:
-    ValueError: naming `addresses` if it is empty or an entry is not
-      host:port with a port in [1, 65535].
-  """
-  if isinstance(addresses, str):
-    entries = [entry.strip() for entry in addresses.split(',')]
-  else:
-    entries = list(addresses)
-  if not entries or entries == ['']:
-    raise ValueError('addresses must name at least one worker as host:port; '
-                     f'got {addresses!r}.')
-  parsed = []
-  for entry in entries:
-    host, colon, port = (entry.rpartition(':') if isinstance(entry, str) else
-                         ('', '', ''))
-    if not (colon and host and port.isdigit() and
-            1 <= int(port) <= _MAX_PORT):
-      raise ValueError('addresses entries must be host:port with a port in '
-                       f'[1, {_MAX_PORT}]; got {entry!r}.')
-    parsed.append(f'{host}:{int(port)}')
-  return parsed
-
-
-# ----------------------------------------------------------------------------
-# Loopback workers.
-
-
-def _unused_loopback_port() -> int:
-  """A port the kernel reports free on 127.0.0.1 (may be taken meanwhile)."""
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-    probe.bind((LOOPBACK_HOST, 0))
-    return probe.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-  """True if nothing listens on `port`: 127.0.0.1:port can be bound.
-
-  Binds with SO_REUSEADDR, as servers (worker_binary's gRPC among them) do,
-  so connections of a stopped worker lingering in TIME_WAIT do not count.
-  """
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-      probe.bind((LOOPBACK_HOST, port))
-    except OSError:
-      return False
-  return True
-
-
-def _is_listening(pid: int, port: int) -> bool:
-  try:
-    connections = psutil.Process(pid).net_connections(kind='tcp')
-  except psutil.NoSuchProcess:
-    return False
-  return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
-             for c in connections)
-
-
-def _start_worker(port: int, max_concurrent_computation_calls: int,
-                  log_path: str | None) -> subprocess.Popen:
-  args = [worker_binary_path(), f'--port={port}',
-          f'--max_concurrent_computation_calls='
-          f'{max_concurrent_computation_calls}']
-  if log_path is None:
-    return subprocess.Popen(args, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-  with open(log_path, 'ab') as log:
-    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT)
-
-
-def _await_listening(process: subprocess.Popen, port: int,
-                     deadline: float) -> bool:
-  """Waits until `process` listens on `port` (True) or has exited (False)."""
-  while time.monotonic() < deadline:
-    if process.poll() is not None:
-      return False
-    if _is_listening(process.pid, port):
-      return True
-    time.sleep(_POLL_S)
-  raise TimeoutError(f'worker_binary (pid {process.pid}) did not listen on '
-                     f'port {port} in time.')
-
-
-def _stop_workers(processes: Sequence[subprocess.Popen], ports: Sequence[int],
-                  timeout_s: float) -> None:
-  """SIGINT (TFF's own stop signal), SIGKILL after `timeout_s`, then reaps.
-
-  Then waits up to `timeout_s` for `ports` (those the workers listened on) to
-  be free again. A parent that itself ignores SIGINT (e.g. started with
-  `nohup ... &`) passes that on to its children, which then only stop at the
-  SIGKILL.
-  """
-  for process in processes:
-    if process.poll() is None:
-      with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signal.SIGINT)
-  deadline = time.monotonic() + timeout_s
-  for process in processes:
-    try:
-      process.wait(max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-      process.kill()
-      process.wait()
-  deadline = time.monotonic() + timeout_s
-  while (not all(port_is_free(port) for port in ports) and
-         time.monotonic() < deadline):
-    time.sleep(_POLL_S)
-
-
-@contextlib.contextmanager
-def local_workers(num_workers: int, *,
-                  max_concurrent_computation_calls: int = -1,
-                  startup_timeout_s: float = 60.0,
-                  shutdown_timeout_s: float = 10.0,
-                  log_dir: str | None = None) -> Iterator[list[str]]:
-  """Starts `num_workers` worker_binary children; yields '127.0.0.1:port's.
-
-  Each worker gets a port that is free on 127.0.0.1; a worker that exits at
-  start (its port was taken in between) is restarted on another port. The
-  addresses are for `remote_cpp_context`. On exit, also after an exception,
-  every worker is stopped (`_stop_workers`) and reaped.
-
-  worker_binary has no flag for the interface: like the worker of
-  `runtime.local_cpp_context()` it listens on [::]:port, i.e. on every
-  interface of its network namespace, with an unauthenticated gRPC service.
-  The programs run in a namespace with only loopback
-  (`isolation.isolate_program`); a worker reachable from other hosts is
-  reported once it listens (`isolation.warn_if_exposed`).
-
-  Args:
-    num_workers: Number of workers, in [1, 256].
-    max_concurrent_computation_calls: The worker flag of that name: at most
-      this many concurrent calls of one computation per worker (e.g. clients
-      trained at once), non-positive for no limit.
-    startup_timeout_s: Seconds (> 0) a worker may take to listen.
-    shutdown_timeout_s: Seconds (> 0) a worker gets between SIGINT and
-      SIGKILL.
-    log_dir: Existing directory for each worker's output (worker_<i>.log,
-      appended); None discards it.
-
-  Raises:
-    ValueError: for an argument out of range.
-    RuntimeError: if a worker cannot start.
-  """
-  if (isinstance(num_workers, bool) or not isinstance(num_workers, int) or
-      not 1 <= num_workers <= 256):
-    raise ValueError(
-        f'num_workers must be an integer in [1, 256]; got {num_workers!r}.')
-  for name, value in (('startup_timeout_s', startup_timeout_s),
-                      ('shutdown_timeout_s', shutdown_timeout_s)):
-    if not value > 0:
-      raise ValueError(f'{name} must be > 0; got {value!r}.')
-  if (isinstance(max_concurrent_computation_calls, bool) or
-      not isinstance(max_concurrent_computation_calls, int)):
-    raise ValueError('max_concurrent_computation_calls must be an integer '
-                     '(non-positive: no limit); got '
-                     f'{max_concurrent_computation_calls!r}.')
-  if log_dir is not None and not os.path.isdir(log_dir):
-    raise ValueError(f'log_dir must be an existing directory; got {log_dir!r}.')
-  processes, ports = [], []  # All started; the ports of the listening ones.
-  try:
-    for i in range(num_workers):
-      log_path = (None if log_dir is None else
-                  os.path.join(log_dir, f'worker_{i}.log'))
-      for _ in range(_PORT_ATTEMPTS):
-        port = _unused_loopback_port()
-        processes.append(
-            _start_worker(port, max_concurrent_computation_calls, log_path))
-        if _await_listening(processes[-1], port,
-                            time.monotonic() + startup_timeout_s):
-          ports.append(port)
-          isolation.warn_if_exposed(processes[-1].pid, f'worker_binary {i}')
-          break
-      else:
-        raise RuntimeError(
-            f'worker_binary {i} exited at start {_PORT_ATTEMPTS} times (exit '
-            f'code {processes[-1].returncode}); pass log_dir to see why.')
-    yield [f'{LOOPBACK_HOST}:{port}' for port in ports]
-  finally:
-    _stop_workers(processes, ports, shutdown_timeout_s)
 
 
 # ----------------------------------------------------------------------------
@@ -567,14 +361,15 @@ def remote_cpp_context(
   """Installs a `DistributedExecutionContext` over running workers.
 
   Usage, one process:
-    with distributed_runtime.local_workers(2) as addresses, \\
+    with tff_workers.local_workers(2) as addresses, \\
         distributed_runtime.remote_cpp_context(addresses):
       state = process.initialize()
 
   or, one worker per host, `remote_cpp_context('h1:8000,h2:8000')`.
 
   Args:
-    addresses: Worker addresses host:port (see `parse_addresses`); clients
+    addresses: Worker addresses host:port (see `tff_workers.parse_addresses`);
+      clients
       are spread over them in this order.
     default_num_clients: Number (>= 0) of clients of a computation whose
       argument does not determine it (as in `runtime.local_cpp_context`).
@@ -591,14 +386,10 @@ def remote_cpp_context(
   connectivity-polling thread, which then raises in that thread). The
   workers keep running.
   """
-  addresses = parse_addresses(addresses)
-  if (isinstance(default_num_clients, bool) or
-      not isinstance(default_num_clients, int) or default_num_clients < 0):
-    raise ValueError('default_num_clients must be an integer >= 0; got '
-                     f'{default_num_clients!r}.')
-  if not connect_timeout_s > 0:
-    raise ValueError(
-        f'connect_timeout_s must be > 0; got {connect_timeout_s!r}.')
+  addresses = tff_workers.parse_addresses(addresses)
+  validation.check_int('default_num_clients', default_num_clients, 0)
+  validation.check_real('connect_timeout_s', connect_timeout_s, 0.0,
+                        low_open=True)
   channels, factories, context = [], [], None
   try:
     for address in addresses:

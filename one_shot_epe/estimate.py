@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from absl import app
 from absl import flags
 
-from one_shot_epe import estimation
+from one_shot_epe import privacy_report
 
 _COSINES = flags.DEFINE_string('cosines', None, 'CSV file of canary cosines.')
 _DIM = flags.DEFINE_integer(
@@ -77,18 +77,19 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
   return columns
 
 
-def build_report(columns: dict[str, list[float]], dim: int | None,
-                 delta: float, alpha: float,
-                 threshold_strategy: str) -> estimation.PrivacyReport:
+def build_report(columns: dict[str, list[float]], dim: int | None, delta: float,
+                 alpha: float,
+                 threshold_strategy: str) -> privacy_report.PrivacyReport:
   """Chooses the threat model from the columns present."""
   if 'cosine' in columns:
     if dim is None:
       raise ValueError('--dim is required for final-model cosines.')
-    return estimation.final_model_report(columns['cosine'], dim, delta, alpha,
-                                         threshold_strategy=threshold_strategy)
-  return estimation.all_iterates_report(columns['seen'], columns['unseen'],
-                                        delta, alpha, dim=dim,
-                                        threshold_strategy=threshold_strategy)
+    return privacy_report.final_model_report(
+        columns['cosine'], dim, delta, alpha,
+        threshold_strategy=threshold_strategy)
+  return privacy_report.all_iterates_report(
+      columns['seen'], columns['unseen'], delta, alpha, dim=dim,
+      threshold_strategy=threshold_strategy)
 
 
 def _format_value(value: object) -> str:
@@ -103,7 +104,7 @@ def _format_value(value: object) -> str:
   return str(value)
 
 
-def format_markdown(report: estimation.PrivacyReport) -> str:
+def format_markdown(report: privacy_report.PrivacyReport) -> str:
   """The report as a two-column Markdown table, floats to 6 digits.
 
   tpr_at_fpr shows as "FPR: TPR" pairs, the bootstrap interval as [low, high].

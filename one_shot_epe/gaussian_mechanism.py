@@ -27,33 +27,17 @@ needs numpy only.
 
 import functools
 import math
-import numbers
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from one_shot_epe import validation
 
 METHODS = ('gram', 'stream')
 
 # Default number of float64 values held per chunk by the 'stream' sampler:
 # 2^21 values = 16 MiB for the block of canary coordinates.
 _STREAM_CHUNK_VALUES = 2**21
-
-
-def _check_integer(name: str, value, minimum: int) -> int:
-  """Returns `value` as an int, or raises ValueError naming `name`."""
-  if (isinstance(value, (bool, np.bool_)) or
-      not isinstance(value, numbers.Integral) or value < minimum):
-    raise ValueError(f'{name} must be an integer >= {minimum}, got {value!r}.')
-  return int(value)
-
-
-def _check_sigma(sigma) -> float:
-  """Returns the noise multiplier as a float, or raises ValueError."""
-  if (isinstance(sigma, (bool, np.bool_)) or
-      not isinstance(sigma, numbers.Real) or not math.isfinite(sigma) or
-      sigma <= 0):
-    raise ValueError(f'sigma must be a finite number > 0, got {sigma!r}.')
-  return float(sigma)
 
 
 def _check_rng(rng) -> np.random.Generator:
@@ -83,7 +67,7 @@ def cosines_from_gaussians(gaussians: ArrayLike, noise: ArrayLike,
   Returns:
     The k cosines g_1..g_k as a float64 array.
   """
-  sigma = _check_sigma(sigma)
+  sigma = validation.check_real('sigma', sigma, 0.0, low_open=True)
   gaussians = np.asarray(gaussians, dtype=np.float64)
   noise = np.asarray(noise, dtype=np.float64)
   if gaussians.ndim != 2 or gaussians.shape[0] < 1 or gaussians.shape[1] < 1:
@@ -147,8 +131,8 @@ def bartlett_factor(dim: int, num_vectors: int,
   Returns:
     The (n, min(d, n)) lower-trapezoidal float64 matrix L.
   """
-  dim = _check_integer('dim', dim, 1)
-  num_vectors = _check_integer('num_vectors', num_vectors, 1)
+  dim = validation.check_int('dim', dim, 1)
+  num_vectors = validation.check_int('num_vectors', num_vectors, 1)
   rng = _check_rng(rng)
   rank = min(dim, num_vectors)
   factor = np.zeros((num_vectors, rank))
@@ -183,8 +167,8 @@ def stream_chunk_seeds(
   The seeds are spawned from entropy drawn from `rng`, so that each chunk can be
   regenerated identically in both passes of `_stream_cosines`.
   """
-  dim = _check_integer('dim', dim, 1)
-  chunk_size = _check_integer('chunk_size', chunk_size, 1)
+  dim = validation.check_int('dim', dim, 1)
+  chunk_size = validation.check_int('chunk_size', chunk_size, 1)
   rng = _check_rng(rng)
   entropy = [int(word) for word in rng.integers(0, 2**63, size=4)]
   num_chunks = -(-dim // chunk_size)
@@ -208,8 +192,8 @@ def stream_chunk(
   if not isinstance(seed, np.random.SeedSequence):
     raise ValueError(
         f'seed must be a numpy.random.SeedSequence, got {type(seed).__name__}.')
-  num_canaries = _check_integer('num_canaries', num_canaries, 1)
-  width = _check_integer('width', width, 1)
+  num_canaries = validation.check_int('num_canaries', num_canaries, 1)
+  width = validation.check_int('width', width, 1)
   generator = np.random.default_rng(seed)
   gaussians = generator.standard_normal((num_canaries, width))
   noise = generator.standard_normal(width) if with_noise else None
@@ -247,7 +231,7 @@ def _stream_cosines(dim: int, num_canaries: int, sigma: float,
 
 def default_chunk_size(num_canaries: int) -> int:
   """Coordinates per chunk keeping a chunk of canaries near 2^21 float64s."""
-  num_canaries = _check_integer('num_canaries', num_canaries, 1)
+  num_canaries = validation.check_int('num_canaries', num_canaries, 1)
   return max(1, _STREAM_CHUNK_VALUES // num_canaries)
 
 
@@ -278,9 +262,9 @@ def simulate_cosines(dim: int,
   Returns:
     float64 array of the k cosines.
   """
-  dim = _check_integer('dim', dim, 3)
-  num_canaries = _check_integer('num_canaries', num_canaries, 1)
-  sigma = _check_sigma(sigma)
+  dim = validation.check_int('dim', dim, 3)
+  num_canaries = validation.check_int('num_canaries', num_canaries, 1)
+  sigma = validation.check_real('sigma', sigma, 0.0, low_open=True)
   rng = _check_rng(rng)
   if method not in METHODS:
     raise ValueError(f'method must be one of {METHODS}, got {method!r}.')
@@ -291,5 +275,5 @@ def simulate_cosines(dim: int,
     return _gram_cosines(dim, num_canaries, sigma, rng)
   if chunk_size is None:
     chunk_size = default_chunk_size(num_canaries)
-  chunk_size = _check_integer('chunk_size', chunk_size, 1)
+  chunk_size = validation.check_int('chunk_size', chunk_size, 1)
   return _stream_cosines(dim, num_canaries, sigma, rng, chunk_size)

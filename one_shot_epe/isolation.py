@@ -4,7 +4,7 @@ TFF 0.87's C++ `worker_binary` has no flag for its bind address: it serves an
 unauthenticated gRPC executor service, which runs any TensorFlow graph it is
 sent, on `[::]:<port>`, every interface of the host, for the whole run. Both
 the default local context (`runtime.local_cpp_context`) and each
-`--tff_workers` worker (`distributed_runtime.local_workers`) start one.
+`--tff_workers` worker (`tff_workers.local_workers`) start one.
 
 The programs that start local workers therefore move themselves, at start and
 before any thread exists, into a network namespace of their own whose only

@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike
 
 from one_shot_epe import accounting
 from one_shot_epe import atomic_io
-from one_shot_epe import estimation
+from one_shot_epe import privacy_report
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -41,8 +41,8 @@ class RunReport:
   alpha: float
   dim: int
   analytical_epsilon: float  # math.inf without noise.
-  final: estimation.PrivacyReport
-  all_iterates: estimation.PrivacyReport | None
+  final: privacy_report.PrivacyReport
+  all_iterates: privacy_report.PrivacyReport | None
   accuracy: float | None = None
   setting: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   canary_presentations: int = 1
@@ -188,11 +188,12 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
                                          canary_presentations)
   accounted = (None if participation is None else accounting.client_epsilon(
       noise_multiplier, delta, participation))
-  final = estimation.final_model_report(final_cosines, dim, delta, alpha)
+  final = privacy_report.final_model_report(final_cosines, dim, delta, alpha)
   all_iterates = None
   if seen_maxima is not None:
-    all_iterates = estimation.all_iterates_report(seen_maxima, unseen_maxima,
-                                                  delta, alpha, dim=dim)
+    all_iterates = privacy_report.all_iterates_report(seen_maxima,
+                                                      unseen_maxima, delta,
+                                                      alpha, dim=dim)
   return RunReport(
       noise_multiplier=float(noise_multiplier), delta=delta, alpha=alpha,
       dim=dim, analytical_epsilon=analytical.epsilon, final=final,

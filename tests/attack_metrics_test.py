@@ -14,6 +14,8 @@ from scipy import stats
 from one_shot_epe import attack_metrics as am
 from one_shot_epe import estimation as est
 from one_shot_epe import gaussian_mechanism
+from one_shot_epe import null_distribution
+from one_shot_epe import privacy_report
 
 _TABLE2_DIM, _TABLE2_K, _TABLE2_DELTA = 10**6, 1000, 1e-6
 
@@ -45,13 +47,14 @@ def test_final_report_auroc_matches_closed_form_against_the_null():
   dim, n = 10**5, 20000
   rng = np.random.default_rng(2)
   seen = rng.normal(1.5, 1.2, n) / math.sqrt(dim)
-  report = est.final_model_report(seen, dim, 1e-6, bootstrap_resamples=20)
+  report = privacy_report.final_model_report(seen, dim, 1e-6,
+                                             bootstrap_resamples=20)
   # Null N(0, 1/d) (exact to ~1/d here); seen N(1.5, 1.44)/sqrt(d).
   expected = stats.norm.cdf(1.5 / math.sqrt(1.0 + 1.44))
   assert report.auroc == pytest.approx(expected, abs=4 * math.sqrt(1 / (12 * n)))
   # And exactly the mean of the exact null's CDF at the seen cosines.
-  assert report.auroc == pytest.approx(float(np.mean(est.null_cdf(seen, dim))),
-                                       rel=1e-12)
+  assert report.auroc == pytest.approx(
+      float(np.mean(null_distribution.null_cdf(seen, dim))), rel=1e-12)
 
 
 @pytest.mark.parametrize('fpr', [0.01, 0.001])
@@ -59,7 +62,8 @@ def test_final_report_tpr_matches_closed_form(fpr):
   dim, n, shift = 10**6, 50000, 3.0
   rng = np.random.default_rng(3)
   seen = rng.normal(shift, 1.0, n) / math.sqrt(dim)
-  report = est.final_model_report(seen, dim, 1e-6, bootstrap_resamples=20)
+  report = privacy_report.final_model_report(seen, dim, 1e-6,
+                                             bootstrap_resamples=20)
   # Threshold z_{1-fpr}/sqrt(d) of N(0, 1/d); TPR = Phi(shift - z_{1-fpr}).
   expected = stats.norm.sf(stats.norm.isf(fpr) - shift)
   binomial_std = math.sqrt(expected * (1 - expected) / n)
@@ -71,8 +75,8 @@ def test_final_report_tpr_matches_closed_form(fpr):
 def test_all_iterates_tpr_matches_closed_form(fpr):
   rng = np.random.default_rng(4)
   seen, unseen = rng.normal(3.0, 1.0, 10000), rng.normal(0.0, 1.0, 50000)
-  report = est.all_iterates_report(seen / 100, unseen / 100, 1e-6,
-                                   bootstrap_resamples=20)
+  report = privacy_report.all_iterates_report(seen / 100, unseen / 100, 1e-6,
+                                              bootstrap_resamples=20)
   z = stats.norm.isf(fpr)
   expected = stats.norm.sf(z - 3.0)
   # Sampling error of the seen fraction plus that of the unseen quantile
@@ -105,7 +109,8 @@ def test_tpr_counts_a_tie_with_the_threshold_as_a_miss():
 def test_gdp_estimate_is_the_null_variance_estimate_for_the_final_model():
   rng = np.random.default_rng(6)
   cosines = rng.normal(2.0, 1.0, 500) / math.sqrt(10**6)
-  report = est.final_model_report(cosines, 10**6, 1e-6, bootstrap_resamples=20)
+  report = privacy_report.final_model_report(cosines, 10**6, 1e-6,
+                                             bootstrap_resamples=20)
   assert report.gdp_mu == pytest.approx(np.mean(cosines) * 1000, rel=1e-12)
   assert report.epsilon_gdp == pytest.approx(
       est.epsilon_from_final_cosines(cosines, 10**6, 1e-6, variance='null'),
@@ -130,8 +135,8 @@ def test_gdp_estimate_recovers_table2_epsilon():
 def test_all_iterates_gdp_estimate_recovers_gaussian_epsilon():
   rng = np.random.default_rng(8)
   seen, unseen = rng.normal(2.0, 0.5, 5000), rng.normal(0.0, 0.5, 5000)
-  report = est.all_iterates_report(seen / 50, unseen / 50, 1e-5,
-                                   bootstrap_resamples=20)
+  report = privacy_report.all_iterates_report(seen / 50, unseen / 50, 1e-5,
+                                              bootstrap_resamples=20)
   # mu = 4. The mean gap's error is sqrt(2/5000) = 0.02 in null stds and
   # the null std's relative error sqrt(1/10000) = 0.01 moves mu by 0.04:
   # mu_hat has std ~0.045; allow 4 of them.
@@ -157,9 +162,10 @@ def test_bootstrap_interval_covers_table2_epsilon():
   for run in range(200):
     cosines = gaussian_mechanism.simulate_cosines(_TABLE2_DIM, _TABLE2_K, sigma,
                                                   rng)
-    low, high = est.final_model_report(
-        cosines, _TABLE2_DIM, _TABLE2_DELTA, bootstrap_resamples=50,
-        seed=run).epsilon_est_interval
+    low, high = privacy_report.final_model_report(cosines, _TABLE2_DIM,
+                                                  _TABLE2_DELTA,
+                                                  bootstrap_resamples=50,
+                                                  seed=run).epsilon_est_interval
     covered += low <= 3.0 <= high
   assert covered >= 180, covered
 
@@ -183,9 +189,9 @@ def test_bootstrap_fits_are_those_of_the_drawn_resamples():
 def test_reports_are_reproducible_and_seeded():
   rng = np.random.default_rng(11)
   seen, unseen = rng.normal(2, 1, 200) / 1e3, rng.normal(0, 1, 200) / 1e3
-  first = est.all_iterates_report(seen, unseen, 1e-5, seed=3)
-  assert first == est.all_iterates_report(seen, unseen, 1e-5, seed=3)
-  other = est.all_iterates_report(seen, unseen, 1e-5, seed=4)
+  first = privacy_report.all_iterates_report(seen, unseen, 1e-5, seed=3)
+  assert first == privacy_report.all_iterates_report(seen, unseen, 1e-5, seed=3)
+  other = privacy_report.all_iterates_report(seen, unseen, 1e-5, seed=4)
   assert other.epsilon_est_interval != first.epsilon_est_interval
   assert other.epsilon_est == first.epsilon_est
 
@@ -203,11 +209,11 @@ def test_reports_are_reproducible_and_seeded():
     (lambda: am.bootstrap_fits([1.0, 2.0], 5, 0), TypeError, 'rng'),
     (lambda: am.basic_bootstrap_interval(1.0, [1.0], level=1.0), ValueError,
      'level'),
-    (lambda: est.final_model_report([0.1, 0.2], 100, 1e-5,
-                                    bootstrap_resamples=5), ValueError,
+    (lambda: privacy_report.final_model_report(
+        [0.1, 0.2], 100, 1e-5, bootstrap_resamples=5), ValueError,
      'bootstrap_resamples'),
-    (lambda: est.final_model_report([0.1, 0.2], 100, 1e-5,
-                                    bootstrap_resamples=50.0), TypeError,
+    (lambda: privacy_report.final_model_report(
+        [0.1, 0.2], 100, 1e-5, bootstrap_resamples=50.0), TypeError,
      'bootstrap_resamples'),
 ])
 def test_bad_arguments_raise_named_errors(call, error, message):

@@ -11,7 +11,7 @@ import tensorflow as tf
 from scipy import stats
 
 from one_shot_epe import canaries
-from one_shot_epe import estimation
+from one_shot_epe import null_distribution
 
 _SEED = 20240917
 
@@ -74,7 +74,8 @@ def test_distinct_canaries_have_null_cosines():
   rows = rows.astype(np.float64)
   rows /= np.linalg.norm(rows, axis=1, keepdims=True)
   cos = np.sum(rows[0::2] * rows[1::2], axis=1)
-  assert stats.kstest(cos, lambda x: estimation.null_cdf(x, dim)).pvalue > 0.01
+  assert stats.kstest(
+      cos, lambda x: null_distribution.null_cdf(x, dim)).pvalue > 0.01
   assert abs(dim * np.mean(cos**2) - 1) < 5 * np.sqrt(2 / pairs)
 
 

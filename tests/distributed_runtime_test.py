@@ -7,39 +7,26 @@ any number of workers: the workers return one aggregate record per client and
 the launcher folds them in client order, the order of one process.
 """
 
-import logging
-import signal
 import socket
 
 import numpy as np
-import psutil
 import pytest
 import tensorflow as tf
 
 from one_shot_epe import canary_aggregator as ca
 from one_shot_epe import distributed_runtime as dr
-from one_shot_epe import isolation
 from one_shot_epe import runtime
+from one_shot_epe import tff_workers
 
 import linear_model
+from tff_workers_test import assert_stopped
+from tff_workers_test import port_of
 
 tff = pytest.importorskip('tensorflow_federated')
 
 _NUM_CLIENTS = 8
 _FEATURES = 6
 _CLASSES = 3
-
-
-def _assert_stopped(pids, ports):
-  for pid in pids:
-    assert not psutil.pid_exists(pid), f'worker {pid} still exists'
-  assert runtime.worker_processes() == []
-  for port in ports:
-    assert dr.port_is_free(port)
-
-
-def _port(address):
-  return int(address.rpartition(':')[2])
 
 
 # ----------------------------------------------------------------------------
@@ -64,18 +51,6 @@ def test_split_clients_cuts_contiguous_blocks_and_repeats_the_rest():
   with pytest.raises(ValueError, match='arg'):
     dr.split_clients({'state': 1, 'data': [1, 2], 'weights': [1.0]},
                      type_spec, 2)
-
-
-@pytest.mark.parametrize('addresses', ['', 'host', 'host:0', 'host:70000',
-                                       ':80', 'a:1,b', ['a:x']])
-def test_parse_addresses_rejects_bad_entries(addresses):
-  with pytest.raises(ValueError, match='addresses'):
-    dr.parse_addresses(addresses)
-
-
-def test_parse_addresses_accepts_lists_and_comma_lists():
-  assert dr.parse_addresses('h1:8000, [::1]:9000') == ['h1:8000', '[::1]:9000']
-  assert dr.parse_addresses(['127.0.0.1:80']) == ['127.0.0.1:80']
 
 
 # ----------------------------------------------------------------------------
@@ -112,7 +87,7 @@ def test_sum_matches_one_process_and_clients_are_spread(monkeypatch):
 
   monkeypatch.setattr(tff.framework.SyncExecutionContext, 'invoke',
                       recording_invoke)
-  with dr.local_workers(2) as addresses:
+  with tff_workers.local_workers(2) as addresses:
     pids = [worker.pid for worker in runtime.worker_processes()]
     assert len(pids) == 2
     with dr.remote_cpp_context(addresses, default_num_clients=3) as context:
@@ -121,7 +96,7 @@ def test_sum_matches_one_process_and_clients_are_spread(monkeypatch):
       total_float, total_int, doubled = _sum_and_double(floats, ints)
       first_calls = list(calls)
       count = _count_default_clients()
-  _assert_stopped(pids, [_port(a) for a in addresses])
+  assert_stopped(pids, [port_of(a) for a in addresses])
 
   assert total_float == expected[0] == np.float32(46.75)
   assert total_int == expected[1] == sum(ints)
@@ -186,14 +161,16 @@ def test_fed_avg_rounds_match_one_process():
   with runtime.local_cpp_context():
     expected_initial, expected = _two_rounds(process, data)
   # One worker: the same sums in the same order, so the same bits.
-  with dr.local_workers(1) as addresses, dr.remote_cpp_context(addresses):
+  with tff_workers.local_workers(1) as addresses, dr.remote_cpp_context(
+      addresses):
     _, single = _two_rounds(process, data)
   for output, truth in zip(single, expected):
     np.testing.assert_array_equal(
         _flat(output.state.global_model_weights.trainable),
         _flat(truth.state.global_model_weights.trainable))
   # Three workers: blocks of 3, 3 and 2 clients.
-  with dr.local_workers(3) as addresses, dr.remote_cpp_context(addresses):
+  with tff_workers.local_workers(3) as addresses, dr.remote_cpp_context(
+      addresses):
     initial, outputs = _two_rounds(process, data)
 
   np.testing.assert_array_equal(initial, expected_initial)
@@ -221,70 +198,24 @@ def test_fed_avg_rounds_match_one_process():
 
 def test_workers_stop_on_exception_and_ports_are_released():
   with pytest.raises(RuntimeError, match='boom'):
-    with dr.local_workers(2) as addresses:
+    with tff_workers.local_workers(2) as addresses:
       pids = [c.pid for c in runtime.worker_processes()]
       assert len(pids) == 2 and len(set(addresses)) == 2
       assert all(a.startswith('127.0.0.1:') for a in addresses)
       with dr.remote_cpp_context(addresses):
         assert _sum_and_double([np.float32(1.0)], [4])[1] == 4
         raise RuntimeError('boom')
-  _assert_stopped(pids, [_port(a) for a in addresses])
+  assert_stopped(pids, [port_of(a) for a in addresses])
   # The released ports can be bound again.
   for address in addresses:
     with socket.socket() as probe:
       probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-      probe.bind(('127.0.0.1', _port(address)))
-
-
-@pytest.mark.skipif(isolation.namespace_interfaces() == ['lo'],
-                    reason='this host has no interface but loopback')
-def test_exposed_workers_are_reported_with_their_addresses(caplog):
-  # This test process is in the host's network (programs enter a private
-  # one): each worker's exact exposure is logged once it listens.
-  with caplog.at_level(logging.WARNING), dr.local_workers(2) as addresses:
-    for address in addresses:
-      (listening,) = [a for pid in (w.pid for w in runtime.worker_processes())
-                      for a in isolation.listening_addresses(pid)
-                      if a.endswith(f':{_port(address)}')]
-      assert listening.startswith(('[::]:', '0.0.0.0:'))
-      assert any(f'listens on {listening},' in record.getMessage()
-                 for record in caplog.records)
-
-
-def test_workers_that_ignore_sigint_are_killed():
-  # Children inherit an ignored SIGINT (a launcher started with nohup ... &);
-  # they must still be stopped, by the SIGKILL after the timeout.
-  previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-  try:
-    workers = dr.local_workers(1, shutdown_timeout_s=0.5)
-    addresses = workers.__enter__()
-  finally:
-    signal.signal(signal.SIGINT, previous)
-  pids = [c.pid for c in runtime.worker_processes()]
-  assert len(pids) == 1
-  with open(f'/proc/{pids[0]}/status') as status:
-    ignored = next(int(line.split()[1], 16) for line in status
-                   if line.startswith('SigIgn:'))
-  assert ignored & (1 << (signal.SIGINT - 1))  # The premise holds.
-  workers.__exit__(None, None, None)
-  _assert_stopped(pids, [_port(a) for a in addresses])
+      probe.bind(('127.0.0.1', port_of(address)))
 
 
 def test_unreachable_worker_times_out():
-  with dr.local_workers(1) as addresses:
-    free = _port(addresses[0])
+  with tff_workers.local_workers(1) as addresses:
+    free = port_of(addresses[0])
   with pytest.raises(TimeoutError, match=f'127.0.0.1:{free}'):
     with dr.remote_cpp_context([f'127.0.0.1:{free}'], connect_timeout_s=0.5):
       pass
-
-
-@pytest.mark.parametrize('kwargs, name', [
-    (dict(num_workers=0), 'num_workers'),
-    (dict(num_workers=2, startup_timeout_s=0), 'startup_timeout_s'),
-    (dict(num_workers=2, log_dir='/nonexistent/dir'), 'log_dir'),
-])
-def test_local_workers_rejects_bad_arguments(kwargs, name):
-  with pytest.raises(ValueError, match=name):
-    with dr.local_workers(**kwargs):
-      pass
-  assert runtime.worker_processes() == []

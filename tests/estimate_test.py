@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from one_shot_epe import estimation
+from one_shot_epe import privacy_report
 
 
 def _run(*args):
@@ -30,7 +30,7 @@ def test_final_model_report_matches_library(final_csv):
               '--format=json')
   assert done.returncode == 0, done.stderr
   report = json.loads(done.stdout)
-  expected = estimation.final_model_report(values, 10**6, 1e-6)
+  expected = privacy_report.final_model_report(values, 10**6, 1e-6)
   assert report['epsilon_est'] == pytest.approx(expected.epsilon_est, rel=1e-12)
   assert report['epsilon_lo'] == pytest.approx(expected.epsilon_lo, rel=1e-12)
   assert report['threat_model'] == 'final'
@@ -46,7 +46,7 @@ def test_seen_unseen_columns_of_different_length(tmp_path):
   path.write_text('\n'.join(lines) + '\n')
   done = _run(f'--cosines={path}', '--delta=1e-5')
   assert done.returncode == 0, done.stderr
-  expected = estimation.all_iterates_report(seen, unseen, 1e-5)
+  expected = privacy_report.all_iterates_report(seen, unseen, 1e-5)
   assert f'| epsilon_est | {expected.epsilon_est:.6g} |' in done.stdout
 
 
@@ -58,7 +58,7 @@ def test_seen_unseen_columns_of_different_length(tmp_path):
     ('a,b,c\n0.1,0.2,0.3\n', [], 'header'),
     ('cosine\n', ['--dim=100'], 'header row and data rows'),
     ('cosine\n0.1\n0.2\n', [], '--dim is required'),
-    ('cosine\n0.1\n0.2\n', ['--dim=2'], 'dim must be an integer >= 3'),
+    ('cosine\n0.1\n0.2\n', ['--dim=2'], 'dim must be >= 3'),
     ('cosine\n0.1\n0.2\n', ['--dim=100', '--alpha=0.7'], 'alpha'),
 ])
 def test_malformed_input_exits_2_with_message(tmp_path, content, flags, message):

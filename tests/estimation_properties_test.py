@@ -32,8 +32,11 @@ import pytest
 from scipy import special
 from scipy import stats
 
-from estimation_test import _mp_null_logsf
+from null_distribution_test import _mp_null_logsf
 from one_shot_epe import estimation as est
+from one_shot_epe import lower_bound
+from one_shot_epe import null_distribution
+from one_shot_epe import privacy_report
 
 
 def _settings(max_examples: int) -> settings:
@@ -221,8 +224,8 @@ def test_null_cdf_is_monotone_and_complements_the_survival_function(
   """P(T <= tau) + P(T > tau) = 1, and by T ~ -T, null_cdf(tau) = P(T > -tau)."""
   tau = _null_taus(dim, z_scores, raw)
   with _strict_numerics():
-    cdf = est.null_cdf(tau, dim)
-    log_sf = est.null_logsf(tau, dim)
+    cdf = null_distribution.null_cdf(tau, dim)
+    log_sf = null_distribution.null_logsf(tau, dim)
     sf = np.exp(log_sf)
   assert not np.any(np.isnan(cdf)) and not np.any(np.isnan(log_sf))
   assert np.all((cdf >= 0.0) & (cdf <= 1.0))
@@ -251,7 +254,7 @@ def test_null_logsf_far_tail_is_finite_decreasing_and_within_mills_bounds(
   # Distinct, increasing cosines spread over [start, 0.999].
   tau = start + (0.999 - start) * np.cumsum(steps) / sum(steps)
   with _strict_numerics():
-    log_sf = est.null_logsf(tau, dim)
+    log_sf = null_distribution.null_logsf(tau, dim)
   assert np.all(np.isfinite(log_sf))
   assert np.all(np.diff(log_sf) < 0.0)
   log_norm = (math.lgamma(dim / 2) - math.lgamma((dim - 1) / 2) -
@@ -273,7 +276,7 @@ def test_null_logsf_is_continuous_where_its_method_changes(dim, side):
   edge = side / math.sqrt(dim)
   tau = np.array([edge * (1 - 1e-13), edge * (1 + 1e-13)])
   with _strict_numerics():
-    inside, outside = est.null_logsf(tau, dim)
+    inside, outside = null_distribution.null_logsf(tau, dim)
   assert inside == pytest.approx(outside, rel=1e-10)
 
 
@@ -287,8 +290,8 @@ def test_null_logsf_of_an_array_equals_elementwise_calls(dim, z_scores):
   tau = _null_taus(dim, z_scores, [])
   assume(tau.size > 0)
   with _strict_numerics():
-    together = est.null_logsf(tau, dim)
-    alone = [float(est.null_logsf(t, dim)) for t in tau]
+    together = null_distribution.null_logsf(tau, dim)
+    alone = [float(null_distribution.null_logsf(t, dim)) for t in tau]
   np.testing.assert_array_equal(together, alone)
 
 
@@ -302,13 +305,13 @@ def test_null_ppf_inverts_null_cdf_where_well_conditioned(dim, z_scores, raw):
   accuracy divided by the density."""
   tau = _null_taus(dim, z_scores, raw)
   with _strict_numerics():
-    q = est.null_cdf(tau, dim)
+    q = null_distribution.null_cdf(tau, dim)
     keep = (q > 1e-300) & (q < 1.0 - 1e-6)
     assume(np.any(keep))
     tau, q = tau[keep], q[keep]
-    back = est.null_ppf(q, dim)
-    density = est.null_pdf(tau, dim)
-  assert np.all(np.diff(est.null_ppf(np.sort(q), dim)) >= 0.0)
+    back = null_distribution.null_ppf(q, dim)
+    density = null_distribution.null_pdf(tau, dim)
+  assert np.all(np.diff(null_distribution.null_ppf(np.sort(q), dim)) >= 0.0)
   bound = 1e-10 * np.minimum(q, 1.0 - q) + 1e-15
   assert np.all(np.abs(back - tau) * density <= bound)
 
@@ -322,7 +325,7 @@ def test_null_logsf_matches_mpmath_quadrature(dim, z):
   for tau in (z / math.sqrt(dim), 0.3 * z / math.sqrt(dim)):
     assume(abs(tau) < 1.0)
     with _strict_numerics():
-      got = float(est.null_logsf(tau, dim))
+      got = float(null_distribution.null_logsf(tau, dim))
     assert got == pytest.approx(float(_mp_null_logsf(tau, dim)), rel=1e-10)
 
 
@@ -346,9 +349,9 @@ def test_jeffreys_upper_is_the_beta_quantile_and_monotone(trials, fractions,
   failures = np.sort(np.round(np.array(fractions) * trials))
   low_alpha, high_alpha = sorted(alphas)
   with _strict_numerics():
-    upper = est.jeffreys_upper(failures, trials, high_alpha)
-    stricter = est.jeffreys_upper(failures, trials, low_alpha)
-    more_trials = est.jeffreys_upper(failures, 2 * trials, high_alpha)
+    upper = lower_bound.jeffreys_upper(failures, trials, high_alpha)
+    stricter = lower_bound.jeffreys_upper(failures, trials, low_alpha)
+    more_trials = lower_bound.jeffreys_upper(failures, 2 * trials, high_alpha)
   assert np.all((upper > 0.0) & (upper <= 1.0))
   some = failures < trials
   x, u = failures[some], upper[some]
@@ -384,7 +387,7 @@ _SEED = st.integers(0, 2**32 - 1)
 
 def _lower_bound(seen, **kwargs) -> float:
   with _strict_numerics():
-    return est.epsilon_lower_bound(seen, **kwargs)
+    return lower_bound.epsilon_lower_bound(seen, **kwargs)
 
 
 @_settings(60)
@@ -576,9 +579,10 @@ def test_reports_are_finite_and_survive_json(seed, size, dim, mean_z, delta):
   unseen = _cosine_sample(seed + 1, size, 0.0, scale)
   with _strict_numerics():
     # Few bootstrap resamples keep the examples fast; the path is the same.
-    reports = (est.final_model_report(seen, dim, delta, bootstrap_resamples=50),
-               est.all_iterates_report(seen, unseen, delta,
-                                       bootstrap_resamples=50))
+    reports = (privacy_report.final_model_report(seen, dim, delta,
+                                                 bootstrap_resamples=50),
+               privacy_report.all_iterates_report(seen, unseen, delta,
+                                                  bootstrap_resamples=50))
   for report in reports:
     fields = report.to_dict()
     assert json.loads(report.to_json()) == fields

@@ -6,8 +6,8 @@ import tensorflow as tf
 from scipy import stats
 
 from one_shot_epe import canaries
-from one_shot_epe import estimation
 from one_shot_epe import final_model
+from one_shot_epe import null_distribution
 
 _SEED = 4242
 _SHAPES = ((7, 9), (11,))  # d = 74.
@@ -74,8 +74,8 @@ def test_unseen_canaries_follow_the_null():
   vector = [rng.normal(size=dim).astype(np.float32)]
   cosines = final_model.final_model_cosines(
       vector, canary_seed=_SEED, canary_ids=np.arange(500), statistic='final')
-  assert stats.kstest(cosines,
-                      lambda x: estimation.null_cdf(x, dim)).pvalue > 0.01
+  assert stats.kstest(
+      cosines, lambda x: null_distribution.null_cdf(x, dim)).pvalue > 0.01
 
 
 def test_chunk_size_changes_cosines_only_by_rounding(weights):

@@ -30,6 +30,7 @@ from experiments import train_config
 from one_shot_epe import canaries
 from one_shot_epe import estimate
 from one_shot_epe import estimation
+from one_shot_epe import privacy_report
 from one_shot_epe import runtime
 from one_shot_epe.tasks import synthetic
 import programs
@@ -116,9 +117,10 @@ def test_report_equals_estimation_of_the_written_csvs(run):
   delta = tiny_run.NUM_CLIENTS**-1.1  # The default delta = m^-1.1.
   dim = 1_206_590  # The EMNIST CNN.
   assert report['delta'] == delta and report['dim'] == dim
-  expected_final = estimation.final_model_report(final, dim, delta, 0.05)
-  expected_all = estimation.all_iterates_report(
-      maxima['seen'], maxima['unseen'], delta, 0.05, dim=dim)
+  expected_final = privacy_report.final_model_report(final, dim, delta, 0.05)
+  expected_all = privacy_report.all_iterates_report(maxima['seen'],
+                                                    maxima['unseen'], delta,
+                                                    0.05, dim=dim)
   assert report['final'] == json.loads(json.dumps(expected_final.to_dict()))
   assert report['all_iterates'] == json.loads(
       json.dumps(expected_all.to_dict()))

@@ -55,3 +55,42 @@ def test_reals_accept_ints_and_numpy_and_reject_other_types():
     with pytest.raises(validation.ArgumentTypeError,
                        match='rate must be a real number'):
       validation.check_real('rate', value)
+
+
+def test_infinity_passes_only_when_allowed_and_inside_the_interval():
+  assert validation.check_real('noise', float('inf'), 0.0,
+                               allow_infinite=True) == float('inf')
+  with pytest.raises(ValueError, match=r'noise must be a number in \[0.0, 5'):
+    validation.check_real('noise', float('inf'), 0.0, 5.0, allow_infinite=True)
+  with pytest.raises(ValueError, match='must be a number'):
+    validation.check_real('noise', float('nan'), allow_infinite=True)
+
+
+@pytest.mark.parametrize('value', [0.0, 1.0, -0.1, 1.1])
+def test_probabilities_lie_in_the_open_unit_interval(value):
+  assert validation.check_probability('delta', 0.25) == 0.25
+  with pytest.raises(ValueError, match=r'delta must be a finite number in '
+                     r'\(0.0, 1.0\)'):
+    validation.check_probability('delta', value)
+
+
+@pytest.mark.parametrize('values, min_size, message', [
+    ([[0.1, 0.2]], 2, r'seen must be 1-D; got shape \(1, 2\)'),
+    ([0.1], 2, 'seen needs at least 2 values; got 1'),
+    ([0.1, float('nan')], 2, 'seen contains NaN or infinite values'),
+    (['a', 'b'], 2, 'seen must be a 1-D array of numbers'),
+    ([], 1, 'seen needs at least 1 values; got 0'),
+])
+def test_bad_samples_are_named(values, min_size, message):
+  with pytest.raises(ValueError, match=message):
+    validation.check_sample('seen', values, min_size)
+
+
+def test_samples_come_back_as_float64_and_cosines_are_clipped_onto_the_sphere():
+  sample = validation.check_sample('seen', [1, 2, 3])
+  assert sample.dtype == np.float64 and sample.tolist() == [1.0, 2.0, 3.0]
+  cosines = validation.check_cosines('seen', [1.0 + 1e-9, -1.0 - 1e-9, 0.5])
+  assert cosines.tolist() == [1.0, -1.0, 0.5]
+  with pytest.raises(ValueError, match=r'seen are cosines and must lie in '
+                     r'\[-1, 1\]'):
+    validation.check_cosines('seen', [0.5, 1.01])

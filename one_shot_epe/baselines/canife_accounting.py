@@ -31,15 +31,12 @@ jump (about 4.4e4), whose rounds add a negligible privacy loss.
 
 import dataclasses
 import math
-import numbers
 from collections.abc import Sequence
-from typing import Any
 
 import dp_accounting
-import numpy as np
 from scipy import optimize
 
-from one_shot_epe.baselines import checks
+from one_shot_epe import validation
 
 # Noise multipliers searched by `noise_from_epsilon`: exp(-12) .. exp(30).
 _LOG_SIGMA_MIN = -12.0
@@ -61,8 +58,9 @@ def per_round_epsilon(noise_multiplier: float, delta: float,
     delta: Target delta in (0, 1).
     orders: RDP orders (default: dp_accounting's).
   """
-  sigma = checks.non_negative('noise_multiplier', noise_multiplier)
-  delta = checks.open_unit_interval('delta', delta)
+  sigma = validation.check_real('noise_multiplier', noise_multiplier, 0.0,
+                                allow_infinite=True)
+  delta = validation.check_probability('delta', delta)
   if sigma == 0.0:
     return math.inf
   if math.isinf(sigma):
@@ -83,8 +81,8 @@ def noise_from_epsilon(epsilon: float, delta: float,
   per_round_epsilon(sigma_hat) = epsilon. Returns 0 for epsilon = inf and inf
   for epsilon = 0.
   """
-  epsilon = checks.non_negative('epsilon', epsilon)
-  delta = checks.open_unit_interval('delta', delta)
+  epsilon = validation.check_real('epsilon', epsilon, 0.0, allow_infinite=True)
+  delta = validation.check_probability('delta', delta)
   if math.isinf(epsilon):
     return 0.0
   if epsilon == 0.0:
@@ -110,17 +108,10 @@ def noise_from_epsilon(epsilon: float, delta: float,
                                   maxiter=200))
 
 
-def _check_count(name: str, value: Any, low: int) -> int:
-  if (isinstance(value, (bool, np.bool_)) or
-      not isinstance(value, numbers.Integral) or value < low):
-    raise ValueError(f'{name} must be an integer >= {low}; got {value!r}.')
-  return int(value)
-
-
 def audit_rounds(num_rounds: int, interval: int) -> list[int]:
   """Rounds audited by Algorithm 2 (0-based): 0, s, 2s, ... below num_rounds."""
-  num_rounds = _check_count('num_rounds', num_rounds, 1)
-  interval = _check_count('interval', interval, 1)
+  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
+  interval = validation.check_int('interval', interval, 1)
   return list(range(0, num_rounds, interval))
 
 
@@ -133,8 +124,8 @@ def rounds_covered(rounds: Sequence[int], num_rounds: int) -> list[int]:
     ValueError: unless the rounds start at 0, increase strictly and lie in
       [0, num_rounds).
   """
-  num_rounds = _check_count('num_rounds', num_rounds, 1)
-  rounds = [_check_count('audit round', r, 0) for r in rounds]
+  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
+  rounds = [validation.check_int('audit round', r, 0) for r in rounds]
   if not rounds or rounds[0] != 0:
     raise ValueError('audit rounds must start at round 0 so that every round '
                      f'has an estimate; got {rounds}.')
@@ -159,17 +150,14 @@ def cumulative_epsilon(noise_multipliers: Sequence[float],
     raise ValueError('noise_multipliers and round_counts must have the same '
                      f'length; got {len(noise_multipliers)} and '
                      f'{len(round_counts)}.')
-  try:
-    rate = float(sampling_rate)
-  except (TypeError, ValueError):
-    rate = math.nan
-  if not 0.0 < rate <= 1.0:
-    raise ValueError(f'sampling_rate must be in (0, 1]; got {sampling_rate!r}.')
-  delta = checks.open_unit_interval('delta', delta)
+  rate = validation.check_real('sampling_rate', sampling_rate, 0.0, 1.0,
+                               low_open=True)
+  delta = validation.check_probability('delta', delta)
   accountant = _accountant(orders)
   for sigma, count in zip(noise_multipliers, round_counts):
-    sigma = checks.non_negative('noise multiplier', sigma)
-    count = _check_count('round count', count, 0)
+    sigma = validation.check_real('noise multiplier', sigma, 0.0,
+                                  allow_infinite=True)
+    count = validation.check_int('round count', count, 0)
     if count == 0 or math.isinf(sigma):
       continue
     if sigma == 0.0:

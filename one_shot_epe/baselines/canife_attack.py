@@ -40,13 +40,12 @@ the larger class; about 3.9 for n = 100): the most the n scores can certify.
 
 import dataclasses
 import math
-import numbers
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from one_shot_epe.baselines import checks
+from one_shot_epe import validation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,15 +70,10 @@ def mock_round_scores(clipped_sum: Callable[[int], Any], canary_update: Any, *,
     rng: Draws the insertions and the noise.
     insertion_probability: Probability that the canary joins a round.
   """
-  if isinstance(num_rounds, bool) or not isinstance(
-      num_rounds, numbers.Integral) or num_rounds < 2:
-    raise ValueError(f'num_rounds must be an integer >= 2; got {num_rounds!r}.')
-  noise_std = float(noise_std)
-  if not math.isfinite(noise_std) or noise_std < 0.0:
-    raise ValueError(
-        f'noise_std must be a finite number >= 0; got {noise_std!r}.')
-  insertion_probability = checks.open_unit_interval('insertion_probability',
-                                             insertion_probability)
+  num_rounds = validation.check_int('num_rounds', num_rounds, 2)
+  noise_std = validation.check_real('noise_std', noise_std, 0.0)
+  insertion_probability = validation.check_probability('insertion_probability',
+                                                       insertion_probability)
   update = np.asarray(canary_update, np.float64).reshape(-1)
   update_norm_sq = float(update @ update)
   scores = np.empty(num_rounds)
@@ -139,7 +133,7 @@ def epsilon_from_scores(scores: Any, inserted: Any, delta: float,
     perfect: What perfect separation gives: 'inf' (CANIFE) or 'cap' (the
       largest finite value these class sizes allow).
   """
-  delta = checks.open_unit_interval('delta', delta)
+  delta = validation.check_probability('delta', delta)
   if perfect not in ('inf', 'cap'):
     raise ValueError(f"perfect must be 'inf' or 'cap'; got {perfect!r}.")
   fpr, fnr = threshold_rates(scores, inserted)

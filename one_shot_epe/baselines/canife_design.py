@@ -29,12 +29,12 @@ one local SGD step the update is proportional to g).
 
 import dataclasses
 import math
-import numbers
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from one_shot_epe import validation
 from one_shot_epe.baselines import per_example
 
 # Adam's moment decays and epsilon: PyTorch's (and Kingma & Ba's) defaults, as
@@ -86,24 +86,6 @@ def canary_health(initial_loss: float, final_loss: float) -> float:
   if not math.isfinite(final_loss) or final_loss < 0.0:
     raise ValueError(f'final_loss must be finite and >= 0; got {final_loss!r}.')
   return (initial_loss - final_loss) / initial_loss
-
-
-def _check_int(name: str, value: Any, low: int) -> int:
-  if (isinstance(value, (bool, np.bool_)) or
-      not isinstance(value, numbers.Integral) or value < low):
-    raise ValueError(f'{name} must be an integer >= {low}; got {value!r}.')
-  return int(value)
-
-
-def _check_positive(name: str, value: Any) -> float:
-  try:
-    number = float(value)
-  except (TypeError, ValueError):
-    raise ValueError(
-        f'{name} must be a finite number > 0; got {value!r}.') from None
-  if not math.isfinite(number) or number <= 0.0:
-    raise ValueError(f'{name} must be a finite number > 0; got {value!r}.')
-  return number
 
 
 class CanaryDesigner:
@@ -201,10 +183,12 @@ class CanaryDesigner:
       seed: Seed of the random initialisation: pixels ~ N(0, 1) in model input
         space (the scale of standardised images) and label logits ~ N(0, 1).
     """
-    norm_target = _check_positive('norm_target', norm_target)
-    steps = _check_int('steps', steps, 0)
-    learning_rate = _check_positive('learning_rate', learning_rate)
-    seed = _check_int('seed', seed, 0)
+    norm_target = validation.check_real('norm_target', norm_target, 0.0,
+                                        low_open=True)
+    steps = validation.check_int('steps', steps, 0)
+    learning_rate = validation.check_real('learning_rate', learning_rate, 0.0,
+                                          low_open=True)
+    seed = validation.check_int('seed', seed, 0)
     updates = np.asarray(mock_updates, np.float32)
     if updates.ndim != 2 or updates.shape[1] != self.model.dim or (
         updates.shape[0] < 1):

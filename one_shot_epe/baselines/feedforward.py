@@ -16,7 +16,6 @@ relu(x W1 + b1) W2 + b2 for flattened inputs x.
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
