@@ -216,6 +216,14 @@ def adaptive_value_noise_multiplier(noise_multiplier: float,
   return (noise_multiplier**-2 - (2.0 * clipped_count_stddev)**-2)**-0.5
 
 
+def _check_noise_and_cohort(noise_multiplier: float,
+                            clients_per_round: float) -> tuple[float, float]:
+  """The arguments every constructor takes: z >= 0 and an expected cohort > 0."""
+  return (validation.check_real('noise_multiplier', noise_multiplier, low=0.0),
+          validation.check_real('clients_per_round', clients_per_round,
+                                low=0.0, low_open=True))
+
+
 def _fixed_clip(params: Any) -> tf.Tensor:
   """Clip norm in the sample params of NormalizedQuery(GaussianSumQuery)."""
   return params
@@ -248,10 +256,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     `record_aggregation_factory` sums the clients' clipped records (default
     `tff.aggregators.SumFactory`; see `__init__`).
     """
-    noise_multiplier = validation.check_real('noise_multiplier',
-                                             noise_multiplier, low=0.0)
-    clients_per_round = validation.check_real(
-        'clients_per_round', clients_per_round, low=0.0, low_open=True)
+    noise_multiplier, clients_per_round = _check_noise_and_cohort(
+        noise_multiplier, clients_per_round)
     clip = validation.check_real('clip', clip, low=0.0, low_open=True)
     if noise_seed is None:
       sum_query = tfp.GaussianSumQuery(l2_norm_clip=clip,
@@ -289,10 +295,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     noise. `record_aggregation_factory` sums the clients' clipped records
     (default `tff.aggregators.SumFactory`; see `__init__`).
     """
-    noise_multiplier = validation.check_real('noise_multiplier',
-                                             noise_multiplier, low=0.0)
-    clients_per_round = validation.check_real(
-        'clients_per_round', clients_per_round, low=0.0, low_open=True)
+    noise_multiplier, clients_per_round = _check_noise_and_cohort(
+        noise_multiplier, clients_per_round)
     initial_l2_norm_clip = validation.check_real(
         'initial_l2_norm_clip', initial_l2_norm_clip, low=0.0, low_open=True)
     target_unclipped_quantile = validation.check_real(
@@ -359,10 +363,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       record_aggregation_factory: Sums the clipped records (default
         `tff.aggregators.SumFactory`; see `__init__`).
     """
-    noise_multiplier = validation.check_real('noise_multiplier',
-                                             noise_multiplier, low=0.0)
-    clients_per_round = validation.check_real(
-        'clients_per_round', clients_per_round, low=0.0, low_open=True)
+    noise_multiplier, clients_per_round = _check_noise_and_cohort(
+        noise_multiplier, clients_per_round)
     l2_norm_clip = validation.check_real(
         'l2_norm_clip', l2_norm_clip, low=0.0, low_open=True)
     if noise_seed is not None:

@@ -263,14 +263,13 @@ def expected_cohort(clients_per_round: float, num_canaries: int,
   denominator and the adaptive clip's expected record count include them: k
   canaries presented r times each over T rounds add k r / T per round.
   """
-  if isinstance(clients_per_round, bool) or not isinstance(
-      clients_per_round, numbers.Real) or not clients_per_round > 0:
-    raise ValueError('clients_per_round must be a positive number; got '
-                     f'{clients_per_round!r}')
+  clients_per_round = validation.check_real('clients_per_round',
+                                            clients_per_round, 0.0,
+                                            low_open=True)
   num_canaries = validation.check_int('num_canaries', num_canaries, 0)
   num_rounds = validation.check_int('num_rounds', num_rounds, 1)
   repetitions = validation.check_int('repetitions', repetitions, 1, num_rounds)
-  return float(clients_per_round) + num_canaries * repetitions / num_rounds
+  return clients_per_round + num_canaries * repetitions / num_rounds
 
 
 def last_rounds_canary_schedule(

@@ -124,14 +124,18 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
   delta = validation.check_probability('delta', delta)
   resamples = validation.check_int('bootstrap_resamples',
                                    bootstrap_resamples, 20)
-  mean, std = estimation.fit_gaussian(sample, 'cosines')
   null_std = 1.0 / math.sqrt(dim)
-  epsilon_est = estimation.epsilon_from_final_cosines(sample, dim, delta)
+
+  def epsilon_of_fit(fit: tuple[float, float]) -> float:
+    # Algorithm 2 as `estimation.epsilon_from_final_cosines` (variance
+    # 'fitted'), from a fit: the point estimate and every resample alike.
+    return estimation.epsilon_two_gaussians(0.0, null_std, *fit, delta)
+
+  mean, std = estimation.fit_gaussian(sample, 'cosines')
+  epsilon_est = epsilon_of_fit((mean, std))
   rng = np.random.default_rng(seed)
   resampled = _bootstrap_epsilons(
-      [attack_metrics.bootstrap_fits(sample, resamples, rng)],
-      lambda fit: estimation.epsilon_two_gaussians(0.0, null_std, fit[0],
-                                                   fit[1], delta))
+      [attack_metrics.bootstrap_fits(sample, resamples, rng)], epsilon_of_fit)
   mu = attack_metrics.gdp_mu(mean, 0.0, null_std)
   return PrivacyReport(
       threat_model='final', dim=dim, delta=delta,
@@ -171,15 +175,21 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
   delta = validation.check_probability('delta', delta)
   resamples = validation.check_int('bootstrap_resamples',
                                    bootstrap_resamples, 20)
+
+  def epsilon_of_fits(seen_fit: tuple[float, float],
+                      unseen_fit: tuple[float, float]) -> float:
+    # Algorithm 3 as `estimation.epsilon_from_seen_unseen`, from the fits: the
+    # point estimate and every resample alike.
+    return estimation.epsilon_two_gaussians(*unseen_fit, *seen_fit, delta)
+
   mu_seen, std_seen = estimation.fit_gaussian(seen, 'seen')
   mu_unseen, std_unseen = estimation.fit_gaussian(unseen, 'unseen')
-  epsilon_est = estimation.epsilon_from_seen_unseen(seen, unseen, delta)
+  epsilon_est = epsilon_of_fits((mu_seen, std_seen), (mu_unseen, std_unseen))
   rng = np.random.default_rng(seed)
   resampled = _bootstrap_epsilons(
       [attack_metrics.bootstrap_fits(seen, resamples, rng),
        attack_metrics.bootstrap_fits(unseen, resamples, rng)],
-      lambda s, u: estimation.epsilon_two_gaussians(u[0], u[1], s[0], s[1],
-                                                    delta))
+      epsilon_of_fits)
   mu = attack_metrics.gdp_mu(mu_seen, mu_unseen, std_unseen)
   if dim is not None:
     dim = validation.check_int('dim', dim, 3)

@@ -17,7 +17,6 @@ eps_hat_r with `canife_accounting.canife_epsilon`.
 
 import dataclasses
 import math
-import numbers
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from one_shot_epe import validation
 from one_shot_epe.baselines import canife_attack
 from one_shot_epe.baselines import canife_design
 from one_shot_epe.baselines import per_example
@@ -58,22 +58,17 @@ class CanifeConfig:
   norm_target: float | None = None
 
   def __post_init__(self):
-    for name, low in (('design_steps', 0), ('num_mock_rounds', 2)):
-      value = getattr(self, name)
-      if (isinstance(value, (bool, np.bool_)) or
-          not isinstance(value, numbers.Integral) or value < low):
-        raise ValueError(f'{name} must be an integer >= {low}; got {value!r}.')
-    for name, low, high in (('design_learning_rate', 0.0, math.inf),
-                            ('insertion_probability', 0.0, 1.0),
-                            ('attack_delta', 0.0, 1.0),
-                            ('norm_target', 0.0, math.inf)):
-      value = getattr(self, name)
-      if value is None and name in ('attack_delta', 'norm_target'):
-        continue
-      if (isinstance(value, bool) or not isinstance(value, numbers.Real) or
-          not low < value < high or not math.isfinite(value)):
-        raise ValueError(f'{name} must be a finite number in ({low}, {high}); '
-                         f'got {value!r}.')
+    validation.check_int('design_steps', self.design_steps, 0)
+    validation.check_int('num_mock_rounds', self.num_mock_rounds, 2)
+    validation.check_real('design_learning_rate', self.design_learning_rate,
+                          0.0, low_open=True)
+    validation.check_probability('insertion_probability',
+                                 self.insertion_probability)
+    if self.attack_delta is not None:
+      validation.check_probability('attack_delta', self.attack_delta)
+    if self.norm_target is not None:
+      validation.check_real('norm_target', self.norm_target, 0.0,
+                            low_open=True)
 
   def delta(self) -> float:
     """The delta of eps_hat_r: attack_delta, or 1/num_mock_rounds."""
@@ -140,10 +135,8 @@ class CanifeAuditor:
       seed: Seeds the canary initialisation, insertions, noise and cohorts.
     """
     clip = per_example.check_clip(clip)
-    noise_multiplier = float(noise_multiplier)
-    if not math.isfinite(noise_multiplier) or noise_multiplier < 0.0:
-      raise ValueError('noise_multiplier must be a finite number >= 0; got '
-                       f'{noise_multiplier!r}.')
+    noise_multiplier = validation.check_real('noise_multiplier',
+                                             noise_multiplier, 0.0)
     config = self.config
     design_seed, attack_seed = np.random.SeedSequence(seed).generate_state(2)
     params = tf.constant(np.asarray(params, np.float32))

@@ -47,7 +47,6 @@ random streams, so training is the same whether or not it is audited.
 
 import dataclasses
 import math
-import numbers
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -59,6 +58,7 @@ from one_shot_epe import canaries
 from one_shot_epe import cosine_tracking
 from one_shot_epe import final_model
 from one_shot_epe import participation
+from one_shot_epe import validation
 from one_shot_epe.baselines import per_example
 
 SAMPLINGS = ('poisson', 'shuffle')
@@ -99,16 +99,10 @@ class TrainingConfig:
   def __post_init__(self):
     for name, low in (('batch_size', 1), ('epochs', 1), ('num_seen', 0),
                       ('num_unseen', 0), ('buffer_rounds', 1), ('seed', 0)):
-      value = getattr(self, name)
-      if (isinstance(value, (bool, np.bool_)) or
-          not isinstance(value, numbers.Integral) or value < low):
-        raise ValueError(f'{name} must be an integer >= {low}; got {value!r}.')
+      validation.check_int(name, getattr(self, name), low)
     per_example.check_clip(self.clip)
     for name in ('noise_multiplier', 'learning_rate'):
-      value = getattr(self, name)
-      if (isinstance(value, bool) or not isinstance(value, numbers.Real) or
-          not math.isfinite(value) or value < 0.0):
-        raise ValueError(f'{name} must be a finite number >= 0; got {value!r}.')
+      validation.check_real(name, getattr(self, name), 0.0)
     if self.sampling not in SAMPLINGS:
       raise ValueError(f'sampling must be one of {SAMPLINGS}; got '
                        f'{self.sampling!r}.')
@@ -176,9 +170,7 @@ def canary_schedule(config: TrainingConfig, num_clients: int,
   if config.num_seen < 1:
     raise ValueError('config.num_seen must be >= 1 for a canary schedule; got '
                      f'{config.num_seen}.')
-  if (isinstance(num_clients, (bool, np.bool_)) or
-      not isinstance(num_clients, numbers.Integral)):
-    raise TypeError(f'num_clients must be an integer; got {num_clients!r}.')
+  num_clients = validation.check_int('num_clients', num_clients)
   if num_clients < config.batch_size:
     raise ValueError(f'num_clients must be >= batch_size = {config.batch_size}'
                      f'; got {num_clients}.')

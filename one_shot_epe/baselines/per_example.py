@@ -18,11 +18,12 @@ A model is any object with `dim` (number of parameters), `num_classes`,
 `one_shot_epe.baselines.feedforward.FeedForward`.
 """
 
-import math
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from one_shot_epe import validation
 
 
 def one_hot(labels: Any, num_classes: int) -> np.ndarray:
@@ -36,15 +37,8 @@ def one_hot(labels: Any, num_classes: int) -> np.ndarray:
 
 
 def check_clip(clip: Any) -> float:
-  """Returns the clip norm C as a float, or raises ValueError unless C > 0."""
-  try:
-    value = float(clip)
-  except (TypeError, ValueError):
-    raise ValueError(
-        f'clip must be a finite number > 0; got {clip!r}.') from None
-  if not math.isfinite(value) or value <= 0.0:
-    raise ValueError(f'clip must be a finite number > 0; got {clip!r}.')
-  return value
+  """The clip norm C as a float > 0 (`validation.check_real`)."""
+  return validation.check_real('clip', clip, 0.0, low_open=True)
 
 
 def clip_rows(matrix: tf.Tensor, clip: float) -> tf.Tensor:
