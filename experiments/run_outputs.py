@@ -11,6 +11,7 @@ launcher reports in one line. Framework-free.
 import collections
 import dataclasses
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -55,6 +56,7 @@ class RunResult:
     accuracy: Final test accuracy (`experiments.train.ACCURACY_METRICS[task]`).
     final_cosines: Seen canaries' cosines with the final model (empty without
       canaries).
+    final_unseen_cosines: Unseen canaries' cosines with the final model.
     seen_maxima, unseen_maxima: Max-over-rounds cosines (empty without).
     report: The privacy report; None without canaries.
   """
@@ -67,6 +69,7 @@ class RunResult:
   delta: float
   accuracy: float
   final_cosines: np.ndarray
+  final_unseen_cosines: np.ndarray
   seen_maxima: np.ndarray
   unseen_maxima: np.ndarray
   report: run_report.RunReport | None
@@ -75,13 +78,21 @@ class RunResult:
 def write_results(config: train_config.TrainConfig, *, dim: int, delta: float,
                   num_train_clients: int, total_rounds: int, data_source: str,
                   accuracy: float, final_cosines: np.ndarray,
-                  seen_maxima: np.ndarray, unseen_maxima: np.ndarray
-                  ) -> run_report.RunReport:
-  """Writes the cosine CSVs, the privacy report and the density plot."""
+                  final_unseen_cosines: np.ndarray, seen_maxima: np.ndarray,
+                  unseen_maxima: np.ndarray,
+                  schedule: Sequence[Sequence[int]]) -> run_report.RunReport:
+  """Writes the cosine CSVs, the privacy report and the density plot.
+
+  `schedule` lists the seen canaries inserted in each round (ids 0..k-1),
+  whose counts give the last-iterate heuristic its mixture.
+  """
   run_dir = config.run_dir
-  atomic_io.write_columns_csv(os.path.join(run_dir, FINAL_COSINES_FILE),
-                              {'cosine': final_cosines})
   has_unseen = unseen_maxima.size > 0
+  final_columns = {'cosine': final_cosines}
+  if has_unseen:
+    final_columns['unseen'] = final_unseen_cosines
+  atomic_io.write_columns_csv(os.path.join(run_dir, FINAL_COSINES_FILE),
+                              final_columns)
   if has_unseen:
     atomic_io.write_columns_csv(os.path.join(run_dir, MAX_COSINES_FILE),
                                 {'seen': seen_maxima, 'unseen': unseen_maxima})
@@ -98,9 +109,13 @@ def write_results(config: train_config.TrainConfig, *, dim: int, delta: float,
       canary_seed=config.canary_seed)
   if config.backend != 'tff':
     setting['backend'] = config.backend
+  inserted = [i for ids in schedule for i in ids]
   report = run_report.build_run_report(
       final_cosines=final_cosines, dim=dim, delta=delta,
       noise_multiplier=config.noise_multiplier, alpha=config.alpha,
+      final_unseen_cosines=final_unseen_cosines if has_unseen else None,
+      presentation_counts=np.bincount(np.asarray(inserted, np.int64),
+                                      minlength=config.num_canaries),
       seen_maxima=seen_maxima if has_unseen else None,
       unseen_maxima=unseen_maxima if has_unseen else None,
       accuracy=accuracy, setting=setting,

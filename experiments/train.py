@@ -498,34 +498,40 @@ def _train_and_write(setup: PreparedRun) -> RunResult:
       progress.close()
     final_metrics = evaluation_fn(state, test_data)
     accuracy = float(final_metrics[ACCURACY_METRICS[task.name]])
-    final_cosines = seen_maxima = unseen_maxima = np.zeros(0)
+    final_cosines = final_unseen = seen_maxima = unseen_maxima = np.zeros(0)
     if tracking is not None:
       initial_state = loop.run_until_complete(
           state_manager.load_learning_state(0, process.initialize()))
       with tf.device(setup.device):
-        final_cosines = final_model.final_model_cosines(
+        cosines = final_model.final_model_cosines(
             process.get_model_weights(state).trainable,
             canary_seed=config.canary_seed,
-            canary_ids=canaries.seen_ids(config.num_canaries),
+            canary_ids=np.concatenate([
+                canaries.seen_ids(config.num_canaries),
+                canaries.unseen_ids(config.num_unseen_canaries)]),
             initial_weights=process.get_model_weights(initial_state).trainable,
             statistic=config.final_model_statistic)
+      final_cosines = cosines[:config.num_canaries]
+      final_unseen = cosines[config.num_canaries:]
       maxima = tracking.tracker.maxima()
       seen_maxima = maxima.seen.astype(np.float64)
       unseen_maxima = maxima.unseen.astype(np.float64)
-  report = _write_results(setup, accuracy, final_cosines, seen_maxima,
-                          unseen_maxima)
+  report = _write_results(setup, accuracy, final_cosines, final_unseen,
+                          seen_maxima, unseen_maxima)
   return RunResult(config=config, run_dir=run_dir,
                    total_rounds=setup.total_rounds,
                    resumed_from_round=resumed_from,
                    rounds_trained=progress.rounds_trained,
                    dim=task.num_parameters, delta=setup.delta,
                    accuracy=accuracy, final_cosines=final_cosines,
+                   final_unseen_cosines=final_unseen,
                    seen_maxima=seen_maxima, unseen_maxima=unseen_maxima,
                    report=report)
 
 
 def _write_results(setup: PreparedRun, accuracy: float,
-                   final_cosines: np.ndarray, seen_maxima: np.ndarray,
+                   final_cosines: np.ndarray, final_unseen: np.ndarray,
+                   seen_maxima: np.ndarray,
                    unseen_maxima: np.ndarray) -> run_report.RunReport | None:
   """Writes the cosine CSVs, the privacy report and the density plot."""
   if setup.canary_config is None:
@@ -535,7 +541,8 @@ def _write_results(setup: PreparedRun, accuracy: float,
       num_train_clients=setup.task.num_train_clients,
       total_rounds=setup.total_rounds, data_source=setup.task.data_source,
       accuracy=accuracy, final_cosines=final_cosines,
-      seen_maxima=seen_maxima, unseen_maxima=unseen_maxima)
+      final_unseen_cosines=final_unseen, seen_maxima=seen_maxima,
+      unseen_maxima=unseen_maxima, schedule=setup.canary_config.schedule)
 
 
 def main(argv: Sequence[str]) -> None:

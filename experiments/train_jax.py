@@ -296,12 +296,15 @@ def run_training(config: train_config.TrainConfig) -> run_outputs.RunResult:
         num_train_clients=plan.train.num_clients,
         total_rounds=plan.total_rounds, data_source=source,
         accuracy=outcome.accuracy, final_cosines=outcome.final_cosines,
-        seen_maxima=outcome.seen_maxima, unseen_maxima=outcome.unseen_maxima)
+        final_unseen_cosines=outcome.final_unseen_cosines,
+        seen_maxima=outcome.seen_maxima, unseen_maxima=outcome.unseen_maxima,
+        schedule=plan.schedule)
   return run_outputs.RunResult(
       config=config, run_dir=run_dir, total_rounds=plan.total_rounds,
       resumed_from_round=outcome.resumed_from_round,
       rounds_trained=outcome.rounds_trained, dim=outcome.dim, delta=delta,
       accuracy=outcome.accuracy, final_cosines=outcome.final_cosines,
+      final_unseen_cosines=outcome.final_unseen_cosines,
       seen_maxima=outcome.seen_maxima, unseen_maxima=outcome.unseen_maxima,
       report=report)
 

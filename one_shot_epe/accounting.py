@@ -18,12 +18,29 @@ assumes spelled out, because they answer different questions:
   looser by orders of magnitude). Shuffled epochs: at most one participation
   per epoch, composed over the epochs without amplification (tight bounds
   for shuffling are not known; the paper's footnote 5).
+  `client_epsilon_of_event` does the same from the DpEvent that the DP
+  aggregation reports for one round (TFF's `extract_dp_event_from_state`), so
+  an adaptive clip's count query is accounted as well.
+
+A third number is a heuristic, not a bound: `last_iterate_epsilon`, the
+reference for the final-model estimate (Steinke et al., 2025, "The last
+iterate advantage"). For linear losses the final model is the initial one
+plus the sum of every round's noised update, so a canary presented K times
+in T rounds (K drawn by the run's schedule) is seen as N(K, T z^2) against
+N(0, T z^2) when absent: a mixture of Gaussians against one Gaussian, whose
+exact eps is computed here. Real training is not linear and nothing proves the
+heuristic an upper bound, which is why it is labelled a heuristic.
 """
 
+import collections
 import dataclasses
 import math
 
 import dp_accounting
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import optimize
+from scipy import special
 
 from one_shot_epe import estimation
 from one_shot_epe import validation
@@ -113,17 +130,19 @@ def canary_epsilon(noise_multiplier: float, delta: float,
       'amplification')
 
 
-def _poisson_sampled_pld_epsilon(noise_multiplier: float, delta: float,
-                                 probability: float, rounds: int) -> float:
-  """dp_accounting PLD eps of T Poisson-subsampled Gaussian rounds."""
-  event = dp_accounting.SelfComposedDpEvent(
-      dp_accounting.PoissonSampledDpEvent(
-          probability, dp_accounting.GaussianDpEvent(noise_multiplier)),
-      rounds)
+def _pld_epsilon(event: dp_accounting.DpEvent, delta: float) -> float:
+  """dp_accounting PLD eps of `event` at delta (pessimistic discretisation).
+
+  Raises:
+    ValueError: if the PLD accountant cannot account `event` (e.g. tree
+      aggregation), naming the event.
+  """
 
   def pld_epsilon(interval: float) -> float:
     accountant = dp_accounting.pld.PLDAccountant(
         value_discretization_interval=interval)
+    if not accountant.supports(event):
+      raise ValueError(f'the PLD accountant cannot account {event!r}.')
     accountant.compose(event)
     return float(accountant.get_epsilon(delta))
 
@@ -131,6 +150,79 @@ def _poisson_sampled_pld_epsilon(noise_multiplier: float, delta: float,
   interval = min(_COARSE_INTERVAL,
                  max(_FINEST_INTERVAL, _FINE_RELATIVE_INTERVAL * coarse))
   return coarse if interval == _COARSE_INTERVAL else pld_epsilon(interval)
+
+
+def _has_noise(event: dp_accounting.DpEvent) -> bool:
+  """False for an event holding a Gaussian of noise multiplier 0 (no DP)."""
+  if isinstance(event, dp_accounting.GaussianDpEvent):
+    return event.noise_multiplier > 0
+  if isinstance(event, dp_accounting.NonPrivateDpEvent):
+    return False
+  if isinstance(event, dp_accounting.ComposedDpEvent):
+    return all(_has_noise(inner) for inner in event.events)
+  inner = getattr(event, 'event', None)
+  return True if inner is None else _has_noise(inner)
+
+
+def _merged_gaussians(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+  """A composition of Gaussian events as the one Gaussian it equals.
+
+  k Gaussian mechanisms of noise multipliers z_i on the same records are
+  exactly one Gaussian at (sum_i z_i^-2)^-1/2 (their noised outputs, scaled by
+  1/z_i^2, are a sufficient statistic). An adaptive clip's round (the sum's
+  and the unclipped count's noise) is such a composition; dp_accounting's
+  PLD accountant can subsample the merged event but not the composition.
+  Any other event is returned unchanged.
+  """
+  if (isinstance(event, dp_accounting.ComposedDpEvent) and event.events and
+      all(isinstance(inner, dp_accounting.GaussianDpEvent) and
+          inner.noise_multiplier > 0 for inner in event.events)):
+    precision = sum(inner.noise_multiplier**-2 for inner in event.events)
+    return dp_accounting.GaussianDpEvent(precision**-0.5)
+  return event
+
+
+def client_epsilon_of_event(round_event: dp_accounting.DpEvent, delta: float,
+                            participation: Participation | None,
+                            rounds: int) -> MechanismEpsilon:
+  """Accounted eps of a real client whose every round is `round_event`.
+
+  participation None: the client takes part in every one of the `rounds`
+  rounds, the worst case of any sampling. Otherwise as `client_epsilon`: for
+  Bernoulli/Poisson cohorts each round is the event Poisson-subsampled at q
+  and composed over the participation's rounds; for shuffled epochs it is
+  composed once per epoch. Infinite when the event adds no noise.
+  """
+  delta = validation.check_probability('delta', delta)
+  rounds = validation.check_int('rounds', rounds, 1)
+  if not isinstance(round_event, dp_accounting.DpEvent):
+    raise TypeError('round_event must be a dp_accounting.DpEvent; got '
+                    f'{type(round_event).__name__}.')
+  if participation is None:
+    event = dp_accounting.SelfComposedDpEvent(round_event, rounds)
+    description = (f'a real client in every one of {rounds} rounds (no '
+                   'sampling given): the round\'s DP event composed '
+                   f'{rounds} times (dp_accounting PLD)')
+  elif not isinstance(participation, Participation):
+    raise TypeError('participation must be an accounting.Participation; got '
+                    f'{type(participation).__name__}.')
+  elif participation.sampling == 'shuffle':
+    epochs = participation.epochs
+    event = dp_accounting.SelfComposedDpEvent(round_event, epochs)
+    description = (f'a real client at most once in each of {epochs} shuffled '
+                   f'epoch(s): the round\'s DP event composed {epochs} times, '
+                   'no amplification by shuffling claimed (dp_accounting PLD)')
+  else:
+    q = participation.sampling_probability
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, _merged_gaussians(round_event)),
+        participation.rounds)
+    description = (f'a real client, independent inclusion at q = {q:.4g} per '
+                   'round: the round\'s DP event Poisson-subsampled and '
+                   f'composed over {participation.rounds} rounds '
+                   '(dp_accounting PLD)')
+  epsilon = _pld_epsilon(event, delta) if _has_noise(round_event) else math.inf
+  return MechanismEpsilon(epsilon, description)
 
 
 def client_epsilon(noise_multiplier: float, delta: float,
@@ -152,10 +244,119 @@ def client_epsilon(noise_multiplier: float, delta: float,
   cohort = ('independent inclusion' if participation.sampling == 'bernoulli'
             else 'Poisson-sized uniform cohort, accounted as independent '
             'inclusion')
-  epsilon = (math.inf if z == 0 else
-             _poisson_sampled_pld_epsilon(z, delta, q, rounds))
+  epsilon = (math.inf if z == 0 else _pld_epsilon(
+      dp_accounting.SelfComposedDpEvent(
+          dp_accounting.PoissonSampledDpEvent(
+              q, dp_accounting.GaussianDpEvent(z)), rounds), delta))
   return MechanismEpsilon(
       epsilon,
       f'a real client, {cohort} at q = {q:.4g} per round: Poisson-subsampled '
       f'Gaussian at noise multiplier {z:g} composed over {rounds} rounds '
       '(dp_accounting PLD)')
+
+
+def _mixture_log_delta(epsilon: float, scale: float, counts: np.ndarray,
+                       weights: np.ndarray) -> float:
+  """log delta(eps) between Q = sum_k w_k N(k, s^2) and P = N(0, s^2), both ways.
+
+  The privacy loss log q/p (x) = log sum_k w_k exp((2 k x - k^2) / (2 s^2))
+  increases in x, so the optimal sets are half-lines: Q - e^eps P is largest
+  on {x > x1} with loss(x1) = eps, and P - e^eps Q on {x < x2} with
+  loss(x2) = -eps, which exists only while -eps > log w_0 (the loss tends to
+  log w_0 as x -> -infinity). Tail masses are taken as logs.
+  """
+  log_weights = np.log(weights)
+
+  def loss(x: float) -> float:
+    return float(special.logsumexp(
+        log_weights + (2.0 * counts * x - counts**2) / (2.0 * scale**2)))
+
+  def root(level: float) -> float:
+    lo, hi = -1.0, 1.0
+    while loss(lo) > level:
+      lo *= 2.0
+    while loss(hi) < level:
+      hi *= 2.0
+    return optimize.brentq(lambda x: loss(x) - level, lo, hi, xtol=1e-12,
+                           rtol=1e-14, maxiter=500)
+
+  def log_diff(log_a: float, log_b: float) -> float:
+    return -math.inf if log_b >= log_a else log_a + math.log1p(
+        -math.exp(log_b - log_a))
+
+  x1 = root(epsilon)
+  forward = log_diff(
+      float(special.logsumexp(log_weights + special.log_ndtr(
+          (counts - x1) / scale))),
+      epsilon + float(special.log_ndtr(-x1 / scale)))
+  backward = -math.inf
+  zero = counts == 0
+  floor = log_weights[zero][0] if np.any(zero) else -math.inf
+  if -epsilon > floor:
+    x2 = root(-epsilon)
+    backward = log_diff(
+        float(special.log_ndtr(x2 / scale)),
+        epsilon + float(special.logsumexp(log_weights + special.log_ndtr(
+            (x2 - counts) / scale))))
+  return max(forward, backward)
+
+
+def last_iterate_epsilon(noise_multiplier: float, delta: float, rounds: int,
+                         presentations: ArrayLike) -> MechanismEpsilon:
+  """The last-iterate heuristic eps of a canary (Steinke et al., 2025).
+
+  Args:
+    noise_multiplier: z, the noise std per round in units of the clip norm.
+    delta: The delta of the eps.
+    rounds: T, the rounds summed into the final model.
+    presentations: How many times each seen canary was presented (the run's
+      schedule, `participation.CanarySchedule.appearance_counts()`); their
+      empirical law is the mixture's K.
+
+  Returns:
+    eps between sum_k P(K = k) N(k, T z^2) and N(0, T z^2) (see the module
+    docstring), exact for a linear loss and a constant clip norm. When every
+    canary is presented r times it is one Gaussian mechanism at noise
+    z sqrt(T) / r (`estimation.gaussian_epsilon`).
+  """
+  z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
+  delta = validation.check_probability('delta', delta)
+  rounds = validation.check_int('rounds', rounds, 1)
+  counts = np.asarray(presentations)
+  if (counts.ndim != 1 or counts.size == 0 or
+      not np.issubdtype(counts.dtype, np.integer) or np.any(counts < 0) or
+      np.any(counts > rounds)):
+    raise ValueError('presentations must be a non-empty 1-D array of integers '
+                     f'in [0, rounds = {rounds}].')
+  tally = collections.Counter(int(c) for c in counts)
+  description = (f'heuristic, not a bound: the final model as the sum of {rounds} '
+                 f'noised rounds at noise multiplier {z:g} (a linear loss), '
+                 'a canary presented ' + ', '.join(
+                     f'{k} time(s) for {n / counts.size:.3g}'
+                     for k, n in sorted(tally.items())) +
+                 ' of canaries (Steinke et al., 2025)')
+  if max(tally) == 0:
+    return MechanismEpsilon(0.0, description)
+  if z == 0:
+    return MechanismEpsilon(math.inf, description)
+  scale = z * math.sqrt(rounds)
+  if len(tally) == 1:
+    (only,) = tally
+    return MechanismEpsilon(estimation.gaussian_epsilon(scale / only, delta),
+                            description)
+  values = np.array(sorted(tally), dtype=np.float64)
+  weights = np.array([tally[int(k)] for k in values], dtype=np.float64)
+  weights /= weights.sum()
+  log_delta = math.log(delta)
+
+  def excess(epsilon: float) -> float:
+    return _mixture_log_delta(epsilon, scale, values, weights) - log_delta
+
+  if excess(0.0) <= 0.0:
+    return MechanismEpsilon(0.0, description)
+  hi = 1.0
+  while excess(hi) > 0.0:
+    hi *= 2.0
+  return MechanismEpsilon(
+      optimize.brentq(excess, 0.0, hi, xtol=1e-10, rtol=1e-12, maxiter=500),
+      description)

@@ -15,9 +15,12 @@ larger") are reported beside it:
 * The Gaussian-DP parameter mu = (seen mean - null mean) / null std
   (Dong, Roth and Su, 2022), a single shift between equal-variance Gaussians
   (`gdp_mu`); eps(mu, delta) is the Gaussian mechanism's eps at sigma = 1/mu.
-* A basic (pivotal) bootstrap interval for any estimate (`bootstrap_fits`,
-  `basic_bootstrap_interval`): the bootstrap's own bias is subtracted, which
-  matters because the fitted-variance eps_est is biased upwards at small delta.
+* The mu implied by the AUROC, sqrt(2) Phi^-1(AUROC) (`gdp_mu_from_auroc`):
+  mu-GDP's optimal test has AUROC Phi(mu / sqrt(2)) and no test does better,
+  so unlike the mean shift it cannot be inflated by a statistic whose spread
+  differs between seen and unseen canaries (a maximum over rounds).
+* A percentile bootstrap interval for the headline estimates
+  (`bootstrap_means`, `bootstrap_aurocs`, `percentile_bootstrap_interval`).
 """
 
 import math
@@ -82,9 +85,44 @@ def gdp_mu(seen_mean: float, null_mean: float, null_std: float) -> float:
   return (float(seen_mean) - float(null_mean)) / null_std
 
 
-def bootstrap_fits(sample: ArrayLike, resamples: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-  """Means and population stds of `resamples` bootstrap resamples of `sample`.
+def gdp_mu_from_auroc(auroc: float, num_pairs: int) -> float:
+  """mu = sqrt(2) Phi^-1(AUROC): the Gaussian-DP mu whose optimal test has this AUROC.
+
+  The ROC curve of mu-GDP is TPR = Phi(Phi^-1(FPR) + mu), whose area is
+  Phi(mu / sqrt(2)); the ROC of any test of a mu-GDP mechanism lies below it,
+  so this mu is at most the mechanism's. It depends on the statistic only
+  through ranks. An empirical AUROC of 0 or 1 over `num_pairs` (seen, unseen)
+  pairs is moved half a pair inwards, 1/(2 num_pairs), so perfect separation
+  gives the largest mu that many pairs can show rather than infinity.
+  """
+  auroc = validation.check_real('auroc', auroc, 0.0, 1.0)
+  num_pairs = validation.check_int('num_pairs', num_pairs, 1)
+  margin = 0.5 / num_pairs
+  return math.sqrt(2.0) * float(
+      stats.norm.ppf(min(max(auroc, margin), 1.0 - margin)))
+
+
+def bootstrap_aurocs(seen: ArrayLike, unseen: ArrayLike, resamples: int,
+                     rng: np.random.Generator) -> np.ndarray:
+  """AUROCs (`auroc_two_samples`) of `resamples` bootstrap resamples.
+
+  Seen and unseen are resampled independently, each with replacement.
+  """
+  seen = validation.check_sample('seen', seen, min_size=1)
+  unseen = validation.check_sample('unseen', unseen, min_size=1)
+  resamples = validation.check_int('resamples', resamples, 1)
+  if not isinstance(rng, np.random.Generator):
+    raise TypeError('rng must be a numpy.random.Generator.')
+  return np.array([
+      auroc_two_samples(seen[rng.integers(0, seen.size, seen.size)],
+                        unseen[rng.integers(0, unseen.size, unseen.size)])
+      for _ in range(resamples)
+  ])
+
+
+def bootstrap_means(sample: ArrayLike, resamples: int,
+                    rng: np.random.Generator) -> np.ndarray:
+  """Means of `resamples` bootstrap resamples of `sample`.
 
   Each resample draws len(sample) values with replacement; all resamples are
   drawn and summarised at once ([resamples, n] indices).
@@ -94,23 +132,21 @@ def bootstrap_fits(sample: ArrayLike, resamples: int,
   if not isinstance(rng, np.random.Generator):
     raise TypeError('rng must be a numpy.random.Generator.')
   drawn = sample[rng.integers(0, sample.size, size=(int(resamples), sample.size))]
-  return drawn.mean(axis=1), drawn.std(axis=1)
+  return drawn.mean(axis=1)
 
 
-def basic_bootstrap_interval(estimate: float, resampled: ArrayLike,
-                             level: float = 0.95,
-                             lower_limit: float = 0.0) -> tuple[float, float]:
-  """Basic (pivotal) bootstrap interval (Davison and Hinkley, 1997, eq. 5.6).
+def percentile_bootstrap_interval(resampled: ArrayLike,
+                                  level: float = 0.95) -> tuple[float, float]:
+  """Percentile bootstrap interval (Efron; Davison and Hinkley, 1997, Sec. 5.3).
 
-  (2 theta_hat - q_{(1+level)/2}, 2 theta_hat - q_{(1-level)/2}) with q the
-  quantiles of the resampled estimates. It treats theta* - theta_hat as the
-  law of theta_hat - theta, so a bias that the bootstrap reproduces is
-  removed (a percentile interval would keep it). Endpoints below
-  `lower_limit` (eps >= 0) are raised to it.
+  The (1 - level)/2 and (1 + level)/2 quantiles of the resampled estimates.
+  The headline estimates are monotone functions of a nearly unbiased
+  statistic (a mean, an AUROC), for which the percentile interval is the
+  interval of that statistic carried through the function: it respects the
+  transformation, where the basic interval's reflection would not.
   """
   level = validation.check_probability('level', level)
   resampled = validation.check_sample('resampled', resampled, min_size=1)
-  low_q, high_q = np.quantile(resampled, [(1.0 - level) / 2.0,
-                                          (1.0 + level) / 2.0])
-  return (max(2.0 * estimate - float(high_q), lower_limit),
-          max(2.0 * estimate - float(low_q), lower_limit))
+  low, high = np.quantile(resampled, [(1.0 - level) / 2.0,
+                                      (1.0 + level) / 2.0])
+  return float(low), float(high)

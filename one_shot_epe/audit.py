@@ -15,7 +15,10 @@ data (Andrew et al., ICLR 2024, Sections 3-4):
    train_model`) and adds the audit's state to their checkpoints;
 3. one call at the end, `report()`, giving both threat models (Algorithm 2:
    cosines with theta_T - theta_0; Algorithm 3: max-over-rounds cosines of seen
-   vs unseen canaries) and both upper bounds as a `run_report.RunReport`.
+   vs unseen canaries) and the references as a `run_report.RunReport`: the
+   canary's analytical eps, a real client's eps over the rounds observed
+   (the aggregator's own DpEvent, composed with dp_accounting) and the
+   last-iterate heuristic.
 
 Example (examples/canaries_in_fedavg.py runs it on a tiny model):
 
@@ -30,6 +33,7 @@ Example (examples/canaries_in_fedavg.py runs it on a tiny model):
   print(audit.report().to_markdown())
 """
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,7 +96,8 @@ class CanaryAudit:
       noise_seed: None for unpredictable DP noise (deployments); an int makes
         a simulation reproducible.
       client_participation: How real clients are sampled, for the report's
-        accounted epsilon (`accounting.client_epsilon`); None omits it.
+        accounted epsilon (`accounting.client_epsilon_of_event`, over the
+        rounds observed); None accounts a client taking part in every round.
     """
     num_unseen = (num_canaries if num_unseen_canaries is None else
                   num_unseen_canaries)
@@ -115,6 +120,7 @@ class CanaryAudit:
     self._tracker: cosine_tracking.CosineTracker | None = None
     self._initial: np.ndarray | None = None
     self._latest: np.ndarray | None = None
+    self._round_event: dp_accounting.DpEvent | None = None
 
   # -- 1. The aggregation factory. --------------------------------------------
 
@@ -210,6 +216,7 @@ class CanaryAudit:
                        f'round {round_num}.')
     summaries = self._tracker.observe(learning_state.aggregator)
     self._latest = weights
+    self._round_event = self.dp_event(learning_state)
     return summaries
 
   def state(self) -> dict[str, np.ndarray]:
@@ -241,6 +248,8 @@ class CanaryAudit:
             -1, initial.size))
     self._initial = initial
     self._latest = _flat_trainable(learning_state)
+    if tracker_state.rounds_observed > 0:
+      self._round_event = self.dp_event(learning_state)
     self._tracker = cosine_tracking.CosineTracker(
         self.canary_config, initial.size, state=tracker_state)
 
@@ -269,16 +278,19 @@ class CanaryAudit:
     """Each canary's max-over-rounds cosine so far (Algorithm 3, l. 15-16)."""
     return self._check_observed().maxima()
 
-  def final_cosines(self) -> np.ndarray:
-    """Seen canaries' cosines with theta_0 - theta_t, t the latest round.
+  def final_cosines(self, unseen: bool = False) -> np.ndarray:
+    """Seen (or unseen) canaries' cosines with theta_0 - theta_t, t the latest round.
 
     Algorithm 2, line 11, on the model delta (`final_model`, statistic
-    'delta', tff.learning's sign convention).
+    'delta', tff.learning's sign convention). The unseen canaries' cosines
+    follow the null and serve the one-run certificates.
     """
     self._check_observed()
+    config = self.canary_config
+    ids = (canaries.unseen_ids(config.num_unseen) if unseen else
+           canaries.seen_ids(config.num_seen))
     return final_model.final_model_cosines(
-        self._latest, canary_seed=self.canary_config.seed,
-        canary_ids=canaries.seen_ids(self.canary_config.num_seen),
+        self._latest, canary_seed=config.seed, canary_ids=ids,
         initial_weights=self._initial)
 
   def report(self, *, alpha: float = 0.05, accuracy: float | None = None,
@@ -300,12 +312,24 @@ class CanaryAudit:
                        'noise_multiplier.')
     config = self.canary_config
     maxima = self.cosine_maxima()
+    rounds = tracker.rounds_observed
+    participation = self._client_participation
+    if participation is not None:
+      participation = dataclasses.replace(participation, rounds=rounds)
+    inserted = [i for ids in config.schedule[:rounds] for i in ids]
     return run_report.build_run_report(
-        final_cosines=self.final_cosines(), dim=int(self._initial.size),
+        final_cosines=self.final_cosines(),
+        final_unseen_cosines=(self.final_cosines(unseen=True)
+                              if config.num_unseen >= 2 else None),
+        dim=int(self._initial.size),
         delta=self._delta, noise_multiplier=noise_multiplier, alpha=alpha,
         seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
         accuracy=accuracy, canary_presentations=self._repetitions,
-        participation=self._client_participation,
+        rounds=rounds, participation=participation,
+        presentation_counts=np.bincount(np.asarray(inserted, np.int64),
+                                        minlength=config.num_seen),
+        round_event=(self._round_event if self._noise_multiplier is not None
+                     else None),
         setting={'num_canaries': config.num_seen,
                  'num_unseen_canaries': config.num_unseen,
                  'canary_repeats': self._repetitions,

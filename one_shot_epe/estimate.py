@@ -5,12 +5,14 @@ r"""Command line: privacy report from a CSV of canary cosines.
 
 The CSV has a header row. A column named `cosine` (or a single unnamed column)
 holds observed canaries' cosines with the final model and gives the
-final-model report (Algorithm 2; needs --dim). Columns `seen` and `unseen` hold
-max-over-rounds cosines and give the all-iterates report (Algorithm 3); the two
-columns may differ in length (leave trailing cells empty). Prints the report
-(eps_est, eps_lo, and the robust epsilon_gdp, gdp_mu, epsilon_est_interval,
-auroc, tpr_at_fpr) as JSON (--format=json) or a Markdown table (default). Bad input exits with status
-2 and a message naming the problem.
+final-model report (Algorithm 2; needs --dim); an `unseen` column beside it
+holds never-inserted canaries' cosines with the final model, for the one-run
+certificates. Columns `seen` and `unseen` hold max-over-rounds cosines and give
+the all-iterates report (Algorithm 3). Columns may differ in length (leave
+trailing cells empty). Prints the report (`privacy_report.PrivacyReport`:
+estimates, bounds that hold at 1 - alpha, the paper's nominal eps_lo, attack
+summaries) as JSON (--format=json) or a Markdown table (default). Bad input
+exits with status 2 and a message naming the problem.
 """
 
 import csv
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from absl import app
 from absl import flags
 
+from one_shot_epe import cli
 from one_shot_epe import privacy_report
 
 _COSINES = flags.DEFINE_string('cosines', None, 'CSV file of canary cosines.')
@@ -30,8 +33,10 @@ _DELTA = flags.DEFINE_float('delta', None, 'Target delta, in (0, 1).')
 _ALPHA = flags.DEFINE_float('alpha', 0.05,
                             'Confidence level of eps_lo is 1 - alpha; in (0, 0.5).')
 _THRESHOLD = flags.DEFINE_enum(
-    'threshold_strategy', 'all', ['all', 'split'],
-    'How eps_lo picks its threshold: over all data (the paper) or on a split.')
+    'threshold_strategy', 'bonferroni', ['bonferroni', 'split'],
+    'How the sound eps_lo pays for its threshold: a fixed family with a '
+    "Bonferroni correction, or a split; the paper's nominal eps_lo is always "
+    'reported as epsilon_lo_paper.')
 _FORMAT = flags.DEFINE_enum('format', 'markdown', ['markdown', 'json'],
                             'Output format.')
 
@@ -51,11 +56,12 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
   header = [name.strip() for name in rows[0]]
   if len(header) == 1 and header[0] not in ('cosine', 'seen', 'unseen'):
     header = ['cosine']  # A single column of any name is final-model cosines.
-  allowed = ({'cosine'}, {'seen', 'unseen'})
+  allowed = ({'cosine'}, {'cosine', 'unseen'}, {'seen', 'unseen'})
   if set(header) not in allowed or len(set(header)) != len(header):
     raise ValueError(
-        f'--cosines: header {rows[0]} must be a single column (`cosine`) or '
-        'the two columns `seen` and `unseen`.')
+        f'--cosines: header {rows[0]} must be a single column (`cosine`), '
+        '`cosine` and `unseen` (final model, with never-inserted canaries) or '
+        '`seen` and `unseen` (maxima over rounds).')
   columns: dict[str, list[float]] = {name: [] for name in header}
   for number, row in enumerate(rows[1:], start=2):
     if len(row) != len(header):
@@ -85,7 +91,7 @@ def build_report(columns: dict[str, list[float]], dim: int | None, delta: float,
     if dim is None:
       raise ValueError('--dim is required for final-model cosines.')
     return privacy_report.final_model_report(
-        columns['cosine'], dim, delta, alpha,
+        columns['cosine'], dim, delta, alpha, unseen=columns.get('unseen'),
         threshold_strategy=threshold_strategy)
   return privacy_report.all_iterates_report(
       columns['seen'], columns['unseen'], delta, alpha, dim=dim,
@@ -135,4 +141,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags_or_exit)

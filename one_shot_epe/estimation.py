@@ -48,7 +48,7 @@ def fit_gaussian(sample: np.ndarray, name: str) -> tuple[float, float]:
   Raises ValueError naming `name` when the sample has zero spread.
   """
   mean, std = float(np.mean(sample)), float(np.std(sample))
-  if std <= 0.0:
+  if std <= 0.0 or np.all(sample == sample[0]):
     raise ValueError(f'{name} has zero spread; a Gaussian cannot be fit.')
   return mean, std
 

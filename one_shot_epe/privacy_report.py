@@ -1,18 +1,29 @@
-"""One report per threat model: eps_est, eps_lo and robust summaries beside.
+"""One report per threat model: estimates and bounds, each named for what it is.
 
 `final_model_report` (Algorithm 2: cosines with the final model against the
 exact null) and `all_iterates_report` (Algorithm 3: max-over-rounds cosines of
-seen against unseen canaries) bundle the paper's estimate (`estimation`), its
-lower bound (`lower_bound`), the Anderson-Darling statistics of Table 6 and,
-beside them, summaries that cannot run away: the Gaussian-DP eps, a bootstrap
-interval for eps_est, AUROC and TPR at fixed FPRs (`attack_metrics`).
+seen against unseen canaries) bundle, from the same canary scores:
+
+* the headline estimate `epsilon_est`, chosen because it does not run away
+  (final model: the two-Gaussian eps with the variance fixed at the null's
+  1/d, unbiased on a Gaussian mechanism; all iterates: the Gaussian-DP eps
+  implied by the attack's AUROC, which cannot exceed the mechanism's eps in
+  expectation), with a bootstrap interval, and the paper's estimate as
+  written, `epsilon_est_fitted` (Sec. 3.2: fitted variances, biased upwards
+  because unequal-variance Gaussians have unbounded privacy loss);
+* lower bounds that hold at 1 - alpha: `epsilon_lo` (`lower_bound`,
+  Bonferroni over a fixed family of thresholds) and the one-run certificates
+  `epsilon_one_run` (Steinke, Nasr and Jagielski, 2023) and
+  `epsilon_one_run_fdp` (Mahloujifar et al., 2024) of `one_run`, which need
+  unseen canaries; and the paper's nominal bound `epsilon_lo_paper`;
+* the Anderson-Darling statistics of Table 6 and the attack's summaries
+  (mean-shift Gaussian-DP eps, AUROC, TPR at fixed FPRs, `attack_metrics`).
 numpy/scipy only.
 """
 
 import dataclasses
 import json
 import math
-from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -21,50 +32,42 @@ from one_shot_epe import attack_metrics
 from one_shot_epe import estimation
 from one_shot_epe import lower_bound
 from one_shot_epe import null_distribution
+from one_shot_epe import one_run
 from one_shot_epe import validation
 
-DEFAULT_BOOTSTRAP_RESAMPLES = 400
+DEFAULT_BOOTSTRAP_RESAMPLES = 1000
+SOUND_STRATEGIES = ('bonferroni', 'split')  # epsilon_lo's threshold choices.
 TPR_FPRS = (0.01, 0.001)  # False-positive rates of `PrivacyReport.tpr_at_fpr`.
-
-
-def _bootstrap_epsilons(fits: Sequence[tuple[np.ndarray, np.ndarray]],
-                        epsilon_of_fits) -> np.ndarray:
-  """eps_est of every bootstrap resample whose fitted stds are all positive.
-
-  `fits` holds (means, stds) arrays per resampled sample; a resample that
-  drew one value n times has zero spread, no Gaussian fit, and is dropped.
-  """
-  usable = np.all([stds > 0.0 for _, stds in fits], axis=0)
-  if not np.any(usable):
-    raise ValueError('every bootstrap resample has zero spread; the sample '
-                     'is too small for an interval.')
-  columns = [(means[usable], stds[usable]) for means, stds in fits]
-  return np.array([
-      epsilon_of_fits(*[(m[i], s[i]) for m, s in columns])
-      for i in range(int(np.sum(usable)))
-  ])
+# epsilon_est_method of the two threat models' headline estimates.
+FINAL_ESTIMATE = "two Gaussians, variance fixed at the null's 1/d"
+ALL_ITERATES_ESTIMATE = 'Gaussian DP at μ = √2 Φ⁻¹(AUROC)'
 
 
 @dataclasses.dataclass(frozen=True)
 class PrivacyReport:
-  """Everything one threat model's estimate rests on, ready for JSON.
+  """Everything one threat model's estimates and bounds rest on, ready for JSON.
 
   threat_model is 'final' (Algorithm 2: cosines with the final model, null
   N(0, 1/d) / exact) or 'all' (Algorithm 3: max-over-rounds cosines, empirical
   null from unseen canaries).
 
-  Beside the paper's eps_est (Sec. 3.2) and eps_lo (Sec. 5.1), robust
-  summaries of the same attack, "the seen statistic is larger":
+  Estimates (not bounds):
+    epsilon_est: the headline estimate, described by epsilon_est_method (see
+      the module docstring); epsilon_est_interval: its percentile bootstrap 95%
+      interval (seen, and unseen where used, resampled with replacement).
+    epsilon_est_fitted: Algorithm 2 (final) or 3 (all) as written.
     gdp_mu, epsilon_gdp: mu = (seen mean - null mean) / null std and the eps of
-      mu-Gaussian DP at delta (`epsilon_of_gdp`); null N(0, 1/d) for 'final',
-      the unseen sample's fit for 'all'.
-    epsilon_est_interval: basic bootstrap 95% interval for eps_est (seen, and
-      for 'all' unseen, resampled with replacement).
-    auroc: P(null statistic < seen statistic), ties one half; against the
-      exact null (Theorem 3.1) for 'final', the unseen sample for 'all'.
-    tpr_at_fpr: fraction of seen statistics above the threshold whose FPR is
-      the key ('0.01', '0.001'): the exact null's quantile for 'final', the
-      unseen sample's (`attack_metrics.empirical_threshold`) for 'all'.
+      mu-Gaussian DP at delta (`estimation.epsilon_of_gdp`); null N(0, 1/d) for
+      'final', the unseen sample's fit for 'all'.
+  Lower bounds at 1 - alpha: epsilon_lo (`lower_bound`, 'bonferroni');
+    epsilon_one_run and epsilon_one_run_fdp (`one_run`; None without unseen
+    canaries). Nominal only: epsilon_lo_paper (the paper's Sec. 5.1 bound).
+  Attack summaries: auroc, P(null statistic < seen statistic), ties one half,
+    against the exact null (Theorem 3.1) for 'final', the unseen sample for
+    'all'; tpr_at_fpr, the fraction of seen statistics above the threshold
+    whose FPR is the key ('0.01', '0.001'): the exact null's quantile for
+    'final', the unseen sample's (`attack_metrics.empirical_threshold`) for
+    'all'.
   """
   threat_model: str
   dim: int | None
@@ -77,17 +80,22 @@ class PrivacyReport:
   null_mean: float
   null_std: float
   epsilon_est: float
+  epsilon_est_method: str
+  epsilon_est_interval: tuple[float, float]
+  epsilon_est_fitted: float
   epsilon_lo: float
+  epsilon_lo_paper: float
+  epsilon_one_run: float | None
+  epsilon_one_run_fdp: float | None
   anderson_seen: float | None
   anderson_unseen: float | None
   epsilon_gdp: float
   gdp_mu: float
-  epsilon_est_interval: tuple[float, float]
   auroc: float
   tpr_at_fpr: dict[str, float]
 
   def to_dict(self) -> dict[str, object]:
-    """The fields by name (None for an Anderson statistic not computed).
+    """The fields by name (None for a statistic not computed).
 
     The interval is a two-element list, as JSON gives it back.
     """
@@ -108,48 +116,82 @@ def _fpr_key(fpr: float) -> str:
   return f'{fpr:g}'
 
 
+def _one_run_bounds(seen: np.ndarray, unseen: np.ndarray | None, delta: float,
+                    alpha: float) -> tuple[float | None, float | None]:
+  """(epsilon_one_run, epsilon_one_run_fdp), None without unseen scores."""
+  if unseen is None:
+    return None, None
+  return (one_run.epsilon_one_run(seen, unseen, delta=delta, alpha=alpha),
+          one_run.epsilon_one_run_fdp(seen, unseen, delta=delta, alpha=alpha))
+
+
+def _check_sound_strategy(strategy: str) -> str:
+  """epsilon_lo's strategy: one that holds at 1 - alpha."""
+  if strategy not in SOUND_STRATEGIES:
+    raise ValueError(f'threshold_strategy must be one of {SOUND_STRATEGIES} '
+                     "(the paper's nominal bound is always reported as "
+                     f'epsilon_lo_paper); got {strategy!r}.')
+  return strategy
+
+
 def final_model_report(cosines: ArrayLike, dim: int, delta: float,
                        alpha: float = 0.05,
-                       threshold_strategy: lower_bound.ThresholdStrategy = (
-                           'all'),
+                       unseen: ArrayLike | None = None,
+                       threshold_strategy: str = 'bonferroni',
                        bootstrap_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
                        seed: int = 0) -> PrivacyReport:
-  """Report for the final-model threat model (Algorithm 2 + eps_lo vs the exact null).
+  """Report for the final-model threat model (Algorithm 2, exact null).
 
-  `seed` makes the bootstrap (and the 'split' halves of eps_lo)
-  reproducible; `bootstrap_resamples` (>= 20) resamples give the interval.
+  `cosines` are the seen canaries' cosines with the final model; `unseen`,
+  optional, the never-inserted canaries' (their law is the exact null, so
+  only the one-run certificates, which compare the two sets, use them).
+  `threshold_strategy` picks epsilon_lo's sound threshold choice
+  (`lower_bound.epsilon_lower_bound`). `seed` makes the bootstrap (and the
+  'split' halves) reproducible; `bootstrap_resamples` (>= 20)
+  resamples give the interval.
   """
   sample = validation.check_cosines('cosines', cosines)
   dim = validation.check_int('dim', dim, 3)
   delta = validation.check_probability('delta', delta)
+  alpha = lower_bound.check_alpha(alpha)
+  threshold_strategy = _check_sound_strategy(threshold_strategy)
+  if unseen is not None:
+    unseen = validation.check_cosines('unseen', unseen)
   resamples = validation.check_int('bootstrap_resamples',
                                    bootstrap_resamples, 20)
   null_std = 1.0 / math.sqrt(dim)
 
-  def epsilon_of_fit(fit: tuple[float, float]) -> float:
-    # Algorithm 2 as `estimation.epsilon_from_final_cosines` (variance
-    # 'fitted'), from a fit: the point estimate and every resample alike.
-    return estimation.epsilon_two_gaussians(0.0, null_std, *fit, delta)
+  def headline(mean: float) -> float:
+    # `estimation.epsilon_from_final_cosines(variance='null')` from a mean.
+    return estimation.epsilon_two_gaussians(0.0, null_std, mean, null_std,
+                                            delta)
 
   mean, std = estimation.fit_gaussian(sample, 'cosines')
-  epsilon_est = epsilon_of_fit((mean, std))
+  epsilon_est = headline(mean)
   rng = np.random.default_rng(seed)
-  resampled = _bootstrap_epsilons(
-      [attack_metrics.bootstrap_fits(sample, resamples, rng)], epsilon_of_fit)
+  # The headline increases with |mean|: its percentile interval is that of
+  # |mean| carried through it.
+  low, high = attack_metrics.percentile_bootstrap_interval(
+      np.abs(attack_metrics.bootstrap_means(sample, resamples, rng)))
   mu = attack_metrics.gdp_mu(mean, 0.0, null_std)
+  one_run_bound, one_run_fdp = _one_run_bounds(sample, unseen, delta, alpha)
   return PrivacyReport(
-      threat_model='final', dim=dim, delta=delta,
-      alpha=lower_bound.check_alpha(alpha), num_seen=sample.size,
-      num_unseen=0,
+      threat_model='final', dim=dim, delta=delta, alpha=alpha,
+      num_seen=sample.size, num_unseen=0 if unseen is None else unseen.size,
       seen_mean=mean, seen_std=std, null_mean=0.0, null_std=null_std,
-      epsilon_est=epsilon_est,
+      epsilon_est=epsilon_est, epsilon_est_method=FINAL_ESTIMATE,
+      epsilon_est_interval=(headline(low), headline(high)),
+      epsilon_est_fitted=estimation.epsilon_two_gaussians(
+          0.0, null_std, mean, std, delta),
       epsilon_lo=lower_bound.epsilon_lower_bound(
           sample, dim=dim, delta=delta, alpha=alpha,
           threshold_strategy=threshold_strategy, seed=seed),
+      epsilon_lo_paper=lower_bound.epsilon_lower_bound(
+          sample, dim=dim, delta=delta, alpha=alpha,
+          threshold_strategy='paper'),
+      epsilon_one_run=one_run_bound, epsilon_one_run_fdp=one_run_fdp,
       anderson_seen=_anderson_or_none(sample), anderson_unseen=None,
       epsilon_gdp=estimation.epsilon_of_gdp(mu, delta), gdp_mu=mu,
-      epsilon_est_interval=attack_metrics.basic_bootstrap_interval(
-          epsilon_est, resampled),
       auroc=attack_metrics.auroc_against_cdf(
           null_distribution.null_cdf(sample, dim)),
       tpr_at_fpr={  # The null is symmetric: its upper-fpr point is -ppf(fpr).
@@ -161,53 +203,60 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
 
 def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
                         alpha: float = 0.05, dim: int | None = None,
-                        threshold_strategy: lower_bound.ThresholdStrategy = (
-                            'all'),
+                        threshold_strategy: str = 'bonferroni',
                         bootstrap_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
                         seed: int = 0) -> PrivacyReport:
-  """Report for the all-iterates threat model (Algorithm 3 + empirical eps_lo).
+  """Report for the all-iterates threat model (Algorithm 3, empirical null).
 
-  `seed` makes the bootstrap (seen and unseen resampled independently) and
-  the 'split' halves of eps_lo reproducible.
+  `threshold_strategy` as for `final_model_report`. `seed` makes the
+  bootstrap (seen and unseen resampled independently) and the 'split' halves
+  reproducible.
   """
   seen = validation.check_cosines('seen', seen)
   unseen = validation.check_cosines('unseen', unseen)
   delta = validation.check_probability('delta', delta)
+  alpha = lower_bound.check_alpha(alpha)
+  threshold_strategy = _check_sound_strategy(threshold_strategy)
   resamples = validation.check_int('bootstrap_resamples',
                                    bootstrap_resamples, 20)
+  if dim is not None:
+    dim = validation.check_int('dim', dim, 3)
+  pairs = seen.size * unseen.size
 
-  def epsilon_of_fits(seen_fit: tuple[float, float],
-                      unseen_fit: tuple[float, float]) -> float:
-    # Algorithm 3 as `estimation.epsilon_from_seen_unseen`, from the fits: the
-    # point estimate and every resample alike.
-    return estimation.epsilon_two_gaussians(*unseen_fit, *seen_fit, delta)
+  def headline(auroc: float) -> float:
+    return estimation.epsilon_of_gdp(
+        attack_metrics.gdp_mu_from_auroc(auroc, pairs), delta)
 
   mu_seen, std_seen = estimation.fit_gaussian(seen, 'seen')
   mu_unseen, std_unseen = estimation.fit_gaussian(unseen, 'unseen')
-  epsilon_est = epsilon_of_fits((mu_seen, std_seen), (mu_unseen, std_unseen))
+  auroc = attack_metrics.auroc_two_samples(seen, unseen)
+  epsilon_est = headline(auroc)
   rng = np.random.default_rng(seed)
-  resampled = _bootstrap_epsilons(
-      [attack_metrics.bootstrap_fits(seen, resamples, rng),
-       attack_metrics.bootstrap_fits(unseen, resamples, rng)],
-      epsilon_of_fits)
+  # The headline increases with the AUROC: its percentile interval is the
+  # AUROC's carried through it.
+  low, high = attack_metrics.percentile_bootstrap_interval(
+      attack_metrics.bootstrap_aurocs(seen, unseen, resamples, rng))
   mu = attack_metrics.gdp_mu(mu_seen, mu_unseen, std_unseen)
-  if dim is not None:
-    dim = validation.check_int('dim', dim, 3)
+  one_run_bound, one_run_fdp = _one_run_bounds(seen, unseen, delta, alpha)
   return PrivacyReport(
-      threat_model='all', dim=dim,
-      delta=delta, alpha=lower_bound.check_alpha(alpha),
+      threat_model='all', dim=dim, delta=delta, alpha=alpha,
       num_seen=seen.size, num_unseen=unseen.size, seen_mean=mu_seen,
       seen_std=std_seen, null_mean=mu_unseen, null_std=std_unseen,
-      epsilon_est=epsilon_est,
+      epsilon_est=epsilon_est, epsilon_est_method=ALL_ITERATES_ESTIMATE,
+      epsilon_est_interval=(headline(low), headline(high)),
+      epsilon_est_fitted=estimation.epsilon_two_gaussians(
+          mu_unseen, std_unseen, mu_seen, std_seen, delta),
       epsilon_lo=lower_bound.epsilon_lower_bound(
           seen, unseen=unseen, delta=delta, alpha=alpha,
           threshold_strategy=threshold_strategy, seed=seed),
+      epsilon_lo_paper=lower_bound.epsilon_lower_bound(
+          seen, unseen=unseen, delta=delta, alpha=alpha,
+          threshold_strategy='paper'),
+      epsilon_one_run=one_run_bound, epsilon_one_run_fdp=one_run_fdp,
       anderson_seen=_anderson_or_none(seen),
       anderson_unseen=_anderson_or_none(unseen),
       epsilon_gdp=estimation.epsilon_of_gdp(mu, delta), gdp_mu=mu,
-      epsilon_est_interval=attack_metrics.basic_bootstrap_interval(
-          epsilon_est, resampled),
-      auroc=attack_metrics.auroc_two_samples(seen, unseen),
+      auroc=auroc,
       tpr_at_fpr={
           _fpr_key(fpr): attack_metrics.tpr_above(
               seen, attack_metrics.empirical_threshold(unseen, fpr))

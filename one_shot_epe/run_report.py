@@ -1,14 +1,18 @@
 """The privacy report that ends every training run (Sections 4 and 5).
 
-Bundles, for one DP-FedAvg run with canaries: two upper bounds, each with the
-mechanism it assumes (`accounting`): the analytical epsilon of a canary
-presented r times (an r-fold Gaussian mechanism, no amplification; r = 1 is
-the paper's Tables 3 and 4, footnote 5) and the accounted epsilon of a real
-client under the run's sampling; the final-model report (Algorithm 2) and the
-all-iterates report (Algorithm 3) with eps_est, eps_lo and the robust
-summaries (Gaussian-DP eps, bootstrap interval, AUROC, TPR at FPR); and the
-run's accuracy and setting. Written as JSON (machine-readable) and Markdown
-(for people), atomically.
+Bundles, for one DP-FedAvg run with canaries:
+* references, each with the mechanism it assumes (`accounting`): the
+  analytical eps of a canary presented r times (an r-fold Gaussian mechanism,
+  no amplification; r = 1 is the paper's Tables 3 and 4), the accounted eps
+  of a real client over the whole run under its sampling (dp_accounting PLD),
+  and the last-iterate heuristic eps of a canary (Steinke et al., 2025), the
+  reference for the final-model estimate;
+* the final-model report (Algorithm 2) and the all-iterates report
+  (Algorithm 3), `privacy_report.PrivacyReport`: headline estimates that do
+  not run away and the paper's fitted ones, lower bounds that hold at
+  1 - alpha and the paper's nominal one, attack summaries;
+* the run's accuracy and setting.
+Written as JSON (machine-readable) and Markdown (for people), atomically.
 """
 
 import dataclasses
@@ -17,6 +21,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import dp_accounting
+import numpy as np
 from numpy.typing import ArrayLike
 
 from one_shot_epe import accounting
@@ -33,8 +39,9 @@ class RunReport:
   """Privacy estimates of one run under both threat models.
 
   analytical_epsilon is the canary's bound at canary_presentations = r
-  (math.inf without noise); accounted_epsilon is the real clients' bound
-  under the run's sampling, None when the sampling was not given.
+  (math.inf without noise); accounted_epsilon the real clients' bound over
+  the whole run; last_iterate_epsilon the canary's last-iterate heuristic
+  (None where the run's length or schedule was not given).
   """
   noise_multiplier: float
   delta: float
@@ -49,14 +56,15 @@ class RunReport:
   analytical_mechanism: str = ''
   accounted_epsilon: float | None = None  # math.inf without noise.
   accounted_mechanism: str | None = None
+  last_iterate_epsilon: float | None = None  # math.inf without noise.
+  last_iterate_mechanism: str | None = None
 
   def to_dict(self) -> dict[str, Any]:
-    """JSON-ready dict; an infinite analytical/accounted epsilon becomes None.
+    """JSON-ready dict; an infinite reference epsilon becomes None.
 
-    Per threat model, the robust summaries are repeated at the top level
+    Per threat model, every estimate and bound is repeated at the top level
     with the suffix _final or _all (None without unseen canaries).
     """
-    all_it = self.all_iterates
     result = {
         'noise_multiplier': self.noise_multiplier,
         'delta': self.delta,
@@ -67,18 +75,17 @@ class RunReport:
         'analytical_epsilon_mechanism': self.analytical_mechanism,
         'accounted_epsilon': _finite_or_none(self.accounted_epsilon),
         'accounted_epsilon_mechanism': self.accounted_mechanism,
-        'epsilon_est_final': self.final.epsilon_est,
-        'epsilon_lo_final': self.final.epsilon_lo,
-        'epsilon_est_all': None if all_it is None else all_it.epsilon_est,
-        'epsilon_lo_all': None if all_it is None else all_it.epsilon_lo,
+        'last_iterate_epsilon': _finite_or_none(self.last_iterate_epsilon),
+        'last_iterate_epsilon_mechanism': self.last_iterate_mechanism,
         'accuracy': self.accuracy,
         'final': self.final.to_dict(),
-        'all_iterates': None if all_it is None else all_it.to_dict(),
+        'all_iterates': (None if self.all_iterates is None else
+                         self.all_iterates.to_dict()),
         'setting': dict(self.setting),
     }
-    for suffix, report in (('final', self.final), ('all', all_it)):
+    for suffix, report in (('final', self.final), ('all', self.all_iterates)):
       fields = None if report is None else report.to_dict()
-      for key in _ROBUST_KEYS:
+      for key in _REPEATED_KEYS:
         result[f'{key}_{suffix}'] = None if fields is None else fields[key]
     return result
 
@@ -88,22 +95,58 @@ class RunReport:
                       allow_nan=False)
 
   def to_markdown(self) -> str:
-    """The Table 3/4 row, the bounds' mechanisms, robust summaries, fits."""
-    all_it = self.all_iterates
+    """Headline row, estimates, bounds, references, attack summaries, fits."""
+    all_it, final = self.all_iterates, self.final
+    confidence = f'{1 - self.alpha:.0%}'
+    threats = [(name, report) for name, report in (
+        ('all iterates', all_it), ('final model', final)) if report is not None]
     lines = [
-        '| noise | analytical ε | ε_lo-all | ε_est-all | ε_lo-final | '
-        'ε_est-final | accuracy |',
-        '|---|---|---|---|---|---|---|',
+        '| noise | analytical ε | accounted ε | ε_lo-all | ε_est-all | '
+        'ε_lo-final | ε_est-final | accuracy |',
+        '|---|---|---|---|---|---|---|---|',
         f'| {self.noise_multiplier:g} | {_num(self.analytical_epsilon)} | '
+        f'{_num(self.accounted_epsilon)} | '
         f'{_num(all_it and all_it.epsilon_lo)} | '
         f'{_num(all_it and all_it.epsilon_est)} | '
-        f'{_num(self.final.epsilon_lo)} | {_num(self.final.epsilon_est)} | '
+        f'{_num(final.epsilon_lo)} | {_num(final.epsilon_est)} | '
         f'{_num(self.accuracy)} |',
         '',
-        f'd = {self.dim}, δ = {self.delta:.3g}, ε_lo at {1 - self.alpha:.0%} '
-        'confidence.',
+        f'd = {self.dim}, δ = {self.delta:.3g}. ε_lo are {confidence} lower '
+        'bounds; ε_est are estimates, not bounds.',
         '',
-        '| upper bound | ε | mechanism it assumes |',
+        '**Estimates.** The headline ε_est and the paper\'s (Sec. 3.2, '
+        'fitted variances; it runs high when the fitted variances differ).',
+        '',
+        '| threat model | ε_est | 95% bootstrap interval | how | '
+        'paper\'s ε_est |',
+        '|---|---|---|---|---|',
+    ]
+    for name, report in threats:
+      low, high = report.epsilon_est_interval
+      lines.append(
+          f'| {name} | {_num(report.epsilon_est)} | [{_num(low)}, '
+          f'{_num(high)}] | {report.epsilon_est_method} | '
+          f'{_num(report.epsilon_est_fitted)} |')
+    lines += [
+        '',
+        f'**Lower bounds.** ε_lo, ε_one-run (Steinke et al., 2023) and '
+        f'ε_one-run-fdp (Mahloujifar et al., 2024) hold at {confidence}; the '
+        'paper\'s ε_lo chooses its threshold on the data it tests and is '
+        'nominal only.',
+        '',
+        '| threat model | ε_lo | ε_one-run | ε_one-run-fdp | '
+        'paper\'s ε_lo (nominal) |',
+        '|---|---|---|---|---|',
+    ]
+    lines += [f'| {name} | {_num(report.epsilon_lo)} | '
+              f'{_num(report.epsilon_one_run)} | '
+              f'{_num(report.epsilon_one_run_fdp)} | '
+              f'{_num(report.epsilon_lo_paper)} |' for name, report in threats]
+    lines += [
+        '',
+        '**References.**',
+        '',
+        '| reference | ε | mechanism it assumes |',
         '|---|---|---|',
         f'| analytical ε (canary, r = {self.canary_presentations}) | '
         f'{_num(self.analytical_epsilon)} | {self.analytical_mechanism} |',
@@ -112,29 +155,32 @@ class RunReport:
       lines.append(f'| accounted ε (real client) | '
                    f'{_num(self.accounted_epsilon)} | '
                    f'{self.accounted_mechanism} |')
+    if self.last_iterate_mechanism is not None:
+      lines.append(f'| last-iterate heuristic ε (canary, final model) | '
+                   f'{_num(self.last_iterate_epsilon)} | '
+                   f'{self.last_iterate_mechanism} |')
     lines += [
         '',
-        '| threat model | ε_est | ε_est 95% bootstrap interval | ε_gdp | '
-        'GDP μ | AUROC | TPR at FPR 1e-2 | TPR at FPR 1e-3 |',
-        '|---|---|---|---|---|---|---|---|',
+        '**The attack.** ε_gdp: Gaussian DP at the seen statistics\' mean '
+        'shift in null standard deviations.',
+        '',
+        '| threat model | ε_gdp | GDP μ | AUROC | TPR at FPR 1e-2 | '
+        'TPR at FPR 1e-3 |',
+        '|---|---|---|---|---|---|',
     ]
-    for name, report in (('all iterates', all_it), ('final model', self.final)):
-      if report is not None:
-        low, high = report.epsilon_est_interval
-        lines.append(
-            f'| {name} | {_num(report.epsilon_est)} | [{_num(low)}, '
-            f'{_num(high)}] | {_num(report.epsilon_gdp)} | '
-            f'{_num(report.gdp_mu)} | {_num(report.auroc)} | '
-            f'{_num(report.tpr_at_fpr["0.01"])} | '
-            f'{_num(report.tpr_at_fpr["0.001"])} |')
+    lines += [f'| {name} | {_num(report.epsilon_gdp)} | '
+              f'{_num(report.gdp_mu)} | {_num(report.auroc)} | '
+              f'{_num(report.tpr_at_fpr["0.01"])} | '
+              f'{_num(report.tpr_at_fpr["0.001"])} |'
+              for name, report in threats]
     lines += [
         '',
         '| cosine set | count | mean | std | null mean | null std | '
         'Anderson A² |',
         '|---|---|---|---|---|---|---|',
-        f'| final model, seen | {self.final.num_seen} | '
-        f'{self.final.seen_mean:.4g} | {self.final.seen_std:.4g} | 0 | '
-        f'{self.final.null_std:.4g} | {_num(self.final.anderson_seen)} |',
+        f'| final model, seen | {final.num_seen} | '
+        f'{final.seen_mean:.4g} | {final.seen_std:.4g} | 0 | '
+        f'{final.null_std:.4g} | {_num(final.anderson_seen)} |',
     ]
     if all_it is not None:
       lines.append(
@@ -154,9 +200,11 @@ class RunReport:
     atomic_io.write_text(markdown_path, self.to_markdown())
 
 
-# Robust summaries repeated at the top level of `RunReport.to_dict`.
-_ROBUST_KEYS = ('epsilon_gdp', 'gdp_mu', 'epsilon_est_interval', 'auroc',
-                'tpr_at_fpr')
+# Per-threat-model fields repeated at the top level of `RunReport.to_dict`.
+_REPEATED_KEYS = ('epsilon_est', 'epsilon_est_interval', 'epsilon_est_fitted',
+                  'epsilon_lo', 'epsilon_lo_paper', 'epsilon_one_run',
+                  'epsilon_one_run_fdp', 'epsilon_gdp', 'gdp_mu', 'auroc',
+                  'tpr_at_fpr')
 
 
 def _num(value: float | None) -> str:
@@ -168,27 +216,51 @@ def _num(value: float | None) -> str:
 
 def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
                      noise_multiplier: float, alpha: float = 0.05,
+                     final_unseen_cosines: ArrayLike | None = None,
                      seen_maxima: ArrayLike | None = None,
                      unseen_maxima: ArrayLike | None = None,
                      accuracy: float | None = None,
                      setting: Mapping[str, Any] | None = None,
                      canary_presentations: int = 1,
-                     participation: accounting.Participation | None = None
+                     rounds: int | None = None,
+                     presentation_counts: ArrayLike | None = None,
+                     participation: accounting.Participation | None = None,
+                     round_event: dp_accounting.DpEvent | None = None
                      ) -> RunReport:
-  """Computes both threat models' reports and both upper bounds.
+  """Computes both threat models' reports and the references.
 
+  final_unseen_cosines: never-inserted canaries' cosines with the final
+    model, for the final-model one-run certificates (None omits them).
   canary_presentations: r, how many times each seen canary was inserted
     (the run's canary repetitions); the analytical eps is at r.
-  participation: the real clients' sampling; without it there is no
-    accounted eps.
+  rounds: T, the rounds of the run; with it the report has an accounted eps
+    (a client in every round when `participation` is None) and the
+    last-iterate heuristic.
+  presentation_counts: each seen canary's presentations in the run's
+    schedule, for the heuristic; default r for every canary.
+  participation: the real clients' sampling for the accounted eps (its
+    rounds are the run's).
+  round_event: one round's DpEvent (the aggregator's); default a Gaussian at
+    `noise_multiplier`.
   """
   if (seen_maxima is None) != (unseen_maxima is None):
     raise ValueError('give both seen_maxima and unseen_maxima, or neither.')
   analytical = accounting.canary_epsilon(noise_multiplier, delta,
                                          canary_presentations)
-  accounted = (None if participation is None else accounting.client_epsilon(
-      noise_multiplier, delta, participation))
-  final = privacy_report.final_model_report(final_cosines, dim, delta, alpha)
+  if participation is not None and rounds is None:
+    rounds = participation.rounds
+  accounted = heuristic = None
+  if rounds is not None:
+    event = (dp_accounting.GaussianDpEvent(noise_multiplier)
+             if round_event is None else round_event)
+    accounted = accounting.client_epsilon_of_event(event, delta,
+                                                   participation, rounds)
+    counts = (np.full(1, canary_presentations) if presentation_counts is None
+              else presentation_counts)
+    heuristic = accounting.last_iterate_epsilon(noise_multiplier, delta,
+                                                rounds, counts)
+  final = privacy_report.final_model_report(
+      final_cosines, dim, delta, alpha, unseen=final_unseen_cosines)
   all_iterates = None
   if seen_maxima is not None:
     all_iterates = privacy_report.all_iterates_report(seen_maxima,
@@ -201,4 +273,6 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
       setting=dict(setting or {}), canary_presentations=canary_presentations,
       analytical_mechanism=analytical.mechanism,
       accounted_epsilon=None if accounted is None else accounted.epsilon,
-      accounted_mechanism=None if accounted is None else accounted.mechanism)
+      accounted_mechanism=None if accounted is None else accounted.mechanism,
+      last_iterate_epsilon=None if heuristic is None else heuristic.epsilon,
+      last_iterate_mechanism=None if heuristic is None else heuristic.mechanism)

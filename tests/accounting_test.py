@@ -3,7 +3,10 @@
 import math
 
 import dp_accounting
+import numpy as np
 import pytest
+from scipy import integrate
+from scipy import stats
 
 from one_shot_epe import accounting
 from one_shot_epe import estimation
@@ -82,6 +85,74 @@ def test_shuffle_epochs_with_a_partial_cohort():
   assert accounting.Participation('shuffle', 10, 101, 12).epochs == 2
 
 
+def test_event_epsilon_of_a_composed_round_is_dp_accountings_pld():
+  # An adaptive clip's round: value and count noise composed, which is one
+  # Gaussian at (1.1^-2 + 5^-2)^-1/2; Poisson subsampled over the rounds, or
+  # every round without sampling.
+  round_event = dp_accounting.ComposedDpEvent([
+      dp_accounting.GaussianDpEvent(1.1), dp_accounting.GaussianDpEvent(5.0)])
+  participation = accounting.Participation('bernoulli', 20, 400, 60)
+  got = accounting.client_epsilon_of_event(round_event, 1e-6, participation,
+                                           60)
+  merged = dp_accounting.GaussianDpEvent((1.1**-2 + 5.0**-2)**-0.5)
+  expected = _pld_epsilon(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(0.05, merged), 60), 1e-6)
+  assert got.epsilon == pytest.approx(expected, rel=2e-3)
+  every = accounting.client_epsilon_of_event(round_event, 1e-6, None, 60)
+  assert every.epsilon == pytest.approx(_pld_epsilon(
+      dp_accounting.SelfComposedDpEvent(round_event, 60), 1e-6), rel=2e-3)
+  assert 'every one of 60 rounds' in every.mechanism
+  assert math.isinf(accounting.client_epsilon_of_event(
+      dp_accounting.GaussianDpEvent(0.0), 1e-6, None, 3).epsilon)
+
+
+def _mixture_delta_by_quadrature(epsilon, scale, counts, weights):
+  """max of both hockey-stick divergences, by numerical integration."""
+  def q(x):
+    return sum(w * stats.norm.pdf(x, k, scale) for k, w in zip(counts, weights))
+
+  def p(x):
+    return stats.norm.pdf(x, 0.0, scale)
+
+  lo, hi = -12 * scale, max(counts) + 12 * scale
+  points = list(np.linspace(lo, hi, 60))
+  forward = integrate.quad(lambda x: max(q(x) - math.exp(epsilon) * p(x), 0),
+                           lo, hi, points=points, limit=400, epsabs=1e-13)[0]
+  backward = integrate.quad(lambda x: max(p(x) - math.exp(epsilon) * q(x), 0),
+                            lo, hi, points=points, limit=400, epsabs=1e-13)[0]
+  return max(forward, backward)
+
+
+@pytest.mark.parametrize('noise,rounds,counts,delta', [
+    (0.3, 20, [0] * 3 + [1] * 5 + [2] * 2, 1e-3),
+    (0.1, 50, [1] * 9 + [3], 1e-4),
+    (0.5, 10, [0, 1], 1e-2),
+])
+def test_last_iterate_mixture_matches_numerical_integration(noise, rounds,
+                                                            counts, delta):
+  # At the returned eps the hockey-stick divergence of the mixture against
+  # N(0, T z^2), integrated numerically, is delta.
+  got = accounting.last_iterate_epsilon(noise, delta, rounds,
+                                        np.array(counts)).epsilon
+  values, tally = np.unique(counts, return_counts=True)
+  scale = noise * math.sqrt(rounds)
+  measured = _mixture_delta_by_quadrature(got, scale, values,
+                                          tally / tally.sum())
+  assert got > 0 and measured == pytest.approx(delta, rel=1e-4)
+
+
+def test_last_iterate_of_a_fixed_count_is_one_gaussian():
+  # r presentations in T rounds: a Gaussian at z sqrt(T) / r, the same as
+  # the analytical eps of T / r^2 ... r^2 / T-fold compositions.
+  got = accounting.last_iterate_epsilon(0.5, 1e-5, 25, np.full(10, 5))
+  assert got.epsilon == estimation.gaussian_epsilon(0.5, 1e-5)
+  assert 'heuristic' in got.mechanism
+  assert accounting.last_iterate_epsilon(
+      0.5, 1e-5, 25, np.zeros(4, np.int64)).epsilon == 0.0
+  assert math.isinf(accounting.last_iterate_epsilon(
+      0.0, 1e-5, 25, np.ones(4, np.int64)).epsilon)
+
+
 @pytest.mark.parametrize('call,error,message', [
     (lambda: accounting.canary_epsilon(-1.0, 1e-5, 1), ValueError,
      'noise_multiplier'),
@@ -104,6 +175,17 @@ def test_shuffle_epochs_with_a_partial_cohort():
     (lambda: accounting.client_epsilon(
         1.0, 2.0, accounting.Participation('shuffle', 1, 10, 1)), ValueError,
      'delta'),
+    (lambda: accounting.client_epsilon_of_event(1.0, 1e-5, None, 3), TypeError,
+     'round_event'),
+    (lambda: accounting.client_epsilon_of_event(
+        dp_accounting.GaussianDpEvent(1.0), 1e-5, None, 0), ValueError,
+     'rounds'),
+    (lambda: accounting.last_iterate_epsilon(1.0, 1e-5, 3, np.array([4])),
+     ValueError, 'presentations'),
+    (lambda: accounting.last_iterate_epsilon(1.0, 1e-5, 3, np.array([0.5])),
+     ValueError, 'presentations'),
+    (lambda: accounting.last_iterate_epsilon(1.0, 1e-5, 3, []), ValueError,
+     'presentations'),
 ])
 def test_bad_arguments_raise_named_errors(call, error, message):
   with pytest.raises(error, match=message):

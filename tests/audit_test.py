@@ -19,6 +19,7 @@ import tensorflow_federated as tff
 import linear_model
 from one_shot_epe import audit
 from one_shot_epe import canaries
+from one_shot_epe import estimation
 from one_shot_epe import runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
@@ -116,12 +117,13 @@ def _run_observed(canary_audit, rounds=ROUNDS):
     state = process.next(state, _data(t)).state
     aggregates.append(np.asarray(state.aggregator.aggregate))
     canary_audit.observe(state)
-  return initial, _flat(state), np.stack(aggregates)
+  return initial, state, np.stack(aggregates)
 
 
 def test_maxima_and_final_cosines_equal_brute_force():
   canary_audit = _audit()
-  initial, final, aggregates = _run_observed(canary_audit)
+  initial, state, aggregates = _run_observed(canary_audit)
+  final = _flat(state)
   config = canary_audit.canary_config
   ids = np.concatenate([canaries.seen_ids(config.num_seen),
                         canaries.unseen_ids(config.num_unseen)])
@@ -135,9 +137,27 @@ def test_maxima_and_final_cosines_equal_brute_force():
   np.testing.assert_allclose(
       canary_audit.final_cosines(),
       units[:12] @ delta / np.linalg.norm(delta), atol=1e-5)
-  report = canary_audit.report().to_dict()
-  assert report['canary_presentations'] == 2
-  assert report['all_iterates'] is not None and report['final'] is not None
+  np.testing.assert_allclose(
+      canary_audit.final_cosines(unseen=True),
+      units[12:] @ delta / np.linalg.norm(delta), atol=1e-5)
+  report = canary_audit.report()
+  assert report.canary_presentations == 2
+  assert report.all_iterates is not None
+  assert report.final.num_unseen == 10
+  assert report.final.epsilon_one_run is not None
+  # Whole-run accounting from the aggregator's own DpEvent (value and count
+  # noise of the adaptive clip), a client in every one of the 6 rounds.
+  round_event = canary_audit.dp_event(state)
+  assert isinstance(round_event, dp_accounting.ComposedDpEvent)
+  accountant = dp_accounting.pld.PLDAccountant(
+      value_discretization_interval=1e-4)
+  accountant.compose(dp_accounting.SelfComposedDpEvent(round_event, ROUNDS))
+  assert report.accounted_epsilon == pytest.approx(
+      accountant.get_epsilon(1e-3), rel=2e-3)
+  # Each canary twice in 6 rounds: one Gaussian at 0.3 sqrt(6) / 2.
+  assert report.last_iterate_epsilon == pytest.approx(
+      estimation.gaussian_epsilon(0.3 * np.sqrt(ROUNDS) / 2, 1e-3),
+      rel=1e-12)
 
 
 def test_run_training_process_with_checkpoints_resumes_exactly(tmp_path):

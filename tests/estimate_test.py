@@ -36,6 +36,27 @@ def test_final_model_report_matches_library(final_csv):
   assert report['threat_model'] == 'final'
 
 
+def test_final_model_with_unseen_column_gives_one_run_bounds(tmp_path):
+  rng = np.random.default_rng(2)
+  seen, unseen = rng.normal(3e-3, 1e-3, 300), rng.normal(0.0, 1e-3, 200)
+  lines = ['cosine,unseen'] + [
+      f'{s!r},{unseen[i]!r}' if i < len(unseen) else f'{s!r},'
+      for i, s in enumerate(seen)]
+  path = tmp_path / 'final.csv'
+  path.write_text('\n'.join(lines) + '\n')
+  done = _run(f'--cosines={path}', '--dim=1000000', '--delta=1e-6',
+              '--format=json')
+  assert done.returncode == 0, done.stderr
+  report = json.loads(done.stdout)
+  expected = privacy_report.final_model_report(seen, 10**6, 1e-6,
+                                               unseen=unseen)
+  assert report['num_unseen'] == 200
+  assert report['epsilon_one_run'] == pytest.approx(expected.epsilon_one_run,
+                                                    rel=1e-12)
+  assert report['epsilon_one_run_fdp'] == pytest.approx(
+      expected.epsilon_one_run_fdp, rel=1e-12)
+
+
 def test_seen_unseen_columns_of_different_length(tmp_path):
   rng = np.random.default_rng(1)
   seen, unseen = rng.normal(0.05, 0.01, 30), rng.normal(0.0, 0.01, 20)
@@ -60,6 +81,11 @@ def test_seen_unseen_columns_of_different_length(tmp_path):
     ('cosine\n0.1\n0.2\n', [], '--dim is required'),
     ('cosine\n0.1\n0.2\n', ['--dim=2'], 'dim must be >= 3'),
     ('cosine\n0.1\n0.2\n', ['--dim=100', '--alpha=0.7'], 'alpha'),
+    ('cosine\n0.1\n0.1\n0.1\n', ['--dim=100'], 'zero spread'),
+    ('cosine,unseen\n0.1,0.2\n0.2,\n', ['--dim=100'], 'unseen needs at least 2'),
+    ('cosine\n0.1\n0.2\n', ['--dim=100', '--format=xml'], '--format'),
+    ('cosine\n0.1\n0.2\n', ['--dim=100', '--threshold_strategy=all'],
+     'threshold_strategy'),
 ])
 def test_malformed_input_exits_2_with_message(tmp_path, content, flags, message):
   path = tmp_path / 'bad.csv'

@@ -386,6 +386,8 @@ _SEED = st.integers(0, 2**32 - 1)
 
 
 def _lower_bound(seen, **kwargs) -> float:
+  """The paper's eps_lo unless another threshold_strategy is given."""
+  kwargs.setdefault('threshold_strategy', 'paper')
   with _strict_numerics():
     return lower_bound.epsilon_lower_bound(seen, **kwargs)
 
@@ -403,7 +405,9 @@ def test_lower_bound_is_finite_and_nonnegative(seed, size, dim, mean_z, spread,
     seen[0], seen[-1], unseen[0] = 1.0, -1.0, -1.0
   for kwargs in (dict(dim=dim), dict(dim=dim, null='gaussian'),
                  dict(unseen=unseen), dict(dim=dim, threshold_strategy='split',
-                                           seed=seed)):
+                                           seed=seed),
+                 dict(dim=dim, threshold_strategy='bonferroni'),
+                 dict(unseen=unseen, threshold_strategy='bonferroni')):
     bound = _lower_bound(seen, delta=delta, alpha=alpha, **kwargs)
     assert math.isfinite(bound) and bound >= 0.0, kwargs
 
@@ -416,7 +420,7 @@ def test_lower_bound_is_finite_and_nonnegative(seed, size, dim, mean_z, spread,
        empirical=st.booleans())
 def test_lower_bound_all_thresholds_invariances_and_monotonicity(
     seed, size, dim, mean_z, delta, alphas, deltas, empirical):
-  """threshold_strategy='all' takes the max over the sorted unique cosines of
+  """threshold_strategy='paper' takes the max over the sorted unique cosines of
 
     max(log(1 - delta - FPR) - log FNR, log(1 - delta - FNR) - log FPR),
 
@@ -454,7 +458,7 @@ def test_lower_bound_grows_with_separating_evidence(seed, size, dim, mean_z,
   """A seen cosine above every candidate threshold leaves each old threshold's
   miss count x unchanged while n grows, and Beta(x + 1/2, n - x + 1/2) is
   stochastically decreasing in n, so the FNR bound shrinks at every old
-  threshold (FPR unchanged) and one candidate is added: the 'all' bound does
+  threshold (FPR unchanged) and one candidate is added: the 'paper' bound does
   not decrease. Symmetrically for an unseen cosine below every candidate.
   """
   scale = 1.0 / math.sqrt(dim)

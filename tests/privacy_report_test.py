@@ -1,33 +1,108 @@
 """Tests of one_shot_epe.privacy_report: each field against the module it comes from.
 
-The robust summaries (GDP, bootstrap interval, AUROC, TPR) are tested against
-simulation in attack_metrics_test.py.
+The attack summaries (GDP, bootstrap interval, AUROC, TPR) are tested against
+simulation in attack_metrics_test.py; the bounds' coverage in
+lower_bound_test.py and one_run_test.py.
 """
 
 import json
+import math
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from one_shot_epe import estimation as est
+from one_shot_epe import gaussian_mechanism
 from one_shot_epe import lower_bound
+from one_shot_epe import one_run
 from one_shot_epe import privacy_report
 
 
-def test_reports_bundle_estimates_and_serialise():
+def test_final_report_bundles_estimates_and_bounds_and_serialises():
   rng = np.random.default_rng(8)
   dim = 10**6
   cos = rng.normal(1e-3, 1e-3, 1000)
-  report = privacy_report.final_model_report(cos, dim, 1e-6)
-  assert report.epsilon_est == est.epsilon_from_final_cosines(cos, dim, 1e-6)
+  unseen = rng.normal(0, 1e-3, 1000)
+  report = privacy_report.final_model_report(cos, dim, 1e-6, unseen=unseen)
+  assert report.epsilon_est == est.epsilon_from_final_cosines(
+      cos, dim, 1e-6, variance='null')
+  assert report.epsilon_est_fitted == est.epsilon_from_final_cosines(
+      cos, dim, 1e-6)
   assert report.epsilon_lo == lower_bound.epsilon_lower_bound(
       cos, dim=dim, delta=1e-6)
+  assert report.epsilon_lo_paper == lower_bound.epsilon_lower_bound(
+      cos, dim=dim, delta=1e-6, threshold_strategy='paper')
+  assert report.epsilon_one_run == one_run.epsilon_one_run(
+      cos, unseen, delta=1e-6)
+  assert report.epsilon_one_run_fdp == one_run.epsilon_one_run_fdp(
+      cos, unseen, delta=1e-6)
+  assert report.num_unseen == 1000
   assert report.null_std == pytest.approx(1e-3)
   assert json.loads(report.to_json())['epsilon_est'] == report.epsilon_est
-  unseen = rng.normal(0, 1e-3, 1000)
-  all_report = privacy_report.all_iterates_report(cos, unseen, 1e-6)
-  assert all_report.epsilon_est == est.epsilon_from_seen_unseen(
-      cos, unseen, 1e-6)
-  assert all_report.anderson_unseen == pytest.approx(
+  without = privacy_report.final_model_report(cos, dim, 1e-6)
+  assert without.epsilon_one_run is None and without.num_unseen == 0
+
+
+def test_all_iterates_report_bundles_estimates_and_bounds():
+  rng = np.random.default_rng(9)
+  seen, unseen = rng.normal(2e-3, 1e-3, 800), rng.normal(0, 1e-3, 1000)
+  report = privacy_report.all_iterates_report(seen, unseen, 1e-6)
+  assert report.epsilon_est_fitted == est.epsilon_from_seen_unseen(
+      seen, unseen, 1e-6)
+  mu = math.sqrt(2) * stats.norm.ppf(report.auroc)
+  assert report.epsilon_est == pytest.approx(
+      est.gaussian_epsilon(1 / mu, 1e-6), rel=1e-9)
+  assert report.epsilon_lo == lower_bound.epsilon_lower_bound(
+      seen, unseen=unseen, delta=1e-6)
+  assert report.epsilon_lo_paper == lower_bound.epsilon_lower_bound(
+      seen, unseen=unseen, delta=1e-6, threshold_strategy='paper')
+  assert report.epsilon_one_run == one_run.epsilon_one_run(
+      seen, unseen, delta=1e-6)
+  assert report.anderson_unseen == pytest.approx(
       stats.anderson(unseen).statistic)
+  low, high = report.epsilon_est_interval
+  assert low <= report.epsilon_est <= high
+
+
+def test_final_headline_is_unbiased_on_the_gaussian_mechanism():
+  # Exact simulations of Algorithm 1 (d = 10^5, k = 1000, delta = 1e-6): the
+  # headline's mean ratio to the true eps is within 10% at eps = 1, 3 and
+  # 10, where the fitted estimate runs high at eps = 1.
+  dim, k, delta = 10**5, 1000, 1e-6
+  rng = np.random.default_rng(10)
+  for epsilon in (1.0, 3.0, 10.0):
+    sigma = est.gaussian_sigma(epsilon, delta)
+    reports = [privacy_report.final_model_report(
+        gaussian_mechanism.simulate_cosines(dim, k, sigma, rng), dim, delta,
+        bootstrap_resamples=20) for _ in range(40)]
+    ratio = np.mean([r.epsilon_est for r in reports]) / epsilon
+    assert abs(ratio - 1) < 0.1, (epsilon, ratio)
+    if epsilon == 1.0:
+      fitted = np.mean([r.epsilon_est_fitted for r in reports]) / epsilon
+      assert fitted > 1.15
+
+
+@pytest.mark.parametrize('call,message', [
+    (lambda: privacy_report.final_model_report([], 100, 1e-5), 'cosines'),
+    (lambda: privacy_report.final_model_report([0.1], 100, 1e-5), 'cosines'),
+    (lambda: privacy_report.final_model_report([0.1, float('nan')], 100, 1e-5),
+     'cosines'),
+    (lambda: privacy_report.final_model_report([0.1, 0.1, 0.1], 100, 1e-5),
+     'zero spread'),
+    (lambda: privacy_report.final_model_report([0.1, 0.2], 100, 1.0), 'delta'),
+    (lambda: privacy_report.final_model_report([0.1, 0.2], 100, 1e-5,
+                                               alpha=0.0), 'alpha'),
+    (lambda: privacy_report.final_model_report([0.1, 0.2], 100, 1e-5,
+                                               unseen=[0.1]), 'unseen'),
+    (lambda: privacy_report.final_model_report(
+        [0.1, 0.2], 100, 1e-5, threshold_strategy='paper'),
+     'epsilon_lo_paper'),
+    (lambda: privacy_report.all_iterates_report([0.1, 0.2], [0.3], 1e-5),
+     'unseen'),
+    (lambda: privacy_report.all_iterates_report([0.1, 0.2], [0.3, 0.3], 1e-5),
+     'zero spread'),
+])
+def test_bad_input_names_the_argument(call, message):
+  with pytest.raises(ValueError, match=message):
+    call()

@@ -3,6 +3,7 @@
 import json
 import math
 
+import dp_accounting
 import numpy as np
 import pytest
 
@@ -24,9 +25,9 @@ def test_report_combines_both_threat_models():
       setting={'task': 'emnist_character'})
   assert report.analytical_epsilon == estimation.gaussian_epsilon(0.5, 1e-5)
   assert report.final.epsilon_est == estimation.epsilon_from_final_cosines(
-      final, dim, 1e-5)
-  assert report.all_iterates.epsilon_est == estimation.epsilon_from_seen_unseen(
-      seen, unseen, 1e-5)
+      final, dim, 1e-5, variance='null')
+  assert (report.all_iterates.epsilon_est_fitted ==
+          estimation.epsilon_from_seen_unseen(seen, unseen, 1e-5))
   parsed = json.loads(report.to_json())
   assert parsed['epsilon_lo_all'] == report.all_iterates.epsilon_lo
   assert parsed['setting'] == {'task': 'emnist_character'}
@@ -70,15 +71,27 @@ def test_report_carries_both_bounds_with_their_mechanisms():
       participation=participation)
   # r = 4 presentations: one Gaussian at 0.8 / 2.
   assert report.analytical_epsilon == estimation.gaussian_epsilon(0.4, 1e-5)
-  accounted = accounting.client_epsilon(0.8, 1e-5, participation)
+  accounted = accounting.client_epsilon_of_event(
+      dp_accounting.GaussianDpEvent(0.8), 1e-5, participation, 30)
+  # The same mechanism as the noise multiplier's account.
+  assert accounted.epsilon == accounting.client_epsilon(
+      0.8, 1e-5, participation).epsilon
   assert report.accounted_epsilon == accounted.epsilon
   parsed = json.loads(report.to_json())
   assert parsed['canary_presentations'] == 4
   assert parsed['accounted_epsilon'] == accounted.epsilon
   assert parsed['accounted_epsilon_mechanism'] == accounted.mechanism
   assert 'r = 4' in parsed['analytical_epsilon_mechanism']
+  # Every canary presented 4 times in 30 rounds: the heuristic is one
+  # Gaussian at 0.8 sqrt(30) / 4.
+  assert report.last_iterate_epsilon == estimation.gaussian_epsilon(
+      0.8 * math.sqrt(30) / 4, 1e-5)
+  assert parsed['last_iterate_epsilon'] == report.last_iterate_epsilon
+  assert 'heuristic' in parsed['last_iterate_epsilon_mechanism']
   for suffix, threat in (('final', report.final),
                          ('all', report.all_iterates)):
+    for key in ('epsilon_est_fitted', 'epsilon_lo_paper', 'epsilon_lo'):
+      assert parsed[f'{key}_{suffix}'] == getattr(threat, key)
     assert parsed[f'epsilon_gdp_{suffix}'] == threat.epsilon_gdp
     assert parsed[f'epsilon_est_interval_{suffix}'] == list(
         threat.epsilon_est_interval)
@@ -91,16 +104,32 @@ def test_report_carries_both_bounds_with_their_mechanisms():
           f'{accounted.mechanism} |') in text
   low, high = report.final.epsilon_est_interval
   assert (f'| final model | {report.final.epsilon_est:.4g} | [{low:.4g}, '
-          f'{high:.4g}] | {report.final.epsilon_gdp:.4g} |') in text
+          f'{high:.4g}] | {report.final.epsilon_est_method} | '
+          f'{report.final.epsilon_est_fitted:.4g} |') in text
+  assert (f'| last-iterate heuristic ε (canary, final model) | '
+          f'{report.last_iterate_epsilon:.4g} |') in text
   assert '| all iterates | ' in text
 
 
-def test_without_sampling_there_is_no_accounted_epsilon():
+def test_without_rounds_there_are_no_whole_run_references():
   report = run_report.build_run_report(final_cosines=_cosines(8, 2.0),
                                        dim=10**5, delta=1e-5,
                                        noise_multiplier=1.0)
   parsed = json.loads(report.to_json())
   assert parsed['accounted_epsilon'] is None
   assert parsed['accounted_epsilon_mechanism'] is None
+  assert parsed['last_iterate_epsilon_mechanism'] is None
   assert parsed['epsilon_gdp_all'] is None
-  assert 'accounted ε' not in report.to_markdown()
+  assert 'accounted ε (real client)' not in report.to_markdown()
+
+
+def test_without_sampling_a_client_is_accounted_in_every_round():
+  report = run_report.build_run_report(final_cosines=_cosines(8, 2.0),
+                                       dim=10**5, delta=1e-5,
+                                       noise_multiplier=1.0, rounds=50)
+  # 50 Gaussian rounds at z = 1 are one Gaussian at 1 / sqrt(50); PLD's
+  # pessimistic discretisation is within 1e-3 of the exact value.
+  exact = estimation.gaussian_epsilon(1 / math.sqrt(50), 1e-5)
+  assert report.accounted_epsilon == pytest.approx(exact, rel=1e-3)
+  assert report.accounted_epsilon >= exact * (1 - 1e-9)
+  assert 'every one of 50 rounds' in report.accounted_mechanism

@@ -91,7 +91,8 @@ def test_outputs_exist_and_are_well_formed(run):
                if row['evaluation/sparse_categorical_accuracy']]
   assert evaluated == [0, 2, 4]
   with open(os.path.join(run_dir, train.REPORT_MARKDOWN_FILE)) as stream:
-    assert '| noise | analytical ε | ε_lo-all | ε_est-all |' in stream.read()
+    assert ('| noise | analytical ε | accounted ε | ε_lo-all | ε_est-all |'
+            in stream.read())
   with open(os.path.join(run_dir, train.CANARY_COSINES_FILE)) as stream:
     per_round = list(csv.DictReader(stream))
   assert [int(row['round']) for row in per_round] == [1, 2, 3, 4]

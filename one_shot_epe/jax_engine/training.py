@@ -116,6 +116,7 @@ class RoundRecord(NamedTuple):
 class Outcome(NamedTuple):
   """A finished run: cosines of both threat models and the final accuracy."""
   final_cosines: np.ndarray
+  final_unseen_cosines: np.ndarray
   seen_maxima: np.ndarray
   unseen_maxima: np.ndarray
   accuracy: float
@@ -245,14 +246,14 @@ def train(plan: Plan, checkpoint_dir: str, rounds_per_checkpoint: int,
       _save(checkpoint_dir, t + 1, state, maxima, initial)
   final = np.asarray(ravel_pytree(state.params)[0])
   vector = initial - final if plan.final_model_statistic == 'delta' else final
-  seen_ids = np.arange(plan.num_seen)
-  final_cosines = (np.asarray(canaries.cosines(plan.canary_seed, seen_ids,
-                                               vector))
+  final_cosines = (np.asarray(canaries.cosines(plan.canary_seed, tracked,
+                                               vector), np.float64)
                    if plan.num_seen else np.zeros(0))
   maxima = np.asarray(maxima, np.float64)
   accuracy = (evaluate(plan.model, state.params, plan.test)
               if plan.test is not None else float('nan'))
-  return Outcome(final_cosines=final_cosines.astype(np.float64),
+  return Outcome(final_cosines=final_cosines[:plan.num_seen],
+                 final_unseen_cosines=final_cosines[plan.num_seen:],
                  seen_maxima=maxima[:plan.num_seen],
                  unseen_maxima=maxima[plan.num_seen:], accuracy=accuracy,
                  dim=dim, resumed_from_round=resumed_from,
