@@ -22,9 +22,13 @@ HAVE_FASHION_MNIST = test -e $(FASHION_MNIST_DIR)/train-images-idx3-ubyte.gz \
   -o -e $(FASHION_MNIST_DIR)/train-images-idx3-ubyte \
   -o -e $(FASHION_MNIST_DIR)/fashion_mnist.npz
 
-$(STAMP): requirements.txt scripts/check_env.py
+# The project itself is installed editable (offline: setuptools and wheel are in
+# the closure), so any script or notebook run with $(PY) imports one_shot_epe
+# and experiments from wherever it is.
+$(STAMP): requirements.txt scripts/check_env.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(PY) scripts/check_env.py
 	touch $(STAMP)
 

@@ -11,12 +11,14 @@ from absl import flags
 
 
 def parse_flags_or_exit(argv: list[str]) -> list[str]:
-  """absl `flags_parser`: parses `argv`; a bad flag prints why and exits 2."""
+  """absl `flags_parser`: parses `argv`; a bad flag prints one line and exits 2.
+
+  The line names the flag (absl's own message) and where to read about it.
+  """
   try:
     return flags.FLAGS(argv)
   except flags.Error as error:
-    sys.stderr.write(f'FATAL Flags parsing error: {error}\n'
-                     'Pass --helpshort or --helpfull to see help on flags.\n')
+    sys.stderr.write(f'error: {error} (--helpshort lists the flags)\n')
     sys.exit(2)
 
 

@@ -6,7 +6,9 @@
   so the x axis writes a common power of ten once (an offset such as
   "1e-2") and takes as many ticks as fit without overlapping labels.
 * `plot_epsilon_bars`: Figures 2 and 4 -- eps_est as bars and the 95% lower bound
-  eps_lo as red ticks, grouped by noise multiplier, one bar per repetition count.
+  eps_lo as red ticks, grouped by noise multiplier, one bar per repetition count,
+  with the references a reader compares them against (analytical, accounted,
+  last-iterate eps) as markers.
 """
 
 import io
@@ -63,8 +65,19 @@ def _fit_x_ticks(figure: plt.Figure, axis: plt.Axes) -> None:
       return
 
 
+def _x_range(curves: Mapping[str, ArrayLike],
+             null_std: float) -> tuple[float, float]:
+  """The panel's x range: every set and the null's +-4 standard deviations."""
+  values = [np.asarray(v, dtype=np.float64) for v in curves.values()]
+  lo = min([-4 * null_std] + [float(v.min()) for v in values if v.size])
+  hi = max([4 * null_std] + [float(v.max()) for v in values if v.size])
+  pad = 0.05 * (hi - lo)
+  return lo - pad, hi + pad
+
+
 def cosine_density_figure(panels: Mapping[str, Mapping[str, ArrayLike]],
-                          dim: int, title: str = '') -> plt.Figure:
+                          dim: int, title: str = '',
+                          shared_x: bool = False) -> plt.Figure:
   """The figure of `plot_cosine_densities` (the caller closes it)."""
   if not panels:
     raise ValueError('panels must name at least one panel.')
@@ -75,12 +88,14 @@ def cosine_density_figure(panels: Mapping[str, Mapping[str, ArrayLike]],
   figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows),
                               squeeze=False)
   null_std = 1.0 / math.sqrt(dim)
-  for axis, (panel_title, curves) in zip(axes.flat, panels.items()):
+  ranges = [_x_range(curves, null_std) for curves in panels.values()]
+  if shared_x:
+    common = (min(lo for lo, _ in ranges), max(hi for _, hi in ranges))
+    ranges = [common] * len(ranges)
+  for axis, (panel_title, curves), (lo, hi) in zip(axes.flat, panels.items(),
+                                                   ranges):
     values = [np.asarray(v, dtype=np.float64) for v in curves.values()]
-    lo = min([-4 * null_std] + [float(v.min()) for v in values if v.size])
-    hi = max([4 * null_std] + [float(v.max()) for v in values if v.size])
-    pad = 0.05 * (hi - lo)
-    grid = np.linspace(lo - pad, hi + pad, 400)
+    grid = np.linspace(lo, hi, 400)
     axis.plot(grid, stats.norm.pdf(grid, scale=null_std), 'k--',
               label='null N(0, 1/d)')
     for label, sample in zip(curves, values):
@@ -99,31 +114,47 @@ def cosine_density_figure(panels: Mapping[str, Mapping[str, ArrayLike]],
 
 
 def plot_cosine_densities(panels: Mapping[str, Mapping[str, ArrayLike]],
-                          dim: int, path: str, title: str = '') -> None:
+                          dim: int, path: str, title: str = '',
+                          shared_x: bool = False) -> None:
   """One panel per key of `panels`; each maps a curve label to its cosines.
 
   Each panel also draws the null density N(0, 1/d) (the exact null of
   Theorem 3.1 is indistinguishable at the paper's d). The x range covers every
-  set and the null's +-4 standard deviations. Writes a PNG to `path`.
+  set and the null's +-4 standard deviations; with `shared_x` every panel
+  takes the union of the ranges, so panels of different noise levels show
+  how the separation shrinks. Writes a PNG to `path`.
   """
-  _save(cosine_density_figure(panels, dim, title), path)
+  _save(cosine_density_figure(panels, dim, title, shared_x), path)
+
+
+_REFERENCE_MARKERS = ('D', 'o', 's')
 
 
 def plot_epsilon_bars(noise_multipliers: Sequence[float],
                       repetitions: Sequence[int],
                       epsilon_est: ArrayLike, epsilon_lo: ArrayLike, path: str,
-                      title: str = '') -> None:
+                      title: str = '',
+                      references: Mapping[str, ArrayLike] | None = None
+                      ) -> None:
   """Grouped bars: eps_est[i][j] for noise i and repetitions j, eps_lo as ticks.
 
-  The y axis is logarithmic when the estimates span more than two decades, as
-  they do between noise 0 and the largest noise.
+  `references` maps a label (e.g. 'analytical ε') to an array of the same
+  shape, drawn as black markers over each bar; infinite or NaN entries (no
+  noise) are left out. The y axis is logarithmic when the values drawn span
+  more than two decades, as they do between noise 0 and the largest noise.
   """
   est = np.asarray(epsilon_est, dtype=np.float64)
   low = np.asarray(epsilon_lo, dtype=np.float64)
   shape = (len(noise_multipliers), len(repetitions))
-  if est.shape != shape or low.shape != shape:
-    raise ValueError(f'epsilon_est and epsilon_lo must have shape {shape} '
-                     '(noise multipliers x repetitions).')
+  references = {label: np.asarray(values, dtype=np.float64)
+                for label, values in (references or {}).items()}
+  if est.shape != shape or low.shape != shape or any(
+      values.shape != shape for values in references.values()):
+    raise ValueError(f'epsilon_est, epsilon_lo and references must have shape '
+                     f'{shape} (noise multipliers x repetitions).')
+  if len(references) > len(_REFERENCE_MARKERS):
+    raise ValueError(f'at most {len(_REFERENCE_MARKERS)} references; got '
+                     f'{len(references)}.')
   figure, axis = plt.subplots(figsize=(1.6 + 1.5 * shape[0], 3.6))
   width = 0.8 / shape[1]
   centres = np.arange(shape[0])
@@ -134,13 +165,20 @@ def plot_epsilon_bars(noise_multipliers: Sequence[float],
     axis.plot(x, low[:, j], linestyle='none', marker='_', markersize=14,
               markeredgewidth=2.5, color='red',
               label='ε_lo (95%)' if j == 0 else None)
-  positive = est[est > 0]
+    for marker, (label, values) in zip(_REFERENCE_MARKERS, references.items()):
+      axis.plot(x, np.where(np.isfinite(values[:, j]), values[:, j], np.nan),
+                linestyle='none', marker=marker, markersize=6,
+                markerfacecolor='none', color='black',
+                label=label if j == 0 else None)
+  drawn = np.concatenate([est.ravel()] + [
+      values[np.isfinite(values)] for values in references.values()])
+  positive = drawn[drawn > 0]
   if positive.size and positive.max() / max(positive.min(), 1e-12) > 100:
     axis.set_yscale('log')
   axis.set_xticks(centres, [f'{noise:g}' for noise in noise_multipliers])
   axis.set_xlabel('noise multiplier')
-  axis.set_ylabel('ε_est')
-  axis.legend(fontsize='small')
+  axis.set_ylabel('ε')
+  axis.legend(fontsize='small', loc='upper left', bbox_to_anchor=(1.0, 1.0))
   if title:
     axis.set_title(title)
   _save(figure, path)

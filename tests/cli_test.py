@@ -73,6 +73,7 @@ def test_parse_flags_or_exit_exits_2_naming_the_flag():
                         check=False)
   assert done.returncode == 2
   assert '--rounds' in done.stderr and 'Traceback' not in done.stderr
+  assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def test_flagfile_flags_are_followed_and_the_command_line_wins(tmp_path):

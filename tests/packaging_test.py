@@ -150,3 +150,18 @@ def test_metadata_covers_every_third_party_import_at_tested_versions(wheel):
         assert candidates & set(required), (
             f'{module} imports {top}, provided by {sorted(candidates)}; '
             'none is in pyproject.toml dependencies.')
+
+
+def test_the_environment_imports_the_project_from_any_directory(tmp_path):
+  # `make setup` installs the project editable into the environment, so a
+  # user's script run from elsewhere imports it (no PYTHONPATH).
+  env = {key: value for key, value in os.environ.items()
+         if key != 'PYTHONPATH'}
+  done = subprocess.run(
+      [sys.executable, '-c',
+       'import one_shot_epe, experiments; print(one_shot_epe.__file__)'],
+      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+      check=False)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.strip().endswith(
+      os.path.join('one_shot_epe', '__init__.py'))

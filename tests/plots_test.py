@@ -37,10 +37,47 @@ def test_epsilon_bars(tmp_path):
   assert red.sum() > 20
 
 
+def test_epsilon_bars_draw_references_and_skip_infinite(tmp_path):
+  path = tmp_path / 'bars.png'
+  est = np.array([[4.6, 9.0], [1.97, 3.5]])
+  reference = np.array([[np.inf, np.inf], [30.0, 40.0]])
+  plots.plot_epsilon_bars([0.0, 0.05], [1, 2], est, est / 2, str(path),
+                          references={'analytical ε': reference})
+  image = _read_png(path)
+  without = tmp_path / 'plain.png'
+  plots.plot_epsilon_bars([0.0, 0.05], [1, 2], est, est / 2, str(without))
+  plain = _read_png(without)
+  # The markers' black outlines: more near-black pixels than without them.
+  def dark(picture):
+    return int(np.sum(picture[..., :3].max(axis=-1) < 0.15))
+  assert dark(image) > dark(plain) + 20
+
+
+def test_shared_x_gives_every_panel_the_same_range():
+  rng = np.random.default_rng(2)
+  panels = {'noise 0': {'1 rep.': rng.normal(0.05, 0.01, 100)},
+            'noise 0.2': {'1 rep.': rng.normal(0.005, 0.001, 100)}}
+  figure = plots.cosine_density_figure(panels, 10**5, shared_x=True)
+  try:
+    limits = {axis.get_xlim() for axis in figure.axes if axis.get_visible()}
+    assert len(limits) == 1
+  finally:
+    plt.close(figure)
+  figure = plots.cosine_density_figure(panels, 10**5)
+  try:
+    assert len({axis.get_xlim() for axis in figure.axes}) == 2
+  finally:
+    plt.close(figure)
+
+
 def test_bad_shapes_and_empty_panels(tmp_path):
   with pytest.raises(ValueError, match='shape'):
     plots.plot_epsilon_bars([0.0], [1, 2], [[1.0]], [[0.5]],
                             str(tmp_path / 'x.png'))
+  with pytest.raises(ValueError, match='shape'):
+    plots.plot_epsilon_bars([0.0], [1], [[1.0]], [[0.5]],
+                            str(tmp_path / 'x.png'),
+                            references={'r': [[1.0, 2.0]]})
   with pytest.raises(ValueError, match='panels'):
     plots.plot_cosine_densities({}, 100, str(tmp_path / 'y.png'))
 

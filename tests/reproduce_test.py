@@ -66,16 +66,31 @@ def _reports(output_dir: str) -> dict[tuple[str, str], dict]:
   return reports
 
 
-def _table_rows(text: str) -> dict[tuple[str, str], list[str]]:
-  """Data rows of the privacy table: (noise, repetitions) -> cells."""
-  rows, repeats = {}, None
+def _table_rows(text: str) -> dict[str, dict[tuple[str, str], list[str]]]:
+  """Data rows of each table of the privacy table, by the line that opens it.
+
+  {section: {(noise, repetitions): cells after the noise}}; sections are
+  'paper', 'bounds' and 'attack'.
+  """
+  openers = {"The paper's columns": 'paper', 'References,': 'bounds',
+             'The attack:': 'attack'}
+  tables, repeats, section = {}, None, None
   for line in text.splitlines():
     if line.startswith('**'):
       repeats = line.strip('*').split()[0]
-    elif line.startswith('| ') and not line.startswith('| noise'):
+    for opener, name in openers.items():
+      if line.startswith(opener):
+        section = name
+    if line.startswith('| ') and not line.startswith('| noise'):
       cells = [cell.strip() for cell in line.strip('|').split('|')]
-      rows[(cells[0], repeats)] = cells[1:]
-  return rows
+      tables.setdefault(section, {})[(cells[0], repeats)] = cells[1:]
+  return tables
+
+
+def _summary(stdout: str) -> list[str]:
+  """The lines of the terminal's privacy table (`reproduce.summary_table`)."""
+  start = stdout.index("**Privacy of the grid's runs**")
+  return stdout[start:].split('\n\n**Table 6')[0].splitlines()
 
 
 def _close(cell: str, value: float | None) -> bool:
@@ -103,16 +118,37 @@ def test_privacy_table_equals_run_reports(grid):
   with open(os.path.join(output_dir, reproduce.TABLE_FILE),
             encoding='utf-8') as stream:
     table = stream.read()
-  assert table in stdout
-  rows = _table_rows(table)
+  tables = _table_rows(table)
   reports = _reports(output_dir)
+  assert set(tables) == {'paper', 'bounds', 'attack'}
+  for point, report in reports.items():
+    # The paper's Table 3/4 columns hold the paper's statistics.
+    keys = ('analytical_epsilon', 'epsilon_lo_paper_all',
+            'epsilon_est_fitted_all', 'epsilon_lo_paper_final',
+            'epsilon_est_fitted_final', 'accuracy')
+    for cell, key in zip(tables['paper'][point], keys):
+      assert _close(cell, report[key]), (point, key, cell, report[key])
+    # Headline estimates (with their interval) and the sound bounds.
+    cells = tables['bounds'][point]
+    for model, offset in (('all', 2), ('final', 6)):
+      assert _close(cells[offset].split()[0], report[f'epsilon_est_{model}'])
+      for index, key in enumerate(('epsilon_lo', 'epsilon_one_run',
+                                   'epsilon_one_run_fdp'), start=offset + 1):
+        assert _close(cells[index], report[f'{key}_{model}']), (point, key)
+  # The terminal gets the compact table: every line fits 100 columns.
+  printed = _summary(stdout)
+  assert printed and max(len(line) for line in printed) <= 100
+  rows = {(cells[0], cells[1]): cells[2:] for cells in (
+      [c.strip() for c in line.strip('|').split('|')] for line in printed
+      if line.startswith('| ') and not line.startswith('| noise'))}
   assert set(rows) == set(reports)
   for point, report in reports.items():
-    cells = rows[point]
-    keys = ('analytical_epsilon', 'epsilon_lo_all', 'epsilon_est_all',
-            'epsilon_lo_final', 'epsilon_est_final', 'accuracy')
-    for cell, key in zip(cells, keys):
-      assert _close(cell, report[key]), (point, key, cell, report[key])
+    keys = ('analytical_epsilon', None, 'epsilon_est_all', 'epsilon_lo_all',
+            'epsilon_est_final', 'epsilon_lo_final', 'last_iterate_epsilon',
+            'accuracy')
+    for cell, key in zip(rows[point], keys):
+      if key is not None:
+        assert _close(cell, report[key]), (point, key, cell, report[key])
   # Noise 0: analytical eps is infinite; noise 0.2 is the Gaussian mechanism.
   assert reports[('0', '1')]['analytical_epsilon'] is None
   assert reports[('0.2', '1')]['analytical_epsilon'] == pytest.approx(
@@ -133,7 +169,9 @@ def test_anderson_table_recomputes_from_cosine_csvs(grid):
   output_dir, _ = grid
   with open(os.path.join(output_dir, reproduce.ANDERSON_FILE),
             encoding='utf-8') as stream:
-    lines = stream.read().splitlines()[2:]
+    title, _, *lines = stream.read().splitlines()
+  assert title.startswith('**Table 6')
+  lines = lines[2:]
   assert len(lines) == len(_NOISES) * len(_REPETITIONS)
   for line in lines:
     noise, repeats, final, seen, unseen = [
@@ -246,9 +284,7 @@ def test_rerun_skips_finished_runs(grid):
   assert completed.returncode == 0, completed.stderr[-3000:]
   assert 'Running ' not in completed.stdout  # No --accuracy_table this time.
   assert os.stat(report).st_mtime_ns == before
-  with open(os.path.join(output_dir, reproduce.TABLE_FILE),
-            encoding='utf-8') as stream:
-    assert stream.read() in stdout
+  assert _summary(completed.stdout) == _summary(stdout)
 
 
 @pytest.mark.parametrize('scale', ['1.5'])

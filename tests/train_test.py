@@ -109,8 +109,9 @@ def test_outputs_exist_and_are_well_formed(run):
 
 def test_report_equals_estimation_of_the_written_csvs(run):
   run_dir = run.run_dir
-  final = estimate.read_cosine_columns(
-      os.path.join(run_dir, train.FINAL_COSINES_FILE))['cosine']
+  final_columns = estimate.read_cosine_columns(
+      os.path.join(run_dir, train.FINAL_COSINES_FILE))
+  final = final_columns['cosine']
   maxima = estimate.read_cosine_columns(
       os.path.join(run_dir, train.MAX_COSINES_FILE))
   with open(os.path.join(run_dir, train.REPORT_JSON_FILE)) as stream:
@@ -118,7 +119,8 @@ def test_report_equals_estimation_of_the_written_csvs(run):
   delta = tiny_run.NUM_CLIENTS**-1.1  # The default delta = m^-1.1.
   dim = 1_206_590  # The EMNIST CNN.
   assert report['delta'] == delta and report['dim'] == dim
-  expected_final = privacy_report.final_model_report(final, dim, delta, 0.05)
+  expected_final = privacy_report.final_model_report(
+      final, dim, delta, 0.05, unseen=final_columns['unseen'])
   expected_all = privacy_report.all_iterates_report(maxima['seen'],
                                                     maxima['unseen'], delta,
                                                     0.05, dim=dim)
