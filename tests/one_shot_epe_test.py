@@ -29,6 +29,7 @@ CORE = (
     'one_shot_epe.gaussian_mechanism',
     'one_shot_epe.lower_bound',
     'one_shot_epe.null_distribution',
+    'one_shot_epe.one_run',
     'one_shot_epe.participation',
     'one_shot_epe.plots',
     'one_shot_epe.privacy_report',

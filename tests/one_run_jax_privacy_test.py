@@ -1,0 +1,48 @@
+"""one_shot_epe.one_run against jax-privacy 2.0.0, its oracle.
+
+jax-privacy cannot be installed beside TFF 0.87 (which pins jax), so this
+runs in the TensorFlow-free environment of `make test-jax`, where
+requirements-jax.txt installs it; elsewhere it is skipped. Many random score
+sets: sizes from 2 to 800, separations, ties, three alphas and deltas.
+"""
+
+import numpy as np
+import pytest
+
+from one_shot_epe import one_run
+
+auditing = pytest.importorskip('jax_privacy.auditing')
+
+
+def _cases(count: int, seed: int):
+  rng = np.random.default_rng(seed)
+  for index in range(count):
+    seen_size, unseen_size = rng.integers(2, 800, size=2)
+    shift = rng.uniform(0.0, 4.0)
+    seen = rng.normal(shift, 1.0, seen_size)
+    unseen = rng.normal(0.0, 1.0, unseen_size)
+    if index % 4 == 0:  # Ties within and across the sets.
+      seen, unseen = np.round(seen, 1), np.round(unseen, 1)
+    alpha = float(rng.choice([0.01, 0.05, 0.1]))
+    delta = float(rng.choice([1e-3, 1e-5, 1e-6]))
+    yield seen, unseen, alpha, delta
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_one_run_bounds_equal_jax_privacys_canary_score_auditor(seed):
+  for seen, unseen, alpha, delta in _cases(15, seed):
+    auditor = auditing.CanaryScoreAuditor(seen, unseen)
+    expected = (auditor.epsilon_one_run(significance=alpha, delta=delta),
+                auditor.epsilon_one_run_fdp(significance=alpha, delta=delta))
+    got = (one_run.epsilon_one_run(seen, unseen, delta=delta, alpha=alpha),
+           one_run.epsilon_one_run_fdp(seen, unseen, delta=delta, alpha=alpha))
+    # jax-privacy finds each root to 1e-6 in eps.
+    assert got == pytest.approx(expected, rel=1e-3, abs=1e-5), (
+        seen.size, unseen.size, alpha, delta)
+
+
+def test_the_oracle_is_not_trivial():
+  # Some cases bound eps well above 0, so agreement is not 0 == 0.
+  values = [auditing.CanaryScoreAuditor(s, u).epsilon_one_run(
+      significance=a, delta=d) for s, u, a, d in _cases(15, 0)]
+  assert max(values) > 2.0
