@@ -61,6 +61,35 @@ def test_epsilon_hand_computed_cases():
       np.arange(100.0), np.arange(100) % 2 == 0, 0.01) < 0.05
 
 
+def test_max_accuracy_threshold_is_the_bound_at_the_most_accurate_threshold():
+  # Brute force over every observed threshold: the first (ascending) of best
+  # balanced accuracy, and the eps of its two rates; never above 'best'.
+  rng = np.random.default_rng(7)
+  for trial in range(30):
+    n = int(rng.integers(10, 80))
+    inserted = rng.random(n) < 0.5
+    inserted[:2] = [True, False]
+    scores = np.round(rng.normal(0, 1, n) + 1.5 * inserted, 1)
+    delta = 1.0 / n
+    best_accuracy, chosen = -1.0, None
+    for gamma in np.unique(scores):
+      fpr = np.mean(scores[~inserted] >= gamma)
+      fnr = np.mean(scores[inserted] < gamma)
+      if 1 - (fpr + fnr) / 2 > best_accuracy:
+        best_accuracy, chosen = 1 - (fpr + fnr) / 2, (fpr, fnr)
+    fpr, fnr = chosen
+    terms = [0.0]
+    if fnr > 0 and 1 - delta - fpr > 0:
+      terms.append(math.log((1 - delta - fpr) / fnr))
+    if fpr > 0 and 1 - delta - fnr > 0:
+      terms.append(math.log((1 - delta - fnr) / fpr))
+    expected = math.inf if fpr == fnr == 0 else max(terms)
+    got = canife_attack.epsilon_from_scores(scores, inserted, delta,
+                                            threshold='max_accuracy')
+    assert got == pytest.approx(expected), trial
+    assert got <= canife_attack.epsilon_from_scores(scores, inserted, delta)
+
+
 def _orthogonal_setup(dim=64, cohort=8, seed=0):
   """Cohort updates in the first dim-1 coordinates, canary along the last."""
   rng = np.random.default_rng(seed)

@@ -1,11 +1,15 @@
 """Tests of one_shot_epe.baselines.dpsgd (DP-SGD with one-shot canaries).
 
-Truths: one round recomputed by hand (per-example gradients by a plain
-GradientTape loop, canaries from `one_shot_epe.canaries`, cosines in numpy);
+Truths: one round, and two with server momentum, recomputed by hand
+(per-example gradients by a plain GradientTape loop, canaries from
+`one_shot_epe.canaries`, cosines in numpy); the steps between the models the
+hook sees, for the model-delta statistic;
 the separation of inserted and never-inserted canaries without noise;
 brute-force counts of each canary's insertions under 'once'; the
 independence of training from the audit hook.
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -56,6 +60,70 @@ def test_one_round_matches_a_hand_computation():
   # Final model delta is -aggregate, oriented back by the tff.learning sign.
   np.testing.assert_allclose(result.final_cosines, result.seen_maxima,
                              atol=1e-5)
+
+
+def _clipped_mean_gradient(model, params, inputs, labels, clip):
+  total = np.zeros(model.dim)
+  for x, y in zip(inputs, labels):
+    theta = tf.constant(np.asarray(params, np.float32))
+    with tf.GradientTape() as tape:
+      tape.watch(theta)
+      loss = tf.nn.softmax_cross_entropy_with_logits(
+          y[np.newaxis], model.logits(theta, x[np.newaxis]))[0]
+    gradient = tape.gradient(loss, theta).numpy().astype(np.float64)
+    total += gradient * min(1.0, clip / np.linalg.norm(gradient))
+  return total / len(inputs)
+
+
+def test_server_momentum_two_rounds_by_hand():
+  # Every client in both rounds (batch = N, shuffled epochs), no noise, no
+  # canaries: theta_1 = theta_0 - eta g(theta_0), theta_2 = theta_1 -
+  # eta (beta g(theta_0) + g(theta_1)).
+  model = feedforward.FeedForward((6, 6), hidden_units=4, num_classes=3)
+  inputs, labels = cluster_data.clusters(0, 16)
+  config = dpsgd.TrainingConfig(clip=0.5, noise_multiplier=0.0, batch_size=16,
+                                epochs=2, learning_rate=0.7, sampling='shuffle',
+                                num_seen=0, num_unseen=0, seed=1,
+                                server_momentum=0.9)
+  result = dpsgd.train(model, inputs, labels, config)
+  theta0 = result.initial_params.astype(np.float64)
+  first = _clipped_mean_gradient(model, theta0, inputs, labels, 0.5)
+  theta1 = theta0 - 0.7 * first
+  second = _clipped_mean_gradient(model, theta1, inputs, labels, 0.5)
+  theta2 = theta1 - 0.7 * (0.9 * first + second)
+  np.testing.assert_allclose(result.final_params, theta2, rtol=1e-4, atol=1e-5)
+  plain = dpsgd.train(model, inputs, labels,
+                      dataclasses.replace(config, server_momentum=0.0))
+  np.testing.assert_allclose(plain.final_params,
+                             theta1 - 0.7 * second, rtol=1e-4, atol=1e-5)
+
+
+def test_model_delta_statistic_is_the_cosine_with_each_step():
+  # The hook sees theta_t before every update: the steps theta_t -
+  # theta_{t+1} are the vectors of statistic='model_delta'; with momentum
+  # the noised update is recovered as (s_t - beta s_{t-1}) / eta.
+  model = feedforward.FeedForward((6, 6), hidden_units=4, num_classes=3)
+  inputs, labels = cluster_data.clusters(3, 40)
+  base = dict(clip=0.5, noise_multiplier=0.5, batch_size=8, learning_rate=0.3,
+              sampling='poisson', num_seen=6, num_unseen=4, buffer_rounds=2,
+              seed=4, server_momentum=0.8)
+  for statistic in dpsgd.STATISTICS:
+    config = dpsgd.TrainingConfig(statistic=statistic, **base)
+    thetas = []
+    result = dpsgd.train(model, inputs, labels, config,
+                         hook=lambda t, params: thetas.append(params),
+                         hook_rounds=range(config.num_rounds(40)))
+    thetas.append(result.final_params)
+    steps = -np.diff(np.asarray(thetas, np.float64), axis=0)
+    if statistic == 'update':
+      steps = (steps - 0.8 * np.vstack([np.zeros(model.dim), steps[:-1]])) / 0.3
+    ids = list(range(6)) + [canaries.UNSEEN_ID_OFFSET + i for i in range(4)]
+    units = np.stack([canaries.canary(result.canary_seed, i, model.dim).numpy()
+                      for i in ids]).astype(np.float64)
+    cosines = units @ steps.T / np.linalg.norm(steps, axis=1)
+    np.testing.assert_allclose(
+        np.concatenate([result.seen_maxima, result.unseen_maxima]),
+        cosines.max(axis=1), atol=1e-4)
 
 
 def test_without_noise_inserted_canaries_stand_out():
@@ -170,6 +238,10 @@ def test_config_validation():
     dpsgd.TrainingConfig(noise_multiplier=-0.1)
   with pytest.raises(ValueError, match='canary_insertion'):
     dpsgd.TrainingConfig(canary_insertion='twice')
+  with pytest.raises(ValueError, match='server_momentum'):
+    dpsgd.TrainingConfig(server_momentum=1.0)
+  with pytest.raises(ValueError, match='statistic'):
+    dpsgd.TrainingConfig(statistic='final')
   with pytest.raises(TypeError, match='config'):
     dpsgd.canary_schedule({'num_seen': 3}, 10, seed=0)
   with pytest.raises(ValueError, match='num_clients'):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from experiments import compare_canife
+from one_shot_epe import estimation
 from one_shot_epe.baselines import canife
 from one_shot_epe.baselines import dpsgd
 
@@ -76,18 +77,23 @@ def _check_summary_rows(report, details):
     runs = [run[field] for run in details['runs']]
     start = next(i for i, row in enumerate(rows)
                  if row[0].startswith(f'| **one-shot, {title}'))
-    block = rows[start:start + 9]
-    assert block[0][1] == _mean_std([r['epsilon_est'] for r in runs])
-    assert block[1][1] == (
+    block = rows[start:start + 12]
+    assert block[0][1] == _mean_std([r['epsilon_est_fitted'] for r in runs])
+    assert block[1][1] == _mean_std([r['epsilon_est'] for r in runs])
+    assert block[2][1] == (
         f'[{_mean_std([r["epsilon_est_interval"][0] for r in runs])}, '
         f'{_mean_std([r["epsilon_est_interval"][1] for r in runs])}]')
-    assert block[2][1] == _mean_std([r['epsilon_gdp'] for r in runs])
-    assert block[3][1] == _mean_std([r['gdp_mu'] for r in runs])
-    assert block[4][1] == _mean_std([r['auroc'] for r in runs])
-    assert block[5][1] == _mean_std([r['tpr_at_fpr']['0.01'] for r in runs])
-    assert block[6][1] == _mean_std([r['tpr_at_fpr']['0.001'] for r in runs])
-    assert block[7][1] == _mean_std([r['epsilon_lo'] for r in runs])
-    assert 'eps_lo' in block[7][0] and 'FPR 0.001' in block[6][0]
+    assert block[3][1] == _mean_std([r['epsilon_gdp'] for r in runs])
+    assert block[4][1] == _mean_std([r['gdp_mu'] for r in runs])
+    assert block[5][1] == _mean_std([r['auroc'] for r in runs])
+    assert block[6][1] == _mean_std([r['tpr_at_fpr']['0.01'] for r in runs])
+    assert block[7][1] == _mean_std([r['tpr_at_fpr']['0.001'] for r in runs])
+    assert block[8][1] == _mean_std([r['epsilon_lo'] for r in runs])
+    assert block[9][1] == (
+        f'{_mean_std([r["epsilon_one_run"] for r in runs])} / '
+        f'{_mean_std([r["epsilon_one_run_fdp"] for r in runs])}')
+    assert block[10][1] == _mean_std([r['epsilon_lo_paper'] for r in runs])
+    assert 'eps_lo' in block[8][0] and 'FPR 0.001' in block[7][0]
     paper = block[0][2]
     assert paper == ('6.76 ± 1.06 (Sec. 5.4)' if field == 'one_shot_all'
                      else '—')
@@ -106,22 +112,32 @@ def test_quick_config_prints_every_estimate_and_records_insertion(tmp_path):
                         f'--output_json={output}')
   assert result.returncode == 0, result.stderr[-2000:]
   for row in ('| analytical eps, one unamplified Gaussian release',
+              '| — the same release, exact',
               '| accounted eps of real clients: RDP of 32 Poisson-subsampled',
               '| **one-shot, all iterates', '| **one-shot, final model',
-              '| — eps_est, bootstrap 95% interval', '| — eps_gdp',
+              '| — headline eps_est, bootstrap 95% interval', '| — eps_gdp',
               '| — attack AUROC', '| — attack TPR at FPR 0.01',
-              '| — attack TPR at FPR 0.001', '| — eps_lo'):
+              '| — attack TPR at FPR 0.001', '| — eps_lo', '| — one-run eps',
+              "| — paper's eps_lo"):
     assert row in result.stdout
   assert result.stdout.count('| — eps_gdp') == 2  # Both threat models.
   details = json.loads(output.read_text())
   assert details['canary_insertion'] == 'once'
   for run in details['runs']:
     assert run['canary_presentations'] == [0, 200]
+  # Noise 0.2 at delta = 1/4000: RDP's 34-odd against the exact value.
+  assert details['analytical_epsilon_single_release_exact'] == pytest.approx(
+      estimation.gaussian_epsilon(0.2, 1 / 4000), rel=1e-12)
+  assert (details['analytical_epsilon_single_release_exact'] <
+          details['analytical_epsilon_single_release'])
 
 
 @pytest.mark.parametrize('args, flag', [
     (['--canary_insertion=twice'], '--canary_insertion'),
     (['--noise_multiplier=-1'], '--noise_multiplier'),
+    (['--server_momentum=1.0'], '--server_momentum'),
+    (['--canary_statistic=final'], '--canary_statistic'),
+    (['--canife_threshold=mean'], '--canife_threshold'),
     (['--data=real', '--data_dir=/nonexistent/fmnist'], '--data_dir'),
     (['--data=synthetic', '--synthetic_num_train=500',
       '--synthetic_num_test=100'], '--design_pool_size'),

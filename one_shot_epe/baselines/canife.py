@@ -9,7 +9,8 @@ example each (CANIFE's Sec. 4.1 setting, and Sec. 5.4 of Andrew et al.):
    (`canife_design`).
 3. Attack: n mock rounds (default 100) with fresh real cohorts, the canary
    inserted with probability 1/2, scores <u~, u_c> on the noised aggregate,
-   and eps_hat_r at the best threshold with delta = 1/n (`canife_attack`).
+   and eps_hat_r with delta = 1/n at the best threshold or, as CANIFE's
+   reference code, at the threshold of best accuracy (`canife_attack`).
 
 The cumulative estimate over training (Algorithm 2) composes the audits'
 eps_hat_r with `canife_accounting.canife_epsilon`.
@@ -49,6 +50,9 @@ class CanifeConfig:
     insertion_probability: Probability the canary joins a mock round.
     attack_delta: delta of eps_hat_r; None means 1/n (Sec. 3.4).
     norm_target: C of Eq. (1); None means the clip norm.
+    epsilon_threshold: How eps_hat_r picks its threshold:
+      `canife_attack.THRESHOLDS` ('best' as the paper's text, 'max_accuracy'
+      as CANIFE's reference code).
   """
   design_steps: int = DEFAULT_DESIGN_STEPS
   design_learning_rate: float = DEFAULT_DESIGN_LEARNING_RATE
@@ -56,6 +60,7 @@ class CanifeConfig:
   insertion_probability: float = 0.5
   attack_delta: float | None = None
   norm_target: float | None = None
+  epsilon_threshold: str = 'best'
 
   def __post_init__(self):
     validation.check_int('design_steps', self.design_steps, 0)
@@ -69,6 +74,10 @@ class CanifeConfig:
     if self.norm_target is not None:
       validation.check_real('norm_target', self.norm_target, 0.0,
                             low_open=True)
+    if self.epsilon_threshold not in canife_attack.THRESHOLDS:
+      raise ValueError(f'epsilon_threshold must be one of '
+                       f'{canife_attack.THRESHOLDS}; got '
+                       f'{self.epsilon_threshold!r}.')
 
   def delta(self) -> float:
     """The delta of eps_hat_r: attack_delta, or 1/num_mock_rounds."""
@@ -170,10 +179,12 @@ class CanifeAuditor:
         clipped_sum, canary.update, noise_std=noise_multiplier * clip,
         num_rounds=config.num_mock_rounds, rng=rng,
         insertion_probability=config.insertion_probability)
-    epsilon = canife_attack.epsilon_from_scores(attack.scores, attack.inserted,
-                                                config.delta())
+    epsilon = canife_attack.epsilon_from_scores(
+        attack.scores, attack.inserted, config.delta(),
+        threshold=config.epsilon_threshold)
     capped = canife_attack.epsilon_from_scores(
-        attack.scores, attack.inserted, config.delta(), perfect='cap')
+        attack.scores, attack.inserted, config.delta(), perfect='cap',
+        threshold=config.epsilon_threshold)
     accuracy = canife_attack.attack_accuracy(attack.scores, attack.inserted)
     attack_seconds = time.perf_counter() - start
     heldout = (canife_design.mean_abs_cosine(canary.gradient, first_cohort[0])

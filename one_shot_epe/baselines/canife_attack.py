@@ -32,6 +32,12 @@ accuracy reaches 100%. Both hold with this reading, implemented here: a term
 with a zero denominator is left out, and eps_hat_r = inf when some threshold
 has FPR = FNR = 0 (perfect separation). The result is floored at 0.
 
+Which threshold: the paper's text takes the supremum over thresholds
+(`threshold='best'`); CANIFE's reference code takes the threshold of the
+attack's best accuracy and the eps bound at that one threshold
+(`threshold='max_accuracy'`, smaller or equal), which is how its published
+numbers were computed.
+
 A single perfect audit makes CANIFE's cumulative estimate infinite. For a
 finite figure, `perfect='cap'` replaces inf by the largest finite value the
 same scores could show, log((1 - delta) max(n_in, n_out)) (one error among
@@ -122,9 +128,12 @@ def threshold_rates(scores: Any,
   return false_positives / negatives.size, false_negatives / positives.size
 
 
+THRESHOLDS = ('best', 'max_accuracy')
+
+
 def epsilon_from_scores(scores: Any, inserted: Any, delta: float,
-                        perfect: str = 'inf') -> float:
-  """eps_hat_r at the best threshold (module docstring), >= 0.
+                        perfect: str = 'inf', threshold: str = 'best') -> float:
+  """eps_hat_r (module docstring), >= 0.
 
   Args:
     scores: The n attack scores.
@@ -132,11 +141,20 @@ def epsilon_from_scores(scores: Any, inserted: Any, delta: float,
     delta: delta of the bound (CANIFE: 1/n).
     perfect: What perfect separation gives: 'inf' (CANIFE) or 'cap' (the
       largest finite value these class sizes allow).
+    threshold: 'best' (the supremum over thresholds) or 'max_accuracy' (the
+      bound at the threshold of best balanced accuracy, the first such in
+      ascending order, as CANIFE's reference code).
   """
   delta = validation.check_probability('delta', delta)
   if perfect not in ('inf', 'cap'):
     raise ValueError(f"perfect must be 'inf' or 'cap'; got {perfect!r}.")
+  if threshold not in THRESHOLDS:
+    raise ValueError(f'threshold must be one of {THRESHOLDS}; got '
+                     f'{threshold!r}.')
   fpr, fnr = threshold_rates(scores, inserted)
+  if threshold == 'max_accuracy':
+    best = int(np.argmax(1.0 - 0.5 * (fpr + fnr)))
+    fpr, fnr = fpr[best:best + 1], fnr[best:best + 1]
   if np.any((fpr == 0.0) & (fnr == 0.0)):
     if perfect == 'inf':
       return math.inf

@@ -7,11 +7,13 @@ DP-FedSGD with one local step is DP-SGD with per-example clipping
 
   rho_bar_t = (sum_{i in cohort(t)} clip(g_i; C) + sum_{j in canaries(t)} C c_j
                + N(0, sigma^2 C^2 I_d)) / B
-  theta_{t+1} = theta_t - eta rho_bar_t
+  v_t = beta v_{t-1} + rho_bar_t,  v_{-1} = 0
+  theta_{t+1} = theta_t - eta v_t
 
 with B the expected cohort size (the normalisation of DP-FedAvg's
 `NormalizedQuery`, also used by `one_shot_epe.canary_aggregator`) and eta the
-learning rate. Real clients are sampled by `sampling`
+learning rate, beta the server momentum (`server_momentum`, 0 by default:
+plain DP-SGD). Real clients are sampled by `sampling`
 (`one_shot_epe.participation`): with 'poisson' every client joins each round
 independently with probability q = B / N (`BernoulliSampling`; the DP
 literature's "Poisson subsampling", CANIFE's accounting assumption); with
@@ -33,7 +35,12 @@ pipeline for the same seed and d) are inserted by `canary_insertion`
     schedule as 'once').
 
 Tracking (Algorithm 3): the cosine of every seen and unseen canary with every
-rho_bar_t enters a running maximum, kept by the project's one tracker
+round's statistic vector enters a running maximum: rho_bar_t, the noised
+update (`statistic='update'`, the paper's), or the model's step
+theta_t - theta_{t+1} = eta v_t (`statistic='model_delta'`), which with
+momentum carries every earlier round's update too and so dilutes each
+canary's signal (Sec. 5.4's setting, whose numbers a weaker signal
+reproduces; see the CANIFE section of the README). The maxima are kept by the project's one tracker
 (`cosine_tracking.CosineTracker`, fed each aggregate; it buffers them and
 regenerates the canaries once per block of rounds). The final-model
 cosines of Algorithm 2 are taken with theta_T - theta_0
@@ -62,6 +69,7 @@ from one_shot_epe import validation
 from one_shot_epe.baselines import per_example
 
 SAMPLINGS = ('poisson', 'shuffle')
+STATISTICS = ('update', 'model_delta')
 CANARY_INSERTIONS = ('once',) + SAMPLINGS
 
 
@@ -83,6 +91,10 @@ class TrainingConfig:
     num_unseen: Unseen canaries (1000 in Sec. 5.4).
     buffer_rounds: Aggregates buffered per cosine computation.
     seed: Seeds initialisation, sampling, noise and canaries.
+    server_momentum: beta in [0, 1): heavy-ball momentum of the server step
+      (module docstring); 0 is plain DP-SGD.
+    statistic: The vector each round's canary cosines are taken with:
+      'update' (rho_bar_t) or 'model_delta' (eta v_t).
   """
   clip: float = 1.0
   noise_multiplier: float = 0.2
@@ -95,6 +107,8 @@ class TrainingConfig:
   num_unseen: int = 1000
   buffer_rounds: int = 64
   seed: int = 0
+  server_momentum: float = 0.0
+  statistic: str = 'update'
 
   def __post_init__(self):
     for name, low in (('batch_size', 1), ('epochs', 1), ('num_seen', 0),
@@ -111,6 +125,11 @@ class TrainingConfig:
                        f'got {self.canary_insertion!r}.')
     if self.num_seen == 0 and self.num_unseen > 0:
       raise ValueError('num_unseen must be 0 when num_seen is 0.')
+    validation.check_real('server_momentum', self.server_momentum, 0.0, 1.0,
+                          high_open=True)
+    if self.statistic not in STATISTICS:
+      raise ValueError(f'statistic must be one of {STATISTICS}; got '
+                       f'{self.statistic!r}.')
 
   def num_rounds(self, num_clients: int) -> int:
     """epochs * ceil(N / B) rounds."""
@@ -132,6 +151,8 @@ class TrainingResult:
     seen_maxima: Max over rounds of each seen canary's cosine (Algorithm 3).
     unseen_maxima: The same for the unseen canaries.
     final_cosines: Seen canaries' cosines with theta_T - theta_0 (Alg. 2).
+    final_unseen_cosines: The unseen canaries' (the one-run certificates'
+      null).
     appearances: Rounds in which each seen canary was inserted.
     train_seconds: Wall time of training proper (gradients, noise, updates).
     one_shot_seconds: Wall time the one-shot method added (canary records,
@@ -144,6 +165,7 @@ class TrainingResult:
   seen_maxima: np.ndarray
   unseen_maxima: np.ndarray
   final_cosines: np.ndarray
+  final_unseen_cosines: np.ndarray
   appearances: np.ndarray
   train_seconds: float
   one_shot_seconds: float
@@ -229,6 +251,8 @@ def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
   noise_rng = np.random.default_rng(noise_seed)
   initial = model.initial_params(init_seed)
   params = initial.copy()
+  velocity = np.zeros(dim, np.float32)
+  momentum = np.float32(config.server_momentum)
 
   use_canaries = config.num_seen > 0
   if use_canaries:
@@ -266,28 +290,35 @@ def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
       one_shot_seconds += time.perf_counter() - start
     start = time.perf_counter()
     aggregate = total / np.float32(config.batch_size)
-    params = params - np.float32(config.learning_rate) * aggregate
+    velocity = momentum * velocity + aggregate
+    params = params - np.float32(config.learning_rate) * velocity
     train_seconds += time.perf_counter() - start
     if use_canaries:
       start = time.perf_counter()
-      tracker.observe_aggregate(aggregate)
+      # Cosines are scale-free: the model's step eta v_t is taken as v_t.
+      tracker.observe_aggregate(
+          velocity if config.statistic == 'model_delta' else aggregate)
       one_shot_seconds += time.perf_counter() - start
 
   if not use_canaries:
     empty = np.zeros(0)
     return TrainingResult(initial, params, num_rounds, canary_seed, empty,
-                          empty, empty, np.zeros(0, np.int64), train_seconds,
-                          one_shot_seconds)
+                          empty, empty, empty, np.zeros(0, np.int64),
+                          train_seconds, one_shot_seconds)
   start = time.perf_counter()
   maxima = tracker.maxima()
   final_cosines = final_model.final_model_cosines(
       params, canary_seed=canary_seed,
-      canary_ids=canaries.seen_ids(config.num_seen), initial_weights=initial,
-      statistic='delta', model_moves_along=final_model.TFF_LEARNING_DIRECTION)
+      canary_ids=np.concatenate([canaries.seen_ids(config.num_seen),
+                                 canaries.unseen_ids(config.num_unseen)]),
+      initial_weights=initial, statistic='delta',
+      model_moves_along=final_model.TFF_LEARNING_DIRECTION)
   one_shot_seconds += time.perf_counter() - start
   return TrainingResult(
       initial_params=initial, final_params=params, num_rounds=num_rounds,
       canary_seed=canary_seed, seen_maxima=maxima.seen,
-      unseen_maxima=maxima.unseen, final_cosines=final_cosines,
+      unseen_maxima=maxima.unseen,
+      final_cosines=final_cosines[:config.num_seen],
+      final_unseen_cosines=final_cosines[config.num_seen:],
       appearances=schedule.appearance_counts(), train_seconds=train_seconds,
       one_shot_seconds=one_shot_seconds)
