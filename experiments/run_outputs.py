@@ -75,6 +75,20 @@ class RunResult:
   report: run_report.RunReport | None
 
 
+def rounds_line(result: RunResult) -> str:
+  """What this invocation did, in one line: a fresh run, a resumed one, or none."""
+  if result.resumed_from_round == 0:
+    what = f'trained {result.rounds_trained}'
+  elif result.rounds_trained == 0:
+    what = (f'resumed from round {result.resumed_from_round}: already '
+            'complete, nothing trained')
+  else:
+    what = (f'resumed from round {result.resumed_from_round}, trained '
+            f'{result.rounds_trained} now')
+  return (f'Rounds: {result.total_rounds} ({what}); test accuracy '
+          f'{result.accuracy:.4f}')
+
+
 def write_results(config: train_config.TrainConfig, *, dim: int, delta: float,
                   num_train_clients: int, total_rounds: int, data_source: str,
                   accuracy: float, final_cosines: np.ndarray,

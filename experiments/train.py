@@ -213,7 +213,10 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
         synthetic_examples_per_client=config.synthetic_examples_per_client,
         seed=SYNTHETIC_DATA_SEED, vocab_size=config.vocab_size)
   except (ValueError, FileNotFoundError) as error:
-    raise train_config.ConfigError(f'--data_dir: {error}') from None
+    message = str(error)
+    raise train_config.ConfigError(
+        message if message.startswith('--data_dir') else
+        f'--data_dir: {message}') from None
   num_clients = task.num_train_clients
   if config.clients_per_round > num_clients:
     raise train_config.ConfigError(
@@ -562,9 +565,7 @@ def main(argv: Sequence[str]) -> None:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)
   print(f'Run directory: {result.run_dir}')
-  print(f'Rounds: {result.total_rounds} (resumed from round '
-        f'{result.resumed_from_round}, trained {result.rounds_trained} now); '
-        f'test accuracy {result.accuracy:.4f}')
+  print(run_outputs.rounds_line(result))
   if result.report is not None:
     print(result.report.to_markdown(), end='')
     print(f'Report: {os.path.join(result.run_dir, REPORT_MARKDOWN_FILE)}; '

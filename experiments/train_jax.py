@@ -319,9 +319,7 @@ def main(argv: Sequence[str]) -> None:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)
   print(f'Run directory: {result.run_dir}')
-  print(f'Rounds: {result.total_rounds} (resumed from round '
-        f'{result.resumed_from_round}, trained {result.rounds_trained} now); '
-        f'test accuracy {result.accuracy:.4f}')
+  print(run_outputs.rounds_line(result))
   print(result.report.to_markdown(), end='')
 
 

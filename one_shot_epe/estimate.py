@@ -24,6 +24,7 @@ from absl import app
 from absl import flags
 
 from one_shot_epe import cli
+from one_shot_epe import estimation
 from one_shot_epe import privacy_report
 
 _COSINES = flags.DEFINE_string('cosines', None, 'CSV file of canary cosines.')
@@ -90,9 +91,14 @@ def build_report(columns: dict[str, list[float]], dim: int | None, delta: float,
   if 'cosine' in columns:
     if dim is None:
       raise ValueError('--dim is required for final-model cosines.')
-    return privacy_report.final_model_report(
-        columns['cosine'], dim, delta, alpha, unseen=columns.get('unseen'),
-        threshold_strategy=threshold_strategy)
+    try:
+      return privacy_report.final_model_report(
+          columns['cosine'], dim, delta, alpha, unseen=columns.get('unseen'),
+          threshold_strategy=threshold_strategy)
+    except estimation.EpsilonOverflowError as error:
+      # The cosines sit that many null standard deviations (1/sqrt(d)) out.
+      raise ValueError(f'--dim={dim}: {error}; is --dim the number of model '
+                       'parameters?') from None
   return privacy_report.all_iterates_report(
       columns['seen'], columns['unseen'], delta, alpha, dim=dim,
       threshold_strategy=threshold_strategy)

@@ -39,6 +39,11 @@ from one_shot_epe import validation
 
 VarianceModel = Literal['fitted', 'null']
 
+
+class EpsilonOverflowError(ValueError):
+  """The two Gaussians are so far apart that eps exceeds 1e12."""
+
+
 _LOG_TINY = -700.0  # Below this, exp() underflows double precision.
 
 
@@ -186,8 +191,9 @@ def _epsilon_one_direction(mu_p: float, std_p: float, mu_q: float,
   while excess(hi) > 0.0:
     hi *= 2.0
     if hi > 2.0**40:
-      raise ValueError('epsilon exceeds 1e12: the two Gaussians are too far '
-                       'apart for a meaningful estimate.')
+      raise EpsilonOverflowError('epsilon exceeds 1e12: the two Gaussians '
+                                 'are too far apart for a meaningful '
+                                 'estimate.')
   return optimize.brentq(excess, 0.0 if hi == 1.0 else hi / 2.0, hi,
                          xtol=1e-12, rtol=1e-12, maxiter=500)
 

@@ -84,6 +84,8 @@ def test_seen_unseen_columns_of_different_length(tmp_path):
     ('cosine\n0.1\n0.1\n0.1\n', ['--dim=100'], 'zero spread'),
     ('cosine,unseen\n0.1,0.2\n0.2,\n', ['--dim=100'], 'unseen needs at least 2'),
     ('cosine\n0.1\n0.2\n', ['--dim=100', '--format=xml'], '--format'),
+    ('cosine\n0.1\n0.2\n0.3\n', ['--dim=100000000000000000000'],
+     '--dim=100000000000000000000: epsilon exceeds 1e12'),
     ('cosine\n0.1\n0.2\n', ['--dim=100', '--threshold_strategy=all'],
      'threshold_strategy'),
 ])

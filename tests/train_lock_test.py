@@ -163,7 +163,7 @@ def test_two_launches_at_once_one_trains_the_other_exits_2(reference,
         os.killpg(process.pid, signal.SIGKILL)
       process.communicate()
   assert winner.returncode == 0, stderr[-3000:]
-  assert 'resumed from round 0, trained 8 now' in stdout, stdout
+  assert 'Rounds: 8 (trained 8); ' in stdout, stdout
   assert _outputs(run_dir) == reference
   assert (pathlib.Path(run_dir, run_lock.LOCK_FILE).read_text() == '')
 
