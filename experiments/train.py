@@ -93,15 +93,21 @@ import sys
 if __name__ == '__main__':
   # --backend=jax never imports TensorFlow: hand over before anything does
   # (and before numpy starts the threads that would stop `isolation` below).
+  # Either way the flags are checked before TensorFlow or JAX is imported.
   from one_shot_epe import cli as _cli
   if _cli.requested_backend(sys.argv) == 'jax':
+    from experiments import train_config as _train_config
+    _train_config.check_flags_or_exit(sys.argv)
     from experiments import train_jax
     train_jax.run_as_program()
   # Run as a program, before TensorFlow starts a thread: local TFF workers in a
-  # network namespace with only loopback, then a quiet TensorFlow import.
+  # network namespace with only loopback, then the flags, then a quiet
+  # TensorFlow import.
   from one_shot_epe import isolation
   from one_shot_epe import quiet
   isolation.isolate_program(sys.argv)
+  from experiments import train_config as _train_config
+  _train_config.check_flags_or_exit(sys.argv)
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
@@ -573,6 +579,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  train_config.define_flags()
   flags.adopt_module_key_flags(train_config)  # Listed by --helpshort.
   app.run(main, flags_parser=cli.parse_flags_or_exit)

@@ -21,12 +21,14 @@ import dataclasses
 import math
 import numbers
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from absl import flags
 import numpy as np
 
+from one_shot_epe import cli
 from one_shot_epe import participation
 from one_shot_epe import run_options
 
@@ -410,6 +412,24 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       flags.DEFINE_float(**kwargs)
     else:
       flags.DEFINE_string(**kwargs)
+
+
+def check_flags_or_exit(argv: Sequence[str]) -> None:
+  """Defines and parses the launcher's flags, validates them; exit 2 if bad.
+
+  Runs first thing in `python -m experiments.train`, before TensorFlow or JAX
+  is imported, so that a bad flag is answered in about a second: one line
+  naming the flag, exit status 2. Checks that need the task's data run
+  later, in `prepare`. The flags stay defined for the program's own parse.
+  """
+  if 'task' not in flags.FLAGS:
+    define_flags()
+  cli.parse_flags_or_exit(list(argv))
+  try:
+    config_from_flags().validate()
+  except ConfigError as error:
+    sys.stderr.write(f'error: {error}\n')
+    sys.exit(2)
 
 
 def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS

@@ -33,6 +33,7 @@ import sys
 from collections.abc import Sequence
 
 from absl import app
+from absl import flags
 import numpy as np
 
 from experiments import run_outputs
@@ -325,7 +326,8 @@ def main(argv: Sequence[str]) -> None:
 
 def run_as_program() -> None:
   """`python -m experiments.train --backend=jax ...` lands here."""
-  train_config.define_flags()
+  if 'task' not in flags.FLAGS:
+    train_config.define_flags()
   app.run(main, flags_parser=cli.parse_flags_or_exit)
 
 
