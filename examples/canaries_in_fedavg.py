@@ -12,11 +12,12 @@ regression on random points):
   python -m examples.canaries_in_fedavg
 """
 
+# The project first: it imports TensorFlow without its start-up noise.
+from one_shot_epe import audit, runtime
+# pylint: disable=g-bad-import-order
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-
-from one_shot_epe import audit, runtime
 
 NUM_CLIENTS, CLIENTS_PER_ROUND, ROUNDS, FEATURES, CLASSES = 50, 5, 10, 20, 4
 

@@ -374,9 +374,9 @@ def summary_table(runs: Sequence[GridRun]) -> str:
           f'| {run.noise_multiplier:g} | {run.canary_repeats} | '
           f'{_number(report["analytical_epsilon"])} | '
           f'{_accounted_cell(report)} | '
-          f'{_cell(report, "epsilon_est_all")} | '
+          f'{_estimate_cell(report, "all")} | '
           f'{_cell(report, "epsilon_lo_all")} | '
-          f'{_cell(report, "epsilon_est_final")} | '
+          f'{_estimate_cell(report, "final")} | '
           f'{_cell(report, "epsilon_lo_final")} | '
           f'{_last_iterate_cell(report)} | {_number(report["accuracy"])} |')
   lines += [
@@ -386,10 +386,18 @@ def summary_table(runs: Sequence[GridRun]) -> str:
       'accounted: a real client,',
       'whole run (dp_accounting); last-iter: the last-iterate heuristic, '
       'reference for est-final.',
-      'est-*: ε estimates (not bounds); lo-*: lower bounds; acc.: accuracy. '
-      "The paper's columns: table.md.",
+      'est-*: ε estimates (not bounds; ≥: the most the canaries can show); '
+      'lo-*: lower bounds.',
+      "acc.: accuracy. The paper's columns: table.md.",
   ]
   return '\n'.join(lines) + '\n'
+
+
+def _estimate_cell(report: Mapping[str, Any], model: str) -> str:
+  """A headline eps_est; '≥' in front when saturated (all seen above unseen)."""
+  details = report.get('all_iterates' if model == 'all' else 'final') or {}
+  mark = '≥' if details.get('epsilon_est_saturated') else ''
+  return mark + _cell(report, f'epsilon_est_{model}')
 
 
 def _last_iterate_cell(report: Mapping[str, Any]) -> str:
@@ -441,7 +449,7 @@ def privacy_table(runs: Sequence[GridRun]) -> str:
     ]
     for run in block:
       cells = ' | '.join(
-          f'{_cell(run.report, f"epsilon_est_{model}")} '
+          f'{_estimate_cell(run.report, model)} '
           f'{_interval_cell(run.report, f"epsilon_est_interval_{model}")} | '
           f'{_cell(run.report, f"epsilon_lo_{model}")} | '
           f'{_cell(run.report, f"epsilon_one_run_{model}")} | '

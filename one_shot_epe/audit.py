@@ -37,6 +37,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from one_shot_epe import quiet
+
+# A script that imports the audit before TensorFlow gets no start-up noise.
+quiet.quiet_tensorflow_import()
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 import dp_accounting
 import numpy as np
 import tensorflow as tf

@@ -53,7 +53,10 @@ class PrivacyReport:
 
   Estimates (not bounds):
     epsilon_est: the headline estimate, described by epsilon_est_method (see
-      the module docstring); epsilon_est_interval: its percentile bootstrap 95%
+      the module docstring); epsilon_est_saturated: True when it is the
+      largest value the sample size can show (all iterates: every seen
+      statistic above every unseen one), so the truth may be larger;
+      epsilon_est_interval: its percentile bootstrap 95%
       interval (seen, and unseen where used, resampled with replacement).
     epsilon_est_fitted: Algorithm 2 (final) or 3 (all) as written.
     gdp_mu, epsilon_gdp: mu = (seen mean - null mean) / null std and the eps of
@@ -81,6 +84,7 @@ class PrivacyReport:
   null_std: float
   epsilon_est: float
   epsilon_est_method: str
+  epsilon_est_saturated: bool
   epsilon_est_interval: tuple[float, float]
   epsilon_est_fitted: float
   epsilon_lo: float
@@ -180,6 +184,7 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
       num_seen=sample.size, num_unseen=0 if unseen is None else unseen.size,
       seen_mean=mean, seen_std=std, null_mean=0.0, null_std=null_std,
       epsilon_est=epsilon_est, epsilon_est_method=FINAL_ESTIMATE,
+      epsilon_est_saturated=False,
       epsilon_est_interval=(headline(low), headline(high)),
       epsilon_est_fitted=estimation.epsilon_two_gaussians(
           0.0, null_std, mean, std, delta),
@@ -243,6 +248,7 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
       num_seen=seen.size, num_unseen=unseen.size, seen_mean=mu_seen,
       seen_std=std_seen, null_mean=mu_unseen, null_std=std_unseen,
       epsilon_est=epsilon_est, epsilon_est_method=ALL_ITERATES_ESTIMATE,
+      epsilon_est_saturated=auroc in (0.0, 1.0),
       epsilon_est_interval=(headline(low), headline(high)),
       epsilon_est_fitted=estimation.epsilon_two_gaussians(
           mu_unseen, std_unseen, mu_seen, std_seen, delta),

@@ -71,6 +71,24 @@ def stderr_without(patterns: Sequence[str]) -> Iterator[None]:
     os.close(saved)
 
 
+def quiet_tensorflow_import() -> None:
+  """Imports TensorFlow without its start-up noise, for the library's entry points.
+
+  `one_shot_epe.audit` and `runtime.local_cpp_context` call it, so a user's
+  script that reaches TensorFlow through them first prints no start-up
+  lines (C++ INFO and WARNING off for this process and its TFF workers; the
+  three registration lines dropped; real C++ errors kept). It leaves the
+  Python warning filters alone, and does nothing when TensorFlow is already
+  imported or the user asked for its output (`verbose_requested`).
+  """
+  if 'tensorflow' in sys.modules or verbose_requested(sys.argv):
+    return
+  os.environ[TF_LOG_LEVEL_ENV] = QUIET_TF_LOG_LEVEL
+  with stderr_without(REGISTRATION_NOISE):
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+  logging.getLogger('tensorflow').setLevel(logging.ERROR)
+
+
 def quiet_startup(argv: Sequence[str], import_tensorflow: bool) -> None:
   """Makes the program quiet unless `verbose_requested(argv)` (module doc).
 

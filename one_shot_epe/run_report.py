@@ -107,12 +107,13 @@ class RunReport:
         f'| {self.noise_multiplier:g} | {_num(self.analytical_epsilon)} | '
         f'{_num(self.accounted_epsilon)} | '
         f'{_num(all_it and all_it.epsilon_lo)} | '
-        f'{_num(all_it and all_it.epsilon_est)} | '
-        f'{_num(final.epsilon_lo)} | {_num(final.epsilon_est)} | '
+        f'{_estimate(all_it)} | '
+        f'{_num(final.epsilon_lo)} | {_estimate(final)} | '
         f'{_num(self.accuracy)} |',
         '',
         f'd = {self.dim}, δ = {self.delta:.3g}. ε_lo are {confidence} lower '
-        'bounds; ε_est are estimates, not bounds.',
+        'bounds; ε_est are estimates, not bounds (≥: the most the canaries '
+        'can show).',
         '',
         '**Estimates.** The headline ε_est and the paper\'s (Sec. 3.2, '
         'fitted variances; it runs high when the fitted variances differ).',
@@ -124,7 +125,7 @@ class RunReport:
     for name, report in threats:
       low, high = report.epsilon_est_interval
       lines.append(
-          f'| {name} | {_num(report.epsilon_est)} | [{_num(low)}, '
+          f'| {name} | {_estimate(report)} | [{_num(low)}, '
           f'{_num(high)}] | {report.epsilon_est_method} | '
           f'{_num(report.epsilon_est_fitted)} |')
     lines += [
@@ -205,6 +206,14 @@ _REPEATED_KEYS = ('epsilon_est', 'epsilon_est_interval', 'epsilon_est_fitted',
                   'epsilon_lo', 'epsilon_lo_paper', 'epsilon_one_run',
                   'epsilon_one_run_fdp', 'epsilon_gdp', 'gdp_mu', 'auroc',
                   'tpr_at_fpr')
+
+
+def _estimate(report: privacy_report.PrivacyReport | None) -> str:
+  """A headline estimate's cell, '≥' in front when it is saturated."""
+  if report is None:
+    return 'n/a'
+  return ('≥' if report.epsilon_est_saturated else '') + _num(
+      report.epsilon_est)
 
 
 def _num(value: float | None) -> str:

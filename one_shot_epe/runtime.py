@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import psutil
 
 from one_shot_epe import isolation
+from one_shot_epe import quiet
 
 WORKER_BINARY_NAME = 'worker_binary'
 
@@ -95,6 +96,7 @@ def local_cpp_context(default_num_clients: int = 0,
     with runtime.local_cpp_context():
       state = process.initialize()
   """
+  quiet.quiet_tensorflow_import()
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   if federated_program:

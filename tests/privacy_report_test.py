@@ -65,6 +65,24 @@ def test_all_iterates_report_bundles_estimates_and_bounds():
   assert low <= report.epsilon_est <= high
 
 
+def test_perfect_separation_saturates_the_all_iterates_headline():
+  # Every seen maximum above every unseen one: AUROC 1, moved half a pair
+  # inwards, is the largest mu 50 x 50 canaries can show; marked saturated.
+  seen = np.linspace(0.5, 0.6, 50)
+  unseen = np.linspace(0.0, 0.1, 50)
+  report = privacy_report.all_iterates_report(seen, unseen, 1e-5)
+  mu = math.sqrt(2) * stats.norm.ppf(1 - 0.5 / 2500)
+  assert report.epsilon_est == pytest.approx(
+      est.gaussian_epsilon(1 / mu, 1e-5), rel=1e-9)
+  assert report.epsilon_est_saturated
+  rng = np.random.default_rng(3)
+  overlapping = privacy_report.all_iterates_report(
+      rng.normal(1, 1, 50) / 1e3, rng.normal(0, 1, 50) / 1e3, 1e-5)
+  assert not overlapping.epsilon_est_saturated
+  assert not privacy_report.final_model_report(
+      seen, 10**4, 1e-5).epsilon_est_saturated
+
+
 def test_final_headline_is_unbiased_on_the_gaussian_mechanism():
   # Exact simulations of Algorithm 1 (d = 10^5, k = 1000, delta = 1e-6): the
   # headline's mean ratio to the true eps is within 10% at eps = 1, 3 and

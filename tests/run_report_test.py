@@ -111,6 +111,18 @@ def test_report_carries_both_bounds_with_their_mechanisms():
   assert '| all iterates | ' in text
 
 
+def test_a_saturated_estimate_is_marked_at_least():
+  dim = 10**5
+  seen = np.linspace(0.5, 0.6, 50)
+  unseen = np.linspace(0.0, 0.1, 50)
+  report = run_report.build_run_report(
+      final_cosines=_cosines(9, 2.0), dim=dim, delta=1e-5,
+      noise_multiplier=0.5, seen_maxima=seen, unseen_maxima=unseen)
+  row = report.to_markdown().splitlines()[2]
+  assert f'| ≥{report.all_iterates.epsilon_est:.4g} |' in row
+  assert json.loads(report.to_json())['all_iterates']['epsilon_est_saturated']
+
+
 def test_without_rounds_there_are_no_whole_run_references():
   report = run_report.build_run_report(final_cosines=_cosines(8, 2.0),
                                        dim=10**5, delta=1e-5,
