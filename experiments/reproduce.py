@@ -72,14 +72,13 @@ import sys
 
 if __name__ == '__main__':
   # TFF runs: before TensorFlow (or numpy) starts a thread, the runs' local
-  # TFF workers in a network namespace with only loopback, then a quiet
-  # TensorFlow import. JAX runs need neither.
+  # TFF workers in a network namespace with only loopback. `main` imports
+  # TensorFlow quietly once the flags have been checked. JAX runs need
+  # neither.
   from one_shot_epe import cli as _cli
   if _cli.requested_backend(sys.argv, flagfile_flags=('config',)) != 'jax':
     from one_shot_epe import isolation
-    from one_shot_epe import quiet
     isolation.isolate_program(sys.argv, flagfile_flags=('config',))
-    quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 import csv
@@ -101,6 +100,7 @@ from experiments import train_config
 from one_shot_epe import atomic_io
 from one_shot_epe import cli
 from one_shot_epe import plots
+from one_shot_epe import quiet
 from one_shot_epe import write_failures
 
 GRID_PREFIX = '# grid: --'
@@ -683,6 +683,8 @@ def main(argv: Sequence[str]) -> None:
     logging.set_verbosity(logging.WARNING)
   try:
     base, noises, repetitions = config_and_grid(flags.FLAGS)
+    # The flags are sound: now TensorFlow, quietly (the runs' checks need it).
+    quiet.quiet_startup(sys.argv, import_tensorflow=base.backend != 'jax')
     output_dir = flags.FLAGS.output_dir
     configs = grid_configs(base, noises, repetitions, output_dir)
     baselines = (accuracy_configs(base, noises, output_dir)
