@@ -338,26 +338,16 @@ def test_scale_shrinks_rounds_clients_and_canaries():
       reproduce.scale_config(real, scale)
 
 
-_WITHOUT_FRAMEWORKS = '''
-import runpy, sys
-for name in ('tensorflow', 'tensorflow_federated', 'tensorflow_privacy',
-             'jax', 'jaxlib', 'flax', 'optax'):
-  sys.modules[name] = None  # Importing any of them now fails.
-sys.argv = ['experiments.reproduce'] + sys.argv[1:]
-runpy.run_module('experiments.reproduce', run_name='__main__', alter_sys=True)
-'''
-
-
 @pytest.mark.parametrize('flag, message', [
     ('--noise_multipliers=abc', '--noise_multipliers must list float'),
     ('--bogus=1', "flag 'bogus'"),
 ])
 def test_bad_flag_is_answered_before_tensorflow_is_imported(tmp_path, flag,
                                                             message):
-  done = subprocess.run(
-      [sys.executable, '-c', _WITHOUT_FRAMEWORKS, '--config=configs/demo.cfg',
-       f'--output_dir={tmp_path / "out"}', flag],
-      cwd=_REPO, capture_output=True, text=True, timeout=120, check=False)
+  done = programs.run_without_frameworks(
+      'experiments.reproduce',
+      ['--config=configs/demo.cfg', f'--output_dir={tmp_path / "out"}', flag],
+      cwd=_REPO, timeout=120)
   assert done.returncode == 2, done.stderr
   assert message in done.stderr
   assert len(done.stderr.strip().splitlines()) == 1, done.stderr

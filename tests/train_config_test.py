@@ -7,8 +7,6 @@ and `config_from_flags` into the settings of the paper's Tables 3 and 4.
 """
 
 import os
-import subprocess
-import sys
 
 from absl import flags
 import pytest
@@ -17,6 +15,7 @@ import tensorflow as tf
 from experiments import reproduce
 from experiments import train
 from experiments import train_config
+import programs
 import tiny_run
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -190,16 +189,6 @@ def test_demo_config_is_valid_and_synthetic():
   assert per_round / (config.clients_per_round + per_round) < 0.06
 
 
-_WITHOUT_FRAMEWORKS = '''
-import runpy, sys
-for name in ('tensorflow', 'tensorflow_federated', 'tensorflow_privacy',
-             'jax', 'jaxlib', 'flax', 'optax'):
-  sys.modules[name] = None  # Importing any of them now fails.
-sys.argv = ['experiments.train'] + sys.argv[1:]
-runpy.run_module('experiments.train', run_name='__main__', alter_sys=True)
-'''
-
-
 @pytest.mark.parametrize('backend', ['tff', 'jax'])
 @pytest.mark.parametrize('flag, message', [
     ('--noise_multiplier=-1', '--noise_multiplier must be'),
@@ -210,10 +199,10 @@ def test_bad_flag_is_answered_before_tensorflow_or_jax_is_imported(
     backend, flag, message):
   # With TensorFlow and JAX unimportable, a bad flag still gets its one line
   # and exit 2: neither was imported before the flags were checked.
-  done = subprocess.run(
-      [sys.executable, '-c', _WITHOUT_FRAMEWORKS,
-       '--flagfile=configs/demo.cfg', f'--backend={backend}', flag],
-      cwd=_REPO, capture_output=True, text=True, timeout=120, check=False)
+  done = programs.run_without_frameworks(
+      'experiments.train',
+      ['--flagfile=configs/demo.cfg', f'--backend={backend}', flag],
+      cwd=_REPO, timeout=120)
   assert done.returncode == 2, done.stderr
   assert message in done.stderr
   assert len(done.stderr.strip().splitlines()) == 1, done.stderr
