@@ -329,12 +329,15 @@ def last_iterate_epsilon(noise_multiplier: float, delta: float, rounds: int,
     raise ValueError('presentations must be a non-empty 1-D array of integers '
                      f'in [0, rounds = {rounds}].')
   tally = collections.Counter(int(c) for c in counts)
-  description = (f'heuristic, not a bound: the final model as the sum of {rounds} '
-                 f'noised rounds at noise multiplier {z:g} (a linear loss), '
-                 'a canary presented ' + ', '.join(
-                     f'{k} time(s) for {n / counts.size:.3g}'
-                     for k, n in sorted(tally.items())) +
-                 ' of canaries (Steinke et al., 2025)')
+  if len(tally) == 1:
+    presented = f'each canary presented {next(iter(tally))} time(s)'
+  else:
+    presented = 'canaries presented ' + ', '.join(
+        f'{k} time(s) ({n / counts.size:.1%})'
+        for k, n in sorted(tally.items()))
+  description = (f'heuristic, not a bound: the final model as the sum of '
+                 f'{rounds} noised rounds at noise multiplier {z:g} (a linear '
+                 f'loss), {presented} (Steinke et al., 2025)')
   if max(tally) == 0:
     return MechanismEpsilon(0.0, description)
   if z == 0:
