@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from one_shot_epe import one_run
+from one_shot_epe import privacy_report
 
 auditing = pytest.importorskip('jax_privacy.auditing')
 
@@ -46,3 +47,23 @@ def test_the_oracle_is_not_trivial():
   values = [auditing.CanaryScoreAuditor(s, u).epsilon_one_run(
       significance=a, delta=d) for s, u, a, d in _cases(15, 0)]
   assert max(values) > 2.0
+
+
+def test_report_fields_equal_jax_privacy_in_both_threat_models():
+  # PrivacyReport.epsilon_one_run(_fdp) of either threat model, against the
+  # auditor on the same seen and unseen scores.
+  rng = np.random.default_rng(7)
+  dim = 10**5
+  seen = rng.normal(2.0, 1.0, 500) / np.sqrt(dim)
+  unseen = rng.normal(0.0, 1.0, 500) / np.sqrt(dim)
+  auditor = auditing.CanaryScoreAuditor(seen, unseen)
+  expected = (auditor.epsilon_one_run(significance=0.05, delta=1e-6),
+              auditor.epsilon_one_run_fdp(significance=0.05, delta=1e-6))
+  for report in (
+      privacy_report.final_model_report(seen, dim, 1e-6, unseen=unseen,
+                                        bootstrap_resamples=20),
+      privacy_report.all_iterates_report(seen, unseen, 1e-6,
+                                         bootstrap_resamples=20)):
+    got = (report.epsilon_one_run, report.epsilon_one_run_fdp)
+    assert got == pytest.approx(expected, rel=1e-3, abs=1e-5)
+  assert expected[0] > 1.0
