@@ -414,6 +414,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       flags.DEFINE_string(**kwargs)
 
 
+_HELP_FLAGS = ('-h', '-?', '--help', '--helpshort', '--helpfull', '--helpxml',
+               '--only_check_args')
+
+
 def check_flags_or_exit(argv: Sequence[str]) -> None:
   """Defines and parses the launcher's flags, validates them; exit 2 if bad.
 
@@ -424,6 +428,8 @@ def check_flags_or_exit(argv: Sequence[str]) -> None:
   """
   if 'task' not in flags.FLAGS:
     define_flags()
+  if any(arg.split('=')[0] in _HELP_FLAGS for arg in argv[1:]):
+    return  # absl's own parse defines and answers the help flags.
   cli.parse_flags_or_exit(list(argv))
   try:
     config_from_flags().validate()
