@@ -59,8 +59,11 @@ table2-quick: $(STAMP)
 table2: $(STAMP)
 	$(PY) -m experiments.gaussian_mechanism
 
+# Two pytest-xdist workers (the suite's TFF runs are mostly single-threaded).
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15 tests
 
 # The TensorFlow-free JAX environment: the accelerator machines'
 # stack (Python 3.12, jax 0.11, numpy, scipy, absl-py, pytest; no TensorFlow)
@@ -73,11 +76,12 @@ JAX_STAMP := $(JAX_VENV)/.installed
 JAX_PYTHON ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || \
   ls -d "$$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 2>/dev/null | sort -V | tail -n 1)
 # Every JAX engine test but the TFF comparison, the JAX launcher's and
-# grid's, the core-layer check (here truly without TensorFlow), and the
+# grid's, the canary spec's, the core-layer check (here truly without TensorFlow), and the
 # one-run bounds against jax-privacy, their oracle (installed here only);
 # jax_engine_models_test skips itself without TensorFlow (its
 # references are Keras models).
-JAX_TESTS = $(filter-out tests/jax_engine_tff_equivalence_test.py,$(wildcard tests/jax_engine_*_test.py)) tests/train_jax_test.py tests/reproduce_jax_test.py \
+JAX_TESTS = $(filter-out tests/jax_engine_tff_equivalence_test.py,$(wildcard tests/jax_engine_*_test.py)) tests/backend_jax_test.py tests/reproduce_jax_test.py \
+  tests/canary_spec_test.py \
   tests/one_shot_epe_test.py tests/one_run_test.py tests/one_run_jax_privacy_test.py
 
 $(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py

@@ -41,6 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from one_shot_epe import canary_spec
+from one_shot_epe import client_arrays
 from one_shot_epe.jax_engine import canaries
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
@@ -86,9 +88,9 @@ _TFF = flags.DEFINE_enum('tff', 'auto', ['auto', 'yes', 'no'],
 
 def _model_and_data(task: str, clients: int):
   if task == 'emnist':
-    return models.EmnistCnn(), data.synthetic_emnist(clients,
+    return models.EmnistCnn(), client_arrays.synthetic_emnist(clients,
                                                      _EMNIST_EXAMPLES.value)
-  return models.WordLstm(), data.synthetic_stackoverflow(clients,
+  return models.WordLstm(), client_arrays.synthetic_stackoverflow(clients,
                                                          _SO_EXAMPLES.value)
 
 
@@ -98,15 +100,15 @@ def time_jax(task: str, clients: int, rounds: int) -> list[float]:
   model, arrays = _model_and_data(task, clients)
   k, m = _NUM_CANARIES.value, _NUM_UNSEEN.value
   per_round = k / _TOTAL_ROUNDS.value
-  config = fedavg.DPConfig(noise_multiplier=_NOISE.value,
-                           clients_per_round=clients + per_round)
+  config = canary_spec.DPAggregation(noise_multiplier=_NOISE.value,
+                                     clients_per_round=clients + per_round)
   engine = fedavg.RoundEngine(
       model.loss, optimizers.Optimizer('sgd', settings['client_lr']),
       optimizers.Optimizer('sgdm', settings['server_lr'], momentum=0.9),
       config)
   state = engine.init_state(model.init(jax.random.PRNGKey(0)))
   dim = model.num_parameters()
-  tracked = np.concatenate([np.arange(k), 10**9 + np.arange(m)])
+  tracked = canary_spec.tracked_ids(k, m)
   maxima = jnp.full(tracked.size, -jnp.inf)
   # A fixed number of inserted slots keeps one compiled round.
   slots = max(1, int(np.ceil(per_round)) + 1)

@@ -34,8 +34,8 @@ import sys
 if __name__ == '__main__':
   # Before TensorFlow starts a thread: local TFF workers in a network
   # namespace with only loopback, then a quiet TensorFlow import.
-  from one_shot_epe import isolation
-  from one_shot_epe import quiet
+  from one_shot_epe.tff_engine import isolation
+  from one_shot_epe.tff_engine import quiet
   isolation.isolate_program(sys.argv)
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
@@ -97,13 +97,14 @@ def _child_tracker(dim: int) -> dict[str, float]:
   """Times the aggregator and tracker against a plain DP aggregator at `dim`."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from one_shot_epe import canary_aggregator as ca  # pylint: disable=g-import-not-at-top
-  from one_shot_epe import cosine_tracking  # pylint: disable=g-import-not-at-top
-  from one_shot_epe import runtime  # pylint: disable=g-import-not-at-top
+  from one_shot_epe import canary_spec  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.tff_engine import canary_aggregator as ca  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.tff_engine import cosine_tracking  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.tff_engine import runtime  # pylint: disable=g-import-not-at-top
 
-  config = ca.CanaryConfig(seed=_SEED, num_seen=_NUM_SEEN.value,
-                           num_unseen=_NUM_UNSEEN.value, schedule=[[0]],
-                           buffer_rounds=_BUFFER_ROUNDS.value)
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=_NUM_SEEN.value,
+                                  num_unseen=_NUM_UNSEEN.value, schedule=[[0]],
+                                  buffer_rounds=_BUFFER_ROUNDS.value)
   value_type = tff.StructWithPythonType([tff.TensorType(np.float32, [dim])],
                                         list)
   factory = ca.CanaryDPFactory.gaussian_fixed(canary_config=config, **_DP_ARGS)
@@ -158,10 +159,11 @@ def _child_baseline(dim: int) -> dict[str, float]:
   """Times regenerating every canary for one aggregate (plain TF)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from one_shot_epe import canaries  # pylint: disable=g-import-not-at-top
+  from one_shot_epe import canary_spec  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.tff_engine import canaries  # pylint: disable=g-import-not-at-top
 
-  ids = np.concatenate([canaries.seen_ids(_NUM_SEEN.value),
-                        canaries.unseen_ids(_NUM_UNSEEN.value)])
+  ids = np.concatenate([canary_spec.seen_ids(_NUM_SEEN.value),
+                        canary_spec.unseen_ids(_NUM_UNSEEN.value)])
   timed_ids = ids[:_BASELINE_CANARIES.value]
   chunk = canaries.default_chunk_size(dim)
   aggregate = tf.random.stateless_normal([1, dim], seed=[0, 1])

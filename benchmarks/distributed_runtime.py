@@ -25,8 +25,8 @@ import sys
 if __name__ == '__main__':
   # Before TensorFlow starts a thread: local TFF workers in a network
   # namespace with only loopback, then a quiet TensorFlow import.
-  from one_shot_epe import isolation
-  from one_shot_epe import quiet
+  from one_shot_epe.tff_engine import isolation
+  from one_shot_epe.tff_engine import quiet
   isolation.isolate_program(sys.argv)
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
@@ -44,8 +44,8 @@ import tensorflow_federated as tff
 # The only TF op that waits without using the CPU; private but stable in 2.14.
 from tensorflow.python.data.experimental.ops import testing as tf_data_testing
 
-from one_shot_epe import distributed_runtime
-from one_shot_epe import tff_workers
+from one_shot_epe.tff_engine import distributed_runtime
+from one_shot_epe.tff_engine import tff_workers
 
 _NUM_WORKERS = flags.DEFINE_integer('num_workers', 2, 'Workers.',
                                     lower_bound=2)

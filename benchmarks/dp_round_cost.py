@@ -31,8 +31,8 @@ import sys
 if __name__ == '__main__':
   # Before TensorFlow starts a thread: the local TFF worker in a network
   # namespace with only loopback, then a quiet TensorFlow import.
-  from one_shot_epe import isolation
-  from one_shot_epe import quiet
+  from one_shot_epe.tff_engine import isolation
+  from one_shot_epe.tff_engine import quiet
   isolation.isolate_program(sys.argv)
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
@@ -48,11 +48,11 @@ import numpy as np
 import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.emnist import char_recognition_tasks
 
-from one_shot_epe import audit as audit_lib
-from one_shot_epe import cosine_tracking
-from one_shot_epe import runtime
-from one_shot_epe import tasks
-from one_shot_epe.tasks import synthetic
+from one_shot_epe.tff_engine import audit as audit_lib
+from one_shot_epe.tff_engine import cosine_tracking
+from one_shot_epe.tff_engine import runtime
+from one_shot_epe.tff_engine import tasks
+from one_shot_epe.tff_engine.tasks import synthetic
 
 _CLIENTS = flags.DEFINE_integer('clients', 40, 'Real clients per round.',
                                 lower_bound=1)

@@ -13,7 +13,7 @@ regression on random points):
 """
 
 # The project first: it imports TensorFlow without its start-up noise.
-from one_shot_epe import audit, runtime
+from one_shot_epe.tff_engine import audit, runtime
 # pylint: disable=g-bad-import-order
 import numpy as np
 import tensorflow as tf

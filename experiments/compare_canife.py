@@ -48,7 +48,7 @@ training, and a table per run.
       --flagfile=configs/compare_canife_quick.cfg
 
 Data: real Fashion-MNIST from --data_dir (the four IDX files, gzipped or not,
-or fashion_mnist.npz; see `one_shot_epe.baselines.fashion_mnist`; Debian's
+or fashion_mnist.npz; see `one_shot_epe.fashion_mnist`; Debian's
 `dataset-fashion-mnist` package installs them in the default directory),
 else (--data=auto) a synthetic stand-in of the same shape. Nothing is
 downloaded.
@@ -68,7 +68,7 @@ import sys
 
 if __name__ == '__main__':
   # Before the baselines import TensorFlow: a quiet start.
-  from one_shot_epe import quiet
+  from one_shot_epe.tff_engine import quiet
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
@@ -91,7 +91,7 @@ from one_shot_epe.baselines import canife
 from one_shot_epe.baselines import canife_accounting
 from one_shot_epe.baselines import canife_attack
 from one_shot_epe.baselines import dpsgd
-from one_shot_epe.baselines import fashion_mnist
+from one_shot_epe import fashion_mnist
 from one_shot_epe.baselines import feedforward
 from one_shot_epe.baselines import per_example
 

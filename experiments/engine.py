@@ -1,50 +1,96 @@
-"""The training engine of a run, picked by its --backend, imported on demand.
+"""The one interface of the launcher's two training engines.
 
-`--backend=tff` trains with TensorFlow Federated (`experiments.train`);
-`--backend=jax` with the JAX engine (`experiments.train_jax`), which imports
-neither TensorFlow nor TFF. Programs that drive many runs
-(`experiments.reproduce`) go through this module, so a JAX grid runs on a
-machine without TensorFlow (the accelerator machines) and a TFF grid never
-loads JAX's engine. Both engines write the same run directory and raise the
-same errors (`experiments.run_outputs`).
+`experiments.train` turns a `TrainConfig` into a `PreparedRun` (the canary
+plan and DP aggregation of `one_shot_epe.canary_spec`, the participation and
+the engine's data) and hands it to the engine its --backend names:
+`--backend=tff` (`experiments.backend_tff`, TensorFlow Federated) or
+`--backend=jax` (`experiments.backend_jax`, which imports neither
+TensorFlow nor TFF). The engine is imported only when asked for, so a JAX run
+works on a machine without TensorFlow (the accelerator machines) and a TFF run
+never loads JAX's engine.
 """
 
-from types import ModuleType
+import dataclasses
+import importlib
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from experiments import run_outputs
 from experiments import train_config
+from one_shot_epe import canary_spec
+from one_shot_epe import participation
+
+# Synthetic data stands in for a fixed data set: it does not vary with --seed.
+SYNTHETIC_DATA_SEED = 0
+_MODULES = {'tff': 'experiments.backend_tff', 'jax': 'experiments.backend_jax'}
 
 
-def _engine(config: train_config.TrainConfig) -> ModuleType:
-  """The module that trains `config`: `train_jax` or `train` (imported now)."""
-  if config.backend == 'jax':
-    from experiments import train_jax  # pylint: disable=g-import-not-at-top
-    return train_jax
-  from experiments import train  # pylint: disable=g-import-not-at-top
-  return train
+class Data(Protocol):
+  """A task's data as an engine loaded it."""
+
+  @property
+  def client_ids(self) -> Sequence[str]:
+    """The training clients' ids (participation samples from them)."""
+
+  @property
+  def data_source(self) -> str:
+    """Where the data came from ('synthetic' or a directory), for the report."""
 
 
-def validate_run(config: train_config.TrainConfig) -> train_config.TrainConfig:
-  """Checks `config` against its data and run directory; writes nothing.
+@dataclasses.dataclass(frozen=True)
+class PreparedRun:
+  """A validated run: everything an engine needs to train it.
 
-  Returns:
-    The validated config (run name resolved).
-
-  Raises:
-    train_config.ConfigError: as the engine's `prepare`.
+  Attributes:
+    config: The validated config (run name resolved).
+    data: The engine's data of the task.
+    sampler: Who participates in each round (`participation`).
+    total_rounds: T.
+    delta: The delta of the report (--delta, else m^-1.1).
+    canaries: The canary plan; None for a run without canaries.
+    dp: The DP aggregation (its cohort counts the expected canaries).
   """
-  engine = _engine(config)
-  if config.backend == 'jax':
-    engine.prepare(config)
-    return config.validate()
-  return engine.prepare(config).config
+  config: train_config.TrainConfig
+  data: Any
+  sampler: participation.ClientSampler
+  total_rounds: int
+  delta: float
+  canaries: canary_spec.CanarySpec | None
+  dp: canary_spec.DPAggregation
+
+  @property
+  def num_train_clients(self) -> int:
+    """m, the training clients of the task."""
+    return len(self.data.client_ids)
 
 
-def run_training(config: train_config.TrainConfig) -> run_outputs.RunResult:
-  """Trains (or resumes) the run of `config` and writes its outputs.
+class Backend(Protocol):
+  """What `experiments.train` asks of an engine's module."""
 
-  Raises:
-    One of `run_outputs.REPORTED_ERRORS`, before anything is written for a
-    bad config or a locked run directory.
-  """
-  return _engine(config).run_training(config)
+  def check_supported(self, config: train_config.TrainConfig) -> None:
+    """Raises `train_config.ConfigError` for flags the engine cannot run."""
+
+  def load_data(self, config: train_config.TrainConfig) -> Data:
+    """The task's data; `train_config.ConfigError` naming the flag if absent."""
+
+  def verify_checkpoints(self, directory: str) -> None:
+    """Raises ValueError unless the newest checkpoint in `directory` reads."""
+
+  def remove_leftovers(self, run_dir: str) -> None:
+    """Deletes the engine's unfinished writes in the run directory."""
+
+  def saved_checkpoints(self, run_dir: str) -> list[int]:
+    """The rounds of the complete checkpoints in the run directory."""
+
+  def checkpoint_bytes(self, run: PreparedRun) -> int:
+    """About how many bytes one checkpoint of `run` takes."""
+
+  # How many checkpoints the engine keeps (None: all).
+  CHECKPOINTS_KEPT: int | None
+
+  def train(self, run: PreparedRun) -> canary_spec.CanaryOutcome:
+    """Trains (or resumes) `run` in its locked run directory."""
+
+
+def backend(name: str) -> Backend:
+  """The engine module of --backend=`name`, imported now."""
+  return importlib.import_module(_MODULES[name])

@@ -8,14 +8,14 @@ output to the accelerator machine and pass it as --data_dir:
   python -m experiments.train --backend=jax --flagfile=configs/emnist.cfg \
       --data_dir=$HOME/jax_data --noise_multiplier=0.0958
 
-The format and conversion are `one_shot_epe.tasks.export_arrays`'s.
+The format and conversion are `one_shot_epe.tff_engine.tasks.export_arrays`'s.
 """
 
 import sys
 
 if __name__ == '__main__':
   # Before TensorFlow starts a thread: a quiet TensorFlow import.
-  from one_shot_epe import quiet
+  from one_shot_epe.tff_engine import quiet
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
@@ -25,7 +25,7 @@ from absl import app
 from absl import flags
 
 from one_shot_epe import cli
-from one_shot_epe.tasks import export_arrays
+from one_shot_epe.tff_engine.tasks import export_arrays
 
 _TASK = flags.DEFINE_enum('task', None, ['emnist_character',
                                          'stackoverflow_word'],

@@ -3,7 +3,7 @@ r"""Runs a config's grid (noise x canary repetitions) and writes the paper's tab
 Andrew et al., "One-shot Empirical Privacy Estimation for Federated Learning"
 (ICLR 2024), Section 5: for every noise multiplier and every number of canary
 repetitions of a config's grid, one DP-FedAvg run with canaries
-(`experiments.engine.run_training`: TFF or, with --backend=jax, the JAX
+(`experiments.train.run_training`: TFF or, with --backend=jax, the JAX
 engine); then, from the runs' own `report.json`
 and cosine CSVs:
 
@@ -49,10 +49,10 @@ scaling the clients per round lengthens an epoch.
 
 The run of grid point (N, R) lives in --output_dir/runs/noise<N>_rep<R>/
 (--root_output_dir and --run_name of the config are replaced); the whole grid
-is validated (`engine.validate_run`: flags, data, and that existing run
+is validated (`train.prepare`: flags, data, and that existing run
 directories hold runs with the same flags) before any run starts. A rerun
 skips runs whose report is written and resumes unfinished ones from their
-checkpoints. Each run is locked while it trains (`engine.run_training`, one
+checkpoints. Each run is locked while it trains (`train.run_training`, one
 writer per run directory): a run that another process is training (say, a
 second reproduce on the same --output_dir) stops this program with status 2
 naming the run directory and the holder's pid, rather than waiting an
@@ -64,7 +64,7 @@ naming the flag.
 
 With --backend=jax (on the command line or in the config) the program imports
 neither TensorFlow nor TFF, so the grid runs on a machine with JAX alone (the
-JAX engine's limits: `experiments.train_jax`).
+JAX engine's limits: `experiments.backend_jax`).
 """
 
 import os
@@ -77,7 +77,7 @@ if __name__ == '__main__':
   # neither.
   from one_shot_epe import cli as _cli
   if _cli.requested_backend(sys.argv, flagfile_flags=('config',)) != 'jax':
-    from one_shot_epe import isolation
+    from one_shot_epe.tff_engine import isolation
     isolation.isolate_program(sys.argv, flagfile_flags=('config',))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
@@ -93,14 +93,15 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from experiments import engine
 from experiments import run_outputs
 from experiments import table5
+from experiments import train
 from experiments import train_config
 from one_shot_epe import atomic_io
 from one_shot_epe import cli
 from one_shot_epe import plots
-from one_shot_epe import quiet
+from one_shot_epe import run_directory
+from one_shot_epe.tff_engine import quiet
 from one_shot_epe import write_failures
 
 GRID_PREFIX = '# grid: --'
@@ -200,22 +201,22 @@ def _read_column(path: str, column: str) -> np.ndarray:
 def load_run(config: train_config.TrainConfig) -> GridRun:
   """Reads a finished run's report.json and final cosines."""
   run_dir = config.run_dir
-  with open(os.path.join(run_dir, run_outputs.REPORT_JSON_FILE),
+  with open(os.path.join(run_dir, run_directory.REPORT_JSON_FILE),
             encoding='utf-8') as stream:
     report = json.load(stream)
   return GridRun(noise_multiplier=config.noise_multiplier,
                  canary_repeats=config.canary_repeats, run_dir=run_dir,
                  report=report,
                  final_cosines=_read_column(
-                     os.path.join(run_dir, run_outputs.FINAL_COSINES_FILE),
+                     os.path.join(run_dir, run_directory.FINAL_COSINES_FILE),
                      'cosine'))
 
 
 def run_or_load(config: train_config.TrainConfig) -> GridRun:
   """Runs (or resumes) `config` unless its report is written; reads it back."""
-  if not os.path.exists(os.path.join(config.run_dir, run_outputs.REPORT_JSON_FILE)):
+  if not os.path.exists(os.path.join(config.run_dir, run_directory.REPORT_JSON_FILE)):
     print(f'Running {config.run_dir}', flush=True)
-    engine.run_training(config)
+    train.run_training(config)
   return load_run(config)
 
 
@@ -238,8 +239,8 @@ def run_grid(
     train_config.ConfigError: before any run starts, for the first invalid
       config.
   """
-  prepared = [engine.validate_run(config) for config in configs]
-  baselines = [engine.validate_run(config) for config in baseline_configs]
+  prepared = [train.prepare(config).config for config in configs]
+  baselines = [train.prepare(config).config for config in baseline_configs]
   for config in prepared:
     if config.num_canaries == 0:
       raise train_config.ConfigError('--num_canaries must be >= 2 for the '
@@ -248,7 +249,7 @@ def run_grid(
   accuracies = {}
   for config in baselines:
     print(f'Running {config.run_dir}', flush=True)
-    accuracies[config.noise_multiplier] = engine.run_training(config).accuracy
+    accuracies[config.noise_multiplier] = train.run_training(config).accuracy
   return runs, accuracies
 
 
@@ -256,7 +257,7 @@ def run_table5(experiments: Sequence[table5.Experiment], output_dir: str
                ) -> str:
   """Runs (or resumes, or skips) Table 5's runs; writes and returns the table.
 
-  Each run is validated as it starts (`engine.run_training`); `main`
+  Each run is validated as it starts (`train.run_training`); `main`
   validates them all before the first run of the whole program.
 
   Raises:
@@ -696,7 +697,7 @@ def main(argv: Sequence[str]) -> None:
           flags.FLAGS.table5_runs, output_dir)
       for experiment in table5_experiments:  # Validate before any run.
         for config in experiment.configs:
-          engine.validate_run(config)
+          train.prepare(config).config
     title = os.path.splitext(os.path.basename(flags.FLAGS.config))[0]
     with write_failures.reported(output_dir):
       runs, without_canaries = run_grid(configs, baselines)

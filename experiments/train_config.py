@@ -19,26 +19,20 @@ fixed clip norm is given.
 
 import dataclasses
 import math
-import numbers
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from absl import flags
 import numpy as np
 
+from one_shot_epe import canary_spec
 from one_shot_epe import cli
 from one_shot_epe import participation
 from one_shot_epe import run_options
+from one_shot_epe import validation
 
-OPTIMIZERS = ('sgd', 'sgdm', 'adam')
-FINAL_MODEL_STATISTICS = ('delta', 'final')
-# The all-iterates statistic of Algorithm 3: each canary's cosine with the
-# round's noised aggregate rho_bar_t (the paper's text), or with the model
-# step theta_{t-1} - theta_t after the server optimizer (the paper's
-# published code); see `train_program.all_iterates_state`.
-ALL_ITERATES_STATISTICS = ('aggregate', 'model_delta')
 SAMPLINGS = ('shuffle', 'bernoulli', 'poisson')
 
 # Flags that may differ between a run and its resumption: they name the run's
@@ -119,18 +113,8 @@ class TrainConfig:
     Raises:
       ConfigError: naming the first invalid flag and its allowed range.
     """
-    _check_choice('backend', self.backend, run_options.BACKENDS)
-    _check_choice('task', self.task, run_options.TASK_NAMES)
-    _check_choice('client_optimizer', self.client_optimizer, OPTIMIZERS)
-    _check_choice('server_optimizer', self.server_optimizer, OPTIMIZERS)
-    _check_choice('sampling', self.sampling, SAMPLINGS)
-    _check_choice('final_model_statistic', self.final_model_statistic,
-                  FINAL_MODEL_STATISTICS)
-    _check_choice('all_iterates_statistic', self.all_iterates_statistic,
-                  ALL_ITERATES_STATISTICS)
-    _check_choice('canary_clip', self.canary_clip,
-                  run_options.CANARY_CLIPS)
-    _check_choice('accelerator', self.accelerator, run_options.ACCELERATORS)
+    for name, choices in _ENUMS.items():
+      _check_choice(name, getattr(self, name), choices)
     for name in ('use_synthetic_data', 'seeded_noise', 'progress_bar'):
       if not isinstance(getattr(self, name), (bool, np.bool_)):
         raise ConfigError(f'--{name} must be true or false; got '
@@ -154,7 +138,7 @@ class TrainConfig:
       try:
         # Imported here: it needs psutil, which the JAX engine's machines
         # may lack.
-        from one_shot_epe import tff_workers  # pylint: disable=g-import-not-at-top
+        from one_shot_epe.tff_engine import tff_workers  # pylint: disable=g-import-not-at-top
         tff_workers.parse_addresses(self.tff_worker_addresses)
       except ValueError as error:
         raise ConfigError(f'--tff_worker_addresses: {error}') from None
@@ -233,32 +217,34 @@ class TrainConfig:
     return dataclasses.asdict(self)
 
 
+def _check_flag(check: Callable[..., Any], name: str, value: Any, *args: Any,
+                note: str = '', **kwargs: Any) -> None:
+  """Runs a `validation` check on --name; its error as a ConfigError.
+
+  `note` names an allowed value beyond the check's range (e.g. -1 for all).
+  """
+  try:
+    check(f'--{name}', value, *args, **kwargs)
+  except ValueError as error:
+    message = str(error)
+    if note:
+      message = message.replace('; got', f'{note}; got', 1)
+    raise ConfigError(message) from None
+
+
 def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
-  if value not in choices:
-    raise ConfigError(f'--{name} must be one of {list(choices)}; got '
-                      f'{value!r}.')
+  _check_flag(validation.check_choice, name, value, choices)
 
 
 def _check_int(name: str, value: Any, low: int, high: int | None = None,
                note: str = '') -> None:
-  allowed = f'[{low}, {"inf" if high is None else high}]'
-  if (isinstance(value, (bool, np.bool_)) or
-      not isinstance(value, numbers.Integral) or value < low or
-      (high is not None and value > high)):
-    raise ConfigError(f'--{name} must be an integer in {allowed}{note}; got '
-                      f'{value!r}.')
+  _check_flag(validation.check_int, name, value, low, high, note=note)
 
 
 def _check_float(name: str, value: Any, low: float, high: float, *,
                  low_open: bool = False, high_open: bool = False) -> None:
-  allowed = (f'{"(" if low_open else "["}{low:g}, {high:g}'
-             f'{")" if high_open or math.isinf(high) else "]"}')
-  if (isinstance(value, (bool, np.bool_)) or
-      not isinstance(value, numbers.Real) or not math.isfinite(value) or
-      value < low or value > high or (low_open and value == low) or
-      (high_open and value == high)):
-    raise ConfigError(f'--{name} must be a finite number in {allowed}; got '
-                      f'{value!r}.')
+  _check_flag(validation.check_real, name, value, low, high,
+              low_open=low_open, high_open=high_open)
 
 
 _DEFAULTS = {field.name: field.default
@@ -386,11 +372,11 @@ _FLAG_HELP = {
 
 _ENUMS = {'backend': run_options.BACKENDS, 'task': run_options.TASK_NAMES,
           'accelerator': run_options.ACCELERATORS,
-          'client_optimizer': OPTIMIZERS,
-          'server_optimizer': OPTIMIZERS, 'sampling': SAMPLINGS,
-          'final_model_statistic': FINAL_MODEL_STATISTICS,
-          'all_iterates_statistic': ALL_ITERATES_STATISTICS,
-          'canary_clip': run_options.CANARY_CLIPS}
+          'client_optimizer': run_options.OPTIMIZERS,
+          'server_optimizer': run_options.OPTIMIZERS, 'sampling': SAMPLINGS,
+          'final_model_statistic': canary_spec.FINAL_MODEL_STATISTICS,
+          'all_iterates_statistic': canary_spec.ALL_ITERATES_STATISTICS,
+          'canary_clip': canary_spec.CANARY_CLIPS}
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:

@@ -37,6 +37,9 @@ from one_shot_epe import validation
 NullKind = Literal['exact', 'gaussian']
 ThresholdStrategy = Literal['bonferroni', 'split', 'paper']
 THRESHOLD_STRATEGIES = ('bonferroni', 'split', 'paper')
+# The strategies whose bound holds at 1 - alpha ('paper' picks its threshold
+# on the same data and is only nominal).
+SOUND_STRATEGIES = ('bonferroni', 'split')
 
 # The 'bonferroni' family for a closed-form null: thresholds at the null's
 # upper quantiles of false-positive rates 10^-0.3 ... 10^-8, evenly spaced in
@@ -52,6 +55,16 @@ def check_alpha(alpha: float) -> float:
   """The bound's level 1 - alpha needs alpha in (0, 0.5)."""
   return validation.check_real('alpha', alpha, 0.0, 0.5, low_open=True,
                                high_open=True)
+
+
+def check_sound_strategy(strategy: str) -> str:
+  """A threshold strategy whose bound holds at its level (SOUND_STRATEGIES)."""
+  if strategy == 'paper':
+    raise ValueError("threshold_strategy='paper' is only nominal; reports "
+                     'always carry it as epsilon_lo_paper beside the sound '
+                     f'epsilon_lo (one of {list(SOUND_STRATEGIES)}).')
+  return validation.check_choice('threshold_strategy', strategy,
+                                 SOUND_STRATEGIES)
 
 
 def _beta_quantile(a: np.ndarray, b: np.ndarray, prob: float) -> np.ndarray:
@@ -338,11 +351,9 @@ def epsilon_lower_bound(seen: ArrayLike,
     dim = validation.check_int('dim', dim, 3)
   if unseen is not None:
     unseen = validation.check_cosines('unseen', unseen)
-  if null not in ('exact', 'gaussian'):
-    raise ValueError(f"null must be 'exact' or 'gaussian'; got {null!r}.")
-  if threshold_strategy not in THRESHOLD_STRATEGIES:
-    raise ValueError(f'threshold_strategy must be one of '
-                     f'{THRESHOLD_STRATEGIES}; got {threshold_strategy!r}.')
+  validation.check_choice('null', null, ('exact', 'gaussian'))
+  validation.check_choice('threshold_strategy', threshold_strategy,
+                          THRESHOLD_STRATEGIES)
   if threshold_strategy == 'bonferroni':
     bound = _bonferroni_bound(seen, dim=dim, unseen=unseen, null=null,
                               alpha=alpha, delta=delta)

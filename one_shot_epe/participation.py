@@ -96,10 +96,6 @@ _CANARY_POISSON_TAG = 5
 _REMAINDER_MODES = ('spread', 'partial')
 
 
-def _check_seed(seed: Any) -> int:
-  return validation.check_int('seed', seed, 0)
-
-
 def _check_expected(value: Any, num_clients: int) -> float:
   """Checks an expected cohort size: in (0, m], i.e. a probability in (0, 1]."""
   message = (f'expected_clients_per_round must be a number in (0, '
@@ -252,7 +248,7 @@ def periodic_canary_schedule(num_canaries: int, num_rounds: int,
   lengths = period_lengths(num_rounds, repetitions)
   return CanarySchedule(
       num_canaries,
-      tuple(_place_once_per_period(num_canaries, lengths, _check_seed(seed))))
+      tuple(_place_once_per_period(num_canaries, lengths, validation.check_int('seed', seed, 0))))
 
 
 def expected_cohort(clients_per_round: float, num_canaries: int,
@@ -322,7 +318,7 @@ class ClientSampler(abc.ABC):
 
   def __init__(self, clients: int | Sequence[str], seed: int):
     self.num_clients, self.client_ids = _check_client_ids(clients)
-    self.seed = _check_seed(seed)
+    self.seed = validation.check_int('seed', seed, 0)
 
   @property
   @abc.abstractmethod
@@ -334,9 +330,17 @@ class ClientSampler(abc.ABC):
     """Sorted indices of round `round_index` (already validated)."""
 
   @abc.abstractmethod
+  def _canary_rounds(self, num_canaries: int, num_rounds: int,
+                     seed: int) -> Sequence[np.ndarray]:
+    """The canary ids of each round (arguments already validated)."""
+
   def canary_schedule(self, num_canaries: int, num_rounds: int,
                       seed: int) -> CanarySchedule:
     """Canaries selected by this sampler's rule at its per-client rate."""
+    num_canaries = validation.check_int('num_canaries', num_canaries, 1)
+    num_rounds = validation.check_int('num_rounds', num_rounds, 1)
+    return CanarySchedule(num_canaries, tuple(self._canary_rounds(
+        num_canaries, num_rounds, validation.check_int('seed', seed, 0))))
 
   def indices(self, round_index: int) -> np.ndarray:
     """Sorted int64 population indices of round `round_index`'s cohort."""
@@ -399,23 +403,35 @@ class ShuffledEpochs(ClientSampler):
     return np.sort(
         permutation[self._offsets[position]:self._offsets[position + 1]])
 
-  def canary_schedule(self, num_canaries: int, num_rounds: int,
-                      seed: int) -> CanarySchedule:
+  def _canary_rounds(self, num_canaries: int, num_rounds: int,
+                     seed: int) -> Sequence[np.ndarray]:
     """Each canary once per epoch of `rounds_per_epoch` rounds, to `num_rounds`.
 
     A final partial epoch is placed in full and then truncated, so, like a
     real client, a canary may or may not appear in it.
     """
-    num_canaries = validation.check_int('num_canaries', num_canaries, 1)
-    num_rounds = validation.check_int('num_rounds', num_rounds, 1)
     epochs = math.ceil(num_rounds / self.rounds_per_epoch)
     rounds = _place_once_per_period(num_canaries,
-                                    [self.rounds_per_epoch] * epochs,
-                                    _check_seed(seed))
-    return CanarySchedule(num_canaries, tuple(rounds[:num_rounds]))
+                                    [self.rounds_per_epoch] * epochs, seed)
+    return rounds[:num_rounds]
 
 
-class BernoulliSampling(ClientSampler):
+class _ExpectedSizeSampler(ClientSampler):
+  """A sampler whose cohort size is random with a given mean (q m or Poisson)."""
+
+  def __init__(self, clients: int | Sequence[str],
+               expected_clients_per_round: float, seed: int):
+    super().__init__(clients, seed)
+    self._expected = _check_expected(expected_clients_per_round,
+                                     self.num_clients)
+
+  @property
+  def expected_clients_per_round(self) -> float:
+    """The mean cohort size the sampler was built with."""
+    return self._expected
+
+
+class BernoulliSampling(_ExpectedSizeSampler):
   """Every client independently with probability q = expected / m each round.
 
   Attributes:
@@ -424,63 +440,36 @@ class BernoulliSampling(ClientSampler):
 
   def __init__(self, clients: int | Sequence[str],
                expected_clients_per_round: float, seed: int):
-    super().__init__(clients, seed)
-    self._expected = _check_expected(expected_clients_per_round,
-                                     self.num_clients)
+    super().__init__(clients, expected_clients_per_round, seed)
     self.probability = self._expected / self.num_clients
-
-  @property
-  def expected_clients_per_round(self) -> float:
-    """q m, the mean of the Binomial(m, q) cohort size."""
-    return self._expected
 
   def _select(self, round_index: int) -> np.ndarray:
     return _bernoulli_draw(_rng(self.seed, _BERNOULLI_TAG, round_index),
                            self.num_clients, self.probability)
 
-  def canary_schedule(self, num_canaries: int, num_rounds: int,
-                      seed: int) -> CanarySchedule:
+  def _canary_rounds(self, num_canaries: int, num_rounds: int,
+                     seed: int) -> Sequence[np.ndarray]:
     """Each canary independently with probability q in every round."""
-    num_canaries = validation.check_int('num_canaries', num_canaries, 1)
-    num_rounds = validation.check_int('num_rounds', num_rounds, 1)
-    seed = _check_seed(seed)
-    return CanarySchedule(
-        num_canaries,
-        tuple(
-            _bernoulli_draw(_rng(seed, _CANARY_BERNOULLI_TAG, t), num_canaries,
-                            self.probability) for t in range(num_rounds)))
+    return [_bernoulli_draw(_rng(seed, _CANARY_BERNOULLI_TAG, t), num_canaries,
+                            self.probability) for t in range(num_rounds)]
 
 
-class PoissonSampling(ClientSampler):
-  """A Poisson(expected)-sized cohort, capped at m, of distinct clients."""
+class PoissonSampling(_ExpectedSizeSampler):
+  """A Poisson(expected)-sized cohort, capped at m, of distinct clients.
 
-  def __init__(self, clients: int | Sequence[str],
-               expected_clients_per_round: float, seed: int):
-    super().__init__(clients, seed)
-    self._expected = _check_expected(expected_clients_per_round,
-                                     self.num_clients)
-
-  @property
-  def expected_clients_per_round(self) -> float:
-    """The Poisson mean; the cap at m makes the true mean at most this."""
-    return self._expected
+  The cap at m makes the true mean cohort at most `expected_clients_per_round`.
+  """
 
   def _select(self, round_index: int) -> np.ndarray:
     return _poisson_draw(_rng(self.seed, _POISSON_TAG, round_index),
                          self.num_clients, self._expected)
 
-  def canary_schedule(self, num_canaries: int, num_rounds: int,
-                      seed: int) -> CanarySchedule:
+  def _canary_rounds(self, num_canaries: int, num_rounds: int,
+                     seed: int) -> Sequence[np.ndarray]:
     """A Poisson(k * expected / m)-sized set of canaries in every round."""
-    num_canaries = validation.check_int('num_canaries', num_canaries, 1)
-    num_rounds = validation.check_int('num_rounds', num_rounds, 1)
-    seed = _check_seed(seed)
     expected = num_canaries * self._expected / self.num_clients
-    return CanarySchedule(
-        num_canaries,
-        tuple(
-            _poisson_draw(_rng(seed, _CANARY_POISSON_TAG, t), num_canaries,
-                          expected) for t in range(num_rounds)))
+    return [_poisson_draw(_rng(seed, _CANARY_POISSON_TAG, t), num_canaries,
+                          expected) for t in range(num_rounds)]
 
 
 def make_training_selection_fn(

@@ -24,6 +24,7 @@ numpy/scipy only.
 import dataclasses
 import json
 import math
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -36,7 +37,6 @@ from one_shot_epe import one_run
 from one_shot_epe import validation
 
 DEFAULT_BOOTSTRAP_RESAMPLES = 1000
-SOUND_STRATEGIES = ('bonferroni', 'split')  # epsilon_lo's threshold choices.
 TPR_FPRS = (0.01, 0.001)  # False-positive rates of `PrivacyReport.tpr_at_fpr`.
 # epsilon_est_method of the two threat models' headline estimates.
 FINAL_ESTIMATE = "two Gaussians, variance fixed at the null's 1/d"
@@ -129,13 +129,20 @@ def _one_run_bounds(seen: np.ndarray, unseen: np.ndarray | None, delta: float,
           one_run.epsilon_one_run_fdp(seen, unseen, delta=delta, alpha=alpha))
 
 
-def _check_sound_strategy(strategy: str) -> str:
-  """epsilon_lo's strategy: one that holds at 1 - alpha."""
-  if strategy not in SOUND_STRATEGIES:
-    raise ValueError(f'threshold_strategy must be one of {SOUND_STRATEGIES} '
-                     "(the paper's nominal bound is always reported as "
-                     f'epsilon_lo_paper); got {strategy!r}.')
-  return strategy
+def _lower_bounds(seen: np.ndarray, delta: float, alpha: float,
+                  threshold_strategy: str, seed: int | None,
+                  **null: Any) -> dict[str, float]:
+  """The report's sound epsilon_lo and the paper's nominal one (Sec. 5.1).
+
+  `null` is `dim=d` (the exact null) or `unseen=...` (the empirical null).
+  """
+  return {
+      'epsilon_lo': lower_bound.epsilon_lower_bound(
+          seen, delta=delta, alpha=alpha,
+          threshold_strategy=threshold_strategy, seed=seed, **null),
+      'epsilon_lo_paper': lower_bound.epsilon_lower_bound(
+          seen, delta=delta, alpha=alpha, threshold_strategy='paper', **null),
+  }
 
 
 def final_model_report(cosines: ArrayLike, dim: int, delta: float,
@@ -158,7 +165,7 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
   dim = validation.check_int('dim', dim, 3)
   delta = validation.check_probability('delta', delta)
   alpha = lower_bound.check_alpha(alpha)
-  threshold_strategy = _check_sound_strategy(threshold_strategy)
+  threshold_strategy = lower_bound.check_sound_strategy(threshold_strategy)
   if unseen is not None:
     unseen = validation.check_cosines('unseen', unseen)
   resamples = validation.check_int('bootstrap_resamples',
@@ -188,12 +195,8 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
       epsilon_est_interval=(headline(low), headline(high)),
       epsilon_est_fitted=estimation.epsilon_two_gaussians(
           0.0, null_std, mean, std, delta),
-      epsilon_lo=lower_bound.epsilon_lower_bound(
-          sample, dim=dim, delta=delta, alpha=alpha,
-          threshold_strategy=threshold_strategy, seed=seed),
-      epsilon_lo_paper=lower_bound.epsilon_lower_bound(
-          sample, dim=dim, delta=delta, alpha=alpha,
-          threshold_strategy='paper'),
+      **_lower_bounds(sample, delta, alpha, threshold_strategy, seed,
+                      dim=dim),
       epsilon_one_run=one_run_bound, epsilon_one_run_fdp=one_run_fdp,
       anderson_seen=_anderson_or_none(sample), anderson_unseen=None,
       epsilon_gdp=estimation.epsilon_of_gdp(mu, delta), gdp_mu=mu,
@@ -221,7 +224,7 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
   unseen = validation.check_cosines('unseen', unseen)
   delta = validation.check_probability('delta', delta)
   alpha = lower_bound.check_alpha(alpha)
-  threshold_strategy = _check_sound_strategy(threshold_strategy)
+  threshold_strategy = lower_bound.check_sound_strategy(threshold_strategy)
   resamples = validation.check_int('bootstrap_resamples',
                                    bootstrap_resamples, 20)
   if dim is not None:
@@ -252,12 +255,8 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
       epsilon_est_interval=(headline(low), headline(high)),
       epsilon_est_fitted=estimation.epsilon_two_gaussians(
           mu_unseen, std_unseen, mu_seen, std_seen, delta),
-      epsilon_lo=lower_bound.epsilon_lower_bound(
-          seen, unseen=unseen, delta=delta, alpha=alpha,
-          threshold_strategy=threshold_strategy, seed=seed),
-      epsilon_lo_paper=lower_bound.epsilon_lower_bound(
-          seen, unseen=unseen, delta=delta, alpha=alpha,
-          threshold_strategy='paper'),
+      **_lower_bounds(seen, delta, alpha, threshold_strategy, seed,
+                      unseen=unseen),
       epsilon_one_run=one_run_bound, epsilon_one_run_fdp=one_run_fdp,
       anderson_seen=_anderson_or_none(seen),
       anderson_unseen=_anderson_or_none(unseen),

@@ -9,11 +9,13 @@ choice take their names from here.
 # Training engines: TensorFlow Federated (CPU), or the JAX engine
 # (one_shot_epe/jax_engine; GPU, TPU, or CPU).
 BACKENDS = ('tff', 'jax')
-# The tasks of Section 5 and the demo's (one_shot_epe/tasks).
+# The tasks of Section 5 and the demo's (one_shot_epe/tff_engine/tasks).
 TASK_NAMES = ('emnist_character', 'stackoverflow_word', 'fashion_mnist')
-# How an inserted canary meets the clip S_t (one_shot_epe/canary_aggregator).
+# How an inserted canary meets the clip S_t (one_shot_epe/tff_engine/canary_aggregator).
 CANARY_CLIPS = ('project', 'clip')
-# Device of the TFF launcher's canary work (one_shot_epe/accelerators).
+# Client and server optimizers (TFF's sgd, momentum sgd, adam).
+OPTIMIZERS = ('sgd', 'sgdm', 'adam')
+# Device of the TFF launcher's canary work (one_shot_epe/tff_engine/accelerators).
 ACCELERATORS = ('cpu', 'gpu')
 # Unseen canary i has id UNSEEN_ID_OFFSET + i; seen ids are 0..k-1.
 UNSEEN_ID_OFFSET = 1_000_000_000

@@ -1,7 +1,8 @@
 """Argument checks with one order and one wording: (name, value, bounds).
 
 `check_int` for counts, sizes and seeds; `check_real` for finite numbers in
-an interval (noise multipliers, clips, probabilities); `check_sample` and
+an interval (noise multipliers, clips, probabilities); `check_choice` for one
+of a few names; `check_ids` for 1-D arrays of integer ids; `check_sample` and
 `check_cosines` for 1-D samples of finite numbers (canary statistics).
 
 A wrong type raises `ArgumentTypeError`, a `TypeError` that is also a
@@ -13,6 +14,7 @@ for its integer types).
 
 import math
 import numbers
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -82,6 +84,25 @@ def check_real(name: str, value: object, low: float = -math.inf,
 def check_probability(name: str, value: object) -> float:
   """`check_real` on the open interval (0, 1): delta, alpha, rates."""
   return check_real(name, value, 0.0, 1.0, low_open=True, high_open=True)
+
+
+def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
+  """`value` if it is one of `choices`, else ValueError listing them."""
+  if isinstance(value, str) and value in choices:
+    return value
+  raise ValueError(f'{name} must be one of {list(choices)}; got {value!r}.')
+
+
+def check_ids(name: str, values: ArrayLike, high: int) -> np.ndarray:
+  """A non-empty 1-D array of integer ids in [0, high), as int64."""
+  array = np.asarray(values)
+  if array.ndim != 1 or array.size == 0 or array.dtype.kind not in 'iu':
+    raise ValueError(f'{name} must be a non-empty 1-D sequence of integers; '
+                     f'got {values!r}.')
+  if array.min() < 0 or array.max() >= high:
+    raise ValueError(f'{name} must be in [0, {high}); got '
+                     f'{array.min()}..{array.max()}.')
+  return array.astype(np.int64)
 
 
 def check_sample(name: str, values: ArrayLike, min_size: int = 2) -> np.ndarray:

@@ -14,7 +14,8 @@ KNOWN_MISMATCHES = (
     'tensorflow-federated 0.87.0 has requirement jaxlib==0.4.14, but you have jaxlib 0.4.13.',
 )
 MODULES = (
-    'numpy', 'scipy', 'absl', 'matplotlib', 'tqdm', 'pytest', 'hypothesis',
+    'numpy', 'scipy', 'absl', 'matplotlib', 'tqdm', 'pytest', 'xdist',
+    'hypothesis',
     'dp_accounting', 'tensorflow', 'tensorflow_privacy', 'tensorflow_federated',
 )
 

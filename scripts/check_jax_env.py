@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 MODULES = ('jax', 'jaxlib', 'numpy', 'scipy', 'absl', 'pytest', 'psutil',
-           'dp_accounting', 'matplotlib', 'jax_privacy')
+           'dp_accounting', 'matplotlib', 'jax_privacy', 'tqdm')
 ABSENT = ('tensorflow', 'tensorflow_federated', 'tensorflow_privacy')
 
 

@@ -1,4 +1,4 @@
-"""Tests for one_shot_epe.accelerators (device of the launcher's canary work).
+"""Tests for one_shot_epe.tff_engine.accelerators (device of the launcher's canary work).
 
 The GPU tests run only where TensorFlow sees a GPU and skip cleanly
 elsewhere; there the canary cosine maxima computed on the GPU must match the
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from one_shot_epe import accelerators
-from one_shot_epe import canary_aggregator as ca
-from one_shot_epe import cosine_tracking
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import accelerators
+from one_shot_epe.tff_engine import canary_aggregator as ca
+from one_shot_epe.tff_engine import cosine_tracking
 
 _HAS_GPU = bool(tf.config.list_logical_devices('GPU'))
 
@@ -34,8 +35,8 @@ def test_gpu_request_without_gpu_is_a_clear_error():
 
 def _maxima(device):
   dim, rounds = 5000, 6
-  config = ca.CanaryConfig(seed=4, num_seen=30, num_unseen=30,
-                           schedule=[[0]] * rounds, buffer_rounds=4)
+  config = canary_spec.CanarySpec(seed=4, num_seen=30, num_unseen=30,
+                                  schedule=[[0]] * rounds, buffer_rounds=4)
   tracker = cosine_tracking.CosineTracker(config, dim, device=device)
   rng = np.random.default_rng(0)
   for round_num in range(rounds):

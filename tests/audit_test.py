@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.audit: the one-object route from factory to report.
+"""Tests of one_shot_epe.tff_engine.audit: the one-object route from factory to report.
 
 Independent truths: TFF's stock DP factory (the cohort arithmetic), canaries
 regenerated and cosines taken by brute force in numpy (the tracking), an
@@ -17,10 +17,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import linear_model
-from one_shot_epe import audit
-from one_shot_epe import canaries
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import audit
+from one_shot_epe.tff_engine import canaries
 from one_shot_epe import estimation
-from one_shot_epe import runtime
+from one_shot_epe.tff_engine import runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 FEATURES, CLASSES, CLIENTS, ROUNDS = 6, 3, 4, 6
@@ -125,8 +126,8 @@ def test_maxima_and_final_cosines_equal_brute_force():
   initial, state, aggregates = _run_observed(canary_audit)
   final = _flat(state)
   config = canary_audit.canary_config
-  ids = np.concatenate([canaries.seen_ids(config.num_seen),
-                        canaries.unseen_ids(config.num_unseen)])
+  ids = np.concatenate([canary_spec.seen_ids(config.num_seen),
+                        canary_spec.unseen_ids(config.num_unseen)])
   units = _unit_canaries(config.seed, ids)
   cosines = units @ aggregates.T / np.linalg.norm(aggregates, axis=1)
   maxima = canary_audit.cosine_maxima()
@@ -249,7 +250,7 @@ def test_train_model_program_is_observed_every_round():
   loop.close()
   final = _flat(released.values()['training_checkpoint_round_4'])
   delta = initial - final
-  units = _unit_canaries(3, canaries.seen_ids(8))
+  units = _unit_canaries(3, canary_spec.seen_ids(8))
   np.testing.assert_allclose(canary_audit.final_cosines(),
                              units @ delta / np.linalg.norm(delta), atol=1e-5)
   assert len(canary_audit.cosine_maxima().seen) == 8
@@ -285,3 +286,143 @@ def test_misuse_is_named():
     canary_audit.program_state_manager(rounds_per_checkpoint=0)
   with pytest.raises(ValueError, match='repetitions'):
     _audit(repetitions=ROUNDS + 1)
+
+
+# ----------------------------------------------------------------------------
+# all_iterates_statistic='model_delta': the noised aggregate vs the model step.
+
+_FEATURES = 8
+_CLASSES = 5
+_DIM = _FEATURES * _CLASSES + _CLASSES
+_CANARY_SEED = 5
+_SCHEDULE = [[0, 1], [2], [3]]
+_ROUNDS = 4  # Round 3 inserts no canary.
+_MOMENTUM = 0.9
+_ROUNDING = 2.0**-24  # float32 unit roundoff.
+
+
+def _tracked_run(server_momentum):
+  """`_ROUNDS` rounds of DP-FedAvg on a linear model, tracking model steps.
+
+  Server SGD at learning rate 1 (with `server_momentum`, or none); the noise
+  is seeded. Returns (learning states 0.._ROUNDS, the audit's maxima).
+  """
+  spec = canary_spec.CanarySpec(
+      seed=_CANARY_SEED, num_seen=4, num_unseen=6, schedule=_SCHEDULE,
+      buffer_rounds=3, all_iterates_statistic='model_delta')
+  canary_audit = audit.CanaryAudit.from_spec(
+      spec, canary_spec.DPAggregation(noise_multiplier=0.2,
+                                      clients_per_round=3.0, clip=0.5),
+      delta=1e-3, noise_seed=11)
+  factory = canary_audit.aggregator()
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      linear_model.model_fn_for(_FEATURES, _CLASSES),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(
+          learning_rate=0.5),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(
+          learning_rate=1.0, momentum=server_momentum),
+      model_aggregator=factory)
+  data = linear_model.client_datasets(3, _FEATURES, _CLASSES, examples=12,
+                                      batch_size=4, seed=2)
+  with runtime.local_cpp_context():
+    states = [process.initialize()]
+    canary_audit.observe(states[0])
+    for _ in range(_ROUNDS):
+      states.append(process.next(states[-1], data).state)
+      canary_audit.observe(states[-1])
+  return states, canary_audit.cosine_maxima()
+
+
+@pytest.fixture(scope='module', name='sgd_run')
+def fixture_sgd_run():
+  return _tracked_run(server_momentum=None)
+
+
+@pytest.fixture(scope='module', name='momentum_run')
+def fixture_momentum_run():
+  return _tracked_run(server_momentum=_MOMENTUM)
+
+
+def _weights(state, dtype=np.float64):
+  return np.concatenate([np.asarray(w, dtype).reshape(-1) for w in
+                         state.global_model_weights.trainable])
+
+
+def _vectors(states, statistic):
+  """The vector of each round, float64 [_ROUNDS, d]: rho_bar_t, or the step.
+
+  The step is fl32(theta_{t-1} - theta_t), from the stored float32 models.
+  """
+  if statistic == 'aggregate':
+    return np.stack([np.asarray(state.aggregator.aggregate, np.float64)
+                     for state in states[1:]])
+  return np.stack([
+      (_weights(previous, np.float32) - _weights(state, np.float32)).astype(
+          np.float64) for previous, state in zip(states[:-1], states[1:])])
+
+
+def _max_cosines(vectors):
+  """Max over rounds of each tracked canary's cosine, float64 brute force."""
+  ids = np.concatenate([canary_spec.seen_ids(4), canary_spec.unseen_ids(6)])
+  units = []
+  for canary_id in ids:
+    u = tf.random.stateless_normal([_DIM], seed=[_CANARY_SEED, canary_id],
+                                   dtype=tf.float32, alg='philox').numpy()
+    units.append(u.astype(np.float64) / np.linalg.norm(u.astype(np.float64)))
+  norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+  return (np.stack(units) @ (vectors / norms).T).max(axis=1)
+
+
+def test_model_step_is_the_aggregate_under_sgd_at_learning_rate_1(sgd_run):
+  # theta_t = fl32(theta_{t-1} - rho_t), so the recovered step
+  # fl32(theta_{t-1} - theta_t) differs from rho_t by at most
+  # u (|theta_t| + |step|) per coordinate (u = 2^-24): equality up to float32
+  # rounding of the stored model, not bit equality. The model starts at zero,
+  # so round 0's step is exact.
+  states, _ = sgd_run
+  aggregates = _vectors(states, 'aggregate')
+  steps = _vectors(states, 'model_delta')
+  np.testing.assert_array_equal(steps[0], aggregates[0])
+  for t in range(_ROUNDS):
+    bound = 1.01 * _ROUNDING * (np.abs(_weights(states[t + 1])) +
+                                np.abs(steps[t]))
+    assert np.all(np.abs(steps[t] - aggregates[t]) <= bound), t
+    assert np.linalg.norm(aggregates[t]) > 0.01
+  # Hence the cosines, and their maxima over rounds, agree to float32
+  # rounding: |cos(c, a) - cos(c, b)| <= 2 ||a - b|| / ||a|| (a ~ 1e-7 here).
+  cosine_bound = max(
+      2 * np.linalg.norm(steps[t] - aggregates[t]) /
+      np.linalg.norm(aggregates[t]) for t in range(_ROUNDS))
+  assert np.all(np.abs(_max_cosines(steps) - _max_cosines(aggregates)) <=
+                cosine_bound + 1e-12)
+
+
+def test_model_step_under_momentum_carries_earlier_aggregates(momentum_run):
+  # TFF's SGD with momentum: m_t = mu m_{t-1} + rho_t, theta_t = theta_{t-1} -
+  # m_t, so the step is sum_{s <= t} mu^(t-s) rho_s: the aggregate in round 0
+  # only.
+  states, _ = momentum_run
+  aggregates = _vectors(states, 'aggregate')
+  steps = _vectors(states, 'model_delta')
+  for t in range(_ROUNDS):
+    want = sum(_MOMENTUM**(t - s) * aggregates[s] for s in range(t + 1))
+    np.testing.assert_allclose(steps[t], want, rtol=0, atol=1e-6)
+  assert np.linalg.norm(steps[1] - aggregates[1]) > 0.5 * np.linalg.norm(
+      aggregates[0])
+  assert np.abs(_max_cosines(steps) - _max_cosines(aggregates)).max() > 0.05
+
+
+@pytest.mark.parametrize('run_name', ['sgd_run', 'momentum_run'])
+def test_tracker_is_fed_the_model_step(run_name, request):
+  states, maxima = request.getfixturevalue(run_name)
+  want = _max_cosines(_vectors(states, 'model_delta'))
+  np.testing.assert_allclose(np.concatenate([maxima.seen, maxima.unseen]),
+                             want, rtol=0, atol=1e-6)
+
+
+
+def test_unknown_statistic_is_rejected():
+  with pytest.raises(ValueError, match="all_iterates_statistic must be one "
+                     "of.*'median'"):
+    canary_spec.CanarySpec(seed=0, num_seen=1, num_unseen=0,
+                           all_iterates_statistic='median')

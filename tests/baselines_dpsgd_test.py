@@ -2,7 +2,7 @@
 
 Truths: one round, and two with server momentum, recomputed by hand
 (per-example gradients by a plain GradientTape loop, canaries from
-`one_shot_epe.canaries`, cosines in numpy); the steps between the models the
+`one_shot_epe.tff_engine.canaries`, cosines in numpy); the steps between the models the
 hook sees, for the model-delta statistic;
 the separation of inserted and never-inserted canaries without noise;
 brute-force counts of each canary's insertions under 'once'; the
@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 import cluster_data
-from one_shot_epe import canaries
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import canaries
 from one_shot_epe.baselines import dpsgd
 from one_shot_epe.baselines import feedforward
 
@@ -47,7 +48,7 @@ def test_one_round_matches_a_hand_computation():
     total += gradient * min(1.0, 0.5 / np.linalg.norm(gradient))
   seen = [canaries.canary(result.canary_seed, j, model.dim).numpy()
           for j in range(3)]
-  unseen = [canaries.canary(result.canary_seed, canaries.UNSEEN_ID_OFFSET + i,
+  unseen = [canaries.canary(result.canary_seed, canary_spec.UNSEEN_ID_OFFSET + i,
                             model.dim).numpy() for i in range(2)]
   aggregate = (total + 0.5 * np.sum(seen, axis=0)) / 16  # Every canary once.
   np.testing.assert_allclose(result.final_params, theta0 - aggregate,
@@ -117,7 +118,7 @@ def test_model_delta_statistic_is_the_cosine_with_each_step():
     steps = -np.diff(np.asarray(thetas, np.float64), axis=0)
     if statistic == 'update':
       steps = (steps - 0.8 * np.vstack([np.zeros(model.dim), steps[:-1]])) / 0.3
-    ids = list(range(6)) + [canaries.UNSEEN_ID_OFFSET + i for i in range(4)]
+    ids = list(range(6)) + [canary_spec.UNSEEN_ID_OFFSET + i for i in range(4)]
     units = np.stack([canaries.canary(result.canary_seed, i, model.dim).numpy()
                       for i in ids]).astype(np.float64)
     cosines = units @ steps.T / np.linalg.norm(steps, axis=1)

@@ -1,4 +1,4 @@
-"""Tests for one_shot_epe.canaries: definition, reproducibility, null law."""
+"""Tests for one_shot_epe.tff_engine.canaries: definition, reproducibility, null law."""
 
 import hashlib
 import subprocess
@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 from scipy import stats
 
-from one_shot_epe import canaries
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import canaries
 from one_shot_epe import null_distribution
 
 _SEED = 20240917
@@ -29,7 +30,7 @@ def _digest(seed: int, ids, dim: int) -> str:
 
 
 def test_canary_is_normalised_stateless_normal():
-  for canary_id in (0, 5, canaries.UNSEEN_ID_OFFSET + 2):
+  for canary_id in (0, 5, canary_spec.UNSEEN_ID_OFFSET + 2):
     got = canaries.canary(_SEED, canary_id, 1000).numpy()
     np.testing.assert_allclose(got, _reference(_SEED, canary_id, 1000),
                                rtol=0, atol=1e-7)
@@ -44,7 +45,7 @@ def test_canary_ignores_global_seed():
 
 
 def test_canaries_bit_identical_across_processes_and_depend_on_seed():
-  ids = [0, 1, 17, canaries.UNSEEN_ID_OFFSET]
+  ids = [0, 1, 17, canary_spec.UNSEEN_ID_OFFSET]
   script = textwrap.dedent(f"""
       import tensorflow as tf
       tf.random.set_seed(987)  # Must not matter.
@@ -80,21 +81,21 @@ def test_distinct_canaries_have_null_cosines():
 
 
 def test_id_ranges_are_disjoint():
-  np.testing.assert_array_equal(canaries.seen_ids(3), [0, 1, 2])
+  np.testing.assert_array_equal(canary_spec.seen_ids(3), [0, 1, 2])
   np.testing.assert_array_equal(
-      canaries.unseen_ids(2),
-      [canaries.UNSEEN_ID_OFFSET, canaries.UNSEEN_ID_OFFSET + 1])
-  assert canaries.seen_ids(0).size == 0
+      canary_spec.unseen_ids(2),
+      [canary_spec.UNSEEN_ID_OFFSET, canary_spec.UNSEEN_ID_OFFSET + 1])
+  assert canary_spec.seen_ids(0).size == 0
   with pytest.raises(ValueError, match='num_seen'):
-    canaries.seen_ids(canaries.UNSEEN_ID_OFFSET + 1)
+    canary_spec.seen_ids(canary_spec.UNSEEN_ID_OFFSET + 1)
   with pytest.raises(ValueError, match='num_unseen'):
-    canaries.unseen_ids(-1)
+    canary_spec.unseen_ids(-1)
 
 
 @pytest.mark.parametrize('bad', [-1, 2**63, 1.5, True, '3'])
 def test_bad_seed_raises(bad):
   with pytest.raises(ValueError, match='canary_seed'):
-    canaries.check_seed(bad)
+    canary_spec.check_seed(bad)
 
 
 def test_flatten_unflatten_roundtrip_and_structure():
@@ -117,7 +118,7 @@ def test_flatten_unflatten_roundtrip_and_structure():
 @pytest.mark.parametrize('chunk_size', [1, 3, 64])
 def test_cosines_match_brute_force(chunk_size):
   dim = 300
-  ids = np.array([0, 2, 5, 7, canaries.UNSEEN_ID_OFFSET + 1])
+  ids = np.array([0, 2, 5, 7, canary_spec.UNSEEN_ID_OFFSET + 1])
   rng = np.random.default_rng(0)
   vectors = rng.normal(size=(4, dim)).astype(np.float32)
   vectors[2] = 0.0  # A zero vector has cosine 0 by convention.

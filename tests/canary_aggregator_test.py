@@ -1,4 +1,4 @@
-"""Tests for one_shot_epe.canary_aggregator (TFF aggregation with canaries).
+"""Tests for one_shot_epe.tff_engine.canary_aggregator (TFF aggregation with canaries).
 
 Every TFF computation runs inside `runtime.local_cpp_context()`. Processes are
 built and run once per module (tracing is slow) and the tests check the
@@ -21,12 +21,12 @@ import tensorflow as tf
 import tensorflow_privacy as tfp
 from scipy import stats
 
-from one_shot_epe import canaries
-from one_shot_epe import canary_aggregator as ca
-from one_shot_epe import cosine_tracking
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import canary_aggregator as ca
+from one_shot_epe.tff_engine import cosine_tracking
 from one_shot_epe import estimation
-from one_shot_epe import final_model
-from one_shot_epe import runtime
+from one_shot_epe.tff_engine import final_model
+from one_shot_epe.tff_engine import runtime
 
 import linear_model
 
@@ -92,9 +92,9 @@ def _as_structure(flat):
 
 @pytest.fixture(scope='module')
 def fixed_factory():
-  config = ca.CanaryConfig(seed=_SEED, num_seen=6, num_unseen=5,
-                           schedule=_FIXED_SCHEDULE,
-                           buffer_rounds=_FIXED_BUFFER, chunk_size=4)
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=6, num_unseen=5,
+                                  schedule=_FIXED_SCHEDULE,
+                                  buffer_rounds=_FIXED_BUFFER, chunk_size=4)
   return ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.0, clients_per_round=_FIXED_DENOMINATOR,
       clip=_FIXED_CLIP, canary_config=config)
@@ -216,9 +216,9 @@ def _adaptive_clients():
 def adaptive_run():
   # One canary per round (ids 0..15), zero noise on both the sum and the
   # unclipped count, so the clip follows the closed-form geometric update.
-  config = ca.CanaryConfig(seed=_SEED, num_seen=_ADAPTIVE_ROUNDS, num_unseen=0,
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=_ADAPTIVE_ROUNDS, num_unseen=0,
                            schedule=[[t] for t in range(_ADAPTIVE_ROUNDS)],
-                           buffer_rounds=4)
+                                  buffer_rounds=4)
   factory = ca.CanaryDPFactory.gaussian_adaptive(
       noise_multiplier=0.0, clients_per_round=_ADAPTIVE_DENOMINATOR,
       canary_config=config, initial_l2_norm_clip=_ADAPTIVE_INITIAL,
@@ -289,8 +289,8 @@ def clip_mode_runs():
   differs.
   """
   runs = {}
-  for mode in ca.CANARY_CLIPS:
-    config = ca.CanaryConfig(
+  for mode in canary_spec.CANARY_CLIPS:
+    config = canary_spec.CanarySpec(
         seed=_SEED, num_seen=_CLIP_MODE_CANARIES, num_unseen=0,
         schedule=[list(range(_CLIP_MODE_CANARIES)), []], buffer_rounds=1,
         canary_clip=mode)
@@ -369,9 +369,9 @@ def test_gaussian_mechanism_epsilon_matches_analytical():
   # statistic at k = 1000, d = 1e5, sigma = 1 with
   # gaussian_mechanism.simulate_cosines: mean 4.34, sd 0.15, range
   # 3.99..4.78); the tolerance 0.75 is 5 sd, a false-failure rate < 1e-6.
-  config = ca.CanaryConfig(seed=_SEED, num_seen=_GM_CANARIES, num_unseen=0,
-                           schedule=[list(range(_GM_CANARIES))],
-                           buffer_rounds=8)
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=_GM_CANARIES, num_unseen=0,
+                                  schedule=[list(range(_GM_CANARIES))],
+                                  buffer_rounds=8)
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=_GM_SIGMA, clients_per_round=1.0, clip=1.0,
       canary_config=config)
@@ -381,7 +381,7 @@ def test_gaussian_mechanism_epsilon_matches_analytical():
   assert output.measurements['canaries_inserted'] == _GM_CANARIES
   cosines = final_model.final_model_cosines(
       [output.result], canary_seed=_SEED,
-      canary_ids=canaries.seen_ids(_GM_CANARIES), statistic='final',
+      canary_ids=canary_spec.seen_ids(_GM_CANARIES), statistic='final',
       model_moves_along=final_model.PAPER_DIRECTION)
   estimate = estimation.epsilon_from_final_cosines(
       cosines, _GM_DIM, _GM_DELTA, variance='null')
@@ -401,9 +401,9 @@ def _algorithm3_maxima(noise_multiplier):
   per_round = _A3_CANARIES // _A3_ROUNDS
   schedule = [list(range(t * per_round, (t + 1) * per_round))
               for t in range(_A3_ROUNDS)]
-  config = ca.CanaryConfig(seed=_SEED, num_seen=_A3_CANARIES,
-                           num_unseen=_A3_CANARIES, schedule=schedule,
-                           buffer_rounds=2)
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=_A3_CANARIES,
+                                  num_unseen=_A3_CANARIES, schedule=schedule,
+                                  buffer_rounds=2)
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=noise_multiplier, clients_per_round=float(per_round),
       clip=1.0, canary_config=config)
@@ -461,8 +461,8 @@ def _learning_process(factory, client_learning_rate):
 
 
 def test_trains_inside_build_unweighted_fed_avg():
-  config = ca.CanaryConfig(seed=_SEED, num_seen=4, num_unseen=4,
-                           schedule=[[0, 1], [2], [3]], buffer_rounds=2)
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=4, num_unseen=4,
+                                  schedule=[[0, 1], [2], [3]], buffer_rounds=2)
   factory = ca.CanaryDPFactory.gaussian_adaptive(
       noise_multiplier=0.1, clients_per_round=3.0, canary_config=config,
       initial_l2_norm_clip=0.5, clipped_count_stddev=1.0)
@@ -490,8 +490,8 @@ def test_inserted_canary_has_positive_final_model_cosine():
   # Clients do not train (learning rate 0), there is no noise, and one canary
   # is inserted: the model delta is -S c_0 / E, so with the tff.learning sign
   # convention its cosine is +1 and the literal sign would give -1.
-  config = ca.CanaryConfig(seed=_SEED, num_seen=3, num_unseen=0,
-                           schedule=[[], [0], []], buffer_rounds=1)
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=3, num_unseen=0,
+                                  schedule=[[], [0], []], buffer_rounds=1)
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.0, clients_per_round=2.0, clip=0.3,
       canary_config=config)
@@ -545,8 +545,8 @@ def _rdp_epsilon(events):
 
 def test_fixed_clip_dp_event_composes_to_the_gaussian_mechanism():
   z = 0.8
-  config = ca.CanaryConfig(seed=_SEED, num_seen=2, num_unseen=0,
-                           schedule=[[0], [1], [0, 1]])
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=2, num_unseen=0,
+                                  schedule=[[0], [1], [0, 1]])
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=z, clients_per_round=3.0, clip=0.5,
       canary_config=config, noise_seed=9)
@@ -569,8 +569,8 @@ def test_adaptive_dp_event_is_tffs_and_composes_to_overall_z(noise_seed):
   # 1/z^2 = 1/z_v^2 + 1/(2 s)^2 its RDP, hence epsilon, is that of one
   # Gaussian mechanism at the overall z per round.
   z, clients, count_stddev = 0.7, 4.0, 1.5
-  config = ca.CanaryConfig(seed=_SEED, num_seen=1, num_unseen=0,
-                           schedule=[[0]])
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=1, num_unseen=0,
+                                  schedule=[[0]])
   factory = ca.CanaryDPFactory.gaussian_adaptive(
       noise_multiplier=z, clients_per_round=clients, canary_config=config,
       clipped_count_stddev=count_stddev, noise_seed=noise_seed)
@@ -617,8 +617,8 @@ def test_record_aggregation_factory_aggregates_the_client_records():
              np.array([0.0, 0.5, 0.0, 0.0], np.float32)]
   clipped = [_clip(x.astype(np.float64), clip) for x in clients]
   canary = clip * _canary(0, dim)
-  config = ca.CanaryConfig(seed=_SEED, num_seen=1, num_unseen=0,
-                           schedule=[[0]])
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=1, num_unseen=0,
+                                  schedule=[[0]])
   want = {
       None: (sum(clipped) + canary) / denominator,
       'mean': (sum(clipped) / len(clients) + canary) / denominator,
@@ -663,8 +663,8 @@ def _tree_clients():
 
 def _tree_run(noise_multiplier):
   specs = tf.TensorSpec([_TREE_DIM], tf.float32)
-  config = ca.CanaryConfig(seed=_SEED, num_seen=3, num_unseen=0,
-                           schedule=_TREE_SCHEDULE)
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=3, num_unseen=0,
+                                  schedule=_TREE_SCHEDULE)
   factory = ca.CanaryDPFactory.tree_aggregation(
       noise_multiplier=noise_multiplier, clients_per_round=_TREE_DENOMINATOR,
       l2_norm_clip=_TREE_CLIP, record_specs=specs, canary_config=config,
@@ -742,24 +742,7 @@ def test_bad_tree_arguments_raise(kwargs, error, name):
 def _config(**overrides):
   args = dict(seed=1, num_seen=3, num_unseen=2, schedule=[[0], [1, 2]])
   args.update(overrides)
-  return ca.CanaryConfig(**args)
-
-
-@pytest.mark.parametrize('overrides, name', [
-    (dict(seed=-1), 'canary_seed'),
-    (dict(num_seen=0), 'num_seen'),
-    (dict(num_unseen=-1), 'num_unseen'),
-    (dict(buffer_rounds=0), 'buffer_rounds'),
-    (dict(chunk_size=0), 'chunk_size'),
-    (dict(schedule=[[0], [3]]), r'schedule\[1\]'),
-    (dict(schedule=[[1, 1]]), r'schedule\[0\]'),
-    (dict(schedule=[[0.5]]), r'schedule\[0\]'),
-    (dict(schedule='01'), 'schedule'),
-    (dict(canary_clip='scale'), 'canary_clip'),
-])
-def test_bad_config_raises(overrides, name):
-  with pytest.raises(ValueError, match=name):
-    _config(**overrides)
+  return canary_spec.CanarySpec(**args)
 
 
 @pytest.mark.parametrize('kwargs, name', [
@@ -787,13 +770,6 @@ def test_bad_adaptive_arguments_raise(kwargs, name):
   args.update(kwargs)
   with pytest.raises(ValueError, match=name):
     ca.CanaryDPFactory.gaussian_adaptive(canary_config=_config(), **args)
-
-
-def test_adaptive_value_noise_multiplier_composes_to_requested():
-  # 1/z^2 = 1/z_v^2 + 1/(2 s)^2 (Gaussian mechanisms compose in 1/z^2).
-  z_v = ca.adaptive_value_noise_multiplier(1.0, 2.0)
-  assert z_v**-2 + (2 * 2.0)**-2 == pytest.approx(1.0)
-  assert ca.adaptive_value_noise_multiplier(0.0, 0.0) == 0.0
 
 
 def test_bad_value_type_raises():

@@ -14,7 +14,8 @@ import collections
 import numpy as np
 import pytest
 
-from one_shot_epe import canary_aggregator as ca
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import canary_aggregator as ca
 
 tff = pytest.importorskip('tensorflow_federated')
 
@@ -28,8 +29,8 @@ _GAUSSIAN_SUM_STATE = tff.StructType([('l2_norm_clip', _F32),
 
 
 def _config():
-  return ca.CanaryConfig(seed=5, num_seen=2, num_unseen=3,
-                         schedule=[[0], [1]])
+  return canary_spec.CanarySpec(seed=5, num_seen=2, num_unseen=3,
+                                schedule=[[0], [1]])
 
 
 def _normalized(numerator_state):

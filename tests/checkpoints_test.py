@@ -1,4 +1,4 @@
-"""Tests for one_shot_epe.checkpoints (integrity of saved program state).
+"""Tests for one_shot_epe.tff_engine.checkpoints (integrity of saved program state).
 
 Checkpoints are written here by TFF's own `FileProgramStateManager`, then
 damaged the ways a crash or a disk can: a truncated or bit-flipped variables
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from one_shot_epe import checkpoints
+from one_shot_epe.tff_engine import checkpoints
 
 
 def _save(directory, versions):

@@ -10,8 +10,14 @@ the suite and the code under test created. Exempt are pytest's own
 generated sources and matplotlib's fallback config directory, which their
 libraries delete at interpreter exit. The
 directory is removed at the end unless a test failed.
+
+The test process itself stays in the host's network: importing the runtime
+would otherwise move it into a private network namespace
+(`isolation.isolate_on_import`, meant for users' scripts), and the tests of
+exposure reporting need the host's network. Subprocesses are unaffected.
 """
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -20,7 +26,11 @@ import urllib.request
 import psutil
 import pytest
 
-from one_shot_epe import runtime
+from one_shot_epe.tff_engine import isolation
+
+isolation.isolate_on_import = lambda: isolation.in_private_network()
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+from one_shot_epe.tff_engine import runtime
 
 # pytest's tmp_path directories; the source files TensorFlow's autograph
 # writes for each converted function, and the config directory matplotlib
@@ -31,10 +41,16 @@ _EXEMPT_TEMP_PREFIXES = ('pytest-of-', '__autograph_generated_file',
 
 
 def pytest_configure(config):
-  del config
-  session_temp = tempfile.mkdtemp(prefix='one_shot_epe_tests_')
-  os.environ['TMPDIR'] = session_temp
-  tempfile.tempdir = session_temp
+  # Under pytest-xdist each worker makes its own inside the controller's.
+  config.session_temp = tempfile.mkdtemp(prefix='one_shot_epe_tests_')
+  os.environ['TMPDIR'] = config.session_temp
+  tempfile.tempdir = config.session_temp
+
+
+def pytest_unconfigure(config):
+  # The controller's directory, once its workers have removed theirs.
+  with contextlib.suppress(OSError):
+    os.rmdir(config.session_temp)
 
 
 def _listening_sockets(processes):

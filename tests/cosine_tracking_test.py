@@ -1,4 +1,4 @@
-"""Tests for one_shot_epe.cosine_tracking (block updates and CosineTracker).
+"""Tests for one_shot_epe.tff_engine.cosine_tracking (block updates and CosineTracker).
 
 The truth is brute force in float64: canaries regenerated from the documented
 definition (`tf.random.stateless_normal`, philox), one cosine per round and
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from one_shot_epe import canaries
-from one_shot_epe import canary_aggregator as ca
-from one_shot_epe import cosine_tracking
-from one_shot_epe import runtime
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import canaries
+from one_shot_epe.tff_engine import canary_aggregator as ca
+from one_shot_epe.tff_engine import cosine_tracking
+from one_shot_epe.tff_engine import runtime
 
 tff = pytest.importorskip('tensorflow_federated')
 
@@ -32,14 +33,14 @@ def _canary(canary_id: int) -> np.ndarray:
 
 def _cosines(aggregates: np.ndarray) -> np.ndarray:
   """[rounds, k + m] cosines, seen ids first."""
-  ids = cosine_tracking.tracked_ids(_NUM_SEEN, _NUM_UNSEEN)
+  ids = canary_spec.tracked_ids(_NUM_SEEN, _NUM_UNSEEN)
   rows = np.stack([_canary(int(j)) for j in ids])
   aggregates = np.asarray(aggregates, np.float64)
   return (aggregates @ rows.T) / np.linalg.norm(aggregates, axis=1)[:, None]
 
 
 def _config(buffer_rounds=3):
-  return ca.CanaryConfig(seed=_SEED, num_seen=_NUM_SEEN, num_unseen=_NUM_UNSEEN,
+  return canary_spec.CanarySpec(seed=_SEED, num_seen=_NUM_SEEN, num_unseen=_NUM_UNSEEN,
                          schedule=_SCHEDULE, buffer_rounds=buffer_rounds, chunk_size=2)
 
 
@@ -159,12 +160,12 @@ def test_tracker_rejects_skipped_rounds_and_bad_states(export_run):
 
 def test_tracker_fed_aggregates_directly_equals_fed_states(export_run):
   # A trainer without TFF (baselines.dpsgd) feeds the aggregates themselves,
-  # with TrackedCanaries in place of the CanaryConfig.
+  # with a CanarySpec without a schedule.
   states, results, _ = export_run
   from_states = cosine_tracking.CosineTracker(_config(), _DIM)
   direct = cosine_tracking.CosineTracker(
-      cosine_tracking.TrackedCanaries(_SEED, _NUM_SEEN, _NUM_UNSEEN,
-                                      buffer_rounds=3, chunk_size=2), _DIM)
+      canary_spec.CanarySpec(_SEED, _NUM_SEEN, _NUM_UNSEEN,
+                             buffer_rounds=3, chunk_size=2), _DIM)
   for state, aggregate in zip(states, results):
     assert (from_states.observe(state) ==
             direct.observe_aggregate(aggregate.astype(np.float32)))
@@ -221,8 +222,8 @@ def test_tracker_with_tff_learning_matches_model_deltas():
                     tf.TensorSpec([None], tf.int32)),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
-  config = ca.CanaryConfig(seed=_SEED, num_seen=3, num_unseen=3,
-                           schedule=[[0], [1, 2], []], buffer_rounds=2)
+  config = canary_spec.CanarySpec(seed=_SEED, num_seen=3, num_unseen=3,
+                                  schedule=[[0], [1, 2], []], buffer_rounds=2)
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.1, clients_per_round=3.0, clip=0.5,
       canary_config=config)
@@ -252,7 +253,7 @@ def test_tracker_with_tff_learning_matches_model_deltas():
   flat = [np.concatenate([np.ravel(w) for w in ws]).astype(np.float64)
           for ws in weights]
   deltas = np.stack([flat[t] - flat[t + 1] for t in range(3)])
-  ids = cosine_tracking.tracked_ids(3, 3)
+  ids = canary_spec.tracked_ids(3, 3)
   rows = np.stack([
       tf.random.stateless_normal([dim], seed=[_SEED, int(j)],
                                  alg='philox').numpy() for j in ids

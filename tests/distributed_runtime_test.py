@@ -1,4 +1,4 @@
-"""Tests for one_shot_epe.distributed_runtime (TFF over several C++ workers).
+"""Tests for one_shot_epe.tff_engine.distributed_runtime (TFF over several C++ workers).
 
 The truth is the single-process runtime, `runtime.local_cpp_context()`: the
 same computations on the same arguments there and over two loopback workers.
@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from one_shot_epe import canary_aggregator as ca
-from one_shot_epe import distributed_runtime as dr
-from one_shot_epe import runtime
-from one_shot_epe import tff_workers
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import canary_aggregator as ca
+from one_shot_epe.tff_engine import distributed_runtime as dr
+from one_shot_epe.tff_engine import runtime
+from one_shot_epe.tff_engine import tff_workers
 
 import linear_model
 from tff_workers_test import assert_stopped
@@ -145,8 +146,8 @@ def _two_rounds(process, data):
 
 
 def test_fed_avg_rounds_match_one_process():
-  config = ca.CanaryConfig(seed=5, num_seen=2, num_unseen=2,
-                           schedule=[[0], []])
+  config = canary_spec.CanarySpec(seed=5, num_seen=2, num_unseen=2,
+                                  schedule=[[0], []])
   # Seeded DP noise: the same round seeds in every runtime.
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.1, clients_per_round=float(_NUM_CLIENTS), clip=0.5,

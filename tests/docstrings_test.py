@@ -115,7 +115,7 @@ def test_checker_finds_exactly_the_missing_docstrings(source, expected):
 def test_the_tree_has_the_modules_it_is_expected_to_have():
   files = _source_files()
   for expected in ('one_shot_epe/__init__.py', 'one_shot_epe/estimation.py',
-                   'one_shot_epe/tasks/base.py',
+                   'one_shot_epe/tff_engine/tasks/base.py',
                    'one_shot_epe/baselines/canife.py', 'experiments/train.py',
                    'benchmarks/table2.py'):
     assert expected in files

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.tasks.export_arrays and experiments.export_arrays.
+"""Tests of one_shot_epe.tff_engine.tasks.export_arrays and experiments.export_arrays.
 
 Independent truths: the examples written into TFF-layout SQLite files (read
 back through TFF's own `ClientData`), StackOverflow rows worked out by hand
@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from one_shot_epe.jax_engine import data
-from one_shot_epe.tasks import export_arrays
-from one_shot_epe.tasks import tff_cache
+from one_shot_epe import client_arrays
+from one_shot_epe.tff_engine.tasks import export_arrays
+from one_shot_epe.tff_engine.tasks import tff_cache
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
@@ -41,7 +41,7 @@ def test_emnist_arrays_hold_every_example_in_tff_order(tmp_path):
                                  str(tmp_path / 'out'))
   assert written == [str(tmp_path / 'out' / 'emnist_character' / s)
                      for s in ('train', 'test')]
-  train = data.ClientArrays.load(written[0])
+  train = client_arrays.ClientArrays.load(written[0])
   clients = sorted(splits['all_train'])
   assert list(train.client_ids) == clients
   np.testing.assert_array_equal(train.client_sizes(), [3, 0, 5])
@@ -51,7 +51,7 @@ def test_emnist_arrays_hold_every_example_in_tff_order(tmp_path):
       np.stack([e['pixels'].reshape(28, 28) for e in examples]))
   np.testing.assert_array_equal(train.features['label'],
                                 [e['label'] for e in examples])
-  assert data.ClientArrays.load(written[1]).client_sizes().tolist() == [2]
+  assert client_arrays.ClientArrays.load(written[1]).client_sizes().tolist() == [2]
 
 
 def test_stackoverflow_rows_are_tffs_token_ids(tmp_path):
@@ -65,7 +65,7 @@ def test_stackoverflow_rows_are_tffs_token_ids(tmp_path):
                               {'the': 9, 'to': 5, 'a': 4, 'of': 1})
   written = export_arrays.export('stackoverflow_word', str(tmp_path),
                                  str(tmp_path / 'out'), vocab_size=3)
-  train = data.ClientArrays.load(written[0])
+  train = client_arrays.ClientArrays.load(written[0])
   # vocab ['the', 'to', 'a']: ids 1..3, oov 4, bos 5, eos 6, pad 0.
   expected = np.zeros((3, 21), np.int32)
   expected[0, :5] = [5, 1, 3, 4, 6]
@@ -73,7 +73,7 @@ def test_stackoverflow_rows_are_tffs_token_ids(tmp_path):
   expected[2, :3] = [5, 2, 6]
   np.testing.assert_array_equal(train.features['tokens'], expected)
   np.testing.assert_array_equal(train.client_sizes(), [2, 1])
-  test = data.ClientArrays.load(written[1])
+  test = client_arrays.ClientArrays.load(written[1])
   np.testing.assert_array_equal(test.features['tokens'][0, :4], [5, 4, 2, 6])
 
 

@@ -1,12 +1,12 @@
-"""Tests for one_shot_epe.final_model (Algorithm 2 final-model cosines)."""
+"""Tests for one_shot_epe.tff_engine.final_model (Algorithm 2 final-model cosines)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from scipy import stats
 
-from one_shot_epe import canaries
-from one_shot_epe import final_model
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import final_model
 from one_shot_epe import null_distribution
 
 _SEED = 4242
@@ -41,7 +41,7 @@ def weights():
 
 def test_delta_statistic_matches_brute_force(weights):
   initial, final = weights
-  ids = [0, 1, 2, canaries.UNSEEN_ID_OFFSET]
+  ids = [0, 1, 2, canary_spec.UNSEEN_ID_OFFSET]
   got = final_model.final_model_cosines(
       _structure(final), canary_seed=_SEED, canary_ids=ids,
       initial_weights=_structure(initial))

@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from one_shot_epe import isolation
+from one_shot_epe.tff_engine import isolation
 import programs
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,7 +68,7 @@ def test_ipv6_addresses_are_decoded():
 
 _ENTER = """
     import socket
-    from one_shot_epe import isolation
+    from one_shot_epe.tff_engine import isolation
     isolation.enter_private_network()
     with socket.socket() as server:
       server.bind(('127.0.0.1', 0))
@@ -97,7 +97,7 @@ def test_unprivileged_user_enters_through_a_user_namespace():
 
 _AFTER_A_THREAD = """
     import sys, threading
-    from one_shot_epe import isolation
+    from one_shot_epe.tff_engine import isolation
     threading.Thread(target=threading.Event().wait, daemon=True).start()
     isolation.isolate_program(sys.argv[:1])
     print('GOT ON', isolation.namespace_interfaces())
@@ -120,7 +120,7 @@ def test_refusal_warns_in_auto_mode_and_exits_2_in_require_mode():
 def test_off_mode_stays_in_the_host_network():
   done = _python("""
       import sys
-      from one_shot_epe import isolation
+      from one_shot_epe.tff_engine import isolation
       isolation.isolate_program(sys.argv[:1])
       print('INTERFACES', isolation.namespace_interfaces())
   """, {isolation.ISOLATION_ENV: 'off'})
@@ -185,7 +185,7 @@ def test_control_plain_tff_context_listens_on_every_interface():
       import sys
       import numpy as np
       import tensorflow_federated as tff
-      from one_shot_epe import runtime  # Only its exit hook: stops the worker.
+      from one_shot_epe.tff_engine import runtime  # Only its exit hook: stops the worker.
       @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
       def total(values):
         return tff.federated_sum(values)

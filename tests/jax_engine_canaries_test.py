@@ -46,6 +46,20 @@ def test_cosines_and_maxima_equal_numpy(chunk):
   np.testing.assert_allclose(np.asarray(maxima), want, atol=1e-5)
 
 
+@pytest.mark.parametrize('chunk', [1, 3, 128])
+def test_block_cosines_are_each_rounds_cosines(chunk):
+  # One regeneration per block of rounds gives what one per round gives.
+  rng = np.random.default_rng(7)
+  block = rng.normal(size=(4, DIM)).astype(np.float32)
+  ids = [0, 5, 1_000_000_000, 1_000_000_003, 2]
+  got = np.asarray(canaries.cosines(9, ids, block, chunk=chunk))
+  assert got.shape == (5, 4)
+  for row in range(4):
+    np.testing.assert_allclose(
+        got[:, row], canaries.cosines(9, ids, block[row], chunk=chunk),
+        rtol=1e-5, atol=1e-7)
+
+
 def test_arguments_are_checked():
   with pytest.raises(ValueError, match='ids'):
     canaries.directions(0, [], DIM)
@@ -58,4 +72,4 @@ def test_arguments_are_checked():
   with pytest.raises(ValueError, match='chunk'):
     canaries.cosines(0, [0], np.ones(DIM), chunk=0)
   with pytest.raises(ValueError, match='aggregate'):
-    canaries.cosines(0, [0], np.ones((2, DIM)))
+    canaries.cosines(0, [0], np.ones((2, 2, DIM)))

@@ -11,7 +11,8 @@ import collections
 import numpy as np
 import pytest
 
-from one_shot_epe.baselines import fashion_mnist
+from one_shot_epe import client_arrays
+from one_shot_epe import fashion_mnist
 from one_shot_epe.jax_engine import data
 
 
@@ -49,7 +50,7 @@ def test_example_order_repeats_epochs_then_applies_the_cap():
 def _arrays():
   sizes = [3, 0, 5]
   n = sum(sizes)
-  return data.ClientArrays(
+  return client_arrays.ClientArrays(
       kind='emnist', client_ids=np.asarray(['a', 'b', 'c']),
       offsets=np.concatenate([[0], np.cumsum(sizes)]),
       features={'pixels': np.arange(n, dtype=np.float32)[:, None, None] *
@@ -86,7 +87,7 @@ def test_client_batches_pad_mask_and_hold_each_clients_examples():
 
 
 def test_stackoverflow_batches_split_inputs_and_targets():
-  arrays = data.synthetic_stackoverflow(2, 3, vocab_size=30, seed=1)
+  arrays = client_arrays.synthetic_stackoverflow(2, 3, vocab_size=30, seed=1)
   batches = data.client_batches(arrays, [1], batch_size=2, epochs=1,
                                 max_examples=2, rng=np.random.default_rng(0))
   assert batches.inputs.shape == batches.labels.shape == (1, 1, 2, 20)
@@ -97,7 +98,7 @@ def test_stackoverflow_batches_split_inputs_and_targets():
 def test_save_and_load_round_trip(tmp_path):
   arrays = _arrays()
   arrays.save(str(tmp_path / 'train'))
-  loaded = data.ClientArrays.load(str(tmp_path / 'train'))
+  loaded = client_arrays.ClientArrays.load(str(tmp_path / 'train'))
   assert loaded.kind == 'emnist'
   np.testing.assert_array_equal(loaded.client_ids, arrays.client_ids)
   np.testing.assert_array_equal(loaded.offsets, arrays.offsets)
@@ -107,29 +108,29 @@ def test_save_and_load_round_trip(tmp_path):
 
 
 def test_special_tokens_and_sentence_encoding_follow_tff():
-  tokens = data.special_tokens(10_000)
+  tokens = client_arrays.special_tokens(10_000)
   assert (tokens.pad, tokens.oov, tokens.bos, tokens.eos) == (0, (10_001,),
                                                               10_002, 10_003)
   np.testing.assert_array_equal(
-      data.encode_sentence([5, 7], tokens, sequence_length=4),
+      client_arrays.encode_sentence([5, 7], tokens, sequence_length=4),
       [10_002, 5, 7, 10_003, 0])
   np.testing.assert_array_equal(
-      data.encode_sentence([1, 2, 3, 4, 5], tokens, sequence_length=4),
+      client_arrays.encode_sentence([1, 2, 3, 4, 5], tokens, sequence_length=4),
       [10_002, 1, 2, 3, 4])
 
 
 def test_synthetic_data_has_the_real_structure():
-  emnist = data.synthetic_emnist(3, 4, seed=0)
+  emnist = client_arrays.synthetic_emnist(3, 4, seed=0)
   assert emnist.features['pixels'].shape == (12, 28, 28)
   assert emnist.features['pixels'].dtype == np.float32
   assert 0.0 <= emnist.features['pixels'].min() <= 1.0
   assert emnist.features['pixels'].max() <= 1.0
   assert emnist.features['label'].max() < 62
   np.testing.assert_array_equal(emnist.client_sizes(), [4, 4, 4])
-  so = data.synthetic_stackoverflow(2, 50, vocab_size=100, seed=0)
+  so = client_arrays.synthetic_stackoverflow(2, 50, vocab_size=100, seed=0)
   rows = so.features['tokens']
   assert rows.shape == (100, 21)
-  special = data.special_tokens(100)
+  special = client_arrays.special_tokens(100)
   assert (rows[:, 0] == special.bos).all()
   words = rows[:, 1:]
   assert ((words == 0) | (words == special.eos) |
@@ -139,16 +140,16 @@ def test_synthetic_data_has_the_real_structure():
   assert short.any() and (~short).any()
   # Same seed, same data.
   np.testing.assert_array_equal(
-      data.synthetic_stackoverflow(2, 50, vocab_size=100, seed=0)
+      client_arrays.synthetic_stackoverflow(2, 50, vocab_size=100, seed=0)
       .features['tokens'], rows)
 
 
 def test_arguments_are_checked():
   with pytest.raises(ValueError, match='kind must be one of'):
-    data.ClientArrays('mnist', np.asarray(['a']), np.asarray([0, 0]), {})
+    client_arrays.ClientArrays('mnist', np.asarray(['a']), np.asarray([0, 0]), {})
   with pytest.raises(ValueError, match='client_ids must have 1 entries'):
-    data.ClientArrays('stackoverflow', np.asarray([]), np.asarray([0, 0]),
-                      {'tokens': np.zeros((0, 21))})
+    client_arrays.ClientArrays('stackoverflow', np.asarray([]), np.asarray([0, 0]),
+                               {'tokens': np.zeros((0, 21))})
   with pytest.raises(TypeError, match='batch_size must be an int'):
     data.client_batches(_arrays(), [0], batch_size=2.0, epochs=1,
                         max_examples=None, rng=np.random.default_rng(0))
@@ -158,7 +159,7 @@ def test_fashion_mnist_arrays_hold_the_label_shard_clients():
   # Brute force from the partition: client i holds exactly its shard indices,
   # in index order, pixels / 255; the test split is one client of all images.
   images = fashion_mnist.synthetic_clients(5, 10, seed=1)
-  train, test = data.fashion_mnist_arrays(images, 5)
+  train, test = client_arrays.fashion_mnist_arrays(images, 5)
   partition = fashion_mnist.partition_by_label_shards(
       images.train_labels, 5, fashion_mnist.SHARDS_PER_CLIENT,
       fashion_mnist.PARTITION_SEED)

@@ -21,6 +21,8 @@ import scipy.stats
 import jax
 import jax.numpy as jnp
 
+from one_shot_epe import canary_spec
+from one_shot_epe import client_arrays
 from one_shot_epe.jax_engine import compat
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
@@ -135,8 +137,8 @@ def test_noise_free_rounds_equal_numpy_reference(client_name, server_name,
   client = optimizers.Optimizer(client_name, 0.3, momentum=0.9)
   server = optimizers.Optimizer(server_name, 0.5, momentum=0.8)
   cohort = 2.5
-  config = fedavg.DPConfig(noise_multiplier=0.0, clients_per_round=cohort,
-                           clip=clip)
+  config = canary_spec.DPAggregation(noise_multiplier=0.0, clients_per_round=cohort,
+                                     clip=clip)
   engine = fedavg.RoundEngine(linear_loss, client, server, config)
   params = _linear_params(0)
   state = engine.init_state(params)
@@ -170,11 +172,12 @@ def test_noise_free_rounds_equal_numpy_reference(client_name, server_name,
                                                      ('clip', -0.5)])
 def test_adaptive_clip_follows_the_geometric_update(canary_clip, canary_sign):
   cohort, gamma, eta, s0 = 4.0, 0.7, 0.3, 0.5
-  config = fedavg.DPConfig(noise_multiplier=0.0, clients_per_round=cohort,
-                           initial_clip=s0, target_unclipped_quantile=gamma,
-                           clip_learning_rate=eta, canary_clip=canary_clip)
+  config = canary_spec.DPAggregation(
+      noise_multiplier=0.0, clients_per_round=cohort, initial_clip=s0,
+      target_unclipped_quantile=gamma, clip_learning_rate=eta)
   engine = fedavg.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 0.3),
-                              optimizers.Optimizer('sgd', 1.0), config)
+                              optimizers.Optimizer('sgd', 1.0), config,
+                              canary_clip=canary_clip)
   params = _linear_params(2)
   state = engine.init_state(params)
   batches = _linear_batches(3)
@@ -201,9 +204,9 @@ def test_adaptive_clip_follows_the_geometric_update(canary_clip, canary_sign):
 
 def test_noise_has_the_configured_std_and_count_noise():
   cohort, z, sigma_b, clip = 5.0, 0.8, 1.0, 0.5
-  config = fedavg.DPConfig(noise_multiplier=z, clients_per_round=cohort,
-                           initial_clip=clip, clip_learning_rate=0.0,
-                           clipped_count_stddev=sigma_b)
+  config = canary_spec.DPAggregation(noise_multiplier=z, clients_per_round=cohort,
+                                     initial_clip=clip, clip_learning_rate=0.0,
+                                     clipped_count_stddev=sigma_b)
   engine = fedavg.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 0.1),
                               optimizers.Optimizer('sgd', 1.0), config)
   state = engine.init_state(_linear_params(0))
@@ -227,7 +230,7 @@ def test_noise_has_the_configured_std_and_count_noise():
   fixed = fedavg.RoundEngine(
       linear_loss, optimizers.Optimizer('sgd', 0.1),
       optimizers.Optimizer('sgd', 1.0),
-      fedavg.DPConfig(noise_multiplier=z, clients_per_round=cohort, clip=clip))
+      canary_spec.DPAggregation(noise_multiplier=z, clients_per_round=cohort, clip=clip))
   fixed_state = fixed.init_state(_linear_params(0))
   outputs = [fixed(fixed_state, batches, np.zeros((0, 16), np.float32),
                    np.zeros(0), compat.prng_key(100 + t))[1] for t in range(60)]
@@ -237,30 +240,10 @@ def test_noise_has_the_configured_std_and_count_noise():
                             ).pvalue > 1e-3
 
 
-def test_noise_split_gives_the_overall_multiplier():
-  dp_accounting = pytest.importorskip('dp_accounting')
-  z, sigma_b = 1.1, 3.0
-  z_v = fedavg.value_noise_multiplier(z, sigma_b)
-
-  def epsilon(event):
-    accountant = dp_accounting.rdp.RdpAccountant()
-    accountant.compose(event, 50)
-    return accountant.get_epsilon(1e-6)
-
-  both = dp_accounting.ComposedDpEvent([
-      dp_accounting.GaussianDpEvent(z_v),
-      dp_accounting.GaussianDpEvent(2 * sigma_b)])
-  assert epsilon(both) == pytest.approx(
-      epsilon(dp_accounting.GaussianDpEvent(z)), rel=1e-6)
-  assert fedavg.value_noise_multiplier(0.0, 0.0) == 0.0
-  with pytest.raises(ValueError, match='clipped_count_stddev must exceed'):
-    fedavg.DPConfig(noise_multiplier=1.0, clients_per_round=10.0)
-
-
 def test_vmapped_round_equals_a_per_client_loop():
   cnn = models.EmnistCnn(conv1_filters=2, conv2_filters=2, dense_units=4,
                          num_classes=5, image_size=8)
-  arrays = data.ClientArrays(
+  arrays = client_arrays.ClientArrays(
       kind='emnist', client_ids=np.asarray(['a', 'b', 'c']),
       offsets=np.asarray([0, 3, 4, 9]),
       features={'pixels': np.random.default_rng(0).random((9, 8, 8),
@@ -270,8 +253,8 @@ def test_vmapped_round_equals_a_per_client_loop():
                                 max_examples=None,
                                 rng=np.random.default_rng(1), num_slots=4)
   client = optimizers.Optimizer('sgdm', 0.5, momentum=0.5)
-  config = fedavg.DPConfig(noise_multiplier=0.0, clients_per_round=3.0,
-                           clip=0.05)
+  config = canary_spec.DPAggregation(noise_multiplier=0.0, clients_per_round=3.0,
+                                     clip=0.05)
   engine = fedavg.RoundEngine(cnn.loss, client,
                               optimizers.Optimizer('sgd', 1.0), config,
                               client_dropout=False)
@@ -305,22 +288,24 @@ _MULTI_DEVICE = textwrap.dedent('''
     import numpy as np
     import jax
     sys.path.insert(0, sys.argv[1])
+    from one_shot_epe import canary_spec, client_arrays
     from one_shot_epe.jax_engine import compat, data, fedavg, models
     from one_shot_epe.jax_engine import optimizers
     assert len(jax.devices()) == 4, jax.devices()
     cnn = models.EmnistCnn(conv1_filters=2, conv2_filters=2, dense_units=4,
                            num_classes=5, image_size=8)
-    arrays = data.synthetic_emnist(6, 3, seed=2)
-    arrays = data.ClientArrays(
+    arrays = client_arrays.synthetic_emnist(6, 3, seed=2)
+    arrays = client_arrays.ClientArrays(
         kind='emnist', client_ids=arrays.client_ids, offsets=arrays.offsets,
         features={'pixels': arrays.features['pixels'][:, :8, :8],
                   'label': arrays.features['label'] % 5})
-    config = fedavg.DPConfig(noise_multiplier=0.3, clients_per_round=5.0)
+    config = canary_spec.DPAggregation(noise_multiplier=0.3,
+                                       clients_per_round=5.0)
     results = {}
     for devices in (jax.devices(), jax.devices()[:1]):
       engine = fedavg.RoundEngine(cnn.loss, optimizers.Optimizer('sgd', 0.1),
                                   optimizers.Optimizer('adam', 0.01), config,
-                                  devices=devices)
+                                  devices=devices, local_training='vmap')
       # 8 slots on both: the slots' dropout keys depend on their number.
       batches = data.client_batches(arrays, [0, 1, 2, 3, 5], batch_size=2,
                                     epochs=1, max_examples=None,
@@ -354,14 +339,60 @@ def test_sharded_round_on_four_devices_equals_one_device():
                              atol=1e-6)
 
 
+@pytest.mark.parametrize('canary_clip', ['project', 'clip'])
+def test_loop_and_vmap_local_training_give_the_same_rounds(canary_clip):
+  # The two strategies of RoundEngine against each other: a CNN with
+  # dropout, clients of 1 to 5 examples in batches of 2 (partial and empty
+  # batches), two padding slots, canaries, adaptive clipping and noise.
+  cnn = models.EmnistCnn(conv1_filters=2, conv2_filters=2, dense_units=4,
+                         num_classes=5, image_size=8)
+  arrays = client_arrays.synthetic_emnist(6, 5, seed=3)
+  offsets = np.asarray([0, 1, 4, 9, 11, 16, 30])
+  arrays = client_arrays.ClientArrays(
+      kind='emnist', client_ids=arrays.client_ids, offsets=offsets,
+      features={'pixels': arrays.features['pixels'][:30, :8, :8],
+                'label': arrays.features['label'][:30] % 5})
+  config = canary_spec.DPAggregation(noise_multiplier=0.5,
+                                     clients_per_round=6.0, initial_clip=0.05)
+  dim = cnn.num_parameters()
+  directions = np.random.default_rng(4).normal(size=(2, dim))
+  states, compiles = {}, {}
+  for strategy in fedavg.LOCAL_TRAINING:
+    engine = fedavg.RoundEngine(
+        cnn.loss, optimizers.Optimizer('sgdm', 0.1, momentum=0.5),
+        optimizers.Optimizer('adam', 0.01), config, canary_clip=canary_clip,
+        local_training=strategy, devices=jax.devices()[:1])
+    state = engine.init_state(cnn.init(compat.prng_key(1)))
+    for t, clients in enumerate([[0, 1, 2, 3], [2, 4, 5], [1, 3, 4, 5]]):
+      batches = data.client_batches(
+          arrays, clients, batch_size=2, epochs=1, max_examples=None,
+          rng=np.random.default_rng([5, t]), num_slots=6, max_batches=7)
+      state, _ = engine(state, batches, directions,
+                        np.asarray([1.0, float(t % 2)]),
+                        jax.random.fold_in(compat.prng_key(2), t))
+    states[strategy] = state
+    compiles[strategy] = engine.compiles
+  for got, want in zip(jax.tree_util.tree_leaves(states['loop']),
+                       jax.tree_util.tree_leaves(states['vmap'])):
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
+  assert float(states['loop'].clip) != pytest.approx(0.05)  # It adapted.
+  # Cohorts of 3 and 4 clients: one round compiled, or three functions.
+  assert compiles == {'loop': 3, 'vmap': 1}
+
+
 def test_arguments_are_checked():
-  with pytest.raises(ValueError, match='clients_per_round'):
-    fedavg.DPConfig(noise_multiplier=0.0, clients_per_round=0.0)
-  with pytest.raises(TypeError, match='noise_multiplier must be a real'):
-    fedavg.DPConfig(noise_multiplier='1', clients_per_round=1.0)
   with pytest.raises(ValueError, match='canary_clip'):
-    fedavg.DPConfig(noise_multiplier=0.0, clients_per_round=1.0,
-                    canary_clip='none')
-  with pytest.raises(TypeError, match='config must be a DPConfig'):
+    fedavg.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 1.0),
+                       optimizers.Optimizer('sgd', 1.0),
+                       canary_spec.DPAggregation(noise_multiplier=0.0,
+                                                 clients_per_round=1.0),
+                       canary_clip='none')
+  with pytest.raises(ValueError, match='local_training'):
+    fedavg.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 1.0),
+                       optimizers.Optimizer('sgd', 1.0),
+                       canary_spec.DPAggregation(noise_multiplier=0.0,
+                                                 clients_per_round=1.0),
+                       local_training='scan')
+  with pytest.raises(TypeError, match='config must be a DPAggregation'):
     fedavg.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 1.0),
                        optimizers.Optimizer('sgd', 1.0), None)

@@ -1,6 +1,6 @@
 """Tests of one_shot_epe.jax_engine.models against TFF's Keras baselines.
 
-The independent truth is TFF's own model: the tasks of one_shot_epe.tasks
+The independent truth is TFF's own model: the tasks of one_shot_epe.tff_engine.tasks
 build the Keras models (EMNIST `cnn_dropout`, StackOverflow LSTM) wrapped by
 `tff.learning.models.from_keras_model`; their weights are copied into the JAX
 models, and logits, the batch loss TFF minimises and its gradients must agree.
@@ -23,7 +23,7 @@ import tensorflow as tf
 import jax
 import jax.numpy as jnp
 
-from one_shot_epe import tasks
+from one_shot_epe.tff_engine import tasks
 from one_shot_epe.jax_engine import compat
 from one_shot_epe.jax_engine import models
 # pylint: enable=g-import-not-at-top,wrong-import-position

@@ -45,7 +45,7 @@ def test_adam_closed_form_with_tff_defaults():
 def test_arguments_are_checked():
   with pytest.raises(ValueError, match="optimizer name must be one of"):
     optimizers.Optimizer('rmsprop', 0.1)
-  with pytest.raises(ValueError, match='momentum must be in'):
+  with pytest.raises(ValueError, match='momentum must be a finite number in'):
     optimizers.Optimizer('sgdm', 0.1, momentum=1.5)
   with pytest.raises(TypeError, match='learning_rate must be a real'):
     optimizers.Optimizer('sgd', '0.1')

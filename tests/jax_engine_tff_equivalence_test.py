@@ -3,7 +3,7 @@
 Same initial weights, same clients' batches, same canaries and schedule:
 `tff.learning.algorithms.build_unweighted_fed_avg` with this project's canary
 DP factory (built by `audit.CanaryAudit`, cohort arithmetic included) versus
-`jax_engine.fedavg.RoundEngine` with the same `DPConfig`. Without noise both
+`jax_engine.fedavg.RoundEngine` with the same `canary_spec.DPAggregation`. Without noise both
 must give the same model, clip and noised aggregate (hence the same canary
 cosines) after several rounds, with fixed and with adaptive clipping. With
 noise, the per-coordinate noise of both has the same law (KS tests).
@@ -17,9 +17,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import linear_model
-from one_shot_epe import audit
-from one_shot_epe import canaries
-from one_shot_epe import runtime
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import audit
+from one_shot_epe.tff_engine import canaries
+from one_shot_epe.tff_engine import runtime
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import optimizers
@@ -93,12 +94,12 @@ def _tff_rounds(factory, rounds: int):
   return initial, _flat(state.global_model_weights.trainable), aggregates
 
 
-def _jax_rounds(config: fedavg.DPConfig, initial, canary_audit, rounds: int):
+def _jax_rounds(config: canary_spec.DPAggregation, initial, canary_audit, rounds: int):
   engine = fedavg.RoundEngine(
       linear_loss, optimizers.Optimizer('sgd', CLIENT_LR),
       optimizers.Optimizer('sgdm', SERVER_LR, momentum=SERVER_MOMENTUM),
       config, client_dropout=False)
-  seen = canaries.seen_ids(canary_audit.canary_config.num_seen)
+  seen = canary_spec.seen_ids(canary_audit.canary_config.num_seen)
   directions = np.stack([canaries.canary(11, int(j), DIM).numpy()
                          for j in seen])
   state = engine.init_state([np.asarray(w) for w in initial])
@@ -121,14 +122,14 @@ def test_noise_free_rounds_equal_the_tff_path(adaptive):
     factory = canary_audit.gaussian_adaptive(
         noise_multiplier=0.0, initial_l2_norm_clip=0.05,
         target_unclipped_quantile=0.5, learning_rate=0.2)
-    config = fedavg.DPConfig(noise_multiplier=0.0, clients_per_round=cohort,
-                             initial_clip=0.05,
-                             target_unclipped_quantile=0.5,
-                             clip_learning_rate=0.2)
+    config = canary_spec.DPAggregation(noise_multiplier=0.0, clients_per_round=cohort,
+                                       initial_clip=0.05,
+                                       target_unclipped_quantile=0.5,
+                                       clip_learning_rate=0.2)
   else:
     factory = canary_audit.gaussian_fixed(noise_multiplier=0.0, clip=0.05)
-    config = fedavg.DPConfig(noise_multiplier=0.0, clients_per_round=cohort,
-                             clip=0.05)
+    config = canary_spec.DPAggregation(noise_multiplier=0.0, clients_per_round=cohort,
+                                       clip=0.05)
   initial, tff_final, tff_aggregates = _tff_rounds(factory, ROUNDS)
   jax_final, jax_aggregates, directions = _jax_rounds(config, initial,
                                                       canary_audit, ROUNDS)
@@ -153,7 +154,7 @@ def test_noise_has_the_tff_paths_law():
       canary_audit.gaussian_fixed(noise_multiplier=z, clip=clip), 3)
   samples.append(np.concatenate(tff_aggregates) * cohort / (z * clip))
   _, jax_aggregates, _ = _jax_rounds(
-      fedavg.DPConfig(noise_multiplier=z, clients_per_round=cohort, clip=clip),
+      canary_spec.DPAggregation(noise_multiplier=z, clients_per_round=cohort, clip=clip),
       initial, canary_audit, 3)
   samples.append(np.concatenate(jax_aggregates) * cohort / (z * clip))
   for sample in samples:

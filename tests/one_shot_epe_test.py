@@ -1,127 +1,169 @@
-"""The package's layers: a framework-free core, the TFF engine, the JAX engine.
+"""The package's layers are its folders, and no module crosses a layer.
 
-Every module of `one_shot_epe` belongs to exactly one layer, listed here, so
-a new module must be placed. Independent truth for the core: a fresh
-interpreter in which TensorFlow, TFF, tensorflow_privacy, JAX, flax and optax
-cannot be imported (`import` raises ImportError) imports every core module.
+`one_shot_epe/` holds four layers (docs/architecture.md):
+  * the core, the top-level modules: canary spec, schedules, estimation,
+    reports, plots, run directory, numpy data files; no TensorFlow, no JAX;
+  * `tff_engine/`: everything that imports TensorFlow or TFF;
+  * `jax_engine/`: everything that imports JAX;
+  * `baselines/`: CANIFE and DP-SGD (TensorFlow allowed); no engine imports it.
+
+Two independent checks. Statically, every import statement of every module
+(also those inside functions) is read with `ast` and held against its folder's
+rule. Dynamically, a fresh interpreter in which the other layers' frameworks
+and folders cannot be imported (`import` raises ImportError) imports every
+module of a layer. TFF imports JAX itself, so the TFF engine's interpreter
+blocks only the JAX engine's folder.
 """
 
+import ast
+import importlib.util
 import os
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+import pytest
 
-# Canary schedules, estimation, accounting, reports, plots, run files, the
-# launchers' shared options; used by both engines.
-CORE = (
-    'one_shot_epe',
-    'one_shot_epe.accounting',
-    'one_shot_epe.atomic_io',
-    'one_shot_epe.attack_metrics',
-    'one_shot_epe.baselines',
-    'one_shot_epe.baselines.canife_accounting',
-    'one_shot_epe.baselines.canife_attack',
-    'one_shot_epe.baselines.fashion_mnist',
-    'one_shot_epe.cli',
-    'one_shot_epe.estimate',
-    'one_shot_epe.estimation',
-    'one_shot_epe.gaussian_mechanism',
-    'one_shot_epe.lower_bound',
-    'one_shot_epe.null_distribution',
-    'one_shot_epe.one_run',
-    'one_shot_epe.participation',
-    'one_shot_epe.plots',
-    'one_shot_epe.privacy_report',
-    'one_shot_epe.run_lock',
-    'one_shot_epe.run_options',
-    'one_shot_epe.run_report',
-    'one_shot_epe.validation',
-    'one_shot_epe.write_failures',
-)
-# TensorFlow/TFF: aggregator, seeded queries, tracker, runtimes and their
-# worker processes, tasks, the CANIFE and DP-SGD baselines. Some import TF
-# only when called (runtime, quiet, isolation, tff_workers).
-TFF_ENGINE_PREFIXES = ('one_shot_epe.tasks',)
-TFF_ENGINE = (
-    'one_shot_epe.accelerators',
-    'one_shot_epe.audit',
-    'one_shot_epe.baselines.canife',
-    'one_shot_epe.baselines.canife_design',
-    'one_shot_epe.baselines.dpsgd',
-    'one_shot_epe.baselines.feedforward',
-    'one_shot_epe.baselines.per_example',
-    'one_shot_epe.canaries',
-    'one_shot_epe.canary_aggregator',
-    'one_shot_epe.checkpoints',
-    'one_shot_epe.cosine_tracking',
-    'one_shot_epe.distributed_runtime',
-    'one_shot_epe.final_model',
-    'one_shot_epe.isolation',
-    'one_shot_epe.quiet',
-    'one_shot_epe.runtime',
-    'one_shot_epe.seeded_queries',
-    'one_shot_epe.tff_workers',
-)
-# Tested without TensorFlow in jax_engine_isolation_test.py.
-JAX_ENGINE_PREFIXES = ('one_shot_epe.jax_engine',)
+REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+PACKAGE = 'one_shot_epe'
+TF = ('tensorflow', 'tensorflow_federated', 'tensorflow_privacy')
+JAX = ('jax', 'jaxlib', 'flax', 'optax')
+TFF_ENGINE = f'{PACKAGE}.tff_engine'
+JAX_ENGINE = f'{PACKAGE}.jax_engine'
+BASELINES = f'{PACKAGE}.baselines'
+# Layer -> the top-level packages and project folders its modules may not
+# import.
+FORBIDDEN = {
+    'core': TF + JAX + (TFF_ENGINE, JAX_ENGINE, BASELINES),
+    'tff_engine': JAX + (JAX_ENGINE, BASELINES),
+    'jax_engine': TF + (TFF_ENGINE, BASELINES),
+    'baselines': JAX + (JAX_ENGINE,),
+}
+# What the dynamic check blocks for each layer's interpreter.
+BLOCKED = {
+    'core': FORBIDDEN['core'],
+    'tff_engine': (JAX_ENGINE, BASELINES),
+    'jax_engine': FORBIDDEN['jax_engine'],
+    'baselines': (JAX_ENGINE,) + JAX[2:],
+}
 
 _IMPORT_BLOCKED = '''
 import importlib, sys
-for name in ('tensorflow', 'tensorflow_federated', 'tensorflow_privacy',
-             'jax', 'jaxlib', 'flax', 'optax'):
+blocked, modules = sys.argv[2].split(','), sys.argv[3:]
+for name in blocked:
   sys.modules[name] = None  # `import name` now raises ImportError.
 sys.path.insert(0, sys.argv[1])
-for module in sys.argv[2:]:
+for module in modules:
   importlib.import_module(module)
-print('imported', len(sys.argv) - 2)
+print('imported', len(modules))
 '''
 
 
-def _modules_on_disk() -> list[str]:
-  names = []
-  root = os.path.join(REPO, 'one_shot_epe')
+def layer_of(module: str) -> str:
+  """The layer of a module of the package, from its folder."""
+  for layer, folder in (('tff_engine', TFF_ENGINE), ('jax_engine', JAX_ENGINE),
+                        ('baselines', BASELINES)):
+    if module == folder or module.startswith(folder + '.'):
+      return layer
+  if module == PACKAGE or module.count('.') == 1:
+    return 'core'
+  raise ValueError(f'{module} lies in no layer: a new folder needs a rule.')
+
+
+def imported_names(source: str) -> set[str]:
+  """Every module named by an import statement of `source`, at any depth."""
+  names = set()
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Import):
+      names |= {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      names.add(node.module)
+      names |= {f'{node.module}.{alias.name}' for alias in node.names}
+  return names
+
+
+def violations(module: str, source: str) -> list[str]:
+  """The imports of `module` (with text `source`) that cross its layer."""
+  forbidden = FORBIDDEN[layer_of(module)]
+  return sorted(name for name in imported_names(source)
+                if any(name == f or name.startswith(f + '.')
+                       for f in forbidden))
+
+
+def _modules_on_disk() -> dict[str, str]:
+  """Module name -> source path, for every module of the package."""
+  modules = {}
+  root = os.path.join(REPO, PACKAGE)
   for directory, subdirectories, files in os.walk(root):
     subdirectories[:] = [d for d in subdirectories if d != '__pycache__']
     package = os.path.relpath(directory, REPO).replace(os.sep, '.')
-    names += [package if name == '__init__.py' else f'{package}.{name[:-3]}'
-              for name in files if name.endswith('.py')]
-  return sorted(names)
+    for name in files:
+      if name.endswith('.py'):
+        module = package if name == '__init__.py' else f'{package}.{name[:-3]}'
+        modules[module] = os.path.join(directory, name)
+  return modules
 
 
-def _layer(module: str) -> str | None:
-  if module in CORE:
-    return 'core'
-  if module in TFF_ENGINE or module.startswith(TFF_ENGINE_PREFIXES):
-    return 'tff'
-  if module.startswith(JAX_ENGINE_PREFIXES):
-    return 'jax'
-  return None
+def _layer_modules(layer: str) -> list[str]:
+  return sorted(m for m in _modules_on_disk() if layer_of(m) == layer)
 
 
-def test_every_module_belongs_to_one_layer():
-  modules = _modules_on_disk()
-  assert 'one_shot_epe.estimation' in modules
-  assert [m for m in modules if _layer(m) is None] == []
-  listed = set(CORE) | set(TFF_ENGINE)
-  assert sorted(listed - set(modules)) == []  # No stale entries.
-  assert not set(CORE) & set(TFF_ENGINE)
+def _import_blocked(modules: list[str], blocked: tuple[str, ...]
+                    ) -> subprocess.CompletedProcess:
+  return subprocess.run(
+      [sys.executable, '-c', _IMPORT_BLOCKED, REPO, ','.join(blocked),
+       *modules], capture_output=True, text=True, timeout=300, check=False)
 
 
-def test_core_imports_without_tensorflow_or_jax():
-  completed = subprocess.run(
-      [sys.executable, '-c', _IMPORT_BLOCKED, REPO, *CORE],
-      capture_output=True, text=True, timeout=300, check=False)
+def test_every_module_lies_in_a_layer_and_each_layer_is_populated():
+  layers = {layer_of(module) for module in _modules_on_disk()}
+  assert layers == set(FORBIDDEN)
+  assert 'one_shot_epe.estimation' in _layer_modules('core')
+  assert 'one_shot_epe.tff_engine.canary_aggregator' in _layer_modules(
+      'tff_engine')
+  assert 'one_shot_epe.jax_engine.fedavg' in _layer_modules('jax_engine')
+
+
+def test_no_module_imports_across_its_layer():
+  crossing = {}
+  for module, path in _modules_on_disk().items():
+    with open(path) as stream:
+      found = violations(module, stream.read())
+    if found:
+      crossing[module] = found
+  assert crossing == {}
+
+
+def test_the_static_check_sees_a_crossing_at_any_depth():
+  assert violations('one_shot_epe.estimation', 'import numpy') == []
+  assert violations('one_shot_epe.estimation',
+                    'def f():\n  import tensorflow as tf\n') == ['tensorflow']
+  assert violations('one_shot_epe.jax_engine.fedavg',
+                    'from one_shot_epe.tff_engine import canaries') == [
+                        'one_shot_epe.tff_engine',
+                        'one_shot_epe.tff_engine.canaries']
+  assert violations('one_shot_epe.tff_engine.audit',
+                    'from jax import numpy') == ['jax', 'jax.numpy']
+  assert violations('one_shot_epe.tff_engine.audit',
+                    'from one_shot_epe import estimation') == []
+  with pytest.raises(ValueError, match='no layer'):
+    layer_of('one_shot_epe.new_folder.module')
+
+
+@pytest.mark.parametrize('layer', sorted(FORBIDDEN))
+def test_each_layer_imports_with_the_others_blocked(layer):
+  if layer in ('tff_engine', 'baselines') and not importlib.util.find_spec(
+      'tensorflow'):
+    pytest.skip('TensorFlow is not installed here (the JAX environment).')
+  modules = _layer_modules(layer)
+  completed = _import_blocked(modules, BLOCKED[layer])
   assert completed.returncode == 0, completed.stderr[-3000:]
-  assert completed.stdout.strip() == f'imported {len(CORE)}'
+  assert completed.stdout.strip().splitlines()[-1] == f'imported {len(modules)}'
 
 
-def test_the_check_fails_for_a_module_that_needs_tensorflow():
+def test_the_dynamic_check_fails_for_a_module_across_the_layer():
   # The blocked import is real: a TF-bound module cannot be imported there.
-  completed = subprocess.run(
-      [sys.executable, '-c', _IMPORT_BLOCKED, REPO,
-       'one_shot_epe.cosine_tracking'],
-      capture_output=True, text=True, timeout=300, check=False)
+  completed = _import_blocked(['one_shot_epe.tff_engine.cosine_tracking'],
+                              BLOCKED['core'])
   assert completed.returncode != 0
   assert 'ImportError' in completed.stderr or 'ModuleNotFoundError' in (
       completed.stderr)

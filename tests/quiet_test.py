@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from one_shot_epe import quiet
+from one_shot_epe.tff_engine import quiet
 import programs
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from experiments import reproduce
-from experiments import run_outputs
+from one_shot_epe import run_directory
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _WITHOUT_TF = '''
@@ -49,7 +49,7 @@ def test_jax_grid_runs_without_tensorflow_and_reruns_nothing(tmp_path):
   assert len(results) == len(_NOISES)
   for noise in _NOISES:
     run_dir = tmp_path / reproduce.RUNS_DIR / f'noise{noise}_rep1'
-    with open(run_dir / run_outputs.REPORT_JSON_FILE, encoding='utf-8') as f:
+    with open(run_dir / run_directory.REPORT_JSON_FILE, encoding='utf-8') as f:
       report = json.load(f)
     assert report['setting']['backend'] == 'jax'
     assert report['noise_multiplier'] == float(noise)

@@ -19,9 +19,9 @@ import matplotlib.image
 import pytest
 
 from experiments import reproduce
-from experiments import train
 from experiments import train_config
 from one_shot_epe import estimation
+from one_shot_epe import run_directory
 
 import programs
 
@@ -60,7 +60,7 @@ def _reports(output_dir: str) -> dict[tuple[str, str], dict]:
   for noise in _NOISES:
     for repeats in _REPETITIONS:
       path = os.path.join(output_dir, reproduce.RUNS_DIR,
-                          f'noise{noise}_rep{repeats}', train.REPORT_JSON_FILE)
+                          f'noise{noise}_rep{repeats}', run_directory.REPORT_JSON_FILE)
       with open(path, encoding='utf-8') as stream:
         reports[(noise, repeats)] = json.load(stream)
   return reports
@@ -106,7 +106,7 @@ def test_every_grid_point_ran_in_its_own_directory(grid):
   for noise in _NOISES:
     for repeats in _REPETITIONS:
       with open(os.path.join(output_dir, reproduce.RUNS_DIR,
-                             f'noise{noise}_rep{repeats}', train.CONFIG_FILE),
+                             f'noise{noise}_rep{repeats}', run_directory.CONFIG_FILE),
                 encoding='utf-8') as stream:
         config = json.load(stream)
       assert (config['noise_multiplier'], config['canary_repeats'],
@@ -181,18 +181,18 @@ def test_anderson_table_recomputes_from_cosine_csvs(grid):
                            f'noise{noise}_rep{repeats}')
     expected = (
         estimation.anderson_darling(_column(
-            os.path.join(run_dir, train.FINAL_COSINES_FILE), 'cosine')),
+            os.path.join(run_dir, run_directory.FINAL_COSINES_FILE), 'cosine')),
         estimation.anderson_darling(_column(
-            os.path.join(run_dir, train.MAX_COSINES_FILE), 'seen')),
+            os.path.join(run_dir, run_directory.MAX_COSINES_FILE), 'seen')),
         estimation.anderson_darling(_column(
-            os.path.join(run_dir, train.MAX_COSINES_FILE), 'unseen')))
+            os.path.join(run_dir, run_directory.MAX_COSINES_FILE), 'unseen')))
     for cell, value in zip((final, seen, unseen), expected):
       assert float(cell) == pytest.approx(value, abs=6e-4)
 
 
 def _final_accuracy(run_dir: str) -> float:
   """Accuracy of the last evaluation row of a run's metrics.csv."""
-  with open(os.path.join(run_dir, train.METRICS_FILE), newline='',
+  with open(os.path.join(run_dir, run_directory.METRICS_FILE), newline='',
             encoding='utf-8') as stream:
     rows = [row for row in csv.DictReader(stream)
             if row['evaluation/sparse_categorical_accuracy']]
@@ -214,7 +214,7 @@ def test_accuracy_table_compares_runs_with_and_without_canaries(grid):
     cells = [cell.strip() for cell in line.strip('|').split('|')]
     run_dir = os.path.join(output_dir, reproduce.RUNS_DIR,
                            f'noise{noise}_nocanaries')
-    with open(os.path.join(run_dir, train.CONFIG_FILE),
+    with open(os.path.join(run_dir, run_directory.CONFIG_FILE),
               encoding='utf-8') as stream:
       assert json.load(stream)['num_canaries'] == 0
     # 4 rounds evaluated every 2: the last evaluation is of the final model.
@@ -246,12 +246,12 @@ def test_table5_pools_the_runs_final_cosines(grid):
       cosines, report = [], None
       for run in runs:
         run_dir = os.path.join(output_dir, 'table5', f'noise{noise}_{run}')
-        with open(os.path.join(run_dir, train.FINAL_COSINES_FILE),
+        with open(os.path.join(run_dir, run_directory.FINAL_COSINES_FILE),
                   encoding='utf-8') as stream:
           column = [float(row['cosine']) for row in csv.DictReader(stream)]
         assert len(column) == canaries
         cosines.extend(column)
-        with open(os.path.join(run_dir, train.REPORT_JSON_FILE),
+        with open(os.path.join(run_dir, run_directory.REPORT_JSON_FILE),
                   encoding='utf-8') as stream:
           report = json.load(stream)
       expected = estimation.epsilon_from_final_cosines(
@@ -279,7 +279,7 @@ def test_rerun_skips_finished_runs(grid):
   # 4 grid runs, 2 without canaries, and per noise 1 + 2 Table 5 runs.
   assert stdout.count('Running ') == 12
   report = os.path.join(output_dir, reproduce.RUNS_DIR, 'noise0_rep1',
-                        train.REPORT_JSON_FILE)
+                        run_directory.REPORT_JSON_FILE)
   before = os.stat(report).st_mtime_ns
   completed = _reproduce(*_TINY, f'--output_dir={output_dir}')
   assert completed.returncode == 0, completed.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""Tests for one_shot_epe.seeded_queries (DP queries with seeded noise).
+"""Tests for one_shot_epe.tff_engine.seeded_queries (DP queries with seeded noise).
 
 The seeded queries must be tensorflow_privacy's mechanisms with the noise made
 reproducible: the same seed gives bit-identical noise, another round or seed
@@ -16,9 +16,10 @@ import tensorflow as tf
 import tensorflow_privacy as tfp
 from scipy import stats
 
-from one_shot_epe import canary_aggregator as ca
-from one_shot_epe import runtime
-from one_shot_epe import seeded_queries as sq
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import canary_aggregator as ca
+from one_shot_epe.tff_engine import runtime
+from one_shot_epe.tff_engine import seeded_queries as sq
 
 tff = pytest.importorskip('tensorflow_federated')
 
@@ -185,8 +186,8 @@ _TFF_DIM = 3000
 
 
 def _aggregator_results(noise_seed, adaptive):
-  config = ca.CanaryConfig(seed=3, num_seen=4, num_unseen=0,
-                           schedule=[[0, 1], [2], [3]])
+  config = canary_spec.CanarySpec(seed=3, num_seen=4, num_unseen=0,
+                                  schedule=[[0, 1], [2], [3]])
   if adaptive:
     factory = ca.CanaryDPFactory.gaussian_adaptive(
         noise_multiplier=0.5, clients_per_round=4.0, canary_config=config,
@@ -224,7 +225,7 @@ def test_unseeded_aggregator_runs_differ():
 
 
 def test_bad_noise_seed_raises():
-  config = ca.CanaryConfig(seed=3, num_seen=1, num_unseen=0, schedule=[[0]])
+  config = canary_spec.CanarySpec(seed=3, num_seen=1, num_unseen=0, schedule=[[0]])
   with pytest.raises(ValueError, match='noise_seed'):
     ca.CanaryDPFactory.gaussian_fixed(noise_multiplier=1.0,
                                       clients_per_round=1.0, clip=1.0,

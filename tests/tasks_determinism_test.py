@@ -1,4 +1,4 @@
-"""Tests for one_shot_epe.tasks.determinism (reproducible dropout).
+"""Tests for one_shot_epe.tff_engine.tasks.determinism (reproducible dropout).
 
 The input-keyed masks must behave as dropout (Bernoulli keeps at rate 1 - p,
 rescaled by 1 / (1 - p); checked with binomial bounds) while being a pure
@@ -9,7 +9,7 @@ inputs or other layers give unrelated masks.
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe.tasks import determinism
+from one_shot_epe.tff_engine.tasks import determinism
 
 _N = 40_000
 

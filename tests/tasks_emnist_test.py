@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.tasks.emnist on a tiny SQLite file in TFF's format.
+"""Tests of one_shot_epe.tff_engine.tasks.emnist on a tiny SQLite file in TFF's format.
 
 The file is written here with raw sqlite3 and hand-built tf.train.Example protos
 (TFF's schema and EMNIST feature layout), independently of the package's writer,
@@ -12,10 +12,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from one_shot_epe import runtime
-from one_shot_epe import tasks
-from one_shot_epe.tasks import emnist
-from one_shot_epe.tasks import synthetic
+from one_shot_epe.tff_engine import runtime
+from one_shot_epe.tff_engine import tasks
+from one_shot_epe.tff_engine.tasks import emnist
+from one_shot_epe.tff_engine.tasks import synthetic
 
 # The two tables of TFF's SQLite datasets (as created by TFF's
 # save_to_sql_client_data, and read by SqlClientData).

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.tasks.fashion_mnist: partition, client data, task, demo.
+"""Tests of one_shot_epe.tff_engine.tasks.fashion_mnist: partition, client data, task, demo.
 
 Truths: brute-force checks of the label-shard partition (McMahan et al. 2017)
 on labels whose class sizes are known; the IDX files of Debian's
@@ -20,10 +20,11 @@ import tensorflow as tf
 from experiments import reproduce
 from experiments import train
 from experiments import train_config
-from one_shot_epe import tasks
-from one_shot_epe.baselines import fashion_mnist as fashion_mnist_files
-from one_shot_epe.jax_engine import data as jax_data
-from one_shot_epe.tasks import fashion_mnist
+from one_shot_epe import client_arrays
+from one_shot_epe import run_directory
+from one_shot_epe.tff_engine import tasks
+from one_shot_epe import fashion_mnist as fashion_mnist_files
+from one_shot_epe.tff_engine.tasks import fashion_mnist
 import tiny_run
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -144,7 +145,7 @@ def test_jax_engine_clients_are_the_tff_tasks_clients():
   images = fashion_mnist.synthetic_data(num_clients=7, examples_per_client=10,
                                         seed=2)
   train_data, test_data = fashion_mnist.client_data(images, 7)
-  train_arrays, test_arrays = jax_data.fashion_mnist_arrays(images, 7)
+  train_arrays, test_arrays = client_arrays.fashion_mnist_arrays(images, 7)
   assert list(train_arrays.client_ids) == train_data.client_ids
   for i, client_id in enumerate(train_data.client_ids):
     start, end = train_arrays.offsets[i], train_arrays.offsets[i + 1]
@@ -271,7 +272,7 @@ def test_one_round_through_the_launcher(tmp_path):
       rounds_per_evaluation=1, rounds_per_checkpoint=1, max_eval_examples=32)
   result = train.run_training(config)
   run_dir = result.run_dir
-  with open(os.path.join(run_dir, train.METRICS_FILE)) as stream:
+  with open(os.path.join(run_dir, run_directory.METRICS_FILE)) as stream:
     rows = list(csv.DictReader(stream))
   trained = [row for row in rows if row['round'] == '1'][0]
   # Two real clients of 60000 / NUM_CLIENTS images, one local epoch.
@@ -279,7 +280,7 @@ def test_one_round_through_the_launcher(tmp_path):
       2 * 60_000 // fashion_mnist.NUM_CLIENTS)
   assert float(trained['evaluation/num_examples']) == 32
   assert 0.0 <= result.accuracy <= 1.0
-  with open(os.path.join(run_dir, train.REPORT_JSON_FILE)) as stream:
+  with open(os.path.join(run_dir, run_directory.REPORT_JSON_FILE)) as stream:
     report = json.load(stream)
   assert report['dim'] == result.dim == 1_199_882
   # The default delta is m^-1.1 for m real clients (Section 5.1).

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.tasks.stackoverflow on a tiny SQLite file in TFF's format.
+"""Tests of one_shot_epe.tff_engine.tasks.stackoverflow on a tiny SQLite file in TFF's format.
 
 The file is written here with raw sqlite3 and hand-built tf.train.Example protos
 (TFF's schema and StackOverflow feature layout), independently of the package's
@@ -13,10 +13,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from one_shot_epe import runtime
-from one_shot_epe import tasks
-from one_shot_epe.tasks import stackoverflow
-from one_shot_epe.tasks import synthetic
+from one_shot_epe.tff_engine import runtime
+from one_shot_epe.tff_engine import tasks
+from one_shot_epe.tff_engine.tasks import stackoverflow
+from one_shot_epe.tff_engine.tasks import synthetic
 
 _SCHEMA = (
     'CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, '

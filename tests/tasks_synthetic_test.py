@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.tasks.synthetic: structure, determinism, learnability."""
+"""Tests of one_shot_epe.tff_engine.tasks.synthetic: structure, determinism, learnability."""
 
 import collections
 
@@ -7,10 +7,10 @@ import pytest
 import tensorflow as tf
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 
-from one_shot_epe.tasks import emnist
-from one_shot_epe.tasks import stackoverflow
-from one_shot_epe.tasks import synthetic
-from one_shot_epe.tasks import tff_cache
+from one_shot_epe.tff_engine.tasks import emnist
+from one_shot_epe.tff_engine.tasks import stackoverflow
+from one_shot_epe.tff_engine.tasks import synthetic
+from one_shot_epe.tff_engine.tasks import tff_cache
 
 
 def _arrays(client_data, client_id):

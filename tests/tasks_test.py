@@ -1,11 +1,11 @@
-"""Tests of one_shot_epe.tasks.get_task: names, argument checks, client flags."""
+"""Tests of one_shot_epe.tff_engine.tasks.get_task: names, argument checks, client flags."""
 
 import pytest
 
-from one_shot_epe import tasks
-from one_shot_epe.tasks import emnist
-from one_shot_epe.tasks import fashion_mnist
-from one_shot_epe.tasks import stackoverflow
+from one_shot_epe.tff_engine import tasks
+from one_shot_epe.tff_engine.tasks import emnist
+from one_shot_epe.tff_engine.tasks import fashion_mnist
+from one_shot_epe.tff_engine.tasks import stackoverflow
 
 
 def _synthetic(name='emnist_character', **kwargs):

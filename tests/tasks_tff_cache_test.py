@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.tasks.tff_cache: data_dir checks, no downloads, writers."""
+"""Tests of one_shot_epe.tff_engine.tasks.tff_cache: data_dir checks, no downloads, writers."""
 
 import collections
 import io
@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.datasets import download
 
-from one_shot_epe.tasks import tff_cache
+from one_shot_epe.tff_engine.tasks import tff_cache
 
 
 def _emnist_example(label: int, num_pixels: int = 784) -> dict[str, np.ndarray]:

@@ -1,4 +1,4 @@
-"""Tests for one_shot_epe.tff_workers: worker addresses and loopback workers.
+"""Tests for one_shot_epe.tff_engine.tff_workers: worker addresses and loopback workers.
 
 Truths: the process table (psutil, /proc) and the kernel's sockets: started
 workers exist and listen, stopped ones are gone and their ports can be bound.
@@ -14,9 +14,9 @@ import psutil
 import pytest
 import tensorflow_federated as tff
 
-from one_shot_epe import isolation
-from one_shot_epe import runtime
-from one_shot_epe import tff_workers
+from one_shot_epe.tff_engine import isolation
+from one_shot_epe.tff_engine import runtime
+from one_shot_epe.tff_engine import tff_workers
 
 
 def assert_stopped(pids, ports):
@@ -97,7 +97,7 @@ def test_local_workers_rejects_bad_arguments(kwargs, name):
 def test_finds_the_installed_worker_without_importing_tensorflow():
   # The launcher's flag checks use this module before TensorFlow may load.
   code = ('import sys\n'
-          'from one_shot_epe import tff_workers\n'
+          'from one_shot_epe.tff_engine import tff_workers\n'
           'print(tff_workers.worker_binary_path())\n'
           'print(sorted(m for m in sys.modules if m.startswith("tensorflow")))\n')
   done = subprocess.run([sys.executable, '-c', code], capture_output=True,

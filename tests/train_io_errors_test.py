@@ -1,9 +1,16 @@
 """A full disk under a real launcher: one line, nothing lost, the rerun resumes.
 
 The run directory lives on a small tmpfs (mounted here; root only, else the
-test is skipped with the reason). 24 MiB hold the small files and two
-checkpoint versions of the tiny run (9.7 MB each: the 1,206,590-parameter
-EMNIST CNN), not a third, so the launcher fails while saving checkpoint 4:
+test is skipped with the reason).
+
+* A disk that cannot hold the run's checkpoints is refused before training:
+  exit status 2, one line naming --root_output_dir and the space, nothing
+  written.
+* A disk filled by something else while the run trains (the launcher is told
+  there is room: `shutil.disk_usage` answers 1 TiB): 36 MiB hold the small
+  files and two checkpoint versions of the tiny run (~14.5 MB each: the
+  1,206,590-parameter EMNIST CNN, its last aggregate and the audit's theta_0),
+  not a third, so the launcher fails while saving checkpoint 4:
 
 * exit status 2, a last stderr line naming the checkpoint version and
   "No space left on device", no traceback; checkpoints 0 and 2 intact
@@ -22,15 +29,15 @@ import sys
 
 import pytest
 
-from experiments import train
-from one_shot_epe import checkpoints
+from one_shot_epe import run_directory
+from one_shot_epe.tff_engine import checkpoints
 from one_shot_epe import run_lock
 
 import programs
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NO_SPACE = os.strerror(errno.ENOSPC)
-_SMALL, _LARGE = '24m', '64m'
+_SMALL, _LARGE = '36m', '80m'
 _FLAGS = [
     '--task=emnist_character', '--use_synthetic_data',
     '--synthetic_num_clients=12', '--synthetic_examples_per_client=8',
@@ -40,10 +47,10 @@ _FLAGS = [
     '--rounds_per_evaluation=2', '--rounds_per_checkpoint=2',
     '--max_eval_examples=16', '--noprogress_bar', '--run_name=run',
 ]
-_WRITTEN = (train.CONFIG_FILE, train.METRICS_FILE, train.CANARY_COSINES_FILE,
-            train.FINAL_COSINES_FILE, train.MAX_COSINES_FILE,
-            train.REPORT_JSON_FILE, train.REPORT_MARKDOWN_FILE,
-            train.DENSITY_PLOT_FILE)
+_WRITTEN = (run_directory.CONFIG_FILE, run_directory.METRICS_FILE, run_directory.CANARY_COSINES_FILE,
+            run_directory.FINAL_COSINES_FILE, run_directory.MAX_COSINES_FILE,
+            run_directory.REPORT_JSON_FILE, run_directory.REPORT_MARKDOWN_FILE,
+            run_directory.DENSITY_PLOT_FILE)
 
 
 def _mount(*args):
@@ -67,9 +74,20 @@ def fixture_disk(tmp_path):
     subprocess.run(['umount', '--lazy', str(disk)], check=True)
 
 
-def _train(root):
+# The launcher, told by `shutil.disk_usage` that the disk has 1 TiB free.
+_TOLD_THERE_IS_ROOM = r'''
+import collections, runpy, shutil
+usage = collections.namedtuple('usage', 'total used free')
+shutil.disk_usage = lambda path: usage(2**40, 0, 2**40)
+runpy.run_module('experiments.train', run_name='__main__', alter_sys=True)
+'''
+
+
+def _train(root, told_there_is_room=False):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-  return programs.run([sys.executable, '-m', 'experiments.train', *_FLAGS,
+  launcher = (['-c', _TOLD_THERE_IS_ROOM] if told_there_is_room else
+              ['-m', 'experiments.train'])
+  return programs.run([sys.executable, *launcher, *_FLAGS,
                        f'--root_output_dir={root}'], cwd=_REPO, env=env,
                       timeout=300)
 
@@ -106,12 +124,23 @@ def _fill_but(disk, free_bytes):
   os.truncate(filler, os.path.getsize(filler) - free_bytes)
 
 
+def test_a_disk_too_small_for_the_checkpoints_is_refused_before_training(
+    disk):
+  root = str(disk / 'out')
+  done = _train(root)
+  assert done.returncode == 2, done.stderr[-3000:]
+  line = done.stderr.strip().splitlines()[-1]
+  assert line.startswith('error: --root_output_dir: ') and 'MiB free' in line
+  assert 'checkpoint' in line and 'Traceback' not in done.stderr
+  assert not os.path.exists(root)
+
+
 def test_full_disk_fails_cleanly_and_the_rerun_resumes(disk):
   root = str(disk / 'out')
   run_dir = os.path.join(root, 'run')
-  checkpoint_dir = os.path.join(run_dir, train.CHECKPOINT_DIR)
+  checkpoint_dir = os.path.join(run_dir, run_directory.CHECKPOINT_DIR)
 
-  line = _failure_line(_train(root))
+  line = _failure_line(_train(root, told_there_is_room=True))
   assert repr(os.path.join(checkpoint_dir, 'program_state_4')) in line
   assert checkpoints.versions(checkpoint_dir) == [0, 2]
   assert checkpoints.verify_latest(checkpoint_dir) == 2
@@ -127,10 +156,10 @@ def test_full_disk_fails_cleanly_and_the_rerun_resumes(disk):
             for name in _WRITTEN}
 
   _fill_but(disk, 16 * 1024)
-  line = _failure_line(_train(root))
+  line = _failure_line(_train(root, told_there_is_room=True))
   named = line.split("cannot write '")[1].split("'")[0]
   assert os.path.relpath(named, run_dir).split(os.sep)[0] in (
-      *_WRITTEN, train.TENSORBOARD_DIR, run_lock.LOCK_FILE), line
+      *_WRITTEN, run_directory.TENSORBOARD_DIR, run_lock.LOCK_FILE), line
   assert {name: pathlib.Path(run_dir, name).read_bytes()
           for name in _WRITTEN} == before
   assert not _leftovers(run_dir)

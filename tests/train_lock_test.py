@@ -25,7 +25,7 @@ import time
 import pytest
 
 from experiments import reproduce
-from experiments import train
+from one_shot_epe import run_directory
 from one_shot_epe import run_lock
 
 import programs
@@ -40,9 +40,9 @@ _FLAGS = [
     '--rounds_per_evaluation=2', '--rounds_per_checkpoint=2',
     '--max_eval_examples=16', '--noprogress_bar', '--run_name=run',
 ]
-_RESULT_FILES = (train.FINAL_COSINES_FILE, train.MAX_COSINES_FILE,
-                 train.REPORT_JSON_FILE, train.REPORT_MARKDOWN_FILE,
-                 train.METRICS_FILE, train.CANARY_COSINES_FILE)
+_RESULT_FILES = (run_directory.FINAL_COSINES_FILE, run_directory.MAX_COSINES_FILE,
+                 run_directory.REPORT_JSON_FILE, run_directory.REPORT_MARKDOWN_FILE,
+                 run_directory.METRICS_FILE, run_directory.CANARY_COSINES_FILE)
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
 
 # The launcher, pausing once it holds the run lock until argv[1] exists.
@@ -97,7 +97,7 @@ def _wait_for(predicate, what, timeout=240):
 def _read(run_dir, name):
   """The file's bytes; for metrics.csv, its rows less wall-clock timings."""
   path = os.path.join(run_dir, name)
-  if name != train.METRICS_FILE:
+  if name != run_directory.METRICS_FILE:
     return pathlib.Path(path).read_bytes()
   with open(path, newline='', encoding='utf-8') as stream:
     rows = list(csv.DictReader(stream))
@@ -107,7 +107,7 @@ def _read(run_dir, name):
 
 def _checkpoints(run_dir):
   """Each kept checkpoint version's variable files: name -> bytes."""
-  directory = os.path.join(run_dir, train.CHECKPOINT_DIR)
+  directory = os.path.join(run_dir, run_directory.CHECKPOINT_DIR)
   files = {}
   for version in sorted(os.listdir(directory)):
     variables = os.path.join(directory, version, 'variables')
@@ -173,7 +173,7 @@ def test_killed_holder_then_the_rerun_takes_the_lock_and_resumes(reference,
   root, go = str(tmp_path / 'out'), str(tmp_path / 'go')
   run_dir = os.path.join(root, 'run')
   lock_file = pathlib.Path(run_dir, run_lock.LOCK_FILE)
-  checkpoint = os.path.join(run_dir, train.CHECKPOINT_DIR, 'program_state_2')
+  checkpoint = os.path.join(run_dir, run_directory.CHECKPOINT_DIR, 'program_state_2')
   holder = _start(_command(root, '-c', _PAUSING_LAUNCHER, go))
   try:
     _wait_for(lambda: lock_file.exists() and lock_file.read_text() ==

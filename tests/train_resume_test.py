@@ -28,7 +28,7 @@ import time
 import psutil
 import pytest
 
-from experiments import train
+from one_shot_epe import run_directory
 
 import programs
 
@@ -42,9 +42,9 @@ _FLAGS = [
     '--rounds_per_evaluation=2', '--rounds_per_checkpoint=2',
     '--max_eval_examples=16', '--noprogress_bar', '--run_name=run',
 ]
-_RESULT_FILES = (train.FINAL_COSINES_FILE, train.MAX_COSINES_FILE,
-                 train.REPORT_JSON_FILE, train.REPORT_MARKDOWN_FILE,
-                 train.METRICS_FILE, train.CANARY_COSINES_FILE)
+_RESULT_FILES = (run_directory.FINAL_COSINES_FILE, run_directory.MAX_COSINES_FILE,
+                 run_directory.REPORT_JSON_FILE, run_directory.REPORT_MARKDOWN_FILE,
+                 run_directory.METRICS_FILE, run_directory.CANARY_COSINES_FILE)
 
 # Runs the launcher with one failure injected (argv[1]), then the flags.
 _CRASHING_LAUNCHER = r'''
@@ -53,6 +53,7 @@ import tensorflow as tf
 from absl import app
 from experiments import train, train_config
 from one_shot_epe import atomic_io, cli
+from one_shot_epe import run_directory
 
 def die():
   os.killpg(0, signal.SIGKILL)  # The launcher and its TFF worker, at once.
@@ -70,7 +71,7 @@ if mode == 'checkpoint':
 elif mode == 'report':
   real_replace = atomic_io.os.replace
   def replace(source, target):
-    if os.path.basename(target) == train.REPORT_JSON_FILE:
+    if os.path.basename(target) == run_directory.REPORT_JSON_FILE:
       die()
     real_replace(source, target)
   atomic_io.os.replace = replace
@@ -102,7 +103,7 @@ def _group_alive(pgid):
 def _read(run_dir, name):
   """The file's bytes; for metrics.csv, its rows less wall-clock timings."""
   path = os.path.join(run_dir, name)
-  if name != train.METRICS_FILE:
+  if name != run_directory.METRICS_FILE:
     with open(path, 'rb') as stream:
       return stream.read()
   with open(path, newline='') as stream:
@@ -149,7 +150,7 @@ def test_kill_between_checkpoints_then_resume(reference, tmp_path):
   os.killpg(process.pid, signal.SIGKILL)
   process.wait()
   assert not _group_alive(process.pid)  # The TFF worker died with it.
-  assert not os.path.exists(os.path.join(root, 'run', train.REPORT_JSON_FILE))
+  assert not os.path.exists(os.path.join(root, 'run', run_directory.REPORT_JSON_FILE))
   _resume_and_compare(root, reference, resumed_from=2)
 
 
@@ -168,7 +169,7 @@ def test_kill_while_writing_the_report_then_resume(reference, tmp_path):
   crashed = _run(_command(root, '-c', _CRASHING_LAUNCHER, 'report'))
   assert crashed.returncode == -signal.SIGKILL
   run_dir = os.path.join(root, 'run')
-  assert not os.path.exists(os.path.join(run_dir, train.REPORT_JSON_FILE))
+  assert not os.path.exists(os.path.join(run_dir, run_directory.REPORT_JSON_FILE))
   assert [name for name in os.listdir(run_dir) if name.startswith('.tmp')]
   # Training had finished: the rerun trains nothing and writes the results.
   _resume_and_compare(root, reference, resumed_from=8)

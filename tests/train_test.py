@@ -8,7 +8,7 @@ metrics. Reruns resume from checkpoints. Bad flags exit with status 2 through
 the real command line and leave the output directory untouched. A run reads a
 tiny SQLite data directory through TFF's loading path. (The flag checks of a
 config are tested in train_config_test.py, the round selection and metrics
-plumbing in train_program_test.py.)
+plumbing in tff_engine_training_test.py.)
 """
 
 import asyncio
@@ -27,12 +27,14 @@ from tensorflow_federated.python.program import file_utils
 
 from experiments import train
 from experiments import train_config
-from one_shot_epe import canaries
+from one_shot_epe import run_directory
+from one_shot_epe.tff_engine import canaries
+from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe import estimate
 from one_shot_epe import estimation
 from one_shot_epe import privacy_report
-from one_shot_epe import runtime
-from one_shot_epe.tasks import synthetic
+from one_shot_epe.tff_engine import runtime
+from one_shot_epe.tff_engine.tasks import synthetic
 import programs
 import tiny_run
 
@@ -50,7 +52,7 @@ def _snapshot(directory: str) -> dict[str, bytes]:
 
 
 def _read_metrics(run_dir: str) -> list[dict[str, str]]:
-  with open(os.path.join(run_dir, train.METRICS_FILE), newline='') as stream:
+  with open(os.path.join(run_dir, run_directory.METRICS_FILE), newline='') as stream:
     return list(csv.DictReader(stream))
 
 
@@ -62,17 +64,17 @@ def fixture_run(tmp_path_factory):
 
 def test_outputs_exist_and_are_well_formed(run):
   run_dir = run.run_dir
-  for name in (train.CONFIG_FILE, train.METRICS_FILE,
-               train.CANARY_COSINES_FILE, train.FINAL_COSINES_FILE,
-               train.MAX_COSINES_FILE, train.REPORT_JSON_FILE,
-               train.REPORT_MARKDOWN_FILE, train.DENSITY_PLOT_FILE):
+  for name in (run_directory.CONFIG_FILE, run_directory.METRICS_FILE,
+               run_directory.CANARY_COSINES_FILE, run_directory.FINAL_COSINES_FILE,
+               run_directory.MAX_COSINES_FILE, run_directory.REPORT_JSON_FILE,
+               run_directory.REPORT_MARKDOWN_FILE, run_directory.DENSITY_PLOT_FILE):
     assert os.path.getsize(os.path.join(run_dir, name)) > 0, name
-  with open(os.path.join(run_dir, train.DENSITY_PLOT_FILE), 'rb') as stream:
+  with open(os.path.join(run_dir, run_directory.DENSITY_PLOT_FILE), 'rb') as stream:
     assert stream.read(8) == b'\x89PNG\r\n\x1a\n'
-  assert glob.glob(os.path.join(run_dir, train.TENSORBOARD_DIR,
+  assert glob.glob(os.path.join(run_dir, run_directory.TENSORBOARD_DIR,
                                 'events.out.tfevents.*'))
   # Checkpoints at round 0, every 3 rounds and after the last round.
-  checkpoints = sorted(os.listdir(os.path.join(run_dir, train.CHECKPOINT_DIR)))
+  checkpoints = sorted(os.listdir(os.path.join(run_dir, run_directory.CHECKPOINT_DIR)))
   assert checkpoints == ['program_state_0', 'program_state_3',
                          'program_state_4']
   rows = _read_metrics(run_dir)
@@ -90,10 +92,10 @@ def test_outputs_exist_and_are_well_formed(run):
   evaluated = [int(row['round']) for row in rows
                if row['evaluation/sparse_categorical_accuracy']]
   assert evaluated == [0, 2, 4]
-  with open(os.path.join(run_dir, train.REPORT_MARKDOWN_FILE)) as stream:
+  with open(os.path.join(run_dir, run_directory.REPORT_MARKDOWN_FILE)) as stream:
     assert ('| noise | analytical ε | accounted ε | ε_lo-all | ε_est-all |'
             in stream.read())
-  with open(os.path.join(run_dir, train.CANARY_COSINES_FILE)) as stream:
+  with open(os.path.join(run_dir, run_directory.CANARY_COSINES_FILE)) as stream:
     per_round = list(csv.DictReader(stream))
   assert [int(row['round']) for row in per_round] == [1, 2, 3, 4]
   # The maximum over canaries and rounds, two ways: per-round maxima and
@@ -110,11 +112,11 @@ def test_outputs_exist_and_are_well_formed(run):
 def test_report_equals_estimation_of_the_written_csvs(run):
   run_dir = run.run_dir
   final_columns = estimate.read_cosine_columns(
-      os.path.join(run_dir, train.FINAL_COSINES_FILE))
+      os.path.join(run_dir, run_directory.FINAL_COSINES_FILE))
   final = final_columns['cosine']
   maxima = estimate.read_cosine_columns(
-      os.path.join(run_dir, train.MAX_COSINES_FILE))
-  with open(os.path.join(run_dir, train.REPORT_JSON_FILE)) as stream:
+      os.path.join(run_dir, run_directory.MAX_COSINES_FILE))
+  with open(os.path.join(run_dir, run_directory.REPORT_JSON_FILE)) as stream:
     report = json.load(stream)
   delta = tiny_run.NUM_CLIENTS**-1.1  # The default delta = m^-1.1.
   dim = 1_206_590  # The EMNIST CNN.
@@ -146,7 +148,7 @@ def test_report_equals_estimation_of_the_written_csvs(run):
 
 def _saved_trainable_weights(run_dir: str, round_num: int) -> np.ndarray:
   """The flattened trainable weights of a saved program state, read directly."""
-  path = os.path.join(run_dir, train.CHECKPOINT_DIR,
+  path = os.path.join(run_dir, run_directory.CHECKPOINT_DIR,
                       f'program_state_{round_num}')
   loop = asyncio.new_event_loop()
   try:
@@ -155,7 +157,7 @@ def _saved_trainable_weights(run_dir: str, round_num: int) -> np.ndarray:
     loop.close()
   return np.concatenate([
       np.asarray(leaf, np.float64).reshape(-1)
-      for leaf in state['learning'].global_model_weights.trainable
+      for leaf in state['program'].global_model_weights.trainable
   ])
 
 
@@ -167,7 +169,7 @@ def test_final_cosines_match_regenerated_canaries_and_checkpoints(run):
            _saved_trainable_weights(run.run_dir, tiny_run.TOTAL_ROUNDS))
   assert moved.size == run.dim
   written = estimate.read_cosine_columns(
-      os.path.join(run.run_dir, train.FINAL_COSINES_FILE))['cosine']
+      os.path.join(run.run_dir, run_directory.FINAL_COSINES_FILE))['cosine']
   expected = []
   for canary_id in range(16):
     canary = canaries.canary(0, canary_id, run.dim).numpy().astype(np.float64)
@@ -192,16 +194,16 @@ def test_rerun_of_a_finished_run_trains_nothing_and_rewrites_the_same(run):
   assert (again.resumed_from_round, again.rounds_trained) == (
       tiny_run.TOTAL_ROUNDS, 0)
   after = _snapshot(run.run_dir)
-  for name in (train.FINAL_COSINES_FILE, train.MAX_COSINES_FILE,
-               train.REPORT_JSON_FILE, train.REPORT_MARKDOWN_FILE,
-               train.METRICS_FILE, train.CONFIG_FILE):
+  for name in (run_directory.FINAL_COSINES_FILE, run_directory.MAX_COSINES_FILE,
+               run_directory.REPORT_JSON_FILE, run_directory.REPORT_MARKDOWN_FILE,
+               run_directory.METRICS_FILE, run_directory.CONFIG_FILE):
     assert after[name] == before[name], name
 
 
 def test_rerun_resumes_from_the_latest_checkpoint(run, tmp_path):
   copy = str(tmp_path / 'tiny')
   shutil.copytree(run.run_dir, copy)
-  shutil.rmtree(os.path.join(copy, train.CHECKPOINT_DIR, 'program_state_4'))
+  shutil.rmtree(os.path.join(copy, run_directory.CHECKPOINT_DIR, 'program_state_4'))
   resumed = train.run_training(
       dataclasses.replace(run.config, root_output_dir=str(tmp_path)))
   assert (resumed.resumed_from_round, resumed.rounds_trained) == (3, 1)
@@ -211,14 +213,14 @@ def test_rerun_resumes_from_the_latest_checkpoint(run, tmp_path):
   rows = _read_metrics(copy)  # Round 4 replaced, not appended.
   assert [int(row['round']) for row in rows] == list(
       range(tiny_run.TOTAL_ROUNDS + 1))
-  assert os.path.isdir(os.path.join(copy, train.CHECKPOINT_DIR,
+  assert os.path.isdir(os.path.join(copy, run_directory.CHECKPOINT_DIR,
                                     'program_state_4'))
 
 
 def _result_files(run_dir):
   return {name: open(os.path.join(run_dir, name), 'rb').read()
-          for name in (train.FINAL_COSINES_FILE, train.MAX_COSINES_FILE,
-                       train.REPORT_JSON_FILE, train.CANARY_COSINES_FILE)}
+          for name in (run_directory.FINAL_COSINES_FILE, run_directory.MAX_COSINES_FILE,
+                       run_directory.REPORT_JSON_FILE, run_directory.CANARY_COSINES_FILE)}
 
 
 def test_same_flags_give_identical_results(run, tmp_path):
@@ -270,13 +272,13 @@ def test_model_delta_statistic_equals_aggregate_under_sgd_at_rate_1(
   # The tiny run's server optimizer is SGD at learning rate 1, so the model
   # step theta_{t-1} - theta_t is the noised aggregate rho_t up to float32
   # rounding of the stored model: per coordinate at most u (|theta_t| +
-  # |step_t|), u = 2^-24 (train_program.all_iterates_state). A cosine then
+  # |step_t|), u = 2^-24 (CanaryAudit.observe). A cosine then
   # moves by at most 2 ||error|| / ||rho_t||, with ||theta_t|| <= ||theta_0||
   # + sum_{s <= t} ||rho_s|| and ||step_t|| <= 2 ||rho_t||.
   run_dir = model_delta_run.run_dir
-  with open(os.path.join(run_dir, train.CONFIG_FILE)) as stream:
+  with open(os.path.join(run_dir, run_directory.CONFIG_FILE)) as stream:
     assert json.load(stream)['all_iterates_statistic'] == 'model_delta'
-  with open(os.path.join(run_dir, train.REPORT_JSON_FILE)) as stream:
+  with open(os.path.join(run_dir, run_directory.REPORT_JSON_FILE)) as stream:
     setting = json.load(stream)['setting']
   assert (setting['all_iterates_statistic'], setting['canary_clip']) == (
       'model_delta', 'project')
@@ -299,7 +301,7 @@ def test_model_delta_run_resumes_to_the_same_bytes(model_delta_run, tmp_path):
   # The previous model of the resumed round is the checkpointed one.
   copy = str(tmp_path / 'tiny')
   shutil.copytree(model_delta_run.run_dir, copy)
-  shutil.rmtree(os.path.join(copy, train.CHECKPOINT_DIR, 'program_state_4'))
+  shutil.rmtree(os.path.join(copy, run_directory.CHECKPOINT_DIR, 'program_state_4'))
   resumed = train.run_training(dataclasses.replace(
       model_delta_run.config, root_output_dir=str(tmp_path)))
   assert (resumed.resumed_from_round, resumed.rounds_trained) == (3, 1)
@@ -310,7 +312,10 @@ def test_canary_clip_reaches_the_aggregator(run, tmp_path):
   for canary_clip in ('project', 'clip'):
     setup = train.prepare(dataclasses.replace(
         run.config, root_output_dir=str(tmp_path), canary_clip=canary_clip))
-    assert setup.aggregator.canary_config.canary_clip == canary_clip
+    assert setup.canaries.canary_clip == canary_clip
+    factory = canary_aggregator.CanaryDPFactory.from_spec(setup.dp,
+                                                          setup.canaries)
+    assert factory.canary_config.canary_clip == canary_clip
   assert not os.listdir(tmp_path)
 
 
@@ -361,6 +366,6 @@ def test_sqlite_data_dir_trains_through_tff_loading(tmp_path):
   assert [int(row['round']) for row in rows] == [0, 1, 2]
   assert float(rows[1]['client_work/train/num_examples']) == 3 * 8
   assert not os.path.exists(os.path.join(result.run_dir,
-                                         train.REPORT_JSON_FILE))
-  with open(os.path.join(result.run_dir, train.CONFIG_FILE)) as stream:
+                                         run_directory.REPORT_JSON_FILE))
+  with open(os.path.join(result.run_dir, run_directory.CONFIG_FILE)) as stream:
     assert json.load(stream)['data_dir'] == str(data_dir)

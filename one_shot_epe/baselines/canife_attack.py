@@ -146,11 +146,8 @@ def epsilon_from_scores(scores: Any, inserted: Any, delta: float,
       ascending order, as CANIFE's reference code).
   """
   delta = validation.check_probability('delta', delta)
-  if perfect not in ('inf', 'cap'):
-    raise ValueError(f"perfect must be 'inf' or 'cap'; got {perfect!r}.")
-  if threshold not in THRESHOLDS:
-    raise ValueError(f'threshold must be one of {THRESHOLDS}; got '
-                     f'{threshold!r}.')
+  validation.check_choice('perfect', perfect, ('inf', 'cap'))
+  validation.check_choice('threshold', threshold, THRESHOLDS)
   fpr, fnr = threshold_rates(scores, inserted)
   if threshold == 'max_accuracy':
     best = int(np.argmax(1.0 - 0.5 * (fpr + fnr)))

@@ -11,7 +11,7 @@ DP-FedSGD with one local step is DP-SGD with per-example clipping
   theta_{t+1} = theta_t - eta v_t
 
 with B the expected cohort size (the normalisation of DP-FedAvg's
-`NormalizedQuery`, also used by `one_shot_epe.canary_aggregator`) and eta the
+`NormalizedQuery`, also used by `one_shot_epe.tff_engine.canary_aggregator`) and eta the
 learning rate, beta the server momentum (`server_momentum`, 0 by default:
 plain DP-SGD). Real clients are sampled by `sampling`
 (`one_shot_epe.participation`): with 'poisson' every client joins each round
@@ -20,7 +20,7 @@ literature's "Poisson subsampling", CANIFE's accounting assumption); with
 'shuffle' each joins exactly once per epoch (`ShuffledEpochs`). Training runs
 epochs * ceil(N / B) rounds.
 
-The seen canaries c_j (`one_shot_epe.canaries`, identical to those of the TFF
+The seen canaries c_j (`one_shot_epe.tff_engine.canaries`, identical to those of the TFF
 pipeline for the same seed and d) are inserted by `canary_insertion`
 (`canary_schedule`):
   'once' (default): every seen canary exactly once in the whole run, at a
@@ -61,9 +61,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe import canaries
-from one_shot_epe import cosine_tracking
-from one_shot_epe import final_model
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import canaries
+from one_shot_epe.tff_engine import cosine_tracking
+from one_shot_epe.tff_engine import final_model
 from one_shot_epe import participation
 from one_shot_epe import validation
 from one_shot_epe.baselines import per_example
@@ -264,9 +265,9 @@ def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
       return canaries.canary(canary_seed, canary_id, dim)
 
     tracker = cosine_tracking.CosineTracker(
-        cosine_tracking.TrackedCanaries(canary_seed, config.num_seen,
-                                        config.num_unseen,
-                                        buffer_rounds=config.buffer_rounds),
+        canary_spec.CanarySpec(canary_seed, config.num_seen,
+                               config.num_unseen,
+                               buffer_rounds=config.buffer_rounds),
         dim)
   train_seconds = one_shot_seconds = 0.0
 
@@ -309,8 +310,8 @@ def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
   maxima = tracker.maxima()
   final_cosines = final_model.final_model_cosines(
       params, canary_seed=canary_seed,
-      canary_ids=np.concatenate([canaries.seen_ids(config.num_seen),
-                                 canaries.unseen_ids(config.num_unseen)]),
+      canary_ids=np.concatenate([canary_spec.seen_ids(config.num_seen),
+                                 canary_spec.unseen_ids(config.num_unseen)]),
       initial_weights=initial, statistic='delta',
       model_moves_along=final_model.TFF_LEARNING_DIRECTION)
   one_shot_seconds += time.perf_counter() - start

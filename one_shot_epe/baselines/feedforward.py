@@ -3,7 +3,7 @@
 Section 5.4 of Andrew et al. (ICLR 2024) compares the one-shot estimator with
 CANIFE on "a two-layer feedforward network on the fashion MNIST dataset". Both
 methods work in the flattened parameter space: the one-shot canaries are
-directions of R^d (`one_shot_epe.canaries`) and CANIFE's design loss takes
+directions of R^d (`one_shot_epe.tff_engine.canaries`) and CANIFE's design loss takes
 inner products of flattened gradients. Keeping the parameters as a single
 float32 vector theta in R^d makes every gradient a d-vector directly.
 

@@ -5,7 +5,7 @@ the unit sphere S^{d-1}, a pure function of (seed, j) so that it can be
 regenerated instead of stored (k + m canaries of d = 4M parameters would be
 32 GB). Here c_j = g / ||g|| with g = N(0, I_d) drawn by `jax.random` from
 the key `fold_in(PRNGKey(seed), j)`: the same law as the TFF path's canaries
-(`one_shot_epe.canaries`, TensorFlow's Philox), not the same vectors, so a run
+(`one_shot_epe.tff_engine.canaries`, TensorFlow's Philox), not the same vectors, so a run
 is audited with the canaries of the engine that trained it.
 
 Algorithm 3 (lines 10-16) needs every canary's maximum cosine with the noised
@@ -21,28 +21,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from one_shot_epe import canary_spec
+from one_shot_epe import validation
+
 # Canaries regenerated at once: chunk x d float32 must fit beside the model.
 DEFAULT_CHUNK = 128
 
 
-def _check_ids(ids: Sequence[int] | np.ndarray) -> np.ndarray:
-  ids = np.asarray(ids)
-  if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype,
-                                                          np.integer):
-    raise ValueError('ids must be a non-empty 1-D sequence of integers; got '
-                     f'{ids!r}.')
-  if ids.min() < 0 or ids.max() >= 2**32:
-    raise ValueError(f'ids must be in [0, 2**32); got {ids.min()}..'
-                     f'{ids.max()}.')
-  return ids.astype(np.uint32)
-
-
-def _check_seed(seed: int) -> int:
-  if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-    raise TypeError(f'seed must be an int; got {type(seed).__name__}.')
-  if not 0 <= seed < 2**32:
-    raise ValueError(f'seed must be in [0, 2**32); got {seed}.')
-  return int(seed)
+def _checked(seed: int, ids: Sequence[int] | np.ndarray
+             ) -> tuple[jax.Array, np.ndarray]:
+  """The seed as a uint32 scalar and the ids as uint32 (jax.random's key)."""
+  seed = canary_spec.check_seed(seed, 'seed')
+  ids = validation.check_ids('ids', ids, canary_spec.MAX_SEED + 1)
+  return jnp.uint32(seed), ids.astype(np.uint32)
 
 
 @functools.partial(jax.jit, static_argnames=('dim',))
@@ -60,39 +51,43 @@ def _directions(seed: jax.Array, ids: jax.Array, dim: int) -> jax.Array:
 def directions(seed: int, ids: Sequence[int] | np.ndarray,
                dim: int) -> jax.Array:
   """The unit canaries c_j for j in `ids`, float32 [len(ids), dim]."""
-  if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-    raise ValueError(f'dim must be a positive int; got {dim!r}.')
-  return _directions(jnp.uint32(_check_seed(seed)),
-                     jnp.asarray(_check_ids(ids)), dim)
+  dim = validation.check_int('dim', dim, 1)
+  seed, ids = _checked(seed, ids)
+  return _directions(seed, jnp.asarray(ids), dim)
 
 
 @functools.partial(jax.jit, static_argnames=('dim',))
-def _chunk_cosines(seed: jax.Array, ids: jax.Array, aggregate: jax.Array,
+def _chunk_cosines(seed: jax.Array, ids: jax.Array, block: jax.Array,
                    dim: int) -> jax.Array:
-  unit = aggregate / jnp.linalg.norm(aggregate)
-  return _directions(seed, ids, dim) @ unit
+  unit = block / jnp.linalg.norm(block, axis=1, keepdims=True)
+  return _directions(seed, ids, dim) @ unit.T
 
 
 def cosines(seed: int, ids: Sequence[int] | np.ndarray,
             aggregate: jax.Array, chunk: int = DEFAULT_CHUNK) -> jax.Array:
-  """cos(c_j, aggregate) for j in `ids`, regenerating `chunk` at a time."""
-  ids = _check_ids(ids)
-  seed = jnp.uint32(_check_seed(seed))
-  if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-    raise ValueError(f'chunk must be a positive int; got {chunk!r}.')
+  """cos(c_j, aggregate) for j in `ids`, regenerating `chunk` at a time.
+
+  `aggregate` is one vector [d] (result [len(ids)]) or a block of B vectors
+  [B, d] (result [len(ids), B]): each canary is regenerated once for the
+  whole block, as Algorithm 3's tracking does every B rounds.
+  """
+  seed, ids = _checked(seed, ids)
+  chunk = validation.check_int('chunk', chunk, 1)
   aggregate = jnp.asarray(aggregate, jnp.float32)
-  if aggregate.ndim != 1:
-    raise ValueError('aggregate must be a vector; got shape '
-                     f'{aggregate.shape}.')
+  if aggregate.ndim not in (1, 2):
+    raise ValueError('aggregate must be a vector or a block of vectors; got '
+                     f'shape {aggregate.shape}.')
+  block = aggregate.reshape(-1, aggregate.shape[-1])
   count = ids.size
   chunk = min(chunk, count)
   padded = -(-count // chunk) * chunk
   # Pad with the last id so every chunk has one compiled shape.
   ids = np.concatenate([ids, np.full(padded - count, ids[-1], np.uint32)])
-  parts = [_chunk_cosines(seed, jnp.asarray(ids[i:i + chunk]), aggregate,
-                          int(aggregate.shape[0]))
+  parts = [_chunk_cosines(seed, jnp.asarray(ids[i:i + chunk]), block,
+                          int(block.shape[1]))
            for i in range(0, padded, chunk)]
-  return jnp.concatenate(parts)[:count]
+  result = jnp.concatenate(parts)[:count]
+  return result[:, 0] if aggregate.ndim == 1 else result
 
 
 def update_maxima(maxima: jax.Array, seed: int,

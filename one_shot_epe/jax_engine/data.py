@@ -1,24 +1,8 @@
-"""Client data without TensorFlow: arrays on disk, synthetic data, round batches.
+"""A round's client batches for the JAX engine (numpy, TFF's preprocessing).
 
-The JAX engine reads federated data that TFF's SQLite files were
-converted to (`one_shot_epe.tasks.export_arrays`, run where TFF is installed) or
-that is generated here in numpy, and turns the clients of a round into padded,
-masked arrays that one jit-compiled DP-FedAvg round consumes
+Turns the clients of a round, read from `one_shot_epe.client_arrays`, into
+padded, masked arrays that one jit-compiled DP-FedAvg round consumes
 (`fedavg.dp_fedavg_round`).
-
-Format (`ClientArrays.save` / `load`): a directory per split holding one .npy
-file per array, so `load` can memory-map the 2 GB of EMNIST or the ~6 GB of
-StackOverflow instead of reading them: `offsets.npy` (int64 [clients + 1];
-client i owns examples offsets[i]:offsets[i+1]), `client_ids.npy` (str), one
-file per feature, and `arrays.json` naming the kind and the features.
-
-* kind 'emnist': features `pixels` float32 [n, 28, 28] and `label` int32 [n]
-  (TFF's EMNIST elements; also Fashion-MNIST's, as the TFF path's task maps
-  them: `fashion_mnist_arrays`).
-* kind 'stackoverflow': feature `tokens` [n, sequence_length + 1], each
-  sentence as TFF's `word_prediction_preprocessing` maps it before batching:
-  [bos] + word ids of the first `sequence_length` words (+ [eos] if shorter),
-  padded with 0. Model inputs are tokens[:, :-1], targets tokens[:, 1:].
 
 Round batches (`client_batches`) follow TFF's client preprocessing
 (`emnist_preprocessing` / `word_prediction_preprocessing.create_preprocess_fn`):
@@ -28,151 +12,18 @@ with the distribution of tf.data's shuffle, not its random bits.
 """
 
 import dataclasses
-import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from one_shot_epe import client_arrays
 from one_shot_epe import validation
-from one_shot_epe.baselines import fashion_mnist
 
-KINDS = ('emnist', 'stackoverflow')
-FEATURES = {'emnist': ('pixels', 'label'), 'stackoverflow': ('tokens',)}
 # tf.data shuffle buffers of TFF's preprocessing when ClientSpec leaves it
 # unset: emnist_preprocessing.MAX_CLIENT_DATASET_SIZE and
 # stackoverflow constants.DEFAULT_SHUFFLE_BUFFER_SIZE.
 DEFAULT_SHUFFLE_BUFFER = {'emnist': 418, 'stackoverflow': 1000}
-EMNIST_CLASSES = 62
-IMAGE_SIZE = 28
-SEQUENCE_LENGTH = 20
-_MANIFEST = 'arrays.json'
-_FORMAT_VERSION = 1
-
-
-def _check_kind(kind: object) -> str:
-  if kind not in KINDS:
-    raise ValueError(f'kind must be one of {list(KINDS)}; got {kind!r}.')
-  return kind
-
-
-@dataclasses.dataclass(frozen=True)
-class SpecialTokens:
-  """Token ids TFF adds to a vocabulary (`get_special_tokens`).
-
-  Word of rank r (0-based) has id r + 1; 0 pads; out-of-vocabulary words hash
-  to vocab_size + 1 + bucket; then beginning and end of sentence.
-  """
-  pad: int
-  oov: tuple[int, ...]
-  bos: int
-  eos: int
-
-
-def special_tokens(vocab_size: int, num_oov_buckets: int = 1) -> SpecialTokens:
-  """TFF's special token ids for a vocabulary of `vocab_size` words."""
-  vocab_size = validation.check_int('vocab_size', vocab_size, low=1)
-  num_oov_buckets = validation.check_int('num_oov_buckets', num_oov_buckets, low=1)
-  return SpecialTokens(
-      pad=0, oov=tuple(vocab_size + 1 + n for n in range(num_oov_buckets)),
-      bos=vocab_size + num_oov_buckets + 1,
-      eos=vocab_size + num_oov_buckets + 2)
-
-
-def encode_sentence(word_ids: Sequence[int], tokens: SpecialTokens,
-                    sequence_length: int = SEQUENCE_LENGTH) -> np.ndarray:
-  """One sentence as TFF's `to_ids` + padding: int32 [sequence_length + 1].
-
-  `word_ids` are the words' ids (rank + 1, or an oov id); the first
-  `sequence_length` are kept, and [eos] follows when fewer.
-  """
-  kept = list(word_ids[:sequence_length])
-  if len(kept) < sequence_length:
-    kept.append(tokens.eos)
-  row = np.zeros(sequence_length + 1, np.int32)
-  row[0] = tokens.bos
-  row[1:1 + len(kept)] = kept
-  return row
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class ClientArrays:
-  """One split of federated data: every client's examples, contiguous.
-
-  Attributes:
-    kind: 'emnist' or 'stackoverflow' (which features, see the module doc).
-    client_ids: str [clients].
-    offsets: int64 [clients + 1], non-decreasing from 0 to n.
-    features: name -> array with n rows.
-  """
-  kind: str
-  client_ids: np.ndarray
-  offsets: np.ndarray
-  features: Mapping[str, np.ndarray]
-
-  def __post_init__(self):
-    _check_kind(self.kind)
-    offsets = np.asarray(self.offsets)
-    if (offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or
-        np.any(np.diff(offsets) < 0)):
-      raise ValueError('offsets must be a non-decreasing 1-D array starting '
-                       'at 0.')
-    if len(self.client_ids) != offsets.size - 1:
-      raise ValueError(f'client_ids must have {offsets.size - 1} entries (one '
-                       f'per client); got {len(self.client_ids)}.')
-    if set(self.features) != set(FEATURES[self.kind]):
-      raise ValueError(f'features of kind {self.kind!r} must be '
-                       f'{FEATURES[self.kind]}; got {tuple(self.features)}.')
-    for name, array in self.features.items():
-      if len(array) != offsets[-1]:
-        raise ValueError(f'feature {name!r} must have {offsets[-1]} rows; got '
-                         f'{len(array)}.')
-
-  @property
-  def num_clients(self) -> int:
-    """Number of clients."""
-    return len(self.client_ids)
-
-  def client_sizes(self) -> np.ndarray:
-    """Number of examples of every client, int64 [clients]."""
-    return np.diff(self.offsets)
-
-  def save(self, directory: str) -> None:
-    """Writes the split as .npy files plus a manifest into `directory`."""
-    os.makedirs(directory, exist_ok=True)
-    np.save(os.path.join(directory, 'offsets.npy'),
-            np.asarray(self.offsets, np.int64))
-    np.save(os.path.join(directory, 'client_ids.npy'),
-            np.asarray(self.client_ids, str))
-    for name, array in self.features.items():
-      np.save(os.path.join(directory, f'{name}.npy'), np.asarray(array))
-    with open(os.path.join(directory, _MANIFEST), 'w') as f:
-      json.dump({'format': _FORMAT_VERSION, 'kind': self.kind,
-                 'features': list(self.features)}, f)
-
-  @classmethod
-  def load(cls, directory: str, mmap: bool = True) -> 'ClientArrays':
-    """Reads a split written by `save`; features memory-mapped if `mmap`.
-
-    Raises:
-      FileNotFoundError: the directory or one of its files is missing.
-      ValueError: the manifest is not this format's.
-    """
-    manifest_path = os.path.join(directory, _MANIFEST)
-    with open(manifest_path) as f:
-      manifest = json.load(f)
-    if manifest.get('format') != _FORMAT_VERSION:
-      raise ValueError(f'{manifest_path} is not a client-array manifest of '
-                       f'format {_FORMAT_VERSION}.')
-    mode = 'r' if mmap else None
-    return cls(
-        kind=manifest['kind'],
-        client_ids=np.load(os.path.join(directory, 'client_ids.npy')),
-        offsets=np.load(os.path.join(directory, 'offsets.npy')),
-        features={name: np.load(os.path.join(directory, f'{name}.npy'),
-                                mmap_mode=mode)
-                  for name in manifest['features']})
 
 
 def model_inputs(kind: str, features: Mapping[str, np.ndarray]
@@ -182,7 +33,7 @@ def model_inputs(kind: str, features: Mapping[str, np.ndarray]
   EMNIST: (pixels, label). StackOverflow: (tokens[..., :-1], tokens[..., 1:]),
   TFF's `split_input_target`.
   """
-  if _check_kind(kind) == 'emnist':
+  if validation.check_choice('kind', kind, client_arrays.KINDS) == 'emnist':
     return features['pixels'], features['label']
   tokens = features['tokens']
   return tokens[..., :-1], tokens[..., 1:]
@@ -263,7 +114,18 @@ def max_batches_for(max_examples: int, batch_size: int) -> int:
   return math.ceil(max_examples / batch_size)
 
 
-def client_batches(arrays: ClientArrays, clients: Sequence[int], *,
+def batches_needed(arrays: client_arrays.ClientArrays, clients: Sequence[int],
+                   *, batch_size: int, epochs: int,
+                   max_examples: int | None) -> int:
+  """The most batches any of `clients` uses in a round (>= 1)."""
+  sizes = arrays.client_sizes()[np.asarray(clients, np.int64)] * epochs
+  if max_examples is not None:
+    sizes = np.minimum(sizes, max_examples)
+  return max_batches_for(int(sizes.max(initial=1)), batch_size)
+
+
+def client_batches(arrays: client_arrays.ClientArrays,
+                   clients: Sequence[int], *,
                    batch_size: int, epochs: int, max_examples: int | None,
                    rng: np.random.Generator,
                    shuffle_buffer: int | None = None,
@@ -331,112 +193,3 @@ def client_batches(arrays: ClientArrays, clients: Sequence[int], *,
       inputs=inputs, labels=labels,
       example_mask=example_mask.reshape(num_slots, max_batches, batch_size),
       client_mask=client_mask)
-
-
-def synthetic_emnist(num_clients: int, examples_per_client: int,
-                     seed: int = 0) -> ClientArrays:
-  """Synthetic EMNIST-62 in numpy, with the structure of the real data.
-
-  Like `one_shot_epe.tasks.synthetic.emnist` (not its values): every class has
-  a template of three random pen strokes; an example is its class template
-  shifted by up to one pixel, drawn with the writer's ink strength in
-  [0.6, 1] plus N(0, 0.2^2) pixel noise on a white (1.0) background, clipped to
-  [0, 1]; labels uniform over the 62 classes.
-  """
-  num_clients = validation.check_int('num_clients', num_clients, low=1)
-  examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
-  rng = np.random.default_rng([seed, 0])
-  templates = np.zeros((EMNIST_CLASSES, IMAGE_SIZE, IMAGE_SIZE), np.float32)
-  for label in range(EMNIST_CLASSES):
-    for _ in range(3):
-      position = rng.uniform(6, 21, size=2)
-      angle = rng.uniform(0, 2 * math.pi)
-      for _ in range(14):
-        angle += rng.normal(0, 0.5)
-        position = np.clip(position + [math.cos(angle), math.sin(angle)], 4,
-                           22)
-        row, col = int(position[0]), int(position[1])
-        templates[label, row:row + 2, col:col + 2] = 1.0
-  n = num_clients * examples_per_client
-  labels = rng.integers(0, EMNIST_CLASSES, n).astype(np.int32)
-  shifts = rng.integers(-1, 2, (n, 2))
-  ink = np.repeat(rng.uniform(0.6, 1.0, num_clients), examples_per_client)
-  strokes = np.stack([
-      np.roll(templates[label], tuple(shift), axis=(0, 1))
-      for label, shift in zip(labels, shifts)
-  ])
-  noise = rng.normal(0.0, 0.2, (n, IMAGE_SIZE, IMAGE_SIZE))
-  pixels = np.clip(1.0 - ink[:, None, None] * strokes + noise, 0.0, 1.0)
-  return ClientArrays(
-      kind='emnist', client_ids=_client_ids(num_clients),
-      offsets=np.arange(num_clients + 1, dtype=np.int64) * examples_per_client,
-      features={'pixels': pixels.astype(np.float32), 'label': labels})
-
-
-def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
-                            vocab_size: int = 10_000, seed: int = 0,
-                            sequence_length: int = SEQUENCE_LENGTH
-                            ) -> ClientArrays:
-  """Synthetic StackOverflow sentences in numpy, already as token ids.
-
-  Like `one_shot_epe.tasks.synthetic.stackoverflow` (not its values):
-  sentences of 4 to 25 words; the first word's rank is Zipf-distributed over
-  the vocabulary, each next word 1 to 3 ranks further (mod vocab_size); rank r
-  has id r + 1, and sentences are encoded as TFF does (`encode_sentence`).
-  """
-  num_clients = validation.check_int('num_clients', num_clients, low=1)
-  examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
-  tokens = special_tokens(vocab_size)
-  rng = np.random.default_rng([seed, 1])
-  zipf = 1.0 / np.arange(1, vocab_size + 1)
-  zipf /= zipf.sum()
-  n = num_clients * examples_per_client
-  lengths = rng.integers(4, 26, n)
-  firsts = rng.choice(vocab_size, n, p=zipf)
-  rows = []
-  for length, first in zip(lengths, firsts):
-    steps = rng.integers(1, 4, length - 1)
-    ranks = (first + np.concatenate([[0], np.cumsum(steps)])) % vocab_size
-    rows.append(encode_sentence(list(ranks + 1), tokens, sequence_length))
-  return ClientArrays(
-      kind='stackoverflow', client_ids=_client_ids(num_clients),
-      offsets=np.arange(num_clients + 1, dtype=np.int64) * examples_per_client,
-      features={'tokens': np.stack(rows)})
-
-
-def fashion_mnist_arrays(
-    dataset: fashion_mnist.Dataset, num_clients: int,
-    shards_per_client: int = fashion_mnist.SHARDS_PER_CLIENT,
-    seed: int = fashion_mnist.PARTITION_SEED
-) -> tuple[ClientArrays, ClientArrays]:
-  """Fashion-MNIST as (train, test) client arrays, split as the TFF path's.
-
-  Train clients are `fashion_mnist.partition_by_label_shards` of the training
-  labels (each client's examples in index order, ids '000', '001', ... as
-  `tasks.fashion_mnist.ArrayClientData`); the test split is one client of
-  every test image in file order. Pixels are uint8 / 255 in float32.
-  """
-  partition = fashion_mnist.partition_by_label_shards(
-      dataset.train_labels, num_clients, shards_per_client, seed)
-  order = np.concatenate(partition)
-  sizes = [len(indices) for indices in partition]
-
-  def split(images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
-            offsets: np.ndarray) -> ClientArrays:
-    return ClientArrays(
-        kind='emnist', client_ids=ids,
-        offsets=np.asarray(offsets, np.int64),
-        features={'pixels': np.asarray(images, np.float32) / 255.0,
-                  'label': np.asarray(labels, np.int32)})
-
-  train = split(dataset.train_images[order], dataset.train_labels[order],
-                _client_ids(num_clients),
-                np.concatenate([[0], np.cumsum(sizes)]))
-  test = split(dataset.test_images, dataset.test_labels, _client_ids(1),
-               [0, dataset.test_labels.size])
-  return train, test
-
-
-def _client_ids(num_clients: int) -> np.ndarray:
-  width = len(str(num_clients - 1))
-  return np.asarray([f'{i:0{width}d}' for i in range(num_clients)])

@@ -1,8 +1,8 @@
 """One DP-FedAvg round with canaries, as the TFF path computes it, in JAX.
 
-Andrew et al. (ICLR 2024), Algorithm 2, on the TFF path's aggregation
-(one_shot_epe/canary_aggregator.py, seeded_queries.py; experiments/train.py
-`build_aggregator`): in round t with clip S_t,
+Andrew et al. (ICLR 2024), Algorithm 2, on the TFF engine's aggregation
+(`tff_engine.canary_aggregator`, `tff_engine.seeded_queries`), for the same
+`canary_spec.DPAggregation` and canary clip: in round t with clip S_t,
 
 1. every client runs local SGD (the client optimizer) over its batches for the
    configured epochs, from the server model; its update is Delta = initial -
@@ -14,8 +14,8 @@ Andrew et al. (ICLR 2024), Algorithm 2, on the TFF path's aggregation
    enter the sum as c_j S_t / ||c_j|| (Algorithm 2, line 7), counted as
    unclipped ('project', the paper) or clipped ('clip', its published code);
 4. the sum gets Gaussian noise of std z_v S_t, where z_v = z for a fixed clip
-   and, for the adaptive clip, `value_noise_multiplier` (the noise split that
-   leaves an overall multiplier z, as tff.aggregators'
+   and, for the adaptive clip, `canary_spec.value_noise_multiplier` (the
+   noise split that leaves an overall multiplier z, as tff.aggregators'
    `DifferentiallyPrivateFactory.gaussian_adaptive` and the canary factory do);
 5. the noised sum is divided by the expected cohort size (NormalizedQuery);
 6. adaptive clipping (Andrew et al. 2021, tensorflow_privacy's
@@ -35,9 +35,6 @@ The noise is a pure function of the round key (`jax.random`): distributed as
 the TFF path's seeded noise, not bit-equal to it.
 """
 
-import dataclasses
-import math
-import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -46,111 +43,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from one_shot_epe import canary_spec
+from one_shot_epe import validation
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import optimizers
 
-CANARY_CLIPS = ('project', 'clip')
 CLIENT_AXIS = 'clients'
+# How clients train locally (`RoundEngine`).
+LOCAL_TRAINING = ('loop', 'vmap')
 _tree_map = jax.tree_util.tree_map
 # loss(params, inputs, labels, example_mask, dropout_key) -> scalar.
 LossFn = Callable[[Any, jax.Array, jax.Array, jax.Array, Any], jax.Array]
-
-
-def _check_real(value: object, name: str, low: float, *,
-                low_open: bool = False, high: float = math.inf) -> float:
-  if isinstance(value, bool) or not isinstance(value, numbers.Real):
-    raise TypeError(f'{name} must be a real number; got '
-                    f'{type(value).__name__}.')
-  if (not math.isfinite(value) or value < low or value > high or
-      (low_open and value == low)):
-    bracket = '(' if low_open else '['
-    raise ValueError(f'{name} must be in {bracket}{low}, {high}]; got '
-                     f'{value}.')
-  return float(value)
-
-
-def value_noise_multiplier(noise_multiplier: float,
-                           clipped_count_stddev: float) -> float:
-  """Noise multiplier z_v of the update sum under adaptive clipping.
-
-  The released unclipped count is a Gaussian query of sensitivity 1/2 and std
-  sigma_b; composed with the update sum (sensitivity 1, std z_v) it is a
-  Gaussian mechanism with 1/z^2 = 1/z_v^2 + 1/(2 sigma_b)^2 (Andrew et al.
-  2021, Sec. 3), so z_v = (z^-2 - (2 sigma_b)^-2)^(-1/2) gives overall z.
-
-  Raises:
-    ValueError: sigma_b <= z / 2 (no z_v reaches z).
-  """
-  if noise_multiplier == 0.0:
-    return 0.0
-  if noise_multiplier >= 2.0 * clipped_count_stddev:
-    raise ValueError(
-        f'clipped_count_stddev must exceed noise_multiplier / 2 = '
-        f'{noise_multiplier / 2} for the overall noise multiplier to be '
-        f'{noise_multiplier}; got {clipped_count_stddev}.')
-  return (noise_multiplier**-2 - (2.0 * clipped_count_stddev)**-2)**-0.5
-
-
-@dataclasses.dataclass(frozen=True)
-class DPConfig:
-  """DP-FedAvg aggregation: fixed clip if `clip` is set, else adaptive.
-
-  Attributes:
-    noise_multiplier: z >= 0, the overall noise multiplier.
-    clients_per_round: expected cohort size (the mean's denominator), > 0.
-    clip: fixed clip S > 0, or None for adaptive clipping.
-    initial_clip: S_0 of adaptive clipping (TFF's default 0.1).
-    target_unclipped_quantile: gamma in [0, 1].
-    clip_learning_rate: eta >= 0 of the geometric update.
-    clipped_count_stddev: sigma_b of the unclipped count; None:
-      0.05 * clients_per_round if z > 0, else 0 (TFF's default).
-    canary_clip: 'project' or 'clip' (see the module docstring).
-  """
-  noise_multiplier: float
-  clients_per_round: float
-  clip: float | None = None
-  initial_clip: float = 0.1
-  target_unclipped_quantile: float = 0.5
-  clip_learning_rate: float = 0.2
-  clipped_count_stddev: float | None = None
-  canary_clip: str = 'project'
-
-  def __post_init__(self):
-    _check_real(self.noise_multiplier, 'noise_multiplier', 0.0)
-    _check_real(self.clients_per_round, 'clients_per_round', 0.0,
-                low_open=True)
-    if self.clip is not None:
-      _check_real(self.clip, 'clip', 0.0, low_open=True)
-    _check_real(self.initial_clip, 'initial_clip', 0.0, low_open=True)
-    _check_real(self.target_unclipped_quantile, 'target_unclipped_quantile',
-                0.0, high=1.0)
-    _check_real(self.clip_learning_rate, 'clip_learning_rate', 0.0)
-    if self.clipped_count_stddev is not None:
-      _check_real(self.clipped_count_stddev, 'clipped_count_stddev', 0.0)
-    if self.canary_clip not in CANARY_CLIPS:
-      raise ValueError(f'canary_clip must be one of {list(CANARY_CLIPS)}; got '
-                       f'{self.canary_clip!r}.')
-    if self.adaptive:
-      value_noise_multiplier(self.noise_multiplier, self.count_stddev)
-
-  @property
-  def adaptive(self) -> bool:
-    """Whether the clip adapts (no fixed clip given)."""
-    return self.clip is None
-
-  @property
-  def count_stddev(self) -> float:
-    """sigma_b, the std of the noise on the unclipped count."""
-    if self.clipped_count_stddev is not None:
-      return self.clipped_count_stddev
-    return 0.05 * self.clients_per_round if self.noise_multiplier > 0 else 0.0
-
-  @property
-  def update_noise_multiplier(self) -> float:
-    """z_v: the update sum's noise std is z_v * S_t."""
-    if not self.adaptive:
-      return self.noise_multiplier
-    return value_noise_multiplier(self.noise_multiplier, self.count_stddev)
 
 
 class ServerState(NamedTuple):
@@ -200,40 +103,57 @@ def clip_by_global_norm(tree: Any, clip: jax.Array) -> tuple[Any, jax.Array]:
   return _tree_map(lambda x: x * scale, tree), norm
 
 
+def local_step(loss_fn: LossFn, optimizer: optimizers.Optimizer,
+               weights: Any, state: Any, inputs: jax.Array, labels: jax.Array,
+               example_mask: jax.Array, key: Any) -> tuple[Any, Any]:
+  """One local optimizer step on a batch's mean loss over its valid examples.
+
+  A batch without valid examples leaves weights and optimizer state as they
+  are. `key` None: no dropout.
+  """
+  grads = jax.grad(loss_fn)(weights, inputs, labels, example_mask, key)
+  new_state, new_weights = optimizer.step(state, weights, grads)
+  present = jnp.sum(example_mask) > 0
+  keep = lambda new, old: jnp.where(present, new, old)  # pylint: disable=unnecessary-lambda-assignment
+  return _tree_map(keep, new_weights, weights), _tree_map(keep, new_state,
+                                                          state)
+
+
+def batch_key(client_key: Any, batch_index: Any) -> Any:
+  """The dropout key of a client's batch (None without dropout)."""
+  return None if client_key is None else jax.random.fold_in(client_key,
+                                                            batch_index)
+
+
+def finite_delta(initial: Any, trained: Any) -> Any:
+  """initial - trained, zeroed if any entry is not finite (TFF's client work)."""
+  delta = _tree_map(lambda w0, w: w0 - w, initial, trained)
+  finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in
+                                jax.tree_util.tree_leaves(delta)]))
+  return _tree_map(lambda x: jnp.where(finite, x, 0.0), delta)
+
+
 def client_update(loss_fn: LossFn, optimizer: optimizers.Optimizer,
                   params: Any, inputs: jax.Array, labels: jax.Array,
                   example_mask: jax.Array, dropout_key: Any = None) -> Any:
   """A client's model delta (initial - trained) after local training.
 
-  One optimizer step per batch (leading axis of inputs/labels/example_mask)
-  on the batch's mean loss over its valid examples; batches without valid
-  examples are skipped (the optimizer state does not advance). The optimizer
-  starts fresh every round, as in TFF. A delta with a non-finite entry is
-  zeroed (TFF's `zero_all_if_any_non_finite`). `dropout_key` None: no
-  dropout; else batch m uses fold_in(dropout_key, m).
+  One `local_step` per batch (leading axis of inputs/labels/example_mask),
+  as a `lax.scan`; the optimizer starts fresh every round, as in TFF. A
+  delta with a non-finite entry is zeroed (`finite_delta`). `dropout_key`
+  None: no dropout; else batch m uses `batch_key(dropout_key, m)`.
   """
-  grad_fn = jax.grad(loss_fn)
 
   def step(carry, batch):
-    weights, state = carry
     index, x, y, mask = batch
-    key = None if dropout_key is None else jax.random.fold_in(dropout_key,
-                                                              index)
-    grads = grad_fn(weights, x, y, mask, key)
-    new_state, new_weights = optimizer.step(state, weights, grads)
-    present = jnp.sum(mask) > 0
-    keep = lambda new, old: jnp.where(present, new, old)  # pylint: disable=unnecessary-lambda-assignment
-    return (_tree_map(keep, new_weights, weights),
-            _tree_map(keep, new_state, state)), None
+    return local_step(loss_fn, optimizer, *carry, x, y, mask,
+                      batch_key(dropout_key, index)), None
 
   num_batches = example_mask.shape[0]
   (trained, _), _ = jax.lax.scan(
       step, (params, optimizer.init(params)),
       (jnp.arange(num_batches), inputs, labels, example_mask))
-  delta = _tree_map(lambda w0, w: w0 - w, params, trained)
-  finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in
-                                jax.tree_util.tree_leaves(delta)]))
-  return _tree_map(lambda x: jnp.where(finite, x, 0.0), delta)
+  return finite_delta(params, trained)
 
 
 def canary_records(directions: jax.Array, canary_mask: jax.Array,
@@ -249,7 +169,8 @@ def canary_records(directions: jax.Array, canary_mask: jax.Array,
 
 
 def adaptive_clip_update(clip: jax.Array, unclipped_sum: jax.Array,
-                         count_noise: jax.Array, config: DPConfig
+                         count_noise: jax.Array,
+                         config: canary_spec.DPAggregation
                          ) -> tuple[jax.Array, jax.Array]:
   """(S_{t+1}, b): the geometric quantile update of Andrew et al. 2021.
 
@@ -266,7 +187,7 @@ def adaptive_clip_update(clip: jax.Array, unclipped_sum: jax.Array,
 
 
 def init_server_state(params: Any, server_optimizer: optimizers.Optimizer,
-                      config: DPConfig) -> ServerState:
+                      config: canary_spec.DPAggregation) -> ServerState:
   """The state before round 0: S_0 is the fixed or the initial clip."""
   params = _tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
   clip = config.initial_clip if config.adaptive else config.clip
@@ -276,47 +197,32 @@ def init_server_state(params: Any, server_optimizer: optimizers.Optimizer,
                      round_num=jnp.asarray(0, jnp.int32))
 
 
-def dp_fedavg_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
-                    server_optimizer: optimizers.Optimizer, config: DPConfig,
-                    client_dropout: bool, state: ServerState,
-                    inputs: jax.Array, labels: jax.Array,
-                    example_mask: jax.Array, client_mask: jax.Array,
-                    canary_directions: jax.Array, canary_mask: jax.Array,
-                    key: jax.Array) -> tuple[ServerState, RoundOutput]:
-  """One round (module docstring, steps 1-7); pure, jit-able.
+def server_round(server_optimizer: optimizers.Optimizer,
+                 config: canary_spec.DPAggregation, canary_clip: str,
+                 state: ServerState, clipped_sum: jax.Array,
+                 unclipped_sum: jax.Array, num_clients: jax.Array,
+                 canary_directions: jax.Array, canary_mask: jax.Array,
+                 key: jax.Array) -> tuple[ServerState, RoundOutput]:
+  """Steps 3-7 of the module docstring, from the clients' clipped sum.
 
-  inputs, labels, example_mask: [slots, batches, batch_size, ...] (see
-  `data.RoundBatches`); client_mask [slots]; canary_directions [k, d] and
-  canary_mask [k] (k may be 0); key: the round's PRNG key (client dropout,
-  update noise and count noise use independent sub-keys).
+  clipped_sum: float32 [d], the sum of the clients' clipped updates;
+  unclipped_sum: sum over the clients of (1[norm <= S_t] - 1/2);
+  num_clients: their number; key: the round's key (`round_keys`).
   """
   clip = state.clip
   flat_params, unravel = ravel_pytree(state.params)
-  dropout_key, update_key, count_key = jax.random.split(key, 3)
-  slots = client_mask.shape[0]
-
-  def one_client(x, y, mask, client_key):
-    delta = client_update(loss_fn, client_optimizer, state.params, x, y, mask,
-                          client_key if client_dropout else None)
-    clipped, norm = clip_by_global_norm(delta, clip)
-    return ravel_pytree(clipped)[0], norm
-
-  client_keys = jax.random.split(dropout_key, slots)
-  clipped, norms = jax.vmap(one_client)(inputs, labels, example_mask,
-                                        client_keys)
-  total = client_mask @ clipped
+  _, update_key, count_key = jax.random.split(key, 3)
   canary_sum = canary_records(canary_directions, canary_mask, clip)
   std = config.update_noise_multiplier * clip
-  noised = total + canary_sum + std * jax.random.normal(
+  noised = clipped_sum + canary_sum + std * jax.random.normal(
       update_key, flat_params.shape, jnp.float32)
   aggregate = noised / config.clients_per_round
 
   optimizer_state, params = server_optimizer.step(
       state.optimizer_state, state.params, unravel(aggregate))
   if config.adaptive:
-    canary_sign = 0.5 if config.canary_clip == 'project' else -0.5
-    unclipped_sum = (jnp.sum(client_mask * ((norms <= clip) - 0.5)) +
-                     canary_sign * jnp.sum(canary_mask))
+    canary_sign = 0.5 if canary_clip == 'project' else -0.5
+    unclipped_sum = unclipped_sum + canary_sign * jnp.sum(canary_mask)
     count_noise = config.count_stddev * jax.random.normal(count_key, (),
                                                           jnp.float32)
     new_clip, fraction = adaptive_clip_update(clip, unclipped_sum, count_noise,
@@ -328,55 +234,152 @@ def dp_fedavg_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
                           round_num=state.round_num + 1)
   return new_state, RoundOutput(
       aggregate=aggregate, clip=clip, unclipped_fraction=fraction,
-      num_clients=jnp.sum(client_mask),
-      canaries_inserted=jnp.sum(canary_mask))
+      num_clients=num_clients, canaries_inserted=jnp.sum(canary_mask))
+
+
+def client_keys(key: jax.Array, slots: int) -> jax.Array:
+  """The dropout keys of a round's client slots (from the round's key)."""
+  dropout_key, _, _ = jax.random.split(key, 3)
+  return jax.random.split(dropout_key, slots)
+
+
+def dp_fedavg_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
+                    server_optimizer: optimizers.Optimizer,
+                    config: canary_spec.DPAggregation, canary_clip: str,
+                    client_dropout: bool, state: ServerState,
+                    inputs: jax.Array, labels: jax.Array,
+                    example_mask: jax.Array, client_mask: jax.Array,
+                    canary_directions: jax.Array, canary_mask: jax.Array,
+                    key: jax.Array) -> tuple[ServerState, RoundOutput]:
+  """One round (module docstring, steps 1-7), clients vmapped; jit-able.
+
+  inputs, labels, example_mask: [slots, batches, batch_size, ...] (see
+  `data.RoundBatches`); client_mask [slots]; canary_directions [k, d] and
+  canary_mask [k] (k may be 0); key: the round's PRNG key (client dropout,
+  update noise and count noise use independent sub-keys).
+  """
+  clip = state.clip
+
+  def one_client(x, y, mask, client_key):
+    delta = client_update(loss_fn, client_optimizer, state.params, x, y, mask,
+                          client_key if client_dropout else None)
+    clipped, norm = clip_by_global_norm(delta, clip)
+    return ravel_pytree(clipped)[0], norm
+
+  keys = client_keys(key, client_mask.shape[0])
+  clipped, norms = jax.vmap(one_client)(inputs, labels, example_mask, keys)
+  return server_round(server_optimizer, config, canary_clip, state,
+                      client_mask @ clipped,
+                      jnp.sum(client_mask * ((norms <= clip) - 0.5)),
+                      jnp.sum(client_mask), canary_directions, canary_mask,
+                      key)
+
+
+def default_local_training() -> str:
+  """'loop' where XLA runs on the CPU, else 'vmap' (see `RoundEngine`)."""
+  return 'loop' if jax.default_backend() == 'cpu' else 'vmap'
 
 
 class RoundEngine:
-  """`dp_fedavg_round` jit-compiled with the client axis over all devices.
+  """One DP-FedAvg round, compiled the way the backend runs it fast.
 
-  Round inputs are placed with their client axis sharded over a 1-D mesh of
-  `devices` (default `jax.devices()`); the server state and canaries are
-  replicated. The number of client slots must be a multiple of the number of
-  devices (`num_slots`).
+  `local_training` picks how the clients train (both give the same round,
+  `tests/jax_engine_fedavg_test.py` checks one against the other):
+
+  * 'vmap' (accelerators): `dp_fedavg_round` as one jit, clients vmapped and
+    sharded over a 1-D mesh of `devices` (default `jax.devices()`), local
+    steps a `lax.scan`. The number of client slots must be a multiple of the
+    number of devices (`num_slots`).
+  * 'loop' (the default on CPU, where XLA computes a convolution's weight
+    gradient 15-40x slower inside a loop body than at top level and turns
+    vmapped convolutions into grouped ones): one jitted `local_step` per
+    batch, called from Python client by client, each client's clipped update
+    folded into a running sum by a second jit, and `server_round` as the
+    third. Padding costs nothing: a client runs only its own batches, and
+    empty slots none.
+
+  Either way the round compiles a fixed number of computations (`compiles`,
+  counted) whatever the cohort size, given fixed slot and batch counts.
   """
 
   def __init__(self, loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
-               server_optimizer: optimizers.Optimizer, config: DPConfig, *,
-               client_dropout: bool = True,
-               devices: Sequence[Any] | None = None):
+               server_optimizer: optimizers.Optimizer,
+               config: canary_spec.DPAggregation, *,
+               canary_clip: str = 'project', client_dropout: bool = True,
+               devices: Sequence[Any] | None = None,
+               local_training: str = 'auto'):
     for name, value, kind in (('client_optimizer', client_optimizer,
                                optimizers.Optimizer),
                               ('server_optimizer', server_optimizer,
                                optimizers.Optimizer),
-                              ('config', config, DPConfig)):
+                              ('config', config, canary_spec.DPAggregation)):
       if not isinstance(value, kind):
         raise TypeError(f'{name} must be a {kind.__name__}; got '
                         f'{type(value).__name__}.')
+    validation.check_choice('canary_clip', canary_clip,
+                            canary_spec.CANARY_CLIPS)
+    if local_training == 'auto':
+      local_training = default_local_training()
+    self.local_training = validation.check_choice(
+        'local_training', local_training, LOCAL_TRAINING)
     self._devices = list(jax.devices() if devices is None else devices)
     if not self._devices:
       raise ValueError('devices must name at least one device.')
+    if local_training == 'loop':
+      self._devices = self._devices[:1]
     self.server_optimizer = server_optimizer
     self.config = config
+    self._client_dropout = client_dropout
+    self._client_optimizer = client_optimizer
     mesh = jax.sharding.Mesh(np.asarray(self._devices), (CLIENT_AXIS,))
     self._by_client = jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec(CLIENT_AXIS))
     self._replicated = jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec())
+    self._shapes: set[tuple[str, Any]] = set()
 
     def round_fn(state, inputs, labels, example_mask, client_mask,
                  canary_directions, canary_mask, key):
       return dp_fedavg_round(loss_fn, client_optimizer, server_optimizer,
-                             config, client_dropout, state, inputs, labels,
-                             example_mask, client_mask, canary_directions,
-                             canary_mask, key)
+                             config, canary_clip, client_dropout, state,
+                             inputs, labels, example_mask, client_mask,
+                             canary_directions, canary_mask, key)
+
+    def step_fn(weights, state, inputs, labels, example_mask, key):
+      return local_step(loss_fn, client_optimizer, weights, state, inputs,
+                        labels, example_mask, key)
+
+    def fold_fn(initial, trained, clip, clipped_sum, unclipped_sum):
+      clipped, norm = clip_by_global_norm(finite_delta(initial, trained), clip)
+      return (clipped_sum + ravel_pytree(clipped)[0],
+              unclipped_sum + (norm <= clip) - 0.5)
+
+    def server_fn(state, clipped_sum, unclipped_sum, num_clients,
+                  canary_directions, canary_mask, key):
+      return server_round(server_optimizer, config, canary_clip, state,
+                          clipped_sum, unclipped_sum, num_clients,
+                          canary_directions, canary_mask, key)
 
     self._round = jax.jit(round_fn)
+    self._step = jax.jit(step_fn)
+    self._fold = jax.jit(fold_fn)
+    self._server = jax.jit(server_fn)
 
   @property
   def num_devices(self) -> int:
     """Devices the client axis is spread over."""
     return len(self._devices)
+
+  @property
+  def compiles(self) -> int:
+    """Computations compiled so far: one per (function, input shapes)."""
+    return len(self._shapes)
+
+  def _note(self, name: str, *args: Any) -> None:
+    """Records the input signature of a call of the jitted `name`."""
+    self._shapes.add((name, tuple(
+        (np.shape(x), str(getattr(x, 'dtype', type(x).__name__)))
+        for x in jax.tree_util.tree_leaves(args))))
 
   def num_slots(self, num_clients: int) -> int:
     """Client slots for `num_clients`: the next multiple of the devices."""
@@ -396,10 +399,46 @@ class RoundEngine:
     if slots % self.num_devices:
       raise ValueError(f'batches must have a multiple of {self.num_devices} '
                        f'client slots (num_slots); got {slots}.')
+    canary_directions = jnp.asarray(canary_directions, jnp.float32)
+    canary_mask = jnp.asarray(canary_mask, jnp.float32)
+    if self.local_training == 'loop':
+      return self._loop_round(state, batches, canary_directions, canary_mask,
+                              key)
     sharded = jax.device_put(
         (batches.inputs, batches.labels, batches.example_mask,
          batches.client_mask), self._by_client)
-    replicated = jax.device_put(
-        (jnp.asarray(canary_directions, jnp.float32),
-         jnp.asarray(canary_mask, jnp.float32), key), self._replicated)
+    replicated = jax.device_put((canary_directions, canary_mask, key),
+                                self._replicated)
+    self._note('round', state, *sharded, *replicated)
     return self._round(state, *sharded, *replicated)
+
+  def _loop_round(self, state: ServerState, batches: data.RoundBatches,
+                  canary_directions: jax.Array, canary_mask: jax.Array,
+                  key: jax.Array) -> tuple[ServerState, RoundOutput]:
+    """The 'loop' round: each client's real batches, one jitted step each."""
+    slots = batches.client_mask.shape[0]
+    keys = client_keys(key, slots)
+    flat, _ = ravel_pytree(state.params)
+    clipped_sum = jnp.zeros_like(flat)
+    unclipped_sum = jnp.zeros((), jnp.float32)
+    initial_optimizer_state = self._client_optimizer.init(state.params)
+    present = np.flatnonzero(batches.client_mask > 0)
+    batch_counts = batches.example_mask.sum(axis=2) > 0
+    for slot in present:
+      weights, optimizer_state = state.params, initial_optimizer_state
+      client_key = keys[slot] if self._client_dropout else None
+      for batch in np.flatnonzero(batch_counts[slot]):
+        args = (weights, optimizer_state, batches.inputs[slot, batch],
+                batches.labels[slot, batch],
+                batches.example_mask[slot, batch],
+                batch_key(client_key, batch))
+        self._note('step', *args)
+        weights, optimizer_state = self._step(*args)
+      args = (state.params, weights, state.clip, clipped_sum, unclipped_sum)
+      self._note('fold', *args)
+      clipped_sum, unclipped_sum = self._fold(*args)
+    args = (state, clipped_sum, unclipped_sum,
+            jnp.asarray(present.size, jnp.float32), canary_directions,
+            canary_mask, key)
+    self._note('server', *args)
+    return self._server(*args)

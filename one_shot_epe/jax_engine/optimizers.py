@@ -13,24 +13,16 @@ in this project's .venv, and its adam differs in where epsilon enters):
 """
 
 import dataclasses
-import math
-import numbers
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-NAMES = ('sgd', 'sgdm', 'adam')
+from one_shot_epe import run_options
+from one_shot_epe import validation
+
+NAMES = run_options.OPTIMIZERS
 _tree_map = jax.tree_util.tree_map
-
-
-def _check_real(value: object, name: str, low: float, high: float) -> float:
-  if isinstance(value, bool) or not isinstance(value, numbers.Real):
-    raise TypeError(f'{name} must be a real number; got '
-                    f'{type(value).__name__}.')
-  if not (math.isfinite(value) and low <= value <= high):
-    raise ValueError(f'{name} must be in [{low}, {high}]; got {value}.')
-  return float(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,11 +46,11 @@ class Optimizer:
     if self.name not in NAMES:
       raise ValueError(f'optimizer name must be one of {list(NAMES)}; got '
                        f'{self.name!r}.')
-    _check_real(self.learning_rate, 'learning_rate', 0.0, math.inf)
-    _check_real(self.momentum, 'momentum', 0.0, 1.0)
-    _check_real(self.beta_1, 'beta_1', 0.0, 1.0)
-    _check_real(self.beta_2, 'beta_2', 0.0, 1.0)
-    _check_real(self.epsilon, 'epsilon', 0.0, math.inf)
+    validation.check_real('learning_rate', self.learning_rate, 0.0)
+    validation.check_real('momentum', self.momentum, 0.0, 1.0)
+    validation.check_real('beta_1', self.beta_1, 0.0, 1.0)
+    validation.check_real('beta_2', self.beta_2, 0.0, 1.0)
+    validation.check_real('epsilon', self.epsilon, 0.0)
 
   def init(self, params: Any) -> Any:
     """The optimizer state for `params` (a pytree of float arrays)."""

@@ -2,25 +2,34 @@
 
 The run of `experiments.train` (Andrew et al., ICLR 2024, Section 5) without
 TensorFlow: each round t samples its clients with the same
-`one_shot_epe.participation` sampler, builds their padded batches, inserts the
-scheduled seen canaries and runs `fedavg.RoundEngine`; then, as Algorithm 3
-(lines 10-16) asks, every canary's cosine with the round's vector is taken
-and its running maximum updated. Canaries are regenerated on the device every
-round (`jax_engine.canaries`), so the maxima are exact and current after
-every round, with no buffer. At the end the seen canaries' cosines with the
-final model (Algorithm 2) are taken the same way.
+`one_shot_epe.participation` sampler, builds their batches, inserts the
+scheduled seen canaries and runs `fedavg.RoundEngine`. As Algorithm 3 (lines
+10-16) asks, every canary's cosine with each round's vector is taken and its
+running maximum kept; as on the TFF engine, the vectors of B rounds are
+buffered and each canary is regenerated once per block (`jax_engine.canaries`
+on a [B, d] block), so the maxima are exact and only the per-round summaries
+lag. At the end the canaries' cosines with the final model (Algorithm 2) are
+taken the same way.
+
+The round's computations are compiled once for the run: the client slots are
+fixed to the run's largest cohort and, for 'vmap' local training, each
+round's batches are padded to one of three buckets; `RunStats` counts the
+compilations, their seconds, the padding and the bytes sent to the device.
 
 Determinism: round t's client sample depends on (seed, t) (the sampler), its
 batch shuffles on numpy's generator seeded by (seed, t), and its dropout and
 DP noise on `fold_in(PRNGKey(seed), t)`. A checkpoint (an .npz of the server
-state and the maxima, written atomically) therefore resumes a run exactly:
-a run killed and rerun gives the same results as one never interrupted.
+state and the maxima, written atomically after the buffer is processed)
+therefore resumes a run exactly: a run killed and rerun gives the same
+results as one never interrupted.
 """
 
 import dataclasses
 import io
+import math
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -28,19 +37,25 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 from jax.flatten_util import ravel_pytree
 
 from one_shot_epe import atomic_io
+from one_shot_epe import canary_spec
+from one_shot_epe import client_arrays
 from one_shot_epe import participation
-from one_shot_epe import run_options
 from one_shot_epe.jax_engine import canaries
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import optimizers
 
-ALL_ITERATES_STATISTICS = ('aggregate', 'model_delta')
-FINAL_MODEL_STATISTICS = ('delta', 'final')
 _CHECKPOINT = re.compile(r'^round_(\d{8})\.npz$')
+# JAX's monitoring event of one XLA compilation (jax 0.4.14 and 0.11).
+_BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
+_BUFFER_BYTES = 768 * 2**20
+_MAX_BUFFER_ROUNDS = 128
+# 'vmap' rounds pad their batches to one of these fractions of the largest.
+_BATCH_BUCKETS = (0.25, 0.5, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,29 +67,22 @@ class Plan:
     train: the training clients.
     test: the evaluation examples (all clients pooled), or None.
     sampler: who participates in round t (`participation`).
-    schedule: entry t lists the seen canary ids inserted in round t.
-    num_seen: k, seen canaries (ids 0..k-1).
-    num_unseen: m, unseen canaries tracked but never inserted.
-    canary_seed: seed of the canary directions.
-    dp: the DP aggregation (clip, noise, cohort, canary clip).
+    canaries: the canary plan: seed, seen and unseen ids, the schedule
+      (entry t: the seen ids inserted in round t), the canary clip and both
+      threat models' statistics.
+    dp: the DP aggregation (clip, noise, cohort).
     client_optimizer, server_optimizer: TFF's optimizers.
     batch_size, epochs, max_examples: client training (max_examples None:
       all of a client's examples).
     total_rounds: T.
     seed: seed of batches, dropout and noise.
-    all_iterates_statistic: 'aggregate' (rho_bar_t, Algorithm 3) or
-      'model_delta' (theta_{t-1} - theta_t).
-    final_model_statistic: 'delta' (theta_0 - theta_T) or 'final' (theta_T).
   """
   model: Any
-  train: data.ClientArrays
-  test: data.ClientArrays | None
+  train: client_arrays.ClientArrays
+  test: client_arrays.ClientArrays | None
   sampler: participation.ClientSampler
-  schedule: Sequence[Sequence[int]]
-  num_seen: int
-  num_unseen: int
-  canary_seed: int
-  dp: fedavg.DPConfig
+  canaries: canary_spec.CanarySpec
+  dp: canary_spec.DPAggregation
   client_optimizer: optimizers.Optimizer
   server_optimizer: optimizers.Optimizer
   batch_size: int
@@ -82,21 +90,12 @@ class Plan:
   max_examples: int | None
   total_rounds: int
   seed: int
-  all_iterates_statistic: str = 'aggregate'
-  final_model_statistic: str = 'delta'
 
   def __post_init__(self):
-    if self.all_iterates_statistic not in ALL_ITERATES_STATISTICS:
-      raise ValueError('all_iterates_statistic must be one of '
-                       f'{list(ALL_ITERATES_STATISTICS)}; got '
-                       f'{self.all_iterates_statistic!r}.')
-    if self.final_model_statistic not in FINAL_MODEL_STATISTICS:
-      raise ValueError('final_model_statistic must be one of '
-                       f'{list(FINAL_MODEL_STATISTICS)}; got '
-                       f'{self.final_model_statistic!r}.')
-    if len(self.schedule) < self.total_rounds:
-      raise ValueError(f'schedule must cover the {self.total_rounds} rounds; '
-                       f'got {len(self.schedule)}.')
+    if len(self.canaries.schedule) < self.total_rounds:
+      raise ValueError(f'the canary schedule must cover the '
+                       f'{self.total_rounds} rounds; got '
+                       f'{len(self.canaries.schedule)}.')
 
 
 class RoundRecord(NamedTuple):
@@ -107,27 +106,107 @@ class RoundRecord(NamedTuple):
   canaries_inserted: int
   num_clients: int
   seconds: float
+
+
+class CosineSummary(NamedTuple):
+  """A round's canary cosines: mean and max of the seen and of the unseen."""
+  round_num: int
   seen_mean: float
   seen_max: float
   unseen_mean: float
   unseen_max: float
 
 
-class Outcome(NamedTuple):
-  """A finished run: cosines of both threat models and the final accuracy."""
-  final_cosines: np.ndarray
-  final_unseen_cosines: np.ndarray
-  seen_maxima: np.ndarray
-  unseen_maxima: np.ndarray
-  accuracy: float
-  dim: int
-  resumed_from_round: int
-  rounds_trained: int
+@dataclasses.dataclass
+class RunStats:
+  """How the run used the device (`benchmarks/accelerator_round.py`).
+
+  Attributes:
+    compiles: the round's computations compiled (`RoundEngine.compiles`).
+    compile_seconds: XLA's compile time over the run, every computation.
+    real_examples, padded_examples: examples the rounds trained on, and the
+      examples their computations processed (padding included).
+    host_to_device_bytes: the rounds' batches and canaries sent to the
+      device.
+    rounds: rounds trained.
+  """
+  compiles: int = 0
+  compile_seconds: float = 0.0
+  real_examples: int = 0
+  padded_examples: int = 0
+  host_to_device_bytes: int = 0
+  rounds: int = 0
+
+  @property
+  def padding_ratio(self) -> float:
+    """Processed over real examples (1 without padding)."""
+    return self.padded_examples / max(self.real_examples, 1)
 
 
-def _tracked_ids(num_seen: int, num_unseen: int) -> np.ndarray:
-  return np.concatenate([np.arange(num_seen),
-                         run_options.UNSEEN_ID_OFFSET + np.arange(num_unseen)])
+class _CompileClock:
+  """Seconds XLA spends compiling, from JAX's monitoring events."""
+
+  total = 0.0
+  _registered = False
+
+  @classmethod
+  def start(cls) -> float:
+    if not cls._registered:
+      jax.monitoring.register_event_duration_secs_listener(cls._listen)
+      cls._registered = True
+    return cls.total
+
+  @classmethod
+  def _listen(cls, event: str, duration: float) -> None:
+    if event == _BACKEND_COMPILE_EVENT:
+      cls.total += duration
+
+
+class _CosineBuffer:
+  """Rounds' vectors, B at a time, scored against every tracked canary."""
+
+  def __init__(self, spec: canary_spec.CanarySpec, maxima: np.ndarray,
+               rounds: int):
+    self._spec = spec
+    self._ids = spec.tracked_ids()
+    self.maxima = maxima
+    self._rounds = rounds
+    self._vectors: list[jax.Array] = []
+    self._round_nums: list[int] = []
+
+  def add(self, round_num: int, vector: jax.Array) -> list[CosineSummary]:
+    """Buffers round `round_num`'s vector; scores a full block."""
+    self._vectors.append(vector)
+    self._round_nums.append(round_num)
+    return self.flush() if len(self._vectors) == self._rounds else []
+
+  def flush(self) -> list[CosineSummary]:
+    """Scores the buffered rounds now (before a checkpoint, at the end)."""
+    if not self._vectors:
+      return []
+    # A fixed block shape compiles once: short blocks repeat their first row.
+    rows = self._vectors + [self._vectors[0]] * (self._rounds -
+                                                 len(self._vectors))
+    block = np.asarray(canaries.cosines(self._spec.seed, self._ids,
+                                        jnp.stack(rows)))[:, :len(
+                                            self._vectors)]
+    self.maxima = np.maximum(self.maxima, block.max(axis=1))
+    k = self._spec.num_seen
+    nan = float('nan')
+    summaries = [
+        CosineSummary(round_num, float(column[:k].mean()),
+                      float(column[:k].max()),
+                      float(column[k:].mean()) if column.size > k else nan,
+                      float(column[k:].max()) if column.size > k else nan)
+        for round_num, column in zip(self._round_nums, block.T)]
+    self._vectors, self._round_nums = [], []
+    return summaries
+
+
+def default_buffer_rounds(dim: int, rounds_per_checkpoint: int) -> int:
+  """B: <= 768 MiB of buffered vectors, <= 128, <= the checkpoint period."""
+  return max(1, min(_MAX_BUFFER_ROUNDS, _BUFFER_BYTES // (4 * dim),
+                    rounds_per_checkpoint))
 
 
 def checkpoint_rounds(directory: str) -> list[int]:
@@ -149,6 +228,22 @@ def _save(directory: str, round_num: int, state: fedavg.ServerState,
                         buffer.getvalue())
 
 
+def verify_latest(directory: str) -> None:
+  """Raises ValueError unless the newest checkpoint in `directory` reads."""
+  done = checkpoint_rounds(directory)
+  if not done:
+    return
+  path = os.path.join(directory, f'round_{done[-1]:08d}.npz')
+  try:
+    with np.load(path) as saved:
+      for name in saved.files:
+        saved[name]  # pylint: disable=pointless-statement
+  except (OSError, ValueError, EOFError) as error:
+    raise ValueError(f'the newest checkpoint {path!r} does not read back '
+                     f'({error}); delete it to resume from the one before.'
+                     ) from None
+
+
 def _load(path: str, template: fedavg.ServerState
           ) -> tuple[fedavg.ServerState, np.ndarray, np.ndarray]:
   with np.load(path) as saved:
@@ -165,12 +260,12 @@ def _slot_ids(ids: Sequence[int], slots: int) -> tuple[np.ndarray, np.ndarray]:
   return padded, (np.arange(slots) < len(ids)).astype(np.float32)
 
 
-def evaluate(model: Any, params: Any, test: data.ClientArrays,
+def evaluate(model: Any, params: Any, test: client_arrays.ClientArrays,
              batch_size: int = 256) -> float:
   """Accuracy of `params` on every example of `test` (TFF's metric)."""
-  pooled = data.ClientArrays(kind=test.kind, client_ids=np.asarray(['all']),
-                             offsets=np.asarray([0, test.offsets[-1]]),
-                             features=test.features)
+  pooled = client_arrays.ClientArrays(
+      kind=test.kind, client_ids=np.asarray(['all']),
+      offsets=np.asarray([0, test.offsets[-1]]), features=test.features)
   batches = data.client_batches(
       pooled, [0], batch_size=batch_size, epochs=1, max_examples=None,
       rng=np.random.default_rng(0), shuffle_buffer=1)
@@ -183,20 +278,41 @@ def evaluate(model: Any, params: Any, test: data.ClientArrays,
   return hits / max(total, 1.0)
 
 
+def _round_shapes(plan: Plan, engine: fedavg.RoundEngine
+                  ) -> tuple[int, list[int]]:
+  """The run's fixed client slots and the batch buckets of its rounds."""
+  cohort = max(len(plan.sampler.indices(t)) for t in range(plan.total_rounds))
+  sizes = plan.train.client_sizes() * plan.epochs
+  if plan.max_examples is not None:
+    sizes = np.minimum(sizes, plan.max_examples)
+  largest = data.max_batches_for(int(sizes.max()), plan.batch_size)
+  buckets = sorted({max(1, math.ceil(f * largest)) for f in _BATCH_BUCKETS})
+  return engine.num_slots(cohort), buckets
+
+
 def train(plan: Plan, checkpoint_dir: str, rounds_per_checkpoint: int,
-          on_round: Callable[[RoundRecord], None] | None = None) -> Outcome:
+          on_round: Callable[[RoundRecord], None] | None = None,
+          on_cosines: Callable[[list[CosineSummary]], None] | None = None,
+          progress_bar: bool = False, stats: RunStats | None = None
+          ) -> canary_spec.CanaryOutcome:
   """Trains (or resumes from `checkpoint_dir`) and returns the outcome.
 
   Checkpoints are written after round 0 (the initial state), every
   `rounds_per_checkpoint` rounds and after the last round; `on_round` is
-  called after every round trained now.
+  called after every round trained now, `on_cosines` with the rounds' cosine
+  summaries as their block is scored (always before a checkpoint). A tqdm bar
+  on stderr shows the rounds with `progress_bar`; `stats`, if given, gathers
+  the run's `RunStats`.
   """
+  stats = RunStats() if stats is None else stats
+  compile_start = _CompileClock.start()
+  spec = plan.canaries
   engine = fedavg.RoundEngine(plan.model.loss, plan.client_optimizer,
-                              plan.server_optimizer, plan.dp)
+                              plan.server_optimizer, plan.dp,
+                              canary_clip=spec.canary_clip)
   state = engine.init_state(plan.model.init(jax.random.PRNGKey(plan.seed)))
   dim = int(ravel_pytree(state.params)[0].shape[0])
-  tracked = _tracked_ids(plan.num_seen, plan.num_unseen)
-  maxima = jnp.full(tracked.size, -jnp.inf)
+  maxima = np.full(spec.num_seen + spec.num_unseen, -np.inf, np.float32)
   initial = np.asarray(ravel_pytree(state.params)[0])
   done = checkpoint_rounds(checkpoint_dir)
   if done:
@@ -205,56 +321,91 @@ def train(plan: Plan, checkpoint_dir: str, rounds_per_checkpoint: int,
   else:
     _save(checkpoint_dir, 0, state, maxima, initial)
   resumed_from = done[-1] if done else 0
-  canary_slots = max(1, max(len(ids) for ids in plan.schedule))
-  sizes = plan.train.client_sizes() * plan.epochs
-  if plan.max_examples is not None:
-    sizes = np.minimum(sizes, plan.max_examples)
-  max_batches = data.max_batches_for(int(sizes.max()), plan.batch_size)
+  buffer = _CosineBuffer(spec, np.asarray(maxima, np.float32),
+                         spec.buffer_rounds or default_buffer_rounds(
+                             dim, rounds_per_checkpoint))
+  canary_slots = max(1, max(len(ids) for ids in spec.schedule))
+  slots, buckets = _round_shapes(plan, engine)
   base_key = jax.random.PRNGKey(plan.seed)
+  report = on_cosines or (lambda summaries: None)
+  bar = tqdm.tqdm(total=plan.total_rounds, initial=resumed_from, unit='round',
+                  disable=not progress_bar, dynamic_ncols=True,
+                  file=sys.stderr)
   for t in range(resumed_from, plan.total_rounds):
     start = time.perf_counter()
     clients = plan.sampler.indices(t)
+    max_batches = None  # 'loop': each client runs only its own batches.
+    if engine.local_training == 'vmap':
+      max_batches = _bucket(data.batches_needed(
+          plan.train, clients, batch_size=plan.batch_size, epochs=plan.epochs,
+          max_examples=plan.max_examples), buckets)
     batches = data.client_batches(
         plan.train, clients, batch_size=plan.batch_size, epochs=plan.epochs,
         max_examples=plan.max_examples,
-        rng=np.random.default_rng([plan.seed, t]),
-        num_slots=engine.num_slots(len(clients)), max_batches=max_batches)
-    ids, mask = _slot_ids(plan.schedule[t], canary_slots)
+        rng=np.random.default_rng([plan.seed, t]), num_slots=slots,
+        max_batches=max_batches)
+    ids, mask = _slot_ids(spec.schedule[t], canary_slots)
+    directions = canaries.directions(spec.seed, ids, dim)
     previous = state.params
-    state, output = engine(state, batches,
-                           canaries.directions(plan.canary_seed, ids, dim),
-                           mask, jax.random.fold_in(base_key, t))
+    state, output = engine(state, batches, directions, mask,
+                           jax.random.fold_in(base_key, t))
+    _count(stats, engine, batches, directions)
     vector = output.aggregate
-    if plan.all_iterates_statistic == 'model_delta':
+    if spec.all_iterates_statistic == 'model_delta':
       vector = ravel_pytree(previous)[0] - ravel_pytree(state.params)[0]
-    cosines = np.asarray(canaries.cosines(plan.canary_seed, tracked, vector))
-    maxima = jnp.maximum(maxima, cosines)
-    seen, unseen = cosines[:plan.num_seen], cosines[plan.num_seen:]
+    report(buffer.add(t + 1, vector))
     record = RoundRecord(
         round_num=t + 1, clip=float(output.clip),
         aggregate_norm=float(jnp.linalg.norm(output.aggregate)),
         canaries_inserted=int(output.canaries_inserted),
         num_clients=int(output.num_clients),
-        seconds=time.perf_counter() - start,
-        seen_mean=float(seen.mean()) if seen.size else float('nan'),
-        seen_max=float(seen.max()) if seen.size else float('nan'),
-        unseen_mean=float(unseen.mean()) if unseen.size else float('nan'),
-        unseen_max=float(unseen.max()) if unseen.size else float('nan'))
+        seconds=time.perf_counter() - start)
     if on_round is not None:
       on_round(record)
+    bar.set_postfix(clip=f'{record.clip:.4g}', refresh=False)
+    bar.update(1)
     if (t + 1) % rounds_per_checkpoint == 0 or t + 1 == plan.total_rounds:
-      _save(checkpoint_dir, t + 1, state, maxima, initial)
+      report(buffer.flush())
+      _save(checkpoint_dir, t + 1, state, buffer.maxima, initial)
+  bar.close()
+  report(buffer.flush())
   final = np.asarray(ravel_pytree(state.params)[0])
-  vector = initial - final if plan.final_model_statistic == 'delta' else final
-  final_cosines = (np.asarray(canaries.cosines(plan.canary_seed, tracked,
-                                               vector), np.float64)
-                   if plan.num_seen else np.zeros(0))
-  maxima = np.asarray(maxima, np.float64)
+  vector = initial - final if spec.final_model_statistic == 'delta' else final
+  final_cosines = np.asarray(canaries.cosines(spec.seed, spec.tracked_ids(),
+                                              vector), np.float64)
+  maxima = np.asarray(buffer.maxima, np.float64)
   accuracy = (evaluate(plan.model, state.params, plan.test)
               if plan.test is not None else float('nan'))
-  return Outcome(final_cosines=final_cosines[:plan.num_seen],
-                 final_unseen_cosines=final_cosines[plan.num_seen:],
-                 seen_maxima=maxima[:plan.num_seen],
-                 unseen_maxima=maxima[plan.num_seen:], accuracy=accuracy,
-                 dim=dim, resumed_from_round=resumed_from,
-                 rounds_trained=plan.total_rounds - resumed_from)
+  stats.compiles = engine.compiles
+  stats.compile_seconds = _CompileClock.total - compile_start
+  return canary_spec.CanaryOutcome(
+      final_cosines=final_cosines[:spec.num_seen],
+      final_unseen_cosines=final_cosines[spec.num_seen:],
+      seen_maxima=maxima[:spec.num_seen],
+      unseen_maxima=maxima[spec.num_seen:], accuracy=accuracy, dim=dim,
+      resumed_from_round=resumed_from,
+      rounds_trained=plan.total_rounds - resumed_from)
+
+
+def _bucket(needed: int, buckets: Sequence[int]) -> int:
+  """The smallest bucket that holds `needed` batches."""
+  return next(b for b in buckets if b >= needed)
+
+
+def _count(stats: RunStats, engine: fedavg.RoundEngine,
+           batches: data.RoundBatches, directions: jax.Array) -> None:
+  """Adds a round's examples, padding and uploads to `stats`."""
+  real = int(batches.example_mask.sum())
+  if engine.local_training == 'loop':
+    # Each client's non-empty batches, at full batch size.
+    padded = int((batches.example_mask.sum(axis=2) > 0).sum() *
+                 batches.example_mask.shape[2])
+  else:
+    padded = int(batches.example_mask.size)
+  stats.real_examples += real
+  stats.padded_examples += padded
+  stats.host_to_device_bytes += int(
+      sum(np.asarray(a).nbytes * padded / max(batches.example_mask.size, 1)
+          for a in (batches.inputs, batches.labels, batches.example_mask)) +
+      directions.nbytes)
+  stats.rounds += 1

@@ -74,7 +74,7 @@ def stderr_without(patterns: Sequence[str]) -> Iterator[None]:
 def quiet_tensorflow_import() -> None:
   """Imports TensorFlow without its start-up noise, for the library's entry points.
 
-  `one_shot_epe.audit` and `runtime.local_cpp_context` call it, so a user's
+  `one_shot_epe.tff_engine.audit` and `runtime.local_cpp_context` call it, so a user's
   script that reaches TensorFlow through them first prints no start-up
   lines (C++ INFO and WARNING off for this process and its TFF workers; the
   three registration lines dropped; real C++ errors kept). It leaves the
@@ -96,6 +96,8 @@ def quiet_startup(argv: Sequence[str], import_tensorflow: bool) -> None:
   that use it.
   """
   if verbose_requested(argv):
+    if import_tensorflow:
+      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
     return
   os.environ[TF_LOG_LEVEL_ENV] = QUIET_TF_LOG_LEVEL
   warnings.filterwarnings('ignore', category=DeprecationWarning)

@@ -11,23 +11,53 @@ The worker listens on every interface of its network namespace (TFF has no
 bind-address flag); `local_cpp_context()` watches for it to listen and reports
 it if it is reachable from other hosts (`isolation.warn_if_exposed`), i.e.
 unless the program entered a private network namespace
-(`isolation.isolate_program`).
+(`isolation.isolate_program`, or `isolation.isolate_on_import` when a script
+imports this module or the audit before numpy and TensorFlow).
 """
 
 import atexit
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import psutil
 
-from one_shot_epe import isolation
-from one_shot_epe import quiet
+from one_shot_epe.tff_engine import isolation
+from one_shot_epe.tff_engine import quiet
+
+# A script importing this before numpy and TensorFlow: loopback-only workers.
+isolation.isolate_on_import()
 
 WORKER_BINARY_NAME = 'worker_binary'
+
+# The reaper of `local_cpp_context`: a process of its own session, holding
+# none of our files, that notes our TFF workers while we live and kills them
+# once we are gone (killed with SIGKILL, say, when no finaliser runs).
+_REAPER = r'''
+import sys, time
+import psutil
+parent = psutil.Process(int(sys.argv[1]))
+seen = {}
+while parent.is_running() and parent.status() != psutil.STATUS_ZOMBIE:
+  try:
+    for child in parent.children(recursive=True):
+      if child.name() == sys.argv[2]:
+        seen[child.pid] = child
+  except psutil.Error:
+    pass
+  time.sleep(float(sys.argv[3]))
+for worker in seen.values():
+  try:
+    worker.kill()
+  except psutil.Error:
+    pass
+'''
+_REAPER_POLL_S = 0.1
 
 
 def worker_processes(root_pid: int | None = None) -> list[psutil.Process]:
@@ -76,6 +106,24 @@ def shutdown_workers(timeout_s: float = 10.0) -> int:
   return len(workers)
 
 
+def _start_reaper() -> subprocess.Popen:
+  """Starts the reaper of this process's workers (`_REAPER`)."""
+  return subprocess.Popen(
+      [sys.executable, '-c', _REAPER, str(os.getpid()), WORKER_BINARY_NAME,
+       str(_REAPER_POLL_S)],
+      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+
+
+def _stop_reaper(reaper: subprocess.Popen) -> None:
+  reaper.terminate()
+  try:
+    reaper.wait(timeout=10)
+  except subprocess.TimeoutExpired:
+    reaper.kill()
+    reaper.wait()
+
+
 @contextlib.contextmanager
 def local_cpp_context(default_num_clients: int = 0,
                       federated_program: bool = False) -> Iterator[object]:
@@ -88,7 +136,9 @@ def local_cpp_context(default_num_clients: int = 0,
 
   TFF starts the worker at the first computation; a background thread waits
   for it to listen and, if it is reachable from other hosts, logs a warning
-  naming its address and port. (Starting it here with a warm-up computation
+  naming its address and port. A reaper process kills the worker should this
+  process die without running its finalisers (SIGKILL), so a worker never
+  outlives its user nor holds the user's stdout and stderr open. (Starting it here with a warm-up computation
   would be simpler but perturbs TF's seeded random state, so a run would no
   longer equal the same run on `distributed_runtime` workers.)
 
@@ -110,6 +160,7 @@ def local_cpp_context(default_num_clients: int = 0,
   watcher = threading.Thread(target=_report_exposed_worker, args=(stop,),
                              name='worker-exposure-watch', daemon=True)
   watcher.start()
+  reaper = _start_reaper()
   try:
     with tff.framework.get_context_stack().install(context):
       yield context
@@ -117,6 +168,7 @@ def local_cpp_context(default_num_clients: int = 0,
     stop.set()
     watcher.join()
     shutdown_workers()
+    _stop_reaper(reaper)
 
 
 def _report_exposed_worker(stop: threading.Event,

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 
 import psutil
 
-from one_shot_epe import isolation
+from one_shot_epe.tff_engine import isolation
 from one_shot_epe import validation
 
 LOOPBACK_HOST = '127.0.0.1'

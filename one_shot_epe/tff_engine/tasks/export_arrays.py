@@ -2,7 +2,7 @@
 
 Run where TensorFlow Federated is installed; the JAX engine
 (`experiments.train --backend=jax --data_dir=OUT`) then reads the result
-without TensorFlow (`jax_engine.data.ClientArrays.load`, memory-mapped):
+without TensorFlow (`one_shot_epe.client_arrays.ClientArrays.load`, memory-mapped):
 
   python -m experiments.export_arrays --task=emnist_character \
       --data_dir=$HOME/tff_data --output_dir=OUT
@@ -25,37 +25,37 @@ import os
 import numpy as np
 import tensorflow_federated as tff
 
-from one_shot_epe.jax_engine import data
-from one_shot_epe.tasks import emnist
-from one_shot_epe.tasks import stackoverflow
+from one_shot_epe import client_arrays
+from one_shot_epe.tff_engine.tasks import emnist
+from one_shot_epe.tff_engine.tasks import stackoverflow
 
 _to_ids_fn = (tff.simulation.baselines.stackoverflow.word_prediction_preprocessing
               .build_to_ids_fn)
 
 
 def emnist_arrays(client_data: tff.simulation.datasets.ClientData
-                  ) -> data.ClientArrays:
+                  ) -> client_arrays.ClientArrays:
   """Every client's EMNIST examples as one `ClientArrays` split."""
   pixels, labels, offsets = [], [], [0]
   for client_id in client_data.client_ids:
     for element in client_data.create_tf_dataset_for_client(client_id):
       pixels.append(np.reshape(element['pixels'].numpy(),
-                               (data.IMAGE_SIZE, data.IMAGE_SIZE)))
+                               (client_arrays.IMAGE_SIZE, client_arrays.IMAGE_SIZE)))
       labels.append(int(element['label'].numpy()))
     offsets.append(len(labels))
-  return data.ClientArrays(
+  return client_arrays.ClientArrays(
       kind='emnist', client_ids=np.asarray(client_data.client_ids, str),
       offsets=np.asarray(offsets, np.int64),
       features={
           'pixels': np.asarray(pixels, np.float32).reshape(
-              -1, data.IMAGE_SIZE, data.IMAGE_SIZE),
+              -1, client_arrays.IMAGE_SIZE, client_arrays.IMAGE_SIZE),
           'label': np.asarray(labels, np.int32)})
 
 
 def stackoverflow_arrays(client_data: tff.simulation.datasets.ClientData,
                          vocab: list[str],
-                         sequence_length: int = data.SEQUENCE_LENGTH
-                         ) -> data.ClientArrays:
+                         sequence_length: int = client_arrays.SEQUENCE_LENGTH
+                         ) -> client_arrays.ClientArrays:
   """Every client's sentences as token rows (TFF's `to_ids`, 0-padded)."""
   to_ids = _to_ids_fn(vocab, sequence_length,
                       stackoverflow.NUM_OUT_OF_VOCAB_BUCKETS)
@@ -66,7 +66,7 @@ def stackoverflow_arrays(client_data: tff.simulation.datasets.ClientData,
       row[:ids.shape[0]] = ids.numpy()
       rows.append(row)
     offsets.append(len(rows))
-  return data.ClientArrays(
+  return client_arrays.ClientArrays(
       kind='stackoverflow', client_ids=np.asarray(client_data.client_ids, str),
       offsets=np.asarray(offsets, np.int64),
       features={'tokens': np.asarray(rows, np.int32).reshape(

@@ -110,6 +110,11 @@ class Task:
     return self.baseline.datasets.element_type_structure
 
   @property
+  def client_ids(self) -> list[str]:
+    """The training clients' ids, in the data's order (participation's)."""
+    return self.preprocessed_train_data.client_ids
+
+  @property
   def num_train_clients(self) -> int:
     """m, the number of real training clients (Section 5.1 sets delta = m^-1.1)."""
     return len(self.train_data.client_ids)

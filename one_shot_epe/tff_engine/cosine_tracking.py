@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe import canaries
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import canaries
 
 # Memory budget of an external tracker's buffer when B is not given.
 _DEFAULT_TRACKER_BUFFER_BYTES = 768 * 2**20
@@ -40,27 +41,6 @@ class CosineMaxima(NamedTuple):
   unseen: np.ndarray
 
 
-class TrackedCanaries(NamedTuple):
-  """The canaries a `CosineTracker` follows, for trainers without TFF.
-
-  `canary_aggregator.CanaryConfig` has the same attributes and serves too.
-
-  Attributes:
-    seed: The canary seed s (`one_shot_epe.canaries`).
-    num_seen: k >= 1 seen canaries (ids 0..k-1).
-    num_unseen: m >= 0 unseen canaries.
-    buffer_rounds: B, aggregates buffered per block; None picks
-      `default_tracker_rounds(d)`.
-    chunk_size: Canaries regenerated at once; None picks
-      `canaries.default_chunk_size(d)`.
-  """
-  seed: int
-  num_seen: int
-  num_unseen: int
-  buffer_rounds: int | None = None
-  chunk_size: int | None = None
-
-
 class RoundSummary(NamedTuple):
   """Cosine summaries of one round (0-based `round_num`); NaN for empty sets."""
   round_num: int
@@ -68,12 +48,6 @@ class RoundSummary(NamedTuple):
   seen_max: float
   unseen_mean: float
   unseen_max: float
-
-
-def tracked_ids(num_seen: int, num_unseen: int) -> np.ndarray:
-  """Ids whose cosines are tracked: the seen ones, then the unseen ones."""
-  return np.concatenate(
-      [canaries.seen_ids(num_seen), canaries.unseen_ids(num_unseen)])
 
 
 def default_tracker_rounds(dim: int) -> int:
@@ -104,7 +78,8 @@ def update_block(canary_seed: int, num_seen: int, num_unseen: int,
     (new maxima [k + m], summaries [4, B]) where summaries rows are seen mean,
     seen max, unseen mean, unseen max per block row (NaN for ignored rows).
   """
-  cosines = canaries.cosines(canary_seed, tracked_ids(num_seen, num_unseen),
+  cosines = canaries.cosines(canary_seed,
+                             canary_spec.tracked_ids(num_seen, num_unseen),
                              block, chunk_size)
   valid = tf.range(tf.shape(block)[0]) < num_rounds
   block_max = tf.reduce_max(
@@ -163,13 +138,13 @@ class CosineTracker:
   checkpoint: `CosineTracker(config, dim, state=saved)` resumes exactly.
   """
 
-  def __init__(self, canary_config: Any, dim: int,
+  def __init__(self, canary_config: canary_spec.CanarySpec, dim: int,
                state: TrackerState | None = None, device: str = '/CPU:0'):
     """Creates a tracker.
 
     Args:
-      canary_config: The aggregator's `canary_aggregator.CanaryConfig`, or a
-        `TrackedCanaries` (the same attributes) for a trainer without TFF.
+      canary_config: The canaries (only seed, counts, buffer_rounds and
+        chunk_size matter; a trainer without TFF leaves the schedule empty).
       dim: d, the number of parameters of the aggregated updates.
       state: A `TrackerState` to resume from, or None to start at round 0.
       device: TF device holding the buffer and computing the cosines

@@ -9,7 +9,9 @@ the default local context (`runtime.local_cpp_context`) and each
 The programs that start local workers therefore move themselves, at start and
 before any thread exists, into a network namespace of their own whose only
 interface is loopback (`enter_private_network`); the workers they start inherit
-it, and the launcher still reaches them on 127.0.0.1. Other hosts, and other
+it, and the launcher still reaches them on 127.0.0.1. A user's script gets the
+same when it imports `tff_engine.audit` or `tff_engine.runtime` before
+anything starts a thread (numpy, TensorFlow): `isolate_on_import`. Other hosts, and other
 processes of this host, cannot reach them at all. Programs that use remote
 workers (`--tff_worker_addresses`) stay in the host's network: those workers
 are reached through the README's SSH tunnels.
@@ -139,6 +141,36 @@ def enter_private_network() -> None:
                          f'{namespace_interfaces()}, expected only loopback.')
 
 
+def isolate_on_import() -> bool:
+  """A script's private network, taken when importing the plug-in modules.
+
+  `tff_engine.audit` and `tff_engine.runtime` call it first thing, so a
+  script that imports one of them before numpy or TensorFlow (which start
+  threads) gets the launcher's isolation: its local TFF workers are reachable
+  only over loopback and no exposure is reported. Imported later, with
+  ONE_SHOT_EPE_NETWORK_ISOLATION=off (e.g. a script using remote workers), or
+  where the host refuses, nothing changes and each worker's exposure is
+  reported when it listens. Returns whether the process is in a private
+  network.
+
+  Raises:
+    IsolationError: ONE_SHOT_EPE_NETWORK_ISOLATION=require and no private
+      network could be had.
+  """
+  if in_private_network():
+    return True
+  mode = isolation_mode()
+  if mode == 'off':
+    return False
+  try:
+    enter_private_network()
+  except IsolationError:
+    if mode == 'require':
+      raise
+    return False
+  return True
+
+
 def remote_workers_requested(argv: Sequence[str],
                              flagfile_flags: Sequence[str] = ()) -> bool:
   """True if `argv` gives --tff_worker_addresses (also in flagfiles).
@@ -255,7 +287,9 @@ def warn_if_exposed(pid: int, what: str) -> list[str]:
     logging.warning(
         'EXPOSED: %s (pid %d) listens on %s, reachable from other hosts: an '
         'unauthenticated service that runs any TensorFlow graph it is sent. '
-        'This project\'s programs avoid it with a private network namespace '
-        '(%s=off disables that; the host may refuse it); otherwise firewall '
-        'these ports.', what, pid, ', '.join(exposed), ISOLATION_ENV)
+        'This project\'s programs avoid it with a private network namespace, '
+        'and so does a script that imports one_shot_epe.tff_engine.audit (or '
+        '.runtime) before numpy and TensorFlow; %s=off disables that, and the '
+        'host may refuse it. Otherwise firewall these ports.', what, pid,
+        ', '.join(exposed), ISOLATION_ENV)
   return exposed

@@ -20,12 +20,12 @@ import os
 
 from one_shot_epe import run_options
 from one_shot_epe import validation
-from one_shot_epe.tasks import base
-from one_shot_epe.tasks import emnist
-from one_shot_epe.tasks import fashion_mnist
-from one_shot_epe.tasks import stackoverflow
-from one_shot_epe.tasks import synthetic
-from one_shot_epe.tasks.base import Task
+from one_shot_epe.tff_engine.tasks import base
+from one_shot_epe.tff_engine.tasks import emnist
+from one_shot_epe.tff_engine.tasks import fashion_mnist
+from one_shot_epe.tff_engine.tasks import stackoverflow
+from one_shot_epe.tff_engine.tasks import synthetic
+from one_shot_epe.tff_engine.tasks.base import Task
 
 TASK_NAMES = run_options.TASK_NAMES
 

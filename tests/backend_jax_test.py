@@ -1,4 +1,4 @@
-"""Tests of experiments.train_jax: `experiments.train --backend=jax`.
+"""Tests of experiments.backend_jax: `experiments.train --backend=jax`.
 
 Independent truths: an interpreter in which TensorFlow cannot be imported
 (the program must run there, as on the accelerator machines); the run
@@ -16,9 +16,9 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import run_outputs
 from experiments import train_config
-from experiments import train_jax
+from experiments import train
+from one_shot_epe import run_directory
 from one_shot_epe.jax_engine import canaries
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
@@ -36,10 +36,10 @@ for name in ('tensorflow', 'tensorflow_federated', 'tensorflow_privacy'):
 sys.argv = ['train'] + sys.argv[1:]
 runpy.run_module('experiments.train', run_name='__main__')
 '''
-OUTPUTS = (run_outputs.CONFIG_FILE, run_outputs.METRICS_FILE,
-           run_outputs.CANARY_COSINES_FILE, run_outputs.FINAL_COSINES_FILE,
-           run_outputs.MAX_COSINES_FILE, run_outputs.REPORT_JSON_FILE,
-           run_outputs.REPORT_MARKDOWN_FILE, run_outputs.DENSITY_PLOT_FILE)
+OUTPUTS = (run_directory.CONFIG_FILE, run_directory.METRICS_FILE,
+           run_directory.CANARY_COSINES_FILE, run_directory.FINAL_COSINES_FILE,
+           run_directory.MAX_COSINES_FILE, run_directory.REPORT_JSON_FILE,
+           run_directory.REPORT_MARKDOWN_FILE, run_directory.DENSITY_PLOT_FILE)
 
 
 def _config(root, **overrides) -> train_config.TrainConfig:
@@ -63,34 +63,34 @@ def test_program_runs_without_tensorflow_and_writes_the_run_layout(tmp_path):
   assert '| all iterates |' in completed.stdout
   for name in OUTPUTS:
     assert os.path.getsize(os.path.join(tmp_path, 'run', name)) > 0, name
-  with open(os.path.join(tmp_path, 'run', run_outputs.REPORT_JSON_FILE)) as f:
+  with open(os.path.join(tmp_path, 'run', run_directory.REPORT_JSON_FILE)) as f:
     report = json.load(f)
   assert report['setting']['backend'] == 'jax'
-  with open(os.path.join(tmp_path, 'run', run_outputs.METRICS_FILE)) as f:
+  with open(os.path.join(tmp_path, 'run', run_directory.METRICS_FILE)) as f:
     assert [line.split(',')[0] for line in f][1:] == ['1', '2', '3']
 
 
 def test_resumed_run_equals_uninterrupted_and_final_cosines_are_exact(
     tmp_path):
-  whole = train_jax.run_training(_config(tmp_path / 'whole'))
+  whole = train.run_training(_config(tmp_path / 'whole'))
   assert whole.rounds_trained == 3 and whole.dim == 1_206_590
   # As if killed after round 2's checkpoint: the round-3 checkpoint and the
   # results are gone; the rerun resumes from round 2.
   shutil.copytree(tmp_path / 'whole', tmp_path / 'cut')
   cut_dir = tmp_path / 'cut' / 'run'
-  os.unlink(cut_dir / run_outputs.CHECKPOINT_DIR / 'round_00000003.npz')
-  for name in (run_outputs.FINAL_COSINES_FILE, run_outputs.MAX_COSINES_FILE):
+  os.unlink(cut_dir / run_directory.CHECKPOINT_DIR / 'round_00000003.npz')
+  for name in (run_directory.FINAL_COSINES_FILE, run_directory.MAX_COSINES_FILE):
     os.unlink(cut_dir / name)
-  resumed = train_jax.run_training(_config(tmp_path / 'cut'))
+  resumed = train.run_training(_config(tmp_path / 'cut'))
   assert (resumed.resumed_from_round, resumed.rounds_trained) == (2, 1)
   np.testing.assert_array_equal(resumed.final_cosines, whole.final_cosines)
   np.testing.assert_array_equal(resumed.seen_maxima, whole.seen_maxima)
   np.testing.assert_array_equal(resumed.unseen_maxima, whole.unseen_maxima)
-  for name in (run_outputs.FINAL_COSINES_FILE, run_outputs.MAX_COSINES_FILE):
+  for name in (run_directory.FINAL_COSINES_FILE, run_directory.MAX_COSINES_FILE):
     assert (cut_dir / name).read_bytes() == (
         tmp_path / 'whole' / 'run' / name).read_bytes()
   # Algorithm 2's statistic from the checkpoints, canaries regenerated.
-  checkpoints = cut_dir / run_outputs.CHECKPOINT_DIR
+  checkpoints = cut_dir / run_directory.CHECKPOINT_DIR
   with np.load(checkpoints / 'round_00000003.npz') as saved:
     initial = saved['initial']
   final = _final_params(checkpoints / 'round_00000003.npz')
@@ -119,7 +119,7 @@ def _final_params(path) -> np.ndarray:
 ])
 def test_flags_the_engine_does_not_take_are_named(tmp_path, flag, message):
   with pytest.raises(train_config.ConfigError, match=message):
-    train_jax.prepare(_config(tmp_path, **flag))
+    train.prepare(_config(tmp_path, **flag))
   assert not os.path.exists(tmp_path / 'run')
 
 
@@ -127,7 +127,7 @@ def test_fashion_mnist_directory_without_its_files_is_named(tmp_path):
   empty = tmp_path / 'empty'
   empty.mkdir()
   with pytest.raises(train_config.ConfigError, match='--data_dir'):
-    train_jax.prepare(_config(tmp_path, task='fashion_mnist',
+    train.prepare(_config(tmp_path, task='fashion_mnist',
                               use_synthetic_data=False, data_dir=str(empty)))
   assert not os.path.exists(tmp_path / 'run')
 
@@ -136,7 +136,7 @@ def test_fashion_mnist_trains_the_ten_class_cnn_on_the_demos_clients(
     tmp_path):
   # The demo's task on the JAX engine: TFF's 10-class head (1,199,882
   # parameters), the label-shard clients (delta = m^-1.1 for m clients).
-  result = train_jax.run_training(_config(
+  result = train.run_training(_config(
       tmp_path, task='fashion_mnist', synthetic_num_clients=6,
       synthetic_examples_per_client=10, total_rounds=2))
   assert result.dim == 1_199_882

@@ -37,7 +37,8 @@ from typing import Any, Literal
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe import canaries
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import canaries
 
 Statistic = Literal['delta', 'final']
 TFF_LEARNING_DIRECTION = -1.0
@@ -68,7 +69,7 @@ def final_model_cosines(final_weights: Any,
   Args:
     final_weights: theta_T, a structure of float arrays.
     canary_seed: The canary seed used by the aggregator.
-    canary_ids: Ids of the canaries to score, e.g. `canaries.seen_ids(k)`.
+    canary_ids: Ids of the canaries to score, e.g. `canary_spec.seen_ids(k)`.
     initial_weights: theta_0 (same structure); required for 'delta'.
     statistic: 'delta' (cosine with theta_T - theta_0, default) or 'final'
       (cosine with theta_T, the paper's literal line 11).
@@ -79,7 +80,7 @@ def final_model_cosines(final_weights: Any,
   Returns:
     float64 array of cosines, one per canary id, in the order given.
   """
-  canary_seed = canaries.check_seed(canary_seed)
+  canary_seed = canary_spec.check_seed(canary_seed)
   ids = np.asarray(canary_ids)
   if ids.ndim != 1 or (ids.size and (ids.dtype.kind not in 'iu' or
                                      ids.min() < 0)):

@@ -23,12 +23,12 @@ Each round t (0-based count of `next` calls):
    becomes a record and goes through the same query's `preprocess_record` as
    a client's update would, and its record is merged into the clients' sum
    before `get_noised_result`, so it is noised with everything else (noise
-   std = noise multiplier x S_t). `CanaryConfig.canary_clip` picks the record:
+   std = noise multiplier x S_t). `canary_spec.CanarySpec.canary_clip` picks the record:
    'project' (default, the paper's text): `Proj(c_j; S_t)` (Algorithm 2,
    line 7: the canary direction scaled to exactly the round's clip S_t), so
    clipping is a no-op and the adaptive clip's quantile estimate counts it as
    an unclipped update; 'clip' (the convention of the paper's published
-   code): `CLIPPED_CANARY_SCALE` x S_t times the unit direction, which the
+   code): `canary_spec.CLIPPED_CANARY_SCALE` x S_t times the unit direction, which the
    query's own clipping scales down to norm S_t, so it contributes the same
    vector (up to float32 rounding) but counts as a clipped update.
 3. The noised average rho_bar_t (Algorithm 3, line 9) is the process result.
@@ -66,8 +66,7 @@ inserted canaries have positive cosines.
 
 import collections
 import contextlib
-import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import dp_accounting
@@ -76,97 +75,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
-from one_shot_epe import canaries
-from one_shot_epe import cosine_tracking
-from one_shot_epe import run_options
-from one_shot_epe import seeded_queries
+from one_shot_epe import canary_spec
+from one_shot_epe.tff_engine import canaries
+from one_shot_epe.tff_engine import seeded_queries
 from one_shot_epe import validation
-
-CANARY_CLIPS = run_options.CANARY_CLIPS
-# With canary_clip='clip', a canary record has norm CLIPPED_CANARY_SCALE x S_t
-# before the query clips it: always clipped, whatever S_t (the published code
-# multiplies the unit canary by 10 000).
-CLIPPED_CANARY_SCALE = 1e4
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class CanaryConfig:
-  """Which canaries exist, when seen ones are inserted, how they are tracked.
-
-  Attributes:
-    seed: Canary seed s; canary j is a pure function of (s, j) (see
-      `one_shot_epe.canaries`).
-    num_seen: Number k >= 1 of seen canaries (ids 0..k-1).
-    num_unseen: Number m >= 0 of unseen canaries (ids
-      `canaries.UNSEEN_ID_OFFSET + 0..m-1`), tracked but never inserted.
-    schedule: Entry t lists the distinct seen-canary ids inserted in round t
-      (0-based), e.g. `participation.CanarySchedule.rounds`. Rounds past the
-      end of the schedule insert no canary.
-    buffer_rounds: B >= 1, the number of noised aggregates the
-      `cosine_tracking.CosineTracker` buffers between two cosine computations
-      (the per-round lag of cosine summaries is B-1). None picks
-      `cosine_tracking.default_tracker_rounds(d)` (<= 768 MiB).
-    chunk_size: Canaries regenerated at once while computing cosines; None
-      picks `canaries.default_chunk_size(d)` (at most 256 MiB).
-    canary_clip: How an inserted canary meets the clip S_t (see the module
-      docstring): 'project' (scaled to norm S_t, counted as unclipped by
-      adaptive clipping; Algorithm 2, line 7) or 'clip' (a record of norm
-      `CLIPPED_CANARY_SCALE` x S_t clipped to S_t by the DP query, counted as
-      clipped; the paper's published code).
-  """
-  seed: int
-  num_seen: int
-  num_unseen: int
-  schedule: Sequence[Sequence[int]]
-  buffer_rounds: int | None = None
-  chunk_size: int | None = None
-  canary_clip: str = 'project'
-
-  def __post_init__(self):
-    canaries.check_seed(self.seed)
-    validation.check_int('num_seen', self.num_seen, 1,
-                         canaries.UNSEEN_ID_OFFSET)
-    validation.check_int('num_unseen', self.num_unseen, 0, 2**31 - 1)
-    if self.canary_clip not in CANARY_CLIPS:
-      raise ValueError(f'canary_clip must be one of {CANARY_CLIPS}; got '
-                       f'{self.canary_clip!r}.')
-    if self.buffer_rounds is not None:
-      validation.check_int('buffer_rounds', self.buffer_rounds, 1, 2**16)
-    if self.chunk_size is not None:
-      validation.check_int('chunk_size', self.chunk_size, 1, 2**20)
-    if isinstance(self.schedule, (str, bytes)) or not isinstance(
-        self.schedule, (Sequence, np.ndarray)):
-      raise ValueError('schedule must be a sequence (one entry per round) of '
-                       f'sequences of canary ids; got {self.schedule!r}.')
-    rounds = []
-    for t, ids in enumerate(self.schedule):
-      ids = np.asarray(ids)
-      if ids.size == 0:
-        rounds.append(np.zeros(0, np.int64))
-        continue
-      if (ids.ndim != 1 or ids.dtype.kind not in 'iu' or ids.min() < 0 or
-          ids.max() >= self.num_seen or np.unique(ids).size != ids.size):
-        raise ValueError(
-            f'schedule[{t}] must hold distinct seen-canary ids in '
-            f'[0, {self.num_seen - 1}]; got {ids.tolist()}.')
-      rounds.append(ids.astype(np.int64))
-    object.__setattr__(self, 'schedule', tuple(rounds))
-
-  def schedule_table(self) -> tuple[np.ndarray, np.ndarray]:
-    """The schedule as (ids, offsets).
-
-    Round t inserts ids[offsets[t]:offsets[t + 1]].
-    """
-    counts = [len(ids) for ids in self.schedule]
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    ids = (np.concatenate(self.schedule) if self.schedule else
-           np.zeros(0, np.int64)).astype(np.int64)
-    return ids, offsets
-
-  def tracked_ids(self) -> np.ndarray:
-    """Ids whose cosines are tracked: the seen ones, then the unseen ones."""
-    return cosine_tracking.tracked_ids(self.num_seen, self.num_unseen)
-
 
 # The measurements of the canaries, after TFF's `dp_query_metrics` and `dp`.
 CANARY_MEASUREMENTS = ('clip', 'canaries_inserted', 'aggregate_norm')
@@ -193,27 +105,6 @@ class CanaryAggregatorState(NamedTuple):
   is_init_state: Any
   round_num: Any
   aggregate: Any
-
-
-def adaptive_value_noise_multiplier(noise_multiplier: float,
-                                    clipped_count_stddev: float) -> float:
-  """Noise multiplier on the update sum that leaves `noise_multiplier` overall.
-
-  Adaptive clipping releases a noised count of unclipped records, a Gaussian
-  query of sensitivity 1/2 and std `clipped_count_stddev` (Andrew et al. 2021,
-  Sec. 3). Composing it with the update sum's Gaussian query (sensitivity 1,
-  std z_v) is a Gaussian mechanism with 1/z^2 = 1/z_v^2 + 1/(2 std)^2, so
-  z_v = (z^-2 - (2 std)^-2)^-1/2 gives the requested overall z (the convention
-  of `tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive`).
-  """
-  if noise_multiplier == 0.0:
-    return 0.0
-  if noise_multiplier >= 2.0 * clipped_count_stddev:
-    raise ValueError(
-        f'clipped_count_stddev must exceed noise_multiplier / 2 = '
-        f'{noise_multiplier / 2} for the overall noise multiplier to be '
-        f'{noise_multiplier}; got {clipped_count_stddev}.')
-  return (noise_multiplier**-2 - (2.0 * clipped_count_stddev)**-2)**-0.5
 
 
 def _check_noise_and_cohort(noise_multiplier: float,
@@ -243,8 +134,32 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
   """
 
   @classmethod
+  def from_spec(cls, dp: canary_spec.DPAggregation,
+                canaries: canary_spec.CanarySpec,
+                noise_seed: int | None = None) -> 'CanaryDPFactory':
+    """The factory of a run's DP aggregation and canary plan.
+
+    `gaussian_fixed` for a fixed clip, else `gaussian_adaptive`; see them.
+    """
+    if not isinstance(dp, canary_spec.DPAggregation):
+      raise TypeError(f'dp must be a canary_spec.DPAggregation; got {dp!r}.')
+    if not dp.adaptive:
+      return cls.gaussian_fixed(
+          noise_multiplier=dp.noise_multiplier,
+          clients_per_round=dp.clients_per_round, clip=dp.clip,
+          canary_config=canaries, noise_seed=noise_seed)
+    return cls.gaussian_adaptive(
+        noise_multiplier=dp.noise_multiplier,
+        clients_per_round=dp.clients_per_round,
+        initial_l2_norm_clip=dp.initial_clip,
+        target_unclipped_quantile=dp.target_unclipped_quantile,
+        learning_rate=dp.clip_learning_rate,
+        clipped_count_stddev=dp.clipped_count_stddev, canary_config=canaries,
+        noise_seed=noise_seed)
+
+  @classmethod
   def gaussian_fixed(cls, *, noise_multiplier: float, clients_per_round: float,
-                     clip: float, canary_config: CanaryConfig,
+                     clip: float, canary_config: canary_spec.CanarySpec,
                      noise_seed: int | None = None,
                      record_aggregation_factory: (
                          tff.aggregators.UnweightedAggregationFactory | None
@@ -272,7 +187,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
   @classmethod
   def gaussian_adaptive(cls, *, noise_multiplier: float,
-                        clients_per_round: float, canary_config: CanaryConfig,
+                        clients_per_round: float, canary_config: canary_spec.CanarySpec,
                         initial_l2_norm_clip: float = 0.1,
                         target_unclipped_quantile: float = 0.5,
                         learning_rate: float = 0.2,
@@ -287,9 +202,10 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     where b is the noised fraction of records (clients and canaries) with norm
     <= S, normalised by clients_per_round and clamped to [0, 1].
     `noise_multiplier` is the overall noise multiplier: the update sum gets
-    `adaptive_value_noise_multiplier(noise_multiplier, clipped_count_stddev)`
-    times S, slightly more (see that function). `clipped_count_stddev`
-    defaults to 0.05 * clients_per_round (0 when noise_multiplier is 0).
+    `canary_spec.value_noise_multiplier(noise_multiplier,
+    clipped_count_stddev)` times S, slightly more (see that function).
+    `clipped_count_stddev` defaults to 0.05 * clients_per_round (0 when
+    noise_multiplier is 0).
     With `noise_seed`, both noises of round t are pure functions of
     (noise_seed, t) (`seeded_queries`); without, tensorflow_privacy's unseeded
     noise. `record_aggregation_factory` sums the clients' clipped records
@@ -304,13 +220,14 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         high=1.0)
     learning_rate = validation.check_real('learning_rate', learning_rate,
                                           low=0.0)
-    if clipped_count_stddev is None:
-      clipped_count_stddev = (0.05 * clients_per_round
-                              if noise_multiplier > 0 else 0.0)
-    clipped_count_stddev = validation.check_real(
-        'clipped_count_stddev', clipped_count_stddev, low=0.0)
-    value_noise_multiplier = adaptive_value_noise_multiplier(
-        noise_multiplier, clipped_count_stddev)
+    dp = canary_spec.DPAggregation(
+        noise_multiplier=noise_multiplier, clients_per_round=clients_per_round,
+        initial_clip=initial_l2_norm_clip,
+        target_unclipped_quantile=target_unclipped_quantile,
+        clip_learning_rate=learning_rate,
+        clipped_count_stddev=clipped_count_stddev)
+    clipped_count_stddev = dp.count_stddev
+    value_noise_multiplier = dp.update_noise_multiplier
     adaptive_query_class = (tfp.QuantileAdaptiveClipSumQuery
                             if noise_seed is None else
                             seeded_queries.SeededQuantileAdaptiveClipSumQuery)
@@ -330,7 +247,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
   @classmethod
   def tree_aggregation(cls, *, noise_multiplier: float,
                        clients_per_round: float, l2_norm_clip: float,
-                       record_specs: Any, canary_config: CanaryConfig,
+                       record_specs: Any, canary_config: canary_spec.CanarySpec,
                        noise_seed: int | None = None,
                        use_efficient: bool = True,
                        record_aggregation_factory: (
@@ -384,7 +301,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
   def __init__(self, query: tfp.SumAggregationDPQuery,
                clip_from_params: Callable[[Any], tf.Tensor],
-               canary_config: CanaryConfig, noise_seed: int | None = None,
+               canary_config: canary_spec.CanarySpec, noise_seed: int | None = None,
                record_aggregation_factory: (
                    tff.aggregators.UnweightedAggregationFactory | None
                ) = None):
@@ -410,9 +327,9 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     if not isinstance(query, tfp.SumAggregationDPQuery):
       raise TypeError(
           f'query must be a tfp.SumAggregationDPQuery; got {query!r}.')
-    if not isinstance(canary_config, CanaryConfig):
+    if not isinstance(canary_config, canary_spec.CanarySpec):
       raise TypeError(
-          f'canary_config must be a CanaryConfig; got {canary_config!r}.')
+          f'canary_config must be a canary_spec.CanarySpec; got {canary_config!r}.')
     if record_aggregation_factory is None:
       record_aggregation_factory = tff.aggregators.SumFactory()
     if not isinstance(record_aggregation_factory,
@@ -429,7 +346,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     self._config = canary_config
 
   @property
-  def canary_config(self) -> CanaryConfig:
+  def canary_config(self) -> canary_spec.CanarySpec:
     """The canaries, schedule and tracking this factory was built with."""
     return self._config
 
@@ -478,7 +395,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         record = self._project(direction, clip, specs)
       else:
         record = canaries.unflatten(
-            direction * (CLIPPED_CANARY_SCALE * clip / tf.norm(direction)),
+            direction * (canary_spec.CLIPPED_CANARY_SCALE * clip / tf.norm(direction)),
             specs)
       record = self._query.preprocess_record(params, record)
       return i + 1, self._query.accumulate_preprocessed_record(total, record)

@@ -21,9 +21,9 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_preprocessing
 
-from one_shot_epe.tasks import base
-from one_shot_epe.tasks import determinism
-from one_shot_epe.tasks import tff_cache
+from one_shot_epe.tff_engine.tasks import base
+from one_shot_epe.tff_engine.tasks import determinism
+from one_shot_epe.tff_engine.tasks import tff_cache
 
 TASK_NAME = 'emnist_character'
 NUM_CLASSES = 62

@@ -33,13 +33,18 @@ Example (examples/canaries_in_fedavg.py runs it on a tiny model):
   print(audit.report().to_markdown())
 """
 
+import asyncio
+import collections
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from one_shot_epe import quiet
+from one_shot_epe.tff_engine import isolation
+from one_shot_epe.tff_engine import quiet
 
-# A script that imports the audit before TensorFlow gets no start-up noise.
+# A script that imports the audit before numpy and TensorFlow gets local TFF
+# workers reachable only over loopback, and no TensorFlow start-up noise.
+isolation.isolate_on_import()
 quiet.quiet_tensorflow_import()
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
@@ -49,12 +54,13 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from one_shot_epe import accounting
-from one_shot_epe import canaries
-from one_shot_epe import canary_aggregator
-from one_shot_epe import cosine_tracking
-from one_shot_epe import final_model
+from one_shot_epe import canary_spec
 from one_shot_epe import participation as participation_lib
 from one_shot_epe import run_report
+from one_shot_epe import validation
+from one_shot_epe.tff_engine import canary_aggregator
+from one_shot_epe.tff_engine import cosine_tracking
+from one_shot_epe.tff_engine import final_model
 
 
 def _flat_trainable(learning_state: Any) -> np.ndarray:
@@ -98,7 +104,7 @@ class CanaryAudit:
       repetitions: r, presentations of each seen canary (one per period).
       canary_seed: Canary j is a pure function of (canary_seed, j).
       canary_clip: 'project' (the paper) or 'clip' (its published code); see
-        `canary_aggregator.CanaryConfig`.
+        `canary_spec.CanarySpec`.
       noise_seed: None for unpredictable DP noise (deployments); an int makes
         a simulation reproducible.
       client_participation: How real clients are sampled, for the report's
@@ -109,19 +115,49 @@ class CanaryAudit:
                   num_unseen_canaries)
     schedule = participation_lib.periodic_canary_schedule(
         num_canaries, rounds, repetitions, canary_seed)
-    self.canary_config = canary_aggregator.CanaryConfig(
+    spec = canary_spec.CanarySpec(
         seed=canary_seed, num_seen=num_canaries, num_unseen=num_unseen,
-        schedule=schedule.as_round_lists(), canary_clip=canary_clip)
-    self.expected_cohort = participation_lib.expected_cohort(
-        clients_per_round, num_canaries, repetitions, rounds)
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)):
-      raise TypeError(f'delta must be a real number; got {delta!r}.')
-    if not 0.0 < delta < 1.0:
-      raise ValueError(f'delta must be in (0, 1); got {delta!r}.')
-    self._delta = float(delta)
-    self._repetitions = repetitions
+        schedule=schedule.as_round_lists(), canary_clip=canary_clip,
+        repetitions=repetitions)
+    self._setup(spec, participation_lib.expected_cohort(
+        clients_per_round, num_canaries, repetitions, rounds), delta,
+                noise_seed, client_participation, device='/CPU:0')
+
+  @classmethod
+  def from_spec(cls, canaries: canary_spec.CanarySpec,
+                dp: canary_spec.DPAggregation, *, delta: float,
+                noise_seed: int | None = None,
+                client_participation: accounting.Participation | None = None,
+                device: str = '/CPU:0') -> 'CanaryAudit':
+    """The audit of a run planned elsewhere (`tff_engine.training`).
+
+    Args:
+      canaries: The canary plan, schedule and statistics included.
+      dp: The run's DP aggregation; its `clients_per_round` is the expected
+        cohort, canaries included. `aggregator()` builds its factory.
+      delta, noise_seed, client_participation: As for the constructor.
+      device: TF device of the cosine tracking (`accelerators`).
+    """
+    if not isinstance(canaries, canary_spec.CanarySpec):
+      raise TypeError(f'canaries must be a canary_spec.CanarySpec; got '
+                      f'{canaries!r}.')
+    audit = cls.__new__(cls)
+    audit._setup(canaries, dp.clients_per_round, delta, noise_seed,
+                 client_participation, device)
+    audit._dp = dp
+    return audit
+
+  def _setup(self, spec: canary_spec.CanarySpec, expected_cohort: float,
+             delta: float, noise_seed: int | None,
+             client_participation: accounting.Participation | None,
+             device: str) -> None:
+    self.canary_config = spec
+    self.expected_cohort = expected_cohort
+    self._delta = validation.check_probability('delta', delta)
     self._noise_seed = noise_seed
     self._client_participation = client_participation
+    self._device = device
+    self._dp: canary_spec.DPAggregation | None = None
     self._noise_multiplier: float | None = None
     self._tracker: cosine_tracking.CosineTracker | None = None
     self._initial: np.ndarray | None = None
@@ -129,6 +165,16 @@ class CanaryAudit:
     self._round_event: dp_accounting.DpEvent | None = None
 
   # -- 1. The aggregation factory. --------------------------------------------
+
+  def aggregator(self) -> canary_aggregator.CanaryDPFactory:
+    """The factory of the `dp` given to `from_spec`, canaries inserted."""
+    if self._dp is None:
+      raise ValueError('aggregator() needs the audit of from_spec(canaries, '
+                       'dp); otherwise call gaussian_fixed/gaussian_adaptive.')
+    factory = canary_aggregator.CanaryDPFactory.from_spec(
+        self._dp, self.canary_config, self._noise_seed)
+    self._noise_multiplier = self._dp.noise_multiplier
+    return factory
 
   def gaussian_fixed(
       self, *, noise_multiplier: float, clip: float,
@@ -194,11 +240,17 @@ class CanaryAudit:
   def _start(self, initial_weights: np.ndarray) -> None:
     self._initial = initial_weights
     self._latest = initial_weights
-    self._tracker = cosine_tracking.CosineTracker(self.canary_config,
-                                                  initial_weights.size)
+    self._tracker = cosine_tracking.CosineTracker(
+        self.canary_config, initial_weights.size, device=self._device)
 
   def observe(self, learning_state: Any) -> list[cosine_tracking.RoundSummary]:
     """Records a learning state: the initial one first, then every round's.
+
+    Each round's cosines are taken with the spec's all-iterates statistic:
+    the noised aggregate rho_bar_t the aggregator exported ('aggregate', the
+    paper's Algorithm 3), or the model step theta_{t-1} - theta_t
+    ('model_delta', its published code; the two differ under server
+    momentum and, by float32 rounding, even without).
 
     Args:
       learning_state: The state of a `tff.learning` process built with this
@@ -220,10 +272,17 @@ class CanaryAudit:
     if self._tracker is None:
       raise ValueError('observe the initial learning state (round 0) before '
                        f'round {round_num}.')
-    summaries = self._tracker.observe(learning_state.aggregator)
+    aggregator = learning_state.aggregator
+    if self.canary_config.all_iterates_statistic == 'model_delta':
+      aggregator = aggregator._replace(aggregate=self._latest - weights)
+    summaries = self._tracker.observe(aggregator)
     self._latest = weights
     self._round_event = self.dp_event(learning_state)
     return summaries
+
+  def flush(self) -> list[cosine_tracking.RoundSummary]:
+    """Processes the buffered rounds now (before a checkpoint, say)."""
+    return [] if self._tracker is None else self._tracker.flush()
 
   def state(self) -> dict[str, np.ndarray]:
     """Everything needed to resume the audit (numpy; joins a checkpoint)."""
@@ -257,21 +316,28 @@ class CanaryAudit:
     if tracker_state.rounds_observed > 0:
       self._round_event = self.dp_event(learning_state)
     self._tracker = cosine_tracking.CosineTracker(
-        self.canary_config, initial.size, state=tracker_state)
+        self.canary_config, initial.size, state=tracker_state,
+        device=self._device)
 
   def program_state_manager(
       self, inner: tff.program.ProgramStateManager | None = None,
-      rounds_per_checkpoint: int = 1) -> tff.program.ProgramStateManager:
+      rounds_per_checkpoint: int = 1, final_round: int | None = None,
+      release_managers: Sequence[tff.program.ReleaseManager] = ()
+  ) -> tff.program.ProgramStateManager:
     """A program state manager that observes every state a TFF loop saves.
 
     Give it to `tff.simulation.run_training_process` (with the default
     rounds_per_saving_program_state=1, so that every round is observed) or
     to `tff.learning.programs.train_model`. With `inner` (e.g. a
     `tff.program.FileProgramStateManager`), round 0, every
-    `rounds_per_checkpoint`-th round are saved to it together with the
-    audit's state, and a rerun resumes both.
+    `rounds_per_checkpoint`-th round and `final_round` are saved to it
+    together with the audit's state (its buffered rounds processed first, so
+    a checkpoint holds no buffer), and a rerun resumes both. Each round's
+    cosine summaries (seen/unseen mean and max; key: the 1-based round) are
+    released to `release_managers` as they are computed.
     """
-    return _AuditingStateManager(self, inner, rounds_per_checkpoint)
+    return _AuditingStateManager(self, inner, rounds_per_checkpoint,
+                                 final_round, release_managers)
 
   # -- 3. One call at the end. ------------------------------------------------
 
@@ -284,20 +350,28 @@ class CanaryAudit:
     """Each canary's max-over-rounds cosine so far (Algorithm 3, l. 15-16)."""
     return self._check_observed().maxima()
 
-  def final_cosines(self, unseen: bool = False) -> np.ndarray:
-    """Seen (or unseen) canaries' cosines with theta_0 - theta_t, t the latest round.
+  @property
+  def rounds_observed(self) -> int:
+    """Training rounds observed so far (0 before the first)."""
+    return 0 if self._tracker is None else self._tracker.rounds_observed
 
-    Algorithm 2, line 11, on the model delta (`final_model`, statistic
-    'delta', tff.learning's sign convention). The unseen canaries' cosines
-    follow the null and serve the one-run certificates.
+  def final_cosines(self, unseen: bool = False) -> np.ndarray:
+    """Seen (or unseen) canaries' cosines with the model of the latest round.
+
+    Algorithm 2, line 11, with the spec's final-model statistic
+    (`final_model`): theta_0 - theta_t ('delta', the default, in
+    tff.learning's sign convention) or theta_t ('final'). The unseen
+    canaries' cosines follow the null and serve the one-run certificates.
     """
     self._check_observed()
     config = self.canary_config
-    ids = (canaries.unseen_ids(config.num_unseen) if unseen else
-           canaries.seen_ids(config.num_seen))
-    return final_model.final_model_cosines(
-        self._latest, canary_seed=config.seed, canary_ids=ids,
-        initial_weights=self._initial)
+    ids = (canary_spec.unseen_ids(config.num_unseen) if unseen else
+           canary_spec.seen_ids(config.num_seen))
+    with tf.device(self._device):
+      return final_model.final_model_cosines(
+          self._latest, canary_seed=config.seed, canary_ids=ids,
+          initial_weights=self._initial,
+          statistic=config.final_model_statistic)
 
   def report(self, *, alpha: float = 0.05, accuracy: float | None = None,
              noise_multiplier: float | None = None) -> run_report.RunReport:
@@ -322,7 +396,6 @@ class CanaryAudit:
     participation = self._client_participation
     if participation is not None:
       participation = dataclasses.replace(participation, rounds=rounds)
-    inserted = [i for ids in config.schedule[:rounds] for i in ids]
     return run_report.build_run_report(
         final_cosines=self.final_cosines(),
         final_unseen_cosines=(self.final_cosines(unseen=True)
@@ -330,15 +403,14 @@ class CanaryAudit:
         dim=int(self._initial.size),
         delta=self._delta, noise_multiplier=noise_multiplier, alpha=alpha,
         seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
-        accuracy=accuracy, canary_presentations=self._repetitions,
+        accuracy=accuracy, canary_presentations=config.repetitions,
         rounds=rounds, participation=participation,
-        presentation_counts=np.bincount(np.asarray(inserted, np.int64),
-                                        minlength=config.num_seen),
+        presentation_counts=config.presentation_counts(rounds),
         round_event=(self._round_event if self._noise_multiplier is not None
                      else None),
         setting={'num_canaries': config.num_seen,
                  'num_unseen_canaries': config.num_unseen,
-                 'canary_repeats': self._repetitions,
+                 'canary_repeats': config.repetitions,
                  'rounds_observed': tracker.rounds_observed,
                  'canary_clip': config.canary_clip,
                  'expected_cohort': self.expected_cohort})
@@ -349,14 +421,15 @@ class _AuditingStateManager(tff.program.ProgramStateManager):
 
   def __init__(self, audit: CanaryAudit,
                inner: tff.program.ProgramStateManager | None,
-               rounds_per_checkpoint: int):
-    if isinstance(rounds_per_checkpoint, bool) or not isinstance(
-        rounds_per_checkpoint, int) or rounds_per_checkpoint < 1:
-      raise ValueError('rounds_per_checkpoint must be a positive integer; got '
-                       f'{rounds_per_checkpoint!r}.')
+               rounds_per_checkpoint: int, final_round: int | None,
+               release_managers: Sequence[tff.program.ReleaseManager]):
     self._audit = audit
     self._inner = inner
-    self._every = rounds_per_checkpoint
+    self._every = validation.check_int('rounds_per_checkpoint',
+                                       rounds_per_checkpoint, 1)
+    self._final_round = (None if final_round is None else
+                         validation.check_int('final_round', final_round, 0))
+    self._release_managers = list(release_managers)
 
   async def get_versions(self) -> Sequence[int] | None:
     """The inner manager's versions (None without one: nothing to resume)."""
@@ -374,10 +447,22 @@ class _AuditingStateManager(tff.program.ProgramStateManager):
     self._audit.restore(saved['audit'], _learning_state(saved['program']))
     return saved['program']
 
+  async def _release(
+      self, summaries: Sequence[cosine_tracking.RoundSummary]) -> None:
+    for summary in summaries:
+      values = collections.OrderedDict(
+          seen_cosine_mean=summary.seen_mean, seen_cosine_max=summary.seen_max,
+          unseen_cosine_mean=summary.unseen_mean,
+          unseen_cosine_max=summary.unseen_max)
+      await asyncio.gather(*(m.release(values, summary.round_num + 1)
+                             for m in self._release_managers))
+
   async def save(self, program_state: Any, version: int) -> None:
     """Observes the state of round `version`; checkpoints it when due."""
-    self._audit.observe(_learning_state(program_state))
-    if self._inner is None or version % self._every:
+    await self._release(self._audit.observe(_learning_state(program_state)))
+    due = version % self._every == 0 or version == self._final_round
+    if self._inner is None or not due:
       return
+    await self._release(self._audit.flush())
     await self._inner.save({'program': program_state,
                             'audit': self._audit.state()}, version)

@@ -27,7 +27,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from one_shot_epe import validation
-from one_shot_epe.tasks import tff_cache
+from one_shot_epe.tff_engine.tasks import tff_cache
 
 _SPLIT_CODES = {'train': 0, 'test': 1, 'heldout': 2}
 _EMNIST_CLASSES = 62

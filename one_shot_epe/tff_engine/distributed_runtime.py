@@ -89,7 +89,7 @@ from typing import Any, TypeVar
 import grpc
 import tensorflow_federated as tff
 
-from one_shot_epe import tff_workers
+from one_shot_epe.tff_engine import tff_workers
 from one_shot_epe import validation
 
 # TFF's own channel options for its local worker (executor_factory.py).

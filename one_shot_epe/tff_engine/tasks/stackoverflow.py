@@ -23,8 +23,8 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_tasks
 
 from one_shot_epe import validation
-from one_shot_epe.tasks import base
-from one_shot_epe.tasks import tff_cache
+from one_shot_epe.tff_engine.tasks import base
+from one_shot_epe.tff_engine.tasks import tff_cache
 
 TASK_NAME = 'stackoverflow_word'
 VOCAB_SIZE = tff.simulation.baselines.stackoverflow.DEFAULT_WORD_VOCAB_SIZE

@@ -1,0 +1,230 @@
+"""`--backend=jax`: the launcher's run on the JAX engine.
+
+Same flags, run directory, report, participation, canary plan and resume
+contract as `--backend=tff` (`experiments.train` does all of that for both);
+nothing here imports TensorFlow or TFF, so it runs on machines with only jax
+(GPU, TPU, or CPU). Training is `one_shot_epe.jax_engine.training`.
+
+Differences from --backend=tff, all named in the run's config.json and
+report: the canary directions are drawn by `jax.random` (same law, other
+vectors; see `jax_engine.canaries`), the DP noise by `jax.random` keyed by
+(--seed, round), and the maxima are exact after every round (no cosine
+buffer, so --canary_buffer_rounds is unused). checkpoints/ holds one .npz per
+checkpoint; metrics.csv and canary_cosines.csv have one row per round.
+
+Data: --use_synthetic_data (numpy stand-ins with the real structure,
+`one_shot_epe.client_arrays`), or --data_dir holding client arrays written by
+`one_shot_epe.client_arrays.ClientArrays.save` as <data_dir>/<task>/train and
+<data_dir>/<task>/test. --task=fashion_mnist reads Fashion-MNIST's own files
+from --data_dir (or its synthetic stand-in) and splits them into the same
+clients as the TFF path (`client_arrays.fashion_mnist_arrays`), for the
+10-class CNN.
+"""
+
+import dataclasses
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from experiments import engine
+from experiments import train_config
+from one_shot_epe import atomic_io
+from one_shot_epe import canary_spec
+from one_shot_epe import client_arrays
+from one_shot_epe import fashion_mnist
+from one_shot_epe import run_directory
+from one_shot_epe.jax_engine import models
+from one_shot_epe.jax_engine import optimizers
+from one_shot_epe.jax_engine import training
+
+# Task -> the engine's data kind.
+KINDS = {'emnist_character': 'emnist', 'stackoverflow_word': 'stackoverflow',
+         'fashion_mnist': 'emnist'}
+_METRIC_FIELDS = ('round', 'clip', 'aggregate_norm', 'canaries_inserted',
+                  'num_clients', 'training_time_in_seconds')
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+  """The task's client arrays: training clients, pooled test examples."""
+  train: client_arrays.ClientArrays
+  test: client_arrays.ClientArrays
+  data_source: str
+
+  @property
+  def client_ids(self) -> Sequence[str]:
+    """The training clients' ids."""
+    return [str(i) for i in self.train.client_ids]
+
+
+def check_supported(config: train_config.TrainConfig) -> None:
+  """Flags of --backend=tff that the JAX engine does not take."""
+  if config.task not in KINDS:
+    raise train_config.ConfigError(
+        f'--task={config.task} with --backend=jax: the JAX engine runs '
+        f'{sorted(KINDS)}; use --backend=tff.')
+  if config.num_canaries == 0:
+    raise train_config.ConfigError(
+        '--num_canaries=0 with --backend=jax: the JAX engine audits runs '
+        'with canaries; use --backend=tff for a run without.')
+  for name, default in (('tff_workers', 1), ('tff_worker_addresses', ''),
+                        ('accelerator', 'cpu'), ('seeded_noise', True)):
+    if getattr(config, name) != default:
+      raise train_config.ConfigError(
+          f'--{name}={getattr(config, name)!r} applies to --backend=tff only '
+          '(the JAX engine uses jax.devices() and noise keyed by --seed).')
+
+
+def load_data(config: train_config.TrainConfig) -> Data:
+  """The task's client arrays (synthetic, exported, or Fashion-MNIST files)."""
+  if config.task == 'fashion_mnist':
+    return _fashion_mnist(config)
+  kind = KINDS[config.task]
+  if config.use_synthetic_data:
+    make = (client_arrays.synthetic_emnist if kind == 'emnist' else
+            lambda n, e, seed: client_arrays.synthetic_stackoverflow(
+                n, e, vocab_size=config.vocab_size, seed=seed))
+    train = make(config.synthetic_num_clients,
+                 config.synthetic_examples_per_client,
+                 engine.SYNTHETIC_DATA_SEED)
+    test = make(max(1, config.synthetic_num_clients // 10),
+                config.synthetic_examples_per_client,
+                engine.SYNTHETIC_DATA_SEED + 1)
+    return Data(train, test, 'synthetic')
+  directory = os.path.join(config.data_dir or '', config.task)
+  try:
+    train = client_arrays.ClientArrays.load(os.path.join(directory, 'train'))
+    test = _first_examples(client_arrays.ClientArrays.load(
+        os.path.join(directory, 'test')), config.max_eval_examples)
+  except (OSError, ValueError) as error:
+    raise train_config.ConfigError(
+        f'--data_dir with --backend=jax must hold {directory}/train and '
+        f'{directory}/test written by one_shot_epe.client_arrays.ClientArrays'
+        f'.save (or use --use_synthetic_data): {error}') from None
+  return Data(train, test, directory)
+
+
+def _fashion_mnist(config: train_config.TrainConfig) -> Data:
+  """Fashion-MNIST split as the TFF engine splits it (tasks.fashion_mnist)."""
+  try:
+    if config.use_synthetic_data:
+      num_clients = config.synthetic_num_clients
+      dataset = fashion_mnist.synthetic_clients(
+          num_clients, config.synthetic_examples_per_client,
+          engine.SYNTHETIC_DATA_SEED)
+      source = 'synthetic'
+    else:
+      num_clients = fashion_mnist.NUM_CLIENTS
+      dataset = fashion_mnist.load(config.data_dir)
+      source = os.path.abspath(config.data_dir)
+  except (OSError, ValueError) as error:
+    flag = ('--synthetic_examples_per_client' if config.use_synthetic_data
+            else '--data_dir')
+    raise train_config.ConfigError(f'{flag}: {error}') from None
+  train, test = client_arrays.fashion_mnist_arrays(dataset, num_clients)
+  return Data(train, _first_examples(test, config.max_eval_examples), source)
+
+
+def _first_examples(arrays: client_arrays.ClientArrays,
+                    count: int) -> client_arrays.ClientArrays:
+  """The split's first `count` examples (all for -1): --max_eval_examples."""
+  if count == -1 or count >= arrays.offsets[-1]:
+    return arrays
+  return client_arrays.ClientArrays(
+      kind=arrays.kind, client_ids=arrays.client_ids,
+      offsets=np.minimum(arrays.offsets, count),
+      features={name: array[:count] for name, array in arrays.features.items()})
+
+
+def _model(config: train_config.TrainConfig):
+  if config.task == 'fashion_mnist':
+    return models.EmnistCnn(num_classes=fashion_mnist.NUM_CLASSES)
+  if KINDS[config.task] == 'emnist':
+    return models.EmnistCnn()
+  return models.WordLstm(vocab_size=config.vocab_size)
+
+
+def _optimizer(name: str, learning_rate: float,
+               momentum: float) -> optimizers.Optimizer:
+  return optimizers.Optimizer(name, learning_rate,
+                              momentum=momentum if name == 'sgdm' else 0.0)
+
+
+# Every checkpoint is kept.
+CHECKPOINTS_KEPT = None
+# Float32 vectors of size d per optimizer in the server state.
+_OPTIMIZER_SLOTS = {'sgd': 0, 'sgdm': 1, 'adam': 2}
+
+
+def saved_checkpoints(run_dir: str) -> list[int]:
+  """The rounds of the .npz checkpoints in the run directory."""
+  return training.checkpoint_rounds(
+      os.path.join(run_dir, run_directory.CHECKPOINT_DIR))
+
+
+def checkpoint_bytes(run: engine.PreparedRun) -> int:
+  """An .npz: the model, the server optimizer's slots, theta_0, the maxima."""
+  dim = _model(run.config).num_parameters()
+  vectors = 2 + _OPTIMIZER_SLOTS[run.config.server_optimizer]
+  return 4 * (vectors * dim + run.canaries.num_seen + run.canaries.num_unseen)
+
+
+def verify_checkpoints(directory: str) -> None:
+  """Raises ValueError unless the newest .npz checkpoint reads back."""
+  training.verify_latest(directory)
+
+
+def remove_leftovers(run_dir: str) -> None:
+  """Deletes checkpoints whose atomic write never finished."""
+  atomic_io.remove_temporaries(os.path.join(run_dir,
+                                            run_directory.CHECKPOINT_DIR))
+
+
+def train(run: engine.PreparedRun) -> canary_spec.CanaryOutcome:
+  """Trains (or resumes) `run`; writes the per-round CSVs and checkpoints."""
+  config = run.config
+  plan = training.Plan(
+      model=_model(config), train=run.data.train, test=run.data.test,
+      sampler=run.sampler, canaries=run.canaries, dp=run.dp,
+      client_optimizer=_optimizer(config.client_optimizer,
+                                  config.client_learning_rate,
+                                  config.client_momentum),
+      server_optimizer=_optimizer(config.server_optimizer,
+                                  config.server_learning_rate,
+                                  config.server_momentum),
+      batch_size=config.client_batch_size,
+      epochs=config.client_epochs_per_round,
+      max_examples=(None if config.max_examples_per_client == -1 else
+                    config.max_examples_per_client),
+      total_rounds=run.total_rounds, seed=config.seed)
+  run_dir = config.run_dir
+  checkpoint_dir = os.path.join(run_dir, run_directory.CHECKPOINT_DIR)
+  done = training.checkpoint_rounds(checkpoint_dir)
+  last = done[-1] if done else 0
+  metrics_path = os.path.join(run_dir, run_directory.METRICS_FILE)
+  cosines_path = os.path.join(run_dir, run_directory.CANARY_COSINES_FILE)
+  metrics = run_directory.read_rounds(metrics_path, last)
+  cosine_rows = run_directory.read_rounds(cosines_path, last)
+
+  def on_round(record: training.RoundRecord) -> None:
+    metrics.append(dict(
+        round=record.round_num, clip=record.clip,
+        aggregate_norm=record.aggregate_norm,
+        canaries_inserted=record.canaries_inserted,
+        num_clients=record.num_clients,
+        training_time_in_seconds=record.seconds))
+
+  def on_cosines(summaries: list[training.CosineSummary]) -> None:
+    # Scored blocks end at the latest checkpoint: the CSVs are written then.
+    cosine_rows.extend(dict(zip(run_directory.COSINE_FIELDS, summary))
+                       for summary in summaries)
+    if summaries and (summaries[-1].round_num % config.rounds_per_checkpoint
+                      == 0 or summaries[-1].round_num == run.total_rounds):
+      run_directory.write_rounds(metrics_path, _METRIC_FIELDS, metrics)
+      run_directory.write_rounds(cosines_path, run_directory.COSINE_FIELDS,
+                                 cosine_rows)
+
+  return training.train(plan, checkpoint_dir, config.rounds_per_checkpoint,
+                        on_round, on_cosines,
+                        progress_bar=config.progress_bar)

@@ -1,0 +1,282 @@
+"""What both engines insert and aggregate: the canary plan and the DP round.
+
+One run of Andrew et al. (ICLR 2024) is defined, beyond the model and data,
+by two things that the TFF engine (`tff_engine.canary_aggregator`) and the
+JAX engine (`jax_engine.fedavg`) must agree on exactly:
+
+* `CanarySpec`, the canary plan (Sections 4 and 5.2): k seen canaries (ids
+  0..k-1) inserted by the round schedule, m unseen canaries (ids
+  UNSEEN_ID_OFFSET + 0..m-1) tracked but never inserted, all drawn from one
+  canary seed, and how an inserted canary meets the clip S_t;
+* `DPAggregation`, DP-FedAvg's aggregation: a fixed clip or the adaptive clip
+  of Andrew et al. (2021), the overall noise multiplier z and the expected
+  cohort size that the noised sum is divided by, with the noise split of
+  adaptive clipping (`value_noise_multiplier`);
+* `CanaryOutcome`, what a run measured: the cosines of both threat models.
+
+Framework-free; every check goes through `one_shot_epe.validation`.
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from one_shot_epe import run_options
+from one_shot_epe import validation
+
+# Unseen canary i has id UNSEEN_ID_OFFSET + i; seen ids are 0..k-1.
+UNSEEN_ID_OFFSET = run_options.UNSEEN_ID_OFFSET
+# Canary seeds: both engines' generators take a 32-bit seed (jax.random's
+# key; TensorFlow's philox takes more).
+MAX_SEED = 2**32 - 1
+# How an inserted canary meets the clip S_t: 'project' scales it to norm S_t
+# and counts it as unclipped by adaptive clipping (Algorithm 2, line 7);
+# 'clip' sends a record of norm CLIPPED_CANARY_SCALE x S_t that the clip cuts
+# to S_t and counts as clipped (the paper's published code multiplies the
+# unit canary by 10 000).
+CANARY_CLIPS = run_options.CANARY_CLIPS
+CLIPPED_CANARY_SCALE = 1e4
+# The released vector whose cosines with the canaries are tracked each round
+# (Algorithm 3): the noised aggregate rho_bar_t, or the model step
+# theta_{t-1} - theta_t (they differ under server momentum).
+ALL_ITERATES_STATISTICS = ('aggregate', 'model_delta')
+# The final-model statistic (Algorithm 2): theta_T - theta_0 or theta_T.
+FINAL_MODEL_STATISTICS = ('delta', 'final')
+# TFF's default std of the unclipped-count noise, per expected client.
+COUNT_STDDEV_PER_CLIENT = 0.05
+
+
+def check_seed(seed: object, name: str = 'canary_seed') -> int:
+  """A canary seed as an int in [0, MAX_SEED]."""
+  return validation.check_int(name, seed, 0, MAX_SEED)
+
+
+def seen_ids(num_seen: int) -> np.ndarray:
+  """Ids of the seen canaries: 0..num_seen-1 (int64)."""
+  num_seen = validation.check_int('num_seen', num_seen, 0, UNSEEN_ID_OFFSET)
+  return np.arange(num_seen, dtype=np.int64)
+
+
+def unseen_ids(num_unseen: int) -> np.ndarray:
+  """Ids of the unseen canaries: UNSEEN_ID_OFFSET + 0..num_unseen-1 (int64)."""
+  num_unseen = validation.check_int('num_unseen', num_unseen, 0, 2**31 - 1)
+  return UNSEEN_ID_OFFSET + np.arange(num_unseen, dtype=np.int64)
+
+
+def tracked_ids(num_seen: int, num_unseen: int) -> np.ndarray:
+  """Ids whose cosines are tracked: the seen ones, then the unseen ones."""
+  return np.concatenate([seen_ids(num_seen), unseen_ids(num_unseen)])
+
+
+def _check_schedule(schedule: object, num_seen: int
+                    ) -> tuple[np.ndarray, ...]:
+  """The schedule as a tuple of int64 id arrays, each of distinct seen ids."""
+  if isinstance(schedule, (str, bytes)) or not isinstance(
+      schedule, (Sequence, np.ndarray)):
+    raise ValueError('schedule must be a sequence (one entry per round) of '
+                     f'sequences of canary ids; got {schedule!r}.')
+  rounds = []
+  for t, ids in enumerate(schedule):
+    ids = np.asarray(ids)
+    if ids.size == 0:
+      rounds.append(np.zeros(0, np.int64))
+      continue
+    if (ids.ndim != 1 or ids.dtype.kind not in 'iu' or ids.min() < 0 or
+        ids.max() >= num_seen or np.unique(ids).size != ids.size):
+      raise ValueError(
+          f'schedule[{t}] must hold distinct seen-canary ids in '
+          f'[0, {num_seen - 1}]; got {ids.tolist()}.')
+    rounds.append(ids.astype(np.int64))
+  return tuple(rounds)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CanarySpec:
+  """Which canaries exist, when the seen ones are inserted, how they are seen.
+
+  Attributes:
+    seed: Canary seed s; canary j is a pure function of (s, j) in each
+      engine (`tff_engine.canaries`, `jax_engine.canaries`).
+    num_seen: k >= 1 seen canaries (ids 0..k-1).
+    num_unseen: m >= 0 unseen canaries (ids UNSEEN_ID_OFFSET + 0..m-1).
+    schedule: Entry t lists the distinct seen ids inserted in 0-based round t
+      (e.g. `participation.CanarySchedule.rounds`); rounds past its end insert
+      none. Empty for a tracker that inserts nothing.
+    canary_clip: 'project' or 'clip' (see CANARY_CLIPS above).
+    repetitions: r >= 1, the presentations of each seen canary that the
+      schedule was built for (Sec. 5.2; reported beside the estimates).
+    all_iterates_statistic: The vector each round's cosines are taken with
+      (ALL_ITERATES_STATISTICS above).
+    final_model_statistic: The final-model vector (FINAL_MODEL_STATISTICS).
+    buffer_rounds: B >= 1 aggregates buffered between two cosine
+      computations (the lag of the per-round summaries is B - 1); None lets
+      the engine pick by memory.
+    chunk_size: Canaries regenerated at once while computing cosines; None
+      lets the engine pick by memory.
+  """
+  seed: int
+  num_seen: int
+  num_unseen: int
+  schedule: Sequence[Sequence[int]] = ()
+  canary_clip: str = 'project'
+  repetitions: int = 1
+  all_iterates_statistic: str = 'aggregate'
+  final_model_statistic: str = 'delta'
+  buffer_rounds: int | None = None
+  chunk_size: int | None = None
+
+  def __post_init__(self):
+    check_seed(self.seed, 'seed')
+    validation.check_int('num_seen', self.num_seen, 1, UNSEEN_ID_OFFSET)
+    validation.check_int('num_unseen', self.num_unseen, 0, 2**31 - 1)
+    validation.check_choice('canary_clip', self.canary_clip, CANARY_CLIPS)
+    validation.check_int('repetitions', self.repetitions, 1)
+    validation.check_choice('all_iterates_statistic',
+                            self.all_iterates_statistic,
+                            ALL_ITERATES_STATISTICS)
+    validation.check_choice('final_model_statistic',
+                            self.final_model_statistic, FINAL_MODEL_STATISTICS)
+    if self.buffer_rounds is not None:
+      validation.check_int('buffer_rounds', self.buffer_rounds, 1, 2**16)
+    if self.chunk_size is not None:
+      validation.check_int('chunk_size', self.chunk_size, 1, 2**20)
+    object.__setattr__(self, 'schedule',
+                       _check_schedule(self.schedule, self.num_seen))
+
+  def schedule_table(self) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, offsets): round t inserts ids[offsets[t]:offsets[t + 1]]."""
+    counts = [len(ids) for ids in self.schedule]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    ids = (np.concatenate(self.schedule) if self.schedule else
+           np.zeros(0, np.int64)).astype(np.int64)
+    return ids, offsets
+
+  def tracked_ids(self) -> np.ndarray:
+    """Ids whose cosines are tracked: the seen ones, then the unseen ones."""
+    return tracked_ids(self.num_seen, self.num_unseen)
+
+  def presentation_counts(self, rounds: int | None = None) -> np.ndarray:
+    """int64 [k]: each seen canary's insertions in the first `rounds`."""
+    inserted = [i for ids in self.schedule[:rounds] for i in ids]
+    return np.bincount(np.asarray(inserted, np.int64), minlength=self.num_seen)
+
+  def round_mask(self, round_num: int) -> np.ndarray:
+    """float32 [k]: 1 for the seen canaries inserted in 0-based `round_num`."""
+    mask = np.zeros(self.num_seen, np.float32)
+    if 0 <= round_num < len(self.schedule):
+      mask[self.schedule[round_num]] = 1.0
+    return mask
+
+
+def value_noise_multiplier(noise_multiplier: float,
+                           clipped_count_stddev: float) -> float:
+  """Noise multiplier z_v of the update sum that leaves z overall.
+
+  Adaptive clipping releases a noised count of unclipped records, a Gaussian
+  query of sensitivity 1/2 and std sigma_b (Andrew et al. 2021, Sec. 3).
+  Composed with the update sum's Gaussian query (sensitivity 1, std z_v) it is
+  a Gaussian mechanism with 1/z^2 = 1/z_v^2 + 1/(2 sigma_b)^2, so
+  z_v = (z^-2 - (2 sigma_b)^-2)^(-1/2) gives the requested overall z (the
+  convention of `tff.aggregators.DifferentiallyPrivateFactory.
+  gaussian_adaptive`).
+
+  Raises:
+    ValueError: sigma_b <= z / 2 (no z_v reaches z).
+  """
+  if noise_multiplier == 0.0:
+    return 0.0
+  if noise_multiplier >= 2.0 * clipped_count_stddev:
+    raise ValueError(
+        f'clipped_count_stddev must exceed noise_multiplier / 2 = '
+        f'{noise_multiplier / 2} for the overall noise multiplier to be '
+        f'{noise_multiplier}; got {clipped_count_stddev}.')
+  return (noise_multiplier**-2 - (2.0 * clipped_count_stddev)**-2)**-0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class DPAggregation:
+  """DP-FedAvg's aggregation: a fixed clip if `clip` is set, else adaptive.
+
+  Attributes:
+    noise_multiplier: z >= 0, the overall noise multiplier.
+    clients_per_round: the expected cohort size (the mean's denominator, real
+      clients and canaries), > 0.
+    clip: a fixed clip S > 0, or None for adaptive clipping.
+    initial_clip: S_0 of adaptive clipping (TFF's default 0.1).
+    target_unclipped_quantile: gamma in [0, 1].
+    clip_learning_rate: eta >= 0 of the geometric update.
+    clipped_count_stddev: sigma_b of the unclipped count; None:
+      COUNT_STDDEV_PER_CLIENT x clients_per_round if z > 0, else 0 (TFF's
+      default).
+  """
+  noise_multiplier: float
+  clients_per_round: float
+  clip: float | None = None
+  initial_clip: float = 0.1
+  target_unclipped_quantile: float = 0.5
+  clip_learning_rate: float = 0.2
+  clipped_count_stddev: float | None = None
+
+  def __post_init__(self):
+    validation.check_real('noise_multiplier', self.noise_multiplier, 0.0)
+    validation.check_real('clients_per_round', self.clients_per_round, 0.0,
+                          low_open=True)
+    if self.clip is not None:
+      validation.check_real('clip', self.clip, 0.0, low_open=True)
+    validation.check_real('initial_clip', self.initial_clip, 0.0,
+                          low_open=True)
+    validation.check_probability('target_unclipped_quantile',
+                                 self.target_unclipped_quantile)
+    validation.check_real('clip_learning_rate', self.clip_learning_rate, 0.0)
+    if self.clipped_count_stddev is not None:
+      validation.check_real('clipped_count_stddev', self.clipped_count_stddev,
+                            0.0)
+    if self.adaptive:
+      value_noise_multiplier(self.noise_multiplier, self.count_stddev)
+
+  @property
+  def adaptive(self) -> bool:
+    """Whether the clip adapts (no fixed clip given)."""
+    return self.clip is None
+
+  @property
+  def count_stddev(self) -> float:
+    """sigma_b, the std of the noise on the unclipped count."""
+    if self.clipped_count_stddev is not None:
+      return self.clipped_count_stddev
+    if self.noise_multiplier > 0:
+      return COUNT_STDDEV_PER_CLIENT * self.clients_per_round
+    return 0.0
+
+  @property
+  def update_noise_multiplier(self) -> float:
+    """z_v: the update sum's noise std is z_v S_t."""
+    if not self.adaptive:
+      return self.noise_multiplier
+    return value_noise_multiplier(self.noise_multiplier, self.count_stddev)
+
+
+class CanaryOutcome(NamedTuple):
+  """What a training run with canaries measured, whichever engine ran it.
+
+  Attributes:
+    final_cosines: Seen canaries' cosines with the final-model statistic
+      (Algorithm 2, line 11); empty without canaries.
+    final_unseen_cosines: Unseen canaries' cosines with it (the null).
+    seen_maxima, unseen_maxima: Max-over-rounds cosines (Algorithm 3, lines
+      15-16).
+    accuracy: The final model's test accuracy.
+    dim: d, the number of model parameters.
+    resumed_from_round: The checkpoint round this invocation started from.
+    rounds_trained: Training rounds this invocation ran.
+  """
+  final_cosines: np.ndarray
+  final_unseen_cosines: np.ndarray
+  seen_maxima: np.ndarray
+  unseen_maxima: np.ndarray
+  accuracy: float
+  dim: int
+  resumed_from_round: int
+  rounds_trained: int

@@ -1,0 +1,192 @@
+"""A run's directory, for either engine: its files, one writer, resumption.
+
+Layout (both engines; all result files written atomically):
+
+  config.json            the validated flags; a rerun must match them
+  metrics.csv            per-round compact metrics (column `round`)
+  canary_cosines.csv     per-round mean and max cosine of the seen and of the
+                         unseen canaries with the round's released vector
+  tensorboard/           the same (TFF engine)
+  checkpoints/           the engine's checkpoints (learning and canary state)
+  final_cosines.csv      columns `cosine` (seen), `unseen`: final model
+  max_cosines.csv        columns `seen`, `unseen`: max-over-rounds cosines
+  report.json, report.md the privacy report (`run_report`)
+  cosine_densities.png   the cosine sets against the null N(0, 1/d)
+
+`check` decides, before anything is written, whether a directory may hold
+the run: absent, empty (but for the lock file), or holding a run whose saved
+config the caller accepts and whose newest checkpoint reads back;
+`check_free_space`, whether its disk holds the checkpoints still to come.
+`owned` is the block in which a launcher writes: the run lock (`run_lock`) held, the
+directory checked again (another launcher may have written it meanwhile),
+unfinished writes of a killed run removed, and a failed write reported as
+one line (`write_failures`). Framework-free: the engine passes its own
+checkpoint check and its own temporary files.
+"""
+
+import contextlib
+import csv
+import io
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from one_shot_epe import atomic_io
+from one_shot_epe import run_lock
+from one_shot_epe import write_failures
+
+CONFIG_FILE = 'config.json'
+METRICS_FILE = 'metrics.csv'
+CANARY_COSINES_FILE = 'canary_cosines.csv'
+TENSORBOARD_DIR = 'tensorboard'
+CHECKPOINT_DIR = 'checkpoints'
+FINAL_COSINES_FILE = 'final_cosines.csv'
+MAX_COSINES_FILE = 'max_cosines.csv'
+REPORT_JSON_FILE = 'report.json'
+REPORT_MARKDOWN_FILE = 'report.md'
+DENSITY_PLOT_FILE = 'cosine_densities.png'
+# The columns of canary_cosines.csv (1-based `round`, as TFF numbers them).
+COSINE_FIELDS = ('round', 'seen_cosine_mean', 'seen_cosine_max',
+                 'unseen_cosine_mean', 'unseen_cosine_max')
+
+
+class RunDirectoryError(ValueError):
+  """The directory cannot hold the run; `flag` names what to change."""
+
+  def __init__(self, message: str, flag: str = 'run_name'):
+    super().__init__(message)
+    self.flag = flag
+
+
+def check(run_dir: str, *, accept_config: Callable[[Mapping[str, Any]], None],
+          verify_checkpoints: Callable[[str], None]) -> None:
+  """Whether `run_dir` may hold the run; reads, never writes.
+
+  Args:
+    run_dir: The run directory (its parent is the output root).
+    accept_config: Raises (any ValueError) unless the saved config of an
+      earlier invocation may be resumed with this one's.
+    verify_checkpoints: Raises ValueError unless the newest checkpoint in the
+      directory it is given reads back (nothing to check if there is none).
+
+  Raises:
+    RunDirectoryError: the root or the run directory is not a directory, the
+      run directory holds other files but no config, or the config does not
+      read.
+    ValueError: from `accept_config` or `verify_checkpoints`.
+  """
+  root = os.path.dirname(os.path.abspath(run_dir))
+  if os.path.exists(root) and not os.path.isdir(root):
+    raise RunDirectoryError(f'{root!r} exists and is not a directory.',
+                            flag='root_output_dir')
+  if not os.path.exists(run_dir):
+    return
+  if not os.path.isdir(run_dir):
+    raise RunDirectoryError(f'{run_dir!r} exists and is not a directory.')
+  config_path = os.path.join(run_dir, CONFIG_FILE)
+  if not os.path.exists(config_path):
+    if set(os.listdir(run_dir)) - {run_lock.LOCK_FILE}:
+      raise RunDirectoryError(
+          f'{run_dir!r} is not empty and holds no {CONFIG_FILE}; choose '
+          'another --run_name or --root_output_dir.')
+    return
+  try:
+    with open(config_path, encoding='utf-8') as stream:
+      saved = json.load(stream)
+  except (OSError, ValueError) as error:
+    raise RunDirectoryError(f'cannot read {config_path!r}: {error}.') from None
+  accept_config(saved)
+  verify_checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))
+
+
+@contextlib.contextmanager
+def owned(run_dir: str, *, recheck: Callable[[], None],
+          remove_leftovers: Callable[[str], None]) -> Iterator[None]:
+  """The block in which this process alone writes `run_dir`.
+
+  Takes the run lock (creating the directory), runs `recheck` (the `check`
+  of `prepare`, again) and removes unfinished writes: the project's
+  temporary files and the engine's (`remove_leftovers(run_dir)`), also when
+  the block fails. A failed write under the output root inside the block
+  becomes `write_failures.WriteFailure`.
+
+  Raises:
+    run_lock.RunLockedError: another process holds the lock.
+    write_failures.WriteFailure: a write under the output root failed.
+    What `recheck` raises.
+  """
+
+  def clean() -> None:
+    atomic_io.remove_temporaries(run_dir)
+    remove_leftovers(run_dir)
+
+  root = os.path.dirname(os.path.abspath(run_dir))
+  with write_failures.reported(root), run_lock.acquire(run_dir):
+    recheck()
+    clean()
+    try:
+      yield
+    except BaseException:
+      # Best effort on a failing disk: the next run removes them too.
+      with contextlib.suppress(OSError):
+        clean()
+      raise
+
+
+def checkpoint_rounds(total_rounds: int, every: int) -> list[int]:
+  """The rounds a run checkpoints: 0, every `every`-th, and the last one."""
+  return sorted({0, total_rounds, *range(every, total_rounds + 1, every)})
+
+
+def check_free_space(run_dir: str, *, checkpoint_bytes: int,
+                     to_write: int, saved: int, kept: int | None) -> None:
+  """Refuses, before training, a run whose checkpoints cannot fit the disk.
+
+  At its peak the directory holds min(saved + to_write, kept + 1)
+  checkpoints (`kept` are kept and one more is written before the oldest is
+  removed; all of them when `kept` is None), of which `saved` exist already.
+  A further MiB is left for the CSVs, the report and the plot.
+
+  Raises:
+    RunDirectoryError: naming the free and the needed space.
+  """
+  peak = saved + to_write if kept is None else min(saved + to_write, kept + 1)
+  needed = max(0, peak - saved) * checkpoint_bytes + 2**20
+  directory = os.path.abspath(run_dir)
+  while not os.path.exists(directory):
+    directory = os.path.dirname(directory)
+  free = shutil.disk_usage(directory).free
+  if free < needed:
+    raise RunDirectoryError(
+        f'{directory!r} has {free / 2**20:.1f} MiB free, but this run needs '
+        f'about {needed / 2**20:.1f} MiB: {peak - saved} more checkpoint(s) of '
+        f'~{checkpoint_bytes / 2**20:.1f} MiB each at once; free some space '
+        'or write the run elsewhere.', flag='root_output_dir')
+
+
+def write_config(run_dir: str, config: Mapping[str, Any]) -> None:
+  """Writes config.json (sorted keys), atomically."""
+  atomic_io.write_text(os.path.join(run_dir, CONFIG_FILE),
+                       json.dumps(dict(config), indent=2, sort_keys=True) +
+                       '\n')
+
+
+def read_rounds(path: str, last_round: int) -> list[dict[str, str]]:
+  """The rows of a per-round CSV up to `last_round` (earlier invocations)."""
+  if not os.path.exists(path):
+    return []
+  with open(path, newline='') as stream:
+    return [row for row in csv.DictReader(stream)
+            if int(row['round']) <= last_round]
+
+
+def write_rounds(path: str, fields: Sequence[str],
+                 rows: Sequence[Mapping[str, object]]) -> None:
+  """Writes a per-round CSV (a row per round, `fields` in order), atomically."""
+  buffer = io.StringIO()
+  writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator='\n')
+  writer.writeheader()
+  writer.writerows(rows)
+  atomic_io.write_text(path, buffer.getvalue())

@@ -1,0 +1,22 @@
+"""The TensorFlow Federated engine: everything in the package that imports TF.
+
+DP-FedAvg with canaries as a TFF aggregator, the cosine tracker's TensorFlow
+side, the plug-in `CanaryAudit`, TFF's C++ runtime and its workers, and the
+tasks (EMNIST CNN, StackOverflow LSTM, Fashion-MNIST demo) read from TFF's
+SQLite files. It shares the framework-free core (`one_shot_epe.*`) with the JAX
+engine and never imports it (tests/one_shot_epe_test.py).
+
+Modules:
+  canaries: canary directions in TensorFlow, a pure function of (seed, id).
+  seeded_queries: tensorflow-privacy's Gaussian queries with seeded noise.
+  canary_aggregator: the TFF aggregator: DP-FedAvg + canary injection.
+  cosine_tracking: lazy, exact max-over-rounds canary cosines.
+  final_model: canary cosines with the final model (Algorithm 2).
+  audit: `CanaryAudit`, canaries for any `tff.learning` pipeline.
+  checkpoints: integrity of TFF program-state checkpoints.
+  runtime, tff_workers, distributed_runtime, isolation: TFF's C++ runtime,
+    its worker processes (no leaked workers, loopback only) and many workers.
+  accelerators: the device of the launcher's canary work.
+  quiet: program start without TensorFlow's start-up noise.
+  tasks: EMNIST, StackOverflow, Fashion-MNIST and synthetic stand-ins.
+"""
