@@ -1,204 +1,235 @@
-"""Seconds per DP-FedAvg round with canaries: the JAX engine vs the TFF path.
+"""Seconds per DP-FedAvg round with canaries: the JAX engine vs the TFF engine.
 
-The paper's settings (Andrew et al., ICLR 2024, Sec. 5.1-5.2): EMNIST, the
-1,206,590-parameter CNN, 101 clients per round; StackOverflow, the
-4,050,748-parameter LSTM, 167 clients per round; batch 16, one local epoch,
-adaptive clipping, 1,000 seen + 1,000 unseen canaries. On synthetic clients
-with the real data's structure and about its mean size (EMNIST: 671,585
-examples over 3,400 writers, ~200 each; StackOverflow: --so_examples).
+Like for like: both engines run `experiments.train` with the same flags, on
+synthetic EMNIST (the 1,206,590-parameter CNN) or StackOverflow (the
+4,050,748-parameter LSTM) clients whose sizes follow the real data's law
+(`--synthetic_client_sizes=realistic`, `client_arrays.client_sizes`: EMNIST's
+writers; StackOverflow's heavy-tailed users, capped at --so_cap sentences),
+the same participation, the same canaries (their scoring, amortised over
+blocks of rounds, is left out of both engines' round times), adaptive
+clipping and noise. A round's time is its `training_time_in_seconds` in the
+run's metrics.csv (batches, local training, aggregation); the first round,
+which compiles, is left out and the median of the others reported.
 
-* jax: `jax_engine.fedavg.RoundEngine` (clients vmapped, sharded over
-  `jax.devices()`), plus this round's exact Algorithm 3 update: every canary
-  regenerated on the device and its running maximum cosine updated
-  (`jax_engine.canaries.update_maxima`). A round's time includes building its
-  padded batches on the host. Compilation (the first round) is excluded.
-* tff (where TensorFlow Federated imports): `experiments.train` on the same
-  settings with synthetic data, in a subprocess; its per-round
-  `training_time_in_seconds` (metrics.csv), first round excluded. It does not
-  include the lazy cosine blocks (amortised, see benchmarks/canary_tracking.py).
-
-Prints seconds per round (median, min-max) and rounds per second for each,
-and the ratio tff / jax where both ran. Goals on one H100: EMNIST <= 0.1 s,
-StackOverflow <= 0.5 s per round. JAX on a CPU is far slower than TF for these
-convolutions; use --clients and --*_examples to keep a CPU run short.
+The JAX engine runs in the TensorFlow-free environment it is built for
+(.venv-jax: the accelerator machines' jax; `--jax_python`), else in this
+interpreter; the TFF engine in this interpreter. The JAX side also reports
+what the issue of accelerators is about: the compilations of the round
+(bounded whatever the cohort), XLA's compile seconds, the padding (processed
+over real examples), the bytes sent to the device per round, and a roofline
+prediction of the round on one H100 from XLA's own cost analysis of the
+round's computations (FLOPs against the H100 SXM's 494 TFLOP/s dense TF32,
+bytes against its 3.35 TB/s HBM3; a lower bound, labelled as a prediction
+where no accelerator is present).
 
   python -m benchmarks.accelerator_round [--tasks=emnist,stackoverflow]
-      [--rounds=5] [--clients=N] [--tff=auto|yes|no]
+      [--clients=10] [--rounds=4] [--json=PATH]
+
+`--json` writes, per task: jax_round_s, tff_round_s, ratio (jax / tff),
+compiles, padding_ratio, h2d_bytes_per_round, compile_s and
+predicted_h100_round_s (or measured_round_s on an accelerator).
 """
 
 import csv
+import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 
 from absl import app
 from absl import flags
-import jax
-import jax.numpy as jnp
-import numpy as np
-
-from one_shot_epe import canary_spec
-from one_shot_epe import client_arrays
-from one_shot_epe.jax_engine import canaries
-from one_shot_epe.jax_engine import data
-from one_shot_epe.jax_engine import fedavg
-from one_shot_epe.jax_engine import models
-from one_shot_epe.jax_engine import optimizers
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-# Per task: clients per round, client and server learning rates, config file
-# (the paper's Tables 3 and 4).
+JAX_VENV_PYTHON = os.path.join(REPO, '.venv-jax', 'bin', 'python')
+# H100 SXM peak rates: dense TF32 tensor-core FLOP/s (XLA's default float32
+# matmul precision on it) and HBM3 bytes/s.
+H100_FLOPS = 494e12
+H100_BYTES_PER_S = 3.35e12
+# Per task: the launcher's task and the paper's optimizers (Tables 3 and 4).
 _SETTINGS = {
-    'emnist': dict(clients=101, client_lr=0.031, server_lr=1.0,
-                   config='configs/emnist.cfg'),
-    'stackoverflow': dict(clients=167, client_lr=1.0, server_lr=0.56,
-                          config='configs/stackoverflow.cfg'),
+    'emnist': ['--task=emnist_character', '--client_learning_rate=0.031',
+               '--server_optimizer=sgdm', '--server_learning_rate=1.0',
+               '--server_momentum=0.9'],
+    'stackoverflow': ['--task=stackoverflow_word', '--client_learning_rate=1.0',
+                      '--server_optimizer=sgdm',
+                      '--server_learning_rate=0.56',
+                      '--server_momentum=0.9'],
 }
 
 _TASKS = flags.DEFINE_list('tasks', ['emnist', 'stackoverflow'],
                            'Tasks to time: emnist, stackoverflow.')
-_ROUNDS = flags.DEFINE_integer('rounds', 5, 'Measured rounds per engine.',
-                               lower_bound=1)
-_CLIENTS = flags.DEFINE_integer(
-    'clients', None, 'Clients per round (default: the paper\'s, 101 / 167).',
-    lower_bound=1)
+_ROUNDS = flags.DEFINE_integer('rounds', 4, 'Measured rounds per engine (one '
+                               'more runs first and compiles).', lower_bound=1)
+_CLIENTS = flags.DEFINE_integer('clients', 10, 'Clients per round.',
+                                lower_bound=1)
 _EMNIST_EXAMPLES = flags.DEFINE_integer(
-    'emnist_examples', 200, 'Examples per synthetic EMNIST client.',
+    'emnist_examples', 198, 'Mean examples per EMNIST client (the data: 197.5).',
     lower_bound=1)
 _SO_EXAMPLES = flags.DEFINE_integer(
-    'so_examples', 256, 'Sentences per synthetic StackOverflow client.',
+    'so_examples', 397, 'Mean sentences per StackOverflow client (the data: '
+    '396.6).', lower_bound=1)
+_SO_CAP = flags.DEFINE_integer(
+    'so_cap', 256, 'Sentences a StackOverflow client uses per round.',
     lower_bound=1)
-_NUM_CANARIES = flags.DEFINE_integer('num_canaries', 1000, 'Seen canaries.',
-                                     lower_bound=0)
-_NUM_UNSEEN = flags.DEFINE_integer('num_unseen_canaries', 1000,
-                                   'Unseen canaries.', lower_bound=0)
-_TOTAL_ROUNDS = flags.DEFINE_integer(
-    'total_rounds', 510, 'Rounds of the whole run the canaries are spread '
-    'over (k / total_rounds inserted per round; EMNIST: 15 epochs x 34).',
-    lower_bound=1)
+_NUM_CANARIES = flags.DEFINE_integer(
+    'num_canaries', 10, 'Seen (and as many unseen) canaries: 10 over the 5 '
+    "rounds insert 2 a round, about the paper's rate (1,000 over 510 to "
+    '2,048 rounds).', lower_bound=2)
 _NOISE = flags.DEFINE_float('noise_multiplier', 0.1, 'Noise multiplier z.',
                             lower_bound=0.0)
-_TFF = flags.DEFINE_enum('tff', 'auto', ['auto', 'yes', 'no'],
-                         'Time the TFF path too (auto: if it imports).')
+_ENGINES = flags.DEFINE_list('engines', ['jax', 'tff'],
+                             'Engines to time: jax, tff.')
+_JAX_PYTHON = flags.DEFINE_string(
+    'jax_python', None, 'Python of the JAX engine (default: .venv-jax\'s if '
+    'present, else this one).')
+_JSON = flags.DEFINE_string('json', None, 'Write the figures here (JSON).')
+_CHILD = flags.DEFINE_string('child', None, 'Internal: run the JAX engine on '
+                             'this task and print its figures as JSON.')
 
 
-def _model_and_data(task: str, clients: int):
-  if task == 'emnist':
-    return models.EmnistCnn(), client_arrays.synthetic_emnist(clients,
-                                                     _EMNIST_EXAMPLES.value)
-  return models.WordLstm(), client_arrays.synthetic_stackoverflow(clients,
-                                                         _SO_EXAMPLES.value)
+def launcher_flags(task: str, root: str) -> list[str]:
+  """The run both engines make of `task` (one compiling round, then more)."""
+  rounds = _ROUNDS.value + 1
+  examples = (_EMNIST_EXAMPLES.value if task == 'emnist' else
+              _SO_EXAMPLES.value)
+  cap = _SO_CAP.value if task == 'stackoverflow' else -1
+  return [
+      *_SETTINGS[task], '--use_synthetic_data',
+      '--synthetic_client_sizes=realistic',
+      f'--synthetic_num_clients={_CLIENTS.value * rounds}',
+      f'--synthetic_examples_per_client={examples}',
+      f'--max_examples_per_client={cap}', '--client_batch_size=16',
+      f'--clients_per_round={_CLIENTS.value}', f'--total_rounds={rounds}',
+      f'--noise_multiplier={_NOISE.value}',
+      f'--num_canaries={_NUM_CANARIES.value}',
+      f'--num_unseen_canaries={_NUM_CANARIES.value}',
+      f'--canary_buffer_rounds={rounds}', f'--rounds_per_evaluation={rounds}',
+      f'--rounds_per_checkpoint={rounds}', '--max_eval_examples=16',
+      '--noprogress_bar', f'--root_output_dir={root}', '--run_name=bench']
 
 
-def time_jax(task: str, clients: int, rounds: int) -> list[float]:
-  """Seconds of each measured JAX round (one extra round compiles first)."""
-  settings = _SETTINGS[task]
-  model, arrays = _model_and_data(task, clients)
-  k, m = _NUM_CANARIES.value, _NUM_UNSEEN.value
-  per_round = k / _TOTAL_ROUNDS.value
-  config = canary_spec.DPAggregation(noise_multiplier=_NOISE.value,
-                                     clients_per_round=clients + per_round)
-  engine = fedavg.RoundEngine(
-      model.loss, optimizers.Optimizer('sgd', settings['client_lr']),
-      optimizers.Optimizer('sgdm', settings['server_lr'], momentum=0.9),
-      config)
-  state = engine.init_state(model.init(jax.random.PRNGKey(0)))
-  dim = model.num_parameters()
-  tracked = canary_spec.tracked_ids(k, m)
-  maxima = jnp.full(tracked.size, -jnp.inf)
-  # A fixed number of inserted slots keeps one compiled round.
-  slots = max(1, int(np.ceil(per_round)) + 1)
-  rng = np.random.default_rng(0)
-  times = []
-  for round_num in range(rounds + 1):
-    start = time.perf_counter()
-    batches = data.client_batches(
-        arrays, range(clients), batch_size=16, epochs=1, max_examples=None,
-        rng=rng, num_slots=engine.num_slots(clients))
-    inserted = rng.poisson(per_round) if k else 0
-    ids = rng.choice(max(k, 1), size=slots)
-    mask = (np.arange(slots) < min(inserted, slots)).astype(np.float32)
-    state, output = engine(state, batches, canaries.directions(0, ids, dim),
-                           mask, jax.random.PRNGKey(round_num))
-    if tracked.size:
-      maxima = canaries.update_maxima(maxima, 0, tracked, output.aggregate)
-    jax.block_until_ready((state, maxima))
-    times.append(time.perf_counter() - start)
-  return times[1:]
+def _round_seconds(run_dir: str) -> list[float]:
+  with open(os.path.join(run_dir, 'metrics.csv')) as stream:
+    return [float(row['training_time_in_seconds'])
+            for row in csv.DictReader(stream)
+            if row.get('training_time_in_seconds')]
 
 
-def time_tff(task: str, clients: int, rounds: int) -> list[float]:
-  """Seconds of each measured round of `experiments.train` (subprocess)."""
-  settings = _SETTINGS[task]
-  examples = _EMNIST_EXAMPLES.value if task == 'emnist' else _SO_EXAMPLES.value
+def time_tff(task: str) -> float:
+  """Median seconds of the TFF engine's rounds after the first."""
   with tempfile.TemporaryDirectory() as root:
-    with open(os.path.join(REPO, settings['config'])) as stream:
-      paper_flags = [line.strip() for line in stream
-                     if line.startswith('--') and not line.startswith(
-                         ('--train_epochs', '--total_rounds'))]
-    command = [
-        sys.executable, '-m', 'experiments.train', *paper_flags,
-        '--use_synthetic_data', f'--synthetic_num_clients={clients}',
-        f'--synthetic_examples_per_client={examples}',
-        f'--clients_per_round={clients}', f'--total_rounds={rounds + 1}',
-        f'--noise_multiplier={_NOISE.value}',
-        f'--num_canaries={_NUM_CANARIES.value}',
-        f'--num_unseen_canaries={_NUM_UNSEEN.value}',
-        f'--rounds_per_evaluation={rounds + 1}', '--max_eval_examples=16',
-        f'--rounds_per_checkpoint={rounds + 1}', f'--root_output_dir={root}',
-        '--run_name=bench']
-    completed = subprocess.run(command, cwd=REPO, capture_output=True,
-                               text=True, check=False)
+    completed = subprocess.run(
+        [sys.executable, '-m', 'experiments.train', '--backend=tff',
+         *launcher_flags(task, root)], cwd=REPO, capture_output=True,
+        text=True, check=False)
     if completed.returncode:
-      raise RuntimeError('experiments.train failed:\n' +
+      raise RuntimeError('experiments.train --backend=tff failed:\n' +
                          completed.stderr[-2000:])
-    with open(os.path.join(root, 'bench', 'metrics.csv')) as stream:
-      seconds = [float(row['training_time_in_seconds'])
-                 for row in csv.DictReader(stream)
-                 if row.get('training_time_in_seconds')]
-  return seconds[1:]
+    return statistics.median(_round_seconds(os.path.join(root, 'bench'))[1:])
 
 
-def _tff_available() -> bool:
-  if _TFF.value != 'auto':
-    return _TFF.value == 'yes'
+def time_jax(task: str) -> dict[str, object]:
+  """The JAX engine's figures, from a child in the JAX environment."""
+  python = _JAX_PYTHON.value or (JAX_VENV_PYTHON if os.path.exists(
+      JAX_VENV_PYTHON) else sys.executable)
+  argv = [arg for arg in sys.argv[1:] if not arg.startswith(
+      ('--json', '--child', '--tasks', '--engines'))]
+  env = dict(os.environ, PYTHONPATH=REPO)
   completed = subprocess.run(
-      [sys.executable, '-c', 'import tensorflow_federated'],
-      capture_output=True, check=False)
-  return completed.returncode == 0
+      [python, '-m', 'benchmarks.accelerator_round', f'--child={task}',
+       *argv], cwd=REPO, capture_output=True, text=True, check=False, env=env)
+  if completed.returncode:
+    raise RuntimeError('the JAX engine failed:\n' + completed.stderr[-2000:])
+  return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def _summary(name: str, times: Sequence[float]) -> str:
-  median = statistics.median(times)
-  return (f'  {name}: {median:.3f} s/round (min {min(times):.3f}, max '
-          f'{max(times):.3f}; {1 / median:.2f} rounds/s; {len(times)} rounds)')
+def run_child(task: str) -> dict[str, object]:
+  """In the JAX environment: one run of the launcher's JAX engine."""
+  # pylint: disable=g-import-not-at-top
+  import jax
+  import numpy as np
+  from experiments import backend_jax
+  from experiments import train
+  from experiments import train_config
+  from one_shot_epe.jax_engine import data
+  from one_shot_epe.jax_engine import training
+  # pylint: enable=g-import-not-at-top
+  with tempfile.TemporaryDirectory() as root:
+    values = flags.FlagValues()
+    train_config.define_flags(values)
+    values(['train', '--backend=jax', *launcher_flags(task, root)])
+    run = train.prepare(train_config.config_from_flags(values))
+    stats = training.RunStats()
+    backend_jax.train(run, stats)
+    seconds = _round_seconds(run.config.run_dir)
+    plan = backend_jax.plan(run)
+    engine = training.round_engine(plan)
+    state = engine.init_state(plan.model.init(jax.random.PRNGKey(0)))
+    clients = plan.sampler.indices(1)
+    batches = data.client_batches(
+        plan.train, clients, batch_size=plan.batch_size, epochs=plan.epochs,
+        max_examples=plan.max_examples, rng=np.random.default_rng(0))
+    dim = int(sum(np.size(p) for p in jax.tree_util.tree_leaves(
+        state.params)))
+    canaries = max(1, max(len(ids) for ids in run.canaries.schedule))
+    cost = engine.round_cost(state, batches, np.ones((canaries, dim)),
+                             np.ones(canaries), jax.random.PRNGKey(1))
+  accelerator = jax.default_backend() != 'cpu'
+  figures = {
+      'jax_round_s': statistics.median(seconds[1:]),
+      'compiles': stats.compiles, 'compile_s': stats.compile_seconds,
+      'padding_ratio': stats.padding_ratio,
+      'h2d_bytes_per_round': stats.host_to_device_bytes / stats.rounds,
+      'device': f'{jax.devices()[0].device_kind} ({jax.__version__})',
+      'flops_per_round': cost['flops'],
+      'bytes_per_round': cost['bytes accessed'],
+  }
+  roofline = max(cost['flops'] / H100_FLOPS,
+                 cost['bytes accessed'] / H100_BYTES_PER_S)
+  if accelerator:
+    figures['measured_round_s'] = figures['jax_round_s']
+  else:
+    figures['predicted_h100_round_s'] = roofline
+  return figures
 
 
 def main(argv: Sequence[str]) -> None:
-  """Times each task's round on both engines and prints the figures."""
+  """Times each task on both engines; prints (and writes) the figures."""
   del argv
+  if _CHILD.value:
+    print(json.dumps(run_child(_CHILD.value)))
+    return
   for task in _TASKS.value:
     if task not in _SETTINGS:
       raise app.UsageError(f'--tasks: each must be one of {list(_SETTINGS)}; '
-                           f'got {task!r}.')
-  with_tff = _tff_available()
-  print(f'JAX {jax.__version__} on {len(jax.devices())} x '
-        f'{jax.devices()[0].device_kind}; canaries '
-        f'{_NUM_CANARIES.value} + {_NUM_UNSEEN.value}; z = {_NOISE.value}')
+                           f'got {task!r}.', exitcode=2)
+  for name in _ENGINES.value:
+    if name not in ('jax', 'tff'):
+      raise app.UsageError(f"--engines: each must be 'jax' or 'tff'; got "
+                           f'{name!r}.', exitcode=2)
+  results = {}
   for task in _TASKS.value:
-    clients = _CLIENTS.value or _SETTINGS[task]['clients']
-    print(f'{task}, {clients} clients per round:')
-    jax_times = time_jax(task, clients, _ROUNDS.value)
-    print(_summary('jax', jax_times))
-    if with_tff:
-      tff_times = time_tff(task, clients, _ROUNDS.value)
-      print(_summary('tff', tff_times))
-      print(f'  ratio tff / jax: '
-            f'{statistics.median(tff_times) / statistics.median(jax_times):.2f}')
+    figures = time_jax(task) if 'jax' in _ENGINES.value else {}
+    if 'tff' in _ENGINES.value:
+      figures['tff_round_s'] = time_tff(task)
+    if 'jax_round_s' in figures and 'tff_round_s' in figures:
+      figures['ratio'] = figures['jax_round_s'] / figures['tff_round_s']
+    results[task] = figures
+    print(f'{task}, {_CLIENTS.value} clients per round, '
+          f'{_NUM_CANARIES.value} + {_NUM_CANARIES.value} canaries:')
+    for name, value in figures.items():
+      label = name
+      if name == 'predicted_h100_round_s':
+        label += ' (prediction: roofline from XLA cost analysis)'
+      print(f'  {label}: {value:.4g}' if isinstance(value, float) else
+            f'  {label}: {value}')
+  if _JSON.value:
+    with open(_JSON.value, 'w') as stream:
+      json.dump(results, stream, indent=2, sort_keys=True)
+      stream.write('\n')
 
 
 if __name__ == '__main__':

@@ -22,7 +22,9 @@ clients as the TFF path (`client_arrays.fashion_mnist_arrays`), for the
 """
 
 import dataclasses
+import functools
 import os
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,6 +43,8 @@ from one_shot_epe.jax_engine import training
 # Task -> the engine's data kind.
 KINDS = {'emnist_character': 'emnist', 'stackoverflow_word': 'stackoverflow',
          'fashion_mnist': 'emnist'}
+# How XLA reports a failed device allocation.
+_OUT_OF_MEMORY = re.compile(r'RESOURCE_EXHAUSTED|[Oo]ut of memory')
 _METRIC_FIELDS = ('round', 'clip', 'aggregate_norm', 'canaries_inserted',
                   'num_clients', 'training_time_in_seconds')
 
@@ -83,14 +87,15 @@ def load_data(config: train_config.TrainConfig) -> Data:
   kind = KINDS[config.task]
   if config.use_synthetic_data:
     make = (client_arrays.synthetic_emnist if kind == 'emnist' else
-            lambda n, e, seed: client_arrays.synthetic_stackoverflow(
-                n, e, vocab_size=config.vocab_size, seed=seed))
+            functools.partial(client_arrays.synthetic_stackoverflow,
+                              vocab_size=config.vocab_size))
     train = make(config.synthetic_num_clients,
                  config.synthetic_examples_per_client,
-                 engine.SYNTHETIC_DATA_SEED)
+                 seed=engine.SYNTHETIC_DATA_SEED,
+                 sizes=config.synthetic_client_sizes)
     test = make(max(1, config.synthetic_num_clients // 10),
                 config.synthetic_examples_per_client,
-                engine.SYNTHETIC_DATA_SEED + 1)
+                seed=engine.SYNTHETIC_DATA_SEED + 1)
     return Data(train, test, 'synthetic')
   directory = os.path.join(config.data_dir or '', config.task)
   try:
@@ -181,10 +186,10 @@ def remove_leftovers(run_dir: str) -> None:
                                             run_directory.CHECKPOINT_DIR))
 
 
-def train(run: engine.PreparedRun) -> canary_spec.CanaryOutcome:
-  """Trains (or resumes) `run`; writes the per-round CSVs and checkpoints."""
+def plan(run: engine.PreparedRun) -> training.Plan:
+  """The JAX engine's plan of `run`: model, data, spec and optimizers."""
   config = run.config
-  plan = training.Plan(
+  return training.Plan(
       model=_model(config), train=run.data.train, test=run.data.test,
       sampler=run.sampler, canaries=run.canaries, dp=run.dp,
       client_optimizer=_optimizer(config.client_optimizer,
@@ -198,6 +203,15 @@ def train(run: engine.PreparedRun) -> canary_spec.CanaryOutcome:
       max_examples=(None if config.max_examples_per_client == -1 else
                     config.max_examples_per_client),
       total_rounds=run.total_rounds, seed=config.seed)
+
+
+def train(run: engine.PreparedRun, stats: training.RunStats | None = None
+          ) -> canary_spec.CanaryOutcome:
+  """Trains (or resumes) `run`; writes the per-round CSVs and checkpoints.
+
+  `stats`, if given, gathers how the run used the device (`RunStats`).
+  """
+  config = run.config
   run_dir = config.run_dir
   checkpoint_dir = os.path.join(run_dir, run_directory.CHECKPOINT_DIR)
   done = training.checkpoint_rounds(checkpoint_dir)
@@ -225,6 +239,15 @@ def train(run: engine.PreparedRun) -> canary_spec.CanaryOutcome:
       run_directory.write_rounds(cosines_path, run_directory.COSINE_FIELDS,
                                  cosine_rows)
 
-  return training.train(plan, checkpoint_dir, config.rounds_per_checkpoint,
-                        on_round, on_cosines,
-                        progress_bar=config.progress_bar)
+  try:
+    return training.train(plan(run), checkpoint_dir,
+                          config.rounds_per_checkpoint, on_round, on_cosines,
+                          progress_bar=config.progress_bar, stats=stats)
+  except RuntimeError as error:  # XLA's error type differs across versions.
+    if not _OUT_OF_MEMORY.search(str(error)):
+      raise
+    first = str(error).strip().splitlines()[0]
+    raise engine.DeviceOutOfMemory(
+        f'the JAX device ran out of memory ({first[:200]}): lower '
+        '--clients_per_round or --client_batch_size, or use a device with '
+        'more memory; rerunning resumes from the last checkpoint.') from None

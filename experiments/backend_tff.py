@@ -49,6 +49,7 @@ def load_data(config: train_config.TrainConfig) -> tasks.Task:
         data_dir=config.data_dir, use_synthetic_data=config.use_synthetic_data,
         synthetic_num_clients=config.synthetic_num_clients,
         synthetic_examples_per_client=config.synthetic_examples_per_client,
+        synthetic_client_sizes=config.synthetic_client_sizes,
         seed=engine.SYNTHETIC_DATA_SEED, vocab_size=config.vocab_size)
   except (ValueError, FileNotFoundError) as error:
     message = str(error)

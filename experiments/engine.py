@@ -24,6 +24,10 @@ SYNTHETIC_DATA_SEED = 0
 _MODULES = {'tff': 'experiments.backend_tff', 'jax': 'experiments.backend_jax'}
 
 
+class DeviceOutOfMemory(RuntimeError):
+  """The engine's device ran out of memory (the message says what to change)."""
+
+
 class Data(Protocol):
   """A task's data as an engine loaded it."""
 

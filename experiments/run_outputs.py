@@ -24,9 +24,10 @@ from one_shot_epe import run_report
 from one_shot_epe import write_failures
 
 # What a launcher reports in one line with exit status 2: a bad flag, a run
-# directory in use by another launcher, a failed write (a full disk, ...).
+# directory in use by another launcher, a failed write (a full disk, ...), a
+# device out of memory.
 REPORTED_ERRORS = (train_config.ConfigError, run_lock.RunLockedError,
-                   write_failures.WriteFailure)
+                   write_failures.WriteFailure, engine.DeviceOutOfMemory)
 
 
 @dataclasses.dataclass(frozen=True)

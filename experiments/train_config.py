@@ -29,6 +29,7 @@ import numpy as np
 
 from one_shot_epe import canary_spec
 from one_shot_epe import cli
+from one_shot_epe import client_arrays
 from one_shot_epe import participation
 from one_shot_epe import run_options
 from one_shot_epe import validation
@@ -63,6 +64,7 @@ class TrainConfig:
   use_synthetic_data: bool = False
   synthetic_num_clients: int = 100
   synthetic_examples_per_client: int = 32
+  synthetic_client_sizes: str = 'equal'
   vocab_size: int = 10_000
   client_optimizer: str = 'sgd'
   client_learning_rate: float = 0.1
@@ -184,6 +186,13 @@ class TrainConfig:
           f'--canary_repeats applies to --sampling=shuffle only (with '
           f'--sampling={self.sampling} canaries are sampled like real '
           f'clients); got --canary_repeats={self.canary_repeats}.')
+    if self.synthetic_client_sizes != 'equal' and (
+        self.task == 'fashion_mnist' or not self.use_synthetic_data):
+      raise ConfigError(
+          '--synthetic_client_sizes=realistic applies to the synthetic '
+          'emnist_character and stackoverflow_word stand-ins (with '
+          f'--use_synthetic_data); got --task={self.task}, '
+          f'--use_synthetic_data={self.use_synthetic_data}.')
     if self.use_synthetic_data == bool(self.data_dir):
       raise ConfigError('pass exactly one of --data_dir and '
                         '--use_synthetic_data; got --data_dir='
@@ -290,7 +299,12 @@ _FLAG_HELP = {
                 'the Fashion-MNIST IDX files (never downloads).',
     'use_synthetic_data': 'Train on synthetic data with the real structure.',
     'synthetic_num_clients': 'Synthetic training clients (>= 1).',
-    'synthetic_examples_per_client': 'Synthetic examples per client (>= 1).',
+    'synthetic_examples_per_client': 'Synthetic examples per client (>= 1; '
+                                     'the mean with realistic sizes).',
+    'synthetic_client_sizes': 'Sizes of the synthetic EMNIST and '
+                              'StackOverflow clients: equal, or realistic '
+                              "(the real data's law: EMNIST's writers, "
+                              "StackOverflow's heavy-tailed users).",
     'vocab_size': 'StackOverflow vocabulary size (>= 1; the paper: 10000).',
     'client_optimizer': 'Client optimizer: sgd, sgdm (with --client_momentum) '
                         'or adam.',
@@ -376,7 +390,8 @@ _ENUMS = {'backend': run_options.BACKENDS, 'task': run_options.TASK_NAMES,
           'server_optimizer': run_options.OPTIMIZERS, 'sampling': SAMPLINGS,
           'final_model_statistic': canary_spec.FINAL_MODEL_STATISTICS,
           'all_iterates_statistic': canary_spec.ALL_ITERATES_STATISTICS,
-          'canary_clip': canary_spec.CANARY_CLIPS}
+          'canary_clip': canary_spec.CANARY_CLIPS,
+          'synthetic_client_sizes': client_arrays.CLIENT_SIZE_LAWS}
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:

@@ -159,19 +159,63 @@ class ClientArrays:
                   for name in manifest['features']})
 
 
+# Client sizes of the real training splits (TFF's simulation datasets), for
+# synthetic stand-ins whose padding is the real data's:
+# * EMNIST-62 by writer: 3,400 writers, 671,585 examples (mean 197.5), at most
+#   418 per writer (TFF's emnist_preprocessing.MAX_CLIENT_DATASET_SIZE). The
+#   stand-in draws N(mean, 75^2) clipped to [10, 418]; the spread is an
+#   assumption (no published figure), the mean and maximum are the data's.
+# * StackOverflow by user: 342,477 users, 135,818,730 sentences (mean 396.6),
+#   heavy-tailed. The stand-in draws a lognormal with that mean and a median
+#   of 60 sentences (sigma = sqrt(2 ln(396.6 / 60)) = 1.94; the median is an
+#   assumption); runs cap a client's examples (--max_examples_per_client;
+#   256 in Reddi et al. 2020's setup).
+EMNIST_WRITER_SIZES = dict(mean=197.5, std=75.0, low=10, high=418)
+STACKOVERFLOW_USER_SIZES = dict(mean=396.6, median=60.0)
+CLIENT_SIZE_LAWS = ('equal', 'realistic')
+
+
+def client_sizes(kind: str, num_clients: int, examples_per_client: int,
+                 law: str = 'equal', seed: int = 0) -> np.ndarray:
+  """int64 [num_clients] examples per client of a synthetic stand-in.
+
+  'equal': `examples_per_client` each; 'realistic': the kind's real law (see
+  EMNIST_WRITER_SIZES and STACKOVERFLOW_USER_SIZES above), rescaled to a mean
+  of `examples_per_client`.
+  """
+  validation.check_choice('kind', kind, KINDS)
+  num_clients = validation.check_int('num_clients', num_clients, low=1)
+  examples_per_client = validation.check_int('examples_per_client',
+                                             examples_per_client, low=1)
+  validation.check_choice('law', law, CLIENT_SIZE_LAWS)
+  if law == 'equal':
+    return np.full(num_clients, examples_per_client, np.int64)
+  rng = np.random.default_rng([seed, 2])
+  if kind == 'emnist':
+    law = EMNIST_WRITER_SIZES
+    sizes = np.clip(rng.normal(law['mean'], law['std'], num_clients),
+                    law['low'], law['high'])
+  else:
+    law = STACKOVERFLOW_USER_SIZES
+    sigma = math.sqrt(2.0 * math.log(law['mean'] / law['median']))
+    sizes = rng.lognormal(math.log(law['median']), sigma, num_clients)
+  sizes = sizes * examples_per_client / law['mean']
+  return np.maximum(1, np.rint(sizes)).astype(np.int64)
+
+
 def synthetic_emnist(num_clients: int, examples_per_client: int,
-                     seed: int = 0) -> ClientArrays:
+                     seed: int = 0, sizes: str = 'equal') -> ClientArrays:
   """Synthetic EMNIST-62 in numpy, with the structure of the real data.
 
   Like `one_shot_epe.tasks.synthetic.emnist` (not its values): every class has
   a template of three random pen strokes; an example is its class template
   shifted by up to one pixel, drawn with the writer's ink strength in
   [0.6, 1] plus N(0, 0.2^2) pixel noise on a white (1.0) background, clipped to
-  [0, 1]; labels uniform over the 62 classes.
+  [0, 1]; labels uniform over the 62 classes. `sizes`: the law of the
+  clients' sizes (`client_sizes`), of mean `examples_per_client`.
   """
-  num_clients = validation.check_int('num_clients', num_clients, low=1)
-  examples_per_client = validation.check_int('examples_per_client',
-                                             examples_per_client, low=1)
+  counts = client_sizes('emnist', num_clients, examples_per_client, sizes,
+                        seed)
   rng = np.random.default_rng([seed, 0])
   templates = np.zeros((EMNIST_CLASSES, IMAGE_SIZE, IMAGE_SIZE), np.float32)
   for label in range(EMNIST_CLASSES):
@@ -184,10 +228,10 @@ def synthetic_emnist(num_clients: int, examples_per_client: int,
                            22)
         row, col = int(position[0]), int(position[1])
         templates[label, row:row + 2, col:col + 2] = 1.0
-  n = num_clients * examples_per_client
+  n = int(counts.sum())
   labels = rng.integers(0, EMNIST_CLASSES, n).astype(np.int32)
   shifts = rng.integers(-1, 2, (n, 2))
-  ink = np.repeat(rng.uniform(0.6, 1.0, num_clients), examples_per_client)
+  ink = np.repeat(rng.uniform(0.6, 1.0, num_clients), counts)
   strokes = np.stack([
       np.roll(templates[label], tuple(shift), axis=(0, 1))
       for label, shift in zip(labels, shifts)
@@ -196,29 +240,30 @@ def synthetic_emnist(num_clients: int, examples_per_client: int,
   pixels = np.clip(1.0 - ink[:, None, None] * strokes + noise, 0.0, 1.0)
   return ClientArrays(
       kind='emnist', client_ids=_client_ids(num_clients),
-      offsets=np.arange(num_clients + 1, dtype=np.int64) * examples_per_client,
+      offsets=np.concatenate([[0], np.cumsum(counts)]),
       features={'pixels': pixels.astype(np.float32), 'label': labels})
 
 
 def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
                             vocab_size: int = 10_000, seed: int = 0,
-                            sequence_length: int = SEQUENCE_LENGTH
-                            ) -> ClientArrays:
+                            sequence_length: int = SEQUENCE_LENGTH,
+                            sizes: str = 'equal') -> ClientArrays:
   """Synthetic StackOverflow sentences in numpy, already as token ids.
 
   Like `one_shot_epe.tasks.synthetic.stackoverflow` (not its values):
   sentences of 4 to 25 words; the first word's rank is Zipf-distributed over
   the vocabulary, each next word 1 to 3 ranks further (mod vocab_size); rank r
   has id r + 1, and sentences are encoded as TFF does (`encode_sentence`).
+  `sizes`: the law of the clients' sizes (`client_sizes`), of mean
+  `examples_per_client`.
   """
-  num_clients = validation.check_int('num_clients', num_clients, low=1)
-  examples_per_client = validation.check_int('examples_per_client',
-                                             examples_per_client, low=1)
+  counts = client_sizes('stackoverflow', num_clients, examples_per_client,
+                        sizes, seed)
   tokens = special_tokens(vocab_size)
   rng = np.random.default_rng([seed, 1])
   zipf = 1.0 / np.arange(1, vocab_size + 1)
   zipf /= zipf.sum()
-  n = num_clients * examples_per_client
+  n = int(counts.sum())
   lengths = rng.integers(4, 26, n)
   firsts = rng.choice(vocab_size, n, p=zipf)
   rows = []
@@ -228,7 +273,7 @@ def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
     rows.append(encode_sentence(list(ranks + 1), tokens, sequence_length))
   return ClientArrays(
       kind='stackoverflow', client_ids=_client_ids(num_clients),
-      offsets=np.arange(num_clients + 1, dtype=np.int64) * examples_per_client,
+      offsets=np.concatenate([[0], np.cumsum(counts)]),
       features={'tokens': np.stack(rows)})
 
 

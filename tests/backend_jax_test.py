@@ -142,3 +142,36 @@ def test_fashion_mnist_trains_the_ten_class_cnn_on_the_demos_clients(
   assert result.dim == 1_199_882
   assert result.delta == pytest.approx(6**-1.1)
   assert result.report is not None and 0.0 <= result.accuracy <= 1.0
+
+
+def test_a_device_out_of_memory_is_one_line_and_the_run_resumes(tmp_path):
+  # XLA's allocation failure (its error type differs across jax versions)
+  # in round 3, after the checkpoint of round 2: the launcher says so in one
+  # line, exit 2, and a rerun resumes from round 2.
+  script = r'''
+import runpy, sys
+from one_shot_epe.jax_engine import fedavg
+real = fedavg.RoundEngine.__call__
+def fail_in_round_3(self, state, *args):
+  if int(state.round_num) == 2:
+    raise type('XlaRuntimeError', (RuntimeError,), {})(
+        'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.21GiB.')
+  return real(self, state, *args)
+fedavg.RoundEngine.__call__ = fail_in_round_3
+sys.argv = ['train'] + sys.argv[1:]
+runpy.run_module('experiments.train', run_name='__main__')
+'''
+  command = [*FLAGS, f'--root_output_dir={tmp_path}', '--run_name=run']
+  done = subprocess.run([sys.executable, '-c', script, *command], cwd=REPO,
+                        capture_output=True, text=True, timeout=600,
+                        check=False)
+  assert done.returncode == 2, done.stderr[-3000:]
+  assert 'Traceback' not in done.stderr
+  last = done.stderr.strip().splitlines()[-1]
+  assert last.startswith('error: the JAX device ran out of memory') and (
+      '--clients_per_round' in last), last
+  resumed = subprocess.run([sys.executable, '-m', 'experiments.train',
+                            *command], cwd=REPO, capture_output=True,
+                           text=True, timeout=600, check=False)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert 'resumed from round 2, trained 1 now' in resumed.stdout

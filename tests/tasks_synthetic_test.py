@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 
+from one_shot_epe import client_arrays
 from one_shot_epe.tff_engine.tasks import emnist
 from one_shot_epe.tff_engine.tasks import stackoverflow
 from one_shot_epe.tff_engine.tasks import synthetic
@@ -149,3 +150,17 @@ def test_write_data_dir_round_trips_through_tffs_loaders(tmp_path):
   assert tff_cache.read_word_counts(str(tmp_path), 30) == vocab
   with pytest.raises(ValueError, match='task_name'):
     synthetic.write_data_dir('cifar', str(tmp_path), 2, 3)
+
+
+@pytest.mark.parametrize('task', ['emnist', 'stackoverflow'])
+def test_realistic_sizes_are_the_jax_engines(task):
+  # The same client sizes as the JAX engine's numpy stand-in, client by client.
+  if task == 'emnist':
+    train, _ = synthetic.emnist(7, 12, seed=3, sizes='realistic')
+  else:
+    train = synthetic.stackoverflow(7, 12, vocab_size=50, seed=3,
+                                    sizes='realistic')[0]
+  got = [sum(1 for _ in train.create_tf_dataset_for_client(client))
+         for client in train.client_ids]
+  assert got == client_arrays.client_sizes(task, 7, 12, 'realistic',
+                                           seed=3).tolist()

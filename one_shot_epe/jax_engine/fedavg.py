@@ -412,6 +412,40 @@ class RoundEngine:
     self._note('round', state, *sharded, *replicated)
     return self._round(state, *sharded, *replicated)
 
+  def round_cost(self, state: ServerState, batches: data.RoundBatches,
+                 canary_directions: np.ndarray, canary_mask: np.ndarray,
+                 key: jax.Array) -> dict[str, float]:
+    """XLA's own cost analysis of one round: {'flops', 'bytes accessed'}.
+
+    Summed over the round's computations as the 'loop' strategy runs them
+    (one local step per real batch, a fold per client, the server step), so
+    no loop body is counted once for all its trips. For roofline predictions
+    on hardware that is not here (`benchmarks/accelerator_round.py`).
+    """
+    keys = client_keys(key, batches.client_mask.shape[0])
+    flat, _ = ravel_pytree(state.params)
+    optimizer_state = self._client_optimizer.init(state.params)
+    zero = jnp.zeros((), jnp.float32)
+    total = {'flops': 0.0, 'bytes accessed': 0.0}
+
+    def add(function, count, *args):
+      cost = function.lower(*args).compile().cost_analysis()
+      cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+      for name in total:
+        total[name] += count * float(cost.get(name, 0.0))
+
+    steps = int((batches.example_mask.sum(axis=2) > 0).sum())
+    clients = int((batches.client_mask > 0).sum())
+    add(self._step, steps, state.params, optimizer_state,
+        batches.inputs[0, 0], batches.labels[0, 0], batches.example_mask[0, 0],
+        batch_key(keys[0] if self._client_dropout else None, 0))
+    add(self._fold, clients, state.params, state.params, state.clip,
+        jnp.zeros_like(flat), zero)
+    add(self._server, 1, state, jnp.zeros_like(flat), zero, zero,
+        jnp.asarray(canary_directions, jnp.float32),
+        jnp.asarray(canary_mask, jnp.float32), key)
+    return total
+
   def _loop_round(self, state: ServerState, batches: data.RoundBatches,
                   canary_directions: jax.Array, canary_mask: jax.Array,
                   key: jax.Array) -> tuple[ServerState, RoundOutput]:

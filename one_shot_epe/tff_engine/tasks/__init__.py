@@ -39,6 +39,7 @@ def get_task(name: str,
              use_synthetic_data: bool = False,
              synthetic_num_clients: int = 100,
              synthetic_examples_per_client: int = 32,
+             synthetic_client_sizes: str = 'equal',
              seed: int = 0,
              vocab_size: int = stackoverflow.VOCAB_SIZE) -> Task:
   """Builds a task on real (from `data_dir`) or synthetic client data.
@@ -57,7 +58,10 @@ def get_task(name: str,
       `use_synthetic_data`.
     use_synthetic_data: use `synthetic` stand-ins (--use_synthetic_data).
     synthetic_num_clients: number of synthetic train clients.
-    synthetic_examples_per_client: synthetic train examples per client.
+    synthetic_examples_per_client: synthetic train examples per client (the
+      mean with realistic sizes).
+    synthetic_client_sizes: 'equal' or 'realistic' sizes of the EMNIST and
+      StackOverflow stand-ins' train clients (`client_arrays.client_sizes`).
     seed: seed of the synthetic data.
     vocab_size: StackOverflow vocabulary size (the paper: 10,000); ignored by
       the image tasks.
@@ -91,10 +95,12 @@ def get_task(name: str,
     source = 'synthetic'
     if name == emnist.TASK_NAME:
       train, test = synthetic.emnist(
-          synthetic_num_clients, synthetic_examples_per_client, seed)
+          synthetic_num_clients, synthetic_examples_per_client, seed,
+          sizes=synthetic_client_sizes)
       return emnist.create_task(spec, train, test, source)
     train, heldout, test, vocab = synthetic.stackoverflow(
-        synthetic_num_clients, synthetic_examples_per_client, vocab_size, seed)
+        synthetic_num_clients, synthetic_examples_per_client, vocab_size, seed,
+        sizes=synthetic_client_sizes)
     return stackoverflow.create_task(spec, train, heldout, test, vocab, source)
   if name == emnist.TASK_NAME:
     train, test = emnist.load_client_data(data_dir)

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from one_shot_epe import client_arrays
 from one_shot_epe import validation
 from one_shot_epe.tff_engine.tasks import tff_cache
 
@@ -69,7 +70,13 @@ def emnist_templates(seed: int) -> np.ndarray:
   return templates
 
 
-def _emnist_split(num_clients: int, examples_per_client: int, seed: int,
+def _examples(sizes: np.ndarray, client_id) -> tf.Tensor:
+  """How many examples client `client_id` (its index, as a string) has."""
+  return tf.gather(tf.constant(sizes, tf.int64),
+                   tf.strings.to_number(client_id, out_type=tf.int64))
+
+
+def _emnist_split(sizes: np.ndarray, seed: int,
                   split: str) -> tff.simulation.datasets.ClientData:
   """One split of synthetic EMNIST as a lazily generated `ClientData`."""
   template_values = emnist_templates(seed)
@@ -92,14 +99,14 @@ def _emnist_split(num_clients: int, examples_per_client: int, seed: int,
       pixels = tf.clip_by_value(1.0 - ink * strokes + noise, 0.0, 1.0)
       return collections.OrderedDict(label=label, pixels=pixels)
 
-    return tf.data.Dataset.range(examples_per_client).map(example)
+    return tf.data.Dataset.range(_examples(sizes, client_id)).map(example)
 
   return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
-      _client_ids(num_clients), dataset_fn)
+      _client_ids(len(sizes)), dataset_fn)
 
 
 def emnist(num_clients: int, examples_per_client: int, seed: int = 0,
-           test_examples_per_client: int | None = None
+           test_examples_per_client: int | None = None, sizes: str = 'equal'
            ) -> tuple[tff.simulation.datasets.ClientData,
                       tff.simulation.datasets.ClientData]:
   """Synthetic EMNIST-62 (train, test) with TFF's element structure.
@@ -113,14 +120,19 @@ def emnist(num_clients: int, examples_per_client: int, seed: int = 0,
     seed: determines all data.
     test_examples_per_client: test examples per client; default
       max(1, examples_per_client // 8), about EMNIST's train/test ratio.
+    sizes: the law of the train clients' sizes, of mean
+      `examples_per_client` (`client_arrays.client_sizes`: 'equal', or the
+      writers' 'realistic' law; the JAX engine's stand-in has the same).
   """
   num_clients = validation.check_int('num_clients', num_clients, low=1)
   examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
   if test_examples_per_client is None:
     test_examples_per_client = max(1, examples_per_client // 8)
   test_examples_per_client = validation.check_int('test_examples_per_client', test_examples_per_client, low=1)
-  return (_emnist_split(num_clients, examples_per_client, seed, 'train'),
-          _emnist_split(num_clients, test_examples_per_client, seed, 'test'))
+  return (_emnist_split(client_arrays.client_sizes(
+      'emnist', num_clients, examples_per_client, sizes, seed), seed, 'train'),
+          _emnist_split(np.full(num_clients, test_examples_per_client), seed,
+                        'test'))
 
 
 def stackoverflow_vocab(vocab_size: int) -> list[str]:
@@ -128,8 +140,7 @@ def stackoverflow_vocab(vocab_size: int) -> list[str]:
   return [f'w{rank}' for rank in range(vocab_size)]
 
 
-def _stackoverflow_split(num_clients: int, examples_per_client: int,
-                         vocab_size: int, seed: int,
+def _stackoverflow_split(sizes: np.ndarray, vocab_size: int, seed: int,
                          split: str) -> tff.simulation.datasets.ClientData:
   """One split of synthetic StackOverflow as a lazily generated `ClientData`."""
   words = stackoverflow_vocab(vocab_size)
@@ -162,15 +173,16 @@ def _stackoverflow_split(num_clients: int, examples_per_client: int,
           type=tf.where(is_question, 'question', 'answer'),
       )
 
-    return tf.data.Dataset.range(examples_per_client).map(example)
+    return tf.data.Dataset.range(_examples(sizes, client_id)).map(example)
 
   return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
-      _client_ids(num_clients), dataset_fn)
+      _client_ids(len(sizes)), dataset_fn)
 
 
 def stackoverflow(num_clients: int, examples_per_client: int,
                   vocab_size: int = 10_000, seed: int = 0,
-                  eval_examples_per_client: int | None = None
+                  eval_examples_per_client: int | None = None,
+                  sizes: str = 'equal'
                   ) -> tuple[tff.simulation.datasets.ClientData,
                              tff.simulation.datasets.ClientData,
                              tff.simulation.datasets.ClientData, list[str]]:
@@ -187,6 +199,10 @@ def stackoverflow(num_clients: int, examples_per_client: int,
     seed: determines all data.
     eval_examples_per_client: heldout and test sentences per client; default
       max(1, examples_per_client // 8).
+    sizes: the law of the train clients' sizes, of mean
+      `examples_per_client` (`client_arrays.client_sizes`: 'equal', or the
+      users' heavy-tailed 'realistic' law; the JAX engine's stand-in has the
+      same).
   """
   num_clients = validation.check_int('num_clients', num_clients, low=1)
   examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
@@ -194,13 +210,13 @@ def stackoverflow(num_clients: int, examples_per_client: int,
   if eval_examples_per_client is None:
     eval_examples_per_client = max(1, examples_per_client // 8)
   eval_examples_per_client = validation.check_int('eval_examples_per_client', eval_examples_per_client, low=1)
+  train_sizes = client_arrays.client_sizes(
+      'stackoverflow', num_clients, examples_per_client, sizes, seed)
+  eval_sizes = np.full(num_clients, eval_examples_per_client)
   return (
-      _stackoverflow_split(num_clients, examples_per_client, vocab_size, seed,
-                           'train'),
-      _stackoverflow_split(num_clients, eval_examples_per_client, vocab_size,
-                           seed, 'heldout'),
-      _stackoverflow_split(num_clients, eval_examples_per_client, vocab_size,
-                           seed, 'test'),
+      _stackoverflow_split(train_sizes, vocab_size, seed, 'train'),
+      _stackoverflow_split(eval_sizes, vocab_size, seed, 'heldout'),
+      _stackoverflow_split(eval_sizes, vocab_size, seed, 'test'),
       stackoverflow_vocab(vocab_size),
   )
 
