@@ -26,8 +26,9 @@ where no accelerator is present).
       [--clients=10] [--rounds=4] [--json=PATH]
 
 `--json` writes, per task: jax_round_s, tff_round_s, ratio (jax / tff),
-compiles, padding_ratio, h2d_bytes_per_round, compile_s and
-predicted_h100_round_s (or measured_round_s on an accelerator).
+compiles, padding_ratio (of the local training used; vmap_padding_ratio:
+what 'vmap' would pad the same rounds to), h2d_bytes_per_round, compile_s
+and predicted_h100_round_s (or measured_round_s on an accelerator).
 """
 
 import csv
@@ -182,6 +183,7 @@ def run_child(task: str) -> dict[str, object]:
       'jax_round_s': statistics.median(seconds[1:]),
       'compiles': stats.compiles, 'compile_s': stats.compile_seconds,
       'padding_ratio': stats.padding_ratio,
+      'vmap_padding_ratio': stats.vmap_padding_ratio,
       'h2d_bytes_per_round': stats.host_to_device_bytes / stats.rounds,
       'device': f'{jax.devices()[0].device_kind} ({jax.__version__})',
       'flops_per_round': cost['flops'],

@@ -276,8 +276,13 @@ def dp_fedavg_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
 
 
 def default_local_training() -> str:
-  """'loop' where XLA runs on the CPU, else 'vmap' (see `RoundEngine`)."""
-  return 'loop' if jax.default_backend() == 'cpu' else 'vmap'
+  """'loop' on one CPU process, else 'vmap' (see `RoundEngine`).
+
+  Several processes (`jax.distributed`) share the client axis: 'vmap'.
+  """
+  if jax.default_backend() == 'cpu' and jax.process_count() == 1:
+    return 'loop'
+  return 'vmap'
 
 
 class RoundEngine:

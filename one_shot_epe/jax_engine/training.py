@@ -24,6 +24,7 @@ therefore resumes a run exactly: a run killed and rerun gives the same
 results as one never interrupted.
 """
 
+import concurrent.futures
 import dataclasses
 import io
 import math
@@ -76,6 +77,7 @@ class Plan:
       all of a client's examples).
     total_rounds: T.
     seed: seed of batches, dropout and noise.
+    local_training: `fedavg.RoundEngine`'s strategy ('auto': the backend's).
   """
   model: Any
   train: client_arrays.ClientArrays
@@ -90,6 +92,7 @@ class Plan:
   max_examples: int | None
   total_rounds: int
   seed: int
+  local_training: str = 'auto'
 
   def __post_init__(self):
     if len(self.canaries.schedule) < self.total_rounds:
@@ -126,6 +129,8 @@ class RunStats:
     compile_seconds: XLA's compile time over the run, every computation.
     real_examples, padded_examples: examples the rounds trained on, and the
       examples their computations processed (padding included).
+    vmap_padded_examples: what 'vmap' local training would process for the
+      same rounds (every slot padded to the round's batch bucket).
     host_to_device_bytes: the rounds' batches and canaries sent to the
       device.
     rounds: rounds trained.
@@ -134,6 +139,7 @@ class RunStats:
   compile_seconds: float = 0.0
   real_examples: int = 0
   padded_examples: int = 0
+  vmap_padded_examples: int = 0
   host_to_device_bytes: int = 0
   rounds: int = 0
 
@@ -141,6 +147,11 @@ class RunStats:
   def padding_ratio(self) -> float:
     """Processed over real examples (1 without padding)."""
     return self.padded_examples / max(self.real_examples, 1)
+
+  @property
+  def vmap_padding_ratio(self) -> float:
+    """`padding_ratio` of 'vmap' local training on the same rounds."""
+    return self.vmap_padded_examples / max(self.real_examples, 1)
 
 
 class _CompileClock:
@@ -283,7 +294,8 @@ def round_engine(plan: Plan) -> fedavg.RoundEngine:
   """The round of `plan`, compiled as the backend runs it fastest."""
   return fedavg.RoundEngine(plan.model.loss, plan.client_optimizer,
                             plan.server_optimizer, plan.dp,
-                            canary_clip=plan.canaries.canary_clip)
+                            canary_clip=plan.canaries.canary_clip,
+                            local_training=plan.local_training)
 
 
 def _round_shapes(plan: Plan, engine: fedavg.RoundEngine
@@ -337,45 +349,62 @@ def train(plan: Plan, checkpoint_dir: str, rounds_per_checkpoint: int,
   bar = tqdm.tqdm(total=plan.total_rounds, initial=resumed_from, unit='round',
                   disable=not progress_bar, dynamic_ncols=True,
                   file=sys.stderr)
-  for t in range(resumed_from, plan.total_rounds):
-    start = time.perf_counter()
+  def round_batches(t: int) -> tuple[data.RoundBatches, int]:
+    """Round t's batches, and the batch bucket 'vmap' pads them to."""
     clients = plan.sampler.indices(t)
-    max_batches = None  # 'loop': each client runs only its own batches.
-    if engine.local_training == 'vmap':
-      max_batches = _bucket(data.batches_needed(
-          plan.train, clients, batch_size=plan.batch_size, epochs=plan.epochs,
-          max_examples=plan.max_examples), buckets)
-    batches = data.client_batches(
+    bucket = _bucket(data.batches_needed(
+        plan.train, clients, batch_size=plan.batch_size, epochs=plan.epochs,
+        max_examples=plan.max_examples), buckets)
+    # 'loop': each client runs only its own batches, however many.
+    return data.client_batches(
         plan.train, clients, batch_size=plan.batch_size, epochs=plan.epochs,
         max_examples=plan.max_examples,
         rng=np.random.default_rng([plan.seed, t]), num_slots=slots,
-        max_batches=max_batches)
-    ids, mask = _slot_ids(spec.schedule[t], canary_slots)
-    directions = canaries.directions(spec.seed, ids, dim)
-    previous = state.params
-    state, output = engine(state, batches, directions, mask,
-                           jax.random.fold_in(base_key, t))
-    # The round's training time, as TFF's metrics report it: without the
-    # canaries' scoring (amortised over the buffer's blocks on both engines).
-    jax.block_until_ready((state, output))
-    seconds = time.perf_counter() - start
-    _count(stats, engine, batches)
-    vector = output.aggregate
-    if spec.all_iterates_statistic == 'model_delta':
-      vector = ravel_pytree(previous)[0] - ravel_pytree(state.params)[0]
-    report(buffer.add(t + 1, vector))
-    record = RoundRecord(
-        round_num=t + 1, clip=float(output.clip),
-        aggregate_norm=float(jnp.linalg.norm(output.aggregate)),
-        canaries_inserted=int(output.canaries_inserted),
-        num_clients=int(output.num_clients), seconds=seconds)
-    if on_round is not None:
-      on_round(record)
-    bar.set_postfix(clip=f'{record.clip:.4g}', refresh=False)
-    bar.update(1)
-    if (t + 1) % rounds_per_checkpoint == 0 or t + 1 == plan.total_rounds:
-      report(buffer.flush())
-      _save(checkpoint_dir, t + 1, state, buffer.maxima, initial)
+        max_batches=bucket if engine.local_training == 'vmap' else None
+    ), bucket
+
+  # The next round's batches are built on the host while this one trains.
+  prefetch = concurrent.futures.ThreadPoolExecutor(1)
+  upcoming = (prefetch.submit(round_batches, resumed_from)
+              if resumed_from < plan.total_rounds else None)
+  try:
+    for t in range(resumed_from, plan.total_rounds):
+      start = time.perf_counter()
+      batches, bucket = upcoming.result()
+      if t + 1 < plan.total_rounds:
+        upcoming = prefetch.submit(round_batches, t + 1)
+      ids, mask = _slot_ids(spec.schedule[t], canary_slots)
+      directions = canaries.directions(spec.seed, ids, dim)
+      previous = state.params
+      state, output = engine(state, batches, directions, mask,
+                             jax.random.fold_in(base_key, t))
+      # The round's training time, as TFF's metrics report it: without the
+      # canaries' scoring (amortised over the buffer's blocks on both engines).
+      jax.block_until_ready((state, output))
+      seconds = time.perf_counter() - start
+      _count(stats, engine, batches, slots * bucket)
+      vector = output.aggregate
+      if spec.all_iterates_statistic == 'model_delta':
+        vector = ravel_pytree(previous)[0] - ravel_pytree(state.params)[0]
+      if jax.process_count() > 1:
+        # Under jax.distributed the canaries are scored by each process on
+        # its own device, from the replicated vector.
+        vector = np.asarray(vector)
+      report(buffer.add(t + 1, vector))
+      record = RoundRecord(
+          round_num=t + 1, clip=float(output.clip),
+          aggregate_norm=float(jnp.linalg.norm(output.aggregate)),
+          canaries_inserted=int(output.canaries_inserted),
+          num_clients=int(output.num_clients), seconds=seconds)
+      if on_round is not None:
+        on_round(record)
+      bar.set_postfix(clip=f'{record.clip:.4g}', refresh=False)
+      bar.update(1)
+      if (t + 1) % rounds_per_checkpoint == 0 or t + 1 == plan.total_rounds:
+        report(buffer.flush())
+        _save(checkpoint_dir, t + 1, state, buffer.maxima, initial)
+  finally:
+    prefetch.shutdown(cancel_futures=True)
   bar.close()
   report(buffer.flush())
   final = np.asarray(ravel_pytree(state.params)[0])
@@ -402,7 +431,7 @@ def _bucket(needed: int, buckets: Sequence[int]) -> int:
 
 
 def _count(stats: RunStats, engine: fedavg.RoundEngine,
-           batches: data.RoundBatches) -> None:
+           batches: data.RoundBatches, vmap_batches: int) -> None:
   """Adds a round's examples, padding and uploads to `stats`.
 
   The uploads are the batches the round's computations read (the canaries
@@ -417,6 +446,7 @@ def _count(stats: RunStats, engine: fedavg.RoundEngine,
     padded = int(batches.example_mask.size)
   stats.real_examples += real
   stats.padded_examples += padded
+  stats.vmap_padded_examples += vmap_batches * batches.example_mask.shape[2]
   stats.host_to_device_bytes += int(
       sum(np.asarray(a).nbytes * padded / max(batches.example_mask.size, 1)
           for a in (batches.inputs, batches.labels, batches.example_mask)))
