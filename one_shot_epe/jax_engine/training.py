@@ -131,17 +131,18 @@ class RunStats:
       examples their computations processed (padding included).
     vmap_padded_examples: what 'vmap' local training would process for the
       same rounds (every slot padded to the round's batch bucket).
-    host_to_device_bytes: the rounds' batches and canaries sent to the
-      device.
+    host_to_device_bytes: the rounds' batches sent to the device.
     rounds: rounds trained.
   """
+  # What compiling cost.
   compiles: int = 0
   compile_seconds: float = 0.0
+  # What the rounds processed and uploaded.
+  rounds: int = 0
   real_examples: int = 0
   padded_examples: int = 0
   vmap_padded_examples: int = 0
   host_to_device_bytes: int = 0
-  rounds: int = 0
 
   @property
   def padding_ratio(self) -> float:

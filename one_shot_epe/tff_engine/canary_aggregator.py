@@ -231,15 +231,13 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     adaptive_query_class = (tfp.QuantileAdaptiveClipSumQuery
                             if noise_seed is None else
                             seeded_queries.SeededQuantileAdaptiveClipSumQuery)
+    # tensorflow_privacy's argument order: initial clip, noise multiplier,
+    # target quantile, learning rate, count stddev, expected records,
+    # geometric update.
     query = tfp.NormalizedQuery(
-        adaptive_query_class(
-            initial_l2_norm_clip=initial_l2_norm_clip,
-            noise_multiplier=value_noise_multiplier,
-            target_unclipped_quantile=target_unclipped_quantile,
-            learning_rate=learning_rate,
-            clipped_count_stddev=clipped_count_stddev,
-            expected_num_records=clients_per_round,
-            geometric_update=True),
+        adaptive_query_class(initial_l2_norm_clip, value_noise_multiplier,
+                             target_unclipped_quantile, learning_rate,
+                             clipped_count_stddev, clients_per_round, True),
         denominator=clients_per_round)
     return cls(query, _adaptive_clip, canary_config, noise_seed,
                record_aggregation_factory)
