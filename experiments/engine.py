@@ -5,13 +5,12 @@ plan and DP aggregation of `one_shot_epe.canary_spec`, the participation and
 the engine's data) and hands it to the engine its --backend names:
 `--backend=tff` (`experiments.backend_tff`, TensorFlow Federated) or
 `--backend=jax` (`experiments.backend_jax`, which imports neither
-TensorFlow nor TFF). The engine is imported only when asked for, so a JAX run
-works on a machine without TensorFlow (the accelerator machines) and a TFF run
-never loads JAX's engine.
+TensorFlow nor TFF). `experiments.train` imports an engine only when a run
+asks for it, so a JAX run works on a machine without TensorFlow (the
+accelerator machines) and a TFF run never loads JAX's engine.
 """
 
 import dataclasses
-import importlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -21,7 +20,6 @@ from one_shot_epe import participation
 
 # Synthetic data stands in for a fixed data set: it does not vary with --seed.
 SYNTHETIC_DATA_SEED = 0
-_MODULES = {'tff': 'experiments.backend_tff', 'jax': 'experiments.backend_jax'}
 
 
 class DeviceOutOfMemory(RuntimeError):
@@ -93,8 +91,3 @@ class Backend(Protocol):
 
   def train(self, run: PreparedRun) -> canary_spec.CanaryOutcome:
     """Trains (or resumes) `run` in its locked run directory."""
-
-
-def backend(name: str) -> Backend:
-  """The engine module of --backend=`name`, imported now."""
-  return importlib.import_module(_MODULES[name])

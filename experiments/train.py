@@ -85,6 +85,7 @@ if __name__ == '__main__':
     quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
+import importlib
 from collections.abc import Sequence
 
 from absl import app
@@ -98,9 +99,16 @@ from one_shot_epe import canary_spec
 from one_shot_epe import cli
 from one_shot_epe import run_directory
 
+# The engines' modules, imported only when a run asks for one.
+_BACKENDS = {'tff': 'experiments.backend_tff', 'jax': 'experiments.backend_jax'}
 PreparedRun = engine.PreparedRun
 RunResult = run_outputs.RunResult
 REPORTED_ERRORS = run_outputs.REPORTED_ERRORS
+
+
+def _backend(name: str) -> engine.Backend:
+  """The engine module of --backend=`name`, imported now."""
+  return importlib.import_module(_BACKENDS[name])
 
 
 def _dp_aggregation(config: train_config.TrainConfig,
@@ -180,7 +188,7 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
       damaged, or the disk cannot hold the run's checkpoints.
   """
   config = config.validate()
-  backend = engine.backend(config.backend)
+  backend = _backend(config.backend)
   backend.check_supported(config)
   data = backend.load_data(config)
   num_clients = len(data.client_ids)
@@ -213,7 +221,7 @@ def run_training(config: train_config.TrainConfig) -> RunResult:
   """
   run = prepare(config)
   config = run.config
-  backend = engine.backend(config.backend)
+  backend = _backend(config.backend)
   with run_directory.owned(config.run_dir,
                            recheck=lambda: _check_run_dir(config, backend),
                            remove_leftovers=backend.remove_leftovers):

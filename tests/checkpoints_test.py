@@ -100,3 +100,19 @@ def test_interrupted_save_is_not_a_version_and_is_removed(saved):
   assert checkpoints.remove_partial(saved) == ['program_state_6_temp1234']
   assert not os.path.exists(partial)
   assert checkpoints.verify_latest(saved) == 4
+
+
+def test_the_earlier_launchers_layout_is_refused_and_the_current_kept(
+    tmp_path):
+  old, new = str(tmp_path / 'old'), str(tmp_path / 'new')
+  for directory, state in (
+      (old, {'learning': np.zeros(3, np.float32),
+             'tracker': np.zeros(2, np.float32)}),
+      (new, {'program': np.zeros(3, np.float32),
+             'audit': {'cosine_maxima': np.zeros(2, np.float32)}})):
+    manager = tff.program.FileProgramStateManager(directory, keep_total=0)
+    asyncio.run(manager.save(state, 0))
+  with pytest.raises(checkpoints.CheckpointError,
+                     match='earlier version of the launcher'):
+    checkpoints.check_layout(os.path.join(old, f'{checkpoints.PREFIX}0'))
+  checkpoints.check_layout(os.path.join(new, f'{checkpoints.PREFIX}0'))

@@ -8,16 +8,21 @@ copy, a hand edit); loading it then fails deep inside TensorFlow. Before a run
 resumes, `verify_latest` reads the version it would resume from — the
 SavedModel proto and every saved tensor, whose CRC32C checksums TensorFlow
 checks on read — and turns any damage into one clear error, before anything
-is written.
+is written. `check_layout` refuses, as clearly, a version saved by version
+0.1 of the launcher (learning and tracker state apart), which this version
+(the learning state with the canaries' audit) cannot resume.
 """
 
+import asyncio
 import os
 import re
 import shutil
+from collections.abc import Mapping
 
 from google.protobuf import message
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow_federated.python.program import file_utils
 
 PREFIX = 'program_state_'
 _VERSION = re.compile(re.escape(PREFIX) + r'(\d+)$')
@@ -70,6 +75,21 @@ def verify(path: str) -> None:
     summary = str(error).strip().splitlines()[0] if str(error).strip() else (
         type(error).__name__)
     raise CheckpointError(f'checkpoint {path!r} is damaged ({summary})') from None
+
+
+# The top-level keys of a version saved by version 0.1 of the launcher.
+_OLD_LAYOUT_KEYS = ('learning', 'tracker')
+
+
+def check_layout(path: str) -> None:
+  """Raises CheckpointError if the version at `path` has the 0.1 layout."""
+  state = asyncio.run(file_utils.read_saved_model(path))
+  if isinstance(state, Mapping) and set(state) & set(_OLD_LAYOUT_KEYS):
+    raise CheckpointError(
+        f'checkpoint {path!r} was saved by an earlier version of the launcher '
+        '(learning and tracker state apart), which this version cannot '
+        'resume; start the run afresh in another --run_name or '
+        '--root_output_dir')
 
 
 def verify_latest(directory: str) -> int | None:

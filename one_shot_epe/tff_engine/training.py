@@ -282,8 +282,14 @@ def plain_aggregator(
 
 
 def verify_checkpoints(directory: str) -> None:
-  """Raises `checkpoints.CheckpointError` if the newest checkpoint is bad."""
-  checkpoints.verify_latest(directory)
+  """Raises `checkpoints.CheckpointError` if the newest checkpoint is bad.
+
+  Damaged, or saved in the layout of an earlier version.
+  """
+  latest = checkpoints.verify_latest(directory)
+  if latest is not None:
+    checkpoints.check_layout(
+        os.path.join(directory, f'{checkpoints.PREFIX}{latest}'))
 
 
 def remove_leftovers(run_dir: str) -> None:
@@ -352,10 +358,10 @@ def train(plan: Plan, run_dir: str) -> canary_spec.CanaryOutcome:
 
   Writes metrics.csv, canary_cosines.csv, tensorboard/ and checkpoints/
   (`run_directory` names them); resumes from the newest checkpoint there.
-  Calls `tf.keras.utils.set_random_seed(plan.seed)` before building the model.
+  Calls `tf.keras.utils.set_random_seed(plan.seed)` once the aggregator is
+  built, before the model is.
   Call it inside `execution_context`.
   """
-  tf.keras.utils.set_random_seed(plan.seed)
   task = plan.task
   audit = _audit(plan)
   progress = ProgressReleaseManager(plan.total_rounds, plan.progress_bar)
@@ -380,6 +386,9 @@ def train(plan: Plan, run_dir: str) -> canary_spec.CanaryOutcome:
         files, plan.rounds_per_checkpoint, final_round=plan.total_rounds,
         release_managers=[csv_manager(run_directory.CANARY_COSINES_FILE),
                           tensorboard])
+  # Python, numpy and TF global seeds, reset once the aggregator is built
+  # (building it may draw from them) and before the model is.
+  tf.keras.utils.set_random_seed(plan.seed)
   with event_loop() as loop:
     process = tff.learning.algorithms.build_unweighted_fed_avg(
         task.model_fn, client_optimizer_fn=plan.client_optimizer,
