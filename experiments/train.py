@@ -47,7 +47,9 @@ SIGKILL mid-round or mid-checkpoint), a second run with the same flags, and a
 TFF run spread over --tff_workers processes all write the same final cosines,
 maxima and report, byte for byte (tests/train_resume_test.py); only the
 wall-clock columns of metrics.csv differ. Checkpoints written before the
-canaries' state joined the learning state (version 0.1) do not resume.
+canaries' state joined the learning state (version 0.1) cannot be resumed:
+the run is refused with exit status 2 and one line, before anything is
+written.
 
 A failed write (a full disk, an I/O error: a checkpoint, a CSV, the report,
 the plot, config.json) exits with status 2 and one line naming the file and
