@@ -380,19 +380,16 @@ def test_loop_and_vmap_local_training_give_the_same_rounds(canary_clip):
   assert compiles == {'loop': 3, 'vmap': 1}
 
 
-def test_arguments_are_checked():
-  with pytest.raises(ValueError, match='canary_clip'):
+@pytest.mark.parametrize('overrides, error, message', [
+    (dict(canary_clip='none'), ValueError, 'canary_clip'),
+    (dict(local_training='scan'), ValueError, 'local_training'),
+    (dict(config=None), TypeError, 'config must be a DPAggregation'),
+])
+def test_arguments_are_checked(overrides, error, message):
+  arguments = dict(
+      config=canary_spec.DPAggregation(noise_multiplier=0.0,
+                                       clients_per_round=1.0))
+  arguments.update(overrides)
+  with pytest.raises(error, match=message):
     fedavg.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 1.0),
-                       optimizers.Optimizer('sgd', 1.0),
-                       canary_spec.DPAggregation(noise_multiplier=0.0,
-                                                 clients_per_round=1.0),
-                       canary_clip='none')
-  with pytest.raises(ValueError, match='local_training'):
-    fedavg.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 1.0),
-                       optimizers.Optimizer('sgd', 1.0),
-                       canary_spec.DPAggregation(noise_multiplier=0.0,
-                                                 clients_per_round=1.0),
-                       local_training='scan')
-  with pytest.raises(TypeError, match='config must be a DPAggregation'):
-    fedavg.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 1.0),
-                       optimizers.Optimizer('sgd', 1.0), None)
+                       optimizers.Optimizer('sgd', 1.0), **arguments)
