@@ -173,8 +173,7 @@ def run_child(task: str) -> dict[str, object]:
     batches = data.client_batches(
         plan.train, clients, batch_size=plan.batch_size, epochs=plan.epochs,
         max_examples=plan.max_examples, rng=np.random.default_rng(0))
-    dim = int(sum(np.size(p) for p in jax.tree_util.tree_leaves(
-        state.params)))
+    dim = plan.model.num_parameters()
     canaries = max(1, max(len(ids) for ids in run.canaries.schedule))
     cost = engine.round_cost(state, batches, np.ones((canaries, dim)),
                              np.ones(canaries), jax.random.PRNGKey(1))

@@ -233,8 +233,9 @@ def train(run: engine.PreparedRun, stats: training.RunStats | None = None
     # Scored blocks end at the latest checkpoint: the CSVs are written then.
     cosine_rows.extend(dict(zip(run_directory.COSINE_FIELDS, summary))
                        for summary in summaries)
-    if summaries and (summaries[-1].round_num % config.rounds_per_checkpoint
-                      == 0 or summaries[-1].round_num == run.total_rounds):
+    if summaries and run_directory.is_checkpoint_round(
+        summaries[-1].round_num, config.rounds_per_checkpoint,
+        run.total_rounds):
       run_directory.write_rounds(metrics_path, _METRIC_FIELDS, metrics)
       run_directory.write_rounds(cosines_path, run_directory.COSINE_FIELDS,
                                  cosine_rows)

@@ -135,9 +135,19 @@ def owned(run_dir: str, *, recheck: Callable[[], None],
       raise
 
 
+def is_checkpoint_round(round_num: int, every: int,
+                        final_round: int | None = None) -> bool:
+  """Whether a run checkpoints after `round_num`: 0, every `every`-th, the last.
+
+  The last round is saved too, so a finished run resumes without training.
+  """
+  return round_num % every == 0 or round_num == final_round
+
+
 def checkpoint_rounds(total_rounds: int, every: int) -> list[int]:
-  """The rounds a run checkpoints: 0, every `every`-th, and the last one."""
-  return sorted({0, total_rounds, *range(every, total_rounds + 1, every)})
+  """The rounds a run checkpoints (`is_checkpoint_round`), ascending."""
+  return [t for t in range(total_rounds + 1)
+          if is_checkpoint_round(t, every, total_rounds)]
 
 
 def check_free_space(run_dir: str, *, checkpoint_bytes: int,

@@ -45,6 +45,7 @@ from one_shot_epe import atomic_io
 from one_shot_epe import canary_spec
 from one_shot_epe import client_arrays
 from one_shot_epe import participation
+from one_shot_epe import run_directory
 from one_shot_epe.jax_engine import canaries
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
@@ -401,7 +402,8 @@ def train(plan: Plan, checkpoint_dir: str, rounds_per_checkpoint: int,
         on_round(record)
       bar.set_postfix(clip=f'{record.clip:.4g}', refresh=False)
       bar.update(1)
-      if (t + 1) % rounds_per_checkpoint == 0 or t + 1 == plan.total_rounds:
+      if run_directory.is_checkpoint_round(t + 1, rounds_per_checkpoint,
+                                           plan.total_rounds):
         report(buffer.flush())
         _save(checkpoint_dir, t + 1, state, buffer.maxima, initial)
   finally:

@@ -56,6 +56,7 @@ import tensorflow_federated as tff
 from one_shot_epe import accounting
 from one_shot_epe import canary_spec
 from one_shot_epe import participation as participation_lib
+from one_shot_epe import run_directory
 from one_shot_epe import run_report
 from one_shot_epe import validation
 from one_shot_epe.tff_engine import canary_aggregator
@@ -460,7 +461,8 @@ class _AuditingStateManager(tff.program.ProgramStateManager):
   async def save(self, program_state: Any, version: int) -> None:
     """Observes the state of round `version`; checkpoints it when due."""
     await self._release(self._audit.observe(_learning_state(program_state)))
-    due = version % self._every == 0 or version == self._final_round
+    due = run_directory.is_checkpoint_round(version, self._every,
+                                            self._final_round)
     if self._inner is None or not due:
       return
     await self._release(self._audit.flush())

@@ -164,7 +164,8 @@ class _ScheduledSaves(tff.program.ProgramStateManager):
 
   async def save(self, program_state: Any, version: int) -> None:
     """Saves round `version` if it is one of the rounds to save."""
-    if version % self._every == 0 or version == self._final_round:
+    if run_directory.is_checkpoint_round(version, self._every,
+                                         self._final_round):
       await self._inner.save(program_state, version)
 
 
