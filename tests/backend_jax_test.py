@@ -103,6 +103,17 @@ def test_resumed_run_equals_uninterrupted_and_final_cosines_are_exact(
   assert whole.seen_maxima.mean() > whole.unseen_maxima.max()
 
 
+def test_a_block_that_fills_at_the_last_round_keeps_every_rounds_rows(
+    tmp_path):
+  # Two rounds, checkpointed (and scored as one block) at round 2: the CSVs
+  # written then hold round 2's metrics too.
+  result = train.run_training(_config(tmp_path, total_rounds=2,
+                                      canary_buffer_rounds=2))
+  for name in (run_directory.METRICS_FILE, run_directory.CANARY_COSINES_FILE):
+    with open(os.path.join(result.run_dir, name)) as f:
+      assert [line.split(',')[0] for line in f][1:] == ['1', '2'], name
+
+
 def _final_params(path) -> np.ndarray:
   """The flat model of a checkpoint (its leaves in `ServerState` order)."""
   with np.load(path) as saved:

@@ -392,14 +392,14 @@ def train(plan: Plan, checkpoint_dir: str, rounds_per_checkpoint: int,
         # Under jax.distributed the canaries are scored by each process on
         # its own device, from the replicated vector.
         vector = np.asarray(vector)
-      report(buffer.add(t + 1, vector))
       record = RoundRecord(
           round_num=t + 1, clip=float(output.clip),
           aggregate_norm=float(jnp.linalg.norm(output.aggregate)),
           canaries_inserted=int(output.canaries_inserted),
           num_clients=int(output.num_clients), seconds=seconds)
       if on_round is not None:
-        on_round(record)
+        on_round(record)  # Before its block may be scored and reported.
+      report(buffer.add(t + 1, vector))
       bar.set_postfix(clip=f'{record.clip:.4g}', refresh=False)
       bar.update(1)
       if run_directory.is_checkpoint_round(t + 1, rounds_per_checkpoint,
