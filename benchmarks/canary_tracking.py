@@ -53,7 +53,7 @@ _DIMS = flags.DEFINE_list('dims', ['1206590', '4050000'],
                           'Model dimensionalities d to time.')
 _BUFFER_ROUNDS = flags.DEFINE_integer(
     'buffer_rounds', None,
-    'B; default: cosine_tracking.default_tracker_rounds(d).', lower_bound=1)
+    'B; default: canary_spec.default_buffer_rounds(d).', lower_bound=1)
 _NUM_SEEN = flags.DEFINE_integer('num_seen', 1000, 'Seen canaries.',
                                  lower_bound=1)
 _NUM_UNSEEN = flags.DEFINE_integer('num_unseen', 1000, 'Unseen canaries.',

@@ -44,6 +44,9 @@ CLIPPED_CANARY_SCALE = 1e4
 ALL_ITERATES_STATISTICS = ('aggregate', 'model_delta')
 # The final-model statistic (Algorithm 2): theta_T - theta_0 or theta_T.
 FINAL_MODEL_STATISTICS = ('delta', 'final')
+# The canary tracker's buffer when B is not given: <= 768 MiB, <= 128 rounds.
+_BUFFER_BYTES = 768 * 2**20
+_MAX_BUFFER_ROUNDS = 128
 # TFF's default std of the unclipped-count noise, per expected client.
 COUNT_STDDEV_PER_CLIENT = 0.05
 
@@ -51,6 +54,17 @@ COUNT_STDDEV_PER_CLIENT = 0.05
 def check_seed(seed: object, name: str = 'canary_seed') -> int:
   """A canary seed as an int in [0, MAX_SEED]."""
   return validation.check_int(name, seed, 0, MAX_SEED)
+
+
+def default_buffer_rounds(dim: int) -> int:
+  """B, the rounds buffered per cosine block: <= 768 MiB and <= 128 rounds.
+
+  Scoring a block holds the buffer, about two chunks of canaries and the
+  framework's working memory, ~2.5 GiB in all at d = 4.05M on the TFF engine
+  (benchmarks/canary_tracking.py).
+  """
+  dim = validation.check_int('dim', dim, 1)
+  return max(1, min(_MAX_BUFFER_ROUNDS, _BUFFER_BYTES // (4 * dim)))
 
 
 def seen_ids(num_seen: int) -> np.ndarray:
@@ -161,13 +175,6 @@ class CanarySpec:
     """int64 [k]: each seen canary's insertions in the first `rounds`."""
     inserted = [i for ids in self.schedule[:rounds] for i in ids]
     return np.bincount(np.asarray(inserted, np.int64), minlength=self.num_seen)
-
-  def round_mask(self, round_num: int) -> np.ndarray:
-    """float32 [k]: 1 for the seen canaries inserted in 0-based `round_num`."""
-    mask = np.zeros(self.num_seen, np.float32)
-    if 0 <= round_num < len(self.schedule):
-      mask[self.schedule[round_num]] = 1.0
-    return mask
 
 
 def value_noise_multiplier(noise_multiplier: float,

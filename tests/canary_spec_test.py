@@ -2,7 +2,7 @@
 
 Independent truths: dp_accounting's RDP accountant (the adaptive clip's noise
 split composes to the overall multiplier), counting by hand (schedule
-tables, presentation counts, masks), TFF's documented default for the
+tables, presentation counts), TFF's documented default for the
 unclipped-count noise.
 """
 
@@ -18,13 +18,10 @@ def _spec(**overrides) -> canary_spec.CanarySpec:
   return canary_spec.CanarySpec(**args)
 
 
-def test_schedule_table_mask_and_counts_are_the_schedule():
+def test_schedule_table_and_counts_are_the_schedule():
   spec = _spec()
   ids, offsets = spec.schedule_table()
   assert ids.tolist() == [0, 2, 3] and offsets.tolist() == [0, 2, 2, 3]
-  assert spec.round_mask(0).tolist() == [1, 0, 1, 0]
-  assert spec.round_mask(1).tolist() == [0, 0, 0, 0]
-  assert spec.round_mask(7).tolist() == [0, 0, 0, 0]  # Past the schedule.
   assert spec.presentation_counts().tolist() == [1, 0, 1, 1]
   assert spec.presentation_counts(rounds=2).tolist() == [1, 0, 1, 0]
   assert spec.tracked_ids().tolist() == [
@@ -52,6 +49,13 @@ def test_schedule_table_mask_and_counts_are_the_schedule():
 def test_bad_config_raises(overrides, name):
   with pytest.raises(ValueError, match=name):
     _spec(**overrides)
+
+
+def test_default_buffer_rounds_fit_768_mib():
+  assert canary_spec.default_buffer_rounds(1_206_590) == 128
+  assert canary_spec.default_buffer_rounds(4_050_000) == 49
+  assert 49 * 4 * 4_050_000 <= 768 * 2**20 < 50 * 4 * 4_050_000
+  assert canary_spec.default_buffer_rounds(2**30) == 1
 
 
 def test_dp_aggregation_defaults_and_noise_split():

@@ -197,11 +197,7 @@ def test_update_block_ignores_rows_past_num_rounds():
   assert np.isnan(summaries.numpy()[:, 2:]).all()
 
 
-def test_default_tracker_rounds_fit_768_mib():
-  assert cosine_tracking.default_tracker_rounds(1_206_590) == 128
-  assert cosine_tracking.default_tracker_rounds(4_050_000) == 49
-  assert 49 * 4 * 4_050_000 <= 768 * 2**20 < 50 * 4 * 4_050_000
-  assert cosine_tracking.default_tracker_rounds(2**30) == 1
+def test_default_chunk_fits_256_mib():
   assert canaries.default_chunk_size(4_050_000) == 16
 
 

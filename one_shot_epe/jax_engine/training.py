@@ -54,8 +54,6 @@ from one_shot_epe.jax_engine import optimizers
 _CHECKPOINT = re.compile(r'^round_(\d{8})\.npz$')
 # JAX's monitoring event of one XLA compilation (jax 0.4.14 and 0.11).
 _BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
-_BUFFER_BYTES = 768 * 2**20
-_MAX_BUFFER_ROUNDS = 128
 # 'vmap' rounds pad their batches to one of these fractions of the largest.
 _BATCH_BUCKETS = (0.25, 0.5, 1.0)
 
@@ -217,12 +215,6 @@ class _CosineBuffer:
     return summaries
 
 
-def default_buffer_rounds(dim: int, rounds_per_checkpoint: int) -> int:
-  """B: <= 768 MiB of buffered vectors, <= 128, <= the checkpoint period."""
-  return max(1, min(_MAX_BUFFER_ROUNDS, _BUFFER_BYTES // (4 * dim),
-                    rounds_per_checkpoint))
-
-
 def checkpoint_rounds(directory: str) -> list[int]:
   """Rounds of the complete checkpoints in `directory`, ascending."""
   if not os.path.isdir(directory):
@@ -342,8 +334,9 @@ def train(plan: Plan, checkpoint_dir: str, rounds_per_checkpoint: int,
     _save(checkpoint_dir, 0, state, maxima, initial)
   resumed_from = done[-1] if done else 0
   buffer = _CosineBuffer(spec, np.asarray(maxima, np.float32),
-                         spec.buffer_rounds or default_buffer_rounds(
-                             dim, rounds_per_checkpoint))
+                         spec.buffer_rounds or min(
+                             canary_spec.default_buffer_rounds(dim),
+                             rounds_per_checkpoint))
   canary_slots = max(1, max(len(ids) for ids in spec.schedule))
   slots, buckets = _round_shapes(plan, engine)
   base_key = jax.random.PRNGKey(plan.seed)

@@ -30,9 +30,6 @@ import tensorflow as tf
 from one_shot_epe import canary_spec
 from one_shot_epe.tff_engine import canaries
 
-# Memory budget of an external tracker's buffer when B is not given.
-_DEFAULT_TRACKER_BUFFER_BYTES = 768 * 2**20
-_MAX_DEFAULT_TRACKER_ROUNDS = 128
 
 
 class CosineMaxima(NamedTuple):
@@ -48,16 +45,6 @@ class RoundSummary(NamedTuple):
   seen_max: float
   unseen_mean: float
   unseen_max: float
-
-
-def default_tracker_rounds(dim: int) -> int:
-  """B for an external tracker: a buffer of <= 768 MiB and <= 128 rounds.
-
-  Processing a block holds the buffer, about two chunks of canaries and TF's
-  working memory, ~2.5 GiB in all at d = 4.05M (benchmarks/canary_tracking.py).
-  """
-  return max(1, min(_MAX_DEFAULT_TRACKER_ROUNDS,
-                    _DEFAULT_TRACKER_BUFFER_BYTES // (4 * dim)))
 
 
 def update_block(canary_seed: int, num_seen: int, num_unseen: int,
@@ -158,7 +145,8 @@ class CosineTracker:
     self._num_seen = canary_config.num_seen
     self._num_unseen = canary_config.num_unseen
     self._rounds = (canary_config.buffer_rounds if canary_config.buffer_rounds
-                    is not None else default_tracker_rounds(self._dim))
+                    is not None else
+                    canary_spec.default_buffer_rounds(self._dim))
     chunk_size = (canary_config.chunk_size if canary_config.chunk_size
                   is not None else canaries.default_chunk_size(self._dim))
     self._device = device

@@ -40,7 +40,6 @@ from one_shot_epe import participation
 from one_shot_epe import run_directory
 from one_shot_epe.tff_engine import audit as audit_lib
 from one_shot_epe.tff_engine import checkpoints
-from one_shot_epe.tff_engine import cosine_tracking
 from one_shot_epe.tff_engine import distributed_runtime
 from one_shot_epe.tff_engine import runtime
 from one_shot_epe.tff_engine import tasks
@@ -347,7 +346,7 @@ def _audit(plan: Plan) -> audit_lib.CanaryAudit | None:
   spec = plan.canaries
   if spec.buffer_rounds is None:
     spec = dataclasses.replace(spec, buffer_rounds=min(
-        cosine_tracking.default_tracker_rounds(plan.task.num_parameters),
+        canary_spec.default_buffer_rounds(plan.task.num_parameters),
         plan.rounds_per_checkpoint, plan.total_rounds))
   return audit_lib.CanaryAudit.from_spec(
       spec, plan.dp, delta=plan.delta, noise_seed=plan.noise_seed,
