@@ -155,26 +155,45 @@ def run_child(task: str) -> dict[str, object]:
   from experiments import backend_jax
   from experiments import train
   from experiments import train_config
+  from one_shot_epe import round_record
+  from one_shot_epe import run_directory
   from one_shot_epe.jax_engine import data
   from one_shot_epe.jax_engine import training
   # pylint: enable=g-import-not-at-top
+
+  class RoundSeconds:
+    """Each trained round's seconds, from the engine's round records."""
+
+    def __init__(self):
+      self.seconds = []
+
+    def on_round(self, record: round_record.RoundRecord) -> None:
+      self.seconds.append(record.seconds)
+
+    def on_cosines(self, cosines) -> None:
+      del cosines
+
   with tempfile.TemporaryDirectory() as root:
     values = flags.FlagValues()
     train_config.define_flags(values)
     values(['train', '--backend=jax', *launcher_flags(task, root)])
     run = train.prepare(train_config.config_from_flags(values))
     stats = training.RunStats()
-    backend_jax.train(run, stats)
-    seconds = _round_seconds(run.config.run_dir)
-    plan = backend_jax.plan(run)
-    engine = training.round_engine(plan)
-    state = engine.init_state(plan.model.init(jax.random.PRNGKey(0)))
+    rounds = RoundSeconds()
+    backend_jax.train(run, backend_jax.checkpoints(os.path.join(
+        run.config.run_dir, run_directory.CHECKPOINT_DIR)), rounds, stats)
+    seconds = rounds.seconds
+    plan = run.plan
+    model = backend_jax.model(run.config)
+    engine = training.round_engine(plan, model)
+    state = engine.init_state(model.init(jax.random.PRNGKey(0)))
     clients = plan.sampler.indices(1)
     batches = data.client_batches(
-        plan.train, clients, batch_size=plan.batch_size, epochs=plan.epochs,
-        max_examples=plan.max_examples, rng=np.random.default_rng(0))
-    dim = plan.model.num_parameters()
-    canaries = max(1, max(len(ids) for ids in run.canaries.schedule))
+        run.data.train, clients, batch_size=plan.batch_size,
+        epochs=plan.epochs, max_examples=plan.max_examples,
+        rng=np.random.default_rng(0))
+    dim = model.num_parameters()
+    canaries = max(1, max(len(ids) for ids in plan.spec.schedule))
     cost = engine.round_cost(state, batches, np.ones((canaries, dim)),
                              np.ones(canaries), jax.random.PRNGKey(1))
   accelerator = jax.default_backend() != 'cpu'

@@ -102,12 +102,12 @@ def _child_tracker(dim: int) -> dict[str, float]:
   from one_shot_epe.tff_engine import cosine_tracking  # pylint: disable=g-import-not-at-top
   from one_shot_epe.tff_engine import runtime  # pylint: disable=g-import-not-at-top
 
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=_NUM_SEEN.value,
-                                  num_unseen=_NUM_UNSEEN.value, schedule=[[0]],
-                                  buffer_rounds=_BUFFER_ROUNDS.value)
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=_NUM_SEEN.value,
+                                num_unseen=_NUM_UNSEEN.value, schedule=[[0]],
+                                buffer_rounds=_BUFFER_ROUNDS.value)
   value_type = tff.StructWithPythonType([tff.TensorType(np.float32, [dim])],
                                         list)
-  factory = ca.CanaryDPFactory.gaussian_fixed(canary_config=config, **_DP_ARGS)
+  factory = ca.CanaryDPFactory.gaussian_fixed(spec=spec, **_DP_ARGS)
   ours = factory.create(value_type)
   plain = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
       **_DP_ARGS).create(value_type)
@@ -130,7 +130,7 @@ def _child_tracker(dim: int) -> dict[str, float]:
     state, ours_s = time_rounds(ours, state, 2)
     # Feed B - 1 rounds (the exported aggregate of the last round, with the
     # round counter the tracker expects), then time the block round.
-    tracker = cosine_tracking.CosineTracker(config, dim)
+    tracker = cosine_tracking.CosineTracker(spec, dim)
     buffer_rounds = tracker.buffer_rounds
     observe_s = [0.0]
     for t in range(1, buffer_rounds):

@@ -11,7 +11,7 @@ interleaved round by round in one process and one TFF runtime:
   reproducible task (`tasks.determinism`: input-keyed dropout, batches in
   order), `audit.CanaryAudit.gaussian_adaptive` with k seen + m unseen
   canaries (k r / T inserted per round, the cohort arithmetic, seeded noise),
-  and `audit.observe` after every round. The tracker's block of B rounds
+  and `CanaryAudit.observe` after every round. The tracker's block of B rounds
   (regenerate every canary once, one matrix product) runs every B rounds; it
   is timed once on its own and amortised over B.
 
@@ -109,10 +109,10 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
   return time.perf_counter() - start, result
 
 
-def _block_seconds(config: Any, aggregator_state: Any, dim: int) -> tuple[
+def _block_seconds(spec: Any, aggregator_state: Any, dim: int) -> tuple[
     float, int]:
   """Seconds of one tracker block of B rounds, and B."""
-  tracker = cosine_tracking.CosineTracker(config, dim)
+  tracker = cosine_tracking.CosineTracker(spec, dim)
   rounds = tracker.buffer_rounds
   for t in range(1, rounds):
     tracker.observe(aggregator_state._replace(round_num=np.int32(t)))
@@ -191,7 +191,7 @@ def main(argv: Sequence[str]) -> None:
     block_s, block_rounds = 0.0, 1
     if _BLOCK.value:
       block_s, block_rounds = _block_seconds(
-          audit.canary_config, ours_state.aggregator,
+          audit.spec, ours_state.aggregator,
           ours_task.num_parameters)
   stock_round_s = statistics.median(stock_s)
   ours_round_s = statistics.median(ours_s)
@@ -200,7 +200,7 @@ def main(argv: Sequence[str]) -> None:
   ratio = amortised / stock_round_s
   print(f'\nDP-FedAvg round, EMNIST CNN (d = {ours_task.num_parameters:,}), '
         f'{clients} clients, {_NUM_CANARIES.value} + {_NUM_UNSEEN.value} '
-        f'canaries ({audit.canary_config.schedule[0].size} in round 0), '
+        f'canaries ({audit.spec.schedule[0].size} in round 0), '
         f'median of {rounds - 1} rounds:')
   print(f'  stock TFF:  {stock_round_s:7.2f} s per round')
   task = ('reproducible task' if _REPRODUCIBLE.value else "TFF's stock task")

@@ -8,9 +8,9 @@ nothing here imports TensorFlow or TFF, so it runs on machines with only jax
 Differences from --backend=tff, all named in the run's config.json and
 report: the canary directions are drawn by `jax.random` (same law, other
 vectors; see `jax_engine.canaries`), the DP noise by `jax.random` keyed by
-(--seed, round), and the maxima are exact after every round (no cosine
-buffer, so --canary_buffer_rounds is unused). checkpoints/ holds one .npz per
-checkpoint; metrics.csv and canary_cosines.csv have one row per round.
+(--seed, round). checkpoints/ holds one .npz per checkpoint
+(`one_shot_epe.jax_engine.checkpoints`); metrics.csv and canary_cosines.csv
+have one row per round (`experiments.run_outputs`).
 
 Data: --use_synthetic_data (numpy stand-ins with the real structure,
 `one_shot_epe.client_arrays`), or --data_dir holding client arrays written by
@@ -31,22 +31,26 @@ import numpy as np
 
 from experiments import engine
 from experiments import train_config
-from one_shot_epe import atomic_io
 from one_shot_epe import canary_spec
 from one_shot_epe import client_arrays
 from one_shot_epe import fashion_mnist
+from one_shot_epe import round_record
 from one_shot_epe import run_directory
+from one_shot_epe.jax_engine import checkpoints as checkpoints_lib
 from one_shot_epe.jax_engine import models
-from one_shot_epe.jax_engine import optimizers
 from one_shot_epe.jax_engine import training
+
+__all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'check_supported', 'checkpoint_bytes',
+           'checkpoints', 'load_data', 'model', 'train']
 
 # Task -> the engine's data kind.
 KINDS = {'emnist_character': 'emnist', 'stackoverflow_word': 'stackoverflow',
          'fashion_mnist': 'emnist'}
 # How XLA reports a failed device allocation.
 _OUT_OF_MEMORY = re.compile(r'RESOURCE_EXHAUSTED|[Oo]ut of memory')
-_METRIC_FIELDS = ('round', 'clip', 'aggregate_norm', 'canaries_inserted',
-                  'num_clients', 'training_time_in_seconds')
+# The JAX engine's per-round CSVs: columns as the engine reports them.
+CSV_FORMAT = run_directory.CsvFormat(sort_new_columns=False,
+                                     line_terminator='\n')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +146,9 @@ def _first_examples(arrays: client_arrays.ClientArrays,
       features={name: array[:count] for name, array in arrays.features.items()})
 
 
-def _model(config: train_config.TrainConfig):
+def model(
+    config: train_config.TrainConfig) -> models.EmnistCnn | models.WordLstm:
+  """The task's model."""
   if config.task == 'fashion_mnist':
     return models.EmnistCnn(num_classes=fashion_mnist.NUM_CLASSES)
   if KINDS[config.task] == 'emnist':
@@ -150,100 +156,30 @@ def _model(config: train_config.TrainConfig):
   return models.WordLstm(vocab_size=config.vocab_size)
 
 
-def _optimizer(name: str, learning_rate: float,
-               momentum: float) -> optimizers.Optimizer:
-  return optimizers.Optimizer(name, learning_rate,
-                              momentum=momentum if name == 'sgdm' else 0.0)
-
-
-# Every checkpoint is kept.
-CHECKPOINTS_KEPT = None
-# Float32 vectors of size d per optimizer in the server state.
-_OPTIMIZER_SLOTS = {'sgd': 0, 'sgdm': 1, 'adam': 2}
-
-
-def saved_checkpoints(run_dir: str) -> list[int]:
-  """The rounds of the .npz checkpoints in the run directory."""
-  return training.checkpoint_rounds(
-      os.path.join(run_dir, run_directory.CHECKPOINT_DIR))
+def checkpoints(directory: str) -> checkpoints_lib.NpzCheckpoints:
+  """The run's .npz checkpoints in `directory`."""
+  return checkpoints_lib.NpzCheckpoints(directory)
 
 
 def checkpoint_bytes(run: engine.PreparedRun) -> int:
   """An .npz: the model, the server optimizer's slots, theta_0, the maxima."""
-  dim = _model(run.config).num_parameters()
-  vectors = 2 + _OPTIMIZER_SLOTS[run.config.server_optimizer]
-  return 4 * (vectors * dim + run.canaries.num_seen + run.canaries.num_unseen)
+  dim = model(run.config).num_parameters()
+  vectors = 2 + run.plan.server_optimizer.slots
+  spec = run.plan.spec
+  return 4 * (vectors * dim + spec.num_seen + spec.num_unseen)
 
 
-def verify_checkpoints(directory: str) -> None:
-  """Raises ValueError unless the newest .npz checkpoint reads back."""
-  training.verify_latest(directory)
-
-
-def remove_leftovers(run_dir: str) -> None:
-  """Deletes checkpoints whose atomic write never finished."""
-  atomic_io.remove_temporaries(os.path.join(run_dir,
-                                            run_directory.CHECKPOINT_DIR))
-
-
-def plan(run: engine.PreparedRun) -> training.Plan:
-  """The JAX engine's plan of `run`: model, data, spec and optimizers."""
-  config = run.config
-  return training.Plan(
-      model=_model(config), train=run.data.train, test=run.data.test,
-      sampler=run.sampler, canaries=run.canaries, dp=run.dp,
-      client_optimizer=_optimizer(config.client_optimizer,
-                                  config.client_learning_rate,
-                                  config.client_momentum),
-      server_optimizer=_optimizer(config.server_optimizer,
-                                  config.server_learning_rate,
-                                  config.server_momentum),
-      batch_size=config.client_batch_size,
-      epochs=config.client_epochs_per_round,
-      max_examples=(None if config.max_examples_per_client == -1 else
-                    config.max_examples_per_client),
-      total_rounds=run.total_rounds, seed=config.seed)
-
-
-def train(run: engine.PreparedRun, stats: training.RunStats | None = None
+def train(run: engine.PreparedRun, store: checkpoints_lib.NpzCheckpoints,
+          observer: round_record.RoundObserver,
+          stats: training.RunStats | None = None
           ) -> canary_spec.CanaryOutcome:
-  """Trains (or resumes) `run`; writes the per-round CSVs and checkpoints.
+  """Trains (or resumes) `run`, reporting its rounds to `observer`.
 
   `stats`, if given, gathers how the run used the device (`RunStats`).
   """
-  config = run.config
-  run_dir = config.run_dir
-  checkpoint_dir = os.path.join(run_dir, run_directory.CHECKPOINT_DIR)
-  done = training.checkpoint_rounds(checkpoint_dir)
-  last = done[-1] if done else 0
-  metrics_path = os.path.join(run_dir, run_directory.METRICS_FILE)
-  cosines_path = os.path.join(run_dir, run_directory.CANARY_COSINES_FILE)
-  metrics = run_directory.read_rounds(metrics_path, last)
-  cosine_rows = run_directory.read_rounds(cosines_path, last)
-
-  def on_round(record: training.RoundRecord) -> None:
-    metrics.append(dict(
-        round=record.round_num, clip=record.clip,
-        aggregate_norm=record.aggregate_norm,
-        canaries_inserted=record.canaries_inserted,
-        num_clients=record.num_clients,
-        training_time_in_seconds=record.seconds))
-
-  def on_cosines(summaries: list[training.CosineSummary]) -> None:
-    # Scored blocks end at the latest checkpoint: the CSVs are written then.
-    cosine_rows.extend(dict(zip(run_directory.COSINE_FIELDS, summary))
-                       for summary in summaries)
-    if summaries and run_directory.is_checkpoint_round(
-        summaries[-1].round_num, config.rounds_per_checkpoint,
-        run.total_rounds):
-      run_directory.write_rounds(metrics_path, _METRIC_FIELDS, metrics)
-      run_directory.write_rounds(cosines_path, run_directory.COSINE_FIELDS,
-                                 cosine_rows)
-
   try:
-    return training.train(plan(run), checkpoint_dir,
-                          config.rounds_per_checkpoint, on_round, on_cosines,
-                          progress_bar=config.progress_bar, stats=stats)
+    return training.train(run.plan, model(run.config), run.data.train,
+                          run.data.test, store, observer, stats=stats)
   except RuntimeError as error:  # XLA's error type differs across versions.
     if not _OUT_OF_MEMORY.search(str(error)):
       raise

@@ -5,30 +5,42 @@ Fashion-MNIST's IDX files, or synthetic stand-ins) and the run loop
 (`one_shot_epe.tff_engine.training`: DP-FedAvg with the canary aggregator,
 observed and checkpointed by a `CanaryAudit`), in the execution context the
 flags ask for: one local C++ worker, --tff_workers local workers, or the
-running workers at --tff_worker_addresses.
+running workers at --tff_worker_addresses. Besides the launcher's files
+(`experiments.run_outputs`), a TFF run shows its rounds in TensorBoard
+(tensorboard/).
 
 Reproducibility: on a given machine and TensorFlow build, a run with canaries
 is a pure function of its flags (--num_canaries=0 runs use TFF's own DP
 factory, whose noise is unseeded). The DP noise of round t is drawn from
 (noise seed, t) with the noise seed derived from --seed (`noise_seed`;
---noseeded_noise turns this off, as a deployment must); each round's client
+--noseeded_noise turns this off, as a deployment must, `experiments.train`);
+each round's client
 selection and shuffles depend on (--seed, round) only; the EMNIST model's
 dropout masks are keyed by the layer's input and its batches kept in order
 (`tasks.determinism`).
 """
 
 import os
+from collections.abc import Mapping, Sequence
 
-import numpy as np
+import tensorflow as tf
 
 from experiments import engine
 from experiments import train_config
 from one_shot_epe import canary_spec
+from one_shot_epe import round_record
 from one_shot_epe import run_directory
 from one_shot_epe.tff_engine import accelerators
-from one_shot_epe.tff_engine import checkpoints
+from one_shot_epe.tff_engine import checkpoints as checkpoints_lib
 from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine import training
+
+__all__ = ['CSV_FORMAT', 'check_supported', 'checkpoint_bytes', 'checkpoints',
+           'load_data', 'train']
+
+# The TFF engine's per-round CSVs, as TFF's CSV release managers wrote them.
+CSV_FORMAT = run_directory.CsvFormat(sort_new_columns=True,
+                                     line_terminator='\r\n')
 
 
 def check_supported(config: train_config.TrainConfig) -> None:
@@ -58,71 +70,55 @@ def load_data(config: train_config.TrainConfig) -> tasks.Task:
         f'--data_dir: {message}') from None
 
 
-def noise_seed(config: train_config.TrainConfig) -> int | None:
-  """Seed of the DP noise (`seeded_queries`), None for unseeded noise.
-
-  A pure function of --seed, independent of the round seeds
-  (`training.selection_fn`). Noise that anyone holding the config can
-  regenerate is fine for a simulated audit, never for a deployment
-  (--noseeded_noise).
-  """
-  if not config.seeded_noise:
-    return None
-  return int(np.random.SeedSequence([config.seed, 1]).generate_state(1)[0])
-
-
-# Round 0 and the last two (`tff_engine.training`).
-CHECKPOINTS_KEPT = training.CHECKPOINTS_KEPT
-# Float32 vectors of size d per optimizer in the server state.
-_OPTIMIZER_SLOTS = {'sgd': 0, 'sgdm': 1, 'adam': 2}
-
-
-def saved_checkpoints(run_dir: str) -> list[int]:
-  """The versions of the run's `FileProgramStateManager` checkpoints."""
-  return checkpoints.versions(os.path.join(run_dir,
-                                           run_directory.CHECKPOINT_DIR))
+def checkpoints(directory: str) -> checkpoints_lib.ProgramStateCheckpoints:
+  """The run's TFF program state checkpoints in `directory`."""
+  return checkpoints_lib.ProgramStateCheckpoints(directory)
 
 
 def checkpoint_bytes(run: engine.PreparedRun) -> int:
   """A checkpoint: the model, the server optimizer's slots, the aggregator's
   last aggregate and, with canaries, the audit's theta_0 and maxima."""
   dim = run.data.num_parameters
-  vectors = 2 + _OPTIMIZER_SLOTS[run.config.server_optimizer]
-  if run.canaries is None:
+  vectors = 2 + run.plan.server_optimizer.slots
+  spec = run.plan.spec
+  if spec is None:
     return 4 * vectors * dim
-  return 4 * ((vectors + 1) * dim + run.canaries.num_seen +
-              run.canaries.num_unseen)
+  return 4 * ((vectors + 1) * dim + spec.num_seen + spec.num_unseen)
 
 
-def verify_checkpoints(directory: str) -> None:
-  """Raises ValueError unless the newest TFF checkpoint reads back."""
-  training.verify_checkpoints(directory)
+class _TensorBoard:
+  """TensorBoard scalars of every round's metrics and canary cosines."""
+
+  def __init__(self, directory: str):
+    self._writer = tf.summary.create_file_writer(directory)
+
+  def _write(self, step: int, values: Mapping[str, float]) -> None:
+    with self._writer.as_default():
+      for name, value in values.items():
+        tf.summary.scalar(name, value, step=step)
+    self._writer.flush()
+
+  def on_round(self, record: round_record.RoundRecord) -> None:
+    """The round's metrics at step `round_num`."""
+    self._write(record.round_num, record.metrics)
+
+  def on_cosines(self, cosines: Sequence[round_record.CanaryCosines]) -> None:
+    """Each round's cosine summaries at step `round_num`."""
+    for row in cosines:
+      self._write(row.round_num, dict(zip(
+          run_directory.COSINE_FIELDS[1:], row[1:])))
 
 
-def remove_leftovers(run_dir: str) -> None:
-  """Deletes partial checkpoints and TFF's CSV temporaries."""
-  training.remove_leftovers(run_dir)
-
-
-def train(run: engine.PreparedRun) -> canary_spec.CanaryOutcome:
+def train(run: engine.PreparedRun,
+          store: checkpoints_lib.ProgramStateCheckpoints,
+          observer: round_record.RoundObserver) -> canary_spec.CanaryOutcome:
   """Trains (or resumes) `run` in its execution context."""
   config = run.config
-  plan = training.Plan(
-      task=run.data, sampler=run.sampler, total_rounds=run.total_rounds,
-      dp=run.dp, canaries=run.canaries, delta=run.delta,
-      client_optimizer=training.optimizer(config.client_optimizer,
-                                          config.client_learning_rate,
-                                          config.client_momentum),
-      server_optimizer=training.optimizer(config.server_optimizer,
-                                          config.server_learning_rate,
-                                          config.server_momentum),
-      seed=config.seed, noise_seed=noise_seed(config),
-      rounds_per_evaluation=config.rounds_per_evaluation,
-      rounds_per_checkpoint=config.rounds_per_checkpoint,
-      max_eval_examples=(None if config.max_eval_examples == -1 else
-                         config.max_eval_examples),
-      progress_bar=config.progress_bar,
-      device=accelerators.launcher_device(config.accelerator))
+  tensorboard = _TensorBoard(os.path.join(config.run_dir,
+                                          run_directory.TENSORBOARD_DIR))
   with training.execution_context(config.tff_workers,
                                   config.tff_worker_addresses):
-    return training.train(plan, config.run_dir)
+    return training.train(
+        run.plan, run.data, store,
+        round_record.Observers([observer, tensorboard]),
+        device=accelerators.launcher_device(config.accelerator))

@@ -25,7 +25,7 @@ Why the paper's numbers are lower than this setting's: a once-inserted
 canary at noise 0.2 has per-round signal-to-noise 1/z = 5, so seen and unseen
 maxima separate almost perfectly, and most CANIFE audits of 100 scores
 separate perfectly (eps_hat_r = inf). The paper's values need a weaker
-effective signal; --server_momentum with --canary_statistic=model_delta
+effective signal; --server_momentum with --all_iterates_statistic=model_delta
 (cosines with the model's step, which momentum mixes with earlier rounds) and
 --canife_threshold=max_accuracy (CANIFE's reference code) are the options
 that bracket them (README, CANIFE section).
@@ -61,6 +61,12 @@ paper-scale config (2 500 steps, 5 runs) takes about 4 times as long. Not stated
 paper, chosen here: 100 hidden units, learning rate 0.5, Poisson sampling of
 clients (--sampling=shuffle is the alternative), delta = 1/N.
 
+The flags take the launcher's names (`experiments.train`) for the same
+concepts: --clipping_norm, --num_canaries, --num_unseen_canaries,
+--canary_buffer_rounds and --all_iterates_statistic (aggregate or
+model_delta). The former names --clip, --num_seen, --num_unseen,
+--buffer_rounds and --canary_statistic (update or model_delta) still work,
+each printing one line that names its replacement (`DEPRECATED_FLAGS`).
 Bad flags exit with status 2 and a message naming the flag.
 """
 
@@ -78,6 +84,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from absl import app
 from absl import flags
@@ -94,6 +101,25 @@ from one_shot_epe.baselines import dpsgd
 from one_shot_epe import fashion_mnist
 from one_shot_epe.baselines import feedforward
 from one_shot_epe.baselines import per_example
+
+__all__ = ['DEPRECATED_FLAGS', 'PAPER_ANALYTICAL_EPSILON', 'PAPER_CANIFE',
+           'PAPER_ONE_SHOT', 'RunResult', 'Setting', 'analytical_epsilons',
+           'check_sizes', 'define_flags', 'format_report', 'load_data',
+           'main', 'results_json', 'run', 'run_once', 'setting_from_flags']
+
+# The program's former flag names -> the launcher's (`experiments.train`)
+# names of the same concepts; a former name still works and prints one line.
+DEPRECATED_FLAGS = {'clip': 'clipping_norm', 'num_seen': 'num_canaries',
+                    'num_unseen': 'num_unseen_canaries',
+                    'buffer_rounds': 'canary_buffer_rounds',
+                    'canary_statistic': 'all_iterates_statistic'}
+# `dpsgd`'s statistics -> the launcher's names (`canary_spec`).
+_STATISTIC_NAMES = {'update': 'aggregate', 'model_delta': 'model_delta'}
+# `dpsgd.TrainingConfig` fields -> the flags that set them, where they differ.
+_FIELD_FLAGS = {'clip': 'clipping_norm', 'num_seen': 'num_canaries',
+                'num_unseen': 'num_unseen_canaries',
+                'buffer_rounds': 'canary_buffer_rounds',
+                'statistic': 'all_iterates_statistic'}
 
 # Sec. 5.4 of the paper, for reference in the report.
 PAPER_ANALYTICAL_EPSILON = 34.5
@@ -481,108 +507,171 @@ def run(setting: Setting, data: fashion_mnist.Dataset) -> tuple[str, str]:
 # Command line.
 
 
-def _define_flags() -> None:
-  """Registers the program's flags (only when run as a program)."""
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Registers the program's flags (on `flag_values`).
+
+  Also the deprecated spellings of `DEPRECATED_FLAGS` (`setting_from_flags`
+  reads them).
+  """
   defaults = dpsgd.TrainingConfig()
   flags.DEFINE_enum('data', 'auto', ['auto', 'real', 'synthetic'],
                     "'real': Fashion-MNIST from --data_dir (must exist); "
-                    "'synthetic': the stand-in; 'auto': real if present.")
+                    "'synthetic': the stand-in; 'auto': real if present.",
+                    flag_values=flag_values)
   flags.DEFINE_string('data_dir', fashion_mnist.DEFAULT_DIRECTORY,
                       'Directory with the Fashion-MNIST IDX files or '
-                      'fashion_mnist.npz.')
+                      'fashion_mnist.npz.',
+                      flag_values=flag_values)
   flags.DEFINE_integer('num_train_examples', -1,
                        'Train on a random subset of this many examples '
-                       '(-1: all).')
+                       '(-1: all).',
+                       flag_values=flag_values)
   flags.DEFINE_integer('synthetic_num_train', 60000,
                        'Training examples of the synthetic stand-in.',
-                       lower_bound=1)
+                       lower_bound=1,
+                       flag_values=flag_values)
   flags.DEFINE_integer('synthetic_num_test', 10000,
                        'Test examples of the synthetic stand-in.',
-                       lower_bound=1)
+                       lower_bound=1,
+                       flag_values=flag_values)
   flags.DEFINE_integer('hidden_units', 100, 'Hidden layer width.',
-                       lower_bound=1)
-  flags.DEFINE_float('clip', defaults.clip, 'Clip norm C (> 0).')
-  flags.register_validator('clip', lambda v: math.isfinite(v) and v > 0,
-                           message='--clip must be a finite number > 0.')
+                       lower_bound=1,
+                       flag_values=flag_values)
+  flags.DEFINE_float('clipping_norm', defaults.clip, 'Clip norm C (> 0).',
+                     flag_values=flag_values)
+  flags.register_validator(
+      'clipping_norm', lambda v: math.isfinite(v) and v > 0,
+      message='--clipping_norm must be a finite number > 0.',
+      flag_values=flag_values)
   flags.DEFINE_float('noise_multiplier', defaults.noise_multiplier,
-                     'Noise multiplier sigma (> 0).')
+                     'Noise multiplier sigma (> 0).',
+                     flag_values=flag_values)
   flags.register_validator('noise_multiplier',
                            lambda v: math.isfinite(v) and v > 0,
-                           message='--noise_multiplier must be finite and > 0.')
+                           message='--noise_multiplier must be finite and > 0.',
+                           flag_values=flag_values)
   flags.DEFINE_integer('batch_size', defaults.batch_size,
-                       'Expected clients per round B.', lower_bound=1)
-  flags.DEFINE_integer('epochs', defaults.epochs, 'Epochs.', lower_bound=1)
+                       'Expected clients per round B.', lower_bound=1,
+                       flag_values=flag_values)
+  flags.DEFINE_integer('epochs', defaults.epochs, 'Epochs.', lower_bound=1,
+                       flag_values=flag_values)
   flags.DEFINE_float('learning_rate', defaults.learning_rate,
-                     'DP-SGD learning rate (> 0).')
+                     'DP-SGD learning rate (> 0).',
+                     flag_values=flag_values)
   flags.register_validator('learning_rate',
                            lambda v: math.isfinite(v) and v > 0,
-                           message='--learning_rate must be finite and > 0.')
+                           message='--learning_rate must be finite and > 0.',
+                           flag_values=flag_values)
   flags.DEFINE_enum('sampling', defaults.sampling, list(dpsgd.SAMPLINGS),
                     "'poisson': each client and canary joins each round w.p. "
                     "q = B/N; 'shuffle': each exactly once per epoch "
                     '(real clients only; canaries follow '
-                    '--canary_insertion).')
+                    '--canary_insertion).',
+                    flag_values=flag_values)
   flags.DEFINE_enum('canary_insertion', defaults.canary_insertion,
                     list(dpsgd.CANARY_INSERTIONS),
                     "How seen canaries are inserted: 'once': each exactly "
                     'once at a uniformly random round (one Gaussian release, '
                     "the paper's analytical eps); 'poisson': each round w.p. "
-                    "q = B/N (some never); 'shuffle': once per epoch.")
+                    "q = B/N (some never); 'shuffle': once per epoch.",
+                    flag_values=flag_values)
   flags.DEFINE_float('server_momentum', defaults.server_momentum,
                      'Server (heavy-ball) momentum of the DP-SGD step, in '
-                     '[0, 1); 0 is plain DP-SGD.')
-  flags.DEFINE_enum('canary_statistic', defaults.statistic,
-                    list(dpsgd.STATISTICS),
+                     '[0, 1); 0 is plain DP-SGD.',
+                     flag_values=flag_values)
+  flags.DEFINE_enum('all_iterates_statistic',
+                    _STATISTIC_NAMES[defaults.statistic],
+                    list(_STATISTIC_NAMES.values()),
                     "The vector of each round's canary cosines: the noised "
-                    "update ('update', the paper's Algorithm 3) or the "
+                    "aggregate ('aggregate', the paper's Algorithm 3) or the "
                     "model's step ('model_delta', which with momentum mixes "
-                    'earlier rounds in).')
+                    'earlier rounds in).',
+                    flag_values=flag_values)
   flags.DEFINE_enum('canife_threshold', 'max_accuracy',
                     list(canife_attack.THRESHOLDS),
                     "CANIFE's per-audit eps_hat_r: at the threshold of best "
                     "attack accuracy ('max_accuracy', CANIFE's reference "
-                    "code) or the supremum over thresholds ('best').")
-  flags.DEFINE_integer('num_seen', defaults.num_seen, 'Seen canaries.',
-                       lower_bound=2)
-  flags.DEFINE_integer('num_unseen', defaults.num_unseen, 'Unseen canaries.',
-                       lower_bound=2)
-  flags.DEFINE_integer('buffer_rounds', 160,
+                    "code) or the supremum over thresholds ('best').",
+                    flag_values=flag_values)
+  flags.DEFINE_integer('num_canaries', defaults.num_seen, 'Seen canaries.',
+                       lower_bound=2,
+                       flag_values=flag_values)
+  flags.DEFINE_integer('num_unseen_canaries', defaults.num_unseen,
+                       'Unseen canaries.', lower_bound=2,
+                       flag_values=flag_values)
+  flags.DEFINE_integer('canary_buffer_rounds', 160,
                        'Rounds of aggregates buffered per cosine computation.',
-                       lower_bound=1)
+                       lower_bound=1,
+                       flag_values=flag_values)
   flags.DEFINE_integer('audit_every', 100, 'CANIFE audit interval s (rounds).',
-                       lower_bound=1)
+                       lower_bound=1,
+                       flag_values=flag_values)
   flags.DEFINE_integer('num_mock_rounds', canife.DEFAULT_NUM_MOCK_ROUNDS,
-                       'CANIFE attack scores per audit n.', lower_bound=2)
+                       'CANIFE attack scores per audit n.', lower_bound=2,
+                       flag_values=flag_values)
   flags.DEFINE_integer('design_pool_size', canife.DEFAULT_DESIGN_POOL_SIZE,
-                       'CANIFE design pool (test examples).', lower_bound=1)
+                       'CANIFE design pool (test examples).', lower_bound=1,
+                       flag_values=flag_values)
   flags.DEFINE_integer('design_steps', 500, 'CANIFE Adam steps.',
-                       lower_bound=0)
+                       lower_bound=0,
+                       flag_values=flag_values)
   flags.DEFINE_float('design_learning_rate',
                      canife.DEFAULT_DESIGN_LEARNING_RATE,
-                     'CANIFE Adam learning rate (> 0).')
+                     'CANIFE Adam learning rate (> 0).',
+                     flag_values=flag_values)
   flags.register_validator('design_learning_rate',
                            lambda v: math.isfinite(v) and v > 0,
                            message='--design_learning_rate must be finite and '
-                           '> 0.')
-  flags.DEFINE_float('delta', None, 'delta of all estimates (default 1/N).')
+                           '> 0.',
+                           flag_values=flag_values)
+  flags.DEFINE_float('delta', None, 'delta of all estimates (default 1/N).',
+                     flag_values=flag_values)
   flags.DEFINE_enum('canife_noise_delta', 'training', ['training', 'attack'],
                     "delta of CANIFE's GetNoise: 'training' (Algorithm 2 as "
                     "written) or 'attack' (1/num_mock_rounds, the delta of "
-                    'eps_hat_r).')
+                    'eps_hat_r).',
+                    flag_values=flag_values)
   flags.register_validator('delta', lambda v: v is None or 0 < v < 1,
-                           message='--delta must be in (0, 1).')
+                           message='--delta must be in (0, 1).',
+                           flag_values=flag_values)
   flags.DEFINE_integer('num_runs', 3, 'Training runs (>= 2 for a std).',
-                       lower_bound=1)
-  flags.DEFINE_integer('seed', 0, 'Seed (>= 0).', lower_bound=0)
+                       lower_bound=1,
+                       flag_values=flag_values)
+  flags.DEFINE_integer('seed', 0, 'Seed (>= 0).', lower_bound=0,
+                       flag_values=flag_values)
   flags.DEFINE_string('output', None, 'Optional Markdown file for the report '
-                      '(written atomically; its directory must exist).')
+                      '(written atomically; its directory must exist).',
+                      flag_values=flag_values)
   flags.DEFINE_string('output_json', None, 'Optional JSON file for per-run '
-                      'numbers (written atomically; its directory must exist).')
+                      'numbers (written atomically; its directory must exist).',
+                      flag_values=flag_values)
   for name in ('output', 'output_json'):
     flags.register_validator(
         name, lambda path: path is None or os.path.isdir(
             os.path.dirname(os.path.abspath(path))),
-        message=f"--{name}'s directory must exist.")
+        message=f"--{name}'s directory must exist.",
+        flag_values=flag_values)
+  # The deprecated spellings, None unless given (`setting_from_flags`).
+  flags.DEFINE_float('clip', None, 'Deprecated: use --clipping_norm.',
+                     flag_values=flag_values)
+  flags.register_validator(
+      'clip', lambda v: v is None or (math.isfinite(v) and v > 0),
+      message='--clip must be a finite number > 0.',
+      flag_values=flag_values)
+  flags.DEFINE_integer('num_seen', None, 'Deprecated: use --num_canaries.',
+                       lower_bound=2,
+                       flag_values=flag_values)
+  flags.DEFINE_integer('num_unseen', None,
+                       'Deprecated: use --num_unseen_canaries.', lower_bound=2,
+                       flag_values=flag_values)
+  flags.DEFINE_integer('buffer_rounds', None,
+                       'Deprecated: use --canary_buffer_rounds.',
+                       lower_bound=1,
+                       flag_values=flag_values)
+  flags.DEFINE_enum('canary_statistic', None, list(_STATISTIC_NAMES),
+                    'Deprecated: use --all_iterates_statistic (update is '
+                    'aggregate).',
+                    flag_values=flag_values)
 
 
 def _fail(flag: str, message: str) -> None:
@@ -590,27 +679,52 @@ def _fail(flag: str, message: str) -> None:
   sys.exit(2)
 
 
+def _renamed_flags(values: flags.FlagValues) -> dict[str, Any]:
+  """The values of `DEPRECATED_FLAGS`' new names, a former name's if given.
+
+  A former name prints one line to stderr naming the new one; giving both
+  exits with status 2.
+  """
+  result = {}
+  for old, new in DEPRECATED_FLAGS.items():
+    result[new] = values[new].value
+    if values[old].present:
+      if values[new].present:
+        _fail(old, f'is the deprecated name of --{new}; give only --{new}.')
+      sys.stderr.write(f'--{old} is deprecated; use --{new}\n')
+      result[new] = values[old].value
+      if old == 'canary_statistic':
+        result[new] = _STATISTIC_NAMES[result[new]]
+  return result
+
+
 def setting_from_flags(values: flags.FlagValues) -> Setting:
   """The validated Setting; exits with status 2 naming a bad flag."""
   if values.data == 'real' and not fashion_mnist.available(values.data_dir):
     _fail('data_dir', f'{values.data_dir!r} holds no Fashion-MNIST files '
           '(needed by --data=real).')
+  renamed = _renamed_flags(values)
+  statistic = next(name for name, launcher in _STATISTIC_NAMES.items()
+                   if launcher == renamed['all_iterates_statistic'])
   try:
     training = dpsgd.TrainingConfig(
-        clip=values.clip, noise_multiplier=values.noise_multiplier,
+        clip=renamed['clipping_norm'],
+        noise_multiplier=values.noise_multiplier,
         batch_size=values.batch_size, epochs=values.epochs,
         learning_rate=values.learning_rate, sampling=values.sampling,
-        canary_insertion=values.canary_insertion, num_seen=values.num_seen,
-        num_unseen=values.num_unseen, buffer_rounds=values.buffer_rounds,
-        server_momentum=values.server_momentum,
-        statistic=values.canary_statistic)
+        canary_insertion=values.canary_insertion,
+        num_seen=renamed['num_canaries'],
+        num_unseen=renamed['num_unseen_canaries'],
+        buffer_rounds=renamed['canary_buffer_rounds'],
+        server_momentum=values.server_momentum, statistic=statistic)
     config = canife.CanifeConfig(
         design_steps=values.design_steps,
         design_learning_rate=values.design_learning_rate,
         num_mock_rounds=values.num_mock_rounds,
         epsilon_threshold=values.canife_threshold)
   except ValueError as error:
-    _fail(str(error).split(' ')[0], str(error))
+    field = str(error).split(' ')[0]
+    _fail(_FIELD_FLAGS.get(field, field), str(error))
   return Setting(
       data=values.data, data_dir=values.data_dir,
       num_train_examples=values.num_train_examples,
@@ -657,5 +771,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  _define_flags()
+  define_flags()
   app.run(main, flags_parser=cli.parse_flags_or_exit)

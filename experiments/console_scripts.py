@@ -10,6 +10,9 @@ repeated here.
 
 import runpy
 
+__all__ = ['ESTIMATE_MODULE', 'REPRODUCE_MODULE', 'TRAIN_MODULE', 'estimate',
+           'reproduce', 'train']
+
 TRAIN_MODULE = 'experiments.train'
 REPRODUCE_MODULE = 'experiments.reproduce'
 ESTIMATE_MODULE = 'one_shot_epe.estimate'

@@ -1,13 +1,17 @@
 """The one interface of the launcher's two training engines.
 
-`experiments.train` turns a `TrainConfig` into a `PreparedRun` (the canary
-plan and DP aggregation of `one_shot_epe.canary_spec`, the participation and
-the engine's data) and hands it to the engine its --backend names:
+`experiments.train` turns a `TrainConfig` into a `PreparedRun` (the engine's
+data and the engine-neutral `one_shot_epe.run_plan.RunPlan`: participation,
+canaries, DP aggregation) and hands it to the engine its --backend names:
 `--backend=tff` (`experiments.backend_tff`, TensorFlow Federated) or
 `--backend=jax` (`experiments.backend_jax`, which imports neither
-TensorFlow nor TFF). `experiments.train` imports an engine only when a run
-asks for it, so a JAX run works on a machine without TensorFlow (the
-accelerator machines) and a TFF run never loads JAX's engine.
+TensorFlow nor TFF). An engine trains the plan, reporting its rounds to a
+`one_shot_epe.round_record.RoundObserver`, and keeps its checkpoints in its
+`one_shot_epe.checkpoint_store.CheckpointStore`; everything else in the run
+directory is written by the launcher (`experiments.run_outputs`).
+`experiments.train` imports an engine only when a run asks for it, so a JAX
+run works on a machine without TensorFlow (the accelerator machines) and a
+TFF run never loads JAX's engine.
 """
 
 import dataclasses
@@ -16,7 +20,13 @@ from typing import Any, Protocol
 
 from experiments import train_config
 from one_shot_epe import canary_spec
-from one_shot_epe import participation
+from one_shot_epe import checkpoint_store
+from one_shot_epe import round_record
+from one_shot_epe import run_directory
+from one_shot_epe import run_plan
+
+__all__ = ['Backend', 'Data', 'DeviceOutOfMemory', 'PreparedRun',
+           'SYNTHETIC_DATA_SEED']
 
 # Synthetic data stands in for a fixed data set: it does not vary with --seed.
 SYNTHETIC_DATA_SEED = 0
@@ -45,19 +55,11 @@ class PreparedRun:
   Attributes:
     config: The validated config (run name resolved).
     data: The engine's data of the task.
-    sampler: Who participates in each round (`participation`).
-    total_rounds: T.
-    delta: The delta of the report (--delta, else m^-1.1).
-    canaries: The canary plan; None for a run without canaries.
-    dp: The DP aggregation (its cohort counts the expected canaries).
+    plan: The run, engine-neutral (its delta: --delta, else m^-1.1).
   """
   config: train_config.TrainConfig
   data: Any
-  sampler: participation.ClientSampler
-  total_rounds: int
-  delta: float
-  canaries: canary_spec.CanarySpec | None
-  dp: canary_spec.DPAggregation
+  plan: run_plan.RunPlan
 
   @property
   def num_train_clients(self) -> int:
@@ -74,20 +76,15 @@ class Backend(Protocol):
   def load_data(self, config: train_config.TrainConfig) -> Data:
     """The task's data; `train_config.ConfigError` naming the flag if absent."""
 
-  def verify_checkpoints(self, directory: str) -> None:
-    """Raises ValueError unless the newest checkpoint in `directory` reads."""
+  # The layout of the engine's per-round CSVs (`run_directory.CsvFormat`).
+  CSV_FORMAT: run_directory.CsvFormat
 
-  def remove_leftovers(self, run_dir: str) -> None:
-    """Deletes the engine's unfinished writes in the run directory."""
-
-  def saved_checkpoints(self, run_dir: str) -> list[int]:
-    """The rounds of the complete checkpoints in the run directory."""
+  def checkpoints(self, directory: str) -> checkpoint_store.CheckpointStore:
+    """The engine's checkpoints in `directory` (creates nothing)."""
 
   def checkpoint_bytes(self, run: PreparedRun) -> int:
     """About how many bytes one checkpoint of `run` takes."""
 
-  # How many checkpoints the engine keeps (None: all).
-  CHECKPOINTS_KEPT: int | None
-
-  def train(self, run: PreparedRun) -> canary_spec.CanaryOutcome:
-    """Trains (or resumes) `run` in its locked run directory."""
+  def train(self, run: PreparedRun, store: checkpoint_store.CheckpointStore,
+            observer: round_record.RoundObserver) -> canary_spec.CanaryOutcome:
+    """Trains (or resumes from `store`) `run`, reporting to `observer`."""

@@ -27,6 +27,8 @@ from absl import flags
 from one_shot_epe import cli
 from one_shot_epe.tff_engine.tasks import export_arrays
 
+__all__ = ['main']
+
 _TASK = flags.DEFINE_enum('task', None, ['emnist_character',
                                          'stackoverflow_word'],
                           'Dataset to convert.', required=True)

@@ -44,6 +44,11 @@ from one_shot_epe import cli
 from one_shot_epe import estimation
 from one_shot_epe import gaussian_mechanism
 
+__all__ = ['Estimates', 'PAPER_NUM_SIMULATIONS', 'PAPER_TABLE2', 'PaperRow',
+           'Row', 'Setting', 'epsilon_estimates', 'format_table', 'main',
+           'paper_row', 'run_row', 'run_table', 'z_versus_analytical',
+           'z_versus_paper']
+
 
 @dataclasses.dataclass(frozen=True)
 class PaperRow:

@@ -1,7 +1,9 @@
-"""A run's end-of-run results and errors, for either engine.
+"""What a run writes into its run directory, for either engine; its errors.
 
-Both engines (`--backend=tff`, `--backend=jax`; `experiments.train`) end with
-the same results, written here: the cosine CSVs of both threat models
+Both engines (`--backend=tff`, `--backend=jax`; `experiments.train`) report
+their rounds as `one_shot_epe.round_record` records, which `RoundWriter`
+turns into metrics.csv and canary_cosines.csv, and end with the same
+results, written by `write_results`: the cosine CSVs of both threat models
 (Algorithms 2 and 3), the privacy report (`one_shot_epe.run_report`) and the
 density plot (Figures 1 and 3), under the run directory's layout
 (`one_shot_epe.run_directory`). `REPORTED_ERRORS` are what a launcher reports
@@ -11,6 +13,7 @@ in one line. Framework-free.
 import collections
 import dataclasses
 import os
+from collections.abc import Sequence
 
 from experiments import engine
 from experiments import train_config
@@ -18,10 +21,14 @@ from one_shot_epe import accounting
 from one_shot_epe import atomic_io
 from one_shot_epe import canary_spec
 from one_shot_epe import plots
+from one_shot_epe import round_record
 from one_shot_epe import run_directory
 from one_shot_epe import run_lock
 from one_shot_epe import run_report
 from one_shot_epe import write_failures
+
+__all__ = ['REPORTED_ERRORS', 'RoundWriter', 'RunResult', 'rounds_line',
+           'write_results']
 
 # What a launcher reports in one line with exit status 2: a bad flag, a run
 # directory in use by another launcher, a failed write (a full disk, ...), a
@@ -56,6 +63,92 @@ class RunResult:
     raise AttributeError(name)
 
 
+class RoundWriter:
+  """Writes metrics.csv and canary_cosines.csv from an engine's rounds.
+
+  A `round_record.RoundObserver`: each round's `RoundRecord` is completed
+  with its `CanaryCosines` when they are scored. The rows an earlier
+  invocation wrote up to the checkpoint this one resumes from are kept; both
+  files are rewritten, atomically, whenever every round up to a checkpoint
+  round is complete, which both engines make so before they save that
+  checkpoint: a resumed run finds the rows of its checkpoint. Columns: round,
+  then each column in the order rows first bring it (`csv_format`).
+  """
+
+  def __init__(self, run_dir: str, *, total_rounds: int,
+               rounds_per_checkpoint: int, with_canaries: bool,
+               resumed_from: int, csv_format: run_directory.CsvFormat):
+    """Reads the rows to keep; writes nothing yet.
+
+    Args:
+      run_dir: The run directory.
+      total_rounds: T (a checkpoint round).
+      rounds_per_checkpoint: The engine checkpoints every this many rounds.
+      with_canaries: Whether the run reports cosines (and canary_cosines.csv
+        is written).
+      resumed_from: The checkpoint the run resumes from (0: a fresh run).
+      csv_format: The engine's layout of the files.
+    """
+    self._run_dir = run_dir
+    self._every = rounds_per_checkpoint
+    self._total_rounds = total_rounds
+    self._with_canaries = with_canaries
+    self._format = csv_format
+    names = [run_directory.METRICS_FILE]
+    if with_canaries:
+      names.append(run_directory.CANARY_COSINES_FILE)
+    self._files = {}
+    for name in names:
+      columns, rows = run_directory.read_rounds(os.path.join(run_dir, name),
+                                                resumed_from)
+      self._files[name] = (columns or ['round'], rows)
+    self._records: list[round_record.RoundRecord] = []
+
+  def _complete(self, record: round_record.RoundRecord) -> bool:
+    return (record.cosines is not None or record.round_num == 0 or
+            not self._with_canaries)
+
+  def _add(self, name: str, row: dict[str, object]) -> None:
+    columns, rows = self._files[name]
+    new = [column for column in row if column not in columns]
+    columns.extend(sorted(new) if self._format.sort_new_columns else new)
+    rows.append(row)
+
+  def _write_if_checkpoint(self) -> None:
+    """Writes the records so far if they end complete at a checkpoint."""
+    if not (run_directory.is_checkpoint_round(
+        self._records[-1].round_num, self._every, self._total_rounds) and
+            all(map(self._complete, self._records))):
+      return
+    for record in self._records:
+      self._add(run_directory.METRICS_FILE,
+                {'round': record.round_num, **record.metrics})
+      if record.cosines is not None:
+        self._add(run_directory.CANARY_COSINES_FILE,
+                  dict(zip(run_directory.COSINE_FIELDS, record.cosines)))
+    self._records = []
+    for name, (columns, rows) in self._files.items():
+      run_directory.write_rounds(os.path.join(self._run_dir, name), columns,
+                                 rows, self._format)
+
+  def on_round(self, record: round_record.RoundRecord) -> None:
+    """Keeps the round's record (round 0: the initial evaluation)."""
+    self._records.append(record)
+    self._write_if_checkpoint()
+
+  def on_cosines(self, cosines: Sequence[round_record.CanaryCosines]) -> None:
+    """Completes the rounds' records with their cosines."""
+    index = {record.round_num: i for i, record in enumerate(self._records)}
+    for row in cosines:
+      if row.round_num not in index:
+        raise ValueError(f'cosines of round {row.round_num}, whose record '
+                         'was not reported.')
+      i = index[row.round_num]
+      self._records[i] = dataclasses.replace(self._records[i], cosines=row)
+    if cosines:
+      self._write_if_checkpoint()
+
+
 def rounds_line(result: RunResult) -> str:
   """What this invocation did, in a line: a fresh run, a resumed one, or none."""
   if result.resumed_from_round == 0:
@@ -81,7 +174,7 @@ def write_results(run: engine.PreparedRun,
   final_cosines = outcome.final_cosines
   final_unseen_cosines = outcome.final_unseen_cosines
   seen_maxima, unseen_maxima = outcome.seen_maxima, outcome.unseen_maxima
-  dim, delta, total_rounds = outcome.dim, run.delta, run.total_rounds
+  dim, delta, total_rounds = outcome.dim, run.plan.delta, run.plan.total_rounds
   run_dir = config.run_dir
   has_unseen = unseen_maxima.size > 0
   final_columns = {'cosine': final_cosines}
@@ -110,7 +203,7 @@ def write_results(run: engine.PreparedRun,
       final_cosines=final_cosines, dim=dim, delta=delta,
       noise_multiplier=config.noise_multiplier, alpha=config.alpha,
       final_unseen_cosines=final_unseen_cosines if has_unseen else None,
-      presentation_counts=run.canaries.presentation_counts(),
+      presentation_counts=run.plan.spec.presentation_counts(),
       seen_maxima=seen_maxima if has_unseen else None,
       unseen_maxima=unseen_maxima if has_unseen else None,
       accuracy=outcome.accuracy, setting=setting,

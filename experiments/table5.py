@@ -10,7 +10,8 @@ and 0.9 quantiles of eps_est-final over the E experiments.
 Every run here is an ordinary `experiments.train` run (no unseen canaries:
 only the final-model estimate is needed) with its own --seed and
 --canary_seed, so that runs are independent: run j of the grid (numbered over
-all experiments and both arms of one noise level) uses seed base + j for both.
+all experiments and both arms of one noise level) uses seed base + j for both
+(modulo 2^32, `canary_spec.MAX_SEED`).
 The pooled estimate is `estimation.epsilon_from_final_cosines` of the
 concatenated cosines, the estimator of every run's report.
 """
@@ -22,7 +23,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from experiments import train_config
+from one_shot_epe import canary_spec
 from one_shot_epe import estimation
+
+__all__ = ['Experiment', 'QUANTILES', 'SUBDIR', 'experiments', 'pooled_epsilon',
+           'table']
 
 QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9)
 SUBDIR = 'table5'
@@ -76,8 +81,9 @@ def experiments(base: train_config.TrainConfig,
       for index in range(num_experiments):
         configs = []
         for run in range(runs):
-          seed = (base.seed + run_index) % (2**31 - 1)
-          canary_seed = (base.canary_seed + run_index) % (2**31 - 1)
+          seed = (base.seed + run_index) % (canary_spec.MAX_SEED + 1)
+          canary_seed = ((base.canary_seed + run_index) %
+                         (canary_spec.MAX_SEED + 1))
           run_index += 1
           configs.append(dataclasses.replace(
               base, noise_multiplier=noise, num_canaries=canaries_per_run,

@@ -15,8 +15,9 @@ engine: TensorFlow Federated (`experiments.backend_tff`, the default) or JAX
 
 One launcher, in three steps:
 
-1. `prepare`: the flags (`experiments.train_config`) become the run's canary
-   plan and DP aggregation (`one_shot_epe.canary_spec`: the schedule from
+1. `prepare`: the flags (`experiments.train_config`) become the run's plan
+   (`one_shot_epe.run_plan.RunPlan`: its canary spec and DP aggregation,
+   `one_shot_epe.canary_spec`, with the schedule from
    `train_config.participation_plan`, the cohort counting the expected
    canaries, the adaptive clip's noise split), the engine loads the task's
    data, and the run directory is checked (`one_shot_epe.run_directory`).
@@ -24,12 +25,18 @@ One launcher, in three steps:
    directory that does not exist or holds the wrong files, or a run directory
    holding a run with other flags) exits with status 2 and a message naming
    it.
-2. The engine trains (or resumes) the run in its run directory, locked for
+2. The engine trains (or resumes) the run from its checkpoints, locked for
    the whole run (`run_directory.owned`): one writer per run directory; a
    second launcher on the same directory exits with status 2 naming the
-   holder's pid, writing nothing.
+   holder's pid, writing nothing. It reports each round
+   (`one_shot_epe.round_record`) to `run_outputs.RoundWriter` (metrics.csv,
+   canary_cosines.csv) and a progress bar.
 3. `run_outputs.write_results` writes the cosine CSVs, the privacy report and
    the density plot.
+
+--backend picks the engine from `BACKENDS`; one whose framework is not
+installed exits with status 2 and one line naming the package extra to
+install.
 
 Outputs, under `--root_output_dir/--run_name/`: see `one_shot_epe.
 run_directory`. The cosine CSVs are in the format of `python -m
@@ -70,6 +77,22 @@ The flags are defined only when this module runs as a program (or by
 import os
 import sys
 
+# What to install for each engine's framework (pyproject's extras).
+_EXTRAS = {'tff': "pip install 'one-shot-epe[tff]'",
+           'jax': "pip install 'one-shot-epe[jax]'"}
+# The top-level modules of each engine's framework.
+_FRAMEWORKS = {'tff': ('tensorflow', 'tensorflow_federated'),
+               'jax': ('jax', 'jaxlib')}
+
+
+def _missing_framework(backend: str, error: ImportError) -> str | None:
+  """The one line for `error` if it is `backend`'s framework missing."""
+  if (error.name or '').split('.')[0] not in _FRAMEWORKS[backend]:
+    return None
+  return (f'--backend={backend} needs {error.name}, which is not installed: '
+          f'{_EXTRAS[backend]}')
+
+
 if __name__ == '__main__':
   # Before TensorFlow or JAX is imported: the flags, then (TFF only) local
   # TFF workers in a network namespace with only loopback (before numpy
@@ -84,33 +107,78 @@ if __name__ == '__main__':
     isolation.isolate_program(sys.argv)
     from experiments import train_config as _train_config
     _train_config.check_flags_or_exit(sys.argv)
-    quiet.quiet_startup(sys.argv, import_tensorflow=True)
+    try:
+      quiet.quiet_startup(sys.argv, import_tensorflow=True)
+    except ImportError as _error:
+      _line = _missing_framework('tff', _error)
+      if _line is None:
+        raise
+      print(f'error: {_line}', file=sys.stderr)
+      sys.exit(2)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
-import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from absl import app
 from absl import flags
 from absl import logging
+import numpy as np
 
 from experiments import engine
 from experiments import run_outputs
 from experiments import train_config
 from one_shot_epe import canary_spec
+from one_shot_epe import checkpoint_store
 from one_shot_epe import cli
+from one_shot_epe import round_progress
+from one_shot_epe import round_record
 from one_shot_epe import run_directory
+from one_shot_epe import run_plan
 
-# The engines' modules, imported only when a run asks for one.
-_BACKENDS = {'tff': 'experiments.backend_tff', 'jax': 'experiments.backend_jax'}
+__all__ = ['BACKENDS', 'PreparedRun', 'REPORTED_ERRORS', 'RunResult', 'main',
+           'prepare', 'run_training']
+
 PreparedRun = engine.PreparedRun
 RunResult = run_outputs.RunResult
 REPORTED_ERRORS = run_outputs.REPORTED_ERRORS
 
 
+def _import_tff() -> engine.Backend:
+  from experiments import backend_tff
+  return backend_tff
+
+
+def _import_jax() -> engine.Backend:
+  from experiments import backend_jax
+  return backend_jax
+
+
+# The engines by --backend, each imported only when a run asks for it.
+BACKENDS: dict[str, Callable[[], engine.Backend]] = {
+    'tff': _import_tff, 'jax': _import_jax}
+
+
 def _backend(name: str) -> engine.Backend:
-  """The engine module of --backend=`name`, imported now."""
-  return importlib.import_module(_BACKENDS[name])
+  """The engine of --backend=`name`, imported now.
+
+  Raises:
+    train_config.ConfigError: the engine's framework is not installed (one
+      line naming the package extra to install).
+  """
+  try:
+    return BACKENDS[name]()
+  except ImportError as error:
+    line = _missing_framework(name, error)
+    if line is None:
+      raise
+    raise train_config.ConfigError(line) from None
+
+
+def _checkpoints(backend: engine.Backend,
+                 run_dir: str) -> checkpoint_store.CheckpointStore:
+  """The engine's checkpoints of the run in `run_dir`."""
+  return backend.checkpoints(os.path.join(run_dir,
+                                          run_directory.CHECKPOINT_DIR))
 
 
 def _dp_aggregation(config: train_config.TrainConfig,
@@ -129,9 +197,9 @@ def _dp_aggregation(config: train_config.TrainConfig,
         f'--clients_per_round={config.clients_per_round}: {error}') from None
 
 
-def _canaries(config: train_config.TrainConfig,
-              schedule: object) -> canary_spec.CanarySpec | None:
-  """The flags' canary plan (None for --num_canaries=0)."""
+def _spec(config: train_config.TrainConfig,
+          schedule: object) -> canary_spec.CanarySpec | None:
+  """The flags' canaries (None for --num_canaries=0)."""
   if schedule is None:
     return None
   return canary_spec.CanarySpec(
@@ -144,6 +212,26 @@ def _canaries(config: train_config.TrainConfig,
       buffer_rounds=config.canary_buffer_rounds)
 
 
+def _optimizer(name: str, learning_rate: float,
+               momentum: float) -> run_plan.OptimizerSpec:
+  """An optimizer of the flags; the momentum flag counts for sgdm only."""
+  return run_plan.OptimizerSpec(name, learning_rate,
+                                momentum if name == 'sgdm' else 0.0)
+
+
+def _noise_seed(config: train_config.TrainConfig) -> int | None:
+  """Seed of the DP noise (`seeded_queries`), None for unseeded noise.
+
+  A pure function of --seed, independent of the round seeds
+  (`tff_engine.training.selection_fn`). Noise that anyone holding the config
+  can regenerate is fine for a simulated audit, never for a deployment
+  (--noseeded_noise). The JAX engine keys its noise by --seed itself.
+  """
+  if not config.seeded_noise:
+    return None
+  return int(np.random.SeedSequence([config.seed, 1]).generate_state(1)[0])
+
+
 def _check_run_dir(config: train_config.TrainConfig,
                    backend: engine.Backend) -> None:
   """`run_directory.check` with the flags' resume rule and errors."""
@@ -152,7 +240,7 @@ def _check_run_dir(config: train_config.TrainConfig,
         config.run_dir,
         accept_config=lambda saved: train_config.check_resumable(
             config, saved, config.run_dir),
-        verify_checkpoints=backend.verify_checkpoints)
+        checkpoints=_checkpoints(backend, config.run_dir))
   except train_config.ConfigError:
     raise
   except run_directory.RunDirectoryError as error:
@@ -164,15 +252,15 @@ def _check_run_dir(config: train_config.TrainConfig,
 def _check_free_space(run: PreparedRun, backend: engine.Backend) -> None:
   """Refuses a run whose remaining checkpoints cannot fit the disk."""
   config = run.config
-  saved = backend.saved_checkpoints(config.run_dir)
+  store = _checkpoints(backend, config.run_dir)
+  saved = store.rounds()
   last = max(saved, default=-1)
   to_write = [t for t in run_directory.checkpoint_rounds(
-      run.total_rounds, config.rounds_per_checkpoint) if t > last]
+      run.plan.total_rounds, config.rounds_per_checkpoint) if t > last]
   try:
     run_directory.check_free_space(
         config.run_dir, checkpoint_bytes=backend.checkpoint_bytes(run),
-        to_write=len(to_write), saved=len(saved),
-        kept=backend.CHECKPOINTS_KEPT)
+        to_write=len(to_write), saved=len(saved), kept=store.kept)
   except run_directory.RunDirectoryError as error:
     raise train_config.ConfigError(f'--{error.flag}: {error}') from None
 
@@ -201,10 +289,26 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
   sampler, total_rounds, schedule, cohort = train_config.participation_plan(
       config, data.client_ids)
   delta = config.delta if config.delta is not None else num_clients**-1.1
-  run = PreparedRun(config=config, data=data, sampler=sampler,
-                    total_rounds=total_rounds, delta=delta,
-                    canaries=_canaries(config, schedule),
-                    dp=_dp_aggregation(config, cohort))
+  plan = run_plan.RunPlan(
+      sampler=sampler, total_rounds=total_rounds,
+      spec=_spec(config, schedule), dp=_dp_aggregation(config, cohort),
+      delta=delta,
+      client_optimizer=_optimizer(config.client_optimizer,
+                                  config.client_learning_rate,
+                                  config.client_momentum),
+      server_optimizer=_optimizer(config.server_optimizer,
+                                  config.server_learning_rate,
+                                  config.server_momentum),
+      batch_size=config.client_batch_size,
+      epochs=config.client_epochs_per_round,
+      max_examples=(None if config.max_examples_per_client == -1 else
+                    config.max_examples_per_client),
+      seed=config.seed, noise_seed=_noise_seed(config),
+      rounds_per_checkpoint=config.rounds_per_checkpoint,
+      rounds_per_evaluation=config.rounds_per_evaluation,
+      max_eval_examples=(None if config.max_eval_examples == -1 else
+                         config.max_eval_examples))
+  run = PreparedRun(config=config, data=data, plan=plan)
   _check_run_dir(config, backend)
   _check_free_space(run, backend)
   return run
@@ -222,18 +326,30 @@ def run_training(config: train_config.TrainConfig) -> RunResult:
       the outputs written before are intact and a rerun resumes.
   """
   run = prepare(config)
-  config = run.config
+  config, plan = run.config, run.plan
   backend = _backend(config.backend)
+  store = _checkpoints(backend, config.run_dir)
   with run_directory.owned(config.run_dir,
                            recheck=lambda: _check_run_dir(config, backend),
-                           remove_leftovers=backend.remove_leftovers):
+                           checkpoints=store):
     run_directory.write_config(config.run_dir, config.to_json_dict())
-    outcome = backend.train(run)
+    writer = run_outputs.RoundWriter(
+        config.run_dir, total_rounds=plan.total_rounds,
+        rounds_per_checkpoint=plan.rounds_per_checkpoint,
+        with_canaries=plan.spec is not None,
+        resumed_from=store.latest() or 0, csv_format=backend.CSV_FORMAT)
+    progress = round_progress.ProgressBar(plan.total_rounds,
+                                          config.progress_bar)
+    try:
+      outcome = backend.train(run, store,
+                              round_record.Observers([writer, progress]))
+    finally:
+      progress.close()
     report = None
-    if run.canaries is not None:
+    if plan.spec is not None:
       report = run_outputs.write_results(run, outcome)
   return RunResult(config=config, run_dir=config.run_dir,
-                   total_rounds=run.total_rounds, delta=run.delta,
+                   total_rounds=plan.total_rounds, delta=plan.delta,
                    outcome=outcome, report=report)
 
 

@@ -34,6 +34,10 @@ from one_shot_epe import participation
 from one_shot_epe import run_options
 from one_shot_epe import validation
 
+__all__ = ['ConfigError', 'SAMPLINGS', 'TrainConfig',
+           'check_flags_or_exit', 'check_resumable', 'config_from_flags',
+           'define_flags', 'participation_plan']
+
 SAMPLINGS = ('shuffle', 'bernoulli', 'poisson')
 
 # Flags that may differ between a run and its resumption: they name the run's
@@ -43,7 +47,6 @@ SAMPLINGS = ('shuffle', 'bernoulli', 'poisson')
 _RESUMABLE_DIFFERENCES = ('root_output_dir', 'run_name', 'progress_bar',
                           'rounds_per_checkpoint', 'canary_buffer_rounds',
                           'tff_workers', 'tff_worker_addresses')
-MAX_SEED = 2**31 - 1  # --seed and --canary_seed are in [0, MAX_SEED].
 _MAX_LOCAL_WORKERS = 64
 
 
@@ -149,7 +152,7 @@ class TrainConfig:
       if value != -1 or isinstance(value, bool):
         _check_int(name, value, 1, note=' or -1 for all examples')
     for name in ('seed', 'canary_seed'):
-      _check_int(name, getattr(self, name), 0, MAX_SEED)
+      _check_int(name, getattr(self, name), 0, canary_spec.MAX_SEED)
     for name in ('client_learning_rate', 'server_learning_rate',
                  'initial_clip'):
       _check_float(name, getattr(self, name), 0.0, math.inf, low_open=True)
@@ -228,7 +231,7 @@ class TrainConfig:
 
 def _check_flag(check: Callable[..., Any], name: str, value: Any, *args: Any,
                 note: str = '', **kwargs: Any) -> None:
-  """Runs a `validation` check on --name; its error as a ConfigError.
+  """Runs a `validation` check on the flag `name`; its error as a ConfigError.
 
   `note` names an allowed value beyond the check's range (e.g. -1 for all).
   """
@@ -338,7 +341,7 @@ _FLAG_HELP = {
                            '(0, or >= 2).',
     'canary_repeats': 'Presentations of each canary, once per equal period '
                       '(the paper: 1, 2, 4, 8); --sampling=shuffle only.',
-    'canary_seed': 'Seed of the canaries and their schedule, in [0, 2^31).',
+    'canary_seed': 'Seed of the canaries and their schedule, in [0, 2^32).',
     'canary_buffer_rounds': 'Rounds between two canary cosine computations; '
                             'default: --rounds_per_checkpoint, capped for '
                             'memory (>= 1). Speed only: the maxima are exact '
@@ -368,7 +371,7 @@ _FLAG_HELP = {
     'run_name': 'Run directory name; default from task, noise, repetitions, '
                 'seed.',
     'seed': 'Seed of model initialisation and of client selection and '
-            'shuffling, in [0, 2^31) (synthetic data is fixed).',
+            'shuffling, in [0, 2^32) (synthetic data is fixed).',
     'seeded_noise': 'Draw the DP noise from a seed derived from --seed, so '
                     'runs and resumes are reproducible (a simulation); '
                     '--noseeded_noise draws unpredictable noise, as a '

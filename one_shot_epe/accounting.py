@@ -45,6 +45,10 @@ from scipy import special
 from one_shot_epe import estimation
 from one_shot_epe import validation
 
+__all__ = ['MechanismEpsilon', 'Participation', 'SAMPLINGS', 'canary_epsilon',
+           'client_epsilon', 'client_epsilon_of_event',
+           'composed_gaussian_epsilon', 'last_iterate_epsilon']
+
 SAMPLINGS = ('shuffle', 'bernoulli', 'poisson')
 
 # PLD discretisation: coarse first, then refined to about 1e-4 relative to the
@@ -103,7 +107,18 @@ def composed_gaussian_epsilon(noise_multiplier: float, delta: float,
                               count: int) -> float:
   """Exact eps of `count` compositions of the Gaussian mechanism (sensitivity 1).
 
-  Equal to one Gaussian at noise_multiplier / sqrt(count); infinite at 0 noise.
+  Equal to one Gaussian at noise_multiplier / sqrt(count).
+
+  Args:
+    noise_multiplier: z >= 0, the noise std in units of the sensitivity.
+    delta: The delta, in (0, 1).
+    count: The number of compositions, >= 1.
+
+  Returns:
+    eps; math.inf at z = 0.
+
+  Raises:
+    ValueError: if an argument is out of range.
   """
   noise_multiplier = validation.check_real('noise_multiplier', noise_multiplier,
                                            0.0)
@@ -119,6 +134,17 @@ def canary_epsilon(noise_multiplier: float, delta: float,
 
   The adversary knows the rounds (footnote 5), so no amplification: an
   r-fold composition of the Gaussian mechanism at noise multiplier z.
+
+  Args:
+    noise_multiplier: z >= 0.
+    delta: The delta, in (0, 1).
+    presentations: r >= 1.
+
+  Returns:
+    The eps (math.inf at z = 0) and a description of the mechanism.
+
+  Raises:
+    ValueError: if an argument is out of range.
   """
   z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
   presentations = validation.check_int('presentations', presentations, 1)
@@ -191,7 +217,23 @@ def client_epsilon_of_event(round_event: dp_accounting.DpEvent, delta: float,
   rounds, the worst case of any sampling. Otherwise as `client_epsilon`: for
   Bernoulli/Poisson cohorts each round is the event Poisson-subsampled at q
   and composed over the participation's rounds; for shuffled epochs it is
-  composed once per epoch. Infinite when the event adds no noise.
+  composed once per epoch.
+
+  Args:
+    round_event: One round's `dp_accounting.DpEvent` (e.g. the aggregator's).
+    delta: The delta, in (0, 1).
+    participation: How real clients take part; None for every round.
+    rounds: T >= 1, the rounds when `participation` is None.
+
+  Returns:
+    The eps (math.inf when the event adds no noise) and a description of the
+    mechanism accounted.
+
+  Raises:
+    TypeError: if `round_event` is not a DpEvent or `participation` not a
+      `Participation`.
+    ValueError: if `delta` or `rounds` is out of range, or the PLD
+      accountant cannot account the event (e.g. tree aggregation).
   """
   delta = validation.check_probability('delta', delta)
   rounds = validation.check_int('rounds', rounds, 1)
@@ -227,7 +269,20 @@ def client_epsilon_of_event(round_event: dp_accounting.DpEvent, delta: float,
 
 def client_epsilon(noise_multiplier: float, delta: float,
                    participation: Participation) -> MechanismEpsilon:
-  """Accounted eps of one real client over the whole run (see module doc)."""
+  """Accounted eps of one real client over the whole run (see module doc).
+
+  Args:
+    noise_multiplier: z >= 0, each round's Gaussian noise multiplier.
+    delta: The delta, in (0, 1).
+    participation: How real clients take part in the run.
+
+  Returns:
+    The eps (math.inf at z = 0) and a description of the mechanism.
+
+  Raises:
+    TypeError: if `participation` is not a `Participation`.
+    ValueError: if `noise_multiplier` or `delta` is out of range.
+  """
   z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
   delta = validation.check_probability('delta', delta)
   if not isinstance(participation, Participation):
@@ -307,7 +362,7 @@ def last_iterate_epsilon(noise_multiplier: float, delta: float, rounds: int,
 
   Args:
     noise_multiplier: z, the noise std per round in units of the clip norm.
-    delta: The delta of the eps.
+    delta: The delta of the eps, in (0, 1).
     rounds: T, the rounds summed into the final model.
     presentations: How many times each seen canary was presented (the run's
       schedule, `participation.CanarySchedule.appearance_counts()`); their
@@ -318,6 +373,10 @@ def last_iterate_epsilon(noise_multiplier: float, delta: float, rounds: int,
     docstring), exact for a linear loss and a constant clip norm. When every
     canary is presented r times it is one Gaussian mechanism at noise
     z sqrt(T) / r (`estimation.gaussian_epsilon`).
+
+  Raises:
+    ValueError: if an argument is out of range or `presentations` is not a
+      non-empty 1-D array of integers in [0, rounds].
   """
   z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
   delta = validation.check_probability('delta', delta)

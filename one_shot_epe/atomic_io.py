@@ -13,6 +13,9 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 
+__all__ = ['TEMPORARY_PREFIX', 'remove_temporaries', 'write_bytes',
+           'write_columns_csv', 'write_text']
+
 TEMPORARY_PREFIX = '.tmp-'
 
 

@@ -31,6 +31,10 @@ from scipy import stats
 
 from one_shot_epe import validation
 
+__all__ = ['auroc_against_cdf', 'auroc_two_samples', 'bootstrap_aurocs',
+           'bootstrap_means', 'empirical_threshold', 'gdp_mu',
+           'gdp_mu_from_auroc', 'percentile_bootstrap_interval', 'tpr_above']
+
 
 def auroc_against_cdf(null_cdf_at_seen: ArrayLike) -> float:
   """AUROC of "seen statistic is larger" against a continuous null.
@@ -54,6 +58,11 @@ def auroc_two_samples(seen: ArrayLike, unseen: ArrayLike) -> float:
   """
   seen = validation.check_sample('seen', seen, min_size=1)
   unseen = validation.check_sample('unseen', unseen, min_size=1)
+  return _auroc_two_samples(seen, unseen)
+
+
+def _auroc_two_samples(seen: np.ndarray, unseen: np.ndarray) -> float:
+  """`auroc_two_samples` of samples already checked (`check_sample`)."""
   ranks = stats.rankdata(np.concatenate([seen, unseen]))
   k, m = seen.size, unseen.size
   u_statistic = float(np.sum(ranks[:k])) - k * (k + 1) / 2.0
@@ -67,15 +76,26 @@ def empirical_threshold(unseen: ArrayLike, fpr: float) -> float:
   sample (ties with t only lower it). With fewer than 1/fpr unseen
   statistics, t is their maximum.
   """
-  unseen = np.sort(validation.check_sample('unseen', unseen, min_size=1))
+  unseen = validation.check_sample('unseen', unseen, min_size=1)
   fpr = validation.check_probability('fpr', fpr)
+  return _empirical_threshold(unseen, fpr)
+
+
+def _empirical_threshold(unseen: np.ndarray, fpr: float) -> float:
+  """`empirical_threshold` of arguments already checked."""
+  unseen = np.sort(unseen)
   allowed = math.floor(fpr * unseen.size + 1e-9)
   return float(unseen[unseen.size - allowed - 1])
 
 
 def tpr_above(seen: ArrayLike, threshold: float) -> float:
   """Fraction of seen statistics strictly above `threshold` (a tie is a miss)."""
-  seen = validation.check_sample('seen', seen, min_size=1)
+  return _tpr_above(validation.check_sample('seen', seen, min_size=1),
+                    threshold)
+
+
+def _tpr_above(seen: np.ndarray, threshold: float) -> float:
+  """`tpr_above` of a sample already checked."""
   return float(np.mean(seen > threshold))
 
 
@@ -111,11 +131,21 @@ def bootstrap_aurocs(seen: ArrayLike, unseen: ArrayLike, resamples: int,
   seen = validation.check_sample('seen', seen, min_size=1)
   unseen = validation.check_sample('unseen', unseen, min_size=1)
   resamples = validation.check_int('resamples', resamples, 1)
+  _check_rng(rng)
+  return _bootstrap_aurocs(seen, unseen, resamples, rng)
+
+
+def _check_rng(rng: object) -> None:
   if not isinstance(rng, np.random.Generator):
     raise TypeError('rng must be a numpy.random.Generator.')
+
+
+def _bootstrap_aurocs(seen: np.ndarray, unseen: np.ndarray, resamples: int,
+                      rng: np.random.Generator) -> np.ndarray:
+  """`bootstrap_aurocs` of arguments already checked."""
   return np.array([
-      auroc_two_samples(seen[rng.integers(0, seen.size, seen.size)],
-                        unseen[rng.integers(0, unseen.size, unseen.size)])
+      _auroc_two_samples(seen[rng.integers(0, seen.size, seen.size)],
+                         unseen[rng.integers(0, unseen.size, unseen.size)])
       for _ in range(resamples)
   ])
 
@@ -129,9 +159,14 @@ def bootstrap_means(sample: ArrayLike, resamples: int,
   """
   sample = validation.check_sample('sample', sample, min_size=1)
   resamples = validation.check_int('resamples', resamples, 1)
-  if not isinstance(rng, np.random.Generator):
-    raise TypeError('rng must be a numpy.random.Generator.')
-  drawn = sample[rng.integers(0, sample.size, size=(int(resamples), sample.size))]
+  _check_rng(rng)
+  return _bootstrap_means(sample, resamples, rng)
+
+
+def _bootstrap_means(sample: np.ndarray, resamples: int,
+                     rng: np.random.Generator) -> np.ndarray:
+  """`bootstrap_means` of arguments already checked."""
+  drawn = sample[rng.integers(0, sample.size, size=(resamples, sample.size))]
   return drawn.mean(axis=1)
 
 
@@ -147,6 +182,12 @@ def percentile_bootstrap_interval(resampled: ArrayLike,
   """
   level = validation.check_probability('level', level)
   resampled = validation.check_sample('resampled', resampled, min_size=1)
+  return _percentile_interval(resampled, level)
+
+
+def _percentile_interval(resampled: np.ndarray,
+                         level: float = 0.95) -> tuple[float, float]:
+  """`percentile_bootstrap_interval` of arguments already checked."""
   low, high = np.quantile(resampled, [(1.0 - level) / 2.0,
                                       (1.0 + level) / 2.0])
   return float(low), float(high)

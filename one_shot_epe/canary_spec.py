@@ -26,10 +26,18 @@ import numpy as np
 from one_shot_epe import run_options
 from one_shot_epe import validation
 
+__all__ = ['ALL_ITERATES_STATISTICS', 'CANARY_CLIPS', 'CLIPPED_CANARY_SCALE',
+           'COUNT_STDDEV_PER_CLIENT', 'CanaryOutcome', 'CanarySpec',
+           'DPAggregation', 'FINAL_MODEL_STATISTICS', 'MAX_SEED',
+           'UNSEEN_ID_OFFSET', 'check_seed', 'default_buffer_rounds',
+           'seen_ids', 'tracked_ids', 'unseen_ids', 'value_noise_multiplier']
+
 # Unseen canary i has id UNSEEN_ID_OFFSET + i; seen ids are 0..k-1.
 UNSEEN_ID_OFFSET = run_options.UNSEEN_ID_OFFSET
-# Canary seeds: both engines' generators take a 32-bit seed (jax.random's
-# key; TensorFlow's philox takes more).
+# The one limit of every seed a run takes (--seed, --canary_seed, canary and
+# DP noise seeds): both engines' canary generators take a 32-bit seed
+# (jax.random's key; TensorFlow's philox takes more), and the DP noise seed
+# derived from --seed is a uint32 of numpy's SeedSequence.
 MAX_SEED = 2**32 - 1
 # How an inserted canary meets the clip S_t: 'project' scales it to norm S_t
 # and counts it as unclipped by adaptive clipping (Algorithm 2, line 7);
@@ -52,7 +60,18 @@ COUNT_STDDEV_PER_CLIENT = 0.05
 
 
 def check_seed(seed: object, name: str = 'canary_seed') -> int:
-  """A canary seed as an int in [0, MAX_SEED]."""
+  """A canary seed as an int in [0, MAX_SEED].
+
+  Args:
+    seed: The seed to check.
+    name: The flag or argument named in the error.
+
+  Returns:
+    `seed` as an int.
+
+  Raises:
+    ValueError: if `seed` is not an integer in [0, MAX_SEED].
+  """
   return validation.check_int(name, seed, 0, MAX_SEED)
 
 
@@ -62,25 +81,62 @@ def default_buffer_rounds(dim: int) -> int:
   Scoring a block holds the buffer, about two chunks of canaries and the
   framework's working memory, ~2.5 GiB in all at d = 4.05M on the TFF engine
   (benchmarks/canary_tracking.py).
+
+  Args:
+    dim: d >= 1, the model dimension.
+
+  Returns:
+    B in [1, 128].
+
+  Raises:
+    ValueError: if `dim` is not an integer >= 1.
   """
   dim = validation.check_int('dim', dim, 1)
   return max(1, min(_MAX_BUFFER_ROUNDS, _BUFFER_BYTES // (4 * dim)))
 
 
 def seen_ids(num_seen: int) -> np.ndarray:
-  """Ids of the seen canaries: 0..num_seen-1 (int64)."""
+  """Ids of the seen canaries: 0..num_seen-1 (int64).
+
+  Args:
+    num_seen: k, in [0, UNSEEN_ID_OFFSET].
+
+  Returns:
+    The ids, int64 [k].
+
+  Raises:
+    ValueError: if `num_seen` is out of range.
+  """
   num_seen = validation.check_int('num_seen', num_seen, 0, UNSEEN_ID_OFFSET)
   return np.arange(num_seen, dtype=np.int64)
 
 
 def unseen_ids(num_unseen: int) -> np.ndarray:
-  """Ids of the unseen canaries: UNSEEN_ID_OFFSET + 0..num_unseen-1 (int64)."""
+  """Ids of the unseen canaries: UNSEEN_ID_OFFSET + 0..num_unseen-1 (int64).
+
+  Args:
+    num_unseen: m, in [0, 2^31 - 1].
+
+  Returns:
+    The ids, int64 [m].
+
+  Raises:
+    ValueError: if `num_unseen` is out of range.
+  """
   num_unseen = validation.check_int('num_unseen', num_unseen, 0, 2**31 - 1)
   return UNSEEN_ID_OFFSET + np.arange(num_unseen, dtype=np.int64)
 
 
 def tracked_ids(num_seen: int, num_unseen: int) -> np.ndarray:
-  """Ids whose cosines are tracked: the seen ones, then the unseen ones."""
+  """Ids whose cosines are tracked: the seen ones, then the unseen ones.
+
+  Args:
+    num_seen: k, as for `seen_ids`.
+    num_unseen: m, as for `unseen_ids`.
+
+  Returns:
+    `seen_ids(k)` then `unseen_ids(m)`, int64 [k + m].
+  """
   return np.concatenate([seen_ids(num_seen), unseen_ids(num_unseen)])
 
 
@@ -160,7 +216,12 @@ class CanarySpec:
                        _check_schedule(self.schedule, self.num_seen))
 
   def schedule_table(self) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, offsets): round t inserts ids[offsets[t]:offsets[t + 1]]."""
+    """The schedule as two flat arrays, for a lookup inside a computation.
+
+    Returns:
+      (ids, offsets): int64 ids and int32 offsets [T + 1]; round t inserts
+      ids[offsets[t]:offsets[t + 1]].
+    """
     counts = [len(ids) for ids in self.schedule]
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     ids = (np.concatenate(self.schedule) if self.schedule else
@@ -168,11 +229,22 @@ class CanarySpec:
     return ids, offsets
 
   def tracked_ids(self) -> np.ndarray:
-    """Ids whose cosines are tracked: the seen ones, then the unseen ones."""
+    """Ids whose cosines are tracked: the seen ones, then the unseen ones.
+
+    Returns:
+      `tracked_ids(num_seen, num_unseen)`, int64 [k + m].
+    """
     return tracked_ids(self.num_seen, self.num_unseen)
 
   def presentation_counts(self, rounds: int | None = None) -> np.ndarray:
-    """int64 [k]: each seen canary's insertions in the first `rounds`."""
+    """Each seen canary's insertions in the schedule's first rounds.
+
+    Args:
+      rounds: How many rounds to count; None for the whole schedule.
+
+    Returns:
+      int64 [k]: the insertions of seen canary j at index j.
+    """
     inserted = [i for ids in self.schedule[:rounds] for i in ids]
     return np.bincount(np.asarray(inserted, np.int64), minlength=self.num_seen)
 
@@ -188,6 +260,13 @@ def value_noise_multiplier(noise_multiplier: float,
   z_v = (z^-2 - (2 sigma_b)^-2)^(-1/2) gives the requested overall z (the
   convention of `tff.aggregators.DifferentiallyPrivateFactory.
   gaussian_adaptive`).
+
+  Args:
+    noise_multiplier: z >= 0, the overall noise multiplier wanted.
+    clipped_count_stddev: sigma_b, the std of the unclipped count's noise.
+
+  Returns:
+    z_v; 0 when z = 0.
 
   Raises:
     ValueError: sigma_b <= z / 2 (no z_v reaches z).

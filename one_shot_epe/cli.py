@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 from absl import flags
 
+__all__ = ['known_string_flags', 'parse_flags_or_exit', 'requested_backend']
+
 
 def parse_flags_or_exit(argv: list[str]) -> list[str]:
   """absl `flags_parser`: parses `argv`; a bad flag prints one line and exits 2.

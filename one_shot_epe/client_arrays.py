@@ -31,6 +31,12 @@ import numpy as np
 from one_shot_epe import fashion_mnist
 from one_shot_epe import validation
 
+__all__ = ['CLIENT_SIZE_LAWS', 'ClientArrays', 'EMNIST_CLASSES',
+           'EMNIST_WRITER_SIZES', 'FEATURES', 'IMAGE_SIZE', 'KINDS',
+           'SEQUENCE_LENGTH', 'STACKOVERFLOW_USER_SIZES', 'SpecialTokens',
+           'client_sizes', 'encode_sentence', 'fashion_mnist_arrays',
+           'special_tokens', 'synthetic_emnist', 'synthetic_stackoverflow']
+
 KINDS = ('emnist', 'stackoverflow')
 FEATURES = {'emnist': ('pixels', 'label'), 'stackoverflow': ('tokens',)}
 EMNIST_CLASSES = 62
@@ -207,7 +213,7 @@ def synthetic_emnist(num_clients: int, examples_per_client: int,
                      seed: int = 0, sizes: str = 'equal') -> ClientArrays:
   """Synthetic EMNIST-62 in numpy, with the structure of the real data.
 
-  Like `one_shot_epe.tasks.synthetic.emnist` (not its values): every class has
+  Like `tff_engine.tasks.synthetic.emnist` (not its values): every class has
   a template of three random pen strokes; an example is its class template
   shifted by up to one pixel, drawn with the writer's ink strength in
   [0.6, 1] plus N(0, 0.2^2) pixel noise on a white (1.0) background, clipped to
@@ -250,7 +256,7 @@ def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
                             sizes: str = 'equal') -> ClientArrays:
   """Synthetic StackOverflow sentences in numpy, already as token ids.
 
-  Like `one_shot_epe.tasks.synthetic.stackoverflow` (not its values):
+  Like `tff_engine.tasks.synthetic.stackoverflow` (not its values):
   sentences of 4 to 25 words; the first word's rank is Zipf-distributed over
   the vocabulary, each next word 1 to 3 ranks further (mod vocab_size); rank r
   has id r + 1, and sentences are encoded as TFF does (`encode_sentence`).

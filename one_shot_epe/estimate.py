@@ -27,6 +27,8 @@ from one_shot_epe import cli
 from one_shot_epe import estimation
 from one_shot_epe import privacy_report
 
+__all__ = ['build_report', 'format_markdown', 'main', 'read_cosine_columns']
+
 _COSINES = flags.DEFINE_string('cosines', None, 'CSV file of canary cosines.')
 _DIM = flags.DEFINE_integer(
     'dim', None, 'Model dimensionality d (>= 3); required for a `cosine` column.')

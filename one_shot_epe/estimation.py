@@ -37,6 +37,11 @@ from scipy import special
 
 from one_shot_epe import validation
 
+__all__ = ['EpsilonOverflowError', 'VarianceModel', 'anderson_darling',
+           'epsilon_from_final_cosines', 'epsilon_from_seen_unseen',
+           'epsilon_of_gdp', 'epsilon_two_gaussians', 'fit_gaussian',
+           'gaussian_epsilon', 'gaussian_sigma']
+
 VarianceModel = Literal['fitted', 'null']
 
 
@@ -50,7 +55,15 @@ _LOG_TINY = -700.0  # Below this, exp() underflows double precision.
 def fit_gaussian(sample: np.ndarray, name: str) -> tuple[float, float]:
   """Mean and population std (ddof=0) of a sample, as in Algorithm 1, line 9.
 
-  Raises ValueError naming `name` when the sample has zero spread.
+  Args:
+    sample: A 1-D array of numbers.
+    name: What the sample is, for the error message.
+
+  Returns:
+    (mean, std) as floats.
+
+  Raises:
+    ValueError: naming `name`, when the sample has zero spread.
   """
   mean, std = float(np.mean(sample)), float(np.std(sample))
   if std <= 0.0 or np.all(sample == sample[0]):
@@ -205,15 +218,37 @@ def epsilon_two_gaussians(mu0: float, std0: float, mu1: float, std1: float,
   Section 3.2: eps is the smallest value for which the hockey-stick divergence
   is at most delta in *both* directions, computed from the privacy-loss random
   variable. All probabilities are handled as logarithms, so results stay
-  accurate from eps ~ 0 up to eps ~ 1e5 and for delta down to 1e-300. Returns 0
-  when (0, delta) already holds. The problem is standardised first
-  (x -> (x - mu0)/std0), which leaves eps unchanged.
+  accurate from eps ~ 0 up to eps ~ 1e5 and for delta down to 1e-300. The
+  problem is standardised first (x -> (x - mu0)/std0), which leaves eps
+  unchanged.
+
+  Args:
+    mu0: Mean of the first Gaussian.
+    std0: Its standard deviation, > 0.
+    mu1: Mean of the second Gaussian.
+    std1: Its standard deviation, > 0.
+    delta: The delta, in (0, 1).
+
+  Returns:
+    eps >= 0; 0 when (0, delta) already holds.
+
+  Raises:
+    ValueError: if an argument is out of range or the Gaussians are too far
+      apart to compare in double precision.
+    EpsilonOverflowError: if eps exceeds 1e12.
   """
   mu0 = validation.check_real('mu0', mu0)
   std0 = validation.check_real('std0', std0, 0.0, low_open=True)
   mu1 = validation.check_real('mu1', mu1)
   std1 = validation.check_real('std1', std1, 0.0, low_open=True)
-  log_delta = math.log(validation.check_probability('delta', delta))
+  delta = validation.check_probability('delta', delta)
+  return _epsilon_two_gaussians(mu0, std0, mu1, std1, delta)
+
+
+def _epsilon_two_gaussians(mu0: float, std0: float, mu1: float, std1: float,
+                           delta: float) -> float:
+  """`epsilon_two_gaussians` of arguments already checked (stds > 0)."""
+  log_delta = math.log(delta)
   shift = (mu1 - mu0) / std0
   ratio = std1 / std0
   if not (math.isfinite(shift) and math.isfinite(ratio) and ratio > 0):
@@ -241,9 +276,25 @@ def gaussian_epsilon(sigma: float, delta: float) -> float:
   Balle and Wang (2018), Theorem 8: the mechanism is (eps, delta)-DP iff
   Phi(1/(2 sigma) - eps sigma) - e^eps Phi(-1/(2 sigma) - eps sigma) <= delta.
   This is the "analytical eps" column of the paper's Tables 2 to 4.
+
+  Args:
+    sigma: The noise standard deviation, > 0.
+    delta: The delta, in (0, 1).
+
+  Returns:
+    The smallest eps >= 0 at which the mechanism is (eps, delta)-DP.
+
+  Raises:
+    ValueError: if `sigma` <= 0 or `delta` is not in (0, 1).
   """
   sigma = validation.check_real('sigma', sigma, 0.0, low_open=True)
-  log_delta = math.log(validation.check_probability('delta', delta))
+  return _gaussian_epsilon(sigma,
+                           validation.check_probability('delta', delta))
+
+
+def _gaussian_epsilon(sigma: float, delta: float) -> float:
+  """`gaussian_epsilon` of arguments already checked."""
+  log_delta = math.log(delta)
   if _gaussian_log_delta(0.0, sigma) <= log_delta:
     return 0.0
   hi = 1.0
@@ -258,6 +309,16 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
 
   This is the "optimal calibration" used for Table 2: delta(eps) decreases in
   sigma, so sigma is the root of log delta(epsilon; sigma) = log delta.
+
+  Args:
+    epsilon: The target eps, > 0.
+    delta: The target delta, in (0, 1).
+
+  Returns:
+    sigma > 0.
+
+  Raises:
+    ValueError: if `epsilon` <= 0 or `delta` is not in (0, 1).
   """
   epsilon = validation.check_real('epsilon', epsilon, 0.0, low_open=True)
   log_delta = math.log(validation.check_probability('delta', delta))
@@ -297,6 +358,19 @@ def epsilon_from_final_cosines(cosines: ArrayLike, dim: int, delta: float,
   the right model when the mechanism is a Gaussian mechanism and reproduces
   the spread of the paper's Table 2; it is wrong when training changes the
   cosines' spread (e.g. with little noise), where 'fitted' must be used.
+
+  Args:
+    cosines: The observed canaries' cosines, in [-1, 1], at least 2.
+    dim: d >= 3, the dimension of the released vector.
+    delta: The delta, in (0, 1).
+    variance: 'fitted' or 'null' (above).
+
+  Returns:
+    eps_est >= 0.
+
+  Raises:
+    ValueError: if an argument is out of range, the cosines have zero spread
+      or `variance` is neither 'fitted' nor 'null'.
   """
   sample = validation.check_cosines('cosines', cosines)
   dim = validation.check_int('dim', dim, 3)
@@ -306,7 +380,8 @@ def epsilon_from_final_cosines(cosines: ArrayLike, dim: int, delta: float,
     std = null_std
   elif variance != 'fitted':
     raise ValueError(f"variance must be 'fitted' or 'null'; got {variance!r}.")
-  return epsilon_two_gaussians(0.0, null_std, mean, std, delta)
+  delta = validation.check_probability('delta', delta)
+  return _epsilon_two_gaussians(0.0, null_std, mean, std, delta)
 
 
 def epsilon_from_seen_unseen(seen: ArrayLike, unseen: ArrayLike,
@@ -316,12 +391,26 @@ def epsilon_from_seen_unseen(seen: ArrayLike, unseen: ArrayLike,
   The null distribution of a maximum over rounds has no closed form (it
   depends on the training trajectory), so it is estimated from canaries that
   were never inserted.
+
+  Args:
+    seen: Max-over-rounds cosines of inserted canaries, in [-1, 1].
+    unseen: Those of never-inserted canaries, in [-1, 1].
+    delta: The delta, in (0, 1).
+
+  Returns:
+    eps_est >= 0 between N(unseen mean, unseen std^2) and the seen fit.
+
+  Raises:
+    ValueError: if a sample has fewer than 2 values, values outside [-1, 1]
+      or zero spread, or `delta` is not in (0, 1).
   """
   seen = validation.check_cosines('seen', seen)
   unseen = validation.check_cosines('unseen', unseen)
   mu_seen, std_seen = fit_gaussian(seen, 'seen')
   mu_unseen, std_unseen = fit_gaussian(unseen, 'unseen')
-  return epsilon_two_gaussians(mu_unseen, std_unseen, mu_seen, std_seen, delta)
+  delta = validation.check_probability('delta', delta)
+  return _epsilon_two_gaussians(mu_unseen, std_unseen, mu_seen, std_seen,
+                                delta)
 
 
 # ----------------------------------------------------------------------------
@@ -335,11 +424,25 @@ def anderson_darling(sample: ArrayLike) -> float:
   z standardised by the sample mean and the (ddof=1) standard deviation, as in
   Stephens (1974) case 3 and the paper's Table 6. Tail probabilities are taken
   as logs, so extreme points do not overflow.
+
+  Args:
+    sample: At least 8 finite numbers.
+
+  Returns:
+    A^2 (large values reject normality).
+
+  Raises:
+    ValueError: if `sample` has fewer than 8 finite numbers or zero spread.
   """
   values = validation.check_sample('sample', sample, min_size=8)
-  std = float(np.std(values, ddof=1))
-  if std <= 0.0:
+  if float(np.std(values, ddof=1)) <= 0.0:
     raise ValueError('sample has zero spread.')
+  return _anderson_darling(values)
+
+
+def _anderson_darling(values: np.ndarray) -> float:
+  """`anderson_darling` of a sample already checked (>= 8 values, spread)."""
+  std = float(np.std(values, ddof=1))
   z = np.sort((values - values.mean()) / std)
   n = z.size
   weights = 2.0 * np.arange(1, n + 1) - 1.0
@@ -356,10 +459,21 @@ def epsilon_of_gdp(mu: float, delta: float) -> float:
 
   mu-GDP (Dong, Roth and Su, 2022) is the trade-off between N(0, 1) and
   N(mu, 1), i.e. a sensitivity-1 Gaussian mechanism with noise 1/mu, whose
-  exact eps is `gaussian_epsilon` (Balle and Wang, 2018). mu <= 0 (no shift
-  towards the seen side) gives 0.
+  exact eps is `gaussian_epsilon` (Balle and Wang, 2018).
+
+  Args:
+    mu: The GDP parameter (a mean shift in noise standard deviations).
+    delta: The delta, in (0, 1).
+
+  Returns:
+    eps >= 0; 0 for mu <= 0 (no shift towards the seen side).
   """
   mu = validation.check_real('mu', mu)
+  return _epsilon_of_gdp(mu, validation.check_probability('delta', delta))
+
+
+def _epsilon_of_gdp(mu: float, delta: float) -> float:
+  """`epsilon_of_gdp` of arguments already checked."""
   if mu <= 0.0:
     return 0.0
-  return gaussian_epsilon(1.0 / mu, delta)
+  return _gaussian_epsilon(1.0 / mu, delta)

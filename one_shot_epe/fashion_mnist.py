@@ -40,6 +40,12 @@ import numpy as np
 
 from one_shot_epe import validation
 
+__all__ = ['DEFAULT_DIRECTORY', 'Dataset', 'IDX_NAMES', 'IMAGE_SHAPE',
+           'NPZ_NAME', 'NUM_CLASSES', 'NUM_CLIENTS', 'PARTITION_SEED',
+           'PIXEL_MEAN', 'PIXEL_STD', 'SHARDS_PER_CLIENT', 'available', 'load',
+           'partition_by_label_shards', 'read_idx', 'standardise', 'synthetic',
+           'synthetic_clients']
+
 IMAGE_SHAPE = (28, 28)
 NUM_CLASSES = 10
 # Per-pixel mean and standard deviation of the Fashion-MNIST training images

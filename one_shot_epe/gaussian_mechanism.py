@@ -33,6 +33,10 @@ from numpy.typing import ArrayLike
 
 from one_shot_epe import validation
 
+__all__ = ['METHODS', 'bartlett_factor', 'cosines_from_gaussians',
+           'default_chunk_size', 'simulate_cosines', 'stream_chunk',
+           'stream_chunk_seeds']
+
 METHODS = ('gram', 'stream')
 
 # Default number of float64 values held per chunk by the 'stream' sampler:

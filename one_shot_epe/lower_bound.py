@@ -34,6 +34,12 @@ from scipy import stats
 from one_shot_epe import null_distribution
 from one_shot_epe import validation
 
+__all__ = ['CLOSED_FORM_LOG10_FPRS', 'EMPIRICAL_MAX_RANK_FRACTION',
+           'EMPIRICAL_RANK_COUNT', 'NullKind', 'SOUND_STRATEGIES',
+           'THRESHOLD_STRATEGIES', 'ThresholdStrategy', 'UpperBound',
+           'check_alpha', 'check_sound_strategy', 'clopper_pearson_upper',
+           'epsilon_lower_bound', 'jeffreys_upper']
+
 NullKind = Literal['exact', 'gaussian']
 ThresholdStrategy = Literal['bonferroni', 'split', 'paper']
 THRESHOLD_STRATEGIES = ('bonferroni', 'split', 'paper')
@@ -52,13 +58,34 @@ EMPIRICAL_MAX_RANK_FRACTION = 0.3
 
 
 def check_alpha(alpha: float) -> float:
-  """The bound's level 1 - alpha needs alpha in (0, 0.5)."""
+  """The bound's level 1 - alpha needs alpha in (0, 0.5).
+
+  Args:
+    alpha: The bound's error probability.
+
+  Returns:
+    `alpha` as a float.
+
+  Raises:
+    ValueError: if `alpha` is not in (0, 0.5).
+  """
   return validation.check_real('alpha', alpha, 0.0, 0.5, low_open=True,
                                high_open=True)
 
 
 def check_sound_strategy(strategy: str) -> str:
-  """A threshold strategy whose bound holds at its level (SOUND_STRATEGIES)."""
+  """A threshold strategy whose bound holds at its level (SOUND_STRATEGIES).
+
+  Args:
+    strategy: The requested `threshold_strategy`.
+
+  Returns:
+    `strategy`, one of SOUND_STRATEGIES.
+
+  Raises:
+    ValueError: for 'paper' (only nominal; reports carry it as
+      `epsilon_lo_paper`) or any other strategy not in SOUND_STRATEGIES.
+  """
   if strategy == 'paper':
     raise ValueError("threshold_strategy='paper' is only nominal; reports "
                      'always carry it as epsilon_lo_paper beside the sound '
@@ -111,12 +138,30 @@ def jeffreys_upper(failures: ArrayLike, trials: int,
   tail mass alpha is inverted as given: betaincinv(x + 1/2, n - x + 1/2,
   1 - alpha) returns 0.99999999685 instead of 0.0185 for x = 0, n = 1000,
   alpha = 1e-9.
+
+  Args:
+    failures: x, the observed failure counts (integers in [0, trials]); any
+      shape.
+    trials: n, the number of trials, >= 1.
+    alpha: The bound's error probability, in (0, 1).
+
+  Returns:
+    The upper bounds, float64, of the shape of `failures`.
+
+  Raises:
+    ValueError: if `trials` < 1, `alpha` is not a probability or a count is
+      not an integer in [0, trials].
   """
   trials = validation.check_int('trials', trials, 1)
   alpha = validation.check_probability('alpha', alpha)
-  x = _check_failures(failures, trials)
-  q = _beta_quantile(trials - x + 0.5, x + 0.5, alpha)
-  return np.where(x >= trials, 1.0, 1.0 - q)
+  return _jeffreys_upper(_check_failures(failures, trials), trials, alpha)
+
+
+def _jeffreys_upper(failures: np.ndarray, trials: int,
+                    alpha: float) -> np.ndarray:
+  """`jeffreys_upper` of arguments already checked (counts as float64)."""
+  q = _beta_quantile(trials - failures + 0.5, failures + 0.5, alpha)
+  return np.where(failures >= trials, 1.0, 1.0 - q)
 
 
 def _check_failures(failures: ArrayLike, trials: int) -> np.ndarray:
@@ -135,12 +180,32 @@ def clopper_pearson_upper(failures: ArrayLike, trials: int,
   at least 1 - alpha for every true rate, which the Jeffreys bound does not
   promise. Computed, like `jeffreys_upper`, as 1 minus the alpha lower
   quantile of the mirrored Beta(n - x, x + 1).
+
+  Args:
+    failures: x, the observed failure counts (integers in [0, trials]); any
+      shape.
+    trials: n, the number of trials, >= 1.
+    alpha: The bound's error probability, in (0, 1).
+
+  Returns:
+    The upper bounds, float64, of the shape of `failures`.
+
+  Raises:
+    ValueError: if `trials` < 1, `alpha` is not a probability or a count is
+      not an integer in [0, trials].
   """
   trials = validation.check_int('trials', trials, 1)
   alpha = validation.check_probability('alpha', alpha)
-  x = _check_failures(failures, trials)
-  q = _beta_quantile(np.maximum(trials - x, 1.0), x + 1.0, alpha)
-  return np.where(x >= trials, 1.0, 1.0 - q)
+  return _clopper_pearson_upper(_check_failures(failures, trials), trials,
+                                alpha)
+
+
+def _clopper_pearson_upper(failures: np.ndarray, trials: int,
+                           alpha: float) -> np.ndarray:
+  """`clopper_pearson_upper` of arguments already checked (as above)."""
+  q = _beta_quantile(np.maximum(trials - failures, 1.0), failures + 1.0,
+                     alpha)
+  return np.where(failures >= trials, 1.0, 1.0 - q)
 
 
 def _epsilon_from_rates(log_fpr: np.ndarray, log_fnr: np.ndarray,
@@ -170,7 +235,8 @@ def _log_rates_at(thresholds: np.ndarray, seen: np.ndarray, *,
   """Upper-bound log rates of the threshold test at each threshold t.
 
   `upper(failures, trials)` bounds a binomial rate from above (Jeffreys for
-  the paper's bound, Clopper-Pearson for the sound ones).
+  the paper's bound, Clopper-Pearson for the sound ones), given the counts
+  as float64.
   Empirical null (`unseen` given): the test 'seen iff cosine > t'; a seen
   cosine equal to t is a miss and an unseen one equal to t is no alarm.
   Closed-form null: the test 'seen iff cosine >= t', the limit of
@@ -184,12 +250,12 @@ def _log_rates_at(thresholds: np.ndarray, seen: np.ndarray, *,
   side = 'right' if unseen is not None else 'left'
   misses = np.searchsorted(seen_sorted, thresholds, side=side)
   with np.errstate(divide='ignore'):
-    log_fnr = np.log(upper(misses, seen.size))
+    log_fnr = np.log(upper(misses.astype(np.float64), seen.size))
     if unseen is not None:
       unseen_sorted = np.sort(unseen)
       false_alarms = unseen.size - np.searchsorted(
           unseen_sorted, thresholds, side='right')
-      log_fpr = np.log(upper(false_alarms, unseen.size))
+      log_fpr = np.log(upper(false_alarms.astype(np.float64), unseen.size))
     else:
       log_fpr = _null_logsf(thresholds, dim, null)
   return log_fpr, log_fnr
@@ -262,7 +328,7 @@ def _bonferroni_bound(seen: np.ndarray, *, dim: int | None,
     level = alpha / (2 * thresholds.size)
 
   def upper(failures: np.ndarray, trials: int) -> np.ndarray:
-    return clopper_pearson_upper(failures, trials, level)
+    return _clopper_pearson_upper(failures, trials, level)
 
   _, bound = _best_bound(thresholds, seen, dim=dim, unseen=unseen, null=null,
                          upper=upper, delta=delta)
@@ -289,11 +355,11 @@ def _split_bound(seen: np.ndarray, *, dim: int | None,
   threshold, _ = _best_bound(
       _observed_thresholds(seen_choose, unseen_choose), seen_choose, dim=dim,
       unseen=unseen_choose, null=null, delta=delta,
-      upper=lambda x, n: jeffreys_upper(x, n, alpha))
+      upper=lambda x, n: _jeffreys_upper(x, n, alpha))
   level = alpha if unseen is None else alpha / 2
 
   def upper(failures: np.ndarray, trials: int) -> np.ndarray:
-    return clopper_pearson_upper(failures, trials, level)
+    return _clopper_pearson_upper(failures, trials, level)
 
   _, bound = _best_bound(np.array([threshold]), seen_test, dim=dim,
                          unseen=unseen_test, null=null, upper=upper,
@@ -338,8 +404,26 @@ def epsilon_lower_bound(seen: ArrayLike,
       level: at eps = 1 the "95%" bound exceeds the true eps in about a third
       of simulated Gaussian mechanisms.
   Ties between a seen and an unseen cosine count against the attacker: no
-  threshold separates them. Returns 0 when no threshold gives a positive
-  bound.
+  threshold separates them.
+
+  Args:
+    seen: Statistics of inserted canaries (cosines in [-1, 1], at least 2).
+    delta: The delta of (eps, delta)-DP, in (0, 1).
+    dim: d >= 3, the model dimension, for the closed-form null (final
+      model); exactly one of `dim` and `unseen` must be given.
+    unseen: Statistics of never-inserted canaries, the empirical null (all
+      iterates).
+    alpha: The bound holds with probability 1 - alpha; in (0, 0.5).
+    null: With `dim`: 'exact' (Theorem 3.1) or 'gaussian' (N(0, 1/d)).
+    threshold_strategy: 'bonferroni', 'split' or 'paper' (above).
+    seed: Seed of the random halves of 'split'.
+
+  Returns:
+    eps_lo >= 0; 0 when no threshold gives a positive bound.
+
+  Raises:
+    ValueError: if both or neither of `dim` and `unseen` are given, an
+      argument is out of range, or 'split' has fewer than 4 cosines in a set.
   """
   seen = validation.check_cosines('seen', seen)
   delta = validation.check_probability('delta', delta)
@@ -354,6 +438,16 @@ def epsilon_lower_bound(seen: ArrayLike,
   validation.check_choice('null', null, ('exact', 'gaussian'))
   validation.check_choice('threshold_strategy', threshold_strategy,
                           THRESHOLD_STRATEGIES)
+  return _epsilon_lower_bound(seen, delta=delta, dim=dim, unseen=unseen,
+                              alpha=alpha, null=null,
+                              threshold_strategy=threshold_strategy, seed=seed)
+
+
+def _epsilon_lower_bound(seen: np.ndarray, *, delta: float, dim: int | None,
+                         unseen: np.ndarray | None, alpha: float,
+                         null: NullKind, threshold_strategy: ThresholdStrategy,
+                         seed: int) -> float:
+  """`epsilon_lower_bound` of arguments already checked (cosines clipped)."""
   if threshold_strategy == 'bonferroni':
     bound = _bonferroni_bound(seen, dim=dim, unseen=unseen, null=null,
                               alpha=alpha, delta=delta)
@@ -363,5 +457,5 @@ def epsilon_lower_bound(seen: ArrayLike,
   else:
     _, bound = _best_bound(_observed_thresholds(seen, unseen), seen, dim=dim,
                            unseen=unseen, null=null, delta=delta,
-                           upper=lambda x, n: jeffreys_upper(x, n, alpha))
+                           upper=lambda x, n: _jeffreys_upper(x, n, alpha))
   return max(bound, 0.0)

@@ -18,6 +18,9 @@ from scipy import stats
 
 from one_shot_epe import validation
 
+__all__ = ['null_cdf', 'null_gaussian_approximation', 'null_logsf', 'null_pdf',
+           'null_ppf']
+
 
 def _log_gamma_ratio_half(a: float) -> float:
   """log(Gamma(a + 1/2) / Gamma(a)) without cancelling two huge log-gammas.

@@ -35,6 +35,8 @@ from scipy import stats
 from one_shot_epe import estimation
 from one_shot_epe import validation
 
+__all__ = ['epsilon_one_run', 'epsilon_one_run_fdp', 'hull_counts']
+
 # Tolerance of the root in eps (absolute).
 _EPSILON_TOLERANCE = 1e-9
 
@@ -74,6 +76,14 @@ def hull_counts(seen: np.ndarray,
   The thresholds are every distinct score and +infinity; the points (missed
   seen, rejected unseen) rise with t, and the candidates are the vertices of
   their upper convex hull.
+
+  Args:
+    seen: Scores of the inserted canaries, a 1-D float array.
+    unseen: Scores of the canaries never inserted, a 1-D float array.
+
+  Returns:
+    (true positives, false positives): integer arrays, one entry per hull
+    vertex, of the seen and unseen scores >= that vertex's threshold.
   """
   thresholds = np.append(np.union1d(seen, unseen), np.inf)
   misses = np.searchsorted(np.sort(seen), thresholds, side='left')
@@ -150,18 +160,17 @@ def _largest_rejected(rejects: Callable[[float], float], floor: float) -> float:
 
 
 def _best_over_thresholds(
-    seen: np.ndarray, unseen: np.ndarray, alpha: float,
+    correct: np.ndarray, wrong: np.ndarray, level: float,
     bound: Callable[[float, int, int], float]) -> float:
-  """The largest bound over the hull's thresholds, at alpha / (thresholds).
+  """The largest bound over the hull's thresholds, each at `level`.
 
+  `correct` and `wrong` are `hull_counts`, `level` alpha / (thresholds), and
   `bound(floor, guesses, correct)` is a threshold's bound, or `floor` when it
   does not exceed it. Thresholds are tried in order of decreasing
   Clopper-Pearson lower bound on their precision, and one whose raw precision
   is at most e^eps / (1 + e^eps) of the best eps so far is skipped: its
   right guesses cannot reject that eps.
   """
-  correct, wrong = hull_counts(seen, unseen)
-  level = alpha / correct.size
   guesses = correct + wrong
   wrong_upper = np.where(
       wrong < guesses,
@@ -196,11 +205,22 @@ def epsilon_one_run(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
   Returns:
     The largest eps whose (eps, delta)-DP claim the best threshold's guesses
     reject at level alpha / (number of hull thresholds); 0 if none.
+
+  Raises:
+    ValueError: if a set of scores is not a 1-D sample of at least 2 finite
+      numbers, all scores are equal, or `delta` or `alpha` is not in (0, 1).
   """
   seen, unseen = _check_scores(seen, unseen)
   delta, alpha = _check_levels(delta, alpha)
+  return _epsilon_one_run(seen, unseen, delta, alpha)
+
+
+def _epsilon_one_run(seen: np.ndarray, unseen: np.ndarray, delta: float,
+                     alpha: float) -> float:
+  """`epsilon_one_run` of arguments `_check_scores`/`_check_levels` passed."""
   canaries = seen.size + unseen.size
-  level = alpha / hull_counts(seen, unseen)[0].size
+  true_pos, false_pos = hull_counts(seen, unseen)
+  level = alpha / true_pos.size
 
   def bound(floor: float, guesses: int, correct: int) -> float:
     if _steinke_p_value(canaries, guesses, correct, floor, 0.0) > level:
@@ -209,25 +229,45 @@ def epsilon_one_run(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
         lambda eps: level - _steinke_p_value(canaries, guesses, correct, eps,
                                              delta), floor)
 
-  return _best_over_thresholds(seen, unseen, alpha, bound)
+  return _best_over_thresholds(true_pos, false_pos, level, bound)
 
 
 def epsilon_one_run_fdp(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
                         alpha: float = 0.05) -> float:
   """1 - alpha lower bound on eps of Mahloujifar et al. (2024), Gaussian f-DP.
 
-  Arguments as `epsilon_one_run`; the claim tested at each eps is that the
-  mechanism is as private as the Gaussian mechanism that is exactly
-  (eps, delta)-DP.
+  The claim tested at each eps is that the mechanism is as private as the
+  Gaussian mechanism that is exactly (eps, delta)-DP.
+
+  Args:
+    seen: Scores of the inserted canaries (higher means "inserted").
+    unseen: Scores of the canaries never inserted.
+    delta: The delta of the (eps, delta) claim tested, in (0, 1).
+    alpha: 1 - confidence, in (0, 1).
+
+  Returns:
+    The largest eps whose Gaussian f-DP claim the best threshold's guesses
+    reject at level alpha / (number of hull thresholds); 0 if none.
+
+  Raises:
+    ValueError: if a set of scores is not a 1-D sample of at least 2 finite
+      numbers, all scores are equal, or `delta` or `alpha` is not in (0, 1).
   """
   seen, unseen = _check_scores(seen, unseen)
   delta, alpha = _check_levels(delta, alpha)
+  return _epsilon_one_run_fdp(seen, unseen, delta, alpha)
+
+
+def _epsilon_one_run_fdp(seen: np.ndarray, unseen: np.ndarray, delta: float,
+                         alpha: float) -> float:
+  """`epsilon_one_run_fdp` of checked arguments (as `_epsilon_one_run`)."""
   canaries = seen.size + unseen.size
-  level = alpha / hull_counts(seen, unseen)[0].size
+  true_pos, false_pos = hull_counts(seen, unseen)
+  level = alpha / true_pos.size
 
   def bound(floor: float, guesses: int, correct: int) -> float:
     return _largest_rejected(
         lambda eps: _fdp_excess(canaries, guesses, correct, level, eps, delta),
         floor)
 
-  return _best_over_thresholds(seen, unseen, alpha, bound)
+  return _best_over_thresholds(true_pos, false_pos, level, bound)

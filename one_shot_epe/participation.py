@@ -85,6 +85,12 @@ import numpy as np
 
 from one_shot_epe import validation
 
+__all__ = ['BernoulliSampling', 'CanarySchedule', 'ClientSampler',
+           'PoissonSampling', 'ShuffledEpochs', 'canary_plan',
+           'expected_cohort', 'last_rounds_canary_schedule',
+           'make_training_selection_fn', 'period_lengths',
+           'periodic_canary_schedule']
+
 # Spawn-key tags that keep the random streams of different draws independent.
 _SHUFFLE_TAG = 0
 _BERNOULLI_TAG = 1

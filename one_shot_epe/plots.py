@@ -26,6 +26,9 @@ from scipy import stats
 
 from one_shot_epe import atomic_io
 
+__all__ = ['cosine_density_figure', 'plot_cosine_densities',
+           'plot_epsilon_bars', 'x_tick_label_gaps']
+
 
 def _save(figure: plt.Figure, path: str) -> None:
   """Renders to memory, then writes the PNG atomically."""

@@ -24,6 +24,7 @@ numpy/scipy only.
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,15 @@ from one_shot_epe import lower_bound
 from one_shot_epe import null_distribution
 from one_shot_epe import one_run
 from one_shot_epe import validation
+
+# The report is the public boundary of its call path: its arguments are
+# checked once, here, and the statistics modules' unchecked helpers
+# (`_name`, each the body of the public `name`) are given checked values.
+# pylint: disable=protected-access
+
+__all__ = ['ALL_ITERATES_ESTIMATE', 'DEFAULT_BOOTSTRAP_RESAMPLES',
+           'FINAL_ESTIMATE', 'PrivacyReport', 'TPR_FPRS', 'all_iterates_report',
+           'final_model_report']
 
 DEFAULT_BOOTSTRAP_RESAMPLES = 1000
 TPR_FPRS = (0.01, 0.001)  # False-positive rates of `PrivacyReport.tpr_at_fpr`.
@@ -101,19 +111,55 @@ class PrivacyReport:
   def to_dict(self) -> dict[str, object]:
     """The fields by name (None for a statistic not computed).
 
-    The interval is a two-element list, as JSON gives it back.
+    Returns:
+      A dict of every field; the interval is a two-element list, as JSON
+      gives it back.
     """
     fields = dataclasses.asdict(self)
     fields['epsilon_est_interval'] = list(self.epsilon_est_interval)
     return fields
 
   def to_json(self) -> str:
-    """`to_dict` as indented JSON with sorted keys."""
+    """`to_dict` as indented JSON with sorted keys.
+
+    Returns:
+      The JSON text.
+    """
     return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+  @classmethod
+  def from_dict(cls, fields: Mapping[str, Any]) -> 'PrivacyReport':
+    """The report whose `to_dict` (or that read back from JSON) is `fields`.
+
+    Args:
+      fields: Every field by name, the interval a two-element sequence.
+
+    Returns:
+      The `PrivacyReport`; `from_dict(r.to_dict()) == r`.
+
+    Raises:
+      ValueError: if a field is missing or unknown, or the interval does not
+        have two elements.
+    """
+    names = [field.name for field in dataclasses.fields(cls)]
+    missing = [name for name in names if name not in fields]
+    unknown = sorted(set(fields) - set(names))
+    if missing or unknown:
+      raise ValueError(f'a privacy report needs exactly the fields {names}; '
+                       f'missing {missing}, unknown {unknown}.')
+    values = dict(fields)
+    interval = tuple(values['epsilon_est_interval'])
+    if len(interval) != 2:
+      raise ValueError('epsilon_est_interval must have two elements; got '
+                       f'{values["epsilon_est_interval"]!r}.')
+    values['epsilon_est_interval'] = interval
+    values['tpr_at_fpr'] = dict(values['tpr_at_fpr'])
+    return cls(**values)
 
 
 def _anderson_or_none(sample: np.ndarray) -> float | None:
-  return estimation.anderson_darling(sample) if sample.size >= 8 else None
+  # The sample has spread: its Gaussian fit succeeded.
+  return estimation._anderson_darling(sample) if sample.size >= 8 else None
 
 
 def _fpr_key(fpr: float) -> str:
@@ -125,23 +171,26 @@ def _one_run_bounds(seen: np.ndarray, unseen: np.ndarray | None, delta: float,
   """(epsilon_one_run, epsilon_one_run_fdp), None without unseen scores."""
   if unseen is None:
     return None, None
-  return (one_run.epsilon_one_run(seen, unseen, delta=delta, alpha=alpha),
-          one_run.epsilon_one_run_fdp(seen, unseen, delta=delta, alpha=alpha))
+  # Seen scores have spread (their Gaussian fit succeeded), so the two sets
+  # are not all one value.
+  return (one_run._epsilon_one_run(seen, unseen, delta, alpha),
+          one_run._epsilon_one_run_fdp(seen, unseen, delta, alpha))
 
 
 def _lower_bounds(seen: np.ndarray, delta: float, alpha: float,
-                  threshold_strategy: str, seed: int | None,
-                  **null: Any) -> dict[str, float]:
+                  threshold_strategy: str, seed: int, *, dim: int | None,
+                  unseen: np.ndarray | None) -> dict[str, float]:
   """The report's sound epsilon_lo and the paper's nominal one (Sec. 5.1).
 
-  `null` is `dim=d` (the exact null) or `unseen=...` (the empirical null).
+  Against the exact null of dimension `dim` or the empirical null `unseen`
+  (the other None).
   """
   return {
-      'epsilon_lo': lower_bound.epsilon_lower_bound(
-          seen, delta=delta, alpha=alpha,
-          threshold_strategy=threshold_strategy, seed=seed, **null),
-      'epsilon_lo_paper': lower_bound.epsilon_lower_bound(
-          seen, delta=delta, alpha=alpha, threshold_strategy='paper', **null),
+      name: lower_bound._epsilon_lower_bound(
+          seen, delta=delta, dim=dim, unseen=unseen, alpha=alpha,
+          null='exact', threshold_strategy=strategy, seed=seed)
+      for name, strategy in (('epsilon_lo', threshold_strategy),
+                             ('epsilon_lo_paper', 'paper'))
   }
 
 
@@ -153,13 +202,26 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
                        seed: int = 0) -> PrivacyReport:
   """Report for the final-model threat model (Algorithm 2, exact null).
 
-  `cosines` are the seen canaries' cosines with the final model; `unseen`,
-  optional, the never-inserted canaries' (their law is the exact null, so
-  only the one-run certificates, which compare the two sets, use them).
-  `threshold_strategy` picks epsilon_lo's sound threshold choice
-  (`lower_bound.epsilon_lower_bound`). `seed` makes the bootstrap (and the
-  'split' halves) reproducible; `bootstrap_resamples` (>= 20)
-  resamples give the interval.
+  Args:
+    cosines: The seen canaries' cosines with the final model, in [-1, 1].
+    dim: d >= 3, the model dimension (the null is that of Theorem 3.1).
+    delta: The delta of every eps, in (0, 1).
+    alpha: The lower bounds hold with probability 1 - alpha; in (0, 0.5).
+    unseen: Optional never-inserted canaries' cosines (their law is the
+      exact null, so only the one-run certificates, which compare the two
+      sets, use them).
+    threshold_strategy: epsilon_lo's sound threshold choice, 'bonferroni' or
+      'split' (`lower_bound.epsilon_lower_bound`); the paper's is always
+      reported as epsilon_lo_paper.
+    bootstrap_resamples: Resamples (>= 20) of the headline's interval.
+    seed: Makes the bootstrap (and the 'split' halves) reproducible.
+
+  Returns:
+    The `PrivacyReport` with threat_model 'final'.
+
+  Raises:
+    ValueError: if an argument is out of range (also 'paper' as
+      `threshold_strategy`) or the cosines have zero spread.
   """
   sample = validation.check_cosines('cosines', cosines)
   dim = validation.check_int('dim', dim, 3)
@@ -174,16 +236,16 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
 
   def headline(mean: float) -> float:
     # `estimation.epsilon_from_final_cosines(variance='null')` from a mean.
-    return estimation.epsilon_two_gaussians(0.0, null_std, mean, null_std,
-                                            delta)
+    return estimation._epsilon_two_gaussians(0.0, null_std, mean, null_std,
+                                             delta)
 
   mean, std = estimation.fit_gaussian(sample, 'cosines')
   epsilon_est = headline(mean)
   rng = np.random.default_rng(seed)
   # The headline increases with |mean|: its percentile interval is that of
   # |mean| carried through it.
-  low, high = attack_metrics.percentile_bootstrap_interval(
-      np.abs(attack_metrics.bootstrap_means(sample, resamples, rng)))
+  low, high = attack_metrics._percentile_interval(
+      np.abs(attack_metrics._bootstrap_means(sample, resamples, rng)))
   mu = attack_metrics.gdp_mu(mean, 0.0, null_std)
   one_run_bound, one_run_fdp = _one_run_bounds(sample, unseen, delta, alpha)
   return PrivacyReport(
@@ -193,17 +255,17 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
       epsilon_est=epsilon_est, epsilon_est_method=FINAL_ESTIMATE,
       epsilon_est_saturated=False,
       epsilon_est_interval=(headline(low), headline(high)),
-      epsilon_est_fitted=estimation.epsilon_two_gaussians(
+      epsilon_est_fitted=estimation._epsilon_two_gaussians(
           0.0, null_std, mean, std, delta),
       **_lower_bounds(sample, delta, alpha, threshold_strategy, seed,
-                      dim=dim),
+                      dim=dim, unseen=None),
       epsilon_one_run=one_run_bound, epsilon_one_run_fdp=one_run_fdp,
       anderson_seen=_anderson_or_none(sample), anderson_unseen=None,
-      epsilon_gdp=estimation.epsilon_of_gdp(mu, delta), gdp_mu=mu,
+      epsilon_gdp=estimation._epsilon_of_gdp(mu, delta), gdp_mu=mu,
       auroc=attack_metrics.auroc_against_cdf(
           null_distribution.null_cdf(sample, dim)),
       tpr_at_fpr={  # The null is symmetric: its upper-fpr point is -ppf(fpr).
-          _fpr_key(fpr): attack_metrics.tpr_above(
+          _fpr_key(fpr): attack_metrics._tpr_above(
               sample, float(-null_distribution.null_ppf(fpr, dim)))
           for fpr in TPR_FPRS
       })
@@ -216,9 +278,23 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
                         seed: int = 0) -> PrivacyReport:
   """Report for the all-iterates threat model (Algorithm 3, empirical null).
 
-  `threshold_strategy` as for `final_model_report`. `seed` makes the
-  bootstrap (seen and unseen resampled independently) and the 'split' halves
-  reproducible.
+  Args:
+    seen: Max-over-rounds cosines of the inserted canaries, in [-1, 1].
+    unseen: Those of the never-inserted canaries, the empirical null.
+    delta: The delta of every eps, in (0, 1).
+    alpha: The lower bounds hold with probability 1 - alpha; in (0, 0.5).
+    dim: Optional d >= 3, recorded in the report.
+    threshold_strategy: As for `final_model_report`.
+    bootstrap_resamples: Resamples (>= 20) of the headline's interval.
+    seed: Makes the bootstrap (seen and unseen resampled independently) and
+      the 'split' halves reproducible.
+
+  Returns:
+    The `PrivacyReport` with threat_model 'all'.
+
+  Raises:
+    ValueError: if an argument is out of range (also 'paper' as
+      `threshold_strategy`) or a sample has zero spread.
   """
   seen = validation.check_cosines('seen', seen)
   unseen = validation.check_cosines('unseen', unseen)
@@ -232,18 +308,18 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
   pairs = seen.size * unseen.size
 
   def headline(auroc: float) -> float:
-    return estimation.epsilon_of_gdp(
+    return estimation._epsilon_of_gdp(
         attack_metrics.gdp_mu_from_auroc(auroc, pairs), delta)
 
   mu_seen, std_seen = estimation.fit_gaussian(seen, 'seen')
   mu_unseen, std_unseen = estimation.fit_gaussian(unseen, 'unseen')
-  auroc = attack_metrics.auroc_two_samples(seen, unseen)
+  auroc = attack_metrics._auroc_two_samples(seen, unseen)
   epsilon_est = headline(auroc)
   rng = np.random.default_rng(seed)
   # The headline increases with the AUROC: its percentile interval is the
   # AUROC's carried through it.
-  low, high = attack_metrics.percentile_bootstrap_interval(
-      attack_metrics.bootstrap_aurocs(seen, unseen, resamples, rng))
+  low, high = attack_metrics._percentile_interval(
+      attack_metrics._bootstrap_aurocs(seen, unseen, resamples, rng))
   mu = attack_metrics.gdp_mu(mu_seen, mu_unseen, std_unseen)
   one_run_bound, one_run_fdp = _one_run_bounds(seen, unseen, delta, alpha)
   return PrivacyReport(
@@ -253,17 +329,17 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
       epsilon_est=epsilon_est, epsilon_est_method=ALL_ITERATES_ESTIMATE,
       epsilon_est_saturated=auroc in (0.0, 1.0),
       epsilon_est_interval=(headline(low), headline(high)),
-      epsilon_est_fitted=estimation.epsilon_two_gaussians(
+      epsilon_est_fitted=estimation._epsilon_two_gaussians(
           mu_unseen, std_unseen, mu_seen, std_seen, delta),
       **_lower_bounds(seen, delta, alpha, threshold_strategy, seed,
-                      unseen=unseen),
+                      dim=None, unseen=unseen),
       epsilon_one_run=one_run_bound, epsilon_one_run_fdp=one_run_fdp,
       anderson_seen=_anderson_or_none(seen),
       anderson_unseen=_anderson_or_none(unseen),
-      epsilon_gdp=estimation.epsilon_of_gdp(mu, delta), gdp_mu=mu,
+      epsilon_gdp=estimation._epsilon_of_gdp(mu, delta), gdp_mu=mu,
       auroc=auroc,
       tpr_at_fpr={
-          _fpr_key(fpr): attack_metrics.tpr_above(
-              seen, attack_metrics.empirical_threshold(unseen, fpr))
+          _fpr_key(fpr): attack_metrics._tpr_above(
+              seen, attack_metrics._empirical_threshold(unseen, fpr))
           for fpr in TPR_FPRS
       })

@@ -20,12 +20,13 @@ config the caller accepts and whose newest checkpoint reads back;
 `owned` is the block in which a launcher writes: the run lock (`run_lock`) held, the
 directory checked again (another launcher may have written it meanwhile),
 unfinished writes of a killed run removed, and a failed write reported as
-one line (`write_failures`). Framework-free: the engine passes its own
-checkpoint check and its own temporary files.
+one line (`write_failures`). Framework-free: the engine's checkpoints are
+seen through `checkpoint_store.CheckpointStore`.
 """
 
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -34,8 +35,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from one_shot_epe import atomic_io
+from one_shot_epe import checkpoint_store
 from one_shot_epe import run_lock
 from one_shot_epe import write_failures
+
+__all__ = ['CANARY_COSINES_FILE', 'CHECKPOINT_DIR', 'CONFIG_FILE',
+           'COSINE_FIELDS', 'CsvFormat', 'DENSITY_PLOT_FILE',
+           'FINAL_COSINES_FILE', 'MAX_COSINES_FILE', 'METRICS_FILE',
+           'REPORT_JSON_FILE', 'REPORT_MARKDOWN_FILE', 'RunDirectoryError',
+           'TENSORBOARD_DIR', 'check', 'check_free_space', 'checkpoint_rounds',
+           'is_checkpoint_round', 'owned', 'read_rounds', 'write_config',
+           'write_rounds']
 
 CONFIG_FILE = 'config.json'
 METRICS_FILE = 'metrics.csv'
@@ -47,9 +57,28 @@ MAX_COSINES_FILE = 'max_cosines.csv'
 REPORT_JSON_FILE = 'report.json'
 REPORT_MARKDOWN_FILE = 'report.md'
 DENSITY_PLOT_FILE = 'cosine_densities.png'
-# The columns of canary_cosines.csv (1-based `round`, as TFF numbers them).
+# The columns of canary_cosines.csv (`round`: the training round, from 1;
+# `round_record` numbers rounds).
 COSINE_FIELDS = ('round', 'seen_cosine_mean', 'seen_cosine_max',
                  'unseen_cosine_mean', 'unseen_cosine_max')
+
+
+@dataclasses.dataclass(frozen=True)
+class CsvFormat:
+  """How a run's per-round CSVs are laid out (`write_rounds`).
+
+  Each engine keeps the layout its runs have always had, so that their
+  directories resume and their files stay byte for byte the same: the TFF
+  engine's (TFF's CSV release managers': a row's new columns sorted, lines
+  ending in CRLF) or the JAX engine's (columns as reported, LF).
+
+  Attributes:
+    sort_new_columns: Whether the columns a row adds are sorted by name
+      (else kept in the row's order).
+    line_terminator: What ends each line.
+  """
+  sort_new_columns: bool
+  line_terminator: str
 
 
 class RunDirectoryError(ValueError):
@@ -61,21 +90,21 @@ class RunDirectoryError(ValueError):
 
 
 def check(run_dir: str, *, accept_config: Callable[[Mapping[str, Any]], None],
-          verify_checkpoints: Callable[[str], None]) -> None:
+          checkpoints: checkpoint_store.CheckpointStore) -> None:
   """Whether `run_dir` may hold the run; reads, never writes.
 
   Args:
     run_dir: The run directory (its parent is the output root).
     accept_config: Raises (any ValueError) unless the saved config of an
       earlier invocation may be resumed with this one's.
-    verify_checkpoints: Raises ValueError unless the newest checkpoint in the
-      directory it is given reads back (nothing to check if there is none).
+    checkpoints: The engine's checkpoints in the run directory's
+      CHECKPOINT_DIR; the newest must read back (`verify`).
 
   Raises:
     RunDirectoryError: the root or the run directory is not a directory, the
       run directory holds other files but no config, or the config does not
       read.
-    ValueError: from `accept_config` or `verify_checkpoints`.
+    ValueError: from `accept_config`, or `checkpoint_store.CheckpointError`.
   """
   root = os.path.dirname(os.path.abspath(run_dir))
   if os.path.exists(root) and not os.path.isdir(root):
@@ -98,19 +127,20 @@ def check(run_dir: str, *, accept_config: Callable[[Mapping[str, Any]], None],
   except (OSError, ValueError) as error:
     raise RunDirectoryError(f'cannot read {config_path!r}: {error}.') from None
   accept_config(saved)
-  verify_checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))
+  checkpoints.verify()
 
 
 @contextlib.contextmanager
 def owned(run_dir: str, *, recheck: Callable[[], None],
-          remove_leftovers: Callable[[str], None]) -> Iterator[None]:
+          checkpoints: checkpoint_store.CheckpointStore) -> Iterator[None]:
   """The block in which this process alone writes `run_dir`.
 
   Takes the run lock (creating the directory), runs `recheck` (the `check`
   of `prepare`, again) and removes unfinished writes: the project's
-  temporary files and the engine's (`remove_leftovers(run_dir)`), also when
-  the block fails. A failed write under the output root inside the block
-  becomes `write_failures.WriteFailure`.
+  temporary files and the engine's partial checkpoints
+  (`checkpoints.remove_partial`), also when the block fails. A failed write
+  under the output root inside the block becomes
+  `write_failures.WriteFailure`.
 
   Raises:
     run_lock.RunLockedError: another process holds the lock.
@@ -120,7 +150,7 @@ def owned(run_dir: str, *, recheck: Callable[[], None],
 
   def clean() -> None:
     atomic_io.remove_temporaries(run_dir)
-    remove_leftovers(run_dir)
+    checkpoints.remove_partial()
 
   root = os.path.dirname(os.path.abspath(run_dir))
   with write_failures.reported(root), run_lock.acquire(run_dir):
@@ -183,20 +213,27 @@ def write_config(run_dir: str, config: Mapping[str, Any]) -> None:
                        '\n')
 
 
-def read_rounds(path: str, last_round: int) -> list[dict[str, str]]:
-  """The rows of a per-round CSV up to `last_round` (earlier invocations)."""
+def read_rounds(path: str, last_round: int
+                ) -> tuple[list[str], list[dict[str, str]]]:
+  """A per-round CSV's columns and its rows up to `last_round` (or [], [])."""
   if not os.path.exists(path):
-    return []
+    return [], []
   with open(path, newline='') as stream:
-    return [row for row in csv.DictReader(stream)
-            if int(row['round']) <= last_round]
+    reader = csv.DictReader(stream)
+    rows = [row for row in reader if int(row['round']) <= last_round]
+    return list(reader.fieldnames or []), rows
 
 
 def write_rounds(path: str, fields: Sequence[str],
-                 rows: Sequence[Mapping[str, object]]) -> None:
-  """Writes a per-round CSV (a row per round, `fields` in order), atomically."""
+                 rows: Sequence[Mapping[str, object]],
+                 csv_format: CsvFormat) -> None:
+  """Writes a per-round CSV (a row per round, `fields` in order), atomically.
+
+  A row's missing fields are left empty.
+  """
   buffer = io.StringIO()
-  writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator='\n')
+  writer = csv.DictWriter(buffer, fieldnames=fields,
+                          lineterminator=csv_format.line_terminator)
   writer.writeheader()
   writer.writerows(rows)
   atomic_io.write_text(path, buffer.getvalue())

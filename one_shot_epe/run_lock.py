@@ -22,6 +22,8 @@ import fcntl
 import os
 import time
 
+__all__ = ['LOCK_FILE', 'RunLock', 'RunLockedError', 'acquire']
+
 LOCK_FILE = '.run.lock'
 
 # A launcher that has just taken the lock writes its pid right after; a

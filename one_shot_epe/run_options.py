@@ -6,6 +6,9 @@ the same flags on machines without it; the modules that implement each
 choice take their names from here.
 """
 
+__all__ = ['ACCELERATORS', 'BACKENDS', 'CANARY_CLIPS', 'OPTIMIZERS',
+           'OPTIMIZER_SLOTS', 'TASK_NAMES', 'UNSEEN_ID_OFFSET']
+
 # Training engines: TensorFlow Federated (CPU), or the JAX engine
 # (one_shot_epe/jax_engine; GPU, TPU, or CPU).
 BACKENDS = ('tff', 'jax')
@@ -13,8 +16,10 @@ BACKENDS = ('tff', 'jax')
 TASK_NAMES = ('emnist_character', 'stackoverflow_word', 'fashion_mnist')
 # How an inserted canary meets the clip S_t (one_shot_epe/tff_engine/canary_aggregator).
 CANARY_CLIPS = ('project', 'clip')
-# Client and server optimizers (TFF's sgd, momentum sgd, adam).
-OPTIMIZERS = ('sgd', 'sgdm', 'adam')
+# Client and server optimizers (TFF's sgd, momentum sgd, adam), each with
+# its slots: the d-sized float32 vectors it keeps in the training state.
+OPTIMIZER_SLOTS = {'sgd': 0, 'sgdm': 1, 'adam': 2}
+OPTIMIZERS = tuple(OPTIMIZER_SLOTS)
 # Device of the TFF launcher's canary work (one_shot_epe/tff_engine/accelerators).
 ACCELERATORS = ('cpu', 'gpu')
 # Unseen canary i has id UNSEEN_ID_OFFSET + i; seen ids are 0..k-1.

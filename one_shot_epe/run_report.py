@@ -29,6 +29,8 @@ from one_shot_epe import accounting
 from one_shot_epe import atomic_io
 from one_shot_epe import privacy_report
 
+__all__ = ['RunReport', 'build_run_report']
+
 
 def _finite_or_none(value: float | None) -> float | None:
   return None if value is None or math.isinf(value) else value
@@ -88,6 +90,65 @@ class RunReport:
       for key in _REPEATED_KEYS:
         result[f'{key}_{suffix}'] = None if fields is None else fields[key]
     return result
+
+  @classmethod
+  def from_dict(cls, fields: Mapping[str, Any]) -> 'RunReport':
+    """The report whose `to_dict` (or report.json read back) is `fields`.
+
+    Undoes `to_dict`: the mechanisms' keys get their field names back, the
+    top-level copies are dropped, and a None reference epsilon is infinite
+    where its mechanism is named (the analytical one always is).
+
+    Args:
+      fields: `to_dict`'s keys, as JSON gives them back.
+
+    Returns:
+      The `RunReport`; `from_dict(r.to_dict()) == r`.
+
+    Raises:
+      ValueError: if a key is missing or unknown, or a threat model's report
+        is malformed.
+    """
+    expected = set(_JSON_KEYS) | {
+        f'{key}_{suffix}' for key in _REPEATED_KEYS
+        for suffix in ('final', 'all')}
+    missing = sorted(expected - set(fields))
+    unknown = sorted(set(fields) - expected)
+    if missing or unknown:
+      raise ValueError(f'not a run report: missing keys {missing}, unknown '
+                       f'keys {unknown}.')
+    values = {name: fields[key] for key, name in _JSON_KEYS.items()}
+    values['analytical_epsilon'] = _none_as_inf(values['analytical_epsilon'])
+    for name in ('accounted', 'last_iterate'):
+      if values[f'{name}_mechanism'] is not None:
+        values[f'{name}_epsilon'] = _none_as_inf(values[f'{name}_epsilon'])
+    values['final'] = privacy_report.PrivacyReport.from_dict(fields['final'])
+    if fields['all_iterates'] is not None:
+      values['all_iterates'] = privacy_report.PrivacyReport.from_dict(
+          fields['all_iterates'])
+    values['setting'] = dict(fields['setting'])
+    return cls(**values)
+
+  @classmethod
+  def read(cls, path: str) -> 'RunReport':
+    """The report in the JSON file `path` (a run's report.json).
+
+    Args:
+      path: A file `write` wrote.
+
+    Returns:
+      The `RunReport` it holds.
+
+    Raises:
+      OSError: if the file cannot be read.
+      ValueError: if it does not hold a run report (names `path`).
+    """
+    with open(path, encoding='utf-8') as stream:
+      text = stream.read()
+    try:
+      return cls.from_dict(json.loads(text))
+    except (ValueError, TypeError, AttributeError) as error:
+      raise ValueError(f'{path}: {error}') from None
 
   def to_json(self) -> str:
     """`to_dict` as indented JSON; a NaN or infinity raises ValueError."""
@@ -206,6 +267,25 @@ _REPEATED_KEYS = ('epsilon_est', 'epsilon_est_interval', 'epsilon_est_fitted',
                   'epsilon_lo', 'epsilon_lo_paper', 'epsilon_one_run',
                   'epsilon_one_run_fdp', 'epsilon_gdp', 'gdp_mu', 'auroc',
                   'tpr_at_fpr')
+# `RunReport.to_dict`'s own keys -> the fields they hold.
+_JSON_KEYS = {
+    'noise_multiplier': 'noise_multiplier', 'delta': 'delta',
+    'alpha': 'alpha', 'dim': 'dim',
+    'canary_presentations': 'canary_presentations',
+    'analytical_epsilon': 'analytical_epsilon',
+    'analytical_epsilon_mechanism': 'analytical_mechanism',
+    'accounted_epsilon': 'accounted_epsilon',
+    'accounted_epsilon_mechanism': 'accounted_mechanism',
+    'last_iterate_epsilon': 'last_iterate_epsilon',
+    'last_iterate_epsilon_mechanism': 'last_iterate_mechanism',
+    'accuracy': 'accuracy', 'final': 'final', 'all_iterates': 'all_iterates',
+    'setting': 'setting',
+}
+
+
+def _none_as_inf(value: float | None) -> float:
+  """Undoes `_finite_or_none` for a reference epsilon that was computed."""
+  return math.inf if value is None else value
 
 
 def _estimate(report: privacy_report.PrivacyReport | None) -> str:

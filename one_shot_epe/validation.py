@@ -19,6 +19,9 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
+__all__ = ['ArgumentTypeError', 'check_choice', 'check_cosines', 'check_ids',
+           'check_int', 'check_probability', 'check_real', 'check_sample']
+
 
 class ArgumentTypeError(TypeError, ValueError):
   """An argument of the wrong type (also a ValueError; see module docstring)."""

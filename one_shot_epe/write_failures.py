@@ -25,6 +25,8 @@ import re
 import sys
 from collections.abc import Iterator
 
+__all__ = ['WriteFailure', 'from_error', 'reported']
+
 # Temporary names of TensorFlow's and TFF's writers, per path component:
 # TFF's `<name>_temp1234`, TensorFlow's `variables_temp` and
 # `<file>.tempstate123`. A failure inside one is reported as a failure to

@@ -35,9 +35,9 @@ def test_gpu_request_without_gpu_is_a_clear_error():
 
 def _maxima(device):
   dim, rounds = 5000, 6
-  config = canary_spec.CanarySpec(seed=4, num_seen=30, num_unseen=30,
-                                  schedule=[[0]] * rounds, buffer_rounds=4)
-  tracker = cosine_tracking.CosineTracker(config, dim, device=device)
+  spec = canary_spec.CanarySpec(seed=4, num_seen=30, num_unseen=30,
+                                schedule=[[0]] * rounds, buffer_rounds=4)
+  tracker = cosine_tracking.CosineTracker(spec, dim, device=device)
   rng = np.random.default_rng(0)
   for round_num in range(rounds):
     aggregate = rng.normal(size=dim).astype(np.float32)

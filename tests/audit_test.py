@@ -78,7 +78,7 @@ def test_cohort_counts_expected_canaries_as_tffs_stock_factory_would():
       noise_multiplier=0.0, clients_per_round=8.0, clip=clip))
   after = [_flat(p.next(p.initialize(), _data(0)).state)
            for p in (with_canaries, stock)]
-  inserted = canary_audit.canary_config.schedule[0]
+  inserted = canary_audit.spec.schedule[0]
   assert len(inserted) > 0
   expected = -clip * _unit_canaries(3, inserted).sum(axis=0) / 8.0
   np.testing.assert_allclose(after[0] - after[1], expected, rtol=1e-4,
@@ -101,7 +101,7 @@ def test_tree_aggregation_adds_canaries_to_tffs_stock_tree_factory():
           record_specs=specs))
   states = [p.next(p.initialize(), _data(0)).state
             for p in (with_canaries, stock)]
-  inserted = canary_audit.canary_config.schedule[0]
+  inserted = canary_audit.spec.schedule[0]
   expected = -clip * _unit_canaries(3, inserted).sum(axis=0) / 8.0
   np.testing.assert_allclose(_flat(states[0]) - _flat(states[1]), expected,
                              rtol=1e-4, atol=1e-4)
@@ -125,10 +125,10 @@ def test_maxima_and_final_cosines_equal_brute_force():
   canary_audit = _audit()
   initial, state, aggregates = _run_observed(canary_audit)
   final = _flat(state)
-  config = canary_audit.canary_config
-  ids = np.concatenate([canary_spec.seen_ids(config.num_seen),
-                        canary_spec.unseen_ids(config.num_unseen)])
-  units = _unit_canaries(config.seed, ids)
+  spec = canary_audit.spec
+  ids = np.concatenate([canary_spec.seen_ids(spec.num_seen),
+                        canary_spec.unseen_ids(spec.num_unseen)])
+  units = _unit_canaries(spec.seed, ids)
   cosines = units @ aggregates.T / np.linalg.norm(aggregates, axis=1)
   maxima = canary_audit.cosine_maxima()
   np.testing.assert_allclose(maxima.seen, cosines.max(axis=1)[:12], atol=1e-5)
@@ -426,3 +426,80 @@ def test_unknown_statistic_is_rejected():
                      "of.*'median'"):
     canary_spec.CanarySpec(seed=0, num_seen=1, num_unseen=0,
                            all_iterates_statistic='median')
+
+
+# ----------------------------------------------------------------------------
+# One constructor, one audited aggregation.
+
+
+def _adaptive_dp(cohort: float) -> canary_spec.DPAggregation:
+  return canary_spec.DPAggregation(noise_multiplier=0.3,
+                                   clients_per_round=cohort, initial_clip=0.5)
+
+
+def test_constructor_paths_give_equal_reports():
+  # The plan's arguments with gaussian_adaptive, from_spec with aggregator()
+  # and the constructor given spec and dp (no factory method called at all)
+  # audit the same seeded run: their reports are equal, field by field.
+  planned = _audit()
+  _, state, _ = _run_observed(planned)
+  dp = _adaptive_dp(planned.expected_cohort)
+  from_spec = audit.CanaryAudit.from_spec(planned.spec, dp, delta=1e-3,
+                                          noise_seed=5)
+  process = _process(from_spec.aggregator())
+  states = [process.initialize()]
+  for t in range(ROUNDS):
+    states.append(process.next(states[-1], _data(t)).state)
+  np.testing.assert_array_equal(_flat(states[-1]), _flat(state))
+  constructed = audit.CanaryAudit(spec=planned.spec, dp=dp, delta=1e-3,
+                                  noise_seed=5)
+  for canary_audit in (from_spec, constructed):
+    for learning_state in states:
+      canary_audit.observe(learning_state)
+  want = planned.report().to_dict()
+  assert want['final']['epsilon_est'] > 0
+  assert from_spec.report().to_dict() == want
+  assert constructed.report().to_dict() == want
+
+
+def test_one_audit_audits_one_aggregation():
+  canary_audit = _audit()
+  first = canary_audit.gaussian_fixed(noise_multiplier=0.5, clip=1.0)
+  assert first.dp == canary_spec.DPAggregation(
+      noise_multiplier=0.5, clients_per_round=canary_audit.expected_cohort,
+      clip=1.0)
+  # The same aggregation again (a second process) is the same audit.
+  canary_audit.gaussian_fixed(noise_multiplier=0.5, clip=1.0)
+  with pytest.raises(ValueError, match='one aggregation'):
+    canary_audit.gaussian_fixed(noise_multiplier=0.7, clip=1.0)
+  with pytest.raises(ValueError, match='one aggregation'):
+    canary_audit.gaussian_adaptive(noise_multiplier=0.5)
+  with pytest.raises(ValueError, match='one aggregation'):
+    canary_audit.tree_aggregation(
+        noise_multiplier=0.5, l2_norm_clip=1.0,
+        record_specs=tf.TensorSpec([DIM], tf.float32))
+  planned = audit.CanaryAudit.from_spec(
+      canary_audit.spec, _adaptive_dp(canary_audit.expected_cohort),
+      delta=1e-3)
+  assert planned.aggregator().dp == _adaptive_dp(canary_audit.expected_cohort)
+  planned.gaussian_adaptive(noise_multiplier=0.3, initial_l2_norm_clip=0.5)
+  with pytest.raises(ValueError, match='one aggregation'):
+    planned.gaussian_adaptive(noise_multiplier=0.3)
+
+
+def test_constructor_takes_a_plan_or_spec_and_dp():
+  spec = _audit().spec
+  dp = _adaptive_dp(8.0)
+  with pytest.raises(TypeError, match='num_canaries, rounds and '
+                     'clients_per_round'):
+    audit.CanaryAudit(delta=1e-3, num_canaries=4)
+  with pytest.raises(TypeError, match='not both'):
+    audit.CanaryAudit(spec=spec, dp=dp, delta=1e-3, repetitions=2)
+  with pytest.raises(TypeError, match='spec must be'):
+    audit.CanaryAudit.from_spec('spec', dp, delta=1e-3)
+  with pytest.raises(TypeError, match='dp must be'):
+    audit.CanaryAudit(spec=spec, delta=1e-3)
+  with pytest.raises(ValueError, match='delta'):
+    audit.CanaryAudit.from_spec(spec, dp, delta=0.0)
+  with pytest.raises(ValueError, match='aggregator'):
+    _audit().aggregator()

@@ -92,12 +92,12 @@ def _as_structure(flat):
 
 @pytest.fixture(scope='module')
 def fixed_factory():
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=6, num_unseen=5,
-                                  schedule=_FIXED_SCHEDULE,
-                                  buffer_rounds=_FIXED_BUFFER, chunk_size=4)
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=6, num_unseen=5,
+                                schedule=_FIXED_SCHEDULE,
+                                buffer_rounds=_FIXED_BUFFER, chunk_size=4)
   return ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.0, clients_per_round=_FIXED_DENOMINATOR,
-      clip=_FIXED_CLIP, canary_config=config)
+      clip=_FIXED_CLIP, spec=spec)
 
 
 @pytest.fixture(scope='module')
@@ -145,9 +145,9 @@ def _brute_force_cosines(outputs, ids):
   return (aggregates @ rows.T) / np.linalg.norm(aggregates, axis=1)[:, None]
 
 
-def _tracked_maxima(config, dim, aggregator_states):
+def _tracked_maxima(spec, dim, aggregator_states):
   """The tracker's maxima after observing every state."""
-  tracker = cosine_tracking.CosineTracker(config, dim)
+  tracker = cosine_tracking.CosineTracker(spec, dim)
   for state in aggregator_states:
     tracker.observe(state)
   return tracker.maxima()
@@ -159,10 +159,9 @@ def test_state_exposes_the_aggregate_the_tracker_scores(fixed_factory,
   # order), and the tracker fed the states gets every round's exact cosines
   # and lagged summaries (blocks of 3, the rest at flush).
   states, outputs = fixed_run
-  ids = fixed_factory.canary_config.tracked_ids()
+  ids = fixed_factory.spec.tracked_ids()
   cosines = _brute_force_cosines(outputs, ids)
-  tracker = cosine_tracking.CosineTracker(fixed_factory.canary_config,
-                                          _FIXED_DIM)
+  tracker = cosine_tracking.CosineTracker(fixed_factory.spec, _FIXED_DIM)
   summaries = []
   for t, (state, output) in enumerate(zip(states, outputs)):
     np.testing.assert_array_equal(
@@ -174,10 +173,11 @@ def test_state_exposes_the_aggregate_the_tracker_scores(fixed_factory,
     np.testing.assert_allclose(maxima.seen, want[:6], rtol=0, atol=1e-6)
     np.testing.assert_allclose(maxima.unseen, want[6:], rtol=0, atol=1e-6)
   summaries += tracker.flush()
-  assert [s.round_num for s in summaries] == list(range(_FIXED_ROUNDS))
+  # Summaries number the training rounds from 1 (round_record.CanaryCosines).
+  assert [s.round_num for s in summaries] == list(range(1, _FIXED_ROUNDS + 1))
   for summary in summaries:
-    seen, unseen = cosines[summary.round_num, :6], cosines[summary.round_num,
-                                                           6:]
+    seen = cosines[summary.round_num - 1, :6]
+    unseen = cosines[summary.round_num - 1, 6:]
     np.testing.assert_allclose(
         summary[1:], [seen.mean(), seen.max(), unseen.mean(), unseen.max()],
         rtol=0, atol=1e-6)
@@ -216,12 +216,12 @@ def _adaptive_clients():
 def adaptive_run():
   # One canary per round (ids 0..15), zero noise on both the sum and the
   # unclipped count, so the clip follows the closed-form geometric update.
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=_ADAPTIVE_ROUNDS, num_unseen=0,
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=_ADAPTIVE_ROUNDS, num_unseen=0,
                            schedule=[[t] for t in range(_ADAPTIVE_ROUNDS)],
-                                  buffer_rounds=4)
+                                buffer_rounds=4)
   factory = ca.CanaryDPFactory.gaussian_adaptive(
       noise_multiplier=0.0, clients_per_round=_ADAPTIVE_DENOMINATOR,
-      canary_config=config, initial_l2_norm_clip=_ADAPTIVE_INITIAL,
+      spec=spec, initial_l2_norm_clip=_ADAPTIVE_INITIAL,
       target_unclipped_quantile=_ADAPTIVE_QUANTILE,
       learning_rate=_ADAPTIVE_LR, clipped_count_stddev=0.0)
   process = factory.create(tff.TensorType(np.float32, [_ADAPTIVE_DIM]))
@@ -290,13 +290,13 @@ def clip_mode_runs():
   """
   runs = {}
   for mode in canary_spec.CANARY_CLIPS:
-    config = canary_spec.CanarySpec(
+    spec = canary_spec.CanarySpec(
         seed=_SEED, num_seen=_CLIP_MODE_CANARIES, num_unseen=0,
         schedule=[list(range(_CLIP_MODE_CANARIES)), []], buffer_rounds=1,
         canary_clip=mode)
     factory = ca.CanaryDPFactory.gaussian_adaptive(
         noise_multiplier=0.0, clients_per_round=_ADAPTIVE_DENOMINATOR,
-        canary_config=config, initial_l2_norm_clip=_ADAPTIVE_INITIAL,
+        spec=spec, initial_l2_norm_clip=_ADAPTIVE_INITIAL,
         target_unclipped_quantile=_ADAPTIVE_QUANTILE,
         learning_rate=_ADAPTIVE_LR, clipped_count_stddev=0.0)
     process = factory.create(tff.TensorType(np.float32, [_ADAPTIVE_DIM]))
@@ -369,12 +369,12 @@ def test_gaussian_mechanism_epsilon_matches_analytical():
   # statistic at k = 1000, d = 1e5, sigma = 1 with
   # gaussian_mechanism.simulate_cosines: mean 4.34, sd 0.15, range
   # 3.99..4.78); the tolerance 0.75 is 5 sd, a false-failure rate < 1e-6.
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=_GM_CANARIES, num_unseen=0,
-                                  schedule=[list(range(_GM_CANARIES))],
-                                  buffer_rounds=8)
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=_GM_CANARIES, num_unseen=0,
+                                schedule=[list(range(_GM_CANARIES))],
+                                buffer_rounds=8)
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=_GM_SIGMA, clients_per_round=1.0, clip=1.0,
-      canary_config=config)
+      spec=spec)
   process = factory.create(tff.TensorType(np.float32, [_GM_DIM]))
   with runtime.local_cpp_context():
     output = process.next(process.initialize(), [])
@@ -401,18 +401,18 @@ def _algorithm3_maxima(noise_multiplier):
   per_round = _A3_CANARIES // _A3_ROUNDS
   schedule = [list(range(t * per_round, (t + 1) * per_round))
               for t in range(_A3_ROUNDS)]
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=_A3_CANARIES,
-                                  num_unseen=_A3_CANARIES, schedule=schedule,
-                                  buffer_rounds=2)
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=_A3_CANARIES,
+                                num_unseen=_A3_CANARIES, schedule=schedule,
+                                buffer_rounds=2)
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=noise_multiplier, clients_per_round=float(per_round),
-      clip=1.0, canary_config=config)
+      clip=1.0, spec=spec)
   process = factory.create(tff.TensorType(np.float32, [_A3_DIM]))
   rng = np.random.default_rng(3)
   clients = [rng.normal(size=_A3_DIM).astype(np.float32) for _ in range(3)]
   with runtime.local_cpp_context():
     states, _ = _run(process, lambda t: clients, _A3_ROUNDS)
-  return _tracked_maxima(config, _A3_DIM, states)
+  return _tracked_maxima(spec, _A3_DIM, states)
 
 
 def test_without_noise_seen_maxima_separate_from_unseen():
@@ -461,10 +461,10 @@ def _learning_process(factory, client_learning_rate):
 
 
 def test_trains_inside_build_unweighted_fed_avg():
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=4, num_unseen=4,
-                                  schedule=[[0, 1], [2], [3]], buffer_rounds=2)
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=4, num_unseen=4,
+                                schedule=[[0, 1], [2], [3]], buffer_rounds=2)
   factory = ca.CanaryDPFactory.gaussian_adaptive(
-      noise_multiplier=0.1, clients_per_round=3.0, canary_config=config,
+      noise_multiplier=0.1, clients_per_round=3.0, spec=spec,
       initial_l2_norm_clip=0.5, clipped_count_stddev=1.0)
   process = _learning_process(factory, client_learning_rate=0.5)
   data = _client_datasets(3)
@@ -477,11 +477,11 @@ def test_trains_inside_build_unweighted_fed_avg():
       state = output.state
       aggregator_states.append(state.aggregator)
       aggregator = output.metrics['aggregator']
-      assert aggregator['canaries_inserted'] == len(config.schedule[t])
+      assert aggregator['canaries_inserted'] == len(spec.schedule[t])
       assert aggregator['clip'] > 0
       assert np.isfinite(output.metrics['client_work']['train']['loss'])
   assert not np.allclose(_flat(state.global_model_weights.trainable), initial)
-  maxima = _tracked_maxima(config, _LEARNING_DIM, aggregator_states)
+  maxima = _tracked_maxima(spec, _LEARNING_DIM, aggregator_states)
   assert maxima.seen.shape == (4,) and maxima.unseen.shape == (4,)
   assert np.all(np.isfinite(maxima.seen))
 
@@ -490,11 +490,11 @@ def test_inserted_canary_has_positive_final_model_cosine():
   # Clients do not train (learning rate 0), there is no noise, and one canary
   # is inserted: the model delta is -S c_0 / E, so with the tff.learning sign
   # convention its cosine is +1 and the literal sign would give -1.
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=3, num_unseen=0,
-                                  schedule=[[], [0], []], buffer_rounds=1)
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=3, num_unseen=0,
+                                schedule=[[], [0], []], buffer_rounds=1)
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.0, clients_per_round=2.0, clip=0.3,
-      canary_config=config)
+      spec=spec)
   process = _learning_process(factory, client_learning_rate=0.0)
   data = _client_datasets(2)
   aggregator_states = []
@@ -514,7 +514,7 @@ def test_inserted_canary_has_positive_final_model_cosine():
       model_moves_along=final_model.PAPER_DIRECTION)
   assert flipped[0] == pytest.approx(-1.0, abs=1e-5)
   assert _LEARNING_DIM == np.concatenate([np.ravel(w) for w in final]).size
-  maxima = _tracked_maxima(config, _LEARNING_DIM, aggregator_states)
+  maxima = _tracked_maxima(spec, _LEARNING_DIM, aggregator_states)
   assert maxima.seen[0] == pytest.approx(1.0, abs=1e-5)
 
 
@@ -545,11 +545,11 @@ def _rdp_epsilon(events):
 
 def test_fixed_clip_dp_event_composes_to_the_gaussian_mechanism():
   z = 0.8
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=2, num_unseen=0,
-                                  schedule=[[0], [1], [0, 1]])
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=2, num_unseen=0,
+                                schedule=[[0], [1], [0, 1]])
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=z, clients_per_round=3.0, clip=0.5,
-      canary_config=config, noise_seed=9)
+      spec=spec, noise_seed=9)
   initial, events = _events(factory)
   for event in events:
     assert isinstance(event, dp_accounting.GaussianDpEvent)
@@ -569,10 +569,10 @@ def test_adaptive_dp_event_is_tffs_and_composes_to_overall_z(noise_seed):
   # 1/z^2 = 1/z_v^2 + 1/(2 s)^2 its RDP, hence epsilon, is that of one
   # Gaussian mechanism at the overall z per round.
   z, clients, count_stddev = 0.7, 4.0, 1.5
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=1, num_unseen=0,
-                                  schedule=[[0]])
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=1, num_unseen=0,
+                                schedule=[[0]])
   factory = ca.CanaryDPFactory.gaussian_adaptive(
-      noise_multiplier=z, clients_per_round=clients, canary_config=config,
+      noise_multiplier=z, clients_per_round=clients, spec=spec,
       clipped_count_stddev=count_stddev, noise_seed=noise_seed)
   _, events = _events(factory)
   tff_process = tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
@@ -617,8 +617,8 @@ def test_record_aggregation_factory_aggregates_the_client_records():
              np.array([0.0, 0.5, 0.0, 0.0], np.float32)]
   clipped = [_clip(x.astype(np.float64), clip) for x in clients]
   canary = clip * _canary(0, dim)
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=1, num_unseen=0,
-                                  schedule=[[0]])
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=1, num_unseen=0,
+                                schedule=[[0]])
   want = {
       None: (sum(clipped) + canary) / denominator,
       'mean': (sum(clipped) / len(clients) + canary) / denominator,
@@ -627,7 +627,7 @@ def test_record_aggregation_factory_aggregates_the_client_records():
     inner = tff.aggregators.UnweightedMeanFactory() if name else None
     factory = ca.CanaryDPFactory.gaussian_fixed(
         noise_multiplier=0.0, clients_per_round=denominator, clip=clip,
-        canary_config=config, record_aggregation_factory=inner)
+        spec=spec, record_aggregation_factory=inner)
     process = factory.create(tff.TensorType(np.float32, [dim]))
     with runtime.local_cpp_context():
       output = process.next(process.initialize(), clients)
@@ -641,7 +641,7 @@ def test_bad_record_aggregation_factory_raises():
   with pytest.raises(TypeError, match='record_aggregation_factory'):
     ca.CanaryDPFactory.gaussian_fixed(
         noise_multiplier=1.0, clients_per_round=2.0, clip=1.0,
-        canary_config=_config(),
+        spec=_spec(),
         record_aggregation_factory=tff.aggregators.MeanFactory())
 
 
@@ -663,11 +663,11 @@ def _tree_clients():
 
 def _tree_run(noise_multiplier):
   specs = tf.TensorSpec([_TREE_DIM], tf.float32)
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=3, num_unseen=0,
-                                  schedule=_TREE_SCHEDULE)
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=3, num_unseen=0,
+                                schedule=_TREE_SCHEDULE)
   factory = ca.CanaryDPFactory.tree_aggregation(
       noise_multiplier=noise_multiplier, clients_per_round=_TREE_DENOMINATOR,
-      l2_norm_clip=_TREE_CLIP, record_specs=specs, canary_config=config,
+      l2_norm_clip=_TREE_CLIP, record_specs=specs, spec=spec,
       noise_seed=_TREE_SEED)
   process = factory.create(tff.TensorType(np.float32, [_TREE_DIM]))
   clients = _tree_clients()
@@ -732,14 +732,14 @@ def test_bad_tree_arguments_raise(kwargs, error, name):
               record_specs=tf.TensorSpec([3], tf.float32))
   args.update(kwargs)
   with pytest.raises(error, match=name):
-    ca.CanaryDPFactory.tree_aggregation(canary_config=_config(), **args)
+    ca.CanaryDPFactory.tree_aggregation(spec=_spec(), **args)
 
 
 # ----------------------------------------------------------------------------
 # Argument validation.
 
 
-def _config(**overrides):
+def _spec(**overrides):
   args = dict(seed=1, num_seen=3, num_unseen=2, schedule=[[0], [1, 2]])
   args.update(overrides)
   return canary_spec.CanarySpec(**args)
@@ -750,12 +750,14 @@ def _config(**overrides):
     (dict(clients_per_round=0.0), 'clients_per_round'),
     (dict(clip=0.0), 'clip'),
     (dict(clip=math.inf), 'clip'),
+    # Every seed shares canary_spec.MAX_SEED = 2^32 - 1.
+    (dict(noise_seed=2**32), 'noise_seed'),
 ])
 def test_bad_fixed_arguments_raise(kwargs, name):
   args = dict(noise_multiplier=1.0, clients_per_round=10.0, clip=1.0)
   args.update(kwargs)
   with pytest.raises(ValueError, match=name):
-    ca.CanaryDPFactory.gaussian_fixed(canary_config=_config(), **args)
+    ca.CanaryDPFactory.gaussian_fixed(spec=_spec(), **args)
 
 
 @pytest.mark.parametrize('kwargs, name', [
@@ -769,13 +771,13 @@ def test_bad_adaptive_arguments_raise(kwargs, name):
   args = dict(noise_multiplier=0.5, clients_per_round=10.0)
   args.update(kwargs)
   with pytest.raises(ValueError, match=name):
-    ca.CanaryDPFactory.gaussian_adaptive(canary_config=_config(), **args)
+    ca.CanaryDPFactory.gaussian_adaptive(spec=_spec(), **args)
 
 
 def test_bad_value_type_raises():
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=1.0, clients_per_round=2.0, clip=1.0,
-      canary_config=_config())
+      spec=_spec())
   with pytest.raises(ValueError, match='value_type'):
     factory.create(tff.TensorType(np.int32, [3]))
   with pytest.raises(ValueError, match='value_type'):

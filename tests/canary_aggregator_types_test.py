@@ -28,7 +28,7 @@ _GAUSSIAN_SUM_STATE = tff.StructType([('l2_norm_clip', _F32),
                                       ('stddev', _F32)])
 
 
-def _config():
+def _spec():
   return canary_spec.CanarySpec(seed=5, num_seen=2, num_unseen=3,
                                 schedule=[[0], [1]])
 
@@ -97,7 +97,7 @@ def test_gaussian_fixed_type_properties():
   value_type = tff.TensorType(np.float32, [3])
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=1.0, clients_per_round=4.0, clip=0.5,
-      canary_config=_config())
+      spec=_spec())
   _check_type_properties(
       factory.create(value_type), value_type,
       _state_type(_fixed_query_state(), _GAUSSIAN_EVENT, 3),
@@ -112,7 +112,7 @@ def test_gaussian_adaptive_type_properties():
        ('b', tff.TensorType(np.float32, [3]))], collections.OrderedDict)
   factory = ca.CanaryDPFactory.gaussian_adaptive(
       noise_multiplier=1.0, clients_per_round=20.0,
-      canary_config=_config(), noise_seed=3)
+      spec=_spec(), noise_seed=3)
   _check_type_properties(
       factory.create(value_type), value_type,
       _state_type(_adaptive_query_state(), _adaptive_event(), 5),
@@ -125,7 +125,7 @@ def test_types_match_tffs_own_factory():
   value_type = tff.TensorType(np.float32, [3])
   ours = ca.CanaryDPFactory.gaussian_adaptive(
       noise_multiplier=1.0, clients_per_round=20.0,
-      canary_config=_config()).create(value_type)
+      spec=_spec()).create(value_type)
   tffs = tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
       noise_multiplier=1.0, clients_per_round=20.0).create(value_type)
   our_state = ours.initialize.type_signature.result.member

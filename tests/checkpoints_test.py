@@ -116,3 +116,22 @@ def test_the_earlier_launchers_layout_is_refused_and_the_current_kept(
                      match='earlier version of the launcher'):
     checkpoints.check_layout(os.path.join(old, f'{checkpoints.PREFIX}0'))
   checkpoints.check_layout(os.path.join(new, f'{checkpoints.PREFIX}0'))
+
+
+def test_store_keeps_round_zero_and_the_last_two(tmp_path):
+  directory = str(tmp_path / 'checkpoints')
+  store = checkpoints.ProgramStateCheckpoints(directory)
+  assert store.rounds() == [] and store.latest() is None
+  store.verify()  # Nothing to check; nothing created.
+  assert not os.path.exists(directory)
+  for version in (0, 2, 4, 6):
+    asyncio.run(store.save({'weights': np.full(3, version, np.float32)},
+                           version))
+  assert store.rounds() == [0, 4, 6] and store.latest() == 6
+  store.verify()
+  loaded = asyncio.run(store.load(4, {'weights': np.zeros(3, np.float32)}))
+  np.testing.assert_array_equal(loaded['weights'], [4.0, 4.0, 4.0])
+  os.truncate(_data_file(directory, 6), 10)
+  with pytest.raises(checkpoints.CheckpointError,
+                     match='program_state_6.*resume from version 4'):
+    store.verify()

@@ -10,11 +10,13 @@ import os
 import subprocess
 import sys
 
+from absl import flags
 import dp_accounting
 import numpy as np
 import pytest
 
 from experiments import compare_canife
+from one_shot_epe import canary_spec
 from one_shot_epe import estimation
 from one_shot_epe.baselines import canife
 from one_shot_epe.baselines import dpsgd
@@ -137,6 +139,9 @@ def test_quick_config_prints_every_estimate_and_records_insertion(tmp_path):
     (['--noise_multiplier=-1'], '--noise_multiplier'),
     (['--server_momentum=1.0'], '--server_momentum'),
     (['--canary_statistic=final'], '--canary_statistic'),
+    (['--all_iterates_statistic=update'], '--all_iterates_statistic'),
+    (['--num_seen=1'], '--num_seen'),
+    (['--clipping_norm=0'], '--clipping_norm'),
     (['--canife_threshold=mean'], '--canife_threshold'),
     (['--data=real', '--data_dir=/nonexistent/fmnist'], '--data_dir'),
     (['--data=synthetic', '--synthetic_num_train=500',
@@ -148,3 +153,50 @@ def test_bad_flags_exit_2_naming_the_flag(args, flag):
   assert flag in result.stderr
   assert 'Traceback' not in result.stderr
 
+
+
+def _setting(*args):
+  values = flags.FlagValues()
+  compare_canife.define_flags(values)
+  values(['compare_canife', '--data=synthetic', *args])
+  return compare_canife.setting_from_flags(values)
+
+
+def test_the_launchers_flag_names_set_the_training(capsys):
+  training = _setting('--clipping_norm=0.5', '--num_canaries=30',
+                      '--num_unseen_canaries=40', '--canary_buffer_rounds=8',
+                      '--all_iterates_statistic=model_delta').training
+  assert (training.clip, training.num_seen, training.num_unseen,
+          training.buffer_rounds, training.statistic) == (
+              0.5, 30, 40, 8, 'model_delta')
+  assert capsys.readouterr().err == ''
+  values = flags.FlagValues()
+  compare_canife.define_flags(values)
+  assert values['all_iterates_statistic'].parser.enum_values == list(
+      canary_spec.ALL_ITERATES_STATISTICS)
+  # The launcher's 'aggregate' is the noised update, DP-SGD's default.
+  assert _setting('--all_iterates_statistic=aggregate').training.statistic == (
+      'update') == dpsgd.TrainingConfig().statistic
+
+
+@pytest.mark.parametrize('old, new, field, value, expected', [
+    ('clip', 'clipping_norm', 'clip', '0.5', 0.5),
+    ('num_seen', 'num_canaries', 'num_seen', '30', 30),
+    ('num_unseen', 'num_unseen_canaries', 'num_unseen', '40', 40),
+    ('buffer_rounds', 'canary_buffer_rounds', 'buffer_rounds', '8', 8),
+    ('canary_statistic', 'all_iterates_statistic', 'statistic',
+     'model_delta', 'model_delta'),
+])
+def test_a_former_flag_name_still_works_and_prints_one_line(
+    capsys, old, new, field, value, expected):
+  assert compare_canife.DEPRECATED_FLAGS[old] == new
+  training = _setting(f'--{old}={value}').training
+  assert getattr(training, field) == expected
+  assert capsys.readouterr().err == f'--{old} is deprecated; use --{new}\n'
+
+
+def test_a_former_and_a_new_name_together_exit_2(capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    _setting('--num_seen=30', '--num_canaries=40')
+  assert exit_info.value.code == 2
+  assert '--num_seen' in capsys.readouterr().err

@@ -39,7 +39,7 @@ def _cosines(aggregates: np.ndarray) -> np.ndarray:
   return (aggregates @ rows.T) / np.linalg.norm(aggregates, axis=1)[:, None]
 
 
-def _config(buffer_rounds=3):
+def _spec(buffer_rounds=3):
   return canary_spec.CanarySpec(seed=_SEED, num_seen=_NUM_SEEN, num_unseen=_NUM_UNSEEN,
                          schedule=_SCHEDULE, buffer_rounds=buffer_rounds, chunk_size=2)
 
@@ -49,7 +49,7 @@ def export_run():
   """States and results of an external-tracking process (with DP noise)."""
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.05, clients_per_round=3.0, clip=1.0,
-      canary_config=_config())
+      spec=_spec())
   process = factory.create(tff.TensorType(np.float32, [_DIM]))
   rng = np.random.default_rng(8)
   clients = [rng.normal(size=_DIM).astype(np.float32) for _ in range(2)]
@@ -79,7 +79,7 @@ def test_export_state_holds_the_round_aggregate(export_run):
 def test_tracker_maxima_exact_after_every_round(export_run):
   states, results, _ = export_run
   cosines = _cosines(results)
-  tracker = cosine_tracking.CosineTracker(_config(), _DIM)
+  tracker = cosine_tracking.CosineTracker(_spec(), _DIM)
   reported = []
   for t, state in enumerate(states):
     reported.extend(tracker.observe(state))
@@ -87,13 +87,13 @@ def test_tracker_maxima_exact_after_every_round(export_run):
     want = cosines[:t + 1].max(axis=0)
     np.testing.assert_allclose(maxima.seen, want[:_NUM_SEEN], atol=1e-6)
     np.testing.assert_allclose(maxima.unseen, want[_NUM_SEEN:], atol=1e-6)
-  # Blocks of 3: rounds 0-5 were reported by observe, round 6 by flush.
-  assert [s.round_num for s in reported] == list(range(6))
+  # Blocks of 3: training rounds 1-6 were reported by observe, 7 by flush.
+  assert [s.round_num for s in reported] == list(range(1, 7))
   reported.extend(tracker.flush())
-  assert [s.round_num for s in reported] == list(range(_ROUNDS))
+  assert [s.round_num for s in reported] == list(range(1, _ROUNDS + 1))
   for summary in reported:
-    seen = cosines[summary.round_num, :_NUM_SEEN]
-    unseen = cosines[summary.round_num, _NUM_SEEN:]
+    seen = cosines[summary.round_num - 1, :_NUM_SEEN]
+    unseen = cosines[summary.round_num - 1, _NUM_SEEN:]
     np.testing.assert_allclose(
         summary[1:], [seen.mean(), seen.max(), unseen.mean(), unseen.max()],
         atol=1e-6)
@@ -101,14 +101,14 @@ def test_tracker_maxima_exact_after_every_round(export_run):
 
 def test_tracker_resumes_exactly_from_its_state(export_run):
   states, _, _ = export_run
-  uninterrupted = cosine_tracking.CosineTracker(_config(), _DIM)
-  first = cosine_tracking.CosineTracker(_config(), _DIM)
+  uninterrupted = cosine_tracking.CosineTracker(_spec(), _DIM)
+  first = cosine_tracking.CosineTracker(_spec(), _DIM)
   for state in states[:4]:
     uninterrupted.observe(state)
     first.observe(state)
   saved = first.state()
   assert saved.rounds_observed == 4 and saved.pending.shape == (1, _DIM)
-  resumed = cosine_tracking.CosineTracker(_config(), _DIM, state=saved)
+  resumed = cosine_tracking.CosineTracker(_spec(), _DIM, state=saved)
   for state in states[4:]:
     uninterrupted.observe(state)
     resumed.observe(state)
@@ -122,12 +122,12 @@ def test_tracker_resumes_after_an_early_flush(export_run):
   # flush() mid-block (e.g. at a checkpoint) shifts the blocks; the state
   # still resumes to the same maxima.
   states, results, _ = export_run
-  tracker = cosine_tracking.CosineTracker(_config(), _DIM)
+  tracker = cosine_tracking.CosineTracker(_spec(), _DIM)
   for state in states[:2]:
     tracker.observe(state)
-  assert [s.round_num for s in tracker.flush()] == [0, 1]
+  assert [s.round_num for s in tracker.flush()] == [1, 2]
   tracker.observe(states[2])
-  resumed = cosine_tracking.CosineTracker(_config(), _DIM,
+  resumed = cosine_tracking.CosineTracker(_spec(), _DIM,
                                           state=tracker.state())
   for state in states[3:]:
     resumed.observe(state)
@@ -140,14 +140,14 @@ def test_tracker_resumes_after_an_early_flush(export_run):
 
 def test_tracker_rejects_skipped_rounds_and_bad_states(export_run):
   states, _, _ = export_run
-  tracker = cosine_tracking.CosineTracker(_config(), _DIM)
+  tracker = cosine_tracking.CosineTracker(_spec(), _DIM)
   with pytest.raises(ValueError, match='round 1 but the tracker expects'):
     tracker.observe(states[1])
   with pytest.raises(ValueError, match='dim'):
-    cosine_tracking.CosineTracker(_config(), 0)
+    cosine_tracking.CosineTracker(_spec(), 0)
   with pytest.raises(ValueError, match='state does not match'):
     cosine_tracking.CosineTracker(
-        _config(), _DIM,
+        _spec(), _DIM,
         state=cosine_tracking.TrackerState(
             rounds_observed=2, cosine_maxima=np.zeros(_NUM_SEEN + _NUM_UNSEEN),
             pending=np.zeros((3, _DIM))))
@@ -162,7 +162,7 @@ def test_tracker_fed_aggregates_directly_equals_fed_states(export_run):
   # A trainer without TFF (baselines.dpsgd) feeds the aggregates themselves,
   # with a CanarySpec without a schedule.
   states, results, _ = export_run
-  from_states = cosine_tracking.CosineTracker(_config(), _DIM)
+  from_states = cosine_tracking.CosineTracker(_spec(), _DIM)
   direct = cosine_tracking.CosineTracker(
       canary_spec.CanarySpec(_SEED, _NUM_SEEN, _NUM_UNSEEN,
                              buffer_rounds=3, chunk_size=2), _DIM)
@@ -218,11 +218,11 @@ def test_tracker_with_tff_learning_matches_model_deltas():
                     tf.TensorSpec([None], tf.int32)),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
-  config = canary_spec.CanarySpec(seed=_SEED, num_seen=3, num_unseen=3,
-                                  schedule=[[0], [1, 2], []], buffer_rounds=2)
+  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=3, num_unseen=3,
+                                schedule=[[0], [1, 2], []], buffer_rounds=2)
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.1, clients_per_round=3.0, clip=0.5,
-      canary_config=config)
+      spec=spec)
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.3),
@@ -235,7 +235,7 @@ def test_tracker_with_tff_learning_matches_model_deltas():
            rng.integers(0, classes, size=8).astype(np.int32))).batch(4)
       for _ in range(2)
   ]
-  tracker = cosine_tracking.CosineTracker(config, dim)
+  tracker = cosine_tracking.CosineTracker(spec, dim)
   weights = []
   with runtime.local_cpp_context():
     state = process.initialize()

@@ -146,12 +146,12 @@ def _two_rounds(process, data):
 
 
 def test_fed_avg_rounds_match_one_process():
-  config = canary_spec.CanarySpec(seed=5, num_seen=2, num_unseen=2,
-                                  schedule=[[0], []])
+  spec = canary_spec.CanarySpec(seed=5, num_seen=2, num_unseen=2,
+                                schedule=[[0], []])
   # Seeded DP noise: the same round seeds in every runtime.
   factory = ca.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=0.1, clients_per_round=float(_NUM_CLIENTS), clip=0.5,
-      canary_config=config, noise_seed=7)
+      spec=spec, noise_seed=7)
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       _model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(

@@ -34,7 +34,8 @@ _RUN = textwrap.dedent('''
     import numpy as np
     sys.path.insert(0, sys.argv[1])
     from one_shot_epe import canary_spec, client_arrays, participation
-    from one_shot_epe.jax_engine import models, optimizers, training
+    from one_shot_epe import run_plan
+    from one_shot_epe.jax_engine import checkpoints, models, training
     arrays = client_arrays.synthetic_emnist(8, 6, seed=2, sizes='realistic')
     arrays = client_arrays.ClientArrays(
         kind='emnist', client_ids=arrays.client_ids, offsets=arrays.offsets,
@@ -42,19 +43,20 @@ _RUN = textwrap.dedent('''
                   'label': arrays.features['label'] % 5})
     spec = canary_spec.CanarySpec(seed=3, num_seen=4, num_unseen=4,
                                   schedule=[[0, 1], [2], [3]])
-    plan = training.Plan(
-        model=models.EmnistCnn(conv1_filters=2, conv2_filters=2,
-                               dense_units=4, num_classes=5, image_size=8),
-        train=arrays, test=arrays,
-        sampler=participation.ShuffledEpochs(8, 4, seed=1), canaries=spec,
+    plan = run_plan.RunPlan(
+        sampler=participation.ShuffledEpochs(8, 4, seed=1), spec=spec,
         dp=canary_spec.DPAggregation(noise_multiplier=0.3,
                                      clients_per_round=4.5),
-        client_optimizer=optimizers.Optimizer('sgd', 0.1),
-        server_optimizer=optimizers.Optimizer('adam', 0.01),
-        batch_size=2, epochs=1, max_examples=None, total_rounds=3, seed=4)
+        delta=1e-3, client_optimizer=run_plan.OptimizerSpec('sgd', 0.1),
+        server_optimizer=run_plan.OptimizerSpec('adam', 0.01),
+        batch_size=2, epochs=1, max_examples=None, total_rounds=3, seed=4,
+        noise_seed=None, rounds_per_checkpoint=2)
+    model = models.EmnistCnn(conv1_filters=2, conv2_filters=2,
+                             dense_units=4, num_classes=5, image_size=8)
     assert len(jax.devices()) == processes, jax.devices()
     with tempfile.TemporaryDirectory() as directory:
-      outcome = training.train(plan, directory, rounds_per_checkpoint=2)
+      outcome = training.train(plan, model, arrays, arrays,
+                               checkpoints.NpzCheckpoints(directory))
     print('RESULT', json.dumps({
         'processes': jax.process_count(),
         'final': outcome.final_cosines.tolist(),

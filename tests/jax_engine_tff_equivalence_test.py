@@ -94,18 +94,19 @@ def _tff_rounds(factory, rounds: int):
   return initial, _flat(state.global_model_weights.trainable), aggregates
 
 
-def _jax_rounds(config: canary_spec.DPAggregation, initial, canary_audit, rounds: int):
+def _jax_rounds(dp: canary_spec.DPAggregation, initial, canary_audit,
+                rounds: int):
   engine = fedavg.RoundEngine(
       linear_loss, optimizers.Optimizer('sgd', CLIENT_LR),
       optimizers.Optimizer('sgdm', SERVER_LR, momentum=SERVER_MOMENTUM),
-      config, client_dropout=False)
-  seen = canary_spec.seen_ids(canary_audit.canary_config.num_seen)
+      dp, client_dropout=False)
+  seen = canary_spec.seen_ids(canary_audit.spec.num_seen)
   directions = np.stack([canaries.canary(11, int(j), DIM).numpy()
                          for j in seen])
   state = engine.init_state([np.asarray(w) for w in initial])
   aggregates, clips = [], []
   for t in range(rounds):
-    inserted = set(canary_audit.canary_config.schedule[t])
+    inserted = set(canary_audit.spec.schedule[t])
     mask = np.asarray([j in inserted for j in seen], np.float32)
     state, output = engine(state, _jax_batches(t), directions, mask,
                            jax.random.PRNGKey(t))
@@ -122,16 +123,16 @@ def test_noise_free_rounds_equal_the_tff_path(adaptive):
     factory = canary_audit.gaussian_adaptive(
         noise_multiplier=0.0, initial_l2_norm_clip=0.05,
         target_unclipped_quantile=0.5, learning_rate=0.2)
-    config = canary_spec.DPAggregation(noise_multiplier=0.0, clients_per_round=cohort,
-                                       initial_clip=0.05,
-                                       target_unclipped_quantile=0.5,
-                                       clip_learning_rate=0.2)
+    dp = canary_spec.DPAggregation(noise_multiplier=0.0,
+                                   clients_per_round=cohort, initial_clip=0.05,
+                                   target_unclipped_quantile=0.5,
+                                   clip_learning_rate=0.2)
   else:
     factory = canary_audit.gaussian_fixed(noise_multiplier=0.0, clip=0.05)
-    config = canary_spec.DPAggregation(noise_multiplier=0.0, clients_per_round=cohort,
-                                       clip=0.05)
+    dp = canary_spec.DPAggregation(noise_multiplier=0.0,
+                                   clients_per_round=cohort, clip=0.05)
   initial, tff_final, tff_aggregates = _tff_rounds(factory, ROUNDS)
-  jax_final, jax_aggregates, directions = _jax_rounds(config, initial,
+  jax_final, jax_aggregates, directions = _jax_rounds(dp, initial,
                                                       canary_audit, ROUNDS)
   assert np.linalg.norm(tff_final - _flat(initial)) > 0.01  # It trained.
   np.testing.assert_allclose(jax_final, tff_final, rtol=1e-4, atol=1e-6)

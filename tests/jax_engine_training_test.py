@@ -1,68 +1,132 @@
 """Tests of one_shot_epe.jax_engine.training: a whole run's shapes and costs.
 
 Independent truths: the two local-training strategies against each other on
-the same run, the examples counted from the clients' sizes, and the bound on
-compilations whatever the cohort sizes (Poisson sampling draws a new one
-every round).
+the same run, a resumed run against an uninterrupted one, the order of the
+reports from the buffer and checkpoint rhythm, the examples counted from the
+clients' sizes, and the bound on compilations whatever the cohort sizes
+(Poisson sampling draws a new one every round).
 """
 
-import dataclasses
+import os
 
 import numpy as np
 import pytest
 
+from one_shot_epe import checkpoint_store
 from one_shot_epe import canary_spec
 from one_shot_epe import client_arrays
 from one_shot_epe import participation
+from one_shot_epe import round_record
+from one_shot_epe import run_plan
+from one_shot_epe.jax_engine import checkpoints
 from one_shot_epe.jax_engine import models
-from one_shot_epe.jax_engine import optimizers
 from one_shot_epe.jax_engine import training
 
+_MODEL = models.EmnistCnn(conv1_filters=2, conv2_filters=2, dense_units=4,
+                          num_classes=5, image_size=8)
 
-def _plan(**overrides) -> training.Plan:
+
+def _arrays() -> client_arrays.ClientArrays:
   arrays = client_arrays.synthetic_emnist(12, 9, seed=2, sizes='realistic')
-  arrays = client_arrays.ClientArrays(
+  return client_arrays.ClientArrays(
       kind='emnist', client_ids=arrays.client_ids, offsets=arrays.offsets,
       features={'pixels': arrays.features['pixels'][:, :8, :8],
                 'label': arrays.features['label'] % 5})
+
+
+def _plan(**overrides) -> run_plan.RunPlan:
   settings = dict(
-      model=models.EmnistCnn(conv1_filters=2, conv2_filters=2, dense_units=4,
-                             num_classes=5, image_size=8),
-      train=arrays, test=arrays,
       sampler=participation.PoissonSampling(12, 4.0, seed=1),
-      canaries=canary_spec.CanarySpec(seed=3, num_seen=4, num_unseen=4,
-                                      schedule=[[0], [1, 2], [], [3], []],
-                                      buffer_rounds=2),
+      spec=canary_spec.CanarySpec(seed=3, num_seen=4, num_unseen=4,
+                                  schedule=[[0], [1, 2], [], [3], []],
+                                  buffer_rounds=2),
       dp=canary_spec.DPAggregation(noise_multiplier=0.3,
                                    clients_per_round=4.8),
-      client_optimizer=optimizers.Optimizer('sgd', 0.1),
-      server_optimizer=optimizers.Optimizer('sgd', 1.0),
-      batch_size=2, epochs=1, max_examples=None, total_rounds=5, seed=4)
+      delta=1e-3,
+      client_optimizer=run_plan.OptimizerSpec('sgd', 0.1),
+      server_optimizer=run_plan.OptimizerSpec('sgd', 1.0),
+      batch_size=2, epochs=1, max_examples=None, total_rounds=5, seed=4,
+      noise_seed=None, rounds_per_checkpoint=3)
   settings.update(overrides)
-  return training.Plan(**settings)
+  return run_plan.RunPlan(**settings)
+
+
+class _Recorder:
+  """A `round_record.RoundObserver` keeping everything it is told, in order."""
+
+  def __init__(self):
+    self.events = []
+
+  def on_round(self, record: round_record.RoundRecord) -> None:
+    self.events.append(record)
+
+  def on_cosines(self, cosines) -> None:
+    self.events.extend(cosines)
+
+
+def _train(directory: str, **kwargs):
+  stats = training.RunStats()
+  recorder = _Recorder()
+  store = checkpoints.NpzCheckpoints(directory)
+  outcome = training.train(_plan(), _MODEL, _arrays(), _arrays(), store,
+                           recorder, stats=stats, **kwargs)
+  return outcome, stats, recorder.events
 
 
 @pytest.fixture(scope='module', name='runs')
 def fixture_runs(tmp_path_factory):
-  runs = {}
-  for strategy in ('loop', 'vmap'):
-    stats = training.RunStats()
-    cosines = []
-    outcome = training.train(
-        _plan(local_training=strategy), str(tmp_path_factory.mktemp(strategy)),
-        rounds_per_checkpoint=3, on_cosines=cosines.extend, stats=stats)
-    runs[strategy] = (outcome, stats, cosines)
-  return runs
+  return {strategy: _train(str(tmp_path_factory.mktemp(strategy)),
+                           local_training=strategy)
+          for strategy in ('loop', 'vmap')}
+
+
+def _cosines(events):
+  return [e for e in events if isinstance(e, round_record.CanaryCosines)]
 
 
 def test_both_strategies_give_the_same_run(runs):
-  (loop, _, loop_rows), (vmap, _, vmap_rows) = runs['loop'], runs['vmap']
+  (loop, _, loop_events), (vmap, _, vmap_events) = runs['loop'], runs['vmap']
   for field in ('final_cosines', 'seen_maxima', 'unseen_maxima'):
     np.testing.assert_allclose(getattr(loop, field), getattr(vmap, field),
                                rtol=1e-4, atol=1e-6)
+  loop_rows, vmap_rows = _cosines(loop_events), _cosines(vmap_events)
   assert [row.round_num for row in loop_rows] == [1, 2, 3, 4, 5]
   np.testing.assert_allclose([row.seen_max for row in loop_rows],
                              [row.seen_max for row in vmap_rows], atol=1e-6)
+
+
+def test_rounds_are_reported_before_their_cosines_and_checkpoints(runs):
+  # Buffer of 2, checkpoints at 0, 3, 5: blocks {1, 2}, {3} (flushed at the
+  # checkpoint), {4, 5}; each round's record precedes its cosines.
+  _, _, events = runs['loop']
+  order = [(type(e).__name__, e.round_num) for e in events]
+  assert order == [('RoundRecord', 1), ('RoundRecord', 2),
+                   ('CanaryCosines', 1), ('CanaryCosines', 2),
+                   ('RoundRecord', 3), ('CanaryCosines', 3),
+                   ('RoundRecord', 4), ('RoundRecord', 5),
+                   ('CanaryCosines', 4), ('CanaryCosines', 5)]
+  record = events[0]
+  assert list(record.metrics) == ['clip', 'aggregate_norm',
+                                  'canaries_inserted', 'num_clients',
+                                  'training_time_in_seconds']
+  assert record.clip == record.metrics['clip'] and record.seconds > 0
+  assert record.metrics['canaries_inserted'] == 1  # schedule[0] == [0].
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one(runs, tmp_path):
+  directory = str(tmp_path / 'checkpoints')
+  _train(directory, local_training='loop')
+  store = checkpoints.NpzCheckpoints(directory)
+  assert store.rounds() == [0, 3, 5] and store.latest() == 5
+  os.remove(os.path.join(directory, 'round_00000005.npz'))
+  resumed, _, events = _train(directory, local_training='loop')
+  assert (resumed.resumed_from_round, resumed.rounds_trained) == (3, 2)
+  assert [e.round_num for e in events
+          if isinstance(e, round_record.RoundRecord)] == [4, 5]
+  uninterrupted = runs['loop'][0]
+  for field in ('final_cosines', 'seen_maxima', 'unseen_maxima'):
+    np.testing.assert_array_equal(getattr(resumed, field),
+                                  getattr(uninterrupted, field))
 
 
 def test_compilations_are_bounded_whatever_the_cohorts(runs):
@@ -75,7 +139,7 @@ def test_compilations_are_bounded_whatever_the_cohorts(runs):
 
 def test_padding_is_counted_from_the_clients_sizes(runs):
   plan = _plan()
-  sizes = plan.train.client_sizes()
+  sizes = _arrays().client_sizes()
   real = sum(int(sizes[plan.sampler.indices(t)].sum()) for t in range(5))
   steps = sum(int(np.ceil(sizes[plan.sampler.indices(t)] / 2).sum())
               for t in range(5))
@@ -91,5 +155,14 @@ def test_padding_is_counted_from_the_clients_sizes(runs):
 
 def test_bad_local_training_is_named():
   with pytest.raises(ValueError, match='local_training'):
-    training.round_engine(dataclasses.replace(_plan(),
-                                              local_training='scan'))
+    training.round_engine(_plan(), _MODEL, local_training='scan')
+
+
+def test_damaged_newest_checkpoint_is_named(tmp_path):
+  store = checkpoints.NpzCheckpoints(str(tmp_path))
+  store.verify()  # Nothing to check.
+  with open(tmp_path / 'round_00000002.npz', 'wb') as stream:
+    stream.write(b'PK not a zip')
+  with pytest.raises(checkpoint_store.CheckpointError,
+                     match='round_00000002.npz.*does not read back'):
+    store.verify()

@@ -11,8 +11,10 @@ import os
 import subprocess
 import sys
 
+from experiments import grid
 from experiments import reproduce
 from one_shot_epe import run_directory
+from one_shot_epe import run_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _WITHOUT_TF = '''
@@ -48,15 +50,20 @@ def test_jax_grid_runs_without_tensorflow_and_reruns_nothing(tmp_path):
     results = json.load(f)
   assert len(results) == len(_NOISES)
   for noise in _NOISES:
-    run_dir = tmp_path / reproduce.RUNS_DIR / f'noise{noise}_rep1'
+    run_dir = tmp_path / grid.RUNS_DIR / f'noise{noise}_rep1'
     with open(run_dir / run_directory.REPORT_JSON_FILE, encoding='utf-8') as f:
       report = json.load(f)
     assert report['setting']['backend'] == 'jax'
     assert report['noise_multiplier'] == float(noise)
     assert report in [entry['report'] for entry in results], noise
+    # The JAX engine's report reads back as the same typed report.
+    typed = run_report.RunReport.read(
+        str(run_dir / run_directory.REPORT_JSON_FILE))
+    assert typed.to_dict() == report
+    assert run_report.RunReport.from_dict(typed.to_dict()) == typed
   # The rerun finds every report written and trains nothing.
   mtimes = {path: os.path.getmtime(path) for path in
-            tmp_path.glob(f'{reproduce.RUNS_DIR}/*/checkpoints/*')}
+            tmp_path.glob(f'{grid.RUNS_DIR}/*/checkpoints/*')}
   rerun = _reproduce(str(tmp_path))
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert mtimes and mtimes == {path: os.path.getmtime(path) for path in mtimes}

@@ -10,6 +10,7 @@ values, and a bad --scale exits with status 2 before writing anything.
 """
 
 import csv
+import glob
 import json
 import os
 import subprocess
@@ -18,10 +19,12 @@ import sys
 import matplotlib.image
 import pytest
 
+from experiments import grid as grid_lib
 from experiments import reproduce
 from experiments import train_config
 from one_shot_epe import estimation
 from one_shot_epe import run_directory
+from one_shot_epe import run_report
 
 import programs
 
@@ -59,7 +62,7 @@ def _reports(output_dir: str) -> dict[tuple[str, str], dict]:
   reports = {}
   for noise in _NOISES:
     for repeats in _REPETITIONS:
-      path = os.path.join(output_dir, reproduce.RUNS_DIR,
+      path = os.path.join(output_dir, grid_lib.RUNS_DIR,
                           f'noise{noise}_rep{repeats}', run_directory.REPORT_JSON_FILE)
       with open(path, encoding='utf-8') as stream:
         reports[(noise, repeats)] = json.load(stream)
@@ -88,7 +91,7 @@ def _table_rows(text: str) -> dict[str, dict[tuple[str, str], list[str]]]:
 
 
 def _summary(stdout: str) -> list[str]:
-  """The lines of the terminal's privacy table (`reproduce.summary_table`)."""
+  """The lines of the terminal's privacy table (`grid_tables.summary_table`)."""
   start = stdout.index("**Privacy of the grid's runs**")
   return stdout[start:].split('\n\n**Table 6')[0].splitlines()
 
@@ -105,7 +108,7 @@ def test_every_grid_point_ran_in_its_own_directory(grid):
   output_dir, _ = grid
   for noise in _NOISES:
     for repeats in _REPETITIONS:
-      with open(os.path.join(output_dir, reproduce.RUNS_DIR,
+      with open(os.path.join(output_dir, grid_lib.RUNS_DIR,
                              f'noise{noise}_rep{repeats}', run_directory.CONFIG_FILE),
                 encoding='utf-8') as stream:
         config = json.load(stream)
@@ -177,7 +180,7 @@ def test_anderson_table_recomputes_from_cosine_csvs(grid):
   for line in lines:
     noise, repeats, final, seen, unseen = [
         cell.strip() for cell in line.strip('|').split('|')]
-    run_dir = os.path.join(output_dir, reproduce.RUNS_DIR,
+    run_dir = os.path.join(output_dir, grid_lib.RUNS_DIR,
                            f'noise{noise}_rep{repeats}')
     expected = (
         estimation.anderson_darling(_column(
@@ -212,7 +215,7 @@ def test_accuracy_table_compares_runs_with_and_without_canaries(grid):
   assert len(lines) == 2 + len(_NOISES)
   for line, noise in zip(lines[2:], _NOISES):
     cells = [cell.strip() for cell in line.strip('|').split('|')]
-    run_dir = os.path.join(output_dir, reproduce.RUNS_DIR,
+    run_dir = os.path.join(output_dir, grid_lib.RUNS_DIR,
                            f'noise{noise}_nocanaries')
     with open(os.path.join(run_dir, run_directory.CONFIG_FILE),
               encoding='utf-8') as stream:
@@ -262,6 +265,26 @@ def test_table5_pools_the_runs_final_cosines(grid):
       assert rows[(noise, arm)][-1] == '1'
 
 
+def test_every_report_json_reads_back_as_the_same_typed_report(grid):
+  output_dir, _ = grid
+  paths = sorted(glob.glob(os.path.join(
+      output_dir, '*', '*', run_directory.REPORT_JSON_FILE)))
+  # 4 grid runs and per noise 1 + 2 Table 5 runs (none without canaries).
+  assert len(paths) == 10
+  for path in paths:
+    with open(path, encoding='utf-8') as stream:
+      text = stream.read()
+    report = run_report.RunReport.read(path)
+    assert report.to_json() + '\n' == text, path
+    assert run_report.RunReport.from_dict(report.to_dict()) == report
+  # Noise 0: the analytical eps, written as null, reads back infinite.
+  report = run_report.RunReport.read(os.path.join(
+      output_dir, grid_lib.RUNS_DIR, 'noise0_rep1',
+      run_directory.REPORT_JSON_FILE))
+  assert report.analytical_epsilon == float('inf')
+  assert report.all_iterates is not None
+
+
 def test_figures_are_png_images(grid):
   output_dir, stdout = grid
   for name in (reproduce.DENSITY_FILE, reproduce.EPSILON_FINAL_FILE,
@@ -278,7 +301,7 @@ def test_rerun_skips_finished_runs(grid):
   output_dir, stdout = grid
   # 4 grid runs, 2 without canaries, and per noise 1 + 2 Table 5 runs.
   assert stdout.count('Running ') == 12
-  report = os.path.join(output_dir, reproduce.RUNS_DIR, 'noise0_rep1',
+  report = os.path.join(output_dir, grid_lib.RUNS_DIR, 'noise0_rep1',
                         run_directory.REPORT_JSON_FILE)
   before = os.stat(report).st_mtime_ns
   completed = _reproduce(*_TINY, f'--output_dir={output_dir}')
@@ -299,17 +322,17 @@ def test_bad_scale_exits_2_and_writes_nothing(tmp_path, scale):
 
 
 def test_parse_grid_reads_the_paper_grids(tmp_path):
-  assert reproduce.parse_grid(os.path.join(_REPO, 'configs', 'emnist.cfg')) == {
+  assert grid_lib.parse_grid(os.path.join(_REPO, 'configs', 'emnist.cfg')) == {
       'noise_multiplier': ['0', '0.0487', '0.0958', '0.2207'],
       'canary_repeats': ['1', '2', '4', '8']}
-  assert reproduce.parse_grid(
+  assert grid_lib.parse_grid(
       os.path.join(_REPO, 'configs', 'stackoverflow.cfg')) == {
           'noise_multiplier': ['0', '0.0496', '0.0986', '0.2317'],
           'canary_repeats': ['1', '2', '4', '8']}
   bad = tmp_path / 'bad.cfg'
   bad.write_text('# grid: --noise_multiplier\n')
   with pytest.raises(ValueError, match='grid line'):
-    reproduce.parse_grid(str(bad))
+    grid_lib.parse_grid(str(bad))
 
 
 def test_scale_shrinks_rounds_clients_and_canaries():
@@ -317,25 +340,25 @@ def test_scale_shrinks_rounds_clients_and_canaries():
                                   synthetic_num_clients=100,
                                   clients_per_round=10, total_rounds=20,
                                   num_canaries=100, num_unseen_canaries=100)
-  half = reproduce.scale_config(demo, 0.5)
+  half = grid_lib.scale_config(demo, 0.5)
   assert (half.total_rounds, half.clients_per_round,
           half.synthetic_num_clients, half.num_canaries,
           half.num_unseen_canaries) == (10, 5, 50, 50, 50)
-  tiny = reproduce.scale_config(demo, 0.001)
+  tiny = grid_lib.scale_config(demo, 0.001)
   assert (tiny.total_rounds, tiny.clients_per_round,
           tiny.synthetic_num_clients, tiny.num_canaries,
           tiny.num_unseen_canaries) == (1, 1, 1, 2, 2)
   real = train_config.TrainConfig(data_dir='/data', clients_per_round=101,
                                   train_epochs=15, num_canaries=1000,
                                   num_unseen_canaries=0)
-  fifth = reproduce.scale_config(real, 0.2)
+  fifth = grid_lib.scale_config(real, 0.2)
   assert (fifth.train_epochs, fifth.clients_per_round,
           fifth.synthetic_num_clients, fifth.num_canaries,
           fifth.num_unseen_canaries) == (3, 20, 100, 200, 0)
-  assert reproduce.scale_config(real, 1.0) == real
+  assert grid_lib.scale_config(real, 1.0) == real
   for scale in (0.0, -0.5, 1.01, float('nan')):
     with pytest.raises(ValueError, match='--scale'):
-      reproduce.scale_config(real, scale)
+      grid_lib.scale_config(real, scale)
 
 
 @pytest.mark.parametrize('flag, message', [

@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 from one_shot_epe import atomic_io
+from one_shot_epe import checkpoint_store
 from one_shot_epe import run_directory
 from one_shot_epe import run_lock
 
@@ -24,18 +25,30 @@ def _accept(saved):
   del saved
 
 
-def _no_checkpoints(directory):
-  del directory
+class _Checkpoints:
+  """A `checkpoint_store.CheckpointStore` that records what it is asked."""
+
+  def __init__(self, error: Exception | None = None):
+    self.calls = []
+    self._error = error
+
+  def verify(self):
+    self.calls.append('verify')
+    if self._error is not None:
+      raise self._error
+
+  def remove_partial(self):
+    self.calls.append('remove_partial')
 
 
 def test_new_empty_and_locked_only_directories_may_hold_a_run(tmp_path):
   run_dir = str(tmp_path / 'run')
   run_directory.check(run_dir, accept_config=_accept,
-                      verify_checkpoints=_no_checkpoints)
+                      checkpoints=_Checkpoints())
   os.mkdir(run_dir)
   open(os.path.join(run_dir, run_lock.LOCK_FILE), 'w').close()
   run_directory.check(run_dir, accept_config=_accept,
-                      verify_checkpoints=_no_checkpoints)
+                      checkpoints=_Checkpoints())
 
 
 def test_other_files_root_files_and_unreadable_configs_are_named(tmp_path):
@@ -45,18 +58,18 @@ def test_other_files_root_files_and_unreadable_configs_are_named(tmp_path):
   with pytest.raises(run_directory.RunDirectoryError,
                      match='not empty and holds no config.json') as caught:
     run_directory.check(str(run_dir), accept_config=_accept,
-                        verify_checkpoints=_no_checkpoints)
+                        checkpoints=_Checkpoints())
   assert caught.value.flag == 'run_name'
   (run_dir / 'config.json').write_text('{not json')
   with pytest.raises(run_directory.RunDirectoryError, match='cannot read'):
     run_directory.check(str(run_dir), accept_config=_accept,
-                        verify_checkpoints=_no_checkpoints)
+                        checkpoints=_Checkpoints())
   root = tmp_path / 'file'
   root.write_text('')
   with pytest.raises(run_directory.RunDirectoryError,
                      match='not a directory') as caught:
     run_directory.check(str(root / 'run'), accept_config=_accept,
-                        verify_checkpoints=_no_checkpoints)
+                        checkpoints=_Checkpoints())
   assert caught.value.flag == 'root_output_dir'
 
 
@@ -69,14 +82,12 @@ def test_a_saved_run_is_checked_by_the_callers_rules(tmp_path):
   def accept(saved):
     seen.append(saved)
 
-  def verify(directory):
-    seen.append(directory)
-    raise ValueError('checkpoint 4 is damaged')
-
-  with pytest.raises(ValueError, match='damaged'):
+  store = _Checkpoints(
+      checkpoint_store.CheckpointError('checkpoint 4 is damaged'))
+  with pytest.raises(checkpoint_store.CheckpointError, match='damaged'):
     run_directory.check(str(run_dir), accept_config=accept,
-                        verify_checkpoints=verify)
-  assert seen == [{'seed': 1}, str(run_dir / 'checkpoints')]
+                        checkpoints=store)
+  assert seen == [{'seed': 1}] and store.calls == ['verify']
 
 
 def test_checkpoint_rounds_are_zero_the_multiples_and_the_last():
@@ -113,9 +124,10 @@ def test_owned_directory_is_locked_rechecked_and_cleaned(tmp_path):
   leftover = os.path.join(run_dir, atomic_io.TEMPORARY_PREFIX + 'x')
   open(leftover, 'w').close()
   calls = []
+  store = _Checkpoints()
   with run_directory.owned(run_dir, recheck=lambda: calls.append('check'),
-                           remove_leftovers=calls.append):
-    assert calls == ['check', run_dir]
+                           checkpoints=store):
+    assert calls == ['check'] and store.calls == ['remove_partial']
     assert not os.path.exists(leftover)
     with pytest.raises(run_lock.RunLockedError):
       with run_lock.acquire(run_dir):
@@ -124,10 +136,18 @@ def test_owned_directory_is_locked_rechecked_and_cleaned(tmp_path):
     pass
 
 
-def test_per_round_rows_read_back_up_to_a_round(tmp_path):
+@pytest.mark.parametrize('line_end', ['\n', '\r\n'])
+def test_per_round_rows_read_back_up_to_a_round(tmp_path, line_end):
   path = str(tmp_path / 'rows.csv')
-  assert run_directory.read_rounds(path, 3) == []
+  assert run_directory.read_rounds(path, 3) == ([], [])
   rows = [{'round': t, 'x': t / 2} for t in range(1, 6)]
-  run_directory.write_rounds(path, ('round', 'x'), rows)
-  assert run_directory.read_rounds(path, 3) == [
-      {'round': str(t), 'x': str(t / 2)} for t in range(1, 4)]
+  rows[0] = {'round': 1}  # A missing field is left empty.
+  run_directory.write_rounds(path, ('round', 'y', 'x'), rows,
+                             run_directory.CsvFormat(False, line_end))
+  with open(path, 'rb') as stream:
+    assert stream.read().startswith(
+        f'round,y,x{line_end}1,,{line_end}2,,1.0{line_end}'.encode())
+  assert run_directory.read_rounds(path, 3) == (
+      ['round', 'y', 'x'],
+      [{'round': '1', 'y': '', 'x': ''}] +
+      [{'round': str(t), 'y': '', 'x': str(t / 2)} for t in range(2, 4)])

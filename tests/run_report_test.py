@@ -145,3 +145,74 @@ def test_without_sampling_a_client_is_accounted_in_every_round():
   assert report.accounted_epsilon == pytest.approx(exact, rel=1e-3)
   assert report.accounted_epsilon >= exact * (1 - 1e-9)
   assert 'every one of 50 rounds' in report.accounted_mechanism
+
+
+def _round_trip_cases():
+  """Reports as the launchers build them: each kind of reference and model."""
+  dim = 10**5
+  final, seen, unseen = _cosines(10, 2.0), _cosines(11, 4.0), _cosines(12, 1.0)
+  participation = accounting.Participation('bernoulli', 20, 200, 30)
+  common = dict(final_cosines=final, dim=dim, delta=1e-5)
+  return {
+      # No noise: every reference infinite, written as None.
+      'no noise, with rounds': dict(common, noise_multiplier=0.0, rounds=30,
+                                    seen_maxima=seen, unseen_maxima=unseen),
+      # Nothing but the final model: the references are not computed.
+      'final only': dict(common, noise_multiplier=1.0, accuracy=None),
+      'all iterates, sampled': dict(
+          common, noise_multiplier=0.8, seen_maxima=seen,
+          unseen_maxima=unseen, final_unseen_cosines=unseen,
+          canary_presentations=4, participation=participation, accuracy=0.5,
+          setting={'task': 'emnist_character', 'clients_per_round': 10}),
+      'saturated': dict(common, noise_multiplier=0.5, rounds=10,
+                        seen_maxima=np.linspace(0.5, 0.6, 50),
+                        unseen_maxima=np.linspace(0.0, 0.1, 50)),
+  }
+
+
+@pytest.mark.parametrize('case', sorted(_round_trip_cases()))
+def test_from_dict_undoes_to_dict(case, tmp_path):
+  report = run_report.build_run_report(**_round_trip_cases()[case])
+  text = report.to_json()
+  back = run_report.RunReport.from_dict(json.loads(text))
+  assert back == report
+  # inf and None are told apart: the mechanism says a reference was computed.
+  assert back.analytical_epsilon == report.analytical_epsilon
+  assert back.accounted_epsilon == report.accounted_epsilon
+  assert back.last_iterate_epsilon == report.last_iterate_epsilon
+  assert back.to_json() == text
+  report.write(str(tmp_path / 'r.json'), str(tmp_path / 'r.md'))
+  assert run_report.RunReport.read(str(tmp_path / 'r.json')) == report
+
+
+def test_from_dict_keeps_infinite_and_missing_references_apart():
+  cases = _round_trip_cases()
+  no_noise = run_report.RunReport.from_dict(json.loads(
+      run_report.build_run_report(**cases['no noise, with rounds']).to_json()))
+  assert math.isinf(no_noise.analytical_epsilon)
+  assert math.isinf(no_noise.accounted_epsilon)
+  assert math.isinf(no_noise.last_iterate_epsilon)
+  final_only = run_report.RunReport.from_dict(json.loads(
+      run_report.build_run_report(**cases['final only']).to_json()))
+  assert final_only.accounted_epsilon is None
+  assert final_only.last_iterate_epsilon is None
+  assert final_only.all_iterates is None
+  assert final_only.accuracy is None
+
+
+def test_from_dict_rejects_what_is_not_a_report(tmp_path):
+  fields = json.loads(run_report.build_run_report(
+      **_round_trip_cases()['final only']).to_json())
+  with pytest.raises(ValueError, match=r"missing keys \['accuracy'\]"):
+    run_report.RunReport.from_dict(
+        {k: v for k, v in fields.items() if k != 'accuracy'})
+  with pytest.raises(ValueError, match=r"unknown keys \['extra'\]"):
+    run_report.RunReport.from_dict(dict(fields, extra=1))
+  final = dict(fields['final'])
+  del final['auroc']
+  with pytest.raises(ValueError, match='missing'):
+    run_report.RunReport.from_dict(dict(fields, final=final))
+  path = tmp_path / 'report.json'
+  path.write_text('[1, 2]')
+  with pytest.raises(ValueError, match='report.json'):
+    run_report.RunReport.read(str(path))

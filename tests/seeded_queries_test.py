@@ -186,17 +186,17 @@ _TFF_DIM = 3000
 
 
 def _aggregator_results(noise_seed, adaptive):
-  config = canary_spec.CanarySpec(seed=3, num_seen=4, num_unseen=0,
-                                  schedule=[[0, 1], [2], [3]])
+  spec = canary_spec.CanarySpec(seed=3, num_seen=4, num_unseen=0,
+                                schedule=[[0, 1], [2], [3]])
   if adaptive:
     factory = ca.CanaryDPFactory.gaussian_adaptive(
-        noise_multiplier=0.5, clients_per_round=4.0, canary_config=config,
+        noise_multiplier=0.5, clients_per_round=4.0, spec=spec,
         clipped_count_stddev=1.0,
         noise_seed=noise_seed)
   else:
     factory = ca.CanaryDPFactory.gaussian_fixed(
         noise_multiplier=0.5, clients_per_round=4.0, clip=1.0,
-        canary_config=config, noise_seed=noise_seed)
+        spec=spec, noise_seed=noise_seed)
   process = factory.create(tff.TensorType(np.float32, [_TFF_DIM]))
   rng = np.random.default_rng(0)
   clients = [rng.normal(size=_TFF_DIM).astype(np.float32) for _ in range(2)]
@@ -225,8 +225,8 @@ def test_unseeded_aggregator_runs_differ():
 
 
 def test_bad_noise_seed_raises():
-  config = canary_spec.CanarySpec(seed=3, num_seen=1, num_unseen=0, schedule=[[0]])
+  spec = canary_spec.CanarySpec(seed=3, num_seen=1, num_unseen=0, schedule=[[0]])
   with pytest.raises(ValueError, match='noise_seed'):
     ca.CanaryDPFactory.gaussian_fixed(noise_multiplier=1.0,
                                       clients_per_round=1.0, clip=1.0,
-                                      canary_config=config, noise_seed=-1)
+                                      spec=spec, noise_seed=-1)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from experiments import reproduce
+from experiments import grid
 from experiments import train
 from experiments import train_config
 from one_shot_epe import client_arrays
@@ -255,7 +255,7 @@ def test_demo_config_is_valid_real_and_light_on_canaries():
   assert (config.task, config.data_dir, config.use_synthetic_data) == (
       'fashion_mnist', _DATA_DIR, False)
   assert config.num_unseen_canaries == config.num_canaries >= 50
-  assert reproduce.parse_grid(_DEMO_CONFIG) == {
+  assert grid.parse_grid(_DEMO_CONFIG) == {
       'noise_multiplier': ['0', '0.0487', '0.2207']}
   # Canaries are under 6% of a round's expected participants, so that they
   # cost little accuracy.

@@ -12,9 +12,10 @@ from absl import flags
 import pytest
 import tensorflow as tf
 
-from experiments import reproduce
+from experiments import grid
 from experiments import train
 from experiments import train_config
+from one_shot_epe import canary_spec
 import programs
 import tiny_run
 
@@ -59,7 +60,7 @@ _BAD_CONFIGS = [
     (dict(sampling='poisson'), '--canary_repeats'),
     (dict(canary_buffer_rounds=0), '--canary_buffer_rounds'),
     (dict(seed=-1), '--seed'),
-    (dict(canary_seed=2**31), '--canary_seed'),
+    (dict(canary_seed=2**32), '--canary_seed'),
     (dict(rounds_per_evaluation=0), '--rounds_per_evaluation'),
     (dict(run_name='a/b'), '--run_name'),
     (dict(use_synthetic_data=False), '--data_dir'),
@@ -85,6 +86,17 @@ def test_bad_config_is_rejected_before_writing(tmp_path, overrides, flag):
   with pytest.raises(train_config.ConfigError, match=flag):
     train.run_training(tiny_run.config(str(root), **overrides))
   assert not root.exists()
+
+
+def test_seed_flags_take_the_one_seed_limit():
+  # --seed and --canary_seed share canary_spec.MAX_SEED = 2^32 - 1, the limit
+  # of every seed, which admits the uint32 DP noise seed derived from --seed.
+  top = canary_spec.MAX_SEED
+  assert top == 2**32 - 1
+  tiny_run.config('/runs', seed=top, canary_seed=top).validate()
+  for flag in ('seed', 'canary_seed'):
+    with pytest.raises(train_config.ConfigError, match=f'--{flag}'):
+      tiny_run.config('/runs', **{flag: top + 1}).validate()
 
 
 @pytest.mark.skipif(bool(tf.config.list_logical_devices('GPU')),
@@ -147,7 +159,7 @@ def _parse_flagfile(name: str, *extra: str) -> train_config.TrainConfig:
 
 
 def _grid(name: str) -> dict[str, list[str]]:
-  return reproduce.parse_grid(os.path.join(_REPO, 'configs', name))
+  return grid.parse_grid(os.path.join(_REPO, 'configs', name))
 
 
 def test_emnist_config_is_table_4():

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from experiments import reproduce
+from experiments import grid
 from one_shot_epe import run_directory
 from one_shot_epe import run_lock
 
@@ -207,7 +207,7 @@ def test_a_run_in_use_stops_a_second_reproduce_naming_it(tmp_path):
   config.write_text('\n'.join([*_FLAGS[:-2], '--total_rounds=4', '']),
                     encoding='utf-8')
   output_dir = str(tmp_path / 'grid')
-  run_dir = os.path.join(output_dir, reproduce.RUNS_DIR, 'noise0.05_rep2')
+  run_dir = os.path.join(output_dir, grid.RUNS_DIR, 'noise0.05_rep2')
   with run_lock.acquire(run_dir):  # As another reproduce training it would.
     done = programs.run(
         [sys.executable, '-m', 'experiments.reproduce', f'--config={config}',
@@ -215,4 +215,4 @@ def test_a_run_in_use_stops_a_second_reproduce_naming_it(tmp_path):
     assert done.returncode == 2, done.stderr[-3000:]
     _assert_refused(done.stderr, run_dir, os.getpid())
     assert os.listdir(run_dir) == [run_lock.LOCK_FILE]
-    assert sorted(os.listdir(output_dir)) == [reproduce.RUNS_DIR]
+    assert sorted(os.listdir(output_dir)) == [grid.RUNS_DIR]

@@ -312,10 +312,10 @@ def test_canary_clip_reaches_the_aggregator(run, tmp_path):
   for canary_clip in ('project', 'clip'):
     setup = train.prepare(dataclasses.replace(
         run.config, root_output_dir=str(tmp_path), canary_clip=canary_clip))
-    assert setup.canaries.canary_clip == canary_clip
-    factory = canary_aggregator.CanaryDPFactory.from_spec(setup.dp,
-                                                          setup.canaries)
-    assert factory.canary_config.canary_clip == canary_clip
+    assert setup.plan.spec.canary_clip == canary_clip
+    factory = canary_aggregator.CanaryDPFactory.from_spec(setup.plan.dp,
+                                                          setup.plan.spec)
+    assert factory.spec.canary_clip == canary_clip
   assert not os.listdir(tmp_path)
 
 
@@ -369,3 +369,28 @@ def test_sqlite_data_dir_trains_through_tff_loading(tmp_path):
                                          run_directory.REPORT_JSON_FILE))
   with open(os.path.join(result.run_dir, run_directory.CONFIG_FILE)) as stream:
     assert json.load(stream)['data_dir'] == str(data_dir)
+
+
+@pytest.mark.parametrize('backend, framework', [('tff', 'tensorflow'),
+                                                ('jax', 'jax')])
+def test_an_engine_without_its_framework_names_the_extra(
+    tmp_path, backend, framework):
+  # Valid flags, the engine's framework unimportable: one line naming the
+  # extra to install, exit 2, nothing written.
+  done = programs.run_without_frameworks(
+      'experiments.train',
+      ['--flagfile=configs/demo.cfg', f'--backend={backend}',
+       '--total_rounds=2', f'--root_output_dir={tmp_path}'],
+      cwd=_REPO, timeout=120)
+  assert done.returncode == 2, done.stderr
+  assert done.stderr.splitlines() == [
+      f'error: --backend={backend} needs {framework}, which is not '
+      f"installed: pip install 'one-shot-epe[{backend}]'"]
+  assert not os.listdir(tmp_path)
+
+
+def test_engines_are_registered_by_plain_import_functions():
+  assert sorted(train.BACKENDS) == ['jax', 'tff']
+  backend = train.BACKENDS['tff']()
+  assert backend.__name__ == 'experiments.backend_tff'
+  assert backend.CSV_FORMAT.line_terminator == '\r\n'

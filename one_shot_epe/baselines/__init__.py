@@ -1,4 +1,7 @@
-"""Baselines that the one-shot estimator is compared with.
+"""Baselines that the one-shot estimator is compared with (Section 5.4).
+
+Fashion-MNIST, which the comparison trains on, is read by the core's
+`one_shot_epe.fashion_mnist`.
 
 Modules:
   feedforward: the two-layer feed-forward classifier of Section 5.4, with its
@@ -10,7 +13,6 @@ Modules:
   canife_accounting: CANIFE's per-round noise estimate and its RDP composition
     over training (Sec. 3.4, Appendix C, Algorithm 2).
   canife: one CANIFE audit of a frozen model, end to end (Algorithm 1).
-  fashion_mnist: Fashion-MNIST from local files, or a synthetic stand-in.
   dpsgd: DP-SGD with one-example clients (DP-FedSGD) in plain TensorFlow, with
     the one-shot method's canaries inserted and tracked (Andrew et al.,
     Algorithms 2 and 3) and a hook for audits at frozen models.

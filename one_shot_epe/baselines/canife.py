@@ -30,6 +30,10 @@ from one_shot_epe.baselines import canife_attack
 from one_shot_epe.baselines import canife_design
 from one_shot_epe.baselines import per_example
 
+__all__ = ['AuditResult', 'CanifeAuditor', 'CanifeConfig', 'CohortSampler',
+           'DEFAULT_DESIGN_LEARNING_RATE', 'DEFAULT_DESIGN_POOL_SIZE',
+           'DEFAULT_DESIGN_STEPS', 'DEFAULT_NUM_MOCK_ROUNDS']
+
 DEFAULT_DESIGN_POOL_SIZE = 512
 DEFAULT_DESIGN_STEPS = 2500
 DEFAULT_DESIGN_LEARNING_RATE = 1.0

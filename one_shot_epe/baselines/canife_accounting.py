@@ -38,6 +38,10 @@ from scipy import optimize
 
 from one_shot_epe import validation
 
+__all__ = ['CanifeEstimate', 'audit_rounds', 'canife_epsilon',
+           'cumulative_epsilon', 'noise_from_epsilon', 'per_round_epsilon',
+           'rounds_covered']
+
 # Noise multipliers searched by `noise_from_epsilon`: exp(-12) .. exp(30).
 _LOG_SIGMA_MIN = -12.0
 _LOG_SIGMA_MAX = 30.0

@@ -53,6 +53,9 @@ import numpy as np
 
 from one_shot_epe import validation
 
+__all__ = ['AttackScores', 'THRESHOLDS', 'attack_accuracy',
+           'epsilon_from_scores', 'mock_round_scores', 'threshold_rates']
+
 
 @dataclasses.dataclass(frozen=True)
 class AttackScores:

@@ -37,6 +37,9 @@ import tensorflow as tf
 from one_shot_epe import validation
 from one_shot_epe.baselines import per_example
 
+__all__ = ['ADAM_BETA1', 'ADAM_BETA2', 'ADAM_EPSILON', 'CanaryDesigner',
+           'DesignedCanary', 'canary_health', 'mean_abs_cosine']
+
 # Adam's moment decays and epsilon: PyTorch's (and Kingma & Ba's) defaults, as
 # CANIFE used PyTorch's Adam.
 ADAM_BETA1 = 0.9

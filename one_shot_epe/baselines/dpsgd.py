@@ -69,6 +69,9 @@ from one_shot_epe import participation
 from one_shot_epe import validation
 from one_shot_epe.baselines import per_example
 
+__all__ = ['CANARY_INSERTIONS', 'SAMPLINGS', 'STATISTICS', 'TrainingConfig',
+           'TrainingResult', 'canary_schedule', 'train']
+
 SAMPLINGS = ('poisson', 'shuffle')
 STATISTICS = ('update', 'model_delta')
 CANARY_INSERTIONS = ('once',) + SAMPLINGS

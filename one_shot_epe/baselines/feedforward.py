@@ -22,6 +22,8 @@ import tensorflow as tf
 
 from one_shot_epe import validation
 
+__all__ = ['FeedForward']
+
 
 class FeedForward:
   """Two-layer ReLU network x -> relu(x W1 + b1) W2 + b2 on flat parameters.

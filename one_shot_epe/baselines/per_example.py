@@ -25,6 +25,9 @@ import tensorflow as tf
 
 from one_shot_epe import validation
 
+__all__ = ['GradientOracle', 'check_clip', 'clip_rows', 'one_hot',
+           'soft_label_loss']
+
 
 def one_hot(labels: Any, num_classes: int) -> np.ndarray:
   """float32 [n, K] one-hot rows for integer labels in [0, K)."""

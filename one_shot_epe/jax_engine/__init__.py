@@ -3,7 +3,8 @@
 The TFF path cannot run client training on an accelerator; this package holds
 the same experiment written in JAX, so it runs on GPUs/TPUs and in
 environments without TensorFlow. Nothing here may import TensorFlow or
-TensorFlow Federated (tests/jax_engine_isolation_test.py checks it).
+TensorFlow Federated, nor the TFF engine (tests/one_shot_epe_test.py checks
+it).
 
 Modules:
   compat: the few JAX calls whose spelling differs between jax 0.4.14 (this
@@ -14,6 +15,13 @@ Modules:
   data: on-disk client arrays, numpy synthetic data, and the padded/masked
     per-round client batches (TFF's client preprocessing).
   optimizers: TFF's sgd / sgdm / adam update rules on pytrees.
-  fedavg: one DP-FedAvg round (Andrew et al., ICLR 2024, Algorithm 2), with
-    clients vmapped and sharded over all local devices.
+  packing: first-fit-decreasing lanes of a round's clients for 'vmap'.
+  fedavg: one DP-FedAvg round (Andrew et al., ICLR 2024, Algorithm 2):
+    clients trained one by one ('loop', CPU) or vmapped and sharded over all
+    local devices ('vmap', accelerators), `RoundEngine`.
+  canaries: canary directions drawn by `jax.random` and their cosines with a
+    block of buffered rounds' vectors (Algorithm 3, lines 10-16).
+  checkpoints: one .npz file per checkpointed round.
+  training: a whole resumable run with canaries, the launcher's
+    `--backend=jax`.
 """

@@ -9,9 +9,11 @@ the key `fold_in(PRNGKey(seed), j)`: the same law as the TFF path's canaries
 is audited with the canaries of the engine that trained it.
 
 Algorithm 3 (lines 10-16) needs every canary's maximum cosine with the noised
-aggregates of all rounds. On an accelerator regenerating all canaries every
-round costs milliseconds, so `update_maxima` does exactly that, in chunks that
-bound the memory to chunk x d floats; the maxima are exact, not lagged.
+aggregates of all rounds. `cosines` takes every canary's cosine with one
+vector or with a [B, d] block of buffered rounds' vectors, regenerating each
+canary once per block, in chunks that bound the memory to chunk x d floats
+(`jax_engine.training` buffers B rounds, as the TFF engine does);
+`update_maxima` folds one round into the running maxima. The maxima are exact.
 """
 
 import functools
@@ -23,6 +25,8 @@ import numpy as np
 
 from one_shot_epe import canary_spec
 from one_shot_epe import validation
+
+__all__ = ['DEFAULT_CHUNK', 'cosines', 'directions', 'update_maxima']
 
 # Canaries regenerated at once: chunk x d float32 must fit beside the model.
 DEFAULT_CHUNK = 128

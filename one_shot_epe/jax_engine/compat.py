@@ -9,6 +9,8 @@ jax.sharding) is spelled the same in both.
 import jax
 import numpy as np
 
+__all__ = ['prng_key']
+
 
 def prng_key(seed: int) -> jax.Array:
   """A PRNG key from an integer seed.

@@ -2,7 +2,8 @@
 
 Turns the clients of a round, read from `one_shot_epe.client_arrays`, into
 padded, masked arrays that one jit-compiled DP-FedAvg round consumes
-(`fedavg.dp_fedavg_round`).
+(`fedavg.dp_fedavg_round`), or packs them back to back into lanes
+(`pack_batches`, `fedavg.packed_round`).
 
 Round batches (`client_batches`) follow TFF's client preprocessing
 (`emnist_preprocessing` / `word_prediction_preprocessing.create_preprocess_fn`):
@@ -19,6 +20,12 @@ import numpy as np
 
 from one_shot_epe import client_arrays
 from one_shot_epe import validation
+from one_shot_epe.jax_engine import packing
+
+__all__ = ['DEFAULT_SHUFFLE_BUFFER', 'PackedBatches', 'RoundBatches',
+           'batches_needed', 'client_batches', 'client_example_order',
+           'max_batches_for', 'model_inputs', 'pack_batches',
+           'packed_layout', 'shuffled_order', 'slot_batch_counts']
 
 # tf.data shuffle buffers of TFF's preprocessing when ClientSpec leaves it
 # unset: emnist_preprocessing.MAX_CLIENT_DATASET_SIZE and
@@ -193,3 +200,89 @@ def client_batches(arrays: client_arrays.ClientArrays,
       inputs=inputs, labels=labels,
       example_mask=example_mask.reshape(num_slots, max_batches, batch_size),
       client_mask=client_mask)
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedBatches:
+  """A round's clients packed back to back into lanes (`packing`).
+
+  Attributes:
+    inputs, labels, example_mask: as `RoundBatches`, [lanes, lane_batches,
+      batch_size, ...]: each lane's clients' batches in turn, then empty ones.
+    slot: int32 [lanes, lane_batches], the `RoundBatches` slot of the batch's
+      client (0 on empty batches).
+    batch_index: int32 [lanes, lane_batches], the batch's index within its
+      client (its dropout key, `fedavg.batch_key`).
+    start: float32 [lanes, lane_batches], 1 on a client's first batch (the
+      model and client optimizer restart from the server's).
+    end: float32 [lanes, lane_batches], 1 on a client's last batch (its
+      clipped update joins the sum).
+  """
+  inputs: np.ndarray
+  labels: np.ndarray
+  example_mask: np.ndarray
+  slot: np.ndarray
+  batch_index: np.ndarray
+  start: np.ndarray
+  end: np.ndarray
+
+
+def slot_batch_counts(batches: RoundBatches) -> np.ndarray:
+  """int64 [clients]: local batches of each present slot (>= 1), slot order.
+
+  A client's batches are a prefix of its slot; a client without examples
+  takes one empty batch, so that its (zero) update is still counted.
+  """
+  present = np.flatnonzero(batches.client_mask > 0)
+  counts = (batches.example_mask[present].sum(axis=2) > 0).sum(axis=1)
+  return np.maximum(counts, 1).astype(np.int64)
+
+
+def packed_layout(batches: RoundBatches, lane_multiple: int = 1
+                  ) -> tuple[list[list[int]], int]:
+  """(slots of each lane, lane length) of `packing.lane_layout` for a round."""
+  present = np.flatnonzero(batches.client_mask > 0)
+  lanes, length = packing.lane_layout(slot_batch_counts(batches),
+                                      lane_multiple=lane_multiple)
+  return [[int(present[i]) for i in lane] for lane in lanes], length
+
+
+def pack_batches(batches: RoundBatches, lanes: Sequence[Sequence[int]],
+                 lane_batches: int) -> PackedBatches:
+  """The clients of `batches` laid out in `lanes` of `lane_batches` each.
+
+  lanes: the slots of each lane's clients, in order (`packed_layout`).
+
+  Raises:
+    ValueError: a lane's clients need more than `lane_batches` batches.
+  """
+  lane_batches = validation.check_int('lane_batches', lane_batches, low=1)
+  num_lanes = len(lanes)
+  counts = np.maximum(
+      (batches.example_mask.sum(axis=2) > 0).sum(axis=1), 1)
+  # Source (slot, batch) of every packed batch; -1 marks an empty batch.
+  source_slot = np.full((num_lanes, lane_batches), -1, np.int64)
+  batch_index = np.zeros((num_lanes, lane_batches), np.int32)
+  start = np.zeros((num_lanes, lane_batches), np.float32)
+  end = np.zeros((num_lanes, lane_batches), np.float32)
+  for lane, slots in enumerate(lanes):
+    position = 0
+    for slot in slots:
+      count = int(counts[slot])
+      if position + count > lane_batches:
+        raise ValueError(f'lane_batches must hold lane {lane}\'s clients '
+                         f'({position + count} batches); got {lane_batches}.')
+      source_slot[lane, position:position + count] = slot
+      batch_index[lane, position:position + count] = np.arange(count)
+      start[lane, position] = 1.0
+      end[lane, position + count - 1] = 1.0
+      position += count
+  empty = source_slot < 0
+  slot = np.where(empty, 0, source_slot)
+  example_mask = batches.example_mask[slot, batch_index] * ~empty[..., None]
+  return PackedBatches(
+      inputs=batches.inputs[slot, batch_index],
+      labels=batches.labels[slot, batch_index],
+      example_mask=example_mask.astype(np.float32),
+      slot=slot.astype(np.int32), batch_index=batch_index, start=start,
+      end=end)

@@ -25,7 +25,8 @@ Andrew et al. (ICLR 2024), Algorithm 2, on the TFF engine's aggregation
 7. the server optimizer takes the noised mean as its gradient.
 
 Clients are processed in parallel: local training is vmapped over a padded
-client axis (absent clients are masked out of every sum), the round is
+client axis (absent clients are masked out of every sum; `packed_round` packs
+several clients back to back into each lane of that axis), the round is
 jit-compiled, and the client axis is sharded over all local devices
 (`jax.sharding`), so XLA sums the clients' updates across devices. For several
 hosts, the same code runs under `jax.distributed.initialize()` with a mesh over
@@ -35,6 +36,7 @@ The noise is a pure function of the round key (`jax.random`): distributed as
 the TFF path's seeded noise, not bit-equal to it.
 """
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -47,6 +49,14 @@ from one_shot_epe import canary_spec
 from one_shot_epe import validation
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import optimizers
+from one_shot_epe.jax_engine import packing
+
+__all__ = ['CLIENT_AXIS', 'LOCAL_TRAINING', 'LossFn', 'RoundEngine',
+           'RoundOutput', 'ServerState', 'adaptive_clip_update', 'batch_key',
+           'canary_records', 'client_keys', 'client_update',
+           'clip_by_global_norm', 'default_local_training', 'dp_fedavg_round',
+           'finite_delta', 'init_server_state', 'local_step', 'packed_round',
+           'server_round']
 
 CLIENT_AXIS = 'clients'
 # How clients train locally (`RoundEngine`).
@@ -275,6 +285,62 @@ def dp_fedavg_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
                       key)
 
 
+def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
+                 server_optimizer: optimizers.Optimizer,
+                 config: canary_spec.DPAggregation, canary_clip: str,
+                 client_dropout: bool, state: ServerState,
+                 packed: data.PackedBatches, slot_keys: jax.Array,
+                 canary_directions: jax.Array, canary_mask: jax.Array,
+                 key: jax.Array) -> tuple[ServerState, RoundOutput]:
+  """`dp_fedavg_round` on clients packed into lanes; jit-able.
+
+  Each lane (`data.PackedBatches`) is a `lax.scan` over its batches, vmapped
+  over the lanes. A client's first batch restarts the model and the client
+  optimizer from the server's; after its last batch its update (initial -
+  trained, zeroed if not finite) is clipped and added to the lane's sum, and
+  its unclipped indicator counted. slot_keys: the clients' dropout keys by
+  `RoundBatches` slot (`client_keys`), so a client's batches get the keys
+  'loop' gives them.
+  """
+  clip = state.clip
+  initial_optimizer_state = client_optimizer.init(state.params)
+  flat, _ = ravel_pytree(state.params)
+
+  def step(carry, batch):
+    weights, optimizer_state, clipped_sum, unclipped_sum = carry
+    x, y, mask, slot, index, start, end = batch
+
+    def restart(initial, current):
+      return jnp.where(start > 0, initial, current)
+
+    weights = _tree_map(restart, state.params, weights)
+    optimizer_state = _tree_map(restart, initial_optimizer_state,
+                                optimizer_state)
+    dropout_key = batch_key(slot_keys[slot], index) if client_dropout else None
+    weights, optimizer_state = local_step(loss_fn, client_optimizer, weights,
+                                          optimizer_state, x, y, mask,
+                                          dropout_key)
+    clipped, norm = clip_by_global_norm(finite_delta(state.params, weights),
+                                        clip)
+    clipped_sum = clipped_sum + end * ravel_pytree(clipped)[0]
+    unclipped_sum = unclipped_sum + end * ((norm <= clip) - 0.5)
+    return (weights, optimizer_state, clipped_sum, unclipped_sum), None
+
+  def lane(*batches):
+    carry = (state.params, initial_optimizer_state, jnp.zeros_like(flat),
+             jnp.zeros((), jnp.float32))
+    (_, _, clipped_sum, unclipped_sum), _ = jax.lax.scan(step, carry, batches)
+    return clipped_sum, unclipped_sum
+
+  clipped_sums, unclipped_sums = jax.vmap(lane)(
+      packed.inputs, packed.labels, packed.example_mask, packed.slot,
+      packed.batch_index, packed.start, packed.end)
+  return server_round(server_optimizer, config, canary_clip, state,
+                      jnp.sum(clipped_sums, axis=0), jnp.sum(unclipped_sums),
+                      jnp.sum(packed.end), canary_directions, canary_mask,
+                      key)
+
+
 def default_local_training() -> str:
   """'loop' on one CPU process, else 'vmap' (see `RoundEngine`).
 
@@ -291,10 +357,14 @@ class RoundEngine:
   `local_training` picks how the clients train (both give the same round,
   `tests/jax_engine_fedavg_test.py` checks one against the other):
 
-  * 'vmap' (accelerators): `dp_fedavg_round` as one jit, clients vmapped and
-    sharded over a 1-D mesh of `devices` (default `jax.devices()`), local
-    steps a `lax.scan`. The number of client slots must be a multiple of the
-    number of devices (`num_slots`).
+  * 'vmap' (accelerators): `packed_round` as one jit: the clients packed
+    back to back into lanes (`packing`, at most 1.15x the real local steps
+    on realistic client sizes, against 1.8-2.9x for one client per slot
+    padded to the largest), lanes vmapped and sharded over a 1-D mesh of
+    `devices` (default `jax.devices()`), local steps a `lax.scan`. The
+    number of client slots must be a multiple of the number of devices
+    (`num_slots`). One computation per (lanes, lane length) layout; a round
+    reuses a compiled layout its clients fit (`_layout`).
   * 'loop' (the default on CPU, where XLA computes a convolution's weight
     gradient 15-40x slower inside a loop body than at top level and turns
     vmapped convolutions into grouped ones): one jitted `local_step` per
@@ -342,13 +412,14 @@ class RoundEngine:
     self._replicated = jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec())
     self._shapes: set[tuple[str, Any]] = set()
+    self._layouts: set[tuple[int, int]] = set()
 
-    def round_fn(state, inputs, labels, example_mask, client_mask,
-                 canary_directions, canary_mask, key):
-      return dp_fedavg_round(loss_fn, client_optimizer, server_optimizer,
-                             config, canary_clip, client_dropout, state,
-                             inputs, labels, example_mask, client_mask,
-                             canary_directions, canary_mask, key)
+    def round_fn(state, packed, slot_keys, canary_directions, canary_mask,
+                 key):
+      return packed_round(loss_fn, client_optimizer, server_optimizer,
+                          config, canary_clip, client_dropout, state,
+                          data.PackedBatches(*packed), slot_keys,
+                          canary_directions, canary_mask, key)
 
     def step_fn(weights, state, inputs, labels, example_mask, key):
       return local_step(loss_fn, client_optimizer, weights, state, inputs,
@@ -409,13 +480,53 @@ class RoundEngine:
     if self.local_training == 'loop':
       return self._loop_round(state, batches, canary_directions, canary_mask,
                               key)
+    lanes, lane_batches = self._layout(batches)
+    packed = data.pack_batches(batches, lanes, lane_batches)
     sharded = jax.device_put(
-        (batches.inputs, batches.labels, batches.example_mask,
-         batches.client_mask), self._by_client)
-    replicated = jax.device_put((canary_directions, canary_mask, key),
-                                self._replicated)
-    self._note('round', state, *sharded, *replicated)
-    return self._round(state, *sharded, *replicated)
+        tuple(getattr(packed, f.name) for f in dataclasses.fields(packed)),
+        self._by_client)
+    replicated = jax.device_put(
+        (client_keys(key, slots), canary_directions, canary_mask, key),
+        self._replicated)
+    self._note('round', state, sharded, *replicated)
+    return self._round(state, sharded, *replicated)
+
+  def padded_examples(self, batches: data.RoundBatches) -> int:
+    """Examples the round's local training processes, padding included.
+
+    'vmap': the packed lanes (`data.packed_layout`), lanes x lane length x
+    batch size; 'loop': each client's non-empty batches at full batch size.
+    """
+    batch_size = batches.example_mask.shape[2]
+    if self.local_training == 'loop':
+      return int((batches.example_mask.sum(axis=2) > 0).sum()) * batch_size
+    lanes, lane_batches = self._layout(batches)
+    return len(lanes) * lane_batches * batch_size
+
+  def _layout(self, batches: data.RoundBatches
+              ) -> tuple[list[list[int]], int]:
+    """The round's lanes: in a compiled layout if they fit, else a new one.
+
+    A compiled (lanes, lane length) is reused, smallest first, when the
+    round's clients fit it (first-fit-decreasing) with no more padded work
+    than one slot per client padded to the round's batches would cost; else
+    `data.packed_layout` picks a new layout (one more compile).
+    """
+    present = np.flatnonzero(batches.client_mask > 0)
+    counts = data.slot_batch_counts(batches)
+    budget = batches.example_mask.shape[0] * batches.example_mask.shape[1]
+    for num_lanes, lane_batches in sorted(self._layouts,
+                                          key=lambda s: s[0] * s[1]):
+      if (counts.max(initial=1) > lane_batches
+          or num_lanes * lane_batches > budget):
+        continue
+      lanes = packing.first_fit_decreasing(counts, lane_batches)
+      if len(lanes) <= num_lanes:
+        return ([[int(present[i]) for i in lane] for lane in lanes] +
+                [[] for _ in range(num_lanes - len(lanes))], lane_batches)
+    lanes, lane_batches = data.packed_layout(batches, self.num_devices)
+    self._layouts.add((len(lanes), lane_batches))
+    return lanes, lane_batches
 
   def round_cost(self, state: ServerState, batches: data.RoundBatches,
                  canary_directions: np.ndarray, canary_mask: np.ndarray,

@@ -31,6 +31,9 @@ import numpy as np
 
 from one_shot_epe import validation
 
+__all__ = ['EMBEDDING_INIT_RANGE', 'EmnistCnn', 'PAD_TOKEN', 'Params', 'Shapes',
+           'WordLstm', 'glorot_uniform', 'orthogonal']
+
 Params = tuple[jax.Array, ...]
 Shapes = tuple[tuple[int, ...], ...]
 

@@ -21,6 +21,8 @@ import jax.numpy as jnp
 from one_shot_epe import run_options
 from one_shot_epe import validation
 
+__all__ = ['NAMES', 'Optimizer']
+
 NAMES = run_options.OPTIMIZERS
 _tree_map = jax.tree_util.tree_map
 

@@ -18,105 +18,45 @@ compilations, their seconds, the padding and the bytes sent to the device.
 
 Determinism: round t's client sample depends on (seed, t) (the sampler), its
 batch shuffles on numpy's generator seeded by (seed, t), and its dropout and
-DP noise on `fold_in(PRNGKey(seed), t)`. A checkpoint (an .npz of the server
-state and the maxima, written atomically after the buffer is processed)
-therefore resumes a run exactly: a run killed and rerun gives the same
-results as one never interrupted.
+DP noise on `fold_in(PRNGKey(seed), t)` (t 0-based here: training round
+t + 1 of `round_record`'s numbering). A checkpoint (`jax_engine.checkpoints`:
+an .npz of the server state and the maxima, written after the buffer is
+processed) therefore resumes a run exactly: a run killed and rerun gives the
+same results as one never interrupted.
+
+The run reports its rounds through a `round_record.RoundObserver` and writes
+nothing but its checkpoints.
 """
 
 import concurrent.futures
 import dataclasses
-import io
 import math
-import os
-import re
-import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tqdm
 from jax.flatten_util import ravel_pytree
 
-from one_shot_epe import atomic_io
 from one_shot_epe import canary_spec
 from one_shot_epe import client_arrays
-from one_shot_epe import participation
+from one_shot_epe import round_record
 from one_shot_epe import run_directory
+from one_shot_epe import run_plan
 from one_shot_epe.jax_engine import canaries
+from one_shot_epe.jax_engine import checkpoints
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import optimizers
 
-_CHECKPOINT = re.compile(r'^round_(\d{8})\.npz$')
+__all__ = ['RunStats', 'evaluate', 'optimizer', 'round_engine', 'train']
+
 # JAX's monitoring event of one XLA compilation (jax 0.4.14 and 0.11).
 _BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 # 'vmap' rounds pad their batches to one of these fractions of the largest.
 _BATCH_BUCKETS = (0.25, 0.5, 1.0)
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-  """Everything a run depends on.
-
-  Attributes:
-    model: a `models.EmnistCnn` or `models.WordLstm` (loss, init, correct).
-    train: the training clients.
-    test: the evaluation examples (all clients pooled), or None.
-    sampler: who participates in round t (`participation`).
-    canaries: the canary plan: seed, seen and unseen ids, the schedule
-      (entry t: the seen ids inserted in round t), the canary clip and both
-      threat models' statistics.
-    dp: the DP aggregation (clip, noise, cohort).
-    client_optimizer, server_optimizer: TFF's optimizers.
-    batch_size, epochs, max_examples: client training (max_examples None:
-      all of a client's examples).
-    total_rounds: T.
-    seed: seed of batches, dropout and noise.
-    local_training: `fedavg.RoundEngine`'s strategy ('auto': the backend's).
-  """
-  model: Any
-  train: client_arrays.ClientArrays
-  test: client_arrays.ClientArrays | None
-  sampler: participation.ClientSampler
-  canaries: canary_spec.CanarySpec
-  dp: canary_spec.DPAggregation
-  client_optimizer: optimizers.Optimizer
-  server_optimizer: optimizers.Optimizer
-  batch_size: int
-  epochs: int
-  max_examples: int | None
-  total_rounds: int
-  seed: int
-  local_training: str = 'auto'
-
-  def __post_init__(self):
-    if len(self.canaries.schedule) < self.total_rounds:
-      raise ValueError(f'the canary schedule must cover the '
-                       f'{self.total_rounds} rounds; got '
-                       f'{len(self.canaries.schedule)}.')
-
-
-class RoundRecord(NamedTuple):
-  """What one round reports (1-based `round_num`, as TFF numbers rounds)."""
-  round_num: int
-  clip: float
-  aggregate_norm: float
-  canaries_inserted: int
-  num_clients: int
-  seconds: float
-
-
-class CosineSummary(NamedTuple):
-  """A round's canary cosines: mean and max of the seen and of the unseen."""
-  round_num: int
-  seen_mean: float
-  seen_max: float
-  unseen_mean: float
-  unseen_max: float
 
 
 @dataclasses.dataclass
@@ -186,13 +126,14 @@ class _CosineBuffer:
     self._vectors: list[jax.Array] = []
     self._round_nums: list[int] = []
 
-  def add(self, round_num: int, vector: jax.Array) -> list[CosineSummary]:
+  def add(self, round_num: int,
+          vector: jax.Array) -> list[round_record.CanaryCosines]:
     """Buffers round `round_num`'s vector; scores a full block."""
     self._vectors.append(vector)
     self._round_nums.append(round_num)
     return self.flush() if len(self._vectors) == self._rounds else []
 
-  def flush(self) -> list[CosineSummary]:
+  def flush(self) -> list[round_record.CanaryCosines]:
     """Scores the buffered rounds now (before a checkpoint, at the end)."""
     if not self._vectors:
       return []
@@ -206,57 +147,13 @@ class _CosineBuffer:
     k = self._spec.num_seen
     nan = float('nan')
     summaries = [
-        CosineSummary(round_num, float(column[:k].mean()),
+        round_record.CanaryCosines(round_num, float(column[:k].mean()),
                       float(column[:k].max()),
                       float(column[k:].mean()) if column.size > k else nan,
                       float(column[k:].max()) if column.size > k else nan)
         for round_num, column in zip(self._round_nums, block.T)]
     self._vectors, self._round_nums = [], []
     return summaries
-
-
-def checkpoint_rounds(directory: str) -> list[int]:
-  """Rounds of the complete checkpoints in `directory`, ascending."""
-  if not os.path.isdir(directory):
-    return []
-  return sorted(int(m.group(1)) for m in map(_CHECKPOINT.match,
-                                             os.listdir(directory)) if m)
-
-
-def _save(directory: str, round_num: int, state: fedavg.ServerState,
-          maxima: jax.Array, initial: np.ndarray) -> None:
-  leaves = jax.tree_util.tree_leaves(state)
-  buffer = io.BytesIO()
-  np.savez(buffer, maxima=np.asarray(maxima), initial=initial,
-           **{f'leaf_{i}': np.asarray(leaf) for i, leaf in enumerate(leaves)})
-  os.makedirs(directory, exist_ok=True)
-  atomic_io.write_bytes(os.path.join(directory, f'round_{round_num:08d}.npz'),
-                        buffer.getvalue())
-
-
-def verify_latest(directory: str) -> None:
-  """Raises ValueError unless the newest checkpoint in `directory` reads."""
-  done = checkpoint_rounds(directory)
-  if not done:
-    return
-  path = os.path.join(directory, f'round_{done[-1]:08d}.npz')
-  try:
-    with np.load(path) as saved:
-      for name in saved.files:
-        saved[name]  # pylint: disable=pointless-statement
-  except (OSError, ValueError, EOFError) as error:
-    raise ValueError(f'the newest checkpoint {path!r} does not read back '
-                     f'({error}); delete it to resume from the one before.'
-                     ) from None
-
-
-def _load(path: str, template: fedavg.ServerState
-          ) -> tuple[fedavg.ServerState, np.ndarray, np.ndarray]:
-  with np.load(path) as saved:
-    treedef = jax.tree_util.tree_structure(template)
-    leaves = [saved[f'leaf_{i}'] for i in range(treedef.num_leaves)]
-    return (jax.tree_util.tree_unflatten(treedef, leaves), saved['maxima'],
-            saved['initial'])
 
 
 def _slot_ids(ids: Sequence[int], slots: int) -> tuple[np.ndarray, np.ndarray]:
@@ -284,19 +181,30 @@ def evaluate(model: Any, params: Any, test: client_arrays.ClientArrays,
   return hits / max(total, 1.0)
 
 
-def round_engine(plan: Plan) -> fedavg.RoundEngine:
-  """The round of `plan`, compiled as the backend runs it fastest."""
-  return fedavg.RoundEngine(plan.model.loss, plan.client_optimizer,
-                            plan.server_optimizer, plan.dp,
-                            canary_clip=plan.canaries.canary_clip,
-                            local_training=plan.local_training)
+def optimizer(spec: run_plan.OptimizerSpec) -> optimizers.Optimizer:
+  """The JAX optimizer of `spec` (TFF's sgd, sgdm or adam)."""
+  return optimizers.Optimizer(spec.name, spec.learning_rate,
+                              momentum=spec.momentum)
 
 
-def _round_shapes(plan: Plan, engine: fedavg.RoundEngine
-                  ) -> tuple[int, list[int]]:
+def round_engine(plan: run_plan.RunPlan, model: Any,
+                 local_training: str = 'auto') -> fedavg.RoundEngine:
+  """The round of `plan` on `model`, compiled as the backend runs it fastest.
+
+  `local_training`: `fedavg.RoundEngine`'s strategy ('auto': the backend's).
+  """
+  return fedavg.RoundEngine(model.loss, optimizer(plan.client_optimizer),
+                            optimizer(plan.server_optimizer), plan.dp,
+                            canary_clip=plan.spec.canary_clip,
+                            local_training=local_training)
+
+
+def _round_shapes(plan: run_plan.RunPlan,
+                  train_data: client_arrays.ClientArrays,
+                  engine: fedavg.RoundEngine) -> tuple[int, list[int]]:
   """The run's fixed client slots and the batch buckets of its rounds."""
   cohort = max(len(plan.sampler.indices(t)) for t in range(plan.total_rounds))
-  sizes = plan.train.client_sizes() * plan.epochs
+  sizes = train_data.client_sizes() * plan.epochs
   if plan.max_examples is not None:
     sizes = np.minimum(sizes, plan.max_examples)
   largest = data.max_batches_for(int(sizes.max()), plan.batch_size)
@@ -304,55 +212,62 @@ def _round_shapes(plan: Plan, engine: fedavg.RoundEngine
   return engine.num_slots(cohort), buckets
 
 
-def train(plan: Plan, checkpoint_dir: str, rounds_per_checkpoint: int,
-          on_round: Callable[[RoundRecord], None] | None = None,
-          on_cosines: Callable[[list[CosineSummary]], None] | None = None,
-          progress_bar: bool = False, stats: RunStats | None = None
+def train(plan: run_plan.RunPlan, model: Any,
+          train_data: client_arrays.ClientArrays,
+          test_data: client_arrays.ClientArrays | None,
+          store: checkpoints.NpzCheckpoints,
+          observer: round_record.RoundObserver | None = None, *,
+          local_training: str = 'auto', stats: RunStats | None = None
           ) -> canary_spec.CanaryOutcome:
-  """Trains (or resumes from `checkpoint_dir`) and returns the outcome.
+  """Trains (or resumes from `store`'s newest checkpoint); returns the outcome.
 
-  Checkpoints are written after round 0 (the initial state), every
-  `rounds_per_checkpoint` rounds and after the last round; `on_round` is
-  called after every round trained now, `on_cosines` with the rounds' cosine
-  summaries as their block is scored (always before a checkpoint). A tqdm bar
-  on stderr shows the rounds with `progress_bar`; `stats`, if given, gathers
-  the run's `RunStats`.
+  Args:
+    plan: The run (`plan.spec` must not be None).
+    model: A `models.EmnistCnn` or `models.WordLstm` (loss, init, correct).
+    train_data: The training clients (the sampler's indices).
+    test_data: The evaluation examples (all clients pooled), or None.
+    store: The run's checkpoints: written after round 0 (the initial state),
+      every `plan.rounds_per_checkpoint` rounds and after the last round.
+    observer: Told of every round trained now (`on_round`) and of the
+      rounds' canary cosines as their block is scored (`on_cosines`, always
+      before a checkpoint).
+    local_training: `fedavg.RoundEngine`'s strategy ('auto': the backend's).
+    stats: If given, gathers the run's `RunStats`.
   """
   stats = RunStats() if stats is None else stats
   compile_start = _CompileClock.start()
-  spec = plan.canaries
-  engine = round_engine(plan)
-  state = engine.init_state(plan.model.init(jax.random.PRNGKey(plan.seed)))
+  spec = plan.spec
+  engine = round_engine(plan, model, local_training)
+  state = engine.init_state(model.init(jax.random.PRNGKey(plan.seed)))
   dim = int(ravel_pytree(state.params)[0].shape[0])
-  maxima = np.full(spec.num_seen + spec.num_unseen, -np.inf, np.float32)
-  initial = np.asarray(ravel_pytree(state.params)[0])
-  done = checkpoint_rounds(checkpoint_dir)
-  if done:
-    state, maxima, initial = _load(
-        os.path.join(checkpoint_dir, f'round_{done[-1]:08d}.npz'), state)
+  saved = checkpoints.TrainingState(
+      state, np.full(spec.num_seen + spec.num_unseen, -np.inf, np.float32),
+      np.asarray(ravel_pytree(state.params)[0]))
+  resumed_from = store.latest()
+  if resumed_from is None:
+    resumed_from = 0
+    store.save(saved, 0)
   else:
-    _save(checkpoint_dir, 0, state, maxima, initial)
-  resumed_from = done[-1] if done else 0
-  buffer = _CosineBuffer(spec, np.asarray(maxima, np.float32),
+    saved = store.load(resumed_from, saved)
+  state, initial = saved.server, saved.initial
+  buffer = _CosineBuffer(spec, np.asarray(saved.maxima, np.float32),
                          spec.buffer_rounds or min(
                              canary_spec.default_buffer_rounds(dim),
-                             rounds_per_checkpoint))
+                             plan.rounds_per_checkpoint))
   canary_slots = max(1, max(len(ids) for ids in spec.schedule))
-  slots, buckets = _round_shapes(plan, engine)
+  slots, buckets = _round_shapes(plan, train_data, engine)
   base_key = jax.random.PRNGKey(plan.seed)
-  report = on_cosines or (lambda summaries: None)
-  bar = tqdm.tqdm(total=plan.total_rounds, initial=resumed_from, unit='round',
-                  disable=not progress_bar, dynamic_ncols=True,
-                  file=sys.stderr)
+  observer = observer or round_record.Observers([])
+
   def round_batches(t: int) -> tuple[data.RoundBatches, int]:
     """Round t's batches, and the batch bucket 'vmap' pads them to."""
     clients = plan.sampler.indices(t)
     bucket = _bucket(data.batches_needed(
-        plan.train, clients, batch_size=plan.batch_size, epochs=plan.epochs,
+        train_data, clients, batch_size=plan.batch_size, epochs=plan.epochs,
         max_examples=plan.max_examples), buckets)
     # 'loop': each client runs only its own batches, however many.
     return data.client_batches(
-        plan.train, clients, batch_size=plan.batch_size, epochs=plan.epochs,
+        train_data, clients, batch_size=plan.batch_size, epochs=plan.epochs,
         max_examples=plan.max_examples,
         rng=np.random.default_rng([plan.seed, t]), num_slots=slots,
         max_batches=bucket if engine.local_training == 'vmap' else None
@@ -385,31 +300,31 @@ def train(plan: Plan, checkpoint_dir: str, rounds_per_checkpoint: int,
         # Under jax.distributed the canaries are scored by each process on
         # its own device, from the replicated vector.
         vector = np.asarray(vector)
-      record = RoundRecord(
-          round_num=t + 1, clip=float(output.clip),
-          aggregate_norm=float(jnp.linalg.norm(output.aggregate)),
-          canaries_inserted=int(output.canaries_inserted),
-          num_clients=int(output.num_clients), seconds=seconds)
-      if on_round is not None:
-        on_round(record)  # Before its block may be scored and reported.
-      report(buffer.add(t + 1, vector))
-      bar.set_postfix(clip=f'{record.clip:.4g}', refresh=False)
-      bar.update(1)
-      if run_directory.is_checkpoint_round(t + 1, rounds_per_checkpoint,
+      clip = float(output.clip)
+      # Before its block may be scored and reported.
+      observer.on_round(round_record.RoundRecord(
+          round_num=t + 1, metrics={
+              'clip': clip,
+              'aggregate_norm': float(jnp.linalg.norm(output.aggregate)),
+              'canaries_inserted': int(output.canaries_inserted),
+              'num_clients': int(output.num_clients),
+              'training_time_in_seconds': seconds},
+          seconds=seconds, clip=clip))
+      observer.on_cosines(buffer.add(t + 1, vector))
+      if run_directory.is_checkpoint_round(t + 1, plan.rounds_per_checkpoint,
                                            plan.total_rounds):
-        report(buffer.flush())
-        _save(checkpoint_dir, t + 1, state, buffer.maxima, initial)
+        observer.on_cosines(buffer.flush())
+        store.save(checkpoints.TrainingState(state, buffer.maxima, initial),
+                   t + 1)
   finally:
     prefetch.shutdown(cancel_futures=True)
-  bar.close()
-  report(buffer.flush())
   final = np.asarray(ravel_pytree(state.params)[0])
   vector = initial - final if spec.final_model_statistic == 'delta' else final
   final_cosines = np.asarray(canaries.cosines(spec.seed, spec.tracked_ids(),
                                               vector), np.float64)
   maxima = np.asarray(buffer.maxima, np.float64)
-  accuracy = (evaluate(plan.model, state.params, plan.test)
-              if plan.test is not None else float('nan'))
+  accuracy = (evaluate(model, state.params, test_data)
+              if test_data is not None else float('nan'))
   stats.compiles = engine.compiles
   stats.compile_seconds = _CompileClock.total - compile_start
   return canary_spec.CanaryOutcome(

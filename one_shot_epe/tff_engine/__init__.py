@@ -14,8 +14,12 @@ Modules:
   final_model: canary cosines with the final model (Algorithm 2).
   audit: `CanaryAudit`, canaries for any `tff.learning` pipeline.
   checkpoints: integrity of TFF program-state checkpoints.
-  runtime, tff_workers, distributed_runtime, isolation: TFF's C++ runtime,
-    its worker processes (no leaked workers, loopback only) and many workers.
+  training: a whole resumable run on `tff.simulation`, the launcher's
+    `--backend=tff`.
+  runtime: TFF's C++ runtime in this process, with no leaked workers.
+  tff_workers: TFF's C++ worker processes, started and stopped.
+  distributed_runtime: a round's clients spread over many workers.
+  isolation: a loopback-only network namespace for local workers.
   accelerators: the device of the launcher's canary work.
   quiet: program start without TensorFlow's start-up noise.
   tasks: EMNIST, StackOverflow, Fashion-MNIST and synthetic stand-ins.

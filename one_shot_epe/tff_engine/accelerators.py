@@ -17,6 +17,8 @@ import tensorflow as tf
 
 from one_shot_epe import run_options
 
+__all__ = ['ACCELERATORS', 'launcher_device']
+
 ACCELERATORS = run_options.ACCELERATORS
 
 

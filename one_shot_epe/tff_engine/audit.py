@@ -56,12 +56,15 @@ import tensorflow_federated as tff
 from one_shot_epe import accounting
 from one_shot_epe import canary_spec
 from one_shot_epe import participation as participation_lib
+from one_shot_epe import round_record
 from one_shot_epe import run_directory
 from one_shot_epe import run_report
 from one_shot_epe import validation
 from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe.tff_engine import cosine_tracking
 from one_shot_epe.tff_engine import final_model
+
+__all__ = ['CanaryAudit']
 
 
 def _flat_trainable(learning_state: Any) -> np.ndarray:
@@ -84,112 +87,215 @@ def _learning_state(program_state: Any) -> Any:
   return program_state
 
 
-class CanaryAudit:
-  """The canaries of one training run, from aggregation factory to report."""
+# The audited aggregation of `CanaryAudit.tree_aggregation`: its correlated
+# noise has no per-round Gaussian event to account.
+_TREE_AGGREGATION = 'tree aggregation'
 
-  def __init__(self, *, num_canaries: int, rounds: int,
-               clients_per_round: float, delta: float,
-               num_unseen_canaries: int | None = None, repetitions: int = 1,
-               canary_seed: int = 0, canary_clip: str = 'project',
-               noise_seed: int | None = None,
-               client_participation: accounting.Participation | None = None):
-    """Plans the canaries of a run of `rounds` rounds.
+
+def _plan(*, num_canaries: int, rounds: int, clients_per_round: float,
+          num_unseen_canaries: int | None, repetitions: int | None,
+          canary_seed: int | None, canary_clip: str | None
+          ) -> tuple[canary_spec.CanarySpec, float]:
+  """The canary plan of `CanaryAudit`'s arguments and its expected cohort.
+
+  Every seen canary once in each of r equal periods (Sec. 5.2); the
+  expected canaries per round, k r / T, join the cohort.
+  """
+  repetitions = 1 if repetitions is None else repetitions
+  canary_seed = 0 if canary_seed is None else canary_seed
+  schedule = participation_lib.periodic_canary_schedule(
+      num_canaries, rounds, repetitions, canary_seed)
+  spec = canary_spec.CanarySpec(
+      seed=canary_seed, num_seen=num_canaries,
+      num_unseen=(num_canaries if num_unseen_canaries is None else
+                  num_unseen_canaries),
+      schedule=schedule.as_round_lists(),
+      canary_clip='project' if canary_clip is None else canary_clip,
+      repetitions=repetitions)
+  return spec, participation_lib.expected_cohort(
+      clients_per_round, num_canaries, repetitions, rounds)
+
+
+class CanaryAudit:
+  """The canaries of one training run, from aggregation factory to report.
+
+  One audit audits one DP aggregation: the `dp` given to `from_spec`, or the
+  one its first factory method (`gaussian_fixed`, `gaussian_adaptive`,
+  `tree_aggregation`) builds; a factory method asking for another raises, so
+  `report()` never depends on which one ran first.
+
+  Attributes:
+    spec: The canary plan (`canary_spec.CanarySpec`): seed, seen and unseen
+      counts, schedule and statistics.
+    expected_cohort: The expected records per round, canaries included: the
+      DP average's denominator and the adaptive clip's expected count.
+  """
+
+  def __init__(self, *, delta: float, num_canaries: int | None = None,
+               rounds: int | None = None,
+               clients_per_round: float | None = None,
+               num_unseen_canaries: int | None = None,
+               repetitions: int | None = None, canary_seed: int | None = None,
+               canary_clip: str | None = None, noise_seed: int | None = None,
+               client_participation: accounting.Participation | None = None,
+               spec: canary_spec.CanarySpec | None = None,
+               dp: canary_spec.DPAggregation | None = None,
+               device: str = '/CPU:0'):
+    """Plans the canaries of a run of `rounds` rounds, or takes a plan.
+
+    Give either the plan's arguments (`num_canaries`, `rounds`,
+    `clients_per_round` and optionally `num_unseen_canaries`,
+    `repetitions`, `canary_seed`, `canary_clip`) or a plan made elsewhere
+    (`spec` and `dp`, as `from_spec` does).
 
     Args:
+      delta: The delta of every epsilon of the report, in (0, 1).
       num_canaries: k >= 1 seen canaries, inserted `repetitions` times each.
       rounds: T, the number of training rounds.
       clients_per_round: The expected number of real clients per round; the
         expected canaries per round, k r / T, are added to it.
-      delta: The delta of every epsilon of the report.
       num_unseen_canaries: m canaries tracked but never inserted (default k).
-      repetitions: r, presentations of each seen canary (one per period).
-      canary_seed: Canary j is a pure function of (canary_seed, j).
-      canary_clip: 'project' (the paper) or 'clip' (its published code); see
-        `canary_spec.CanarySpec`.
-      noise_seed: None for unpredictable DP noise (deployments); an int makes
-        a simulation reproducible.
+      repetitions: r, presentations of each seen canary, one per period of
+        T / r rounds (Sec. 5.2; default 1).
+      canary_seed: Canary j is a pure function of (canary_seed, j) (default
+        0).
+      canary_clip: 'project' (the paper, the default) or 'clip' (its
+        published code); see `canary_spec.CanarySpec`.
+      noise_seed: None for unpredictable DP noise (deployments); an int in
+        [0, canary_spec.MAX_SEED] makes a simulation reproducible.
       client_participation: How real clients are sampled, for the report's
         accounted epsilon (`accounting.client_epsilon_of_event`, over the
         rounds observed); None accounts a client taking part in every round.
+      spec: A canary plan made elsewhere, schedule and statistics included.
+      dp: With `spec`: the run's DP aggregation; its `clients_per_round` is
+        the expected cohort, canaries included.
+      device: TF device of the cosine tracking (`accelerators`).
+
+    Raises:
+      TypeError: if both or neither of the plan's arguments and (`spec`,
+        `dp`) are given, or `spec` or `dp` has the wrong type.
+      ValueError: if an argument is out of range.
     """
-    num_unseen = (num_canaries if num_unseen_canaries is None else
-                  num_unseen_canaries)
-    schedule = participation_lib.periodic_canary_schedule(
-        num_canaries, rounds, repetitions, canary_seed)
-    spec = canary_spec.CanarySpec(
-        seed=canary_seed, num_seen=num_canaries, num_unseen=num_unseen,
-        schedule=schedule.as_round_lists(), canary_clip=canary_clip,
-        repetitions=repetitions)
-    self._setup(spec, participation_lib.expected_cohort(
-        clients_per_round, num_canaries, repetitions, rounds), delta,
-                noise_seed, client_participation, device='/CPU:0')
+    plan = dict(num_canaries=num_canaries, rounds=rounds,
+                clients_per_round=clients_per_round,
+                num_unseen_canaries=num_unseen_canaries,
+                repetitions=repetitions, canary_seed=canary_seed,
+                canary_clip=canary_clip)
+    given = sorted(name for name, value in plan.items() if value is not None)
+    if spec is None and dp is None:
+      if num_canaries is None or rounds is None or clients_per_round is None:
+        raise TypeError('CanaryAudit needs num_canaries, rounds and '
+                        'clients_per_round (or spec and dp).')
+      spec, expected_cohort = _plan(**plan)
+    else:
+      if given:
+        raise TypeError(f'CanaryAudit takes spec and dp or the arguments of '
+                        f'a plan, not both; got spec/dp and {given}.')
+      if not isinstance(spec, canary_spec.CanarySpec):
+        raise TypeError(f'spec must be a canary_spec.CanarySpec; got '
+                        f'{spec!r}.')
+      if not isinstance(dp, canary_spec.DPAggregation):
+        raise TypeError(f'dp must be a canary_spec.DPAggregation; got '
+                        f'{dp!r}.')
+      expected_cohort = dp.clients_per_round
+    self.spec = spec
+    self.expected_cohort = expected_cohort
+    self._delta = validation.check_probability('delta', delta)
+    self._noise_seed = noise_seed
+    self._client_participation = client_participation
+    self._device = device
+    # The audited aggregation: a DPAggregation, _TREE_AGGREGATION or None
+    # before the first factory.
+    self._aggregation: canary_spec.DPAggregation | str | None = dp
+    self._tracker: cosine_tracking.CosineTracker | None = None
+    self._initial: np.ndarray | None = None
+    self._latest: np.ndarray | None = None
+    self._round_event: dp_accounting.DpEvent | None = None
 
   @classmethod
-  def from_spec(cls, canaries: canary_spec.CanarySpec,
+  def from_spec(cls, spec: canary_spec.CanarySpec,
                 dp: canary_spec.DPAggregation, *, delta: float,
                 noise_seed: int | None = None,
                 client_participation: accounting.Participation | None = None,
                 device: str = '/CPU:0') -> 'CanaryAudit':
     """The audit of a run planned elsewhere (`tff_engine.training`).
 
+    The same as `CanaryAudit(spec=spec, dp=dp, ...)`.
+
     Args:
-      canaries: The canary plan, schedule and statistics included.
+      spec: The canary plan, schedule and statistics included.
       dp: The run's DP aggregation; its `clients_per_round` is the expected
         cohort, canaries included. `aggregator()` builds its factory.
-      delta, noise_seed, client_participation: As for the constructor.
+      delta: The delta of every epsilon of the report, in (0, 1).
+      noise_seed: As for the constructor.
+      client_participation: As for the constructor.
       device: TF device of the cosine tracking (`accelerators`).
-    """
-    if not isinstance(canaries, canary_spec.CanarySpec):
-      raise TypeError(f'canaries must be a canary_spec.CanarySpec; got '
-                      f'{canaries!r}.')
-    audit = cls.__new__(cls)
-    audit._setup(canaries, dp.clients_per_round, delta, noise_seed,
-                 client_participation, device)
-    audit._dp = dp
-    return audit
 
-  def _setup(self, spec: canary_spec.CanarySpec, expected_cohort: float,
-             delta: float, noise_seed: int | None,
-             client_participation: accounting.Participation | None,
-             device: str) -> None:
-    self.canary_config = spec
-    self.expected_cohort = expected_cohort
-    self._delta = validation.check_probability('delta', delta)
-    self._noise_seed = noise_seed
-    self._client_participation = client_participation
-    self._device = device
-    self._dp: canary_spec.DPAggregation | None = None
-    self._noise_multiplier: float | None = None
-    self._tracker: cosine_tracking.CosineTracker | None = None
-    self._initial: np.ndarray | None = None
-    self._latest: np.ndarray | None = None
-    self._round_event: dp_accounting.DpEvent | None = None
+    Returns:
+      The audit.
+
+    Raises:
+      TypeError: if `spec` or `dp` has the wrong type.
+      ValueError: if `delta` is not in (0, 1).
+    """
+    return cls(spec=spec, dp=dp, delta=delta, noise_seed=noise_seed,
+               client_participation=client_participation, device=device)
 
   # -- 1. The aggregation factory. --------------------------------------------
 
-  def aggregator(self) -> canary_aggregator.CanaryDPFactory:
-    """The factory of the `dp` given to `from_spec`, canaries inserted."""
-    if self._dp is None:
-      raise ValueError('aggregator() needs the audit of from_spec(canaries, '
-                       'dp); otherwise call gaussian_fixed/gaussian_adaptive.')
-    factory = canary_aggregator.CanaryDPFactory.from_spec(
-        self._dp, self.canary_config, self._noise_seed)
-    self._noise_multiplier = self._dp.noise_multiplier
+  def _record_aggregation(
+      self, factory: canary_aggregator.CanaryDPFactory
+  ) -> canary_aggregator.CanaryDPFactory:
+    """Records the aggregation `factory` implements; one per audit."""
+    aggregation = _TREE_AGGREGATION if factory.dp is None else factory.dp
+    if self._aggregation is not None and self._aggregation != aggregation:
+      raise ValueError(f'this audit audits {self._aggregation}; one audit '
+                       f'audits one aggregation, not also {aggregation}.')
+    self._aggregation = aggregation
     return factory
+
+  def aggregator(self) -> canary_aggregator.CanaryDPFactory:
+    """The factory of the `dp` given to `from_spec`, canaries inserted.
+
+    Returns:
+      `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`.
+
+    Raises:
+      ValueError: if the audit was not built from a `dp`.
+    """
+    if not isinstance(self._aggregation, canary_spec.DPAggregation):
+      raise ValueError('aggregator() needs the audit of from_spec(spec, dp); '
+                       'otherwise call gaussian_fixed/gaussian_adaptive.')
+    return canary_aggregator.CanaryDPFactory.from_spec(
+        self._aggregation, self.spec, self._noise_seed)
 
   def gaussian_fixed(
       self, *, noise_multiplier: float, clip: float,
       record_aggregation_factory: (
           tff.aggregators.UnweightedAggregationFactory | None) = None
   ) -> canary_aggregator.CanaryDPFactory:
-    """DP-FedAvg's aggregation with a fixed clip, canaries inserted."""
+    """DP-FedAvg's aggregation with a fixed clip, canaries inserted.
+
+    Args:
+      noise_multiplier: z >= 0; the noise std is z S.
+      clip: The clip S > 0.
+      record_aggregation_factory: Sums the clients' clipped records (default
+        `tff.aggregators.SumFactory`).
+
+    Returns:
+      The factory (`canary_aggregator.CanaryDPFactory.gaussian_fixed`) over
+      the expected cohort.
+
+    Raises:
+      ValueError: if an argument is out of range, or the audit already
+        audits another aggregation.
+    """
     factory = canary_aggregator.CanaryDPFactory.gaussian_fixed(
         noise_multiplier=noise_multiplier,
-        clients_per_round=self.expected_cohort, clip=clip,
-        canary_config=self.canary_config, noise_seed=self._noise_seed,
+        clients_per_round=self.expected_cohort, clip=clip, spec=self.spec,
+        noise_seed=self._noise_seed,
         record_aggregation_factory=record_aggregation_factory)
-    self._noise_multiplier = float(noise_multiplier)
-    return factory
+    return self._record_aggregation(factory)
 
   def gaussian_adaptive(
       self, *, noise_multiplier: float, initial_l2_norm_clip: float = 0.1,
@@ -198,17 +304,35 @@ class CanaryAudit:
       record_aggregation_factory: (
           tff.aggregators.UnweightedAggregationFactory | None) = None
   ) -> canary_aggregator.CanaryDPFactory:
-    """DP-FedAvg's aggregation with adaptive clipping (TFF's defaults)."""
+    """DP-FedAvg's aggregation with adaptive clipping (TFF's defaults).
+
+    Args:
+      noise_multiplier: z >= 0, the overall noise multiplier.
+      initial_l2_norm_clip: S_0 > 0.
+      target_unclipped_quantile: gamma in (0, 1).
+      learning_rate: eta >= 0 of the geometric clip update.
+      clipped_count_stddev: sigma_b of the unclipped count; None for TFF's
+        default (`canary_spec.DPAggregation`).
+      record_aggregation_factory: Sums the clients' clipped records (default
+        `tff.aggregators.SumFactory`).
+
+    Returns:
+      The factory (`canary_aggregator.CanaryDPFactory.gaussian_adaptive`)
+      over the expected cohort.
+
+    Raises:
+      ValueError: if an argument is out of range, or the audit already
+        audits another aggregation.
+    """
     factory = canary_aggregator.CanaryDPFactory.gaussian_adaptive(
         noise_multiplier=noise_multiplier,
         clients_per_round=self.expected_cohort,
         initial_l2_norm_clip=initial_l2_norm_clip,
         target_unclipped_quantile=target_unclipped_quantile,
         learning_rate=learning_rate, clipped_count_stddev=clipped_count_stddev,
-        canary_config=self.canary_config, noise_seed=self._noise_seed,
+        spec=self.spec, noise_seed=self._noise_seed,
         record_aggregation_factory=record_aggregation_factory)
-    self._noise_multiplier = float(noise_multiplier)
-    return factory
+    return self._record_aggregation(factory)
 
   def tree_aggregation(
       self, *, noise_multiplier: float, l2_norm_clip: float,
@@ -221,18 +345,41 @@ class CanaryAudit:
     The report's analytical epsilon assumes independent Gaussian noise per
     round, which tree aggregation does not add: pass the noise multiplier
     to account with to `report(noise_multiplier=...)` explicitly.
+
+    Args:
+      noise_multiplier: Noise std per tree node over `l2_norm_clip`, >= 0.
+      l2_norm_clip: The clip norm, > 0.
+      record_specs: `tf.TensorSpec`s of the aggregated value.
+      use_efficient: Whether to use the efficient tree estimator.
+      record_aggregation_factory: Sums the clients' clipped records (default
+        `tff.aggregators.SumFactory`).
+
+    Returns:
+      The factory (`canary_aggregator.CanaryDPFactory.tree_aggregation`).
+
+    Raises:
+      TypeError: if `record_specs` or `use_efficient` has the wrong type.
+      ValueError: if an argument is out of range, or the audit already
+        audits another aggregation.
     """
     factory = canary_aggregator.CanaryDPFactory.tree_aggregation(
         noise_multiplier=noise_multiplier,
         clients_per_round=self.expected_cohort, l2_norm_clip=l2_norm_clip,
-        record_specs=record_specs, canary_config=self.canary_config,
+        record_specs=record_specs, spec=self.spec,
         noise_seed=self._noise_seed, use_efficient=use_efficient,
         record_aggregation_factory=record_aggregation_factory)
-    self._noise_multiplier = None
-    return factory
+    return self._record_aggregation(factory)
 
   def dp_event(self, learning_state: Any) -> dp_accounting.DpEvent:
-    """The DpEvent of the round that produced `learning_state`."""
+    """The DpEvent of the round that produced `learning_state`.
+
+    Args:
+      learning_state: The state of a process built with this audit's factory.
+
+    Returns:
+      The event the aggregator recorded
+      (`canary_aggregator.extract_dp_event_from_state`).
+    """
     return canary_aggregator.extract_dp_event_from_state(
         learning_state.aggregator)
 
@@ -242,9 +389,10 @@ class CanaryAudit:
     self._initial = initial_weights
     self._latest = initial_weights
     self._tracker = cosine_tracking.CosineTracker(
-        self.canary_config, initial_weights.size, device=self._device)
+        self.spec, initial_weights.size, device=self._device)
 
-  def observe(self, learning_state: Any) -> list[cosine_tracking.RoundSummary]:
+  def observe(self,
+              learning_state: Any) -> list[round_record.CanaryCosines]:
     """Records a learning state: the initial one first, then every round's.
 
     Each round's cosines are taken with the spec's all-iterates statistic:
@@ -274,19 +422,31 @@ class CanaryAudit:
       raise ValueError('observe the initial learning state (round 0) before '
                        f'round {round_num}.')
     aggregator = learning_state.aggregator
-    if self.canary_config.all_iterates_statistic == 'model_delta':
+    if self.spec.all_iterates_statistic == 'model_delta':
       aggregator = aggregator._replace(aggregate=self._latest - weights)
     summaries = self._tracker.observe(aggregator)
     self._latest = weights
     self._round_event = self.dp_event(learning_state)
     return summaries
 
-  def flush(self) -> list[cosine_tracking.RoundSummary]:
-    """Processes the buffered rounds now (before a checkpoint, say)."""
+  def flush(self) -> list[round_record.CanaryCosines]:
+    """Processes the buffered rounds now (before a checkpoint, say).
+
+    Returns:
+      The summaries of the rounds processed (none before the first round).
+    """
     return [] if self._tracker is None else self._tracker.flush()
 
   def state(self) -> dict[str, np.ndarray]:
-    """Everything needed to resume the audit (numpy; joins a checkpoint)."""
+    """Everything needed to resume the audit (numpy; joins a checkpoint).
+
+    Returns:
+      The initial weights, the rounds observed, the cosine maxima and the
+      pending (unprocessed) rounds' vectors.
+
+    Raises:
+      ValueError: if no learning state was observed yet.
+    """
     if self._tracker is None:
       raise ValueError('the audit has observed no learning state yet.')
     tracker = self._tracker.state()
@@ -296,16 +456,28 @@ class CanaryAudit:
             'pending': tracker.pending}
 
   def empty_state(self, learning_state: Any) -> dict[str, np.ndarray]:
-    """A `state()` of the right structure for `learning_state` (to load)."""
+    """A `state()` of the right structure for `learning_state` (to load).
+
+    Args:
+      learning_state: A state of the process (its model gives d).
+
+    Returns:
+      Zeros shaped as `state()` of a run of this model.
+    """
     dim = _flat_trainable(learning_state).size
-    tracked = self.canary_config.num_seen + self.canary_config.num_unseen
+    tracked = self.spec.num_seen + self.spec.num_unseen
     return {'initial_weights': np.zeros([dim], np.float32),
             'rounds_observed': np.int64(0),
             'cosine_maxima': np.zeros([tracked], np.float32),
             'pending': np.zeros([0, dim], np.float32)}
 
   def restore(self, state: dict[str, Any], learning_state: Any) -> None:
-    """Resumes from `state()` saved together with `learning_state`."""
+    """Resumes from `state()` saved together with `learning_state`.
+
+    Args:
+      state: What `state()` returned (as loaded from a checkpoint).
+      learning_state: The learning state saved with it.
+    """
     initial = np.asarray(state['initial_weights'], np.float32)
     tracker_state = cosine_tracking.TrackerState(
         rounds_observed=int(state['rounds_observed']),
@@ -317,8 +489,7 @@ class CanaryAudit:
     if tracker_state.rounds_observed > 0:
       self._round_event = self.dp_event(learning_state)
     self._tracker = cosine_tracking.CosineTracker(
-        self.canary_config, initial.size, state=tracker_state,
-        device=self._device)
+        self.spec, initial.size, state=tracker_state, device=self._device)
 
   def program_state_manager(
       self, inner: tff.program.ProgramStateManager | None = None,
@@ -329,13 +500,25 @@ class CanaryAudit:
 
     Give it to `tff.simulation.run_training_process` (with the default
     rounds_per_saving_program_state=1, so that every round is observed) or
-    to `tff.learning.programs.train_model`. With `inner` (e.g. a
-    `tff.program.FileProgramStateManager`), round 0, every
-    `rounds_per_checkpoint`-th round and `final_round` are saved to it
-    together with the audit's state (its buffered rounds processed first, so
-    a checkpoint holds no buffer), and a rerun resumes both. Each round's
-    cosine summaries (seen/unseen mean and max; key: the 1-based round) are
-    released to `release_managers` as they are computed.
+    to `tff.learning.programs.train_model`.
+
+    Args:
+      inner: A manager (e.g. `tff.program.FileProgramStateManager`) that
+        round 0, every `rounds_per_checkpoint`-th round and `final_round` are
+        saved to, together with the audit's state (its buffered rounds
+        processed first, so a checkpoint holds no buffer); a rerun resumes
+        both. None saves nothing.
+      rounds_per_checkpoint: Rounds between two saves to `inner`, >= 1.
+      final_round: A round always saved, if given.
+      release_managers: Each round's cosine summaries (seen/unseen mean and
+        max; key: the 1-based round) are released to them as they are
+        computed.
+
+    Returns:
+      The manager.
+
+    Raises:
+      ValueError: if `rounds_per_checkpoint` < 1 or `final_round` < 0.
     """
     return _AuditingStateManager(self, inner, rounds_per_checkpoint,
                                  final_round, release_managers)
@@ -348,7 +531,14 @@ class CanaryAudit:
     return self._tracker
 
   def cosine_maxima(self) -> cosine_tracking.CosineMaxima:
-    """Each canary's max-over-rounds cosine so far (Algorithm 3, l. 15-16)."""
+    """Each canary's max-over-rounds cosine so far (Algorithm 3, l. 15-16).
+
+    Returns:
+      The seen and unseen canaries' maxima.
+
+    Raises:
+      ValueError: if no training round was observed yet.
+    """
     return self._check_observed().maxima()
 
   @property
@@ -361,18 +551,27 @@ class CanaryAudit:
 
     Algorithm 2, line 11, with the spec's final-model statistic
     (`final_model`): theta_0 - theta_t ('delta', the default, in
-    tff.learning's sign convention) or theta_t ('final'). The unseen
-    canaries' cosines follow the null and serve the one-run certificates.
+    tff.learning's sign convention) or theta_t ('final').
+
+    Args:
+      unseen: Score the unseen canaries instead, whose cosines follow the
+        null and serve the one-run certificates.
+
+    Returns:
+      float64 cosines, one per canary, in id order.
+
+    Raises:
+      ValueError: if no training round was observed yet.
     """
     self._check_observed()
-    config = self.canary_config
-    ids = (canary_spec.unseen_ids(config.num_unseen) if unseen else
-           canary_spec.seen_ids(config.num_seen))
+    spec = self.spec
+    ids = (canary_spec.unseen_ids(spec.num_unseen) if unseen else
+           canary_spec.seen_ids(spec.num_seen))
     with tf.device(self._device):
       return final_model.final_model_cosines(
-          self._latest, canary_seed=config.seed, canary_ids=ids,
+          self._latest, canary_seed=spec.seed, canary_ids=ids,
           initial_weights=self._initial,
-          statistic=config.final_model_statistic)
+          statistic=spec.final_model_statistic)
 
   def report(self, *, alpha: float = 0.05, accuracy: float | None = None,
              noise_multiplier: float | None = None) -> run_report.RunReport:
@@ -381,17 +580,28 @@ class CanaryAudit:
     Args:
       alpha: 1 - confidence of epsilon_lo.
       accuracy: The final model's accuracy, if known, for the report.
-      noise_multiplier: The noise multiplier of the factory; defaults to the
-        one given to `gaussian_fixed`/`gaussian_adaptive`.
+      noise_multiplier: The noise multiplier to account with; defaults to
+        that of the audited Gaussian aggregation (`from_spec`'s `dp`,
+        `gaussian_fixed`, `gaussian_adaptive`).
+
+    Returns:
+      The `run_report.RunReport`; a real client's accounted epsilon is
+      composed from the aggregator's own DpEvents when the audited
+      aggregation is Gaussian.
+
+    Raises:
+      ValueError: if no training round was observed yet, or the noise
+        multiplier is unknown (tree aggregation, or no factory built).
     """
     tracker = self._check_observed()
-    if noise_multiplier is None:
-      noise_multiplier = self._noise_multiplier
+    gaussian = isinstance(self._aggregation, canary_spec.DPAggregation)
+    if noise_multiplier is None and gaussian:
+      noise_multiplier = float(self._aggregation.noise_multiplier)
     if noise_multiplier is None:
       raise ValueError('noise_multiplier is unknown: build the factory with '
                        "this audit's gaussian_fixed/gaussian_adaptive or pass "
                        'noise_multiplier.')
-    config = self.canary_config
+    spec = self.spec
     maxima = self.cosine_maxima()
     rounds = tracker.rounds_observed
     participation = self._client_participation
@@ -400,20 +610,19 @@ class CanaryAudit:
     return run_report.build_run_report(
         final_cosines=self.final_cosines(),
         final_unseen_cosines=(self.final_cosines(unseen=True)
-                              if config.num_unseen >= 2 else None),
+                              if spec.num_unseen >= 2 else None),
         dim=int(self._initial.size),
-        delta=self._delta, noise_multiplier=noise_multiplier, alpha=alpha,
-        seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
-        accuracy=accuracy, canary_presentations=config.repetitions,
+        delta=self._delta, noise_multiplier=noise_multiplier,
+        alpha=alpha, seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
+        accuracy=accuracy, canary_presentations=spec.repetitions,
         rounds=rounds, participation=participation,
-        presentation_counts=config.presentation_counts(rounds),
-        round_event=(self._round_event if self._noise_multiplier is not None
-                     else None),
-        setting={'num_canaries': config.num_seen,
-                 'num_unseen_canaries': config.num_unseen,
-                 'canary_repeats': config.repetitions,
+        presentation_counts=spec.presentation_counts(rounds),
+        round_event=self._round_event if gaussian else None,
+        setting={'num_canaries': spec.num_seen,
+                 'num_unseen_canaries': spec.num_unseen,
+                 'canary_repeats': spec.repetitions,
                  'rounds_observed': tracker.rounds_observed,
-                 'canary_clip': config.canary_clip,
+                 'canary_clip': spec.canary_clip,
                  'expected_cohort': self.expected_cohort})
 
 
@@ -449,13 +658,13 @@ class _AuditingStateManager(tff.program.ProgramStateManager):
     return saved['program']
 
   async def _release(
-      self, summaries: Sequence[cosine_tracking.RoundSummary]) -> None:
+      self, summaries: Sequence[round_record.CanaryCosines]) -> None:
     for summary in summaries:
       values = collections.OrderedDict(
           seen_cosine_mean=summary.seen_mean, seen_cosine_max=summary.seen_max,
           unseen_cosine_mean=summary.unseen_mean,
           unseen_cosine_max=summary.unseen_max)
-      await asyncio.gather(*(m.release(values, summary.round_num + 1)
+      await asyncio.gather(*(m.release(values, summary.round_num)
                              for m in self._release_managers))
 
   async def save(self, program_state: Any, version: int) -> None:

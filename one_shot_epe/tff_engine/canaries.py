@@ -17,7 +17,8 @@ uniform law on the sphere follows from the rotation invariance of N(0, I_d).
 Canary ids: the k *seen* canaries (those a schedule may insert) have ids
 0..k-1; the m *unseen* canaries of Algorithm 3 (never inserted, tracked only to
 estimate the null distribution of max-over-rounds cosines) have ids
-`UNSEEN_ID_OFFSET + i`, i = 0..m-1, a range disjoint from any seen id.
+`canary_spec.UNSEEN_ID_OFFSET + i`, i = 0..m-1, a range disjoint from any
+seen id (`canary_spec.seen_ids`, `canary_spec.unseen_ids`).
 
 Canaries live in the flattened parameter space. A model update is a structure
 of float32 tensors (a `tf.nest` structure, e.g. the list of trainable weights);
@@ -37,11 +38,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe import run_options
-from one_shot_epe import validation
+from one_shot_epe import canary_spec
 
-# Ids of unseen canaries start here; seen canaries must have ids below it.
-UNSEEN_ID_OFFSET = run_options.UNSEEN_ID_OFFSET
+__all__ = ['RNG_ALGORITHM', 'canary', 'canary_structure', 'cosines',
+           'default_chunk_size', 'flat_size', 'flatten', 'gaussian',
+           'gaussians', 'unflatten']
 
 # The bit generator behind every canary; fixing it (rather than TF's
 # 'auto_select') keeps canaries identical across devices and TF versions.
@@ -50,23 +51,6 @@ RNG_ALGORITHM = 'philox'
 # Default budget for one chunk of regenerated canaries in `cosines`.
 _DEFAULT_CHUNK_BYTES = 256 * 2**20
 _MAX_DEFAULT_CHUNK = 64
-
-
-def check_seed(canary_seed: Any) -> int:
-  """The canary seed as an int in [0, 2**63 - 1] (`validation.check_int`)."""
-  return validation.check_int('canary_seed', canary_seed, 0, 2**63 - 1)
-
-
-def seen_ids(num_seen: int) -> np.ndarray:
-  """Ids of the seen canaries: 0..num_seen-1 (int64)."""
-  num_seen = validation.check_int('num_seen', num_seen, 0, UNSEEN_ID_OFFSET)
-  return np.arange(num_seen, dtype=np.int64)
-
-
-def unseen_ids(num_unseen: int) -> np.ndarray:
-  """Ids of the unseen canaries: UNSEEN_ID_OFFSET + 0..num_unseen-1 (int64)."""
-  num_unseen = validation.check_int('num_unseen', num_unseen, 0, 2**62)
-  return UNSEEN_ID_OFFSET + np.arange(num_unseen, dtype=np.int64)
 
 
 def default_chunk_size(dim: int) -> int:
@@ -78,12 +62,20 @@ def gaussian(canary_seed: int, canary_id: Any, dim: int) -> tf.Tensor:
   """u_j ~ N(0, I_d): canary `canary_id` before normalisation, float32 [dim].
 
   Args:
-    canary_seed: The canary seed s (validated by `check_seed`).
+    canary_seed: The canary seed s, in [0, canary_spec.MAX_SEED].
     canary_id: A scalar int64 tensor or int, the canary id j.
     dim: The dimensionality d.
+
+  Raises:
+    ValueError: if `canary_seed` is out of range (`canary_spec.check_seed`).
   """
+  return _gaussian(canary_spec.check_seed(canary_seed), canary_id, dim)
+
+
+def _gaussian(canary_seed: int, canary_id: Any, dim: int) -> tf.Tensor:
+  """`gaussian` of a checked seed."""
   seed = tf.stack([
-      tf.constant(check_seed(canary_seed), tf.int64),
+      tf.constant(canary_seed, tf.int64),
       tf.cast(canary_id, tf.int64)
   ])
   return tf.random.stateless_normal([dim], seed=seed, dtype=tf.float32,
@@ -105,11 +97,19 @@ def gaussians(canary_seed: int, canary_ids: Any,
 
   Returns:
     float32 [len(canary_ids), dim] rows and float32 [len(canary_ids)] norms.
+
+  Raises:
+    ValueError: if `canary_seed` is out of range (`canary_spec.check_seed`).
   """
-  canary_seed = check_seed(canary_seed)
+  return _gaussians(canary_spec.check_seed(canary_seed), canary_ids, dim)
+
+
+def _gaussians(canary_seed: int, canary_ids: Any,
+               dim: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """`gaussians` of a checked seed."""
 
   def row_and_norm(canary_id):
-    row = gaussian(canary_seed, canary_id, dim)
+    row = _gaussian(canary_seed, canary_id, dim)
     return row, tf.norm(row)
 
   return tf.map_fn(
@@ -147,7 +147,11 @@ def cosines(canary_seed: int, canary_ids: Sequence[int] | np.ndarray,
 
   Returns:
     float32 [n, B] cosines.
+
+  Raises:
+    ValueError: if `canary_seed` is out of range (`canary_spec.check_seed`).
   """
+  canary_seed = canary_spec.check_seed(canary_seed)
   canary_ids = np.asarray(canary_ids, np.int64).reshape(-1)
   vectors = tf.convert_to_tensor(vectors, tf.float32)
   dim = vectors.shape[1]
@@ -163,7 +167,7 @@ def cosines(canary_seed: int, canary_ids: Sequence[int] | np.ndarray,
   ids_table = tf.constant(canary_ids)
 
   def chunk_cosines(i, results):
-    rows, row_norms = gaussians(
+    rows, row_norms = _gaussians(
         canary_seed, ids_table[i * chunk_size:(i + 1) * chunk_size], dim)
     dots = tf.matmul(rows, vectors, transpose_b=True)
     scale = row_norms[:, tf.newaxis] * safe_norms[tf.newaxis, :]

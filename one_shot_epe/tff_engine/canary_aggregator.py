@@ -80,6 +80,9 @@ from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import seeded_queries
 from one_shot_epe import validation
 
+__all__ = ['CANARY_MEASUREMENTS', 'CanaryAggregatorState', 'CanaryDPFactory',
+           'extract_dp_event_from_state']
+
 # The measurements of the canaries, after TFF's `dp_query_metrics` and `dp`.
 CANARY_MEASUREMENTS = ('clip', 'canaries_inserted', 'aggregate_norm')
 
@@ -107,9 +110,61 @@ class CanaryAggregatorState(NamedTuple):
   aggregate: Any
 
 
+# TFF's names of the `canary_spec.DPAggregation` fields it names otherwise.
+_TFF_ARGUMENT_NAMES = (('initial_clip', 'initial_l2_norm_clip'),
+                       ('clip_learning_rate', 'learning_rate'))
+
+
+def _dp_aggregation(**fields: Any) -> canary_spec.DPAggregation:
+  """`canary_spec.DPAggregation(**fields)`, its errors naming TFF's arguments.
+
+  The dataclass is the one check of the DP arguments; the factory methods
+  take TFF's names, so its message is rewritten to name the argument given.
+  """
+  try:
+    return canary_spec.DPAggregation(**fields)
+  except ValueError as error:
+    message = str(error)
+    for field, argument in _TFF_ARGUMENT_NAMES:
+      if message.startswith(f'{field} '):
+        raise type(error)(argument + message[len(field):]) from None
+    raise
+
+
+def _fixed_query(dp: canary_spec.DPAggregation,
+                 seeded: bool) -> tfp.SumAggregationDPQuery:
+  """The normalised Gaussian sum query of a fixed clip (`dp` checked)."""
+  clip = float(dp.clip)
+  stddev = clip * float(dp.noise_multiplier)
+  if seeded:
+    sum_query = seeded_queries.SeededGaussianSumQuery(
+        l2_norm_clip=clip, stddev=stddev, stream=seeded_queries.UPDATE_STREAM)
+  else:
+    sum_query = tfp.GaussianSumQuery(l2_norm_clip=clip, stddev=stddev)
+  return tfp.NormalizedQuery(sum_query,
+                             denominator=float(dp.clients_per_round))
+
+
+def _adaptive_query(dp: canary_spec.DPAggregation,
+                    seeded: bool) -> tfp.SumAggregationDPQuery:
+  """The normalised adaptive-clip query of `dp` (checked), geometric update."""
+  query_class = (seeded_queries.SeededQuantileAdaptiveClipSumQuery if seeded
+                 else tfp.QuantileAdaptiveClipSumQuery)
+  clients_per_round = float(dp.clients_per_round)
+  # tensorflow_privacy's argument order: initial clip, noise multiplier,
+  # target quantile, learning rate, count stddev, expected records,
+  # geometric update.
+  return tfp.NormalizedQuery(
+      query_class(float(dp.initial_clip), dp.update_noise_multiplier,
+                  float(dp.target_unclipped_quantile),
+                  float(dp.clip_learning_rate), float(dp.count_stddev),
+                  clients_per_round, True),
+      denominator=clients_per_round)
+
+
 def _check_noise_and_cohort(noise_multiplier: float,
                             clients_per_round: float) -> tuple[float, float]:
-  """The arguments every constructor takes: z >= 0 and an expected cohort > 0."""
+  """Tree aggregation's z >= 0 and expected cohort > 0."""
   return (validation.check_real('noise_multiplier', noise_multiplier, low=0.0),
           validation.check_real('clients_per_round', clients_per_round,
                                 low=0.0, low_open=True))
@@ -128,66 +183,71 @@ def _adaptive_clip(params: Any) -> tf.Tensor:
 class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
   """DP-FedAvg Gaussian aggregation with canary insertion.
 
-  Build it with `gaussian_fixed` or `gaussian_adaptive`; see the module
+  Build it with `from_spec`, `gaussian_fixed`, `gaussian_adaptive` or
+  `tree_aggregation`, which check their arguments once; see the module
   docstring for what the created process does. The aggregated value must be a
   structure of float32 tensors with fully defined shapes (model updates).
   """
 
   @classmethod
   def from_spec(cls, dp: canary_spec.DPAggregation,
-                canaries: canary_spec.CanarySpec,
-                noise_seed: int | None = None) -> 'CanaryDPFactory':
+                spec: canary_spec.CanarySpec, noise_seed: int | None = None,
+                record_aggregation_factory: (
+                    tff.aggregators.UnweightedAggregationFactory | None
+                ) = None) -> 'CanaryDPFactory':
     """The factory of a run's DP aggregation and canary plan.
 
-    `gaussian_fixed` for a fixed clip, else `gaussian_adaptive`; see them.
+    A fixed clip S (`dp.clip` set): noise std z S. Adaptive clipping: the
+    geometric update of Andrew et al. (2021) with the noise split of
+    `canary_spec.value_noise_multiplier`. Either way the noised sum is
+    divided by `dp.clients_per_round`.
+
+    Args:
+      dp: The DP aggregation (validated by `canary_spec.DPAggregation`).
+      spec: Canaries, schedule and tracking parameters.
+      noise_seed: If set, round t's noise is a pure function of
+        (noise_seed, t) (`seeded_queries`); None for tensorflow_privacy's
+        unseeded noise.
+      record_aggregation_factory: Sums the clients' clipped records (default
+        `tff.aggregators.SumFactory`; see `__init__`).
+
+    Returns:
+      The factory.
+
+    Raises:
+      TypeError: if `dp` is not a `canary_spec.DPAggregation` (and as
+        `__init__`).
+      ValueError: as `__init__`.
     """
     if not isinstance(dp, canary_spec.DPAggregation):
       raise TypeError(f'dp must be a canary_spec.DPAggregation; got {dp!r}.')
-    if not dp.adaptive:
-      return cls.gaussian_fixed(
-          noise_multiplier=dp.noise_multiplier,
-          clients_per_round=dp.clients_per_round, clip=dp.clip,
-          canary_config=canaries, noise_seed=noise_seed)
-    return cls.gaussian_adaptive(
-        noise_multiplier=dp.noise_multiplier,
-        clients_per_round=dp.clients_per_round,
-        initial_l2_norm_clip=dp.initial_clip,
-        target_unclipped_quantile=dp.target_unclipped_quantile,
-        learning_rate=dp.clip_learning_rate,
-        clipped_count_stddev=dp.clipped_count_stddev, canary_config=canaries,
-        noise_seed=noise_seed)
+    seeded = noise_seed is not None
+    if dp.adaptive:
+      query, clip_from_params = _adaptive_query(dp, seeded), _adaptive_clip
+    else:
+      query, clip_from_params = _fixed_query(dp, seeded), _fixed_clip
+    return cls(query, clip_from_params, spec, noise_seed,
+               record_aggregation_factory, dp=dp)
 
   @classmethod
   def gaussian_fixed(cls, *, noise_multiplier: float, clients_per_round: float,
-                     clip: float, canary_config: canary_spec.CanarySpec,
+                     clip: float, spec: canary_spec.CanarySpec,
                      noise_seed: int | None = None,
                      record_aggregation_factory: (
                          tff.aggregators.UnweightedAggregationFactory | None
                      ) = None) -> 'CanaryDPFactory':
     """Fixed clip S, noise std noise_multiplier * S, mean over the cohort.
 
-    With `noise_seed`, round t's noise is a pure function of (noise_seed, t)
-    (`seeded_queries`); without, tensorflow_privacy's unseeded noise.
-    `record_aggregation_factory` sums the clients' clipped records (default
-    `tff.aggregators.SumFactory`; see `__init__`).
+    `from_spec` of `canary_spec.DPAggregation(noise_multiplier,
+    clients_per_round, clip=clip)`, with TFF's argument names; see there.
     """
-    noise_multiplier, clients_per_round = _check_noise_and_cohort(
-        noise_multiplier, clients_per_round)
-    clip = validation.check_real('clip', clip, low=0.0, low_open=True)
-    if noise_seed is None:
-      sum_query = tfp.GaussianSumQuery(l2_norm_clip=clip,
-                                       stddev=clip * noise_multiplier)
-    else:
-      sum_query = seeded_queries.SeededGaussianSumQuery(
-          l2_norm_clip=clip, stddev=clip * noise_multiplier,
-          stream=seeded_queries.UPDATE_STREAM)
-    query = tfp.NormalizedQuery(sum_query, denominator=clients_per_round)
-    return cls(query, _fixed_clip, canary_config, noise_seed,
-               record_aggregation_factory)
+    dp = _dp_aggregation(noise_multiplier=noise_multiplier,
+                         clients_per_round=clients_per_round, clip=clip)
+    return cls.from_spec(dp, spec, noise_seed, record_aggregation_factory)
 
   @classmethod
   def gaussian_adaptive(cls, *, noise_multiplier: float,
-                        clients_per_round: float, canary_config: canary_spec.CanarySpec,
+                        clients_per_round: float, spec: canary_spec.CanarySpec,
                         initial_l2_norm_clip: float = 0.1,
                         target_unclipped_quantile: float = 0.5,
                         learning_rate: float = 0.2,
@@ -205,47 +265,21 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     `canary_spec.value_noise_multiplier(noise_multiplier,
     clipped_count_stddev)` times S, slightly more (see that function).
     `clipped_count_stddev` defaults to 0.05 * clients_per_round (0 when
-    noise_multiplier is 0).
-    With `noise_seed`, both noises of round t are pure functions of
-    (noise_seed, t) (`seeded_queries`); without, tensorflow_privacy's unseeded
-    noise. `record_aggregation_factory` sums the clients' clipped records
-    (default `tff.aggregators.SumFactory`; see `__init__`).
+    noise_multiplier is 0). `from_spec` of the `canary_spec.DPAggregation` of
+    these arguments (TFF's names); see there for the rest.
     """
-    noise_multiplier, clients_per_round = _check_noise_and_cohort(
-        noise_multiplier, clients_per_round)
-    initial_l2_norm_clip = validation.check_real(
-        'initial_l2_norm_clip', initial_l2_norm_clip, low=0.0, low_open=True)
-    target_unclipped_quantile = validation.check_real(
-        'target_unclipped_quantile', target_unclipped_quantile, low=0.0,
-        high=1.0)
-    learning_rate = validation.check_real('learning_rate', learning_rate,
-                                          low=0.0)
-    dp = canary_spec.DPAggregation(
+    dp = _dp_aggregation(
         noise_multiplier=noise_multiplier, clients_per_round=clients_per_round,
         initial_clip=initial_l2_norm_clip,
         target_unclipped_quantile=target_unclipped_quantile,
         clip_learning_rate=learning_rate,
         clipped_count_stddev=clipped_count_stddev)
-    clipped_count_stddev = dp.count_stddev
-    value_noise_multiplier = dp.update_noise_multiplier
-    adaptive_query_class = (tfp.QuantileAdaptiveClipSumQuery
-                            if noise_seed is None else
-                            seeded_queries.SeededQuantileAdaptiveClipSumQuery)
-    # tensorflow_privacy's argument order: initial clip, noise multiplier,
-    # target quantile, learning rate, count stddev, expected records,
-    # geometric update.
-    query = tfp.NormalizedQuery(
-        adaptive_query_class(initial_l2_norm_clip, value_noise_multiplier,
-                             target_unclipped_quantile, learning_rate,
-                             clipped_count_stddev, clients_per_round, True),
-        denominator=clients_per_round)
-    return cls(query, _adaptive_clip, canary_config, noise_seed,
-               record_aggregation_factory)
+    return cls.from_spec(dp, spec, noise_seed, record_aggregation_factory)
 
   @classmethod
   def tree_aggregation(cls, *, noise_multiplier: float,
                        clients_per_round: float, l2_norm_clip: float,
-                       record_specs: Any, canary_config: canary_spec.CanarySpec,
+                       record_specs: Any, spec: canary_spec.CanarySpec,
                        noise_seed: int | None = None,
                        use_efficient: bool = True,
                        record_aggregation_factory: (
@@ -270,7 +304,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       l2_norm_clip: The clip norm, > 0.
       record_specs: `tf.TensorSpec`s of the aggregated value (the tree's noise
         has this structure; must match the value type given to `create`).
-      canary_config: Canaries, schedule and tracking parameters.
+      spec: Canaries, schedule and tracking parameters.
       noise_seed: Seed of tensorflow_privacy's tree noise generator, which
         makes the noise of every round reproducible; None for a seed from the
         system time.
@@ -283,7 +317,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     l2_norm_clip = validation.check_real(
         'l2_norm_clip', l2_norm_clip, low=0.0, low_open=True)
     if noise_seed is not None:
-      noise_seed = validation.check_int('noise_seed', noise_seed, 0, 2**63 - 1)
+      noise_seed = canary_spec.check_seed(noise_seed, 'noise_seed')
     if not isinstance(use_efficient, bool):
       raise TypeError(f'use_efficient must be a bool; got {use_efficient!r}.')
     specs = tf.nest.flatten(record_specs)
@@ -294,22 +328,21 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         l2_norm_clip, noise_multiplier, record_specs, noise_seed=noise_seed,
         use_efficient=use_efficient)
     query = tfp.NormalizedQuery(sum_query, denominator=clients_per_round)
-    return cls(query, _fixed_clip, canary_config, None,
-               record_aggregation_factory)
+    return cls(query, _fixed_clip, spec, None, record_aggregation_factory)
 
   def __init__(self, query: tfp.SumAggregationDPQuery,
                clip_from_params: Callable[[Any], tf.Tensor],
-               canary_config: canary_spec.CanarySpec, noise_seed: int | None = None,
+               spec: canary_spec.CanarySpec, noise_seed: int | None = None,
                record_aggregation_factory: (
                    tff.aggregators.UnweightedAggregationFactory | None
-               ) = None):
+               ) = None, *, dp: canary_spec.DPAggregation | None = None):
     """Low-level constructor; prefer the class methods.
 
     Args:
       query: The DP sum query whose `preprocess_record` clips records.
       clip_from_params: Returns the round's clip norm from the query's sample
         params.
-      canary_config: Canaries, schedule and tracking parameters.
+      spec: Canaries, schedule and tracking parameters.
       noise_seed: If set, the seed of the round seeds that `query` (built from
         `seeded_queries`) draws its noise from; None for other queries.
       record_aggregation_factory: Aggregates the clients' preprocessed
@@ -317,17 +350,20 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         for `tff.aggregators.SumFactory`; another factory must implement a sum
         that does not increase the records' sensitivity (e.g. secure
         aggregation). The canaries' records are added at the server after it.
+      dp: The Gaussian DP aggregation `query` implements (`from_spec`), for
+        accounting; None for another query.
 
     Raises:
-      TypeError: for a `query`, `canary_config` or
-        `record_aggregation_factory` of the wrong type.
+      TypeError: for a `query`, `spec` or `record_aggregation_factory` of the
+        wrong type.
+      ValueError: if `noise_seed` is not in [0, canary_spec.MAX_SEED].
     """
     if not isinstance(query, tfp.SumAggregationDPQuery):
       raise TypeError(
           f'query must be a tfp.SumAggregationDPQuery; got {query!r}.')
-    if not isinstance(canary_config, canary_spec.CanarySpec):
+    if not isinstance(spec, canary_spec.CanarySpec):
       raise TypeError(
-          f'canary_config must be a canary_spec.CanarySpec; got {canary_config!r}.')
+          f'spec must be a canary_spec.CanarySpec; got {spec!r}.')
     if record_aggregation_factory is None:
       record_aggregation_factory = tff.aggregators.SumFactory()
     if not isinstance(record_aggregation_factory,
@@ -336,17 +372,23 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                       'tff.aggregators.UnweightedAggregationFactory or None; '
                       f'got {record_aggregation_factory!r}.')
     if noise_seed is not None:
-      noise_seed = validation.check_int('noise_seed', noise_seed, 0, 2**63 - 1)
+      noise_seed = canary_spec.check_seed(noise_seed, 'noise_seed')
     self._query = query
     self._record_aggregation_factory = record_aggregation_factory
     self._noise_seed = noise_seed
     self._clip_from_params = clip_from_params
-    self._config = canary_config
+    self._spec = spec
+    self._dp = dp
 
   @property
-  def canary_config(self) -> canary_spec.CanarySpec:
+  def dp(self) -> canary_spec.DPAggregation | None:
+    """The Gaussian DP aggregation of the query; None for tree aggregation."""
+    return self._dp
+
+  @property
+  def spec(self) -> canary_spec.CanarySpec:
     """The canaries, schedule and tracking this factory was built with."""
-    return self._config
+    return self._spec
 
   # --------------------------------------------------------------------------
   # TensorFlow building blocks (traced into TFF computations).
@@ -380,7 +422,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
   def _canary_sample_state(self, params: Any, round_num: tf.Tensor,
                            specs: Any, dim: int) -> tuple[Any, tf.Tensor]:
     """Sum of the preprocessed canary records of the round, and their count."""
-    ids_table, offsets = self._config.schedule_table()
+    ids_table, offsets = self._spec.schedule_table()
     num_scheduled = len(offsets) - 1
     start = tf.gather(offsets, tf.minimum(round_num, num_scheduled))
     end = tf.gather(offsets, tf.minimum(round_num + 1, num_scheduled))
@@ -388,13 +430,12 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     clip = self._clip_from_params(params)
 
     def insert(i, total):
-      direction = canaries.gaussian(self._config.seed, ids[i], dim)
-      if self._config.canary_clip == 'project':
+      direction = canaries.gaussian(self._spec.seed, ids[i], dim)
+      if self._spec.canary_clip == 'project':
         record = self._project(direction, clip, specs)
       else:
-        record = canaries.unflatten(
-            direction * (canary_spec.CLIPPED_CANARY_SCALE * clip / tf.norm(direction)),
-            specs)
+        scale = canary_spec.CLIPPED_CANARY_SCALE * clip / tf.norm(direction)
+        record = canaries.unflatten(direction * scale, specs)
       record = self._query.preprocess_record(params, record)
       return i + 1, self._query.accumulate_preprocessed_record(total, record)
 

@@ -11,26 +11,35 @@ checks on read — and turns any damage into one clear error, before anything
 is written. `check_layout` refuses, as clearly, a version saved by version
 0.1 of the launcher (learning and tracker state apart), which this version
 (the learning state with the canaries' audit) cannot resume.
+
+`ProgramStateCheckpoints` is the TFF engine's `checkpoint_store.
+CheckpointStore`: a `tff.program.ProgramStateManager` that TFF's training
+loop saves to and loads from, keeping round 0 and the last two rounds.
 """
 
 import asyncio
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from google.protobuf import message
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
+import tensorflow_federated as tff
 from tensorflow_federated.python.program import file_utils
+
+from one_shot_epe import checkpoint_store
+
+__all__ = ['CheckpointError', 'PREFIX', 'ProgramStateCheckpoints',
+           'check_layout', 'remove_partial', 'verify', 'verify_latest',
+           'versions']
 
 PREFIX = 'program_state_'
 _VERSION = re.compile(re.escape(PREFIX) + r'(\d+)$')
 _PARTIAL = re.compile(re.escape(PREFIX) + r'\d+_temp\d+$')
-
-
-class CheckpointError(ValueError):
-  """A saved version is damaged; the message names it and what to do."""
+CheckpointError = checkpoint_store.CheckpointError
 
 
 def versions(directory: str) -> list[int]:
@@ -110,3 +119,60 @@ def verify_latest(directory: str) -> int | None:
                 if len(found) > 1 else 'remove it to start the run afresh')
     raise CheckpointError(f'{error}; {fallback}') from None
   return latest
+
+
+class ProgramStateCheckpoints(tff.program.ProgramStateManager):
+  """The TFF engine's checkpoints: TFF program state, round 0 and the last two.
+
+  A `checkpoint_store.CheckpointStore` whose `save` and `load` are the
+  coroutines of TFF's `ProgramStateManager` (TFF's training loop awaits
+  them), delegated to a `tff.program.FileProgramStateManager` created at the
+  first of them (creating it creates the directory; checking writes
+  nothing).
+  """
+
+  kept = 3  # Round 0 and the last two.
+
+  def __init__(self, directory: str):
+    self.directory = directory
+    self._files = None
+
+  def _manager(self) -> tff.program.FileProgramStateManager:
+    if self._files is None:
+      self._files = tff.program.FileProgramStateManager(
+          self.directory, keep_total=self.kept, keep_first=True)
+    return self._files
+
+  def rounds(self) -> list[int]:
+    """The complete versions, ascending."""
+    return versions(self.directory)
+
+  def latest(self) -> int | None:
+    """The newest complete version, None if there is none."""
+    found = self.rounds()
+    return found[-1] if found else None
+
+  def verify(self) -> None:
+    """Raises CheckpointError if the newest version is damaged or too old.
+
+    Too old: saved in the layout of version 0.1 of the launcher.
+    """
+    latest = verify_latest(self.directory)
+    if latest is not None:
+      check_layout(os.path.join(self.directory, f'{PREFIX}{latest}'))
+
+  def remove_partial(self) -> None:
+    """Deletes the `_temp` directories of interrupted saves."""
+    remove_partial(self.directory)
+
+  async def get_versions(self) -> Sequence[int] | None:
+    """The saved versions (TFF's `ProgramStateManager` API)."""
+    return await self._manager().get_versions()
+
+  async def load(self, version: int, structure: Any) -> Any:
+    """The state saved at round `version`, in the structure of `structure`."""
+    return await self._manager().load(version, structure)
+
+  async def save(self, program_state: Any, version: int) -> None:
+    """Saves `program_state` as round `version`; keeps 0 and the last two."""
+    await self._manager().save(program_state, version)

@@ -19,7 +19,8 @@ each round's aggregate (`CanaryAggregatorState.aggregate`, fed with
 routine it runs per block (see benchmarks/canary_tracking.py for its cost).
 
 Per-round summaries: for each processed round, the mean and max cosine over
-the seen and over the unseen canaries (`RoundSummary`).
+the seen and over the unseen canaries (`round_record.CanaryCosines`, rounds
+numbered from 1 as TFF's training rounds are).
 """
 
 from typing import Any, NamedTuple
@@ -28,7 +29,11 @@ import numpy as np
 import tensorflow as tf
 
 from one_shot_epe import canary_spec
+from one_shot_epe import round_record
 from one_shot_epe.tff_engine import canaries
+
+__all__ = ['CosineMaxima', 'CosineTracker', 'TrackerState', 'split_maxima',
+           'update_block']
 
 
 
@@ -36,15 +41,6 @@ class CosineMaxima(NamedTuple):
   """Max-over-rounds cosines of Algorithm 3 (lines 15-16), float32 numpy."""
   seen: np.ndarray
   unseen: np.ndarray
-
-
-class RoundSummary(NamedTuple):
-  """Cosine summaries of one round (0-based `round_num`); NaN for empty sets."""
-  round_num: int
-  seen_mean: float
-  seen_max: float
-  unseen_mean: float
-  unseen_max: float
 
 
 def update_block(canary_seed: int, num_seen: int, num_unseen: int,
@@ -114,24 +110,24 @@ class CosineTracker:
   every B rounds processes the block with `update_block`. Usage with a
   `tff.learning` process:
 
-    tracker = CosineTracker(config, dim)
+    tracker = CosineTracker(spec, dim)
     for t in range(num_rounds):
       output = process.next(state, data[t])
       state = output.state
-      summaries = tracker.observe(state.aggregator)   # [] or B RoundSummary
+      summaries = tracker.observe(state.aggregator)   # [] or B CanaryCosines
     maxima = tracker.maxima()                          # exact, all rounds
 
   Its `state()` (plain numpy) together with the TFF state is a complete
-  checkpoint: `CosineTracker(config, dim, state=saved)` resumes exactly.
+  checkpoint: `CosineTracker(spec, dim, state=saved)` resumes exactly.
   """
 
-  def __init__(self, canary_config: canary_spec.CanarySpec, dim: int,
+  def __init__(self, spec: canary_spec.CanarySpec, dim: int,
                state: TrackerState | None = None, device: str = '/CPU:0'):
     """Creates a tracker.
 
     Args:
-      canary_config: The canaries (only seed, counts, buffer_rounds and
-        chunk_size matter; a trainer without TFF leaves the schedule empty).
+      spec: The canaries (only seed, counts, buffer_rounds and chunk_size
+        matter; a trainer without TFF leaves the schedule empty).
       dim: d, the number of parameters of the aggregated updates.
       state: A `TrackerState` to resume from, or None to start at round 0.
       device: TF device holding the buffer and computing the cosines
@@ -141,14 +137,13 @@ class CosineTracker:
         dim < 1):
       raise ValueError(f'dim must be a positive integer; got {dim!r}.')
     self._dim = int(dim)
-    self._seed = canary_config.seed
-    self._num_seen = canary_config.num_seen
-    self._num_unseen = canary_config.num_unseen
-    self._rounds = (canary_config.buffer_rounds if canary_config.buffer_rounds
-                    is not None else
+    self._seed = spec.seed
+    self._num_seen = spec.num_seen
+    self._num_unseen = spec.num_unseen
+    self._rounds = (spec.buffer_rounds if spec.buffer_rounds is not None else
                     canary_spec.default_buffer_rounds(self._dim))
-    chunk_size = (canary_config.chunk_size if canary_config.chunk_size
-                  is not None else canaries.default_chunk_size(self._dim))
+    chunk_size = (spec.chunk_size if spec.chunk_size is not None else
+                  canaries.default_chunk_size(self._dim))
     self._device = device
     # The [B, d] buffer is a variable written one row at a time in place and
     # read by the block update without a copy (its initial zeros are created
@@ -207,19 +202,21 @@ class CosineTracker:
     """B, the number of rounds buffered between two block updates."""
     return self._rounds
 
-  def _process(self, num_rounds: int) -> tuple[np.ndarray, list[RoundSummary]]:
+  def _process(self, num_rounds: int
+               ) -> tuple[np.ndarray, list[round_record.CanaryCosines]]:
     with tf.device(self._device):
       maxima, block = self._update(tf.constant(self._maxima),
                                    tf.constant(num_rounds, tf.int32))
-    first = self._observed - self._pending
+    first = self._observed - self._pending + 1
     block = block.numpy()
     summaries = [
-        RoundSummary(first + i, *(float(v) for v in block[:, i]))
+        round_record.CanaryCosines(first + i, *(float(v) for v in block[:, i]))
         for i in range(num_rounds)
     ]
     return maxima.numpy(), summaries
 
-  def observe(self, aggregator_state: Any) -> list[RoundSummary]:
+  def observe(self,
+              aggregator_state: Any) -> list[round_record.CanaryCosines]:
     """Records the round that produced `aggregator_state` (the next round).
 
     Args:
@@ -248,7 +245,8 @@ class CosineTracker:
           f'expects round {self._observed}.')
     return self.observe_aggregate(aggregator_state.aggregate)
 
-  def observe_aggregate(self, aggregate: Any) -> list[RoundSummary]:
+  def observe_aggregate(self,
+                        aggregate: Any) -> list[round_record.CanaryCosines]:
     """Records the noised aggregate rho_bar of round `rounds_observed`.
 
     Args:
@@ -272,7 +270,7 @@ class CosineTracker:
       return []
     return self.flush()
 
-  def flush(self) -> list[RoundSummary]:
+  def flush(self) -> list[round_record.CanaryCosines]:
     """Processes the pending rounds now; returns their summaries."""
     if not self._pending:
       return []

@@ -92,6 +92,8 @@ import tensorflow_federated as tff
 from one_shot_epe.tff_engine import tff_workers
 from one_shot_epe import validation
 
+__all__ = ['DistributedExecutionContext', 'remote_cpp_context', 'split_clients']
+
 # TFF's own channel options for its local worker (executor_factory.py).
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
 _GRPC_CHANNEL_OPTIONS = (

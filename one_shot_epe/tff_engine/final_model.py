@@ -40,6 +40,9 @@ import tensorflow as tf
 from one_shot_epe import canary_spec
 from one_shot_epe.tff_engine import canaries
 
+__all__ = ['PAPER_DIRECTION', 'Statistic', 'TFF_LEARNING_DIRECTION',
+           'final_model_cosines']
+
 Statistic = Literal['delta', 'final']
 TFF_LEARNING_DIRECTION = -1.0
 PAPER_DIRECTION = 1.0

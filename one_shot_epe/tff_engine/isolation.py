@@ -42,6 +42,12 @@ from absl import logging
 
 from one_shot_epe import cli
 
+__all__ = ['ISOLATION_ENV', 'ISOLATION_MODES', 'IsolationError',
+           'LOOPBACK_INTERFACE', 'enter_private_network', 'exposed_listeners',
+           'in_private_network', 'isolate_on_import', 'isolate_program',
+           'isolation_mode', 'listening_addresses', 'namespace_interfaces',
+           'remote_workers_requested', 'warn_if_exposed']
+
 ISOLATION_ENV = 'ONE_SHOT_EPE_NETWORK_ISOLATION'
 ISOLATION_MODES = ('auto', 'require', 'off')
 LOOPBACK_INTERFACE = 'lo'

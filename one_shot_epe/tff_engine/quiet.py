@@ -28,6 +28,10 @@ import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 
+__all__ = ['QUIET_TF_LOG_LEVEL', 'REGISTRATION_NOISE', 'TF_LOG_LEVEL_ENV',
+           'VERBOSE_ENV', 'quiet_startup', 'quiet_tensorflow_import',
+           'stderr_without', 'verbose_requested']
+
 VERBOSE_ENV = 'ONE_SHOT_EPE_VERBOSE'
 TF_LOG_LEVEL_ENV = 'TF_CPP_MIN_LOG_LEVEL'
 QUIET_TF_LOG_LEVEL = '2'

@@ -30,6 +30,9 @@ import psutil
 from one_shot_epe.tff_engine import isolation
 from one_shot_epe.tff_engine import quiet
 
+__all__ = ['WORKER_BINARY_NAME', 'local_cpp_context', 'shutdown_workers',
+           'worker_processes']
+
 # A script importing this before numpy and TensorFlow: loopback-only workers.
 isolation.isolate_on_import()
 

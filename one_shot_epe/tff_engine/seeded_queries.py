@@ -30,6 +30,10 @@ import dp_accounting
 import tensorflow as tf
 import tensorflow_privacy as tfp
 
+__all__ = ['COUNT_STREAM', 'SeededGaussianSumQuery',
+           'SeededQuantileAdaptiveClipSumQuery', 'SeededQuantileEstimatorQuery',
+           'UPDATE_STREAM', 'noise_seed_scope', 'round_seed']
+
 UPDATE_STREAM = 0
 COUNT_STREAM = 1
 

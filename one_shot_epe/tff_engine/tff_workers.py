@@ -24,6 +24,9 @@ import psutil
 from one_shot_epe.tff_engine import isolation
 from one_shot_epe import validation
 
+__all__ = ['LOOPBACK_HOST', 'local_workers', 'parse_addresses', 'port_is_free',
+           'worker_binary_path']
+
 LOOPBACK_HOST = '127.0.0.1'
 _MAX_PORT = 65535
 _PORT_ATTEMPTS = 3

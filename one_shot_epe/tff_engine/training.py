@@ -1,20 +1,20 @@
-"""A whole DP-FedAvg run with canaries on TFF, resumable, into a run directory.
+"""A whole DP-FedAvg run with canaries on TFF, resumable.
 
-The TFF engine's counterpart of `jax_engine.training`: DP-FedAvg
-(`tff.learning.algorithms.build_unweighted_fed_avg`) with the canary
-aggregator, driven by `tff.simulation.run_training_process`, observed by a
-`CanaryAudit` (Andrew et al., ICLR 2024, Algorithms 2 and 3) through its
+The TFF engine's counterpart of `jax_engine.training`: the `run_plan.RunPlan`
+as DP-FedAvg (`tff.learning.algorithms.build_unweighted_fed_avg`) with the
+canary aggregator, driven by `tff.simulation.run_training_process`, observed
+by a `CanaryAudit` (Andrew et al., ICLR 2024, Algorithms 2 and 3) through its
 program state manager, which also checkpoints the learning state and the
-audit together (`tff.program.FileProgramStateManager`: temporary directory,
+audit together (`checkpoints.ProgramStateCheckpoints`: temporary directory,
 then rename). What the loop is given besides the process:
 
 * each round's client datasets (`selection_fn`), shuffled under a TF seed
   that depends on (seed, round) only, so a resumed run trains on the same
   data as an uninterrupted one;
 * the test-set evaluation (`evaluation_fn`, TFF's `build_fed_eval`);
-* release managers: per-round compact metrics to metrics.csv and TensorBoard
-  (`CompactReleaseManager`), the per-round canary cosine summaries to
-  canary_cosines.csv, and a progress bar (`ProgressReleaseManager`).
+* release managers that hand each round's compact metrics and canary
+  cosines to a `round_record.RoundObserver`: the engine writes nothing but
+  its checkpoints.
 
 A run without canaries (the accuracy baseline) uses TFF's own DP factory,
 whose noise is unseeded, and the same checkpoints without the audit.
@@ -24,26 +24,28 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import os
-import re
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-import tqdm
 
 from one_shot_epe import canary_spec
 from one_shot_epe import participation
+from one_shot_epe import round_record
 from one_shot_epe import run_directory
+from one_shot_epe import run_plan
 from one_shot_epe.tff_engine import audit as audit_lib
 from one_shot_epe.tff_engine import checkpoints
 from one_shot_epe.tff_engine import distributed_runtime
 from one_shot_epe.tff_engine import runtime
 from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine import tff_workers
+
+__all__ = ['ACCURACY_METRICS', 'compact_metrics', 'evaluation_fn', 'event_loop',
+           'execution_context', 'optimizer', 'plain_aggregator', 'selection_fn',
+           'train']
 
 # The accuracy put in the report, per task. StackOverflow excludes padding,
 # out-of-vocabulary and end-of-sentence tokens from the accuracy, as Reddi et
@@ -53,13 +55,7 @@ ACCURACY_METRICS = {
     'fashion_mnist': 'sparse_categorical_accuracy',
     'stackoverflow_word': 'accuracy_without_out_of_vocab_or_end_of_sentence',
 }
-CHECKPOINTS_KEPT = 3  # Round 0 and the last two.
 _TF_SEED_BITS = 2**31 - 1
-# The temporary files of TFF's CSV release managers (`<file>_temp1234`),
-# left by a process killed or stopped by a failed write before its rename.
-_TFF_CSV_TEMPORARY = re.compile(
-    rf'({re.escape(run_directory.METRICS_FILE)}|'
-    rf'{re.escape(run_directory.CANARY_COSINES_FILE)})_temp\d+$')
 # Where the clip norm is among the compact metrics: the canary aggregator's
 # measurement, or that of TFF's DP factory (runs without canaries).
 _CLIP_METRICS = ('aggregator/clip', 'aggregator/dp_query_metrics/clip')
@@ -92,50 +88,37 @@ def compact_metrics(metrics: Any) -> collections.OrderedDict[str, Any]:
   return flat
 
 
-class CompactReleaseManager(tff.program.ReleaseManager):
-  """Releases `compact_metrics(value)` to every target release manager."""
+class _RoundReleases(tff.program.ReleaseManager):
+  """Hands each round's released metrics to an observer; counts the rounds."""
 
-  def __init__(self, targets: Sequence[tff.program.ReleaseManager]):
-    self._targets = list(targets)
-
-  async def release(self, value: Any, key: int) -> None:
-    """Releases round `key`'s metrics, compacted, to every target."""
-    compact = compact_metrics(value)
-    await asyncio.gather(*(t.release(compact, key) for t in self._targets))
-
-
-class ProgressReleaseManager(tff.program.ReleaseManager):
-  """A tqdm bar over rounds (ETA, clip norm, loss); counts the rounds run."""
-
-  def __init__(self, total_rounds: int, enabled: bool):
-    self._total_rounds = total_rounds
-    self._enabled = enabled
-    self._bar = None
+  def __init__(self, observer: round_record.RoundObserver):
+    self._observer = observer
     self.rounds_trained = 0
 
   async def release(self, value: Any, key: int) -> None:
-    """Advances the bar by training round `key` (round 0 is not counted)."""
-    if key < 1:
-      return  # Round 0 is the initial evaluation, not a training round.
-    self.rounds_trained += 1
-    if self._bar is None:
-      self._bar = tqdm.tqdm(total=self._total_rounds, initial=key - 1,
-                            unit='round', disable=not self._enabled,
-                            dynamic_ncols=True, file=sys.stderr)
-    flat = compact_metrics(value)
-    postfix = collections.OrderedDict()
-    for name in _CLIP_METRICS:
-      if name in flat:
-        postfix['clip'] = f'{flat[name]:.4g}'
-    if 'client_work/train/loss' in flat:
-      postfix['loss'] = f'{flat["client_work/train/loss"]:.4g}'
-    self._bar.set_postfix(postfix, refresh=False)
-    self._bar.update(1)
+    """Reports round `key` (0: the initial evaluation) as a `RoundRecord`."""
+    metrics = compact_metrics(value)
+    if key >= 1:
+      self.rounds_trained += 1
+    clip = next((metrics[name] for name in _CLIP_METRICS if name in metrics),
+                None)
+    self._observer.on_round(round_record.RoundRecord(
+        round_num=key, metrics=metrics,
+        seconds=metrics.get('training_time_in_seconds'), clip=clip,
+        loss=metrics.get('client_work/train/loss')))
 
-  def close(self) -> None:
-    """Closes the bar, if a round opened it."""
-    if self._bar is not None:
-      self._bar.close()
+
+class _CosineReleases(tff.program.ReleaseManager):
+  """Hands the audit's released canary cosines of a round to an observer."""
+
+  def __init__(self, observer: round_record.RoundObserver):
+    self._observer = observer
+
+  async def release(self, value: Any, key: int) -> None:
+    """Reports training round `key`'s `CanaryCosines`."""
+    self._observer.on_cosines([round_record.CanaryCosines(
+        key, value['seen_cosine_mean'], value['seen_cosine_max'],
+        value['unseen_cosine_mean'], value['unseen_cosine_max'])])
 
 
 class _ScheduledSaves(tff.program.ProgramStateManager):
@@ -253,15 +236,18 @@ def execution_context(num_workers: int = 1,
       yield
 
 
-def optimizer(name: str, learning_rate: float,
-              momentum: float = 0.0) -> tff.learning.optimizers.Optimizer:
-  """TFF's optimizer of a run: 'sgd', 'sgdm' (with `momentum`) or 'adam'."""
-  if name == 'sgd':
-    return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate)
-  if name == 'sgdm':
-    return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate,
-                                              momentum=momentum)
-  return tff.learning.optimizers.build_adam(learning_rate=learning_rate)
+def optimizer(
+    spec: run_plan.OptimizerSpec) -> tff.learning.optimizers.Optimizer:
+  """TFF's optimizer of `spec`: sgd, sgdm (with its momentum) or adam."""
+  builders = {
+      'sgd': lambda: tff.learning.optimizers.build_sgdm(
+          learning_rate=spec.learning_rate),
+      'sgdm': lambda: tff.learning.optimizers.build_sgdm(
+          learning_rate=spec.learning_rate, momentum=spec.momentum),
+      'adam': lambda: tff.learning.optimizers.build_adam(
+          learning_rate=spec.learning_rate),
+  }
+  return builders[spec.name]()
 
 
 def plain_aggregator(
@@ -281,149 +267,83 @@ def plain_aggregator(
       clipped_count_stddev=dp.clipped_count_stddev)
 
 
-def verify_checkpoints(directory: str) -> None:
-  """Raises `checkpoints.CheckpointError` if the newest checkpoint is bad.
-
-  Damaged, or saved in the layout of an earlier version.
-  """
-  latest = checkpoints.verify_latest(directory)
-  if latest is not None:
-    checkpoints.check_layout(
-        os.path.join(directory, f'{checkpoints.PREFIX}{latest}'))
-
-
-def remove_leftovers(run_dir: str) -> None:
-  """Deletes what unfinished TFF writes left: partial checkpoints, CSV temps."""
-  checkpoints.remove_partial(os.path.join(run_dir,
-                                          run_directory.CHECKPOINT_DIR))
-  for name in os.listdir(run_dir):
-    if _TFF_CSV_TEMPORARY.match(name):
-      os.unlink(os.path.join(run_dir, name))
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-  """Everything a TFF run depends on besides its run directory.
-
-  Attributes:
-    task: The model and the federated data (`tasks`).
-    sampler: Who participates in each round (`participation`).
-    total_rounds: T.
-    dp: The DP aggregation.
-    canaries: The canary plan, or None for a run without canaries.
-    delta: The delta of the audit's accounting.
-    client_optimizer, server_optimizer: TFF's optimizers.
-    seed: Seed of the model's initialisation and each round's shuffles.
-    noise_seed: Seed of the canary aggregator's DP noise (`seeded_queries`),
-      None for unseeded noise.
-    rounds_per_evaluation: Test-set evaluation every this many rounds.
-    rounds_per_checkpoint: Checkpoint every this many rounds (and at 0, T).
-    max_eval_examples: Test examples evaluated; None for all.
-    progress_bar: Whether to show the bar on stderr.
-    device: TF device of the canary tracking (`accelerators`).
-  """
-  task: tasks.Task
-  sampler: participation.ClientSampler
-  total_rounds: int
-  dp: canary_spec.DPAggregation
-  canaries: canary_spec.CanarySpec | None
-  delta: float
-  client_optimizer: tff.learning.optimizers.Optimizer
-  server_optimizer: tff.learning.optimizers.Optimizer
-  seed: int
-  noise_seed: int | None
-  rounds_per_evaluation: int = 1
-  rounds_per_checkpoint: int = 1
-  max_eval_examples: int | None = None
-  progress_bar: bool = False
-  device: str = '/CPU:0'
-
-
-def _audit(plan: Plan) -> audit_lib.CanaryAudit | None:
+def _audit(plan: run_plan.RunPlan, task: tasks.Task,
+           device: str) -> audit_lib.CanaryAudit | None:
   """The run's audit; its tracker buffers <= the rounds between checkpoints."""
-  if plan.canaries is None:
+  if plan.spec is None:
     return None
-  spec = plan.canaries
+  spec = plan.spec
   if spec.buffer_rounds is None:
     spec = dataclasses.replace(spec, buffer_rounds=min(
-        canary_spec.default_buffer_rounds(plan.task.num_parameters),
+        canary_spec.default_buffer_rounds(task.num_parameters),
         plan.rounds_per_checkpoint, plan.total_rounds))
   return audit_lib.CanaryAudit.from_spec(
       spec, plan.dp, delta=plan.delta, noise_seed=plan.noise_seed,
-      device=plan.device)
+      device=device)
 
 
-def train(plan: Plan, run_dir: str) -> canary_spec.CanaryOutcome:
-  """Trains (or resumes) the run of `plan`, writing into `run_dir`.
+def train(plan: run_plan.RunPlan, task: tasks.Task,
+          store: checkpoints.ProgramStateCheckpoints,
+          observer: round_record.RoundObserver, *,
+          device: str = '/CPU:0') -> canary_spec.CanaryOutcome:
+  """Trains (or resumes from `store`'s newest checkpoint) the run of `plan`.
 
-  Writes metrics.csv, canary_cosines.csv, tensorboard/ and checkpoints/
-  (`run_directory` names them); resumes from the newest checkpoint there.
+  Args:
+    plan: The run; its client training settings are those `task` was built
+      with.
+    task: The model and the federated data (`tasks`).
+    store: The run's checkpoints: round 0, every `plan.rounds_per_checkpoint`
+      rounds and round T are saved.
+    observer: Told of round 0's evaluation and every round trained now
+      (`on_round`), and of the rounds' canary cosines as the audit scores
+      them (`on_cosines`, always before a checkpoint).
+    device: TF device of the canary tracking (`accelerators`).
+
   Calls `tf.keras.utils.set_random_seed(plan.seed)` once the aggregator is
-  built, before the model is.
-  Call it inside `execution_context`.
+  built, before the model is. Call it inside `execution_context`.
   """
-  task = plan.task
-  audit = _audit(plan)
-  progress = ProgressReleaseManager(plan.total_rounds, plan.progress_bar)
-  tensorboard = tff.program.TensorBoardReleaseManager(
-      os.path.join(run_dir, run_directory.TENSORBOARD_DIR))
-
-  def csv_manager(name: str) -> tff.program.CSVFileReleaseManager:
-    return tff.program.CSVFileReleaseManager(
-        os.path.join(run_dir, name), save_mode=tff.program.CSVSaveMode.WRITE,
-        key_fieldname='round')
-
-  files = tff.program.FileProgramStateManager(
-      os.path.join(run_dir, run_directory.CHECKPOINT_DIR),
-      keep_total=CHECKPOINTS_KEPT, keep_first=True)
+  audit = _audit(plan, task, device)
+  rounds = _RoundReleases(observer)
   if audit is None:
     aggregator = plain_aggregator(plan.dp)
-    state_manager = _ScheduledSaves(files, plan.rounds_per_checkpoint,
+    state_manager = _ScheduledSaves(store, plan.rounds_per_checkpoint,
                                     plan.total_rounds)
   else:
     aggregator = audit.aggregator()
     state_manager = audit.program_state_manager(
-        files, plan.rounds_per_checkpoint, final_round=plan.total_rounds,
-        release_managers=[csv_manager(run_directory.CANARY_COSINES_FILE),
-                          tensorboard])
+        store, plan.rounds_per_checkpoint, final_round=plan.total_rounds,
+        release_managers=[_CosineReleases(observer)])
   # Python, numpy and TF global seeds, reset once the aggregator is built
   # (building it may draw from them) and before the model is.
   tf.keras.utils.set_random_seed(plan.seed)
-  with event_loop() as loop:
+  with event_loop():
     process = tff.learning.algorithms.build_unweighted_fed_avg(
-        task.model_fn, client_optimizer_fn=plan.client_optimizer,
-        server_optimizer_fn=plan.server_optimizer,
+        task.model_fn,
+        client_optimizer_fn=optimizer(plan.client_optimizer),
+        server_optimizer_fn=optimizer(plan.server_optimizer),
         model_aggregator=aggregator)
     evaluate = evaluation_fn(task, process)
     test_data = [task.test_dataset(plan.max_eval_examples)]
-    versions = loop.run_until_complete(state_manager.get_versions())
-    resumed_from = max(versions) if versions else 0
-    try:
-      state = tff.simulation.run_training_process(
-          process,
-          selection_fn(
-              plan.sampler,
-              task.preprocessed_train_data.create_tf_dataset_for_client,
-              plan.seed),
-          plan.total_rounds,
-          evaluation_fn=evaluate,
-          evaluation_selection_fn=lambda round_num: test_data,
-          rounds_per_evaluation=plan.rounds_per_evaluation,
-          program_state_manager=state_manager,
-          rounds_per_saving_program_state=1,
-          metrics_managers=[
-              CompactReleaseManager([csv_manager(run_directory.METRICS_FILE),
-                                     tensorboard]),
-              progress,
-          ])
-    finally:
-      progress.close()
+    resumed_from = store.latest() or 0
+    state = tff.simulation.run_training_process(
+        process,
+        selection_fn(
+            plan.sampler,
+            task.preprocessed_train_data.create_tf_dataset_for_client,
+            plan.seed),
+        plan.total_rounds,
+        evaluation_fn=evaluate,
+        evaluation_selection_fn=lambda round_num: test_data,
+        rounds_per_evaluation=plan.rounds_per_evaluation,
+        program_state_manager=state_manager,
+        rounds_per_saving_program_state=1,
+        metrics_managers=[rounds])
     accuracy = float(evaluate(state, test_data)[ACCURACY_METRICS[task.name]])
   empty = np.zeros(0)
   if audit is None:
     return canary_spec.CanaryOutcome(
         empty, empty, empty, empty, accuracy, task.num_parameters,
-        resumed_from, progress.rounds_trained)
+        resumed_from, rounds.rounds_trained)
   maxima = audit.cosine_maxima()
   return canary_spec.CanaryOutcome(
       final_cosines=audit.final_cosines(),
@@ -431,4 +351,4 @@ def train(plan: Plan, run_dir: str) -> canary_spec.CanaryOutcome:
       seen_maxima=maxima.seen.astype(np.float64),
       unseen_maxima=maxima.unseen.astype(np.float64), accuracy=accuracy,
       dim=task.num_parameters, resumed_from_round=resumed_from,
-      rounds_trained=progress.rounds_trained)
+      rounds_trained=rounds.rounds_trained)

@@ -14,6 +14,8 @@ Modules:
   stackoverflow: StackOverflow next word with the 4,050,748-parameter LSTM.
   synthetic: seeded synthetic client data with the real element structure.
   tff_cache: the `data_dir` layout TFF's loaders read; checks, no-download guard.
+  determinism: seeded dropout and in-order batches (reproducible training).
+  export_arrays: TFF's SQLite files as the JAX engine's client arrays.
 """
 
 import os

@@ -18,6 +18,8 @@ import tensorflow_federated as tff
 
 from one_shot_epe import validation
 
+__all__ = ['Task', 'client_spec', 'count_trainable_parameters']
+
 
 def client_spec(
     client_epochs_per_round: int, client_batch_size: int,

@@ -22,6 +22,8 @@ a batch, so nothing is lost.
 
 import tensorflow as tf
 
+__all__ = ['input_keyed_dropout']
+
 
 class _InputKeyedGenerator:
   """Stands in for a Keras layer's `RandomGenerator`; only `dropout` is used."""

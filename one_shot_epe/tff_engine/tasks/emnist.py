@@ -25,6 +25,9 @@ from one_shot_epe.tff_engine.tasks import base
 from one_shot_epe.tff_engine.tasks import determinism
 from one_shot_epe.tff_engine.tasks import tff_cache
 
+__all__ = ['EVAL_CLIENT_SPEC', 'NUM_CLASSES', 'TASK_NAME', 'create_task',
+           'load_client_data']
+
 TASK_NAME = 'emnist_character'
 NUM_CLASSES = 62
 # TFF's default evaluation preprocessing for its EMNIST baselines.

@@ -29,6 +29,8 @@ from one_shot_epe import client_arrays
 from one_shot_epe.tff_engine.tasks import emnist
 from one_shot_epe.tff_engine.tasks import stackoverflow
 
+__all__ = ['emnist_arrays', 'export', 'stackoverflow_arrays']
+
 _to_ids_fn = (tff.simulation.baselines.stackoverflow.word_prediction_preprocessing
               .build_to_ids_fn)
 

@@ -46,6 +46,11 @@ from one_shot_epe import fashion_mnist
 from one_shot_epe.tff_engine.tasks import base
 from one_shot_epe.tff_engine.tasks import emnist
 
+__all__ = ['ArrayClientData', 'DEFAULT_DATA_DIR', 'INSTALL_HINT', 'NUM_CLASSES',
+           'NUM_CLIENTS', 'PARTITION_SEED', 'SHARDS_PER_CLIENT', 'TASK_NAME',
+           'client_data', 'create_task', 'load', 'partition_by_label_shards',
+           'synthetic_data']
+
 TASK_NAME = 'fashion_mnist'
 NUM_CLASSES = fashion_mnist.NUM_CLASSES
 # The split into clients is framework-free (the JAX engine uses it too).

@@ -26,6 +26,9 @@ from one_shot_epe import validation
 from one_shot_epe.tff_engine.tasks import base
 from one_shot_epe.tff_engine.tasks import tff_cache
 
+__all__ = ['NUM_OUT_OF_VOCAB_BUCKETS', 'SEQUENCE_LENGTH', 'TASK_NAME',
+           'VOCAB_SIZE', 'create_task', 'load_client_data']
+
 TASK_NAME = 'stackoverflow_word'
 VOCAB_SIZE = tff.simulation.baselines.stackoverflow.DEFAULT_WORD_VOCAB_SIZE
 SEQUENCE_LENGTH = tff.simulation.baselines.stackoverflow.DEFAULT_SEQUENCE_LENGTH

@@ -30,6 +30,9 @@ from one_shot_epe import client_arrays
 from one_shot_epe import validation
 from one_shot_epe.tff_engine.tasks import tff_cache
 
+__all__ = ['emnist', 'emnist_templates', 'stackoverflow', 'stackoverflow_vocab',
+           'write_data_dir']
+
 _SPLIT_CODES = {'train': 0, 'test': 1, 'heldout': 2}
 _EMNIST_CLASSES = 62
 _IMAGE_SIZE = 28

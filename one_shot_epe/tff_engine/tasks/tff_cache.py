@@ -40,6 +40,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.datasets import download
 
+__all__ = ['CachedDataset', 'EMNIST', 'STACKOVERFLOW', 'WORD_COUNT_ARCHIVE',
+           'WORD_COUNT_FILE', 'client_data_to_examples', 'no_download',
+           'read_word_counts', 'verify_sqlite', 'write_sqlite',
+           'write_word_counts']
+
 _SQLITE_HEADER = b'SQLite format 3\x00'
 # The columns TFF's `SqlClientData` reads (it documents, but never reads,
 # `client_metadata.num_examples`, so a file without it is still accepted).
@@ -192,10 +197,11 @@ def _verify_tables(connection: sqlite3.Connection, path: str,
 def read_word_counts(data_dir: str | None, vocab_size: int) -> list[str]:
   """Returns the `vocab_size` most frequent StackOverflow words from `data_dir`.
 
-  Reads the file TFF's `stackoverflow.load_word_counts` reads (one "word count"
-  line per word, most frequent first) directly: TFF's function goes through
-  `tf.keras.utils.get_file`, which downloads again whenever the local archive's
-  SHA-256 differs from the published one, so it cannot be made offline.
+  Reads the file TFF's StackOverflow `load_word_counts` reads (one "word
+  count" line per word, most frequent first) directly: TFF's function goes
+  through `tf.keras.utils.get_file`, which downloads again whenever the local
+  archive's SHA-256 differs from the published one, so it cannot be made
+  offline.
 
   Raises:
     FileNotFoundError: no word-count file or archive in `data_dir`.

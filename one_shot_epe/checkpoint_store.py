@@ -1,0 +1,56 @@
+"""The one checkpoint protocol of both engines (framework-free).
+
+A run's checkpoints live in its run directory's checkpoints/ folder
+(`run_directory.CHECKPOINT_DIR`); checkpoint t holds the state after
+training round t (0: the initial state; `round_record` numbers rounds), the
+canaries' state with the learning state. Each engine keeps them in its own
+format: TensorFlow Federated's program state (SavedModels,
+`tff_engine.checkpoints.ProgramStateCheckpoints`) or .npz files
+(`jax_engine.checkpoints.NpzCheckpoints`). The launcher sees only this
+protocol: what exists, whether the newest reads back, the leftovers of a
+killed write, and how many are kept.
+"""
+
+from typing import Any, Protocol
+
+__all__ = ['CheckpointError', 'CheckpointStore']
+
+
+class CheckpointError(ValueError):
+  """A checkpoint cannot be resumed from; the message says which and why."""
+
+
+class CheckpointStore(Protocol):
+  """One engine's checkpoints in one directory.
+
+  Attributes:
+    directory: The checkpoint directory.
+    kept: How many checkpoints the engine keeps (None: all).
+  """
+  directory: str
+  kept: int | None
+
+  def rounds(self) -> list[int]:
+    """The rounds of the complete checkpoints, ascending ([] if none)."""
+
+  def latest(self) -> int | None:
+    """The newest complete checkpoint's round, None if there is none."""
+
+  def verify(self) -> None:
+    """Raises `CheckpointError` unless the newest checkpoint can be resumed.
+
+    Reads it back completely; nothing to check if there is none.
+    """
+
+  def remove_partial(self) -> None:
+    """Deletes what unfinished (killed) checkpoint writes left."""
+
+  def save(self, state: Any, round_num: int) -> None:
+    """Saves `state` as checkpoint `round_num` (atomically: whole or absent).
+
+    The TFF engine's store is TFF's `ProgramStateManager`, whose `save` and
+    `load` are coroutines that TFF's training loop awaits.
+    """
+
+  def load(self, round_num: int, template: Any) -> Any:
+    """Checkpoint `round_num`, in the structure of `template`."""

@@ -1,0 +1,99 @@
+"""Packs a round's clients into lanes of batches for the 'vmap' round (numpy).
+
+Padding every client slot to the round's largest client costs 1.8-2.9x the
+real local steps on realistic EMNIST and StackOverflow client sizes. A lane
+instead carries several clients back to back (`fedavg.packed_round` resets
+the model and client optimizer at each client's first batch), so the padded
+work is the lanes' empty tail batches only. Lanes are filled by
+first-fit-decreasing bin packing; the lane length is the smallest one (the
+most lanes, so the most parallelism) whose padded work stays within a bound.
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from one_shot_epe import validation
+
+__all__ = ['MAX_PADDING_RATIO', 'first_fit_decreasing', 'lane_layout',
+           'padding_ratio']
+
+# The padded/real local steps `lane_layout` allows by default.
+MAX_PADDING_RATIO = 1.15
+
+
+def first_fit_decreasing(batch_counts: Sequence[int],
+                         lane_batches: int) -> list[list[int]]:
+  """Clients (indices into batch_counts) of each lane, FFD bin packing.
+
+  Clients are taken largest first (ties in index order) and each goes into
+  the first lane with room for all its batches, or a new lane.
+
+  Raises:
+    ValueError: a client needs more than `lane_batches` batches.
+  """
+  lane_batches = validation.check_int('lane_batches', lane_batches, low=1)
+  counts = np.asarray(batch_counts, np.int64)
+  if counts.size and counts.max() > lane_batches:
+    raise ValueError(f'lane_batches must be >= {int(counts.max())}, the '
+                     f'batches of the largest client; got {lane_batches}.')
+  lanes: list[list[int]] = []
+  free: list[int] = []
+  for client in np.argsort(-counts, kind='stable'):
+    need = int(counts[client])
+    lane = next((i for i, room in enumerate(free) if room >= need), None)
+    if lane is None:
+      lanes.append([])
+      free.append(lane_batches)
+      lane = len(lanes) - 1
+    lanes[lane].append(int(client))
+    free[lane] -= need
+  return lanes
+
+
+def padding_ratio(batch_counts: Sequence[int], num_lanes: int,
+                  lane_batches: int) -> float:
+  """Batches processed (num_lanes x lane_batches) over the real batches."""
+  real = int(np.sum(batch_counts))
+  return num_lanes * lane_batches / max(real, 1)
+
+
+def lane_layout(batch_counts: Sequence[int], *, min_lane_batches: int = 1,
+                lane_multiple: int = 1,
+                max_ratio: float = MAX_PADDING_RATIO
+                ) -> tuple[list[list[int]], int]:
+  """(clients of each lane, lane length in batches) for a round.
+
+  The smallest lane length >= max(min_lane_batches, largest client) whose
+  first-fit-decreasing packing, with the lane count rounded up to a multiple
+  of `lane_multiple` (devices), processes at most `max_ratio` times the real
+  batches; if none does, the one with the least padding (shortest first).
+  Empty lanes pad the count to the multiple.
+
+  Args:
+    batch_counts: local batches of every client of the round (>= 1 each; a
+      client without examples still takes one masked batch).
+    min_lane_batches: lower bound on the lane length.
+    lane_multiple: the lane count is a multiple of this.
+    max_ratio: the bound on processed / real batches (>= 1).
+  """
+  counts = np.asarray(batch_counts, np.int64)
+  if counts.size and counts.min() < 1:
+    raise ValueError(f'batch_counts must be >= 1; got {counts.tolist()}.')
+  lane_multiple = validation.check_int('lane_multiple', lane_multiple, low=1)
+  if max_ratio < 1:
+    raise ValueError(f'max_ratio must be >= 1; got {max_ratio}.')
+  total = int(counts.sum())
+  length = max(validation.check_int('min_lane_batches', min_lane_batches,
+                                    low=1), int(counts.max(initial=1)))
+  best = None
+  while True:
+    lanes = first_fit_decreasing(counts, length)
+    num_lanes = -(-max(len(lanes), 1) // lane_multiple) * lane_multiple
+    ratio = padding_ratio(counts, num_lanes, length)
+    if best is None or ratio < best[0]:
+      best = (ratio, lanes + [[] for _ in range(num_lanes - len(lanes))],
+              length)
+    if ratio <= max_ratio or length >= total:
+      return best[1], best[2]
+    length += 1

@@ -1,0 +1,50 @@
+"""A progress bar over a run's training rounds, for either engine.
+
+A `round_record.RoundObserver`: a tqdm bar on stderr advanced by each
+training round an engine reports (round 0, the initial evaluation, is not
+one), showing the clip norm S_t and, where the engine measures it, the
+clients' training loss. It starts at the round the run resumed from.
+"""
+
+import sys
+from collections.abc import Sequence
+
+import tqdm
+
+from one_shot_epe import round_record
+
+__all__ = ['ProgressBar']
+
+
+class ProgressBar:
+  """The bar of a run of `total_rounds` rounds; `enabled=False` shows none."""
+
+  def __init__(self, total_rounds: int, enabled: bool):
+    self._total_rounds = total_rounds
+    self._enabled = enabled
+    self._bar = None
+
+  def on_round(self, record: round_record.RoundRecord) -> None:
+    """Advances the bar by training round `record.round_num`."""
+    if record.round_num < 1:
+      return
+    if self._bar is None:
+      self._bar = tqdm.tqdm(total=self._total_rounds,
+                            initial=record.round_num - 1, unit='round',
+                            disable=not self._enabled, dynamic_ncols=True,
+                            file=sys.stderr)
+    postfix = {}
+    if record.clip is not None:
+      postfix['clip'] = f'{record.clip:.4g}'
+    if record.loss is not None:
+      postfix['loss'] = f'{record.loss:.4g}'
+    self._bar.set_postfix(postfix, refresh=False)
+    self._bar.update(1)
+
+  def on_cosines(self, cosines: Sequence[round_record.CanaryCosines]) -> None:
+    """Nothing: the bar counts rounds, not their scoring."""
+
+  def close(self) -> None:
+    """Closes the bar, if a round opened it."""
+    if self._bar is not None:
+      self._bar.close()

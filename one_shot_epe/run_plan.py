@@ -1,0 +1,96 @@
+"""What a training run is, whichever engine runs it (framework-free).
+
+A `RunPlan` is everything a DP-FedAvg run with canaries depends on besides
+the engine's own model and data (Andrew et al., ICLR 2024, Section 5): who
+participates in each round, T, the canaries (`canary_spec.CanarySpec`,
+`spec`), the DP aggregation (`canary_spec.DPAggregation`, `dp`), the
+optimizers, the client training, the seeds and the checkpoint and
+evaluation rhythm. `experiments.train` builds one from the flags; the TFF
+engine (`tff_engine.training.train`) and the JAX engine
+(`jax_engine.training.train`) both run it. Rounds are numbered as in
+`round_record`.
+"""
+
+import dataclasses
+
+from one_shot_epe import canary_spec
+from one_shot_epe import participation
+from one_shot_epe import run_options
+from one_shot_epe import validation
+
+__all__ = ['OptimizerSpec', 'RunPlan']
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+  """A client or server optimizer: one of TFF's sgd, sgdm or adam.
+
+  Attributes:
+    name: One of `run_options.OPTIMIZERS`.
+    learning_rate: Its learning rate, >= 0.
+    momentum: sgdm's momentum in [0, 1] (0 for the others).
+  """
+  name: str
+  learning_rate: float
+  momentum: float = 0.0
+
+  def __post_init__(self):
+    validation.check_choice('optimizer name', self.name,
+                            run_options.OPTIMIZERS)
+    validation.check_real('learning_rate', self.learning_rate, 0.0)
+    validation.check_real('momentum', self.momentum, 0.0, 1.0)
+    if self.name != 'sgdm' and self.momentum != 0.0:
+      raise ValueError(f'momentum applies to sgdm only; got {self.momentum} '
+                       f'for {self.name!r}.')
+
+  @property
+  def slots(self) -> int:
+    """d-sized float32 vectors the optimizer keeps in the training state."""
+    return run_options.OPTIMIZER_SLOTS[self.name]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+  """A run, for either engine.
+
+  Attributes:
+    sampler: Who participates in each round (`participation`).
+    total_rounds: T, the training rounds.
+    spec: The canaries; None for a run without (TFF engine only).
+    dp: The DP aggregation (its cohort counts the expected canaries).
+    delta: The delta of the run's accounting.
+    client_optimizer, server_optimizer: The optimizers.
+    batch_size: Client batch size.
+    epochs: Client epochs per round.
+    max_examples: A client's examples per round; None for all.
+    seed: Seed of the model's initialisation and each round's data.
+    noise_seed: Seed of the DP noise; None for unseeded noise (TFF engine).
+    rounds_per_checkpoint: Checkpoint every this many rounds (and at 0, T).
+    rounds_per_evaluation: Test-set evaluation every this many rounds.
+    max_eval_examples: Test examples evaluated; None for all.
+  """
+  sampler: participation.ClientSampler
+  total_rounds: int
+  spec: canary_spec.CanarySpec | None
+  dp: canary_spec.DPAggregation
+  delta: float
+  client_optimizer: OptimizerSpec
+  server_optimizer: OptimizerSpec
+  batch_size: int
+  epochs: int
+  max_examples: int | None
+  seed: int
+  noise_seed: int | None
+  rounds_per_checkpoint: int = 1
+  rounds_per_evaluation: int = 1
+  max_eval_examples: int | None = None
+
+  def __post_init__(self):
+    validation.check_int('total_rounds', self.total_rounds, 1)
+    validation.check_int('rounds_per_checkpoint', self.rounds_per_checkpoint,
+                         1)
+    validation.check_int('rounds_per_evaluation', self.rounds_per_evaluation,
+                         1)
+    if self.spec is not None and len(self.spec.schedule) < self.total_rounds:
+      raise ValueError(f'spec.schedule must cover the {self.total_rounds} '
+                       f'rounds; got {len(self.spec.schedule)}.')
