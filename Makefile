@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup data demo test test-jax bench table2 table2-quick canife clean bazel-build bazel-test
+.PHONY: setup data demo test test-jax test-install bench table2 table2-quick canife clean bazel-build bazel-test
 
 # The demo: DP-FedAvg with canaries on real images, Fashion-MNIST split into
 # non-IID clients (configs/demo_fashion_mnist.cfg), at the three noise
@@ -22,7 +22,10 @@ HAVE_FASHION_MNIST = test -e $(FASHION_MNIST_DIR)/train-images-idx3-ubyte.gz \
   -o -e $(FASHION_MNIST_DIR)/train-images-idx3-ubyte \
   -o -e $(FASHION_MNIST_DIR)/fashion_mnist.npz
 
-# The project itself is installed editable (offline: setuptools and wheel are in
+# The closure of the [tff] and [test] extras (requirements.txt) is installed
+# without pip's resolver (--no-deps): TFF 0.87.0 pins jaxlib==0.4.14, which
+# the package index lacks, so it cannot be resolved. The project itself is
+# installed editable (offline: setuptools and wheel are in
 # the closure), so any script or notebook run with $(PY) imports one_shot_epe
 # and experiments from wherever it is.
 $(STAMP): requirements.txt scripts/check_env.py pyproject.toml
@@ -67,14 +70,16 @@ test: $(STAMP)
 
 # The TensorFlow-free JAX environment: the accelerator machines'
 # stack (Python 3.12, jax 0.11, numpy, scipy, absl-py, pytest; no TensorFlow)
-# in its own virtual environment, pinned in requirements-jax.txt, for the JAX
-# engine's tests. JAX_PYTHON: python3.12 on PATH, else pyenv's newest 3.12
+# in its own virtual environment, the project's [jax] and [test] extras
+# resolved under the pins of requirements-jax.txt (installed editable, like
+# .venv), for the JAX engine's tests. JAX_PYTHON: python3.12 on PATH, else pyenv's newest 3.12
 # (pyenv's python3.12 shim fails while its global version is another).
 JAX_VENV ?= .venv-jax
 JAX_PY := $(JAX_VENV)/bin/python
 JAX_STAMP := $(JAX_VENV)/.installed
-JAX_PYTHON ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || \
-  ls -d "$$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 2>/dev/null | sort -V | tail -n 1)
+find_python = $(shell python$(1) -c 'import sys; print(sys.executable)' 2>/dev/null || \
+  ls -d "$$(pyenv root 2>/dev/null)"/versions/$(1).*/bin/python$(1) 2>/dev/null | sort -V | tail -n 1)
+JAX_PYTHON ?= $(call find_python,3.12)
 # Every JAX engine test but the TFF comparison, the JAX launcher's and
 # grid's, the canary spec's, the core-layer check (here truly without TensorFlow), and the
 # one-run bounds against jax-privacy, their oracle (installed here only);
@@ -82,17 +87,31 @@ JAX_PYTHON ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/n
 # references are Keras models).
 JAX_TESTS = $(filter-out tests/jax_engine_tff_equivalence_test.py,$(wildcard tests/jax_engine_*_test.py)) tests/backend_jax_test.py tests/reproduce_jax_test.py \
   tests/canary_spec_test.py \
-  tests/one_shot_epe_test.py tests/one_run_test.py tests/one_run_jax_privacy_test.py
+  tests/one_shot_epe_test.py tests/one_run_test.py tests/one_run_jax_privacy_test.py \
+  tests/correlated_noise_test.py tests/coverage_correlated_test.py
 
-$(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py
+$(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py pyproject.toml
 	@test -n "$(JAX_PYTHON)" || { echo 'make test-jax needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }
 	test -x $(JAX_PY) || $(JAX_PYTHON) -m venv $(JAX_VENV)
-	$(JAX_PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-jax.txt
+	$(JAX_PY) -m pip install --quiet --disable-pip-version-check -c requirements-jax.txt -e '.[jax,test]'
 	$(JAX_PY) scripts/check_jax_env.py
 	touch $(JAX_STAMP)
 
 test-jax: $(JAX_STAMP)
 	$(JAX_PY) -m pytest -q $(JAX_TESTS)
+
+# The package as users install it: pip resolves `.[jax]` from the package
+# index in a fresh Python 3.12 venv (with requirements-jax.txt as constraints)
+# and a fresh 3.13 venv (unconstrained), and the core alone (`pip install .`)
+# in a fresh $(PYTHON) venv; then the installed console scripts run
+# (scripts/test_install.py; 65-95 s on 2 cores, downloads included). [tff] is not
+# among them: it cannot be resolved (pyproject.toml), `make setup` installs it.
+INSTALL_PYTHON313 ?= $(call find_python,3.13)
+
+test-install:
+	@test -n "$(JAX_PYTHON)" -a -n "$(INSTALL_PYTHON313)" || { echo 'make test-install needs Python 3.12 and 3.13: put python3.12 and python3.13 on PATH or set JAX_PYTHON and INSTALL_PYTHON313' >&2; exit 2; }
+	$(PYTHON) scripts/test_install.py --jax=$(JAX_PYTHON),requirements-jax.txt \
+	  --jax=$(INSTALL_PYTHON313) --core=$(PYTHON)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.table2

@@ -17,6 +17,7 @@ MODULES = (
     'numpy', 'scipy', 'absl', 'matplotlib', 'tqdm', 'pytest', 'xdist',
     'hypothesis',
     'dp_accounting', 'tensorflow', 'tensorflow_privacy', 'tensorflow_federated',
+    'ray',
 )
 
 

@@ -1,20 +1,47 @@
-"""Verifies the TensorFlow-free JAX environment after `pip install --no-deps`.
+"""Verifies the TensorFlow-free JAX environment after its installation.
 
-`make test-jax` installs requirements-jax.txt without pip's resolver, so this
-script is the check that the closure is complete and consistent (`pip check`
-reports nothing), that its packages import, and that the environment really
-lacks TensorFlow, as the accelerator machines do: the engine's tests
-run there to show that `one_shot_epe.jax_engine` needs nothing else.
+`make test-jax` installs the project's [jax] and [test] extras resolved under
+the constraints of requirements-jax.txt, so this script is the check that
+what pip chose is exactly the tested pins (every installed distribution is
+pinned there, at that version), that it is consistent (`pip check` reports
+nothing), that its packages import, and that the environment really lacks
+TensorFlow, as the accelerator machines do: the engine's tests run there to
+show that `one_shot_epe.jax_engine` needs nothing else.
 """
 
 import importlib
+import importlib.metadata
 import importlib.util
+import os
+import re
 import subprocess
 import sys
 
 MODULES = ('jax', 'jaxlib', 'numpy', 'scipy', 'absl', 'pytest', 'psutil',
            'dp_accounting', 'matplotlib', 'jax_privacy', 'tqdm')
 ABSENT = ('tensorflow', 'tensorflow_federated', 'tensorflow_privacy')
+CONSTRAINTS = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), 'requirements-jax.txt')
+# Installed but not pinned: the installer and the project itself.
+UNPINNED = ('pip', 'setuptools', 'wheel', 'one-shot-epe')
+
+
+def _normalized(name: str) -> str:
+  return re.sub(r'[-_.]+', '-', name).lower()
+
+
+def unpinned_distributions() -> list[str]:
+  """Installed distributions not at a version pinned in requirements-jax.txt."""
+  with open(CONSTRAINTS, encoding='utf-8') as stream:
+    pins = dict(
+        (_normalized(name), version) for name, version in
+        (line.strip().split('==') for line in stream
+         if line.strip() and not line.startswith('#')))
+  return sorted(
+      f'{dist.metadata["Name"]} {dist.version}'
+      for dist in importlib.metadata.distributions()
+      if _normalized(dist.metadata['Name']) not in UNPINNED and
+      pins.get(_normalized(dist.metadata['Name'])) != dist.version)
 
 
 def main() -> int:
@@ -25,6 +52,11 @@ def main() -> int:
   if result.returncode != 0:
     print('pip check found problems:', *result.stdout.splitlines(), sep='\n  ')
     return 1
+  unpinned = unpinned_distributions()
+  if unpinned:
+    print('installed but not pinned in requirements-jax.txt:', *unpinned,
+          sep='\n  ')
+    return 1
   present = [name for name in ABSENT if importlib.util.find_spec(name)]
   if present:
     print(f'the JAX environment must not have {", ".join(present)}')
@@ -34,7 +66,7 @@ def main() -> int:
   jax = sys.modules['jax']
   print(f'JAX environment OK: jax {jax.__version__} ({jax.default_backend()}), '
         f'Python {sys.version.split()[0]}, {len(MODULES)} packages import, '
-        'pip check clean, no TensorFlow')
+        'pip check clean, every distribution pinned, no TensorFlow')
   return 0
 
 

@@ -108,33 +108,117 @@ def test_console_scripts_name_functions_in_the_wheel(wheel):
     assert function in functions, f'{script} -> {target}: no such function'
 
 
-def test_metadata_requires_python_admits_this_interpreter(wheel):
+def _metadata(archive: zipfile.ZipFile):
+  return email.parser.Parser().parsestr(_dist_info(archive, 'METADATA'))
+
+
+def _requirements(metadata, extra: str | None,
+                  python_version: str | None = None) -> dict[str, Requirement]:
+  """The requirements of `extra` (None: the core's) on a Python version.
+
+  Args:
+    metadata: The wheel's metadata.
+    extra: The extra's name, or None for the core.
+    python_version: 'X.Y' to evaluate the markers for; None: this
+      interpreter's.
+
+  Returns:
+    The requirements by normalised distribution name.
+  """
+  found = {}
+  environment = {} if python_version is None else {
+      'python_version': python_version}
+  for line in metadata.get_all('Requires-Dist'):
+    requirement = Requirement(line)
+    marker = requirement.marker
+    in_extra = marker is not None and marker.evaluate(
+        {**environment, 'extra': '\0'}) != marker.evaluate(
+            {**environment, 'extra': extra or '\0'})
+    if (extra is None and marker is None) or (extra is not None and in_extra):
+      found[requirement.name.lower().replace('_', '-')] = requirement
+  return found
+
+
+def _extra_of(module: str) -> str | None:
+  """The extra whose framework `module` (a wheel path) may import, if any."""
+  for prefix, extra in _MODULE_EXTRAS:
+    if module.startswith(prefix):
+      return extra
+  return None
+
+
+# The modules beyond the core, by the extra that installs their framework.
+_MODULE_EXTRAS = (
+    ('one_shot_epe/tff_engine/', 'tff'), ('one_shot_epe/baselines/', 'tff'),
+    ('experiments/backend_tff.py', 'tff'),
+    ('experiments/compare_canife.py', 'tff'),
+    ('experiments/export_arrays.py', 'tff'),
+    ('one_shot_epe/jax_engine/', 'jax'), ('experiments/backend_jax.py', 'jax'),
+    ('experiments/ray_executor.py', 'ray'))
+
+
+def test_metadata_requires_python_admits_3_11_to_3_13(wheel):
   _, archive = wheel
-  metadata = email.parser.Parser().parsestr(_dist_info(archive, 'METADATA'))
+  metadata = _metadata(archive)
   requires_python = Requirement(f'python{metadata["Requires-Python"]}')
-  assert requires_python.specifier.contains(
-      f'{sys.version_info.major}.{sys.version_info.minor}.'
-      f'{sys.version_info.micro}')
-  assert not requires_python.specifier.contains('3.12.0')
+  for version in ('3.11.0', '3.12.0', '3.13.0',
+                  f'{sys.version_info.major}.{sys.version_info.minor}.'
+                  f'{sys.version_info.micro}'):
+    assert requires_python.specifier.contains(version), version
+  assert not requires_python.specifier.contains('3.10.12')
+  assert set(metadata.get_all('Provides-Extra')) == {'jax', 'ray', 'test',
+                                                      'tff'}
+  # [tff] is TFF 0.87's, on Python 3.11 only: on 3.12 it adds nothing.
+  tff = [Requirement(line) for line in metadata.get_all('Requires-Dist')
+         if 'extra == "tff"' in line]
+  assert {requirement.name for requirement in tff} >= {
+      'tensorflow', 'tensorflow-federated', 'tensorflow-privacy'}
+  for requirement in tff:
+    assert requirement.marker.evaluate(
+        {'extra': 'tff', 'python_version': '3.11'}), requirement
+    assert not requirement.marker.evaluate(
+        {'extra': 'tff', 'python_version': '3.12'}), requirement
+
+
+def test_the_core_requires_neither_tensorflow_nor_jax(wheel):
+  _, archive = wheel
+  core = _requirements(_metadata(archive), None)
+  assert set(core) == {'absl-py', 'dp-accounting', 'matplotlib', 'numpy',
+                       'scipy', 'tqdm'}
+  # numpy 1.x (TFF 0.87's) and 2.x (current jax's) alike.
+  assert core['numpy'].specifier.contains('1.25.2')
+  assert core['numpy'].specifier.contains('2.5.5')
 
 
 def test_metadata_covers_every_third_party_import_at_tested_versions(wheel):
   _, archive = wheel
-  metadata = email.parser.Parser().parsestr(_dist_info(archive, 'METADATA'))
-  required = {}
-  for line in metadata.get_all('Requires-Dist'):
-    requirement = Requirement(line)
-    if requirement.marker is None:  # Not an extra such as [test].
-      required[requirement.name.lower().replace('_', '-')] = requirement
-  # Each required range admits the version installed (and tested) here.
-  for name, requirement in required.items():
-    installed = importlib.metadata.version(name)
+  metadata = _metadata(archive)
+  core = _requirements(metadata, None)
+  extras = {extra: _requirements(metadata, extra)
+            for extra in ('tff', 'jax', 'ray', 'test')}
+  # Each range of the core and of every extra installed here admits the
+  # version installed (and tested) here.
+  for name, requirement in [*core.items(),
+                            *(item for extra in extras.values()
+                              for item in extra.items())]:
+    try:
+      installed = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      continue  # An extra not installed in this environment.
     assert requirement.specifier.contains(installed), (name, installed)
   # Each third-party top-level import of the packaged code comes from a
-  # required distribution (per this environment's installed files).
+  # required distribution (per this environment's installed files): the
+  # core's, or those of the extra of the module's engine.
   providers = importlib.metadata.packages_distributions()
   own = set(PACKAGED_DIRS)
+  # An extra's modules may import what it requires on any supported Python
+  # ([jax] requires jax-privacy on 3.12+ only).
+  anywhere = {extra: {name for version in ('3.11', '3.12', '3.13')
+                      for name in _requirements(metadata, extra, version)}
+              for extra in extras}
   for module in _packaged_modules():
+    extra = _extra_of(module)
+    allowed = set(core) | (anywhere[extra] if extra else set())
     with open(os.path.join(REPO, module)) as stream:
       tree = ast.parse(stream.read())
     for node in ast.walk(tree):
@@ -145,11 +229,14 @@ def test_metadata_covers_every_third_party_import_at_tested_versions(wheel):
       else:
         continue
       for top in tops - own - set(sys.stdlib_module_names):
+        # A module not installed here (jax-privacy's outside .venv-jax) is
+        # taken to come from the distribution of its own name.
         candidates = {dist.lower().replace('_', '-')
-                      for dist in providers.get(top, [])}
-        assert candidates & set(required), (
+                      for dist in providers.get(top, [top])}
+        assert candidates & allowed, (
             f'{module} imports {top}, provided by {sorted(candidates)}; '
-            'none is in pyproject.toml dependencies.')
+            f'none is in pyproject.toml dependencies'
+            + (f' or its [{extra}] extra.' if extra else ' (the core).'))
 
 
 def test_the_environment_imports_the_project_from_any_directory(tmp_path):
