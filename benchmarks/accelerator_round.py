@@ -9,7 +9,9 @@ the same participation, the same canaries (their scoring, amortised over
 blocks of rounds, is left out of both engines' round times), adaptive
 clipping and noise. A round's time is its `training_time_in_seconds` in the
 run's metrics.csv (batches, local training, aggregation); the first round,
-which compiles, is left out and the median of the others reported.
+which compiles, is left out and the median of the others reported. The runs
+are `benchmarks/round_timing.py`'s (shared with `benchmarks/paper_scale.py`,
+which costs the paper's whole grids).
 
 The JAX engine runs in the TensorFlow-free environment it is built for
 (.venv-jax: the accelerator machines' jax; `--jax_python`), else in this
@@ -31,24 +33,15 @@ what 'vmap' would pad the same rounds to), h2d_bytes_per_round, compile_s
 and predicted_h100_round_s (or measured_round_s on an accelerator).
 """
 
-import csv
 import json
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 
 from absl import app
 from absl import flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-JAX_VENV_PYTHON = os.path.join(REPO, '.venv-jax', 'bin', 'python')
-# H100 SXM peak rates: dense TF32 tensor-core FLOP/s (XLA's default float32
-# matmul precision on it) and HBM3 bytes/s.
-H100_FLOPS = 494e12
-H100_BYTES_PER_S = 3.35e12
+from benchmarks import round_timing
+
 # Per task: the launcher's task and the paper's optimizers (Tables 3 and 4).
 _SETTINGS = {
     'emnist': ['--task=emnist_character', '--client_learning_rate=0.031',
@@ -91,125 +84,43 @@ _CHILD = flags.DEFINE_string('child', None, 'Internal: run the JAX engine on '
                              'this task and print its figures as JSON.')
 
 
-def launcher_flags(task: str, root: str) -> list[str]:
+def launcher_run(task: str) -> round_timing.LauncherRun:
   """The run both engines make of `task` (one compiling round, then more)."""
-  rounds = _ROUNDS.value + 1
-  examples = (_EMNIST_EXAMPLES.value if task == 'emnist' else
-              _SO_EXAMPLES.value)
-  cap = _SO_CAP.value if task == 'stackoverflow' else -1
-  return [
-      *_SETTINGS[task], '--use_synthetic_data',
-      '--synthetic_client_sizes=realistic',
-      f'--synthetic_num_clients={_CLIENTS.value * rounds}',
-      f'--synthetic_examples_per_client={examples}',
-      f'--max_examples_per_client={cap}', '--client_batch_size=16',
-      f'--clients_per_round={_CLIENTS.value}', f'--total_rounds={rounds}',
-      f'--noise_multiplier={_NOISE.value}',
-      f'--num_canaries={_NUM_CANARIES.value}',
-      f'--num_unseen_canaries={_NUM_CANARIES.value}',
-      f'--canary_buffer_rounds={rounds}', f'--rounds_per_evaluation={rounds}',
-      f'--rounds_per_checkpoint={rounds}', '--max_eval_examples=16',
-      '--noprogress_bar', f'--root_output_dir={root}', '--run_name=bench']
-
-
-def _round_seconds(run_dir: str) -> list[float]:
-  with open(os.path.join(run_dir, 'metrics.csv')) as stream:
-    return [float(row['training_time_in_seconds'])
-            for row in csv.DictReader(stream)
-            if row.get('training_time_in_seconds')]
-
-
-def time_tff(task: str) -> float:
-  """Median seconds of the TFF engine's rounds after the first."""
-  with tempfile.TemporaryDirectory() as root:
-    completed = subprocess.run(
-        [sys.executable, '-m', 'experiments.train', '--backend=tff',
-         *launcher_flags(task, root)], cwd=REPO, capture_output=True,
-        text=True, check=False)
-    if completed.returncode:
-      raise RuntimeError('experiments.train --backend=tff failed:\n' +
-                         completed.stderr[-2000:])
-    return statistics.median(_round_seconds(os.path.join(root, 'bench'))[1:])
+  return round_timing.LauncherRun(
+      task_flags=tuple(_SETTINGS[task]), kind=task, clients=_CLIENTS.value,
+      rounds=_ROUNDS.value + 1,
+      examples_per_client=(_EMNIST_EXAMPLES.value if task == 'emnist' else
+                           _SO_EXAMPLES.value),
+      max_examples=_SO_CAP.value if task == 'stackoverflow' else -1,
+      num_canaries=_NUM_CANARIES.value, noise_multiplier=_NOISE.value)
 
 
 def time_jax(task: str) -> dict[str, object]:
   """The JAX engine's figures, from a child in the JAX environment."""
-  python = _JAX_PYTHON.value or (JAX_VENV_PYTHON if os.path.exists(
-      JAX_VENV_PYTHON) else sys.executable)
   argv = [arg for arg in sys.argv[1:] if not arg.startswith(
       ('--json', '--child', '--tasks', '--engines'))]
-  env = dict(os.environ, PYTHONPATH=REPO)
-  completed = subprocess.run(
-      [python, '-m', 'benchmarks.accelerator_round', f'--child={task}',
-       *argv], cwd=REPO, capture_output=True, text=True, check=False, env=env)
-  if completed.returncode:
-    raise RuntimeError('the JAX engine failed:\n' + completed.stderr[-2000:])
-  return json.loads(completed.stdout.strip().splitlines()[-1])
+  return round_timing.jax_child('benchmarks.accelerator_round',
+                                [f'--child={task}', *argv], _JAX_PYTHON.value)
 
 
 def run_child(task: str) -> dict[str, object]:
   """In the JAX environment: one run of the launcher's JAX engine."""
-  # pylint: disable=g-import-not-at-top
-  import jax
-  import numpy as np
-  from experiments import backend_jax
-  from experiments import train
-  from experiments import train_config
-  from one_shot_epe import round_record
-  from one_shot_epe import run_directory
-  from one_shot_epe.jax_engine import data
-  from one_shot_epe.jax_engine import training
-  # pylint: enable=g-import-not-at-top
-
-  class RoundSeconds:
-    """Each trained round's seconds, from the engine's round records."""
-
-    def __init__(self):
-      self.seconds = []
-
-    def on_round(self, record: round_record.RoundRecord) -> None:
-      self.seconds.append(record.seconds)
-
-    def on_cosines(self, cosines) -> None:
-      del cosines
-
-  with tempfile.TemporaryDirectory() as root:
-    values = flags.FlagValues()
-    train_config.define_flags(values)
-    values(['train', '--backend=jax', *launcher_flags(task, root)])
-    run = train.prepare(train_config.config_from_flags(values))
-    stats = training.RunStats()
-    rounds = RoundSeconds()
-    backend_jax.train(run, backend_jax.checkpoints(os.path.join(
-        run.config.run_dir, run_directory.CHECKPOINT_DIR)), rounds, stats)
-    seconds = rounds.seconds
-    plan = run.plan
-    model = backend_jax.model(run.config)
-    engine = training.round_engine(plan, model)
-    state = engine.init_state(model.init(jax.random.PRNGKey(0)))
-    clients = plan.sampler.indices(1)
-    batches = data.client_batches(
-        run.data.train, clients, batch_size=plan.batch_size,
-        epochs=plan.epochs, max_examples=plan.max_examples,
-        rng=np.random.default_rng(0))
-    dim = model.num_parameters()
-    canaries = max(1, max(len(ids) for ids in plan.spec.schedule))
-    cost = engine.round_cost(state, batches, np.ones((canaries, dim)),
-                             np.ones(canaries), jax.random.PRNGKey(1))
-  accelerator = jax.default_backend() != 'cpu'
+  import jax  # pylint: disable=g-import-not-at-top
+  run = round_timing.run_jax(launcher_run(task))
+  stats, cost = run.stats, run.cost
   figures = {
-      'jax_round_s': statistics.median(seconds[1:]),
+      'jax_round_s': round_timing.median_after_first(run.seconds),
       'compiles': stats.compiles, 'compile_s': stats.compile_seconds,
       'padding_ratio': stats.padding_ratio,
       'vmap_padding_ratio': stats.vmap_padding_ratio,
       'h2d_bytes_per_round': stats.host_to_device_bytes / stats.rounds,
-      'device': f'{jax.devices()[0].device_kind} ({jax.__version__})',
+      'device': run.device,
       'flops_per_round': cost['flops'],
       'bytes_per_round': cost['bytes accessed'],
   }
-  roofline = max(cost['flops'] / H100_FLOPS,
-                 cost['bytes accessed'] / H100_BYTES_PER_S)
-  if accelerator:
+  roofline = max(cost['flops'] / round_timing.H100_TF32_FLOPS,
+                 cost['bytes accessed'] / round_timing.H100_BYTES_PER_S)
+  if jax.default_backend() != 'cpu':
     figures['measured_round_s'] = figures['jax_round_s']
   else:
     figures['predicted_h100_round_s'] = roofline
@@ -234,7 +145,8 @@ def main(argv: Sequence[str]) -> None:
   for task in _TASKS.value:
     figures = time_jax(task) if 'jax' in _ENGINES.value else {}
     if 'tff' in _ENGINES.value:
-      figures['tff_round_s'] = time_tff(task)
+      figures['tff_round_s'] = round_timing.median_after_first(
+          round_timing.time_tff(launcher_run(task)))
     if 'jax_round_s' in figures and 'tff_round_s' in figures:
       figures['ratio'] = figures['jax_round_s'] / figures['tff_round_s']
     results[task] = figures

@@ -32,11 +32,10 @@ issue) is not re-timed here: it needs the dataset and costs minutes.
 import sys
 
 if __name__ == '__main__':
-  # Before TensorFlow starts a thread: local TFF workers in a network
-  # namespace with only loopback, then a quiet TensorFlow import.
+  # The isolation mode's checks (exit 2), then a quiet TensorFlow import.
   from one_shot_epe.tff_engine import isolation
   from one_shot_epe.tff_engine import quiet
-  isolation.isolate_program(sys.argv)
+  isolation.check_program(sys.argv)
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order

@@ -26,8 +26,29 @@ estimate / eps. For all iterates the true eps is that of an adversary who
 knows each canary's round; the maximum over rounds is a weaker attack, so
 estimates below 1 are expected there and estimates above it overshoot.
 
+With --mechanism=blt or banded (jax-privacy's strategy C for --rounds
+rounds, one participation; needs .venv-jax), DP-FTRL's correlated noise:
+the rounds' noisy updates are y = x + C^{-1} Z, Z with i.i.d. N(0, s^2)
+entries, every seen canary inserted in round 0 (C's longest column, the
+worst canary for these Toeplitz strategies). The full release is one
+Gaussian mechanism at mu = ||C[:, 0]|| / s, and s is calibrated so that its
+eps is the cell's; the truths of the threat models are:
+
+* final model: the final model is the sum of the noisy updates, so the
+  canary meets noise of std s ||C^{-T} 1||: a Gaussian mechanism at
+  1 / (s ||C^{-T} 1||), simulated exactly as above; its eps is the truth.
+* all iterates ('all'): each canary's max over rounds of its per-round
+  cosine in null standard deviations, g_t = (e_0 + s C^{-1} w)_t /
+  (s ||C^{-1}[t]||) with w ~ N(0, I_T): the noise correlated across rounds.
+  The truth is the full release's eps (the max is a weaker attack).
+* all iterates, decorrelated ('all_decorrelated'): the updates multiplied by
+  the encoder C first, C y = C x + Z, independent noise; the statistic is the
+  canary's matched filter sum_t C[t, 0] (C g)_t / (s ||C[:, 0]||), exactly
+  N(mu, 1) when inserted, so its estimates should meet the truth.
+
   python -m benchmarks.coverage                   # 200 runs per cell, ~10 min
   python -m benchmarks.coverage --runs=20 --json=/tmp/coverage.json
+  .venv-jax/bin/python -m benchmarks.coverage --mechanism=blt --runs=50
 """
 
 import json
@@ -62,6 +83,10 @@ _ALPHA = flags.DEFINE_float('alpha', 0.05, 'Bounds hold at 1 - alpha.',
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the simulations.',
                              lower_bound=0)
 _JSON = flags.DEFINE_string('json', None, 'Also write the table as JSON here.')
+_MECHANISM = flags.DEFINE_enum(
+    'mechanism', 'gaussian', ['gaussian', 'blt', 'banded'],
+    'Independent noise, or correlated noise with a BLT or a 4-band banded '
+    'strategy for --rounds rounds (needs jax-privacy).')
 
 BOUNDS = ('epsilon_lo', 'epsilon_one_run', 'epsilon_one_run_fdp')
 NOMINAL = ('epsilon_lo_paper',)
@@ -86,6 +111,87 @@ def all_iterates_scores(rng: np.random.Generator, dim: int, canaries: int,
       1.0 / sigma)
   maxima = per_round.max(axis=1) / math.sqrt(dim)
   return maxima[:canaries], maxima[canaries:]
+
+
+def correlated_scores(
+    rng: np.random.Generator, dim: int, canaries: int, scale: float,
+    strategy: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+  """Seen and unseen statistics under correlated noise (module docstring).
+
+  Args:
+    rng: the simulation's generator.
+    dim: d.
+    canaries: k seen (inserted in round 0) and k unseen.
+    scale: s, the std of Z's entries (clip 1).
+    strategy: C, lower triangular [T, T].
+
+  Returns:
+    {'final', 'all', 'all_decorrelated'}: (seen, unseen) cosines.
+  """
+  inverse = np.linalg.inv(strategy)
+  final_sigma = scale * np.linalg.norm(inverse.sum(axis=0))
+  scores = {'final': final_model_scores(rng, dim, canaries, final_sigma)}
+  rounds = strategy.shape[0]
+  signal = np.zeros((2 * canaries, rounds))
+  signal[:canaries, 0] = 1.0
+  noise = scale * rng.standard_normal((2 * canaries, rounds)) @ inverse.T
+  per_round = (signal + noise) / (scale * np.linalg.norm(inverse, axis=1))
+  maxima = per_round.max(axis=1) / math.sqrt(dim)
+  scores['all'] = (maxima[:canaries], maxima[canaries:])
+  column = strategy[:, 0]
+  matched = ((signal + noise) @ strategy.T @ column /
+             (scale * np.linalg.norm(column)) / math.sqrt(dim))
+  scores['all_decorrelated'] = (matched[:canaries], matched[canaries:])
+  return scores
+
+
+def simulate_correlated(epsilons: Sequence[float], runs: int, dim: int,
+                        canaries: int, strategy: np.ndarray, delta: float,
+                        alpha: float, seed: int) -> dict[str, dict[str, dict]]:
+  """{threat model: {eps: cell}} under correlated noise with strategy C.
+
+  Each cell's eps is the full release's; every threat model is scored
+  against its own truth (module docstring), which the cell also holds.
+  """
+  rng = np.random.default_rng(seed)
+  table: dict[str, dict[str, dict]] = {
+      'final': {}, 'all': {}, 'all_decorrelated': {}}
+  column_norm = float(np.linalg.norm(strategy[:, 0]))
+  final_factor = column_norm * np.linalg.norm(
+      np.linalg.inv(strategy).sum(axis=0))
+  for epsilon in epsilons:
+    sigma = estimation.gaussian_sigma(epsilon, delta)
+    scale = column_norm * sigma
+    truths = {'final': estimation.gaussian_epsilon(sigma * final_factor,
+                                                   delta),
+              'all': epsilon, 'all_decorrelated': epsilon}
+    reports: dict[str, list[privacy_report.PrivacyReport]] = {
+        name: [] for name in table}
+    for _ in range(runs):
+      scores = correlated_scores(rng, dim, canaries, scale, strategy)
+      seen, unseen = scores['final']
+      reports['final'].append(privacy_report.final_model_report(
+          seen, dim, delta, alpha, unseen=unseen, bootstrap_resamples=20))
+      for name in ('all', 'all_decorrelated'):
+        seen, unseen = scores[name]
+        reports[name].append(privacy_report.all_iterates_report(
+            seen, unseen, delta, alpha, bootstrap_resamples=20))
+    for name in table:
+      table[name][f'{epsilon:g}'] = dict(
+          cell(reports[name], truths[name], alpha),
+          truth={'epsilon': truths[name]})
+  return table
+
+
+def strategy_matrix(mechanism: str, rounds: int) -> np.ndarray:
+  """jax-privacy's C for `rounds` rounds, one participation (needs it)."""
+  # Imported here: jax-privacy is installed only in .venv-jax.
+  from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
+  bounds = correlated_noise.ParticipationBounds(1, 1)
+  strategy = correlated_noise.build_strategy(mechanism, rounds, bounds,
+                                             num_bands=min(4, rounds))
+  index = np.subtract.outer(np.arange(rounds), np.arange(rounds))
+  return np.where(index >= 0, strategy.coefs[np.maximum(index, 0)], 0.0)
 
 
 def cell(reports: Sequence[privacy_report.PrivacyReport], epsilon: float,
@@ -148,7 +254,10 @@ def format_table(table: dict[str, dict[str, dict]], runs: int,
               names[n] for n in ESTIMATES) + ' |',
       '|---|---|' + '---|' * (len(BOUNDS + NOMINAL) + len(ESTIMATES)),
   ]
-  for threat, title in (('final', 'final model'), ('all', 'all iterates')):
+  titles = {'final': 'final model', 'all': 'all iterates',
+            'all_decorrelated': 'all iterates, decorrelated'}
+  for threat in table:
+    title = titles[threat]
     for epsilon, row in table[threat].items():
       bounds = ' | '.join(
           f'{row[n]["share_above_truth"]:.3f} ({row[n]["mean"]:.3g})'
@@ -178,8 +287,14 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError('--epsilons must list positive numbers; got '
                          f'{_EPSILONS.value}.', exitcode=2)
   start = time.perf_counter()
-  table = simulate(epsilons, _RUNS.value, _DIM.value, _CANARIES.value,
-                   _ROUNDS.value, _DELTA.value, _ALPHA.value, _SEED.value)
+  if _MECHANISM.value == 'gaussian':
+    table = simulate(epsilons, _RUNS.value, _DIM.value, _CANARIES.value,
+                     _ROUNDS.value, _DELTA.value, _ALPHA.value, _SEED.value)
+  else:
+    table = simulate_correlated(
+        epsilons, _RUNS.value, _DIM.value, _CANARIES.value,
+        strategy_matrix(_MECHANISM.value, _ROUNDS.value), _DELTA.value,
+        _ALPHA.value, _SEED.value)
   print(f'd = {_DIM.value}, k = {_CANARIES.value} seen + {_CANARIES.value} '
         f'unseen canaries, δ = {_DELTA.value:g}, T = {_ROUNDS.value} rounds '
         f'(all iterates), seed {_SEED.value}.\n')

@@ -29,11 +29,10 @@ audited round's breakdown and the ratio audited / stock (goal <= 1.05 at
 import sys
 
 if __name__ == '__main__':
-  # Before TensorFlow starts a thread: the local TFF worker in a network
-  # namespace with only loopback, then a quiet TensorFlow import.
+  # The isolation mode's checks (exit 2), then a quiet TensorFlow import.
   from one_shot_epe.tff_engine import isolation
   from one_shot_epe.tff_engine import quiet
-  isolation.isolate_program(sys.argv)
+  isolation.check_program(sys.argv)
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order

@@ -16,6 +16,7 @@ Real batches are the batches each client needs (at full batch size).
   python -m benchmarks.packing [seeds]
 """
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -28,6 +29,47 @@ _BATCH_SIZE = 16
 _COHORTS = (10, 40, 101, 167)
 
 
+@dataclasses.dataclass(frozen=True)
+class CohortLayout:
+  """A round's local batches under both layouts (one cohort, one seed).
+
+  Attributes:
+    examples: the real examples of the round's clients.
+    batches: the batches they need (at full batch size; per-client partial
+      last batches included): what 'loop' local training processes.
+    per_slot_batches: every client slot padded to the largest client.
+    lanes, lane_batches: the packed layout (`packing.lane_layout`).
+  """
+  examples: int
+  batches: int
+  per_slot_batches: int
+  lanes: int
+  lane_batches: int
+
+  @property
+  def packed_batches(self) -> int:
+    """Batches the packed lanes process (lanes x lane length)."""
+    return self.lanes * self.lane_batches
+
+
+def cohort_layout(kind: str, cohort: int, mean: int, seed: int,
+                  batch_size: int = _BATCH_SIZE,
+                  max_examples: int | None = None) -> CohortLayout:
+  """Both layouts of a round of `cohort` realistic clients of mean `mean`.
+
+  Client sizes: `client_arrays.client_sizes(kind, ..., 'realistic', seed)`,
+  capped at `max_examples` (None: no cap).
+  """
+  sizes = client_arrays.client_sizes(kind, cohort, mean, 'realistic', seed)
+  if max_examples is not None:
+    sizes = np.minimum(sizes, max_examples)
+  counts = np.maximum(-(-sizes // batch_size), 1)
+  lanes, length = packing.lane_layout(counts)
+  return CohortLayout(examples=int(sizes.sum()), batches=int(counts.sum()),
+                      per_slot_batches=int(cohort * counts.max()),
+                      lanes=len(lanes), lane_batches=length)
+
+
 def main(argv: list[str]) -> None:
   """Prints the padding of both layouts per kind and cohort; argv[1]: seeds."""
   seeds = int(argv[1]) if len(argv) > 1 else 10
@@ -35,18 +77,12 @@ def main(argv: list[str]) -> None:
         f'{"lanes":>7}{"length":>8}{"packed/per-slot":>17}')
   for kind, mean in _MEAN_EXAMPLES.items():
     for cohort in _COHORTS:
-      slot_ratios, packed_ratios, shapes = [], [], []
-      for seed in range(seeds):
-        sizes = client_arrays.client_sizes(kind, cohort, mean, 'realistic',
-                                           seed)
-        counts = np.maximum(-(-sizes // _BATCH_SIZE), 1)
-        lanes, length = packing.lane_layout(counts)
-        slot_ratios.append(cohort * counts.max() / counts.sum())
-        packed_ratios.append(
-            packing.padding_ratio(counts, len(lanes), length))
-        shapes.append((len(lanes), length))
-      slot, packed = np.mean(slot_ratios), np.mean(packed_ratios)
-      lanes, length = np.mean(shapes, axis=0)
+      layouts = [cohort_layout(kind, cohort, mean, seed)
+                 for seed in range(seeds)]
+      slot = np.mean([l.per_slot_batches / l.batches for l in layouts])
+      packed = np.mean([l.packed_batches / l.batches for l in layouts])
+      lanes = np.mean([l.lanes for l in layouts])
+      length = np.mean([l.lane_batches for l in layouts])
       print(f'{kind:<14}{cohort:>7}{slot:>10.2f}{packed:>8.3f}'
             f'{lanes:>7.1f}{length:>8.1f}{packed / slot:>17.3f}')
 

@@ -23,14 +23,17 @@ clients as the TFF path (`client_arrays.fashion_mnist_arrays`), for the
 
 import dataclasses
 import functools
+import importlib.util
 import os
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from experiments import engine
 from experiments import train_config
+from one_shot_epe import accounting
 from one_shot_epe import canary_spec
 from one_shot_epe import client_arrays
 from one_shot_epe import fashion_mnist
@@ -40,8 +43,10 @@ from one_shot_epe.jax_engine import checkpoints as checkpoints_lib
 from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import training
 
-__all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'check_supported', 'checkpoint_bytes',
-           'checkpoints', 'load_data', 'model', 'train']
+__all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'check_device_memory',
+           'check_supported', 'checkpoint_bytes', 'checkpoints',
+           'correlated_report', 'correlated_strategy', 'load_data', 'model',
+           'noise_rows', 'train']
 
 # Task -> the engine's data kind.
 KINDS = {'emnist_character': 'emnist', 'stackoverflow_word': 'stackoverflow',
@@ -76,6 +81,12 @@ def check_supported(config: train_config.TrainConfig) -> None:
     raise train_config.ConfigError(
         '--num_canaries=0 with --backend=jax: the JAX engine audits runs '
         'with canaries; use --backend=tff for a run without.')
+  if config.mechanism != 'gaussian':
+    if importlib.util.find_spec('jax_privacy') is None:
+      raise train_config.ConfigError(
+          f'--mechanism={config.mechanism} needs jax-privacy, installed with '
+          "the [jax] extra's environment (make .venv-jax/.installed; run "
+          'with .venv-jax/bin/python), not in this one.')
   for name, default in (('tff_workers', 1), ('tff_worker_addresses', ''),
                         ('accelerator', 'cpu'), ('seeded_noise', True)):
     if getattr(config, name) != default:
@@ -156,6 +167,82 @@ def model(
   return models.WordLstm(vocab_size=config.vocab_size)
 
 
+def check_device_memory(run: engine.PreparedRun) -> None:
+  """Refuses a run whose estimate exceeds a local device's memory.
+
+  The estimate is `training.device_memory`; the memory XLA's limit, or the
+  free host RAM on a CPU (`training.device_memory_limit`; unknown: no check).
+  """
+  limit = training.device_memory_limit()
+  if limit is None:
+    return
+  config = run.config
+  need = training.device_memory(run.plan, model(config), run.data.train,
+                                resident_data=config.resident_data)
+  if need.total_bytes <= limit:
+    return
+  gb = lambda count: f'{count / 1e9:.3g} GB'  # pylint: disable=unnecessary-lambda-assignment
+  if need.resident and need.data_bytes > need.total_bytes - limit:
+    flag, remedy = '--resident_data', (
+        'use --noresident_data (each round\'s batches sent from the host)')
+  else:
+    flag, remedy = '--clients_per_round', (
+        'lower --clients_per_round or --client_batch_size')
+  raise train_config.ConfigError(
+      f'{flag}: the run needs about {gb(need.total_bytes)} of device memory '
+      f'(data {gb(need.data_bytes)}, server state {gb(need.state_bytes)}, '
+      f'{need.lanes} client lanes x {gb(need.lane_bytes)}) and the device '
+      f'has {gb(limit)}: {remedy}.')
+
+
+def correlated_strategy(run: engine.PreparedRun) -> Any:
+  """--mechanism=blt|banded: its `correlated_noise.Strategy`, else None.
+
+  Optimised (BLT) or built (banded) for the run's rounds and its sampler's
+  participation worst case (`correlated_noise.participation_bounds`).
+  """
+  config = run.config
+  if config.mechanism == 'gaussian':
+    return None
+  # Imported here: jax-privacy is installed only with the [jax] extra.
+  from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
+  epochs = accounting.Participation(
+      sampling=config.sampling, clients_per_round=config.clients_per_round,
+      num_clients=run.num_train_clients, rounds=run.plan.total_rounds).epochs
+  bounds = correlated_noise.participation_bounds(
+      config.sampling, run.plan.total_rounds, epochs)
+  return correlated_noise.build_strategy(config.mechanism,
+                                         run.plan.total_rounds, bounds,
+                                         config.num_bands)
+
+
+def correlated_report(
+    run: engine.PreparedRun) -> accounting.CorrelatedNoise | None:
+  """The report's numbers of --mechanism=blt|banded, else None."""
+  strategy = correlated_strategy(run)
+  if strategy is None:
+    return None
+  from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
+  return correlated_noise.report_numbers(strategy, run.plan.spec.schedule)
+
+
+def noise_rows(run: engine.PreparedRun) -> Any:
+  """`training.train`'s noise_rows: the MF privatizer's rows, or None.
+
+  The privatizer's key is derived from --seed (a resumed run replays the
+  rounds before it, `correlated_noise.NoiseStream`); its noise std is
+  z S sens(C) with the fixed clip S = --clipping_norm.
+  """
+  strategy = correlated_strategy(run)
+  if strategy is None:
+    return None
+  from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
+  transform = correlated_noise.privatizer(
+      strategy, run.config.noise_multiplier, run.config.clipping_norm,
+      seed=run.plan.seed)
+  return correlated_noise.NoiseStream(transform).rows
+
+
 def checkpoints(directory: str) -> checkpoints_lib.NpzCheckpoints:
   """The run's .npz checkpoints in `directory`."""
   return checkpoints_lib.NpzCheckpoints(directory)
@@ -179,7 +266,9 @@ def train(run: engine.PreparedRun, store: checkpoints_lib.NpzCheckpoints,
   """
   try:
     return training.train(run.plan, model(run.config), run.data.train,
-                          run.data.test, store, observer, stats=stats)
+                          run.data.test, store, observer, stats=stats,
+                          resident_data=run.config.resident_data,
+                          noise_rows=noise_rows(run))
   except RuntimeError as error:  # XLA's error type differs across versions.
     if not _OUT_OF_MEMORY.search(str(error)):
       raise

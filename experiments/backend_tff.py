@@ -30,12 +30,14 @@ from experiments import train_config
 from one_shot_epe import canary_spec
 from one_shot_epe import round_record
 from one_shot_epe import run_directory
+from one_shot_epe import run_options
 from one_shot_epe.tff_engine import accelerators
 from one_shot_epe.tff_engine import checkpoints as checkpoints_lib
 from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine import training
 
 __all__ = ['CSV_FORMAT', 'check_supported', 'checkpoint_bytes', 'checkpoints',
+           'correlated_report',
            'load_data', 'train']
 
 # The TFF engine's per-round CSVs, as TFF's CSV release managers wrote them.
@@ -45,6 +47,14 @@ CSV_FORMAT = run_directory.CsvFormat(sort_new_columns=True,
 
 def check_supported(config: train_config.TrainConfig) -> None:
   """--accelerator=gpu needs a GPU that this process's TensorFlow sees."""
+  if config.mechanism not in run_options.BACKEND_MECHANISMS['tff']:
+    raise train_config.ConfigError(
+        f'--mechanism={config.mechanism} applies to --backend=jax only '
+        '(--backend=tff runs gaussian or distributed_dp).')
+  if not config.resident_data:
+    raise train_config.ConfigError(
+        '--noresident_data applies to --backend=jax only (TFF\'s workers '
+        'read their clients\' datasets themselves).')
   try:
     accelerators.launcher_device(config.accelerator)
   except ValueError as error:
@@ -73,6 +83,16 @@ def load_data(config: train_config.TrainConfig) -> tasks.Task:
 def checkpoints(directory: str) -> checkpoints_lib.ProgramStateCheckpoints:
   """The run's TFF program state checkpoints in `directory`."""
   return checkpoints_lib.ProgramStateCheckpoints(directory)
+
+
+def correlated_report(run: engine.PreparedRun) -> None:
+  """None: the TFF engine runs no correlated (matrix-factorization) noise."""
+  del run
+
+
+def check_device_memory(run: engine.PreparedRun) -> None:
+  """Nothing to check: TFF's workers hold one client's batches at a time."""
+  del run
 
 
 def checkpoint_bytes(run: engine.PreparedRun) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from experiments import train_config
+from one_shot_epe import accounting
 from one_shot_epe import canary_spec
 from one_shot_epe import checkpoint_store
 from one_shot_epe import round_record
@@ -85,6 +86,13 @@ class Backend(Protocol):
   def checkpoint_bytes(self, run: PreparedRun) -> int:
     """About how many bytes one checkpoint of `run` takes."""
 
+  def check_device_memory(self, run: PreparedRun) -> None:
+    """`train_config.ConfigError` if `run` cannot fit the device's memory."""
+
   def train(self, run: PreparedRun, store: checkpoint_store.CheckpointStore,
             observer: round_record.RoundObserver) -> canary_spec.CanaryOutcome:
     """Trains (or resumes from `store`) `run`, reporting to `observer`."""
+
+  def correlated_report(
+      self, run: PreparedRun) -> accounting.CorrelatedNoise | None:
+    """The report's numbers of `run`'s correlated noise; None if it has none."""

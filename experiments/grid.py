@@ -8,12 +8,19 @@ levels without canaries and `experiments.table5` Table 5's runs. `run_grid`
 validates every run before the first starts, then runs, resumes or skips
 each (a run whose report.json exists is finished) and reads each back as a
 `GridRun`: its typed `run_report.RunReport` and final-model cosines.
+
+Who runs the runs is an `Executor`: `sequential` (one after the other, in
+this process) or `experiments.ray_executor.RayExecutor` (Ray tasks, on one
+machine or a cluster sharing the output directory). Either only trains;
+the runs are then read back from their directories here, so the tables do
+not depend on the executor.
 """
 
 import csv
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -23,13 +30,26 @@ from experiments import train_config
 from one_shot_epe import run_directory
 from one_shot_epe import run_report
 
-__all__ = ['GRID_FLAGS', 'GRID_PREFIX', 'GridRun', 'RUNS_DIR',
-           'accuracy_configs', 'grid_configs', 'load_run', 'parse_grid',
-           'run_grid', 'run_or_load', 'run_table5', 'scale_config']
+__all__ = ['Executor', 'GRID_FLAGS', 'GRID_PREFIX', 'GridRun', 'RUNS_DIR',
+           'accuracy_configs', 'baseline_accuracy', 'grid_configs',
+           'load_run', 'parse_grid', 'run_grid', 'run_table5', 'scale_config',
+           'sequential', 'train_unless_reported']
 
 GRID_PREFIX = '# grid: --'
 GRID_FLAGS = ('noise_multiplier', 'canary_repeats')
 RUNS_DIR = 'runs'
+
+T = TypeVar('T')
+# Runs `task(config)` for every config (a run each); returns the results in
+# the order of the configs.
+Executor = Callable[[Callable[[train_config.TrainConfig], T],
+                     Sequence[train_config.TrainConfig]], list[T]]
+
+
+def sequential(task: Callable[[train_config.TrainConfig], T],
+               configs: Sequence[train_config.TrainConfig]) -> list[T]:
+  """The default `Executor`: each run in turn, in this process."""
+  return [task(config) for config in configs]
 
 
 def parse_grid(path: str) -> dict[str, list[str]]:
@@ -127,26 +147,33 @@ def load_run(config: train_config.TrainConfig) -> GridRun:
                      'cosine'))
 
 
-def run_or_load(config: train_config.TrainConfig) -> GridRun:
-  """Runs (or resumes) `config` unless its report is written; reads it back."""
+def train_unless_reported(config: train_config.TrainConfig) -> None:
+  """Runs (or resumes) `config` unless its report is written."""
   if not os.path.exists(os.path.join(config.run_dir,
                                      run_directory.REPORT_JSON_FILE)):
     print(f'Running {config.run_dir}', flush=True)
     train.run_training(config)
-  return load_run(config)
+
+
+def baseline_accuracy(config: train_config.TrainConfig) -> float:
+  """Trains (or re-evaluates) a run without canaries; its final accuracy."""
+  print(f'Running {config.run_dir}', flush=True)
+  return train.run_training(config).accuracy
 
 
 def run_grid(
     configs: Sequence[train_config.TrainConfig],
-    baseline_configs: Sequence[train_config.TrainConfig] = ()
+    baseline_configs: Sequence[train_config.TrainConfig] = (),
+    executor: Executor = sequential
 ) -> tuple[list[GridRun], dict[float, float]]:
-  """Validates every config, then runs (or resumes, or skips) each in turn.
+  """Validates every config, then runs (or resumes, or skips) each.
 
   `configs` are the grid's runs with canaries: one whose report.json exists is
   finished (`prepare` has checked that its directory holds a run with the
   same flags) and is not run again. `baseline_configs` are runs without
   canaries (`accuracy_configs`); a finished one is not trained again, only
   re-evaluated, as it writes no report to read its accuracy from.
+  `executor` runs them (`sequential`: in turn, in this process).
 
   Returns:
     The grid's runs, and the final accuracy of each baseline by noise.
@@ -161,26 +188,30 @@ def run_grid(
     if config.num_canaries == 0:
       raise train_config.ConfigError('--num_canaries must be >= 2 for the '
                                      'privacy grid; got 0.')
-  runs = [run_or_load(config) for config in prepared]
-  accuracies = {}
-  for config in baselines:
-    print(f'Running {config.run_dir}', flush=True)
-    accuracies[config.noise_multiplier] = train.run_training(config).accuracy
+  executor(train_unless_reported, prepared)
+  runs = [load_run(config) for config in prepared]
+  accuracies = dict(zip([config.noise_multiplier for config in baselines],
+                        executor(baseline_accuracy, baselines)))
   return runs, accuracies
 
 
-def run_table5(experiments: Sequence[table5.Experiment]) -> str:
+def run_table5(experiments: Sequence[table5.Experiment],
+               executor: Executor = sequential) -> str:
   """Runs (or resumes, or skips) Table 5's runs; returns the table.
 
   Each run is validated as it starts (`train.run_training`);
   `experiments.reproduce` validates them all before its first run.
+  `executor` runs them (`sequential`: in turn, in this process).
 
   Raises:
     train_config.ConfigError: for an invalid config.
   """
+  executor(train_unless_reported,
+           [config for experiment in experiments
+            for config in experiment.configs])
   estimates: dict[tuple[float, str], list[float]] = {}
   for experiment in experiments:
-    runs = [run_or_load(config) for config in experiment.configs]
+    runs = [load_run(config) for config in experiment.configs]
     estimates.setdefault((experiment.noise_multiplier, experiment.arm),
                          []).append(table5.pooled_epsilon(
                              [run.final_cosines for run in runs],

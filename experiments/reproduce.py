@@ -67,6 +67,14 @@ The grid (which runs; running, resuming or skipping them) is
 `experiments.grid_figures`, each reading the runs' typed reports
 (`run_report.RunReport.read`); this module is the command line.
 
+With --executor=ray every run is a Ray task (`experiments.ray_executor`): on a
+local Ray cluster of this machine's CPUs, or with --ray_address=HOST:PORT (or
+'auto', or ray://HOST:PORT) on a running cluster whose nodes share
+--output_dir and the project's environment. A task whose worker dies is
+retried and resumes from its checkpoint; the tables and figures are the same
+bytes as with the default --executor=sequential. A missing Ray or an
+unreachable --ray_address exits with status 2 before anything is written.
+
 With --backend=jax (on the command line or in the config) the program imports
 neither TensorFlow nor TFF, so the grid runs on a machine with JAX alone (the
 JAX engine's limits: `experiments.backend_jax`).
@@ -76,14 +84,13 @@ import os
 import sys
 
 if __name__ == '__main__':
-  # TFF runs: before TensorFlow (or numpy) starts a thread, the runs' local
-  # TFF workers in a network namespace with only loopback. `main` imports
-  # TensorFlow quietly once the flags have been checked. JAX runs need
-  # neither.
+  # TFF runs: the network isolation mode's checks (exit 2) for the runs'
+  # local TFF workers. `main` imports TensorFlow quietly once the flags have
+  # been checked. JAX runs need neither.
   from one_shot_epe import cli as _cli
   if _cli.requested_backend(sys.argv, flagfile_flags=('config',)) != 'jax':
     from one_shot_epe.tff_engine import isolation
-    isolation.isolate_program(sys.argv, flagfile_flags=('config',))
+    isolation.check_program(sys.argv, flagfile_flags=('config',))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 import dataclasses
@@ -180,6 +187,14 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_integer('table5_experiments', 0, 'Table 5: experiments per '
                        'noise level and arm (the paper: 50); 0 skips it.',
                        flag_values=flag_values)
+  flags.DEFINE_enum('executor', 'sequential', ['sequential', 'ray'],
+                    'Who runs the grid: this process, run after run, or Ray '
+                    'tasks (experiments.ray_executor).',
+                    flag_values=flag_values)
+  flags.DEFINE_string('ray_address', None, "With --executor=ray: 'auto', "
+                      'HOST:PORT or ray://HOST:PORT of a running Ray cluster '
+                      '(default: start a local one).',
+                      flag_values=flag_values)
   flags.DEFINE_integer('table5_runs', 10, 'Table 5: runs of the split arm '
                        '(>= 2, dividing --num_canaries).',
                        flag_values=flag_values)
@@ -246,6 +261,16 @@ def config_and_grid(
   return base, noises, repetitions
 
 
+def _executor(flag_values: flags.FlagValues) -> grid.Executor:
+  """The grid's executor of --executor (Ray imported only for 'ray')."""
+  if flag_values['executor'].value == 'sequential':
+    if flag_values['ray_address'].value is not None:
+      raise train_config.ConfigError('--ray_address needs --executor=ray.')
+    return grid.sequential
+  from experiments import ray_executor  # Ray: only with --executor=ray.
+  return ray_executor.connect(flag_values['ray_address'].value)
+
+
 def main(argv: Sequence[str]) -> None:
   """Validates the whole grid, runs (or resumes) it, writes the outputs.
 
@@ -275,11 +300,12 @@ def main(argv: Sequence[str]) -> None:
         for config in experiment.configs:
           train.prepare(config).config
     title = os.path.splitext(os.path.basename(flags.FLAGS.config))[0]
+    executor = _executor(flags.FLAGS)
     with write_failures.reported(output_dir):
-      runs, without_canaries = grid.run_grid(configs, baselines)
+      runs, without_canaries = grid.run_grid(configs, baselines, executor)
       table5_text = None
       if table5_experiments:
-        table5_text = grid.run_table5(table5_experiments)
+        table5_text = grid.run_table5(table5_experiments, executor)
         atomic_io.write_text(os.path.join(output_dir, TABLE5_FILE),
                              table5_text)
       paths = write_outputs(runs, noises, repetitions, output_dir, title,

@@ -20,6 +20,7 @@ from experiments import train_config
 from one_shot_epe import accounting
 from one_shot_epe import atomic_io
 from one_shot_epe import canary_spec
+from one_shot_epe import distributed_dp
 from one_shot_epe import plots
 from one_shot_epe import round_record
 from one_shot_epe import run_directory
@@ -164,11 +165,14 @@ def rounds_line(result: RunResult) -> str:
 
 
 def write_results(run: engine.PreparedRun,
-                  outcome: canary_spec.CanaryOutcome) -> run_report.RunReport:
+                  outcome: canary_spec.CanaryOutcome,
+                  correlated: accounting.CorrelatedNoise | None = None
+                  ) -> run_report.RunReport:
   """Writes the cosine CSVs, the privacy report and the density plot.
 
   The schedule's presentation counts give the last-iterate heuristic its
-  mixture.
+  mixture. `correlated`: the numbers of --mechanism=blt|banded
+  (`run_report.build_run_report`), None for independent noise.
   """
   config = run.config
   final_cosines = outcome.final_cosines
@@ -199,9 +203,21 @@ def write_results(run: engine.PreparedRun,
       canary_seed=config.canary_seed)
   if config.backend != 'tff':
     setting['backend'] = config.backend
+  if correlated is not None:
+    setting['mechanism'] = config.mechanism
+    if config.num_bands is not None:
+      setting['num_bands'] = config.num_bands
+  noise_multiplier = config.noise_multiplier
+  if run.plan.distributed is not None:
+    # Both epsilons of distributed DP are those of its z_eff.
+    calibration = distributed_dp.calibrate(
+        config.noise_multiplier, config.clipping_norm,
+        run.plan.dp.clients_per_round, dim, run.plan.distributed)
+    noise_multiplier = calibration.noise_multiplier
+    setting.update(calibration.setting())
   report = run_report.build_run_report(
       final_cosines=final_cosines, dim=dim, delta=delta,
-      noise_multiplier=config.noise_multiplier, alpha=config.alpha,
+      noise_multiplier=noise_multiplier, alpha=config.alpha,
       final_unseen_cosines=final_unseen_cosines if has_unseen else None,
       presentation_counts=run.plan.spec.presentation_counts(),
       seen_maxima=seen_maxima if has_unseen else None,
@@ -210,7 +226,8 @@ def write_results(run: engine.PreparedRun,
       canary_presentations=config.canary_repeats,
       participation=accounting.Participation(
           sampling=config.sampling, clients_per_round=config.clients_per_round,
-          num_clients=run.num_train_clients, rounds=total_rounds))
+          num_clients=run.num_train_clients, rounds=total_rounds),
+      correlated=correlated)
   report.write(os.path.join(run_dir, run_directory.REPORT_JSON_FILE),
                os.path.join(run_dir, run_directory.REPORT_MARKDOWN_FILE))
   panels = {'final model': {'seen canaries': final_cosines}}

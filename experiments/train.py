@@ -77,8 +77,12 @@ The flags are defined only when this module runs as a program (or by
 import os
 import sys
 
-# What to install for each engine's framework (pyproject's extras).
-_EXTRAS = {'tff': "pip install 'one-shot-epe[tff]'",
+# What to install for each engine's framework (pyproject's extras); [tff]
+# cannot be resolved (TFF 0.87.0 pins a jaxlib the index lacks), so its
+# tested closure is installed without the resolver.
+_EXTRAS = {'tff': ('the [tff] extra, on Python 3.11: pip install --no-deps '
+                   '-r requirements.txt (its closure; TFF 0.87 pins a jaxlib '
+                   'the package index lacks)'),
            'jax': "pip install 'one-shot-epe[jax]'"}
 # The top-level modules of each engine's framework.
 _FRAMEWORKS = {'tff': ('tensorflow', 'tensorflow_federated'),
@@ -94,9 +98,8 @@ def _missing_framework(backend: str, error: ImportError) -> str | None:
 
 
 if __name__ == '__main__':
-  # Before TensorFlow or JAX is imported: the flags, then (TFF only) local
-  # TFF workers in a network namespace with only loopback (before numpy
-  # starts a thread) and a quiet TensorFlow import.
+  # Before TensorFlow or JAX is imported: the flags, then (TFF only) the
+  # network isolation mode's checks (exit 2) and a quiet TensorFlow import.
   from one_shot_epe import cli as _cli
   if _cli.requested_backend(sys.argv) == 'jax':
     from experiments import train_config as _train_config
@@ -104,7 +107,7 @@ if __name__ == '__main__':
   else:
     from one_shot_epe.tff_engine import isolation
     from one_shot_epe.tff_engine import quiet
-    isolation.isolate_program(sys.argv)
+    isolation.check_program(sys.argv)
     from experiments import train_config as _train_config
     _train_config.check_flags_or_exit(sys.argv)
     try:
@@ -130,6 +133,7 @@ from experiments import train_config
 from one_shot_epe import canary_spec
 from one_shot_epe import checkpoint_store
 from one_shot_epe import cli
+from one_shot_epe import distributed_dp
 from one_shot_epe import round_progress
 from one_shot_epe import round_record
 from one_shot_epe import run_directory
@@ -275,7 +279,7 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
     train_config.ConfigError: a flag is invalid or the engine cannot run it,
       the data directory is missing or malformed, the run directory holds a
       run with other flags, the checkpoint a rerun would resume from is
-      damaged, or the disk cannot hold the run's checkpoints.
+      damaged, or the disk (or the device's memory) cannot hold the run.
   """
   config = config.validate()
   backend = _backend(config.backend)
@@ -288,6 +292,10 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
         f'{num_clients} training clients); got {config.clients_per_round}.')
   sampler, total_rounds, schedule, cohort = train_config.participation_plan(
       config, data.client_ids)
+  if config.num_bands is not None and config.num_bands > total_rounds:
+    raise train_config.ConfigError(
+        f'--num_bands must be in [1, {total_rounds}] (the run\'s rounds); '
+        f'got {config.num_bands}.')
   delta = config.delta if config.delta is not None else num_clients**-1.1
   plan = run_plan.RunPlan(
       sampler=sampler, total_rounds=total_rounds,
@@ -307,10 +315,20 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
       rounds_per_checkpoint=config.rounds_per_checkpoint,
       rounds_per_evaluation=config.rounds_per_evaluation,
       max_eval_examples=(None if config.max_eval_examples == -1 else
-                         config.max_eval_examples))
+                         config.max_eval_examples),
+      distributed=(distributed_dp.DistributedDP(bits=config.ddp_bits)
+                   if config.mechanism == 'distributed_dp' else None))
+  if plan.distributed is not None:
+    try:
+      distributed_dp.calibrate(config.noise_multiplier, config.clipping_norm,
+                               plan.dp.clients_per_round,
+                               data.num_parameters, plan.distributed)
+    except ValueError as error:
+      raise train_config.ConfigError(f'--ddp_bits: {error}') from None
   run = PreparedRun(config=config, data=data, plan=plan)
   _check_run_dir(config, backend)
   _check_free_space(run, backend)
+  backend.check_device_memory(run)
   return run
 
 
@@ -347,7 +365,8 @@ def run_training(config: train_config.TrainConfig) -> RunResult:
       progress.close()
     report = None
     if plan.spec is not None:
-      report = run_outputs.write_results(run, outcome)
+      report = run_outputs.write_results(
+          run, outcome, correlated=backend.correlated_report(run))
   return RunResult(config=config, run_dir=config.run_dir,
                    total_rounds=plan.total_rounds, delta=plan.delta,
                    outcome=outcome, report=report)

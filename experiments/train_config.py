@@ -30,6 +30,7 @@ import numpy as np
 from one_shot_epe import canary_spec
 from one_shot_epe import cli
 from one_shot_epe import client_arrays
+from one_shot_epe import distributed_dp
 from one_shot_epe import participation
 from one_shot_epe import run_options
 from one_shot_epe import validation
@@ -46,7 +47,8 @@ SAMPLINGS = ('shuffle', 'bernoulli', 'poisson')
 # workers train its clients (`distributed_runtime`).
 _RESUMABLE_DIFFERENCES = ('root_output_dir', 'run_name', 'progress_bar',
                           'rounds_per_checkpoint', 'canary_buffer_rounds',
-                          'tff_workers', 'tff_worker_addresses')
+                          'tff_workers', 'tff_worker_addresses',
+                          'resident_data')
 _MAX_LOCAL_WORKERS = 64
 
 
@@ -83,6 +85,10 @@ class TrainConfig:
   train_epochs: int | None = None
   total_rounds: int | None = None
   noise_multiplier: float = 0.0
+  mechanism: str = 'gaussian'
+  num_bands: int | None = None
+  compression: str = 'none'
+  ddp_bits: int = 16
   clipping_norm: float = 0.0
   target_unclipped_quantile: float = 0.5
   initial_clip: float = 0.1
@@ -107,6 +113,7 @@ class TrainConfig:
   tff_workers: int = 1
   tff_worker_addresses: str = ''
   accelerator: str = 'cpu'
+  resident_data: bool = True
   progress_bar: bool = True
 
   def validate(self) -> 'TrainConfig':
@@ -120,7 +127,8 @@ class TrainConfig:
     """
     for name, choices in _ENUMS.items():
       _check_choice(name, getattr(self, name), choices)
-    for name in ('use_synthetic_data', 'seeded_noise', 'progress_bar'):
+    for name in ('use_synthetic_data', 'seeded_noise', 'resident_data',
+                 'progress_bar'):
       if not isinstance(getattr(self, name), (bool, np.bool_)):
         raise ConfigError(f'--{name} must be true or false; got '
                           f'{getattr(self, name)!r}.')
@@ -166,6 +174,34 @@ class TrainConfig:
     if self.delta is not None:
       _check_float('delta', self.delta, 0.0, 1.0, low_open=True,
                    high_open=True)
+    if (self.mechanism == 'banded') != (self.num_bands is not None):
+      raise ConfigError('--num_bands is needed with --mechanism=banded and '
+                        f'only there; got --mechanism={self.mechanism}, '
+                        f'--num_bands={self.num_bands}.')
+    if self.num_bands is not None:
+      _check_int('num_bands', self.num_bands, 1, self.total_rounds or None,
+                 note=' (at most --total_rounds)' if self.total_rounds else '')
+    if (self.mechanism == 'distributed_dp' and self.mechanism not in
+        run_options.BACKEND_MECHANISMS[self.backend]):
+      raise ConfigError(
+          f'--mechanism={self.mechanism} is not supported by --backend='
+          f'{self.backend}; choose one of '
+          f'{", ".join(run_options.BACKEND_MECHANISMS[self.backend])}.')
+    if (self.compression == 'rotation_discretization') != (
+        self.mechanism == 'distributed_dp'):
+      raise ConfigError(
+          f'--compression={self.compression} with --mechanism='
+          f'{self.mechanism} is not supported: distributed_dp always '
+          'rotates and discretizes (--compression=rotation_discretization) '
+          'and the other mechanisms take --compression=none.')
+    _check_int('ddp_bits', self.ddp_bits, 1, distributed_dp.DDP_MAX_BITS)
+    if self.mechanism == 'distributed_dp' and not self.num_canaries:
+      raise ConfigError('--mechanism=distributed_dp needs canaries '
+                        '(--num_canaries >= 2); got --num_canaries=0.')
+    if self.mechanism != 'gaussian' and self.clipping_norm == 0:
+      raise ConfigError(f'--mechanism={self.mechanism} needs a fixed clip '
+                        '(--clipping_norm > 0): the correlated noise of '
+                        'different rounds must share one scale.')
     if (self.train_epochs is None) == (self.total_rounds is None):
       raise ConfigError('set exactly one of --train_epochs and --total_rounds; '
                         f'got --train_epochs={self.train_epochs} and '
@@ -330,6 +366,20 @@ _FLAG_HELP = {
     'total_rounds': 'Training length in rounds (>= 1); set this or '
                     '--train_epochs.',
     'noise_multiplier': 'Noise std / clip norm of DP-FedAvg (>= 0).',
+    'mechanism': 'Server noise: gaussian (independent per round, DP-FedAvg), '
+                 'or DP-FTRL\'s correlated matrix-factorization noise with a '
+                 'blt (buffered linear Toeplitz) or banded strategy '
+                 '(--backend=jax with jax-privacy only); or distributed_dp: '
+                 'clients add discrete Gaussian shares summed by secure '
+                 'aggregation (--backend=tff, with --compression='
+                 'rotation_discretization).',
+    'num_bands': 'Bands b of --mechanism=banded, in [1, rounds].',
+    'compression': 'Client updates before aggregation: none, or '
+                   'rotation_discretization (random Hadamard rotation, '
+                   'scaling and stochastic rounding to integers mod '
+                   '2^--ddp_bits); with --mechanism=distributed_dp only.',
+    'ddp_bits': '--mechanism=distributed_dp: bits b of the secure sum\'s '
+                'modulus 2^b, in [1, 22] (TFF\'s range).',
     'clipping_norm': 'Fixed clip norm (> 0), or 0 for adaptive clipping.',
     'target_unclipped_quantile': 'Adaptive clipping: target quantile of '
                                  'unclipped updates, in (0, 1).',
@@ -384,6 +434,11 @@ _FLAG_HELP = {
                             'local ones.',
     'accelerator': 'Device of the launcher\'s canary cosine work: cpu or '
                    'gpu (TFF\'s pip worker trains on the CPU).',
+    'resident_data': '--backend=jax: put the training split on the device '
+                     'once and send each round only its examples\' rows '
+                     '(--noresident_data: send every round\'s batches, '
+                     'for a split larger than the device\'s memory). '
+                     'Results do not depend on it.',
     'progress_bar': 'Show a progress bar on stderr.',
 }
 
@@ -391,6 +446,8 @@ _ENUMS = {'backend': run_options.BACKENDS, 'task': run_options.TASK_NAMES,
           'accelerator': run_options.ACCELERATORS,
           'client_optimizer': run_options.OPTIMIZERS,
           'server_optimizer': run_options.OPTIMIZERS, 'sampling': SAMPLINGS,
+          'mechanism': run_options.MECHANISMS,
+          'compression': run_options.COMPRESSIONS,
           'final_model_statistic': canary_spec.FINAL_MODEL_STATISTICS,
           'all_iterates_statistic': canary_spec.ALL_ITERATES_STATISTICS,
           'canary_clip': canary_spec.CANARY_CLIPS,

@@ -45,9 +45,10 @@ from scipy import special
 from one_shot_epe import estimation
 from one_shot_epe import validation
 
-__all__ = ['MechanismEpsilon', 'Participation', 'SAMPLINGS', 'canary_epsilon',
+__all__ = ['CorrelatedNoise', 'MechanismEpsilon', 'Participation', 'SAMPLINGS', 'canary_epsilon',
            'client_epsilon', 'client_epsilon_of_event',
-           'composed_gaussian_epsilon', 'last_iterate_epsilon']
+           'composed_gaussian_epsilon', 'last_iterate_epsilon',
+           'matrix_factorization_canary_epsilon']
 
 SAMPLINGS = ('shuffle', 'bernoulli', 'poisson')
 
@@ -64,6 +65,21 @@ class MechanismEpsilon:
   """An eps with the one-line description of the mechanism it is exact for."""
   epsilon: float  # math.inf without noise.
   mechanism: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CorrelatedNoise:
+  """A run's matrix-factorization noise, as numbers (the engine computes them).
+
+  mechanism: the strategy's name ('blt', 'banded'); sensitivity: sens(C)
+  under the run's participation (the noise std is z S sens);
+  canary_column_norm: the largest ||sum of the columns of C at a seen
+  canary's rounds|| over the seen canaries (so the analytical eps bounds
+  every seen canary's).
+  """
+  mechanism: str
+  sensitivity: float
+  canary_column_norm: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +170,49 @@ def canary_epsilon(noise_multiplier: float, delta: float,
       f'{presentations}-fold Gaussian mechanism at noise multiplier {z:g} '
       f'(= one Gaussian at {z / math.sqrt(presentations):.4g}), no '
       'amplification')
+
+
+def matrix_factorization_canary_epsilon(
+    noise_multiplier: float, delta: float, column_norm: float,
+    sensitivity: float, mechanism: str) -> MechanismEpsilon:
+  """Analytical eps of a canary under DP-FTRL's correlated noise (MF).
+
+  The matrix-factorization mechanism releases C x + Z, Z with i.i.d.
+  N(0, (z S sens)^2) entries, where C is the strategy (encoder) and sens its
+  sensitivity under the run's participation (so the run as a whole is one
+  Gaussian mechanism at noise multiplier z). A canary of norm S inserted in
+  rounds t_1..t_r shifts the release by S times the sum of C's columns
+  t_1..t_r, whose norm `column_norm` is computed by the engine from the
+  strategy; knowing the rounds, the adversary faces one Gaussian mechanism
+  with mu = column_norm / (z sens). With C = I (sens = 1, column norm
+  sqrt(r)) this is `canary_epsilon`.
+
+  Args:
+    noise_multiplier: z >= 0.
+    delta: The delta, in (0, 1).
+    column_norm: ||sum_j C[:, t_j]|| > 0, the canary's rounds' columns.
+    sensitivity: sens > 0, C's sensitivity under the run's participation.
+    mechanism: The strategy's name for the description (e.g. 'blt').
+
+  Returns:
+    The eps (math.inf at z = 0) and a description of the mechanism.
+
+  Raises:
+    ValueError: if an argument is out of range.
+  """
+  z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
+  column_norm = validation.check_real('column_norm', column_norm, 0.0,
+                                      low_open=True)
+  sensitivity = validation.check_real('sensitivity', sensitivity, 0.0,
+                                      low_open=True)
+  mu = math.inf if z == 0 else column_norm / (z * sensitivity)
+  epsilon = (math.inf if z == 0 else
+             estimation.gaussian_epsilon(1.0 / mu, delta))
+  return MechanismEpsilon(
+      epsilon,
+      f'a canary in known rounds under {mechanism} correlated noise: one '
+      f'Gaussian mechanism at mu = ||sum of its columns of C|| / (z sens) = '
+      f'{column_norm:.4g} / ({z:g} x {sensitivity:.4g}) = {mu:.4g}')
 
 
 def _pld_epsilon(event: dp_accounting.DpEvent, delta: float) -> float:

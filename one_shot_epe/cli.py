@@ -31,8 +31,7 @@ def known_string_flags(argv: Sequence[str], names: Sequence[str],
   absl with known_only: every other flag is skipped. Follows --flagfile and
   each flag of `flagfile_flags` whose value is a flagfile (reproduce's
   --config, whose values the command line overrides). Imports nothing beyond
-  absl, so a program can read these before numpy or TensorFlow start a
-  thread (which `isolation.enter_private_network` needs).
+  absl, so a program can read these before it imports numpy or TensorFlow.
 
   Raises:
     flags.Error: if `argv` cannot be parsed (the full parse then reports it).

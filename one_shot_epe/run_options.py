@@ -6,8 +6,9 @@ the same flags on machines without it; the modules that implement each
 choice take their names from here.
 """
 
-__all__ = ['ACCELERATORS', 'BACKENDS', 'CANARY_CLIPS', 'OPTIMIZERS',
-           'OPTIMIZER_SLOTS', 'TASK_NAMES', 'UNSEEN_ID_OFFSET']
+__all__ = ['ACCELERATORS', 'BACKENDS', 'BACKEND_MECHANISMS', 'CANARY_CLIPS',
+           'COMPRESSIONS', 'MECHANISMS',
+           'OPTIMIZERS', 'OPTIMIZER_SLOTS', 'TASK_NAMES', 'UNSEEN_ID_OFFSET']
 
 # Training engines: TensorFlow Federated (CPU), or the JAX engine
 # (one_shot_epe/jax_engine; GPU, TPU, or CPU).
@@ -22,5 +23,19 @@ OPTIMIZER_SLOTS = {'sgd': 0, 'sgdm': 1, 'adam': 2}
 OPTIMIZERS = tuple(OPTIMIZER_SLOTS)
 # Device of the TFF launcher's canary work (one_shot_epe/tff_engine/accelerators).
 ACCELERATORS = ('cpu', 'gpu')
+# The server's noise: independent Gaussian rows (DP-FedAvg, the paper's
+# mechanism), or DP-FTRL's correlated matrix-factorization noise with a
+# buffered-linear-Toeplitz or a banded Toeplitz strategy
+# (one_shot_epe/jax_engine/correlated_noise; --backend=jax with jax-privacy).
+# Or distributed DP: the clients' discrete Gaussian shares summed by a
+# (simulated) secure aggregation (one_shot_epe/distributed_dp; --backend=tff).
+MECHANISMS = ('gaussian', 'blt', 'banded', 'distributed_dp')
+# The mechanisms each engine runs.
+BACKEND_MECHANISMS = {'tff': ('gaussian', 'distributed_dp'),
+                      'jax': ('gaussian', 'blt', 'banded')}
+# Compression of the clients' updates before aggregation: none, or the random
+# rotation and discretization to integers modulo 2^b of secure aggregation
+# (which --mechanism=distributed_dp always applies, and only it).
+COMPRESSIONS = ('none', 'rotation_discretization')
 # Unseen canary i has id UNSEEN_ID_OFFSET + i; seen ids are 0..k-1.
 UNSEEN_ID_OFFSET = 1_000_000_000

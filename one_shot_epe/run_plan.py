@@ -14,6 +14,7 @@ engine (`tff_engine.training.train`) and the JAX engine
 import dataclasses
 
 from one_shot_epe import canary_spec
+from one_shot_epe import distributed_dp
 from one_shot_epe import participation
 from one_shot_epe import run_options
 from one_shot_epe import validation
@@ -68,6 +69,8 @@ class RunPlan:
     rounds_per_checkpoint: Checkpoint every this many rounds (and at 0, T).
     rounds_per_evaluation: Test-set evaluation every this many rounds.
     max_eval_examples: Test examples evaluated; None for all.
+    distributed: Distributed DP's secure aggregation (TFF engine); None for
+      the server's Gaussian noise.
   """
   sampler: participation.ClientSampler
   total_rounds: int
@@ -84,6 +87,7 @@ class RunPlan:
   rounds_per_checkpoint: int = 1
   rounds_per_evaluation: int = 1
   max_eval_examples: int | None = None
+  distributed: distributed_dp.DistributedDP | None = None
 
   def __post_init__(self):
     validation.check_int('total_rounds', self.total_rounds, 1)

@@ -314,7 +314,8 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
                      rounds: int | None = None,
                      presentation_counts: ArrayLike | None = None,
                      participation: accounting.Participation | None = None,
-                     round_event: dp_accounting.DpEvent | None = None
+                     round_event: dp_accounting.DpEvent | None = None,
+                     correlated: accounting.CorrelatedNoise | None = None
                      ) -> RunReport:
   """Computes both threat models' reports and the references.
 
@@ -331,6 +332,14 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
     rounds are the run's).
   round_event: one round's DpEvent (the aggregator's); default a Gaussian at
     `noise_multiplier`.
+  correlated: the run's matrix-factorization noise (DP-FTRL), or None for
+    independent noise. With it the analytical eps is the canary's under the
+    strategy (`accounting.matrix_factorization_canary_epsilon`), the
+    accounted eps one Gaussian mechanism at z (the strategy's sensitivity is
+    in the noise; no amplification), and the last-iterate heuristic, which
+    assumes independent rounds, is omitted. The all-iterates statistic is
+    the same cosine; under correlated noise each round's noise is a row of
+    C^{-1} Z, so its per-round null is no longer independent across rounds.
   """
   if (seen_maxima is None) != (unseen_maxima is None):
     raise ValueError('give both seen_maxima and unseen_maxima, or neither.')
@@ -339,7 +348,17 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
   if participation is not None and rounds is None:
     rounds = participation.rounds
   accounted = heuristic = None
-  if rounds is not None:
+  if correlated is not None:
+    analytical = accounting.matrix_factorization_canary_epsilon(
+        noise_multiplier, delta, correlated.canary_column_norm,
+        correlated.sensitivity, correlated.mechanism)
+    accounted = accounting.MechanismEpsilon(
+        accounting.composed_gaussian_epsilon(noise_multiplier, delta, 1),
+        f'a real client under {correlated.mechanism} correlated noise: one '
+        f'Gaussian mechanism at noise multiplier {noise_multiplier:g} (noise '
+        f'std z S sens, sens = {correlated.sensitivity:.4g} for the run\'s '
+        'worst participation), no amplification')
+  elif rounds is not None:
     event = (dp_accounting.GaussianDpEvent(noise_multiplier)
              if round_event is None else round_event)
     accounted = accounting.client_epsilon_of_event(event, delta,

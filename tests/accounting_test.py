@@ -190,3 +190,22 @@ def test_last_iterate_of_a_fixed_count_is_one_gaussian():
 def test_bad_arguments_raise_named_errors(call, error, message):
   with pytest.raises(error, match=message):
     call()
+
+
+@pytest.mark.parametrize('column_norm, sensitivity', [(1.0, 1.0),
+                                                      (1.3, 2.1), (2.0, 2.0)])
+def test_matrix_factorization_canary_epsilon_is_dp_accountings_gaussian(
+    column_norm, sensitivity):
+  # One Gaussian at mu = column_norm / (z sens): dp_accounting's PLD of a
+  # Gaussian at noise multiplier 1 / mu.
+  z, delta = 0.9, 1e-5
+  mf = accounting.matrix_factorization_canary_epsilon(
+      z, delta, column_norm, sensitivity, 'blt')
+  pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+  pld.compose(dp_accounting.GaussianDpEvent(z * sensitivity / column_norm))
+  assert mf.epsilon == pytest.approx(pld.get_epsilon(delta), rel=1e-3)
+  assert 'blt' in mf.mechanism
+  assert accounting.matrix_factorization_canary_epsilon(
+      0.0, delta, column_norm, sensitivity, 'blt').epsilon == math.inf
+  with pytest.raises(ValueError, match='sensitivity'):
+    accounting.matrix_factorization_canary_epsilon(z, delta, 1.0, 0.0, 'blt')

@@ -16,10 +16,13 @@ import sys
 import numpy as np
 import pytest
 
+from experiments import backend_jax
 from experiments import train_config
 from experiments import train
 from one_shot_epe import run_directory
 from one_shot_epe.jax_engine import canaries
+from one_shot_epe.jax_engine import fedavg
+from one_shot_epe.jax_engine import training
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 FLAGS = ['--backend=jax', '--task=emnist_character', '--use_synthetic_data',
@@ -186,3 +189,31 @@ runpy.run_module('experiments.train', run_name='__main__')
                            text=True, timeout=600, check=False)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert 'resumed from round 2, trained 1 now' in resumed.stdout
+
+
+@pytest.mark.parametrize('resident_data, flag', [
+    (True, '--resident_data: .*use --noresident_data'),
+    (False, '--clients_per_round: .*lower --clients_per_round'),
+])
+def test_a_run_larger_than_the_device_memory_is_refused(
+    tmp_path, monkeypatch, resident_data, flag):
+  # 'vmap' with the split resident needs the split (4 clients x 16 examples
+  # x 3,140 bytes) on the device: a device short of half of it is told to
+  # feed batches from the host; host-fed, a byte short: fewer clients. One
+  # line naming the estimate and the device's memory; nothing is written.
+  monkeypatch.setattr(fedavg, 'default_local_training', lambda: 'vmap')
+  monkeypatch.setattr(training, 'device_memory_limit', lambda: 10**12)
+  run = train.prepare(_config(tmp_path, resident_data=resident_data))
+  need = training.device_memory(run.plan, backend_jax.model(run.config),
+                                run.data.train, resident_data=resident_data)
+  assert need.resident == resident_data
+  if resident_data:
+    assert need.data_bytes == 4 * 16 * (28 * 28 * 4 + 4)
+  limit = need.total_bytes - (need.data_bytes // 2 if resident_data else 1)
+  monkeypatch.setattr(training, 'device_memory_limit', lambda: limit)
+  with pytest.raises(train_config.ConfigError, match=flag) as error:
+    train.prepare(_config(tmp_path, resident_data=resident_data))
+  message = str(error.value)
+  assert '\n' not in message and f'{need.lanes} client lanes' in message
+  assert f'device has {limit / 1e9:.3g} GB' in message
+  assert not os.path.exists(tmp_path / 'run')

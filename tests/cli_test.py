@@ -43,9 +43,8 @@ def test_requested_backend_reads_flags_flagfiles_and_defaults_to_tff(
 
 
 def test_the_early_scan_starts_no_thread():
-  # `isolation.enter_private_network` needs a single-threaded process: what a
-  # launcher runs before it to pick its engine must not start one (as numpy's
-  # import would).
+  # What a launcher runs to pick its engine, before it imports numpy or
+  # TensorFlow, must not import them nor start a thread (as numpy's would).
   script = textwrap.dedent("""
       import os, sys
       from one_shot_epe import cli

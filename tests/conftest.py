@@ -11,10 +11,6 @@ generated sources and matplotlib's fallback config directory, which their
 libraries delete at interpreter exit. The
 directory is removed at the end unless a test failed.
 
-The test process itself stays in the host's network: importing the runtime
-would otherwise move it into a private network namespace
-(`isolation.isolate_on_import`, meant for users' scripts), and the tests of
-exposure reporting need the host's network. Subprocesses are unaffected.
 """
 
 import contextlib
@@ -26,10 +22,6 @@ import urllib.request
 import psutil
 import pytest
 
-from one_shot_epe.tff_engine import isolation
-
-isolation.isolate_on_import = lambda: isolation.in_private_network()
-# pylint: disable=g-import-not-at-top,g-bad-import-order
 from one_shot_epe.tff_engine import runtime
 
 # pytest's tmp_path directories; the source files TensorFlow's autograph

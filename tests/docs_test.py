@@ -75,6 +75,7 @@ OTHER_PROGRAMS_FLAGS = {
     "TFF's worker_binary": ('port', 'max_concurrent_computation_calls',
                             'grpc_max_message_length_megabytes'),
     'pytest': ('durations',),
+    'ray start': ('head', 'address'),
 }
 # File name endings that make a dotted word a file, not a Python name.
 FILE_SUFFIXES = ('md', 'json', 'csv', 'png', 'py', 'cfg', 'txt', 'npz', 'npy',

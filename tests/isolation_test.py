@@ -95,37 +95,96 @@ def test_unprivileged_user_enters_through_a_user_namespace():
   assert "INTERFACES ['lo']" in done.stdout
 
 
-_AFTER_A_THREAD = """
-    import sys, threading
-    from one_shot_epe.tff_engine import isolation
-    threading.Thread(target=threading.Event().wait, daemon=True).start()
-    isolation.isolate_program(sys.argv[:1])
-    print('GOT ON', isolation.namespace_interfaces())
+# A stand-in for worker_binary: serves on [::]:<--port> (every interface, as
+# the worker does) and answers each line with it reversed.
+_ECHO_SERVER = """
+import socket, sys, threading
+port = int(sys.argv[1].split('=')[1])
+server = socket.create_server(('', port), family=socket.AF_INET6,
+                              dualstack_ipv6=True)
+def serve(conn):
+  with conn, conn.makefile('rwb') as f:
+    for line in f:
+      f.write(line.rstrip(b'\\n')[::-1] + b'\\n')
+      f.flush()
+while True:
+  threading.Thread(target=serve, args=(server.accept()[0],)).start()
 """
 
 
-def test_refusal_warns_in_auto_mode_and_exits_2_in_require_mode():
-  auto = _python(_AFTER_A_THREAD)
-  assert auto.returncode == 0, auto.stderr
-  assert 'No network isolation' in auto.stderr and 'threads' in auto.stderr
-  assert 'GOT ON' in auto.stdout
-  required = _python(_AFTER_A_THREAD, {isolation.ISOLATION_ENV: 'require'})
-  assert required.returncode == 2
-  assert required.stderr.count('\n') == 1
-  assert f'{isolation.ISOLATION_ENV}=require' in required.stderr
-  bad = _python(_AFTER_A_THREAD, {isolation.ISOLATION_ENV: 'maybe'})
-  assert bad.returncode == 2 and isolation.ISOLATION_ENV in bad.stderr
+def _tcp_listening_ports_here() -> set[int]:
+  """Every LISTEN port in this process's network namespace (/proc/net)."""
+  found = set()
+  for table in ('tcp', 'tcp6'):
+    with open(f'/proc/self/net/{table}', encoding='ascii') as f:
+      for line in f.read().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == '0A':
+          found.add(int(fields[1].rsplit(':', 1)[1], 16))
+  return found
 
 
-def test_off_mode_stays_in_the_host_network():
-  done = _python("""
-      import sys
-      from one_shot_epe.tff_engine import isolation
-      isolation.isolate_program(sys.argv[:1])
-      print('INTERFACES', isolation.namespace_interfaces())
-  """, {isolation.ISOLATION_ENV: 'off'})
-  assert done.returncode == 0, done.stderr
-  assert f'INTERFACES {isolation.namespace_interfaces()}' in done.stdout
+def test_private_network_server_is_reached_only_through_its_socket():
+  namespace = os.readlink('/proc/self/ns/net')
+  with isolation.private_network_server(
+      [sys.executable, '-c', _ECHO_SERVER]) as (bridge, path):
+    (server,) = psutil.Process(bridge.pid).children()
+    with socket.socket(socket.AF_UNIX) as client:
+      client.connect(path)
+      with client.makefile('rwb') as f:
+        for text in (b'abc', b'x' * 300_000):
+          f.write(text + b'\n')
+          f.flush()
+          assert f.readline() == text[::-1] + b'\n'
+    assert isolation.namespace_interfaces(server.pid) == ['lo']
+    assert isolation.namespace_interfaces(bridge.pid) == ['lo']
+    assert isolation.listening_addresses(server.pid)  # Not vacuous.
+    assert isolation.exposed_listeners(server.pid) == []
+    # The server's port listens in its namespace, not here (other test
+    # workers may open listeners here meanwhile: compare the port only).
+    (address,) = isolation.listening_addresses(server.pid)
+    assert int(address.rsplit(':', 1)[1]) not in _tcp_listening_ports_here()
+    assert os.readlink('/proc/self/ns/net') == namespace
+  assert bridge.returncode == 0
+  assert not psutil.pid_exists(server.pid) or server.status() == (
+      psutil.STATUS_ZOMBIE)
+  assert not os.path.exists(os.path.dirname(path))
+
+
+def test_server_that_exits_at_start_is_an_error():
+  with pytest.raises(RuntimeError, match='exited at start'):
+    with isolation.private_network_server(
+        [sys.executable, '-c', 'raise SystemExit(3)']):
+      pass
+
+
+def test_check_program_refusal_and_modes(monkeypatch, capsys):
+  monkeypatch.setenv(isolation.ISOLATION_ENV, 'maybe')
+  with pytest.raises(SystemExit) as exited:
+    isolation.check_program(['prog'])
+  assert exited.value.code == 2
+  assert isolation.ISOLATION_ENV in capsys.readouterr().err
+  monkeypatch.setattr(isolation, 'private_network_refusal',
+                      lambda: 'unshare: Operation not permitted')
+  monkeypatch.setenv(isolation.ISOLATION_ENV, 'require')
+  with pytest.raises(SystemExit) as exited:
+    isolation.check_program(['prog'])
+  assert exited.value.code == 2
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1 and f'{isolation.ISOLATION_ENV}=require' in err
+  # Remote workers start nothing here; 'auto' and 'off' never refuse.
+  isolation.check_program(['prog', '--tff_worker_addresses=h:1'])
+  for mode in ('auto', 'off'):
+    monkeypatch.setenv(isolation.ISOLATION_ENV, mode)
+    isolation.check_program(['prog'])
+  assert capsys.readouterr().err == ''
+
+
+def test_probe_changes_nothing_here():
+  namespace = os.readlink('/proc/self/ns/net')
+  refusal = isolation.private_network_refusal()
+  assert refusal is None or 'network namespace' in refusal
+  assert os.readlink('/proc/self/ns/net') == namespace
 
 
 def test_remote_workers_requested_reads_flags_and_flagfiles(tmp_path):
@@ -236,8 +295,9 @@ def test_launcher_workers_listen_only_in_a_private_network(tmp_path,
       listening = {p.pid: isolation.listening_addresses(p.pid)
                    for p in _tree(process.pid)}
       exposed = {pid: isolation.exposed_listeners(pid) for pid in listening}
+      bridges = [psutil.Process(pid).ppid() for pid in workers]
       namespaces = {pid: isolation.namespace_interfaces(pid)
-                    for pid in listening}
+                    for pid in (process.pid, *workers, *bridges)}
       stdout, stderr = process.communicate(timeout=300)
     finally:
       if process.poll() is None:
@@ -246,6 +306,11 @@ def test_launcher_workers_listen_only_in_a_private_network(tmp_path,
   assert len(workers) == tff_workers, stderr
   assert all(listening[pid] for pid in workers)  # Not vacuous.
   assert exposed == {pid: [] for pid in listening}, listening
+  # The launcher keeps the host's network; only its workers (and their
+  # bridges) are in loopback-only namespaces.
+  assert namespaces.pop(process.pid) == isolation.namespace_interfaces()
+  assert listening[process.pid] == []
+  assert process.pid not in bridges
   assert set(map(tuple, namespaces.values())) == {('lo',)}
   assert 'Report:' in stdout
   # The run is also quiet: no TensorFlow start-up lines, no exposure warning.

@@ -3,7 +3,8 @@ fedavg.packed_round).
 
 Independent truths: the padded work counted directly from the lanes; the
 'loop' strategy of RoundEngine (each client's real batches, one jitted step
-each) for the packed round.
+each) for the packed round; the host-gathered batches for the rows of a
+split resident on the device (data.pack_rows, RoundEngine.upload).
 """
 
 import numpy as np
@@ -146,3 +147,69 @@ def test_vmap_engine_compiles_once_for_cohorts_that_fit_and_counts_padding():
   for got, want in zip(jax.tree_util.tree_leaves(states['vmap']),
                        jax.tree_util.tree_leaves(states['loop'])):
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
+
+
+def test_packed_rows_gather_the_packed_batches():
+  # Rows gathered from the split give pack_batches' arrays wherever there is
+  # an example (padding positions differ only in the masked values).
+  _, arrays = _cnn_arrays()
+  make = dict(batch_size=2, epochs=2, max_examples=9, num_slots=8)
+  rows = data.client_rows(arrays, [0, 1, 2, 3, 4, 5, 6],
+                          rng=np.random.default_rng(5), **make)
+  batches = data.client_batches(arrays, [0, 1, 2, 3, 4, 5, 6],
+                                rng=np.random.default_rng(5), **make)
+  np.testing.assert_array_equal(data.gather_rows(arrays, rows).inputs,
+                                batches.inputs)
+  lanes = [[2, 0, 1, 4], [5], [6, 3], []]
+  packed_rows = data.pack_rows(rows, lanes, 10)
+  packed = data.pack_batches(batches, lanes, 10)
+  present = packed_rows.rows >= 0
+  np.testing.assert_array_equal(present, packed.example_mask > 0)
+  pixels = arrays.features['pixels'][np.maximum(packed_rows.rows, 0)]
+  np.testing.assert_array_equal(pixels[present], packed.inputs[present])
+  for name in ('slot', 'batch_index', 'start', 'end'):
+    np.testing.assert_array_equal(getattr(packed_rows, name),
+                                  getattr(packed, name))
+  assert packed_rows.rows.dtype == np.int32
+
+
+def test_resident_rounds_equal_host_fed_rounds():
+  cnn, arrays = _cnn_arrays()
+  config = canary_spec.DPAggregation(noise_multiplier=0.5,
+                                     clients_per_round=6.0, initial_clip=0.05)
+  engines = {
+      resident: fedavg.RoundEngine(
+          cnn.loss, optimizers.Optimizer('sgdm', 0.1, momentum=0.5),
+          optimizers.Optimizer('adam', 0.01), config,
+          local_training='vmap', devices=jax.devices()[:1])
+      for resident in (True, False)}
+  engines[True].upload(arrays)
+  assert engines[True].resident_bytes == (arrays.features['pixels'].nbytes +
+                                          arrays.features['label'].nbytes)
+  states = {r: e.init_state(cnn.init(compat.prng_key(1)))
+            for r, e in engines.items()}
+  directions = np.random.default_rng(4).normal(size=(1, cnn.num_parameters()))
+  for t, clients in enumerate([[5, 2, 6, 1, 0], [2, 6], [5, 3, 4]]):
+    for resident, engine in engines.items():
+      make = data.client_rows if resident else data.client_batches
+      batches = make(arrays, clients, batch_size=2, epochs=1,
+                     max_examples=None, rng=np.random.default_rng([6, t]),
+                     num_slots=6, max_batches=7)
+      states[resident], _ = engine(states[resident], batches, directions,
+                                   np.ones(1), compat.prng_key(t))
+    # Rows: an int32 per processed example; batches: the examples and mask.
+    examples = engines[True].padded_examples(batches)
+    assert engines[False].upload_bytes - engines[True].upload_bytes == (
+        examples * (8 * 8 * 4 + 4))
+  for got, want in zip(jax.tree_util.tree_leaves(states[True]),
+                       jax.tree_util.tree_leaves(states[False])):
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+  with pytest.raises(ValueError, match='upload'):
+    engines[False](states[False], data.client_rows(
+        arrays, [0], batch_size=2, epochs=1, max_examples=None,
+        rng=np.random.default_rng(0), num_slots=1), directions, np.ones(1),
+                   compat.prng_key(0))
+  with pytest.raises(ValueError, match="local_training='vmap'"):
+    fedavg.RoundEngine(cnn.loss, optimizers.Optimizer('sgd', 0.1),
+                       optimizers.Optimizer('sgd', 1.0), config,
+                       local_training='loop').upload(arrays)

@@ -3,8 +3,11 @@
 Independent truths: the two local-training strategies against each other on
 the same run, a resumed run against an uninterrupted one, the order of the
 reports from the buffer and checkpoint rhythm, the examples counted from the
-clients' sizes, and the bound on compilations whatever the cohort sizes
-(Poisson sampling draws a new one every round).
+clients' sizes and from the packed arrays the rounds built, the run with
+host-fed batches for the run with the split resident on the device (and the
+bytes each sends, counted from the arrays' shapes), and the bound on
+compilations whatever the cohort sizes (Poisson sampling draws a new one
+every round).
 """
 
 import os
@@ -19,7 +22,9 @@ from one_shot_epe import participation
 from one_shot_epe import round_record
 from one_shot_epe import run_plan
 from one_shot_epe.jax_engine import checkpoints
+from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import models
+from one_shot_epe.jax_engine import packing
 from one_shot_epe.jax_engine import training
 
 _MODEL = models.EmnistCnn(conv1_filters=2, conv2_filters=2, dense_units=4,
@@ -75,9 +80,26 @@ def _train(directory: str, **kwargs):
 
 @pytest.fixture(scope='module', name='runs')
 def fixture_runs(tmp_path_factory):
-  return {strategy: _train(str(tmp_path_factory.mktemp(strategy)),
-                           local_training=strategy)
-          for strategy in ('loop', 'vmap')}
+  runs = {}
+  for name, kwargs in (('loop', dict(local_training='loop')),
+                       ('vmap', dict(local_training='vmap')),
+                       ('host_fed', dict(local_training='vmap',
+                                         resident_data=False))):
+    # What the rounds' computations process: the packed arrays' examples.
+    processed = []
+    with pytest.MonkeyPatch.context() as patch:
+      for function in ('pack_batches', 'pack_rows'):
+        def recorded(*args, _function=getattr(data, function)):
+          packed = _function(*args)
+          examples = getattr(packed, 'rows', None)
+          if examples is None:
+            examples = packed.example_mask
+          processed.append(np.shape(examples))
+          return packed
+        patch.setattr(data, function, recorded)
+      runs[name] = _train(str(tmp_path_factory.mktemp(name)), **kwargs) + (
+          sum(int(np.prod(shape)) for shape in processed),)
+  return runs
 
 
 def _cosines(events):
@@ -85,7 +107,8 @@ def _cosines(events):
 
 
 def test_both_strategies_give_the_same_run(runs):
-  (loop, _, loop_events), (vmap, _, vmap_events) = runs['loop'], runs['vmap']
+  (loop, _, loop_events, _), (vmap, _, vmap_events, _) = (runs['loop'],
+                                                         runs['vmap'])
   for field in ('final_cosines', 'seen_maxima', 'unseen_maxima'):
     np.testing.assert_allclose(getattr(loop, field), getattr(vmap, field),
                                rtol=1e-4, atol=1e-6)
@@ -98,7 +121,7 @@ def test_both_strategies_give_the_same_run(runs):
 def test_rounds_are_reported_before_their_cosines_and_checkpoints(runs):
   # Buffer of 2, checkpoints at 0, 3, 5: blocks {1, 2}, {3} (flushed at the
   # checkpoint), {4, 5}; each round's record precedes its cosines.
-  _, _, events = runs['loop']
+  _, _, events, _ = runs['loop']
   order = [(type(e).__name__, e.round_num) for e in events]
   assert order == [('RoundRecord', 1), ('RoundRecord', 2),
                    ('CanaryCosines', 1), ('CanaryCosines', 2),
@@ -140,17 +163,82 @@ def test_compilations_are_bounded_whatever_the_cohorts(runs):
 def test_padding_is_counted_from_the_clients_sizes(runs):
   plan = _plan()
   sizes = _arrays().client_sizes()
-  real = sum(int(sizes[plan.sampler.indices(t)].sum()) for t in range(5))
-  steps = sum(int(np.ceil(sizes[plan.sampler.indices(t)] / 2).sum())
-              for t in range(5))
+  cohorts = [sizes[plan.sampler.indices(t)] for t in range(5)]
+  real = sum(int(cohort.sum()) for cohort in cohorts)
+  steps = sum(int(np.ceil(cohort / 2).sum()) for cohort in cohorts)
   loop_stats, vmap_stats = runs['loop'][1], runs['vmap'][1]
   assert loop_stats.real_examples == vmap_stats.real_examples == real
   assert loop_stats.padded_examples == 2 * steps  # Only partial batches pad.
   assert loop_stats.padding_ratio <= 1.2
-  assert vmap_stats.padding_ratio == pytest.approx(
-      loop_stats.vmap_padding_ratio)
-  assert vmap_stats.padding_ratio > loop_stats.padding_ratio
+  # 'vmap': the examples of the packed arrays its rounds built.
+  assert vmap_stats.padded_examples == runs['vmap'][3]
+  assert runs['host_fed'][1].padded_examples == runs['host_fed'][3]
+  assert vmap_stats.vmap_padded_examples == vmap_stats.padded_examples
+  assert 2 * steps <= vmap_stats.padded_examples <= 2 * 1.5 * steps
+  # 'loop' counts what a fresh packing of each round's clients processes.
+  fresh = 0
+  for cohort in cohorts:
+    lanes, length = packing.lane_layout(np.maximum(np.ceil(cohort / 2), 1))
+    fresh += 2 * len(lanes) * length
+  assert loop_stats.vmap_padded_examples == fresh
   assert loop_stats.rounds == 5 and loop_stats.host_to_device_bytes > 0
+
+
+def test_resident_data_gives_the_host_fed_run_and_sends_only_rows(runs):
+  (resident, stats, events, _), (host, host_stats, host_events, _) = (
+      runs['vmap'], runs['host_fed'])
+  for field in ('final_cosines', 'seen_maxima', 'unseen_maxima'):
+    np.testing.assert_allclose(getattr(resident, field), getattr(host, field),
+                               rtol=1e-6, atol=1e-7)
+  assert resident.accuracy == host.accuracy
+  assert ([e.clip for e in events if isinstance(e, round_record.RoundRecord)]
+          == pytest.approx([e.clip for e in host_events
+                            if isinstance(e, round_record.RoundRecord)]))
+  arrays = _arrays()
+  assert stats.resident_bytes == (arrays.features['pixels'].nbytes +
+                                  arrays.features['label'].nbytes)
+  assert host_stats.resident_bytes == runs['loop'][1].resident_bytes == 0
+  per_example = 8 * 8 * 4 + 4  # float32 pixels and an int32 label.
+  assert stats.example_bytes == stats.real_examples * per_example
+  # Host-fed: the packed batches (pixels, labels, mask) and their per-batch
+  # fields; resident: an int32 row per processed example and those fields.
+  per_batch = 4 * 4  # slot, batch_index, start, end.
+  batches = host_stats.padded_examples // 2
+  canary_masks = 5 * 2 * 4  # A float32 canary mask (2 slots) per round.
+  assert host_stats.host_to_device_bytes == (
+      host_stats.padded_examples * (per_example + 4) + batches * per_batch +
+      canary_masks)
+  assert stats.host_to_device_bytes == (
+      stats.padded_examples * 4 + batches * per_batch + canary_masks)
+
+
+def test_a_realistic_round_sends_under_one_percent_of_its_examples(tmp_path):
+  # EMNIST-sized examples (28 x 28 float32), realistic client sizes (mean
+  # 198), batches of 16, about 10 clients a round: the rows and per-batch
+  # fields sent are < 1% of the bytes of the examples trained on.
+  arrays = client_arrays.synthetic_emnist(40, 198, seed=2, sizes='realistic')
+  arrays = client_arrays.ClientArrays(
+      kind='emnist', client_ids=arrays.client_ids, offsets=arrays.offsets,
+      features={'pixels': arrays.features['pixels'],
+                'label': arrays.features['label'] % 5})
+  model = models.EmnistCnn(conv1_filters=1, conv2_filters=1, dense_units=2,
+                           num_classes=5, image_size=28)
+  plan = _plan(sampler=participation.PoissonSampling(40, 10.0, seed=1),
+               spec=canary_spec.CanarySpec(seed=3, num_seen=1, num_unseen=1,
+                                           schedule=[[0], []]),
+               dp=canary_spec.DPAggregation(noise_multiplier=0.3,
+                                            clients_per_round=10.0),
+               batch_size=16, total_rounds=2, rounds_per_checkpoint=2)
+  stats = training.RunStats()
+  training.train(plan, model, arrays, None,
+                 checkpoints.NpzCheckpoints(str(tmp_path)),
+                 local_training='vmap', stats=stats)
+  assert stats.real_examples > 1000
+  assert stats.resident_bytes >= arrays.features['pixels'].nbytes
+  assert stats.host_to_device_bytes <= 0.01 * stats.example_bytes
+  # The estimate before the run counts the split it uploaded.
+  need = training.device_memory(plan, model, arrays, local_training='vmap')
+  assert need.resident and need.data_bytes == stats.resident_bytes
 
 
 def test_bad_local_training_is_named():

@@ -216,3 +216,20 @@ def test_from_dict_rejects_what_is_not_a_report(tmp_path):
   path.write_text('[1, 2]')
   with pytest.raises(ValueError, match='report.json'):
     run_report.RunReport.read(str(path))
+
+
+def test_correlated_noise_references_are_the_strategys():
+  correlated = accounting.CorrelatedNoise('banded', sensitivity=1.8,
+                                          canary_column_norm=1.2)
+  report = run_report.build_run_report(
+      final_cosines=_cosines(4, 2.0), dim=10**5, delta=1e-5,
+      noise_multiplier=0.7, rounds=20, correlated=correlated,
+      participation=accounting.Participation('shuffle', 5, 20, 20))
+  assert report.analytical_epsilon == pytest.approx(
+      estimation.gaussian_epsilon(0.7 * 1.8 / 1.2, 1e-5), rel=1e-12)
+  assert report.accounted_epsilon == pytest.approx(
+      estimation.gaussian_epsilon(0.7, 1e-5), rel=1e-12)
+  assert 'banded' in report.analytical_mechanism
+  assert 'banded' in report.accounted_mechanism
+  assert report.last_iterate_mechanism is None
+  assert run_report.RunReport.from_dict(report.to_dict()) == report

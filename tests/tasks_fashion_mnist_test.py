@@ -285,3 +285,30 @@ def test_one_round_through_the_launcher(tmp_path):
   assert report['dim'] == result.dim == 1_199_882
   # The default delta is m^-1.1 for m real clients (Section 5.1).
   assert report['delta'] == pytest.approx(fashion_mnist.NUM_CLIENTS**-1.1)
+
+
+@_needs_data
+def test_demo_pipeline_prints_the_same_digits_twice_on_one_machine(tmp_path):
+  # The demo's flags (its config, noise 0.2207), shortened to 2 rounds of 3
+  # clients: two runs into two directories give the same report to the last
+  # digit (seeded data split, canaries, noise and TF ops). Across CPU types
+  # the digits differ (README, "What make demo printed").
+  reports = []
+  for name in ('first', 'second'):
+    flag_values = train_config.flags.FlagValues()
+    train_config.define_flags(flag_values)
+    flag_values(['train', f'--flagfile={_DEMO_CONFIG}',
+                 '--noise_multiplier=0.2207', '--total_rounds=2',
+                 '--clients_per_round=3', '--num_canaries=4',
+                 '--num_unseen_canaries=4', '--rounds_per_evaluation=2',
+                 '--rounds_per_checkpoint=2', '--max_eval_examples=64',
+                 f'--root_output_dir={tmp_path / name}'])
+    result = train.run_training(
+        train_config.config_from_flags(flag_values).validate())
+    with open(os.path.join(result.run_dir,
+                           run_directory.REPORT_JSON_FILE)) as stream:
+      reports.append((json.load(stream), result.accuracy))
+  (first, first_accuracy), (second, second_accuracy) = reports
+  assert first == second
+  assert first_accuracy == second_accuracy
+  assert first['final']['epsilon_est'] > 0  # Not vacuous.

@@ -19,18 +19,26 @@ from one_shot_epe.tff_engine import runtime
 from one_shot_epe.tff_engine import tff_workers
 
 
-def assert_stopped(pids, ports):
-  """The worker processes are gone and their ports can be bound again."""
+def assert_stopped(pids, addresses):
+  """The workers (and bridges) are gone, their ports or sockets free again."""
   for pid in pids:
-    assert not psutil.pid_exists(pid), f'worker {pid} still exists'
+    assert not psutil.pid_exists(pid), f'process {pid} still exists'
   assert runtime.worker_processes() == []
-  for port in ports:
-    assert tff_workers.port_is_free(port)
+  assert psutil.Process().children() == []
+  for address in addresses:
+    if address.startswith('unix:'):  # The socket and its directory.
+      assert not os.path.exists(os.path.dirname(address[len('unix:'):]))
+    else:
+      assert tff_workers.port_is_free(port_of(address))
 
 
 def port_of(address):
   """The port of a 'host:port' address."""
   return int(address.rpartition(':')[2])
+
+
+def _tree_pids():
+  return [p.pid for p in psutil.Process().children(recursive=True)]
 
 
 @pytest.mark.parametrize('addresses', ['', 'host', 'host:0', 'host:70000',
@@ -47,11 +55,38 @@ def test_parse_addresses_accepts_lists_and_comma_lists():
   assert tff_workers.parse_addresses(['127.0.0.1:80']) == ['127.0.0.1:80']
 
 
+def test_workers_run_alone_in_loopback_only_namespaces(monkeypatch, caplog):
+  monkeypatch.delenv(isolation.ISOLATION_ENV, raising=False)
+  if isolation.private_network_refusal() is not None:
+    pytest.skip('this host grants no network namespace')
+  namespace = os.readlink('/proc/self/ns/net')
+  with caplog.at_level(logging.WARNING), tff_workers.local_workers(
+      2) as addresses:
+    workers = runtime.worker_processes()
+    pids = _tree_pids()
+    assert len(workers) == 2 and all(a.startswith('unix:') for a in addresses)
+    for worker in workers:
+      assert isolation.namespace_interfaces(worker.pid) == ['lo']
+      assert isolation.listening_addresses(worker.pid)  # Not vacuous.
+    assert isolation.listening_addresses(os.getpid()) == []
+  assert os.readlink('/proc/self/ns/net') == namespace
+  assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+  assert_stopped(pids, addresses)
+
+
 @pytest.mark.skipif(isolation.namespace_interfaces() == ['lo'],
                     reason='this host has no interface but loopback')
-def test_exposed_workers_are_reported_with_their_addresses(caplog):
-  # This test process is in the host's network (programs enter a private
-  # one): each worker's exact exposure is logged once it listens.
+@pytest.mark.parametrize('refused', [False, True])
+def test_unisolated_workers_are_reported_with_their_addresses(
+    monkeypatch, caplog, refused):
+  # With ISOLATION=off, or 'auto' where the host refuses a namespace, the
+  # workers listen in this process's network: each exact exposure is logged
+  # once it listens.
+  if refused:
+    monkeypatch.delenv(isolation.ISOLATION_ENV, raising=False)
+    monkeypatch.setattr(isolation, 'private_network_server', _refused)
+  else:
+    monkeypatch.setenv(isolation.ISOLATION_ENV, 'off')
   with caplog.at_level(
       logging.WARNING), tff_workers.local_workers(2) as addresses:
     for address in addresses:
@@ -61,6 +96,24 @@ def test_exposed_workers_are_reported_with_their_addresses(caplog):
       assert listening.startswith(('[::]:', '0.0.0.0:'))
       assert any(f'listens on {listening},' in record.getMessage()
                  for record in caplog.records)
+  assert refused == any('No network isolation' in r.getMessage()
+                        for r in caplog.records)
+  assert_stopped([], addresses)
+
+
+def _refused(*args, **kwargs):
+  del args, kwargs  # Unused.
+  raise isolation.IsolationError('unshare: Operation not permitted')
+
+
+def test_required_isolation_refused_starts_no_worker(monkeypatch):
+  monkeypatch.setenv(isolation.ISOLATION_ENV, 'require')
+  monkeypatch.setattr(isolation, 'private_network_server', _refused)
+  with pytest.raises(isolation.IsolationError,
+                     match=f'{isolation.ISOLATION_ENV}=require'):
+    with tff_workers.local_workers(2):
+      pass
+  assert psutil.Process().children() == []
 
 
 def test_workers_that_ignore_sigint_are_killed():
@@ -72,14 +125,14 @@ def test_workers_that_ignore_sigint_are_killed():
     addresses = workers.__enter__()
   finally:
     signal.signal(signal.SIGINT, previous)
-  pids = [c.pid for c in runtime.worker_processes()]
-  assert len(pids) == 1
-  with open(f'/proc/{pids[0]}/status') as status:
+  (worker,) = [c.pid for c in runtime.worker_processes()]
+  pids = _tree_pids()
+  with open(f'/proc/{worker}/status') as status:
     ignored = next(int(line.split()[1], 16) for line in status
                    if line.startswith('SigIgn:'))
   assert ignored & (1 << (signal.SIGINT - 1))  # The premise holds.
   workers.__exit__(None, None, None)
-  assert_stopped(pids, [port_of(a) for a in addresses])
+  assert_stopped(pids, addresses)
 
 
 @pytest.mark.parametrize('kwargs, name', [

@@ -6,7 +6,10 @@ anything is written. The flagfiles in configs/ parse through `define_flags`
 and `config_from_flags` into the settings of the paper's Tables 3 and 4.
 """
 
+import importlib.util
 import os
+import subprocess
+import sys
 
 from absl import flags
 import pytest
@@ -109,11 +112,19 @@ def test_gpu_accelerator_without_gpu_is_rejected(tmp_path):
   assert not root.exists()
 
 
+def test_resident_data_is_a_jax_engine_flag(tmp_path):
+  root = tmp_path / 'root'
+  with pytest.raises(train_config.ConfigError,
+                     match='--noresident_data applies to --backend=jax'):
+    train.run_training(tiny_run.config(str(root), resident_data=False))
+  assert not root.exists()
+
+
 def test_only_location_display_and_saving_flags_may_change_on_resume():
   saved = tiny_run.config('/runs').validate().to_json_dict()
   moved = tiny_run.config('/elsewhere', run_name='other', progress_bar=True,
                           rounds_per_checkpoint=1, canary_buffer_rounds=2,
-                          tff_workers=2).validate()
+                          tff_workers=2, resident_data=False).validate()
   train_config.check_resumable(moved, saved, '/runs/tiny')  # No error.
   changed = tiny_run.config('/runs', noise_multiplier=0.1, seed=3).validate()
   with pytest.raises(train_config.ConfigError,
@@ -217,4 +228,49 @@ def test_bad_flag_is_answered_before_tensorflow_or_jax_is_imported(
       cwd=_REPO, timeout=120)
   assert done.returncode == 2, done.stderr
   assert message in done.stderr
+  assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize('overrides, message', [
+    (dict(mechanism='banded', clipping_norm=1.0, num_bands=0),
+     '--num_bands must be in'),
+    (dict(mechanism='banded', clipping_norm=1.0,
+          num_bands=tiny_run.TOTAL_ROUNDS + 1), '--num_bands must be in'),
+    (dict(mechanism='banded', clipping_norm=1.0), '--num_bands is needed'),
+    (dict(num_bands=2), '--num_bands is needed'),
+    (dict(mechanism='blt', clipping_norm=0.0), '--mechanism=blt needs a fixed'),
+    (dict(mechanism='blt', clipping_norm=1.0),
+     '--mechanism=blt applies to --backend=jax only'),
+])
+def test_correlated_noise_flags_are_checked_before_writing(
+    tmp_path, overrides, message):
+  root = tmp_path / 'root'
+  with pytest.raises(train_config.ConfigError, match=message):
+    train.run_training(tiny_run.config(str(root), **overrides))
+  assert not root.exists()
+
+
+def test_mechanism_may_not_change_on_resume():
+  saved = tiny_run.config('/runs').validate().to_json_dict()
+  del saved['mechanism'], saved['num_bands']  # Saved before they existed.
+  changed = tiny_run.config('/runs', mechanism='blt',
+                            clipping_norm=1.0).validate()
+  with pytest.raises(train_config.ConfigError,
+                     match=r"--mechanism='gaussian' \(now 'blt'\)"):
+    train_config.check_resumable(changed, saved, '/runs/tiny')
+
+
+def test_correlated_noise_outside_the_jax_environment_is_one_line_exit_2(
+    tmp_path):
+  # This environment has jax but not jax-privacy.
+  if importlib.util.find_spec('jax_privacy') is not None:
+    pytest.skip('jax-privacy is installed here')
+  done = subprocess.run(
+      [sys.executable, '-m', 'experiments.train', '--backend=jax',
+       '--use_synthetic_data', '--total_rounds=4', '--mechanism=blt',
+       '--clipping_norm=1', f'--root_output_dir={tmp_path / "root"}'],
+      cwd=_REPO, capture_output=True, text=True, timeout=300, check=False)
+  assert done.returncode == 2, done.stderr
+  assert not (tmp_path / 'root').exists()
+  assert '--mechanism=blt needs jax-privacy' in done.stderr
   assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -22,6 +22,9 @@ Modules:
   canaries: canary directions drawn by `jax.random` and their cosines with a
     block of buffered rounds' vectors (Algorithm 3, lines 10-16).
   checkpoints: one .npz file per checkpointed round.
+  correlated_noise: DP-FTRL's correlated matrix-factorization noise (BLT
+    and banded strategies from jax-privacy), its sensitivity, streaming
+    privatizer and accounted eps; needs jax-privacy.
   training: a whole resumable run with canaries, the launcher's
     `--backend=jax`.
 """

@@ -3,7 +3,9 @@
 Turns the clients of a round, read from `one_shot_epe.client_arrays`, into
 padded, masked arrays that one jit-compiled DP-FedAvg round consumes
 (`fedavg.dp_fedavg_round`), or packs them back to back into lanes
-(`pack_batches`, `fedavg.packed_round`).
+(`pack_batches`, `fedavg.packed_round`). With the split resident on the
+device, a round is only its examples' rows (`client_rows`, `pack_rows`): the
+device gathers the batches itself.
 
 Round batches (`client_batches`) follow TFF's client preprocessing
 (`emnist_preprocessing` / `word_prediction_preprocessing.create_preprocess_fn`):
@@ -22,9 +24,10 @@ from one_shot_epe import client_arrays
 from one_shot_epe import validation
 from one_shot_epe.jax_engine import packing
 
-__all__ = ['DEFAULT_SHUFFLE_BUFFER', 'PackedBatches', 'RoundBatches',
-           'batches_needed', 'client_batches', 'client_example_order',
-           'max_batches_for', 'model_inputs', 'pack_batches',
+__all__ = ['DEFAULT_SHUFFLE_BUFFER', 'PackedBatches', 'PackedRows',
+           'RoundBatches', 'RoundRows', 'batches_needed', 'client_batches',
+           'client_example_order', 'client_rows', 'gather_rows',
+           'max_batches_for', 'model_inputs', 'pack_batches', 'pack_rows',
            'packed_layout', 'shuffled_order', 'slot_batch_counts']
 
 # tf.data shuffle buffers of TFF's preprocessing when ClientSpec leaves it
@@ -131,6 +134,85 @@ def batches_needed(arrays: client_arrays.ClientArrays, clients: Sequence[int],
   return max_batches_for(int(sizes.max(initial=1)), batch_size)
 
 
+@dataclasses.dataclass(frozen=True)
+class RoundRows:
+  """The rows of one round's client batches in the split (not yet gathered).
+
+  What the device gathers a round's batches from when the split is resident
+  on it (`fedavg.RoundEngine.upload`): `gather_rows` of these is the round's
+  `RoundBatches`.
+
+  Attributes:
+    rows: int64 [slots, max_batches, batch_size], each example's row in the
+      split's features; -1 where there is no example.
+    example_mask: float32 [slots, max_batches, batch_size], rows >= 0.
+    client_mask: float32 [slots], as `RoundBatches.client_mask`.
+  """
+  rows: np.ndarray
+  example_mask: np.ndarray
+  client_mask: np.ndarray
+
+
+def client_rows(arrays: client_arrays.ClientArrays,
+                clients: Sequence[int], *,
+                batch_size: int, epochs: int, max_examples: int | None,
+                rng: np.random.Generator,
+                shuffle_buffer: int | None = None,
+                num_slots: int | None = None,
+                max_batches: int | None = None) -> RoundRows:
+  """The rows of `client_batches`'s examples (same arguments, same draws).
+
+  Raises:
+    ValueError: as `client_batches`.
+  """
+  batch_size = validation.check_int('batch_size', batch_size, low=1)
+  if shuffle_buffer is None:
+    shuffle_buffer = DEFAULT_SHUFFLE_BUFFER[arrays.kind]
+  clients = [validation.check_int('clients[i]', c, low=0) for c in clients]
+  if any(c >= arrays.num_clients for c in clients):
+    raise ValueError(f'clients must be indices in [0, {arrays.num_clients}); '
+                     f'got {clients}.')
+  num_slots = len(clients) if num_slots is None else validation.check_int(
+      'num_slots', num_slots, low=len(clients))
+  sizes = arrays.client_sizes()
+  orders = [
+      arrays.offsets[c] + client_example_order(
+          int(sizes[c]), epochs=epochs, max_examples=max_examples,
+          shuffle_buffer=shuffle_buffer, rng=rng) for c in clients
+  ]
+  needed = max([max_batches_for(o.size, batch_size) for o in orders] + [1])
+  if max_batches is None:
+    max_batches = needed
+  elif validation.check_int('max_batches', max_batches, low=1) < needed:
+    raise ValueError(f'max_batches must be >= {needed}, the batches a client '
+                     f'of this round needs; got {max_batches}.')
+  rows = np.full((num_slots, max_batches * batch_size), -1, np.int64)
+  for slot, order in enumerate(orders):
+    rows[slot, :order.size] = order
+  rows = rows.reshape(num_slots, max_batches, batch_size)
+  client_mask = np.zeros(num_slots, np.float32)
+  client_mask[:len(clients)] = 1.0
+  return RoundRows(rows=rows, example_mask=(rows >= 0).astype(np.float32),
+                   client_mask=client_mask)
+
+
+def gather_rows(arrays: client_arrays.ClientArrays,
+                rows: RoundRows) -> RoundBatches:
+  """The batches at `rows` (row 0's example where there is none, masked)."""
+  index = np.maximum(rows.rows, 0)
+  # Gather through the sorted distinct rows: one pass over memory-mapped data.
+  unique, position = np.unique(index.reshape(-1), return_inverse=True)
+  gathered = {
+      name: np.asarray(array[unique])[position.reshape(-1)].reshape(
+          index.shape + array.shape[1:])
+      for name, array in arrays.features.items()
+  }
+  inputs, labels = model_inputs(arrays.kind, gathered)
+  return RoundBatches(inputs=inputs, labels=labels,
+                      example_mask=rows.example_mask,
+                      client_mask=rows.client_mask)
+
+
 def client_batches(arrays: client_arrays.ClientArrays,
                    clients: Sequence[int], *,
                    batch_size: int, epochs: int, max_examples: int | None,
@@ -159,47 +241,10 @@ def client_batches(arrays: client_arrays.ClientArrays,
     ValueError: a count is out of range, or a client needs more than
       `max_batches` batches.
   """
-  batch_size = validation.check_int('batch_size', batch_size, low=1)
-  if shuffle_buffer is None:
-    shuffle_buffer = DEFAULT_SHUFFLE_BUFFER[arrays.kind]
-  clients = [validation.check_int('clients[i]', c, low=0) for c in clients]
-  if any(c >= arrays.num_clients for c in clients):
-    raise ValueError(f'clients must be indices in [0, {arrays.num_clients}); '
-                     f'got {clients}.')
-  num_slots = len(clients) if num_slots is None else validation.check_int(
-      'num_slots', num_slots, low=len(clients))
-  sizes = arrays.client_sizes()
-  orders = [
-      arrays.offsets[c] + client_example_order(
-          int(sizes[c]), epochs=epochs, max_examples=max_examples,
-          shuffle_buffer=shuffle_buffer, rng=rng) for c in clients
-  ]
-  needed = max([max_batches_for(o.size, batch_size) for o in orders] + [1])
-  if max_batches is None:
-    max_batches = needed
-  elif validation.check_int('max_batches', max_batches, low=1) < needed:
-    raise ValueError(f'max_batches must be >= {needed}, the batches a client '
-                     f'of this round needs; got {max_batches}.')
-  rows = max_batches * batch_size
-  index = np.zeros((num_slots, rows), np.int64)
-  example_mask = np.zeros((num_slots, rows), np.float32)
-  for slot, order in enumerate(orders):
-    index[slot, :order.size] = order
-    example_mask[slot, :order.size] = 1.0
-  # Gather through the sorted distinct rows: one pass over memory-mapped data.
-  unique, position = np.unique(index.reshape(-1), return_inverse=True)
-  gathered = {
-      name: np.asarray(array[unique])[position].reshape(
-          (num_slots, max_batches, batch_size) + array.shape[1:])
-      for name, array in arrays.features.items()
-  }
-  inputs, labels = model_inputs(arrays.kind, gathered)
-  client_mask = np.zeros(num_slots, np.float32)
-  client_mask[:len(clients)] = 1.0
-  return RoundBatches(
-      inputs=inputs, labels=labels,
-      example_mask=example_mask.reshape(num_slots, max_batches, batch_size),
-      client_mask=client_mask)
+  return gather_rows(arrays, client_rows(
+      arrays, clients, batch_size=batch_size, epochs=epochs,
+      max_examples=max_examples, rng=rng, shuffle_buffer=shuffle_buffer,
+      num_slots=num_slots, max_batches=max_batches))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,7 +272,7 @@ class PackedBatches:
   end: np.ndarray
 
 
-def slot_batch_counts(batches: RoundBatches) -> np.ndarray:
+def slot_batch_counts(batches: RoundBatches | RoundRows) -> np.ndarray:
   """int64 [clients]: local batches of each present slot (>= 1), slot order.
 
   A client's batches are a prefix of its slot; a client without examples
@@ -238,7 +283,7 @@ def slot_batch_counts(batches: RoundBatches) -> np.ndarray:
   return np.maximum(counts, 1).astype(np.int64)
 
 
-def packed_layout(batches: RoundBatches, lane_multiple: int = 1
+def packed_layout(batches: RoundBatches | RoundRows, lane_multiple: int = 1
                   ) -> tuple[list[list[int]], int]:
   """(slots of each lane, lane length) of `packing.lane_layout` for a round."""
   present = np.flatnonzero(batches.client_mask > 0)
@@ -247,19 +292,12 @@ def packed_layout(batches: RoundBatches, lane_multiple: int = 1
   return [[int(present[i]) for i in lane] for lane in lanes], length
 
 
-def pack_batches(batches: RoundBatches, lanes: Sequence[Sequence[int]],
-                 lane_batches: int) -> PackedBatches:
-  """The clients of `batches` laid out in `lanes` of `lane_batches` each.
-
-  lanes: the slots of each lane's clients, in order (`packed_layout`).
-
-  Raises:
-    ValueError: a lane's clients need more than `lane_batches` batches.
-  """
+def _lane_sources(example_mask: np.ndarray, lanes: Sequence[Sequence[int]],
+                  lane_batches: int) -> tuple[np.ndarray, ...]:
+  """(slot, batch_index, start, end, empty) of every packed batch."""
   lane_batches = validation.check_int('lane_batches', lane_batches, low=1)
   num_lanes = len(lanes)
-  counts = np.maximum(
-      (batches.example_mask.sum(axis=2) > 0).sum(axis=1), 1)
+  counts = np.maximum((example_mask.sum(axis=2) > 0).sum(axis=1), 1)
   # Source (slot, batch) of every packed batch; -1 marks an empty batch.
   source_slot = np.full((num_lanes, lane_batches), -1, np.int64)
   batch_index = np.zeros((num_lanes, lane_batches), np.int32)
@@ -278,11 +316,55 @@ def pack_batches(batches: RoundBatches, lanes: Sequence[Sequence[int]],
       end[lane, position + count - 1] = 1.0
       position += count
   empty = source_slot < 0
-  slot = np.where(empty, 0, source_slot)
+  slot = np.where(empty, 0, source_slot).astype(np.int32)
+  return slot, batch_index, start, end, empty
+
+
+def pack_batches(batches: RoundBatches, lanes: Sequence[Sequence[int]],
+                 lane_batches: int) -> PackedBatches:
+  """The clients of `batches` laid out in `lanes` of `lane_batches` each.
+
+  lanes: the slots of each lane's clients, in order (`packed_layout`).
+
+  Raises:
+    ValueError: a lane's clients need more than `lane_batches` batches.
+  """
+  slot, batch_index, start, end, empty = _lane_sources(
+      batches.example_mask, lanes, lane_batches)
   example_mask = batches.example_mask[slot, batch_index] * ~empty[..., None]
   return PackedBatches(
       inputs=batches.inputs[slot, batch_index],
       labels=batches.labels[slot, batch_index],
       example_mask=example_mask.astype(np.float32),
-      slot=slot.astype(np.int32), batch_index=batch_index, start=start,
-      end=end)
+      slot=slot, batch_index=batch_index, start=start, end=end)
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedRows:
+  """`PackedBatches` as rows of a split resident on the device.
+
+  Attributes:
+    rows: int32 [lanes, lane_batches, batch_size], each example's row in the
+      split (-1: none; `RoundRows.rows` laid out as `pack_batches` lays out
+      the batches).
+    slot, batch_index, start, end: as `PackedBatches`.
+  """
+  rows: np.ndarray
+  slot: np.ndarray
+  batch_index: np.ndarray
+  start: np.ndarray
+  end: np.ndarray
+
+
+def pack_rows(rows: RoundRows, lanes: Sequence[Sequence[int]],
+              lane_batches: int) -> PackedRows:
+  """`pack_batches` of the round's rows (what a resident round uploads).
+
+  Raises:
+    ValueError: a lane's clients need more than `lane_batches` batches.
+  """
+  slot, batch_index, start, end, empty = _lane_sources(
+      rows.example_mask, lanes, lane_batches)
+  packed = np.where(empty[..., None], -1, rows.rows[slot, batch_index])
+  return PackedRows(rows=packed.astype(np.int32), slot=slot,
+                    batch_index=batch_index, start=start, end=end)

@@ -46,6 +46,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from one_shot_epe import canary_spec
+from one_shot_epe import client_arrays
 from one_shot_epe import validation
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import optimizers
@@ -212,20 +213,25 @@ def server_round(server_optimizer: optimizers.Optimizer,
                  state: ServerState, clipped_sum: jax.Array,
                  unclipped_sum: jax.Array, num_clients: jax.Array,
                  canary_directions: jax.Array, canary_mask: jax.Array,
-                 key: jax.Array) -> tuple[ServerState, RoundOutput]:
+                 key: jax.Array, noise: jax.Array | None = None
+                 ) -> tuple[ServerState, RoundOutput]:
   """Steps 3-7 of the module docstring, from the clients' clipped sum.
 
   clipped_sum: float32 [d], the sum of the clients' clipped updates;
   unclipped_sum: sum over the clients of (1[norm <= S_t] - 1/2);
-  num_clients: their number; key: the round's key (`round_keys`).
+  num_clients: their number; key: the round's key (`round_keys`);
+  noise: float32 [d], the round's row of correlated noise that replaces
+  step 4's independent draw (`correlated_noise`), or None for step 4.
   """
   clip = state.clip
   flat_params, unravel = ravel_pytree(state.params)
   _, update_key, count_key = jax.random.split(key, 3)
   canary_sum = canary_records(canary_directions, canary_mask, clip)
-  std = config.update_noise_multiplier * clip
-  noised = clipped_sum + canary_sum + std * jax.random.normal(
-      update_key, flat_params.shape, jnp.float32)
+  if noise is None:
+    std = config.update_noise_multiplier * clip
+    noise = std * jax.random.normal(update_key, flat_params.shape,
+                                    jnp.float32)
+  noised = clipped_sum + canary_sum + noise
   aggregate = noised / config.clients_per_round
 
   optimizer_state, params = server_optimizer.step(
@@ -291,7 +297,8 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
                  client_dropout: bool, state: ServerState,
                  packed: data.PackedBatches, slot_keys: jax.Array,
                  canary_directions: jax.Array, canary_mask: jax.Array,
-                 key: jax.Array) -> tuple[ServerState, RoundOutput]:
+                 key: jax.Array, noise: jax.Array | None = None
+                 ) -> tuple[ServerState, RoundOutput]:
   """`dp_fedavg_round` on clients packed into lanes; jit-able.
 
   Each lane (`data.PackedBatches`) is a `lax.scan` over its batches, vmapped
@@ -338,7 +345,7 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
   return server_round(server_optimizer, config, canary_clip, state,
                       jnp.sum(clipped_sums, axis=0), jnp.sum(unclipped_sums),
                       jnp.sum(packed.end), canary_directions, canary_mask,
-                      key)
+                      key, noise)
 
 
 def default_local_training() -> str:
@@ -364,7 +371,9 @@ class RoundEngine:
     `devices` (default `jax.devices()`), local steps a `lax.scan`. The
     number of client slots must be a multiple of the number of devices
     (`num_slots`). One computation per (lanes, lane length) layout; a round
-    reuses a compiled layout its clients fit (`_layout`).
+    reuses a compiled layout its clients fit (`_layout`). With the split
+    on the devices (`upload`) a round takes `data.RoundRows` and sends
+    only its examples' int32 rows; the jit gathers the batches there.
   * 'loop' (the default on CPU, where XLA computes a convolution's weight
     gradient 15-40x slower inside a loop body than at top level and turns
     vmapped convolutions into grouped ones): one jitted `local_step` per
@@ -413,13 +422,15 @@ class RoundEngine:
         mesh, jax.sharding.PartitionSpec())
     self._shapes: set[tuple[str, Any]] = set()
     self._layouts: set[tuple[int, int]] = set()
+    self._resident: tuple[jax.Array, jax.Array] | None = None
+    self.upload_bytes = 0
 
     def round_fn(state, packed, slot_keys, canary_directions, canary_mask,
-                 key):
+                 key, noise):
       return packed_round(loss_fn, client_optimizer, server_optimizer,
                           config, canary_clip, client_dropout, state,
                           data.PackedBatches(*packed), slot_keys,
-                          canary_directions, canary_mask, key)
+                          canary_directions, canary_mask, key, noise)
 
     def step_fn(weights, state, inputs, labels, example_mask, key):
       return local_step(loss_fn, client_optimizer, weights, state, inputs,
@@ -431,12 +442,26 @@ class RoundEngine:
               unclipped_sum + (norm <= clip) - 0.5)
 
     def server_fn(state, clipped_sum, unclipped_sum, num_clients,
-                  canary_directions, canary_mask, key):
+                  canary_directions, canary_mask, key, noise):
       return server_round(server_optimizer, config, canary_clip, state,
                           clipped_sum, unclipped_sum, num_clients,
-                          canary_directions, canary_mask, key)
+                          canary_directions, canary_mask, key, noise)
+
+    def resident_round_fn(state, resident, packed, slot_keys,
+                          canary_directions, canary_mask, key, noise):
+      rows, slot, batch_index, start, end = packed
+      index = jnp.maximum(rows, 0)
+      batches = data.PackedBatches(
+          inputs=resident[0][index], labels=resident[1][index],
+          example_mask=(rows >= 0).astype(jnp.float32), slot=slot,
+          batch_index=batch_index, start=start, end=end)
+      return packed_round(loss_fn, client_optimizer, server_optimizer,
+                          config, canary_clip, client_dropout, state, batches,
+                          slot_keys, canary_directions, canary_mask, key,
+                          noise)
 
     self._round = jax.jit(round_fn)
+    self._resident_round = jax.jit(resident_round_fn)
     self._step = jax.jit(step_fn)
     self._fold = jax.jit(fold_fn)
     self._server = jax.jit(server_fn)
@@ -467,31 +492,75 @@ class RoundEngine:
         init_server_state(params, self.server_optimizer, self.config),
         self._replicated)
 
-  def __call__(self, state: ServerState, batches: data.RoundBatches,
-               canary_directions: np.ndarray, canary_mask: np.ndarray,
-               key: jax.Array) -> tuple[ServerState, RoundOutput]:
-    """Runs one round on `batches` (slots a multiple of the devices)."""
+  @property
+  def resident_bytes(self) -> int:
+    """Bytes of the split `upload` put on every device (0: none)."""
+    if self._resident is None:
+      return 0
+    return sum(int(x.nbytes) for x in self._resident)
+
+  def upload(self, arrays: client_arrays.ClientArrays) -> None:
+    """Puts the split's model inputs and labels on every device, once.
+
+    Rounds then take `data.RoundRows` (`data.client_rows`): only the rows of
+    their examples go to the device, which gathers the batches itself.
+
+    Raises:
+      ValueError: local training is 'loop' (it reads host batches).
+    """
+    if self.local_training != 'vmap':
+      raise ValueError("upload needs local_training='vmap'; got "
+                       f'{self.local_training!r}.')
+    inputs, labels = data.model_inputs(
+        arrays.kind, {name: np.asarray(array)
+                      for name, array in arrays.features.items()})
+    self._resident = tuple(jax.device_put((inputs, labels),
+                                          self._replicated))
+
+  def __call__(self, state: ServerState,
+               batches: data.RoundBatches | data.RoundRows,
+               canary_directions: np.ndarray | jax.Array,
+               canary_mask: np.ndarray | jax.Array,
+               key: jax.Array, noise: jax.Array | None = None
+               ) -> tuple[ServerState, RoundOutput]:
+    """Runs one round on `batches` (slots a multiple of the devices).
+
+    `data.RoundRows` need the split on the device (`upload`). What the call
+    sends to the device (host arrays among its inputs) is `upload_bytes`.
+    `noise`: the round's correlated noise row (`server_round`), or None.
+    """
     slots = batches.client_mask.shape[0]
     if slots % self.num_devices:
       raise ValueError(f'batches must have a multiple of {self.num_devices} '
                        f'client slots (num_slots); got {slots}.')
+    resident = isinstance(batches, data.RoundRows)
+    if resident and self._resident is None:
+      raise ValueError('batches of rows (data.RoundRows) need the split on '
+                       'the device: call upload(arrays) first.')
+    self.upload_bytes = _host_bytes(canary_directions, canary_mask, noise)
     canary_directions = jnp.asarray(canary_directions, jnp.float32)
     canary_mask = jnp.asarray(canary_mask, jnp.float32)
     if self.local_training == 'loop':
       return self._loop_round(state, batches, canary_directions, canary_mask,
-                              key)
+                              key, noise)
     lanes, lane_batches = self._layout(batches)
-    packed = data.pack_batches(batches, lanes, lane_batches)
-    sharded = jax.device_put(
-        tuple(getattr(packed, f.name) for f in dataclasses.fields(packed)),
-        self._by_client)
+    packed = (data.pack_rows if resident else data.pack_batches)(
+        batches, lanes, lane_batches)
+    fields = tuple(getattr(packed, f.name) for f in dataclasses.fields(packed))
+    self.upload_bytes += _host_bytes(*fields)
+    sharded = jax.device_put(fields, self._by_client)
     replicated = jax.device_put(
-        (client_keys(key, slots), canary_directions, canary_mask, key),
+        (client_keys(key, slots), canary_directions, canary_mask, key, noise),
         self._replicated)
+    if resident:
+      self._note('resident_round', state, sharded, *replicated)
+      return self._resident_round(state, self._resident, sharded,
+                                  *replicated)
     self._note('round', state, sharded, *replicated)
     return self._round(state, sharded, *replicated)
 
-  def padded_examples(self, batches: data.RoundBatches) -> int:
+  def padded_examples(self, batches: data.RoundBatches | data.RoundRows
+                      ) -> int:
     """Examples the round's local training processes, padding included.
 
     'vmap': the packed lanes (`data.packed_layout`), lanes x lane length x
@@ -503,7 +572,7 @@ class RoundEngine:
     lanes, lane_batches = self._layout(batches)
     return len(lanes) * lane_batches * batch_size
 
-  def _layout(self, batches: data.RoundBatches
+  def _layout(self, batches: data.RoundBatches | data.RoundRows
               ) -> tuple[list[list[int]], int]:
     """The round's lanes: in a compiled layout if they fit, else a new one.
 
@@ -559,12 +628,13 @@ class RoundEngine:
         jnp.zeros_like(flat), zero)
     add(self._server, 1, state, jnp.zeros_like(flat), zero, zero,
         jnp.asarray(canary_directions, jnp.float32),
-        jnp.asarray(canary_mask, jnp.float32), key)
+        jnp.asarray(canary_mask, jnp.float32), key, None)
     return total
 
   def _loop_round(self, state: ServerState, batches: data.RoundBatches,
                   canary_directions: jax.Array, canary_mask: jax.Array,
-                  key: jax.Array) -> tuple[ServerState, RoundOutput]:
+                  key: jax.Array, noise: jax.Array | None
+                  ) -> tuple[ServerState, RoundOutput]:
     """The 'loop' round: each client's real batches, one jitted step each."""
     slots = batches.client_mask.shape[0]
     keys = client_keys(key, slots)
@@ -582,6 +652,7 @@ class RoundEngine:
                 batches.labels[slot, batch],
                 batches.example_mask[slot, batch],
                 batch_key(client_key, batch))
+        self.upload_bytes += _host_bytes(*args[2:5])
         self._note('step', *args)
         weights, optimizer_state = self._step(*args)
       args = (state.params, weights, state.clip, clipped_sum, unclipped_sum)
@@ -589,6 +660,11 @@ class RoundEngine:
       clipped_sum, unclipped_sum = self._fold(*args)
     args = (state, clipped_sum, unclipped_sum,
             jnp.asarray(present.size, jnp.float32), canary_directions,
-            canary_mask, key)
+            canary_mask, key, noise)
     self._note('server', *args)
     return self._server(*args)
+
+
+def _host_bytes(*arrays: Any) -> int:
+  """Bytes of the host (numpy) arrays among `arrays`: what goes to the device."""
+  return sum(int(x.nbytes) for x in arrays if isinstance(x, np.ndarray))

@@ -12,9 +12,12 @@ lag. At the end the canaries' cosines with the final model (Algorithm 2) are
 taken the same way.
 
 The round's computations are compiled once for the run: the client slots are
-fixed to the run's largest cohort and, for 'vmap' local training, each
-round's batches are padded to one of three buckets; `RunStats` counts the
-compilations, their seconds, the padding and the bytes sent to the device.
+fixed to the run's largest cohort and, for 'vmap' local training, a round
+reuses a compiled lane layout its clients fit (`fedavg.RoundEngine`);
+`RunStats` counts the compilations, their seconds, the padding and the bytes
+sent to the device. With 'vmap' local training the training split is put on
+the device once (`RoundEngine.upload`) and a round sends only its examples'
+rows (`data.client_rows`), unless `resident_data` is False.
 
 Determinism: round t's client sample depends on (seed, t) (the sampler), its
 batch shuffles on numpy's generator seeded by (seed, t), and its dropout and
@@ -31,8 +34,9 @@ nothing but its checkpoints.
 import concurrent.futures
 import dataclasses
 import math
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -51,7 +55,8 @@ from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import optimizers
 
-__all__ = ['RunStats', 'evaluate', 'optimizer', 'round_engine', 'train']
+__all__ = ['DeviceMemory', 'RunStats', 'device_memory', 'device_memory_limit',
+           'evaluate', 'optimizer', 'round_engine', 'train']
 
 # JAX's monitoring event of one XLA compilation (jax 0.4.14 and 0.11).
 _BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
@@ -68,9 +73,13 @@ class RunStats:
     compile_seconds: XLA's compile time over the run, every computation.
     real_examples, padded_examples: examples the rounds trained on, and the
       examples their computations processed (padding included).
-    vmap_padded_examples: what 'vmap' local training would process for the
-      same rounds (every slot padded to the round's batch bucket).
-    host_to_device_bytes: the rounds' batches sent to the device.
+    vmap_padded_examples: what 'vmap' local training processes for the same
+      rounds (the clients packed into lanes, `data.packed_layout`).
+    example_bytes: the bytes of the rounds' real examples (model inputs and
+      labels).
+    host_to_device_bytes: what the rounds sent to the device (their batches,
+      or only their examples' rows with the split resident).
+    resident_bytes: the split put on each device once (0: host-fed rounds).
     rounds: rounds trained.
   """
   # What compiling cost.
@@ -81,7 +90,9 @@ class RunStats:
   real_examples: int = 0
   padded_examples: int = 0
   vmap_padded_examples: int = 0
+  example_bytes: int = 0
   host_to_device_bytes: int = 0
+  resident_bytes: int = 0
 
   @property
   def padding_ratio(self) -> float:
@@ -212,12 +223,112 @@ def _round_shapes(plan: run_plan.RunPlan,
   return engine.num_slots(cohort), buckets
 
 
+@dataclasses.dataclass(frozen=True)
+class DeviceMemory:
+  """What a run holds on each device at once, estimated before it starts.
+
+  Attributes:
+    data_bytes: the resident split (`RoundEngine.upload`), or a round's
+      host-fed batches (every slot at the largest client's batches).
+    state_bytes: the server's model, optimizer slots and first model, and a
+      block of `canary_spec.CanarySpec.buffer_rounds` round vectors.
+    lane_bytes: one lane's local training: the model, the client optimizer's
+      slots, the gradient, the update and the lane's clipped sum, plus every
+      intermediate value of one local step (the sizes in its jaxpr: an upper
+      bound on its activations, whatever the backend).
+    lanes: the lanes on one device (at most one client per lane).
+    resident: whether the split is resident ('vmap' with resident data).
+  """
+  data_bytes: int
+  state_bytes: int
+  lane_bytes: int
+  lanes: int
+  resident: bool
+
+  @property
+  def total_bytes(self) -> int:
+    """The estimate: data + state + lanes x lane."""
+    return self.data_bytes + self.state_bytes + self.lanes * self.lane_bytes
+
+
+def _values_bytes(jaxpr: Any) -> int:
+  """Bytes of every value an equation of `jaxpr` outputs (no sub-jaxprs)."""
+  return sum(int(np.prod(var.aval.shape)) * var.aval.dtype.itemsize
+             for eqn in jaxpr.eqns for var in eqn.outvars
+             if hasattr(var.aval, 'shape'))
+
+
+def device_memory(plan: run_plan.RunPlan, model: Any,
+                  train_data: client_arrays.ClientArrays, *,
+                  local_training: str = 'auto',
+                  resident_data: bool = True) -> DeviceMemory:
+  """The device memory `train` needs on each local device (`DeviceMemory`).
+
+  Computed from shapes only (nothing is compiled or uploaded): the split's
+  bytes, d = the model's parameters, the run's largest cohort spread over
+  `jax.local_devices()` ('loop': one device, one lane) and the jaxpr of one
+  local step on a batch of `plan.batch_size` examples.
+  """
+  if local_training == 'auto':
+    local_training = fedavg.default_local_training()
+  devices = 1 if local_training == 'loop' else len(jax.local_devices())
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+  dim = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
+  sample = {name: array[:1] for name, array in train_data.features.items()}
+  example = sum(int(a.nbytes) for a in data.model_inputs(train_data.kind,
+                                                         sample))
+  sizes = train_data.client_sizes() * plan.epochs
+  if plan.max_examples is not None:
+    sizes = np.minimum(sizes, plan.max_examples)
+  largest = data.max_batches_for(int(sizes.max(initial=1)), plan.batch_size)
+  cohort = max(len(plan.sampler.indices(t)) for t in range(plan.total_rounds))
+  lanes = 1 if local_training == 'loop' else -(-max(cohort, 1) // devices)
+  resident = local_training == 'vmap' and resident_data
+  if resident:
+    data_bytes = example * int(train_data.offsets[-1])
+  else:
+    data_bytes = example * lanes * largest * plan.batch_size
+  spec = plan.spec
+  buffer = (spec.buffer_rounds or min(canary_spec.default_buffer_rounds(dim),
+                                      plan.rounds_per_checkpoint)
+            if spec is not None else 0)
+  state_bytes = 4 * dim * (2 + plan.server_optimizer.slots + buffer)
+  batch = {name: np.zeros((plan.batch_size,) + a.shape[1:], a.dtype)
+           for name, a in sample.items()}
+  inputs, labels = data.model_inputs(train_data.kind, batch)
+  step = jax.make_jaxpr(jax.grad(model.loss))(
+      params, inputs, labels, np.ones(plan.batch_size, np.float32),
+      jax.random.PRNGKey(0))
+  lane_bytes = (4 * dim * (4 + plan.client_optimizer.slots) +
+                _values_bytes(step.jaxpr))
+  return DeviceMemory(data_bytes=data_bytes, state_bytes=state_bytes,
+                      lane_bytes=lane_bytes, lanes=lanes, resident=resident)
+
+
+def device_memory_limit() -> int | None:
+  """Bytes a local device can hold: XLA's limit, or free host RAM on a CPU.
+
+  None where neither is known.
+  """
+  stats = jax.local_devices()[0].memory_stats() or {}
+  if 'bytes_limit' in stats:
+    return int(stats['bytes_limit'])
+  if jax.default_backend() == 'cpu':
+    try:
+      return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+    except (ValueError, OSError):
+      return None
+  return None
+
+
 def train(plan: run_plan.RunPlan, model: Any,
           train_data: client_arrays.ClientArrays,
           test_data: client_arrays.ClientArrays | None,
           store: checkpoints.NpzCheckpoints,
           observer: round_record.RoundObserver | None = None, *,
-          local_training: str = 'auto', stats: RunStats | None = None
+          local_training: str = 'auto', stats: RunStats | None = None,
+          resident_data: bool = True,
+          noise_rows: Callable[[int, int], Iterator[jax.Array]] | None = None
           ) -> canary_spec.CanaryOutcome:
   """Trains (or resumes from `store`'s newest checkpoint); returns the outcome.
 
@@ -233,6 +344,12 @@ def train(plan: run_plan.RunPlan, model: Any,
       before a checkpoint).
     local_training: `fedavg.RoundEngine`'s strategy ('auto': the backend's).
     stats: If given, gathers the run's `RunStats`.
+    resident_data: With 'vmap' local training, put `train_data` on the
+      device once and send each round only its examples' rows (same
+      results as host-fed batches); False: send every round's batches.
+    noise_rows: None for DP-FedAvg's independent noise; else (d, first
+      round) -> the rounds' rows of correlated noise from that round on
+      (`correlated_noise.NoiseStream.rows`), each replacing a round's draw.
   """
   stats = RunStats() if stats is None else stats
   compile_start = _CompileClock.start()
@@ -250,28 +367,37 @@ def train(plan: run_plan.RunPlan, model: Any,
   else:
     saved = store.load(resumed_from, saved)
   state, initial = saved.server, saved.initial
+  rows = None if noise_rows is None else noise_rows(dim, resumed_from)
   buffer = _CosineBuffer(spec, np.asarray(saved.maxima, np.float32),
                          spec.buffer_rounds or min(
                              canary_spec.default_buffer_rounds(dim),
                              plan.rounds_per_checkpoint))
   canary_slots = max(1, max(len(ids) for ids in spec.schedule))
   slots, buckets = _round_shapes(plan, train_data, engine)
+  resident = resident_data and engine.local_training == 'vmap'
+  if resident:
+    engine.upload(train_data)
+  stats.resident_bytes = engine.resident_bytes
+  # Bytes of one example's model inputs and labels.
+  example_bytes = sum(
+      int(a.nbytes) // max(a.shape[0], 1) for a in data.model_inputs(
+          train_data.kind, {name: array[:1] for name, array
+                            in train_data.features.items()}))
   base_key = jax.random.PRNGKey(plan.seed)
   observer = observer or round_record.Observers([])
 
-  def round_batches(t: int) -> tuple[data.RoundBatches, int]:
-    """Round t's batches, and the batch bucket 'vmap' pads them to."""
+  def round_batches(t: int) -> data.RoundBatches | data.RoundRows:
+    """Round t's batches (their rows with the split resident)."""
     clients = plan.sampler.indices(t)
     bucket = _bucket(data.batches_needed(
         train_data, clients, batch_size=plan.batch_size, epochs=plan.epochs,
         max_examples=plan.max_examples), buckets)
     # 'loop': each client runs only its own batches, however many.
-    return data.client_batches(
+    return (data.client_rows if resident else data.client_batches)(
         train_data, clients, batch_size=plan.batch_size, epochs=plan.epochs,
         max_examples=plan.max_examples,
         rng=np.random.default_rng([plan.seed, t]), num_slots=slots,
-        max_batches=bucket if engine.local_training == 'vmap' else None
-    ), bucket
+        max_batches=bucket if engine.local_training == 'vmap' else None)
 
   # The next round's batches are built on the host while this one trains.
   prefetch = concurrent.futures.ThreadPoolExecutor(1)
@@ -280,19 +406,20 @@ def train(plan: run_plan.RunPlan, model: Any,
   try:
     for t in range(resumed_from, plan.total_rounds):
       start = time.perf_counter()
-      batches, bucket = upcoming.result()
+      batches = upcoming.result()
       if t + 1 < plan.total_rounds:
         upcoming = prefetch.submit(round_batches, t + 1)
       ids, mask = _slot_ids(spec.schedule[t], canary_slots)
       directions = canaries.directions(spec.seed, ids, dim)
       previous = state.params
       state, output = engine(state, batches, directions, mask,
-                             jax.random.fold_in(base_key, t))
+                             jax.random.fold_in(base_key, t),
+                             None if rows is None else next(rows))
       # The round's training time, as TFF's metrics report it: without the
       # canaries' scoring (amortised over the buffer's blocks on both engines).
       jax.block_until_ready((state, output))
       seconds = time.perf_counter() - start
-      _count(stats, engine, batches, slots * bucket)
+      _count(stats, engine, batches, example_bytes)
       vector = output.aggregate
       if spec.all_iterates_statistic == 'model_delta':
         vector = ravel_pytree(previous)[0] - ravel_pytree(state.params)[0]
@@ -342,23 +469,23 @@ def _bucket(needed: int, buckets: Sequence[int]) -> int:
 
 
 def _count(stats: RunStats, engine: fedavg.RoundEngine,
-           batches: data.RoundBatches, vmap_batches: int) -> None:
+           batches: data.RoundBatches | data.RoundRows,
+           example_bytes: int) -> None:
   """Adds a round's examples, padding and uploads to `stats`.
 
-  The uploads are the batches the round's computations read (the canaries
-  are generated on the device).
+  The uploads are what the round's call sent to the device
+  (`RoundEngine.upload_bytes`; the canaries are generated on the device).
+  example_bytes: one example's model inputs and labels.
   """
   real = int(batches.example_mask.sum())
-  if engine.local_training == 'loop':
-    # Each client's non-empty batches, at full batch size.
-    padded = int((batches.example_mask.sum(axis=2) > 0).sum() *
-                 batches.example_mask.shape[2])
-  else:
-    padded = int(batches.example_mask.size)
   stats.real_examples += real
-  stats.padded_examples += padded
-  stats.vmap_padded_examples += vmap_batches * batches.example_mask.shape[2]
-  stats.host_to_device_bytes += int(
-      sum(np.asarray(a).nbytes * padded / max(batches.example_mask.size, 1)
-          for a in (batches.inputs, batches.labels, batches.example_mask)))
+  stats.example_bytes += real * example_bytes
+  stats.padded_examples += engine.padded_examples(batches)
+  if engine.local_training == 'vmap':
+    stats.vmap_padded_examples += engine.padded_examples(batches)
+  else:
+    lanes, lane_batches = data.packed_layout(batches)
+    stats.vmap_padded_examples += (len(lanes) * lane_batches *
+                                   batches.example_mask.shape[2])
+  stats.host_to_device_bytes += engine.upload_bytes
   stats.rounds += 1

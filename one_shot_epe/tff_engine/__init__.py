@@ -19,7 +19,7 @@ Modules:
   runtime: TFF's C++ runtime in this process, with no leaked workers.
   tff_workers: TFF's C++ worker processes, started and stopped.
   distributed_runtime: a round's clients spread over many workers.
-  isolation: a loopback-only network namespace for local workers.
+  isolation: each local worker alone in a loopback-only network namespace.
   accelerators: the device of the launcher's canary work.
   quiet: program start without TensorFlow's start-up noise.
   tasks: EMNIST, StackOverflow, Fashion-MNIST and synthetic stand-ins.

@@ -39,12 +39,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from one_shot_epe.tff_engine import isolation
 from one_shot_epe.tff_engine import quiet
 
-# A script that imports the audit before numpy and TensorFlow gets local TFF
-# workers reachable only over loopback, and no TensorFlow start-up noise.
-isolation.isolate_on_import()
+# A script that imports the audit first gets no TensorFlow start-up noise.
 quiet.quiet_tensorflow_import()
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
@@ -55,6 +52,7 @@ import tensorflow_federated as tff
 
 from one_shot_epe import accounting
 from one_shot_epe import canary_spec
+from one_shot_epe import distributed_dp
 from one_shot_epe import participation as participation_lib
 from one_shot_epe import round_record
 from one_shot_epe import run_directory
@@ -140,6 +138,7 @@ class CanaryAudit:
                client_participation: accounting.Participation | None = None,
                spec: canary_spec.CanarySpec | None = None,
                dp: canary_spec.DPAggregation | None = None,
+               distributed: distributed_dp.DistributedDP | None = None,
                device: str = '/CPU:0'):
     """Plans the canaries of a run of `rounds` rounds, or takes a plan.
 
@@ -169,6 +168,10 @@ class CanaryAudit:
       spec: A canary plan made elsewhere, schedule and statistics included.
       dp: With `spec`: the run's DP aggregation; its `clients_per_round` is
         the expected cohort, canaries included.
+      distributed: With `dp` (a fixed clip): audit distributed DP with
+        secure aggregation instead of the server's Gaussian noise
+        (`canary_aggregator.CanaryDistributedDPFactory`); None for the
+        Gaussian mechanism.
       device: TF device of the cosine tracking (`accelerators`).
 
     Raises:
@@ -207,6 +210,13 @@ class CanaryAudit:
     # The audited aggregation: a DPAggregation, _TREE_AGGREGATION or None
     # before the first factory.
     self._aggregation: canary_spec.DPAggregation | str | None = dp
+    if distributed is not None and not isinstance(
+        distributed, distributed_dp.DistributedDP):
+      raise TypeError(f'distributed must be a distributed_dp.DistributedDP; '
+                      f'got {distributed!r}.')
+    self._distributed = distributed
+    self._ddp_factory: (canary_aggregator.CanaryDistributedDPFactory |
+                        None) = None
     self._tracker: cosine_tracking.CosineTracker | None = None
     self._initial: np.ndarray | None = None
     self._latest: np.ndarray | None = None
@@ -217,6 +227,7 @@ class CanaryAudit:
                 dp: canary_spec.DPAggregation, *, delta: float,
                 noise_seed: int | None = None,
                 client_participation: accounting.Participation | None = None,
+                distributed: distributed_dp.DistributedDP | None = None,
                 device: str = '/CPU:0') -> 'CanaryAudit':
     """The audit of a run planned elsewhere (`tff_engine.training`).
 
@@ -229,6 +240,7 @@ class CanaryAudit:
       delta: The delta of every epsilon of the report, in (0, 1).
       noise_seed: As for the constructor.
       client_participation: As for the constructor.
+      distributed: As for the constructor.
       device: TF device of the cosine tracking (`accelerators`).
 
     Returns:
@@ -239,7 +251,8 @@ class CanaryAudit:
       ValueError: if `delta` is not in (0, 1).
     """
     return cls(spec=spec, dp=dp, delta=delta, noise_seed=noise_seed,
-               client_participation=client_participation, device=device)
+               client_participation=client_participation,
+               distributed=distributed, device=device)
 
   # -- 1. The aggregation factory. --------------------------------------------
 
@@ -254,18 +267,27 @@ class CanaryAudit:
     self._aggregation = aggregation
     return factory
 
-  def aggregator(self) -> canary_aggregator.CanaryDPFactory:
+  def aggregator(self) -> (canary_aggregator.CanaryDPFactory |
+                            canary_aggregator.CanaryDistributedDPFactory):
     """The factory of the `dp` given to `from_spec`, canaries inserted.
 
     Returns:
-      `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`.
+      `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`,
+      or with `distributed`, `canary_aggregator.CanaryDistributedDPFactory(
+      dp, distributed, spec, noise_seed)` (the noise seed seeds the
+      rotations).
 
     Raises:
-      ValueError: if the audit was not built from a `dp`.
+      ValueError: if the audit was not built from a `dp`, or `distributed`
+        is given with adaptive clipping.
     """
     if not isinstance(self._aggregation, canary_spec.DPAggregation):
       raise ValueError('aggregator() needs the audit of from_spec(spec, dp); '
                        'otherwise call gaussian_fixed/gaussian_adaptive.')
+    if self._distributed is not None:
+      self._ddp_factory = canary_aggregator.CanaryDistributedDPFactory(
+          self._aggregation, self._distributed, self.spec, self._noise_seed)
+      return self._ddp_factory
     return canary_aggregator.CanaryDPFactory.from_spec(
         self._aggregation, self.spec, self._noise_seed)
 
@@ -595,6 +617,14 @@ class CanaryAudit:
     """
     tracker = self._check_observed()
     gaussian = isinstance(self._aggregation, canary_spec.DPAggregation)
+    mechanism = {}
+    if self._ddp_factory is not None:
+      # Distributed DP: both epsilons are those of z_eff, the Gaussian of
+      # the summed local variance after scaling (`distributed_dp`).
+      calibration = self._ddp_factory.calibration(int(self._initial.size))
+      if noise_multiplier is None:
+        noise_multiplier = calibration.noise_multiplier
+      mechanism = calibration.setting()
     if noise_multiplier is None and gaussian:
       noise_multiplier = float(self._aggregation.noise_multiplier)
     if noise_multiplier is None:
@@ -623,7 +653,7 @@ class CanaryAudit:
                  'canary_repeats': spec.repetitions,
                  'rounds_observed': tracker.rounds_observed,
                  'canary_clip': spec.canary_clip,
-                 'expected_cohort': self.expected_cohort})
+                 'expected_cohort': self.expected_cohort, **mechanism})
 
 
 class _AuditingStateManager(tff.program.ProgramStateManager):

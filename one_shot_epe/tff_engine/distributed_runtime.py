@@ -5,9 +5,9 @@ only flags are `--port`, `--max_concurrent_computation_calls` and
 `--grpc_max_message_length_megabytes`; it serves TFF's executor gRPC service
 on `[::]:<port>` and runs a local (single-machine) C++ executor stack. It can
 neither compose other workers nor call them, and the Python package has no
-C++ composing executor either. `runtime.local_cpp_context()` (through
-`tff.backends.native.create_sync_local_cpp_execution_context`) is one such
-worker plus a Python `tff.framework.RemoteExecutor` that drives it over gRPC.
+C++ composing executor either. `runtime.local_cpp_context()` (TFF's local
+C++ context, its worker isolated) is one such worker plus a Python
+`tff.framework.RemoteExecutor` that drives it over gRPC.
 This module drives N workers from the launcher (the Python process).
 `DistributedExecutionContext.invoke(comp, arg)`, all steps in the launcher:
 
@@ -74,7 +74,8 @@ processes (fixed and adaptive clipping, canaries) satisfy it. Server work
 on every worker, so it must be deterministic; the DP noise is drawn after
 it.
 
-Lifetimes: `tff_workers.local_workers` starts workers on loopback ports and
+Lifetimes: `tff_workers.local_workers` starts workers, each in a
+loopback-only network namespace reached through a Unix-domain socket, and
 stops them; `remote_cpp_context` connects to running workers (this process,
 or one per host) and installs the context; it never stops a worker.
 """
@@ -92,11 +93,12 @@ import tensorflow_federated as tff
 from one_shot_epe.tff_engine import tff_workers
 from one_shot_epe import validation
 
-__all__ = ['DistributedExecutionContext', 'remote_cpp_context', 'split_clients']
+__all__ = ['DistributedExecutionContext', 'GRPC_CHANNEL_OPTIONS',
+           'remote_cpp_context', 'split_clients']
 
 # TFF's own channel options for its local worker (executor_factory.py).
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
-_GRPC_CHANNEL_OPTIONS = (
+GRPC_CHANNEL_OPTIONS = (
     ('grpc.max_message_length', _GRPC_MAX_MESSAGE_BYTES),
     ('grpc.max_receive_message_length', _GRPC_MAX_MESSAGE_BYTES),
     ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_BYTES),
@@ -370,9 +372,9 @@ def remote_cpp_context(
   or, one worker per host, `remote_cpp_context('h1:8000,h2:8000')`.
 
   Args:
-    addresses: Worker addresses host:port (see `tff_workers.parse_addresses`);
-      clients
-      are spread over them in this order.
+    addresses: Worker addresses host:port or unix:<path> (see
+      `tff_workers.parse_addresses`); clients are spread over them in this
+      order.
     default_num_clients: Number (>= 0) of clients of a computation whose
       argument does not determine it (as in `runtime.local_cpp_context`).
     connect_timeout_s: Seconds (> 0) to wait for every worker to accept a
@@ -395,7 +397,7 @@ def remote_cpp_context(
   channels, factories, context = [], [], None
   try:
     for address in addresses:
-      channels.append(grpc.insecure_channel(address, _GRPC_CHANNEL_OPTIONS))
+      channels.append(grpc.insecure_channel(address, GRPC_CHANNEL_OPTIONS))
     deadline = time.monotonic() + connect_timeout_s
     for address, channel in zip(addresses, channels):
       try:

@@ -2,40 +2,56 @@
 
 TFF 0.87's C++ `worker_binary` has no flag for its bind address: it serves an
 unauthenticated gRPC executor service, which runs any TensorFlow graph it is
-sent, on `[::]:<port>`, every interface of the host, for the whole run. Both
-the default local context (`runtime.local_cpp_context`) and each
-`--tff_workers` worker (`tff_workers.local_workers`) start one.
+sent, on `[::]:<port>`, every interface of its network namespace, for the
+whole run. Both the default local context (`runtime.local_cpp_context`) and
+each `--tff_workers` worker (`tff_workers.local_workers`) start one.
 
-The programs that start local workers therefore move themselves, at start and
-before any thread exists, into a network namespace of their own whose only
-interface is loopback (`enter_private_network`); the workers they start inherit
-it, and the launcher still reaches them on 127.0.0.1. A user's script gets the
-same when it imports `tff_engine.audit` or `tff_engine.runtime` before
-anything starts a thread (numpy, TensorFlow): `isolate_on_import`. Other hosts, and other
-processes of this host, cannot reach them at all. Programs that use remote
-workers (`--tff_worker_addresses`) stay in the host's network: those workers
-are reached through the README's SSH tunnels.
+So each such worker runs alone in a network namespace of its own whose only
+interface is loopback, and nothing else changes: `private_network_server`
+starts a child interpreter (the bridge) that enters a new namespace
+(`enter_private_network`: unshare(CLONE_NEWNET) as root, else together with
+a new user namespace mapping only our uid and gid), starts the worker there
+on 127.0.0.1:<port> and forwards the connections made to a Unix-domain
+socket to it. The socket is a file in a temporary directory private to the
+user (the bridge's own, removed when it ends), reachable from the caller's namespace (gRPC target `unix:<path>`).
+Other hosts, and other network namespaces of this host, cannot reach the
+worker at all; the calling process (a launcher or a user's script) keeps its
+own namespace, threads, signal handlers and environment, and importing any
+module of this package changes none of them. Programs that use remote
+workers (`--tff_worker_addresses`) start none: those workers are reached
+through the README's SSH tunnels.
 
 Where the host allows no namespace (neither CAP_SYS_ADMIN nor unprivileged
-user namespaces, e.g. a default Docker container), a program goes on and
-every local worker is reported, once it listens, with its exact exposure
-(`exposed_listeners`, `warn_if_exposed`). Refusing instead would make the
-project unusable in such containers, whose network is usually private already;
-ONE_SHOT_EPE_NETWORK_ISOLATION=require makes a program refuse (exit 2), and
-=off skips the namespace (to reach a worker from outside while debugging).
+user namespaces, e.g. a default Docker container), the worker starts in the
+caller's namespace as TFF would start it, and is reported, once it listens,
+with its exact exposure (`exposed_listeners`, `warn_if_exposed`). Refusing
+instead would make the project unusable in such containers, whose network is
+usually private already. ONE_SHOT_EPE_NETWORK_ISOLATION (`isolation_mode`)
+decides: 'auto' (default) as just said; 'require' raises `IsolationError`
+naming the variable before any worker starts (programs exit with status 2 at
+start, `check_program`); 'off' starts workers in the caller's namespace (to
+reach one from outside while debugging).
 
-Framework-free: ctypes, /proc and ioctls only.
+Framework-free: ctypes, /proc, sockets and ioctls only.
 """
 
+import contextlib
 import ctypes
 import errno
 import fcntl
-
 import os
+import select
+import selectors
+import signal
 import socket
 import struct
+import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from absl import flags
 from absl import logging
@@ -43,9 +59,10 @@ from absl import logging
 from one_shot_epe import cli
 
 __all__ = ['ISOLATION_ENV', 'ISOLATION_MODES', 'IsolationError',
-           'LOOPBACK_INTERFACE', 'enter_private_network', 'exposed_listeners',
-           'in_private_network', 'isolate_on_import', 'isolate_program',
-           'isolation_mode', 'listening_addresses', 'namespace_interfaces',
+           'IsolatedServer', 'LOOPBACK_INTERFACE', 'check_program', 'enter_private_network',
+           'exposed_listeners', 'in_private_network', 'isolation_mode',
+           'listening_addresses', 'namespace_interfaces',
+           'private_network_refusal', 'private_network_server',
            'remote_workers_requested', 'warn_if_exposed']
 
 ISOLATION_ENV = 'ONE_SHOT_EPE_NETWORK_ISOLATION'
@@ -59,6 +76,19 @@ _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 _IFREQ_SIZE = 40  # struct ifreq: 16-byte name, then a 24-byte union.
 _TCP_LISTEN = '0A'  # Socket state in /proc/<pid>/net/tcp{,6}.
+_PR_SET_PDEATHSIG = 1
+_LOOPBACK_HOST = '127.0.0.1'
+_POLL_S = 0.05
+_BRIDGE_GRACE_S = 5.0  # Beyond the server's shutdown timeout.
+_BRIDGE_BUFFER_BYTES = 1 << 20
+# The directory holding the package, so that a child interpreter imports the
+# very code of this process however it found it.
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+# A child interpreter running `isolation.<function>(argv after the root)`.
+_CHILD = ('import sys; sys.path.insert(0, sys.argv[1]); '
+          'from one_shot_epe.tff_engine import isolation; '
+          'isolation.{}(sys.argv[2:])')
 
 
 class IsolationError(OSError):
@@ -120,6 +150,8 @@ def enter_private_network() -> None:
   owner. Must run before the process starts a thread: a namespace is a
   property of the calling thread, and a user namespace can only be entered by
   a single-threaded process. Children started later inherit the namespace.
+  Only the bridge of `private_network_server` (and its probe) call it: no
+  process of the user's is ever moved.
 
   Raises:
     IsolationError: with the reason, if the process has other threads or the
@@ -147,36 +179,6 @@ def enter_private_network() -> None:
                          f'{namespace_interfaces()}, expected only loopback.')
 
 
-def isolate_on_import() -> bool:
-  """A script's private network, taken when importing the plug-in modules.
-
-  `tff_engine.audit` and `tff_engine.runtime` call it first thing, so a
-  script that imports one of them before numpy or TensorFlow (which start
-  threads) gets the launcher's isolation: its local TFF workers are reachable
-  only over loopback and no exposure is reported. Imported later, with
-  ONE_SHOT_EPE_NETWORK_ISOLATION=off (e.g. a script using remote workers), or
-  where the host refuses, nothing changes and each worker's exposure is
-  reported when it listens. Returns whether the process is in a private
-  network.
-
-  Raises:
-    IsolationError: ONE_SHOT_EPE_NETWORK_ISOLATION=require and no private
-      network could be had.
-  """
-  if in_private_network():
-    return True
-  mode = isolation_mode()
-  if mode == 'off':
-    return False
-  try:
-    enter_private_network()
-  except IsolationError:
-    if mode == 'require':
-      raise
-    return False
-  return True
-
-
 def remote_workers_requested(argv: Sequence[str],
                              flagfile_flags: Sequence[str] = ()) -> bool:
   """True if `argv` gives --tff_worker_addresses (also in flagfiles).
@@ -194,33 +196,250 @@ def remote_workers_requested(argv: Sequence[str],
   return bool(values.tff_worker_addresses)
 
 
-def isolate_program(argv: Sequence[str],
-                    flagfile_flags: Sequence[str] = ()) -> None:
-  """Program start: a private network for local TFF workers (module doc).
+def private_network_refusal() -> str | None:
+  """Why no private network namespace can be had here; None if one can.
 
-  Call first thing in a program that may start local workers, before
-  TensorFlow or numpy start threads. Does nothing with remote workers or
-  ONE_SHOT_EPE_NETWORK_ISOLATION=off; if the host refuses, logs a warning
-  (mode auto; each worker's exposure is reported when it starts) or exits
-  with status 2 (mode require).
+  Asks a fresh (single-threaded) child interpreter to enter one, as
+  `private_network_server` does, so the caller's own namespace never changes.
+  """
+  done = subprocess.run(
+      [sys.executable, '-c', _CHILD.format('_probe_main'), _PACKAGE_ROOT],
+      stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+  if done.returncode == 0:
+    return None
+  lines = (done.stdout + done.stderr).strip().splitlines()
+  return lines[0] if lines else f'exit status {done.returncode}'
+
+
+def check_program(argv: Sequence[str],
+                  flagfile_flags: Sequence[str] = ()) -> None:
+  """Program start: the isolation mode's checks, before anything is written.
+
+  Exits with status 2 and one line naming ONE_SHOT_EPE_NETWORK_ISOLATION if
+  it holds a bad value, or if it is 'require' and this host grants no private
+  network namespace (`private_network_refusal`) to the local TFF workers the
+  program may start. Changes nothing in this process; does nothing with
+  remote workers (--tff_worker_addresses).
   """
   try:
     mode = isolation_mode()
   except ValueError as error:
     sys.stderr.write(f'error: {error}\n')
     sys.exit(2)
-  if mode == 'off' or remote_workers_requested(argv, flagfile_flags):
+  if mode != 'require' or remote_workers_requested(argv, flagfile_flags):
     return
+  refusal = private_network_refusal()
+  if refusal is not None:
+    sys.stderr.write(f'error: {ISOLATION_ENV}=require but {refusal}\n')
+    sys.exit(2)
+
+
+def _read_line(fd: int, deadline: float) -> str:
+  """One line from pipe `fd` ('' at EOF); TimeoutError after `deadline`."""
+  data = b''
+  while not data.endswith(b'\n'):
+    remaining = deadline - time.monotonic()
+    if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+      raise TimeoutError('the isolated TFF worker did not listen in time.')
+    chunk = os.read(fd, 4096)
+    if not chunk:
+      break
+    data += chunk
+  return data.decode(errors='replace').strip()
+
+
+def _stop_bridge(bridge: subprocess.Popen, shutdown_timeout_s: float) -> None:
+  """EOF on the bridge's stdin: it stops its server (SIGINT, then SIGKILL)."""
+  with contextlib.suppress(OSError):
+    bridge.stdin.close()
+  try:
+    bridge.wait(shutdown_timeout_s + _BRIDGE_GRACE_S)
+  except subprocess.TimeoutExpired:
+    bridge.kill()
+    bridge.wait()
+
+
+class IsolatedServer(NamedTuple):
+  """A server of `private_network_server`: its bridge and the bridge's socket."""
+  bridge: subprocess.Popen
+  socket_path: str
+
+
+@contextlib.contextmanager
+def private_network_server(
+    command: Sequence[str], *, stdout: Any = None, stderr: Any = None,
+    env: Mapping[str, str] | None = None, startup_timeout_s: float = 60.0,
+    shutdown_timeout_s: float = 10.0) -> Iterator[IsolatedServer]:
+  """Runs a TCP server alone in a loopback-only namespace, reached by a socket.
+
+  A child interpreter (the bridge) enters a new network namespace whose only
+  interface is loopback (`enter_private_network`), starts `command` plus
+  `--port=<port>` there, waits for it to accept on 127.0.0.1:<port>, and then
+  forwards every connection made to its Unix-domain socket to that port. The
+  socket is a file in a directory of its own, private to the user, under
+  `tempfile.gettempdir()` (reachable from any network namespace; gRPC's
+  `unix:<path>` target); the bridge removes both when it ends. Nothing listens in the caller's namespace, and the
+  caller's namespace, threads and signals stay as they are.
+
+  The server dies with the bridge (PR_SET_PDEATHSIG), and the bridge stops
+  the server (SIGINT, SIGKILL after `shutdown_timeout_s`), removes its socket
+  and exits when its stdin closes: on leaving this context, and when the
+  caller dies. The bridge runs in a session of its own, so a signal to the
+  caller's process group (Ctrl-C, or SIGKILL to a launcher and its children)
+  reaches it only as that end of its stdin, and it still cleans up.
+
+  Args:
+    command: The server's argv, without the port flag.
+    stdout: The server's stdout (as for `subprocess.Popen`).
+    stderr: The server's and the bridge's stderr.
+    env: The server's environment (None: this process's).
+    startup_timeout_s: Seconds the server may take to listen.
+    shutdown_timeout_s: Seconds between SIGINT and SIGKILL at the end.
+
+  Yields:
+    The bridge process (the server is its child) and the socket's path.
+
+  Raises:
+    IsolationError: the host grants no network namespace (nothing started).
+    RuntimeError: the server exited at start.
+    TimeoutError: it did not listen within `startup_timeout_s`.
+  """
+  deadline = time.monotonic() + startup_timeout_s
+  ready_read, ready_write = os.pipe()
+  try:
+    bridge = subprocess.Popen(
+        [sys.executable, '-c', _CHILD.format('_bridge_main'), _PACKAGE_ROOT,
+         tempfile.gettempdir(), str(ready_write), str(shutdown_timeout_s),
+         *command],
+        stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
+        env=None if env is None else dict(env), pass_fds=(ready_write,),
+        start_new_session=True)
+  except BaseException:
+    os.close(ready_read)
+    raise
+  finally:
+    os.close(ready_write)
+  try:
+    try:
+      status = _read_line(ready_read, deadline)
+    finally:
+      os.close(ready_read)
+    if status.startswith('refused '):
+      raise IsolationError(status[len('refused '):])
+    if not status.startswith('ready '):
+      raise RuntimeError(f'{os.path.basename(command[0])} exited at start in '
+                         f'its network namespace ({status or "no status"}).')
+    yield IsolatedServer(bridge, status[len('ready '):])
+  finally:
+    _stop_bridge(bridge, shutdown_timeout_s)
+
+
+def _probe_main(argv: Sequence[str]) -> None:
+  """Child of `private_network_refusal`: exit 0 iff a namespace was entered."""
+  del argv  # Unused.
   try:
     enter_private_network()
   except IsolationError as error:
-    if mode == 'require':
-      sys.stderr.write(f'error: {ISOLATION_ENV}=require but {error}\n')
-      sys.exit(2)
-    logging.warning(
-        'No network isolation (%s): local TFF workers will listen on every '
-        'interface of this host; each is reported when it starts.', error)
+    print(error)
+    sys.exit(1)
 
+
+def _die_with_parent() -> None:
+  """Server's pre-exec hook: SIGKILL when its bridge dies."""
+  ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _await_server(server: subprocess.Popen, port: int) -> bool:
+  """Waits until `server` accepts on 127.0.0.1:port (True) or exits (False)."""
+  while server.poll() is None:
+    with contextlib.suppress(OSError), socket.create_connection(
+        (_LOOPBACK_HOST, port), timeout=1.0):
+      return True
+    time.sleep(_POLL_S)
+  return False
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+  """Copies `source` to `sink` until EOF or an error, then half-closes."""
+  buffer = bytearray(_BRIDGE_BUFFER_BYTES)
+  view = memoryview(buffer)
+  try:
+    while True:
+      count = source.recv_into(buffer)
+      if not count:
+        break
+      sink.sendall(view[:count])
+  except OSError:
+    pass
+  finally:
+    with contextlib.suppress(OSError):
+      sink.shutdown(socket.SHUT_WR)
+
+
+def _forward(client: socket.socket, port: int) -> None:
+  """Forwards one accepted Unix-socket connection to 127.0.0.1:port."""
+  with client:
+    try:
+      upstream = socket.create_connection((_LOOPBACK_HOST, port))
+    except OSError:
+      return
+    with upstream:
+      upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+      back = threading.Thread(target=_pump, args=(upstream, client),
+                              daemon=True)
+      back.start()
+      _pump(client, upstream)
+      back.join()
+
+
+def _bridge_main(argv: Sequence[str]) -> None:
+  """The bridge of `private_network_server` (its argv after the root)."""
+  temp_root, ready_fd, shutdown_timeout_s = argv[0], int(argv[1]), float(
+      argv[2])
+  command = list(argv[3:])
+  with os.fdopen(ready_fd, 'w') as ready:
+    try:
+      enter_private_network()
+    except IsolationError as error:
+      ready.write(f'refused {error}\n')
+      sys.exit(3)
+    with socket.socket() as probe:
+      probe.bind((_LOOPBACK_HOST, 0))
+      port = probe.getsockname()[1]
+    server = subprocess.Popen([*command, f'--port={port}'],
+                              stdin=subprocess.DEVNULL,
+                              preexec_fn=_die_with_parent)
+    if not _await_server(server, port):
+      ready.write(f'exit status {server.returncode}\n')
+      sys.exit(4)
+    socket_dir = tempfile.mkdtemp(prefix='tff_worker_', dir=temp_root)
+    socket_path = os.path.join(socket_dir, 'server.sock')
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(socket_path)
+    listener.listen(16)
+    ready.write(f'ready {socket_path}\n')
+  with selectors.DefaultSelector() as selector:
+    selector.register(sys.stdin.fileno(), selectors.EVENT_READ)
+    selector.register(listener, selectors.EVENT_READ)
+    running = True
+    while running and server.poll() is None:
+      for key, _ in selector.select(_POLL_S * 4):
+        if key.fileobj is listener:
+          client, _ = listener.accept()
+          threading.Thread(target=_forward, args=(client, port),
+                           daemon=True).start()
+        elif not os.read(key.fd, 4096):  # The caller closed our stdin.
+          running = False
+  listener.close()
+  os.unlink(socket_path)
+  os.rmdir(socket_dir)
+  if server.poll() is None:
+    server.send_signal(signal.SIGINT)
+    try:
+      server.wait(shutdown_timeout_s)
+    except subprocess.TimeoutExpired:
+      server.kill()
+      server.wait()
 
 def _socket_inodes(pid: int) -> set[str]:
   inodes = set()
@@ -293,9 +512,9 @@ def warn_if_exposed(pid: int, what: str) -> list[str]:
     logging.warning(
         'EXPOSED: %s (pid %d) listens on %s, reachable from other hosts: an '
         'unauthenticated service that runs any TensorFlow graph it is sent. '
-        'This project\'s programs avoid it with a private network namespace, '
-        'and so does a script that imports one_shot_epe.tff_engine.audit (or '
-        '.runtime) before numpy and TensorFlow; %s=off disables that, and the '
-        'host may refuse it. Otherwise firewall these ports.', what, pid,
-        ', '.join(exposed), ISOLATION_ENV)
+        'This project starts local workers each in a private network '
+        'namespace where the host allows it (%s=off disables that); here it '
+        'did not. Firewall these ports, or set %s=require to refuse to run '
+        'without.', what, pid, ', '.join(exposed), ISOLATION_ENV,
+        ISOLATION_ENV)
   return exposed

@@ -6,8 +6,9 @@ drivers), WARNING (TF-TRT) and three ERROR lines that are not errors ("Unable
 to register cuDNN/cuFFT/cuBLAS factory", the pip wheel registering its CUDA
 plugins twice). `quiet_startup` runs first thing in every program and
 
-* sets TF_CPP_MIN_LOG_LEVEL=2 (C++ WARNING and below off; inherited by TFF's
-  worker processes), so real C++ errors still show;
+* sets TF_CPP_MIN_LOG_LEVEL=2 (C++ WARNING and below off), so real C++
+  errors still show; the TFF workers this library starts get the same level
+  in their own environment (`worker_environment`);
 * imports TensorFlow (if the program uses it) with the process's stderr
   (file descriptor 2, where the C++ logs go) captured, and writes back every
   captured line except the three registration lines;
@@ -30,7 +31,7 @@ from collections.abc import Iterator, Sequence
 
 __all__ = ['QUIET_TF_LOG_LEVEL', 'REGISTRATION_NOISE', 'TF_LOG_LEVEL_ENV',
            'VERBOSE_ENV', 'quiet_startup', 'quiet_tensorflow_import',
-           'stderr_without', 'verbose_requested']
+           'stderr_without', 'verbose_requested', 'worker_environment']
 
 VERBOSE_ENV = 'ONE_SHOT_EPE_VERBOSE'
 TF_LOG_LEVEL_ENV = 'TF_CPP_MIN_LOG_LEVEL'
@@ -80,17 +81,35 @@ def quiet_tensorflow_import() -> None:
 
   `one_shot_epe.tff_engine.audit` and `runtime.local_cpp_context` call it, so a user's
   script that reaches TensorFlow through them first prints no start-up
-  lines (C++ INFO and WARNING off for this process and its TFF workers; the
-  three registration lines dropped; real C++ errors kept). It leaves the
-  Python warning filters alone, and does nothing when TensorFlow is already
-  imported or the user asked for its output (`verbose_requested`).
+  lines (C++ INFO and WARNING off while TensorFlow is imported, which fixes
+  its C++ log level for the process; the three registration lines dropped;
+  real C++ errors kept). The environment is left as it was (the workers get
+  their level from `worker_environment`), and so are the Python warning
+  filters. Does nothing when TensorFlow is already imported or the user asked
+  for its output (`verbose_requested`).
   """
   if 'tensorflow' in sys.modules or verbose_requested(sys.argv):
     return
   os.environ[TF_LOG_LEVEL_ENV] = QUIET_TF_LOG_LEVEL
-  with stderr_without(REGISTRATION_NOISE):
-    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+  try:
+    with stderr_without(REGISTRATION_NOISE):
+      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+  finally:
+    del os.environ[TF_LOG_LEVEL_ENV]
   logging.getLogger('tensorflow').setLevel(logging.ERROR)
+
+
+def worker_environment() -> dict[str, str]:
+  """The environment for a TFF worker process started by this library.
+
+  This process's environment, plus TF_CPP_MIN_LOG_LEVEL=2 (the worker's C++
+  INFO and WARNING lines off) unless the user asked for TensorFlow's output
+  (`verbose_requested`).
+  """
+  env = dict(os.environ)
+  if not verbose_requested(sys.argv):
+    env[TF_LOG_LEVEL_ENV] = QUIET_TF_LOG_LEVEL
+  return env
 
 
 def quiet_startup(argv: Sequence[str], import_tensorflow: bool) -> None:

@@ -7,12 +7,15 @@ reading them. Every entry point of this project therefore runs TFF computations
 inside `local_cpp_context()` and this module also stops leftover workers at
 interpreter exit.
 
-The worker listens on every interface of its network namespace (TFF has no
-bind-address flag); `local_cpp_context()` watches for it to listen and reports
-it if it is reachable from other hosts (`isolation.warn_if_exposed`), i.e.
-unless the program entered a private network namespace
-(`isolation.isolate_program`, or `isolation.isolate_on_import` when a script
-imports this module or the audit before numpy and TensorFlow).
+The worker serves an unauthenticated gRPC executor service on every interface
+of its network namespace (TFF has no bind-address flag). `local_cpp_context()`
+therefore starts its own worker the way `--tff_workers` workers start
+(`tff_workers.local_workers`): alone in a network namespace whose only
+interface is loopback, reached through a Unix-domain socket
+(`isolation.private_network_server`), while the calling process keeps its own
+namespace. Where the host grants no namespace the worker listens here and its
+exposure is reported (ONE_SHOT_EPE_NETWORK_ISOLATION: `isolation`). Importing
+this module changes nothing in the process.
 """
 
 import atexit
@@ -21,20 +24,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 
 import psutil
 
-from one_shot_epe.tff_engine import isolation
 from one_shot_epe.tff_engine import quiet
+from one_shot_epe.tff_engine import tff_workers
 
 __all__ = ['WORKER_BINARY_NAME', 'local_cpp_context', 'shutdown_workers',
            'worker_processes']
-
-# A script importing this before numpy and TensorFlow: loopback-only workers.
-isolation.isolate_on_import()
 
 WORKER_BINARY_NAME = 'worker_binary'
 
@@ -129,60 +128,80 @@ def _stop_reaper(reaper: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def local_cpp_context(default_num_clients: int = 0,
-                      federated_program: bool = False) -> Iterator[object]:
+                      federated_program: bool = False,
+                      connect_timeout_s: float = 60.0) -> Iterator[object]:
   """Installs a fresh C++ execution context; stops its worker on exit.
 
   The context is synchronous (computations return values), or with
   `federated_program=True` a `tff.program.NativeFederatedContext` over the
   asynchronous one, which TFF's program logic (`tff.learning.programs.
-  train_model`) requires.
+  train_model`) requires. Either is TFF's local C++ context (one
+  `worker_binary` driven by `tff.framework.RemoteExecutor`s, one per
+  cardinalities), except that the worker is started here, isolated
+  (`tff_workers.local_workers`, module doc), before the first computation.
+  Starting the worker runs no computation, so TF's seeded random state is as
+  with TFF's own context and a run equals the same run on
+  `distributed_runtime` workers.
 
-  TFF starts the worker at the first computation; a background thread waits
-  for it to listen and, if it is reachable from other hosts, logs a warning
-  naming its address and port. A reaper process kills the worker should this
-  process die without running its finalisers (SIGKILL), so a worker never
-  outlives its user nor holds the user's stdout and stderr open. (Starting it here with a warm-up computation
-  would be simpler but perturbs TF's seeded random state, so a run would no
-  longer equal the same run on `distributed_runtime` workers.)
+  A reaper process kills the worker should this process die without running
+  its finalisers (SIGKILL), and the worker's bridge exits with it, so neither
+  outlives its user nor holds the user's stdout and stderr open.
 
   Usage:
     with runtime.local_cpp_context():
       state = process.initialize()
+
+  Args:
+    default_num_clients: Number (>= 0) of clients of a computation whose
+      argument does not determine it.
+    federated_program: The asynchronous context, wrapped for TFF programs.
+    connect_timeout_s: Seconds (> 0) to wait for the worker's gRPC service.
+
+  Raises:
+    isolation.IsolationError: ONE_SHOT_EPE_NETWORK_ISOLATION=require and the
+      host grants no network namespace.
+    TimeoutError: the worker could not be reached.
   """
   quiet.quiet_tensorflow_import()
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  import grpc
+  import tensorflow_federated as tff
+  from one_shot_epe.tff_engine import distributed_runtime
+  # pylint: enable=g-import-not-at-top
 
-  if federated_program:
-    context = tff.program.NativeFederatedContext(
-        tff.backends.native.create_async_local_cpp_execution_context(
-            default_num_clients=default_num_clients))
-  else:
-    context = tff.backends.native.create_sync_local_cpp_execution_context(
-        default_num_clients=default_num_clients)
-  stop = threading.Event()
-  watcher = threading.Thread(target=_report_exposed_worker, args=(stop,),
-                             name='worker-exposure-watch', daemon=True)
-  watcher.start()
   reaper = _start_reaper()
   try:
-    with tff.framework.get_context_stack().install(context):
-      yield context
+    with tff_workers.local_workers(1, inherit_output=True) as (target,):
+      channel = grpc.insecure_channel(target,
+                                      distributed_runtime.GRPC_CHANNEL_OPTIONS)
+      try:
+        grpc.channel_ready_future(channel).result(timeout=connect_timeout_s)
+      except grpc.FutureTimeoutError as e:
+        raise TimeoutError(f'TFF worker at {target} is not reachable.') from e
+      stub = tff.framework.RemoteExecutorGrpcStub(channel)
+
+      def executor_stack(cardinalities):
+        if cardinalities.get(tff.CLIENTS) is None:
+          cardinalities[tff.CLIENTS] = default_num_clients
+        executor = tff.framework.RemoteExecutor(stub)
+        executor.set_cardinalities(cardinalities)
+        return executor
+
+      factory = tff.framework.ResourceManagingExecutorFactory(
+          executor_stack_fn=executor_stack)
+      kind = (tff.framework.AsyncExecutionContext if federated_program else
+              tff.framework.SyncExecutionContext)
+      context = kind(
+          executor_fn=factory,
+          compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+          transform_args=tff.tensorflow.transform_args,
+          transform_result=tff.tensorflow.transform_result)
+      if federated_program:
+        context = tff.program.NativeFederatedContext(context)
+      with tff.framework.get_context_stack().install(context):
+        yield context
   finally:
-    stop.set()
-    watcher.join()
-    shutdown_workers()
     _stop_reaper(reaper)
-
-
-def _report_exposed_worker(stop: threading.Event,
-                           poll_s: float = 0.05) -> None:
-  """Waits for this process's worker to listen, then reports its exposure."""
-  while not stop.wait(poll_s):
-    for worker in worker_processes():
-      with contextlib.suppress(FileNotFoundError, psutil.NoSuchProcess):
-        if isolation.listening_addresses(worker.pid):
-          isolation.warn_if_exposed(worker.pid, 'TFF worker_binary')
-          return
 
 
 atexit.register(shutdown_workers)

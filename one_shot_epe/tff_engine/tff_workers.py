@@ -2,12 +2,14 @@
 
 TFF 0.87 ships one C++ server, `tensorflow_federated/data/worker_binary`, with
 only `--port`, `--max_concurrent_computation_calls` and
-`--grpc_max_message_length_megabytes`. `local_workers` starts N of them on
-free loopback ports for `distributed_runtime.remote_cpp_context` (the
-launcher's `--tff_workers=N`) and always stops and reaps them, with SIGKILL
-after a timeout for a worker that ignores SIGINT; `parse_addresses` checks
-`--tff_worker_addresses`. Imports neither TensorFlow nor TFF, so the
-launcher's flag checks can use it.
+`--grpc_max_message_length_megabytes`. `local_workers` starts N of them,
+each alone in a loopback-only network namespace reached through a
+Unix-domain socket (`isolation.private_network_server`), for
+`distributed_runtime.remote_cpp_context` (the launcher's `--tff_workers=N`)
+and for `runtime.local_cpp_context` (N = 1), and always stops and reaps them,
+with SIGKILL after a timeout for a worker that ignores SIGINT;
+`parse_addresses` checks `--tff_worker_addresses`. Imports neither
+TensorFlow nor TFF, so the launcher's flag checks can use it.
 """
 
 import contextlib
@@ -18,16 +20,20 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
+from absl import logging
 import psutil
 
 from one_shot_epe.tff_engine import isolation
+from one_shot_epe.tff_engine import quiet
 from one_shot_epe import validation
 
 __all__ = ['LOOPBACK_HOST', 'local_workers', 'parse_addresses', 'port_is_free',
            'worker_binary_path']
 
 LOOPBACK_HOST = '127.0.0.1'
+_UNIX_PREFIX = 'unix:'
 _MAX_PORT = 65535
 _PORT_ATTEMPTS = 3
 _POLL_S = 0.05
@@ -51,13 +57,15 @@ def worker_binary_path() -> str:
 
 
 def parse_addresses(addresses: str | Sequence[str]) -> list[str]:
-  """Validated worker addresses 'host:port' from a list or a comma list.
+  """Validated worker addresses from a list or a comma list.
 
-  `host` is a name, an IPv4 address or a bracketed IPv6 address ('[::1]').
+  An address is 'host:port', `host` a name, an IPv4 address or a bracketed
+  IPv6 address ('[::1]'), or 'unix:<absolute path>' (a Unix-domain socket,
+  as `local_workers` yields).
 
   Raises:
-    ValueError: naming `addresses` if it is empty or an entry is not
-      host:port with a port in [1, 65535].
+    ValueError: naming `addresses` if it is empty or an entry is neither
+      host:port with a port in [1, 65535] nor unix:<absolute path>.
   """
   if isinstance(addresses, str):
     entries = [entry.strip() for entry in addresses.split(',')]
@@ -68,12 +76,16 @@ def parse_addresses(addresses: str | Sequence[str]) -> list[str]:
                      f'got {addresses!r}.')
   parsed = []
   for entry in entries:
+    if isinstance(entry, str) and entry.startswith(_UNIX_PREFIX + '/'):
+      parsed.append(entry)
+      continue
     host, colon, port = (entry.rpartition(':') if isinstance(entry, str) else
                          ('', '', ''))
     if not (colon and host and port.isdigit() and
             1 <= int(port) <= _MAX_PORT):
       raise ValueError('addresses entries must be host:port with a port in '
-                       f'[1, {_MAX_PORT}]; got {entry!r}.')
+                       f'[1, {_MAX_PORT}] or {_UNIX_PREFIX}<absolute path>; '
+                       f'got {entry!r}.')
     parsed.append(f'{host}:{int(port)}')
   return parsed
 
@@ -113,18 +125,18 @@ def _is_listening(pid: int, port: int) -> bool:
              for c in connections)
 
 
-def _start_worker(port: int, max_concurrent_computation_calls: int,
-                  log_path: str | None) -> subprocess.Popen:
-  args = [worker_binary_path(), f'--port={port}',
-          f'--max_concurrent_computation_calls='
+def _worker_command(max_concurrent_computation_calls: int) -> list[str]:
+  return [worker_binary_path(), f'--max_concurrent_computation_calls='
           f'{max_concurrent_computation_calls}']
-  if log_path is None:
-    return subprocess.Popen(args, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-  with open(log_path, 'ab') as log:
-    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT)
+
+
+def _start_worker(port: int, max_concurrent_computation_calls: int,
+                  output: Any, env: dict[str, str]) -> subprocess.Popen:
+  """A worker in this process's network namespace (no isolation)."""
+  return subprocess.Popen(
+      [*_worker_command(max_concurrent_computation_calls), f'--port={port}'],
+      stdin=subprocess.DEVNULL, stdout=output,
+      stderr=None if output is None else subprocess.STDOUT, env=env)
 
 
 def _await_listening(process: subprocess.Popen, port: int,
@@ -166,25 +178,55 @@ def _stop_workers(processes: Sequence[subprocess.Popen], ports: Sequence[int],
     time.sleep(_POLL_S)
 
 
+def _direct_worker(index: int, max_concurrent_computation_calls: int,
+                   output: Any, env: dict[str, str],
+                   startup_timeout_s: float, processes: list[subprocess.Popen],
+                   ports: list[int]) -> str:
+  """Starts worker `index` in this process's namespace; returns its address.
+
+  Appends what it started to `processes` and the port it listens on to
+  `ports`; a worker that exits at start (its port was taken in between) is
+  restarted on another port.
+  """
+  for _ in range(_PORT_ATTEMPTS):
+    port = _unused_loopback_port()
+    processes.append(_start_worker(port, max_concurrent_computation_calls,
+                                   output, env))
+    if _await_listening(processes[-1], port,
+                        time.monotonic() + startup_timeout_s):
+      ports.append(port)
+      isolation.warn_if_exposed(processes[-1].pid, f'worker_binary {index}')
+      return f'{LOOPBACK_HOST}:{port}'
+  raise RuntimeError(
+      f'worker_binary {index} exited at start {_PORT_ATTEMPTS} times (exit '
+      f'code {processes[-1].returncode}); pass log_dir to see why.')
+
+
 @contextlib.contextmanager
 def local_workers(num_workers: int, *,
                   max_concurrent_computation_calls: int = -1,
                   startup_timeout_s: float = 60.0,
                   shutdown_timeout_s: float = 10.0,
-                  log_dir: str | None = None) -> Iterator[list[str]]:
-  """Starts `num_workers` worker_binary children; yields '127.0.0.1:port's.
+                  log_dir: str | None = None,
+                  inherit_output: bool = False) -> Iterator[list[str]]:
+  """Starts `num_workers` worker_binary children; yields their gRPC targets.
 
-  Each worker gets a port that is free on 127.0.0.1; a worker that exits at
-  start (its port was taken in between) is restarted on another port. The
-  addresses are for `remote_cpp_context`. On exit, also after an exception,
-  every worker is stopped (`_stop_workers`) and reaped.
+  worker_binary has no flag for the interface: it listens on [::]:port, on
+  every interface of its network namespace, with an unauthenticated gRPC
+  service. So each worker runs alone in a network namespace of its own whose
+  only interface is loopback, reached through a Unix-domain socket in a
+  private temporary directory (`isolation.private_network_server`); its
+  target is 'unix:<path>'. This process's own namespace is never changed.
+  Where the host grants no namespace, ONE_SHOT_EPE_NETWORK_ISOLATION decides:
+  'auto' (default) warns once and starts the workers here on free loopback
+  ports ('127.0.0.1:port'), each reported once it listens
+  (`isolation.warn_if_exposed`); 'require' raises before any worker starts;
+  'off' always starts them here.
 
-  worker_binary has no flag for the interface: like the worker of
-  `runtime.local_cpp_context()` it listens on [::]:port, i.e. on every
-  interface of its network namespace, with an unauthenticated gRPC service.
-  The programs run in a namespace with only loopback
-  (`isolation.isolate_program`); a worker reachable from other hosts is
-  reported once it listens (`isolation.warn_if_exposed`).
+  The targets are for `distributed_runtime.remote_cpp_context` and
+  `runtime.local_cpp_context`. On exit, also after an exception, every worker
+  is stopped (SIGINT, SIGKILL after `shutdown_timeout_s`) and reaped, with
+  its bridge, and the sockets are removed.
 
   Args:
     num_workers: Number of workers, in [1, 256].
@@ -195,10 +237,15 @@ def local_workers(num_workers: int, *,
     shutdown_timeout_s: Seconds (> 0) a worker gets between SIGINT and
       SIGKILL.
     log_dir: Existing directory for each worker's output (worker_<i>.log,
-      appended); None discards it.
+      appended); None discards it, unless `inherit_output`.
+    inherit_output: With no `log_dir`, the workers write to this process's
+      stdout and stderr (as TFF's own local worker does).
 
   Raises:
-    ValueError: for an argument out of range.
+    ValueError: for an argument out of range, or a bad
+      ONE_SHOT_EPE_NETWORK_ISOLATION (named).
+    isolation.IsolationError: ONE_SHOT_EPE_NETWORK_ISOLATION=require and the
+      host grants no network namespace.
     RuntimeError: if a worker cannot start.
   """
   validation.check_int('num_workers', num_workers, 1, 256)
@@ -210,24 +257,39 @@ def local_workers(num_workers: int, *,
                        max_concurrent_computation_calls)
   if log_dir is not None and not os.path.isdir(log_dir):
     raise ValueError(f'log_dir must be an existing directory; got {log_dir!r}.')
-  processes, ports = [], []  # All started; the ports of the listening ones.
-  try:
+  mode = isolation.isolation_mode()
+  env = quiet.worker_environment()
+  processes, ports = [], []  # Workers started here; their ports.
+  isolated = mode != 'off'
+  with contextlib.ExitStack() as stack:
+    stack.callback(_stop_workers, processes, ports, shutdown_timeout_s)
+    targets = []
     for i in range(num_workers):
-      log_path = (None if log_dir is None else
-                  os.path.join(log_dir, f'worker_{i}.log'))
-      for _ in range(_PORT_ATTEMPTS):
-        port = _unused_loopback_port()
-        processes.append(
-            _start_worker(port, max_concurrent_computation_calls, log_path))
-        if _await_listening(processes[-1], port,
-                            time.monotonic() + startup_timeout_s):
-          ports.append(port)
-          isolation.warn_if_exposed(processes[-1].pid, f'worker_binary {i}')
-          break
+      if log_dir is not None:
+        output = stack.enter_context(
+            open(os.path.join(log_dir, f'worker_{i}.log'), 'ab'))
       else:
-        raise RuntimeError(
-            f'worker_binary {i} exited at start {_PORT_ATTEMPTS} times (exit '
-            f'code {processes[-1].returncode}); pass log_dir to see why.')
-    yield [f'{LOOPBACK_HOST}:{port}' for port in ports]
-  finally:
-    _stop_workers(processes, ports, shutdown_timeout_s)
+        output = None if inherit_output else subprocess.DEVNULL
+      if isolated:
+        try:
+          server = stack.enter_context(isolation.private_network_server(
+              _worker_command(max_concurrent_computation_calls),
+              stdout=output,
+              stderr=None if output is None else subprocess.STDOUT, env=env,
+              startup_timeout_s=startup_timeout_s,
+              shutdown_timeout_s=shutdown_timeout_s))
+          targets.append(f'{_UNIX_PREFIX}{server.socket_path}')
+          continue
+        except isolation.IsolationError as error:
+          if mode == 'require':
+            raise isolation.IsolationError(
+                f'{isolation.ISOLATION_ENV}=require but {error}') from error
+          logging.warning(
+              'No network isolation (%s): local TFF workers listen on every '
+              'interface of this host; each is reported when it starts.',
+              error)
+          isolated = False
+      targets.append(_direct_worker(i, max_concurrent_computation_calls,
+                                    output, env, startup_timeout_s, processes,
+                                    ports))
+    yield targets

@@ -279,7 +279,7 @@ def _audit(plan: run_plan.RunPlan, task: tasks.Task,
         plan.rounds_per_checkpoint, plan.total_rounds))
   return audit_lib.CanaryAudit.from_spec(
       spec, plan.dp, delta=plan.delta, noise_seed=plan.noise_seed,
-      device=device)
+      distributed=plan.distributed, device=device)
 
 
 def train(plan: run_plan.RunPlan, task: tasks.Task,

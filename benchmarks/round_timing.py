@@ -1,0 +1,205 @@
+"""What the round benchmarks share: one launcher run per engine, timed per round.
+
+`benchmarks/accelerator_round.py` (both engines at a small cohort) and
+`benchmarks/paper_scale.py` (the paper's grids, Sec. 5) time the same thing:
+`experiments.train` on synthetic EMNIST or StackOverflow clients whose sizes
+follow the real data's law (`--synthetic_client_sizes=realistic`,
+`client_arrays.client_sizes`), a round's time being its
+`training_time_in_seconds` (batches, local training, aggregation; the canary
+scoring, amortised over blocks of rounds, is left out on both engines). Here:
+
+* `LauncherRun`: the flags of such a run (the task's own flags, then the
+  cohort, rounds, client sizes and canaries of the measurement);
+* `time_tff`: every round's seconds on the TFF engine (this interpreter);
+* `jax_child`: runs a benchmark module's `--child` in the JAX engine's
+  environment (`.venv-jax` if present: the accelerator machines' jax) and
+  returns the JSON it prints;
+* `run_jax`: in that child, one run of the launcher's JAX engine, with its
+  `training.RunStats` and XLA's cost analysis of a round;
+* the H100 SXM figures the roofline predictions use.
+"""
+
+import csv
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+JAX_VENV_PYTHON = os.path.join(REPO, '.venv-jax', 'bin', 'python')
+# NVIDIA H100 Tensor Core GPU datasheet, SXM5 column (dense rates: the
+# datasheet's tensor-core figures are with sparsity, twice these):
+# TF32 tensor cores (XLA's default precision for float32 matmuls on Hopper),
+# plain FP32, HBM3 bandwidth, and the host link (PCIe Gen5 x16, 128 GB/s
+# both directions, so 64 GB/s host to device).
+H100_TF32_FLOPS = 494e12
+H100_FP32_FLOPS = 67e12
+H100_BYTES_PER_S = 3.35e12
+H100_PCIE_BYTES_PER_S = 64e9
+
+
+@dataclasses.dataclass(frozen=True)
+class LauncherRun:
+  """A run of `experiments.train` on realistic synthetic clients.
+
+  Attributes:
+    task_flags: the task's flags (task, optimizers, clipping, ...); the
+      fields below follow them, so they win where both set a flag.
+    kind: 'emnist' or 'stackoverflow' (the synthetic data's law).
+    clients: clients per round.
+    rounds: rounds of the run (the first compiles).
+    examples_per_client: mean examples of a synthetic client.
+    max_examples: examples a client uses per round (-1: all).
+    num_canaries: seen canaries, and as many unseen.
+    noise_multiplier: z.
+  """
+  task_flags: tuple[str, ...]
+  kind: str
+  clients: int
+  rounds: int
+  examples_per_client: int
+  max_examples: int
+  num_canaries: int
+  noise_multiplier: float
+
+  def flags(self, root: str) -> list[str]:
+    """The launcher's flags, writing the run to root/bench."""
+    return [
+        *self.task_flags, '--use_synthetic_data',
+        '--synthetic_client_sizes=realistic',
+        f'--synthetic_num_clients={self.clients * self.rounds}',
+        f'--synthetic_examples_per_client={self.examples_per_client}',
+        f'--max_examples_per_client={self.max_examples}',
+        f'--clients_per_round={self.clients}', f'--total_rounds={self.rounds}',
+        f'--noise_multiplier={self.noise_multiplier}',
+        f'--num_canaries={self.num_canaries}',
+        f'--num_unseen_canaries={self.num_canaries}',
+        f'--canary_buffer_rounds={self.rounds}',
+        f'--rounds_per_evaluation={self.rounds}',
+        f'--rounds_per_checkpoint={self.rounds}', '--max_eval_examples=16',
+        '--noprogress_bar', f'--root_output_dir={root}', '--run_name=bench']
+
+
+def round_seconds(run_dir: str) -> list[float]:
+  """Every round's `training_time_in_seconds` in a run's metrics.csv."""
+  with open(os.path.join(run_dir, 'metrics.csv')) as stream:
+    return [float(row['training_time_in_seconds'])
+            for row in csv.DictReader(stream)
+            if row.get('training_time_in_seconds')]
+
+
+def time_tff(run: LauncherRun) -> list[float]:
+  """Every round's seconds of `run` on the TFF engine (first: compiling)."""
+  with tempfile.TemporaryDirectory() as root:
+    completed = subprocess.run(
+        [sys.executable, '-m', 'experiments.train', '--backend=tff',
+         *run.flags(root)], cwd=REPO, capture_output=True, text=True,
+        check=False)
+    if completed.returncode:
+      raise RuntimeError('experiments.train --backend=tff failed:\n' +
+                         completed.stderr[-2000:])
+    return round_seconds(os.path.join(root, 'bench'))
+
+
+def median_after_first(seconds: Sequence[float]) -> float:
+  """The median round time, the first (compiling) round left out."""
+  return statistics.median(seconds[1:])
+
+
+def jax_child(module: str, argv: Sequence[str], python: str | None = None,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
+  """Runs `python -m module *argv` in the JAX environment; its last JSON line.
+
+  `python`: the interpreter (default: .venv-jax's if present, else this
+  one); `env`: variables added to this process's environment.
+  """
+  python = python or (JAX_VENV_PYTHON if os.path.exists(JAX_VENV_PYTHON)
+                      else sys.executable)
+  completed = subprocess.run(
+      [python, '-m', module, *argv], cwd=REPO, capture_output=True, text=True,
+      check=False, env=dict(os.environ, PYTHONPATH=REPO, **(env or {})))
+  if completed.returncode:
+    raise RuntimeError('the JAX engine failed:\n' + completed.stderr[-2000:])
+  return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@dataclasses.dataclass
+class JaxRun:
+  """One run of the launcher's JAX engine (`run_jax`).
+
+  Attributes:
+    seconds: every round's seconds (the first compiles).
+    stats: the run's `training.RunStats`.
+    cost: XLA's cost analysis of round `cost_round` ('flops', 'bytes
+      accessed'; `fedavg.RoundEngine.round_cost`).
+    cost_examples: the real examples of that round.
+    batches: that round's `data.RoundBatches` (as 'loop' takes them).
+    prepared: the launcher's `train.PreparedRun` (plan, data, config).
+    device: the device's kind and jax's version.
+  """
+  seconds: list[float]
+  stats: Any
+  cost: dict[str, float]
+  cost_examples: int
+  batches: Any
+  prepared: Any
+  device: str
+
+
+def run_jax(run: LauncherRun, cost_round: int = 1) -> JaxRun:
+  """In the JAX environment: `run` on the launcher's JAX engine."""
+  # pylint: disable=g-import-not-at-top
+  import jax
+  import numpy as np
+  from absl import flags
+  from experiments import backend_jax
+  from experiments import train
+  from experiments import train_config
+  from one_shot_epe import round_record
+  from one_shot_epe import run_directory
+  from one_shot_epe.jax_engine import data
+  from one_shot_epe.jax_engine import training
+  # pylint: enable=g-import-not-at-top
+
+  class RoundSeconds:
+    """Each trained round's seconds, from the engine's round records."""
+
+    def __init__(self):
+      self.seconds = []
+
+    def on_round(self, record: round_record.RoundRecord) -> None:
+      self.seconds.append(record.seconds)
+
+    def on_cosines(self, cosines) -> None:
+      del cosines
+
+  with tempfile.TemporaryDirectory() as root:
+    values = flags.FlagValues()
+    train_config.define_flags(values)
+    values(['train', '--backend=jax', *run.flags(root)])
+    prepared = train.prepare(train_config.config_from_flags(values))
+    stats = training.RunStats()
+    rounds = RoundSeconds()
+    backend_jax.train(prepared, backend_jax.checkpoints(os.path.join(
+        prepared.config.run_dir, run_directory.CHECKPOINT_DIR)), rounds, stats)
+  plan = prepared.plan
+  model = backend_jax.model(prepared.config)
+  engine = training.round_engine(plan, model, 'loop')
+  state = engine.init_state(model.init(jax.random.PRNGKey(0)))
+  batches = data.client_batches(
+      prepared.data.train, plan.sampler.indices(cost_round),
+      batch_size=plan.batch_size, epochs=plan.epochs,
+      max_examples=plan.max_examples, rng=np.random.default_rng(0))
+  canaries = max(1, max(len(ids) for ids in plan.spec.schedule))
+  cost = engine.round_cost(state, batches,
+                           np.ones((canaries, model.num_parameters())),
+                           np.ones(canaries), jax.random.PRNGKey(1))
+  return JaxRun(seconds=rounds.seconds, stats=stats, cost=cost,
+                cost_examples=int(batches.example_mask.sum()),
+                batches=batches, prepared=prepared,
+                device=f'{jax.devices()[0].device_kind} ({jax.__version__})')

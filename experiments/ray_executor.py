@@ -1,0 +1,163 @@
+"""Runs a grid's runs as Ray tasks, on this machine or a cluster (Section 5).
+
+`experiments.reproduce --executor=ray` hands each run of its grid (every
+noise multiplier and repetition count, the accuracy baselines, Table 5's
+runs) to `RayExecutor`: one Ray task per run, which trains (or resumes) the
+ordinary run (`experiments.grid.train_unless_reported`) in its own run
+directory under the shared --output_dir. The driver then reads every run
+back from that directory exactly as the sequential executor does, so the
+tables and figures are the same bytes.
+
+Each task takes one CPU of a node, and with --accelerator=gpu one GPU too
+(Ray schedules a run where they are free, one run per GPU at a time).
+A task whose worker process dies (killed, out of memory, its node lost) is
+retried up to `max_retries` times; the retry resumes the run from its last
+checkpoint, and the run's lock (`one_shot_epe.run_lock`, released by the
+kernel when its holder dies) lets it in. Every file a run writes is written
+atomically (`one_shot_epe.atomic_io`), so a killed task leaves no file half
+written. An exception raised by a run (a bad flag, a failed write) is not
+retried: it reaches the driver as itself.
+
+Ray is imported here only, and this module only with --executor=ray.
+`connect` checks what a bad --ray_address or a missing Ray would break
+before anything is written: `train_config.ConfigError` naming the flag.
+"""
+
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from experiments import train_config
+
+__all__ = ['DEFAULT_MAX_RETRIES', 'MIN_RAY_VERSION', 'RayExecutor', 'connect']
+
+T = TypeVar('T')
+
+# Retries of a run whose worker died; each resumes from the last checkpoint.
+DEFAULT_MAX_RETRIES = 3
+# The oldest Ray this module accepts: the first with Python 3.11 wheels; the
+# task API used here (`ray.remote(max_retries=...)`, `RayTaskError.cause`) is
+# older. Tested: the pin in requirements.txt.
+MIN_RAY_VERSION = (2, 5)
+_CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+def _tcp_endpoint(address: str) -> tuple[str, int] | None:
+  """(host, port) of a --ray_address to probe by TCP, or None.
+
+  'auto' (the cluster this machine belongs to, found by Ray) has no
+  endpoint to probe; 'host:port' and 'ray://host:port' (Ray Client) have.
+
+  Raises:
+    train_config.ConfigError: the address is neither.
+  """
+  if address == 'auto':
+    return None
+  text = address.removeprefix('ray://')
+  host, sep, port = text.rpartition(':')
+  host = host.strip('[]')
+  if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise train_config.ConfigError(
+        f"--ray_address must be 'auto', HOST:PORT or ray://HOST:PORT; got "
+        f'{address!r}.')
+  return host, int(port)
+
+
+def _import_ray() -> Any:
+  """The `ray` module, if installed at a version with the needed API."""
+  try:
+    import ray  # pylint: disable=g-import-not-at-top
+  except ImportError as error:
+    raise train_config.ConfigError(
+        "--executor=ray needs Ray (pip install '.[ray]'; the tested pin is "
+        f'in requirements.txt): {error}.') from None
+  version = getattr(ray, '__version__', '0')
+  try:
+    numbers = tuple(int(part) for part in version.split('.')[:2])
+  except ValueError:
+    numbers = (0,)
+  if numbers < MIN_RAY_VERSION or not all(
+      hasattr(ray, name) for name in ('init', 'remote', 'get', 'shutdown')):
+    raise train_config.ConfigError(
+        f'--executor=ray needs Ray >= '
+        f'{".".join(map(str, MIN_RAY_VERSION))}; got {version}.')
+  return ray
+
+
+class RayExecutor:
+  """Maps a run's task over configs as Ray tasks; see the module docstring.
+
+  A `grid.Executor`: `executor(task, configs)` returns the tasks' results in
+  the order of `configs`.
+  """
+
+  def __init__(self, ray: Any, max_retries: int = DEFAULT_MAX_RETRIES):
+    self._ray = ray
+    self._max_retries = max_retries
+
+  def __call__(self, task: Callable[[train_config.TrainConfig], T],
+               configs: Sequence[train_config.TrainConfig]) -> list[T]:
+    """Runs `task(config)` for every config as a Ray task; waits for all.
+
+    Raises:
+      Exception: the first failed task's own exception (not retried).
+      ray.exceptions.RayError: a task whose worker died more than
+        `max_retries` times, or a lost cluster.
+    """
+    remote = self._ray.remote(max_retries=self._max_retries)(task)
+    # Ray hides every GPU from a task that asks for none.
+    pending = [
+        remote.options(num_gpus=int(config.accelerator == 'gpu')).remote(config)
+        for config in configs]
+    try:
+      return self._ray.get(pending)
+    except self._ray.exceptions.RayTaskError as error:
+      if isinstance(error.cause, Exception):
+        raise error.cause from None
+      raise
+
+
+def connect(address: str | None, num_cpus: int | None = None,
+            max_retries: int = DEFAULT_MAX_RETRIES,
+            temp_dir: str | None = None) -> RayExecutor:
+  """A `RayExecutor` on the cluster at `address`, or a new local one.
+
+  Args:
+    address: --ray_address: 'auto', 'HOST:PORT' or 'ray://HOST:PORT' of a
+      running cluster; None starts a local cluster of this machine's CPUs.
+    num_cpus: CPUs of a new local cluster (None: all of them); one run per
+      CPU at a time.
+    max_retries: retries of a task whose worker died.
+    temp_dir: where a new local cluster keeps its session (logs, sockets);
+      None: Ray's default, `ray` in the temporary directory. Its Unix
+      sockets' paths must stay within 107 bytes.
+
+  Returns:
+    The executor, connected.
+
+  Raises:
+    train_config.ConfigError: Ray is missing or too old, or `address` is
+      malformed, unreachable or refuses the connection (naming the flag).
+  """
+  ray = _import_ray()
+  if address is not None:
+    endpoint = _tcp_endpoint(address)
+    if endpoint is not None:
+      try:
+        socket.create_connection(endpoint,
+                                 timeout=_CONNECT_TIMEOUT_SECONDS).close()
+      except OSError as error:
+        raise train_config.ConfigError(
+            f'--ray_address {address!r} is unreachable: {error}.') from None
+  try:
+    if address is None:
+      ray.init(num_cpus=num_cpus, include_dashboard=False,
+               log_to_driver=True, _temp_dir=temp_dir)
+    else:
+      ray.init(address=address, log_to_driver=True)
+  except (ConnectionError, RuntimeError, ValueError) as error:
+    cause = str(error.args[0]) if error.args else repr(error)
+    raise train_config.ConfigError(
+        f'--ray_address {address!r}: cannot connect to Ray: '
+        f'{cause.splitlines()[0].rstrip(".")}.') from None
+  return RayExecutor(ray, max_retries)

@@ -1,0 +1,230 @@
+"""Distributed DP with secure aggregation: calibration and accounting.
+
+The paper audits DP-FedAvg whose noise is added at the server (Andrew et al.,
+ICLR 2024, Sec. 4); production FL often adds it on the clients instead and
+sums the clients' discretized, noised updates with secure aggregation, the
+distributed discrete Gaussian (DDG) mechanism of Kairouz et al. (2021,
+"The Distributed Discrete Gaussian Mechanism for Federated Learning with
+Secure Aggregation"), which TFF implements as
+`tff.aggregators.DistributedDpSumFactory(mechanism='distributed_dgauss')`.
+Each record (client update, or canary) is, in order: randomly rotated
+(Walsh-Hadamard with random signs), clipped to L2 norm S, multiplied by the
+scale s, stochastically rounded to integers, noised with a local discrete
+Gaussian of parameter sigma_l, and reduced modulo 2^b; the modular sum is
+centred, divided by s and rotated back.
+
+This module is the framework-free half: the parameters TFF's factory derives
+from (z, S, n, d, b) with the same formulas (`calibrate`), and the privacy
+accounting of the mechanism. TFF computes no epsilon for it (its query reports
+`UnsupportedDpEvent`); here a round is accounted as a Gaussian mechanism of
+the summed variance after scaling: the sum of n local discrete Gaussians of
+parameter sigma_l is taken as one Gaussian of std sqrt(n) sigma_l, against the
+L2 sensitivity after rounding, s times the inflated bound of Kairouz et al.
+(Theorem 1 at beta = 0), so the round's noise multiplier is
+z_eff = sqrt(n) sigma_l / (s S_inflated). This drops the tau term of their
+Theorem 1 (the sum of discrete Gaussians is not exactly one; tau <=
+10 sum_{k<n} exp(-2 pi^2 sigma_l^2 k / (k + 1)) is about 1e-8 at sigma_l = 1
+and smaller above), and it assumes that all n expected noise shares arrive.
+The accounted and analytical epsilons of a distributed-DP run are those of
+z_eff; the one-shot estimates are of the decoded aggregates themselves.
+"""
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+from scipy import special
+
+from one_shot_epe import validation
+
+__all__ = ['ACCOUNTING', 'DDP_MAX_BITS', 'DistributedDP', 'DdpCalibration',
+           'calibrate', 'discrete_gaussian_variance', 'effective_noise_multiplier',
+           'inflated_l2_bound']
+
+# How a distributed-DP round is accounted (the module docstring says more).
+ACCOUNTING = ('Gaussian approximation: the sum of n local discrete Gaussians '
+              'of parameter sigma_l as one Gaussian of std sqrt(n) sigma_l, '
+              'against the scaled inflated L2 bound (tau term of Kairouz et '
+              'al. 2021, Thm 1, dropped); rotation and discretization are '
+              'inside the mechanism, decoding is post-processing')
+# TFF's largest bit width: its arithmetic is float32, exact up to 2^24.
+DDP_MAX_BITS = 22
+# TFF's largest scale (larger ones gain nothing and overflow int32 bounds).
+_MAX_SCALE = 1e6
+# Integers float32 holds exactly: a scaled norm bound must stay below.
+_FLOAT32_EXACT = 2.0 ** 24
+# TFF's leeway on the inflated norm bound, for float32 rounding.
+_NORM_LEEWAY = 1e-5
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedDP:
+  """The secure-aggregation parameters of distributed DP.
+
+  Attributes:
+    bits: b, the modulus 2^b of the secure sum, in [1, DDP_MAX_BITS].
+    modclip_prob: The target probability that the noised sum wraps around
+      the modulus, in (0, 1) (TFF's default 1e-4, about 3.9 stddevs).
+  """
+  bits: int = 16
+  modclip_prob: float = 1e-4
+
+  def __post_init__(self):
+    validation.check_int('bits', self.bits, 1, DDP_MAX_BITS)
+    validation.check_real('modclip_prob', self.modclip_prob, 0.0, 1.0,
+                          low_open=True, high_open=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class DdpCalibration:
+  """A distributed DDG aggregation's parameters, as TFF derives them.
+
+  Attributes:
+    padded_dim: The rotated dimension: d rounded up to a power of two.
+    scale: s, the discretization scale.
+    scaled_l2_bound: s times the inflated L2 bound of a rounded record.
+    local_stddev: sigma_l, the local discrete Gaussian's integer parameter
+      (tensorflow_privacy's sampler rounds it up).
+    records: n, the records whose noise shares make the central noise.
+    bits: b of the modulus 2^b.
+  """
+  padded_dim: int
+  scale: float
+  scaled_l2_bound: float
+  local_stddev: int
+  records: int
+  bits: int
+
+  @property
+  def noise_multiplier(self) -> float:
+    """z_eff = sqrt(n) sigma_l / (s S_inflated), the accounted multiplier."""
+    return effective_noise_multiplier(self.local_stddev, self.records,
+                                      self.scaled_l2_bound)
+
+  def setting(self) -> dict[str, Any]:
+    """The report's setting entries of the mechanism and its accounting."""
+    return {'mechanism': 'distributed_dp', 'ddp_bits': self.bits,
+            'ddp_scale': self.scale, 'ddp_local_stddev': self.local_stddev,
+            'ddp_scaled_l2_bound': self.scaled_l2_bound,
+            'ddp_noise_shares': self.records,
+            'ddp_noise_multiplier': self.noise_multiplier,
+            'ddp_accounting': ACCOUNTING}
+
+
+def _num_stddevs(modclip_prob: float) -> float:
+  """k with P(|N(0, 1)| > k) = modclip_prob (TFF's erfcinv)."""
+  return math.sqrt(2.0) * float(special.erfcinv(modclip_prob))
+
+
+def inflated_l2_bound(clip: float, gamma: float, dim: int) -> float:
+  """The L2 bound after stochastic rounding to the grid gamma (beta = 0).
+
+  Kairouz et al. (2021), Theorem 1 at beta = 0: S + gamma sqrt(d).
+  """
+  return clip + gamma * math.sqrt(dim)
+
+
+def calibrate(noise_multiplier: float, clip: float, cohort: float, dim: int,
+              ddp: DistributedDP) -> DdpCalibration:
+  """The DDG parameters of TFF's `DistributedDpSumFactory` (fixed clip).
+
+  The local noise is z S / sqrt(n) before scaling; the scale is TFF's
+  heuristic, which fits k stddevs of the noised sum in the 2^b modulus
+  (Kairouz et al. 2021, Sec. 4.2), capped at 1e6:
+  s = sqrt(2^(2b) - n k^2) / (2 k sqrt(S^2 n^2 / d_pad + n sigma^2)).
+
+  Args:
+    noise_multiplier: z >= 0, the central noise over the clip.
+    clip: S > 0, the L2 clip of a record.
+    cohort: The expected records per round (> 0, canaries included); the
+      noise is split into n = max(1, round(cohort)) shares, as TFF's
+      integer `expected_clients_per_round`.
+    dim: d >= 1, the record's dimension.
+    ddp: The modulus and the wrap-around probability.
+
+  Returns:
+    The calibration.
+
+  Raises:
+    ValueError: naming `bits` when the modulus cannot hold the sum of n
+      records (2^b < n, or 2^(2b) < n k^2, as TFF), or when the scale makes
+      the scaled norm bound overflow float32's exact integers.
+  """
+  noise_multiplier = validation.check_real('noise_multiplier',
+                                           noise_multiplier, 0.0)
+  clip = validation.check_real('clip', clip, 0.0, low_open=True)
+  cohort = validation.check_real('cohort', cohort, 0.0, low_open=True)
+  records = max(1, round(cohort))
+  dim = validation.check_int('dim', dim, 1)
+  if not isinstance(ddp, DistributedDP):
+    raise TypeError(f'ddp must be a DistributedDP; got {ddp!r}.')
+  k = _num_stddevs(ddp.modclip_prob)
+  modulus = 2.0 ** ddp.bits
+  if modulus < records or modulus ** 2 < records * k ** 2:
+    raise ValueError(
+        f'bits={ddp.bits} is too small for the sum of {records} records: '
+        f'needs 2^bits >= {records} and 2^(2 bits) >= n k^2 = '
+        f'{records * k ** 2:.4g} (k = {k:.3g} stddevs for modclip_prob='
+        f'{ddp.modclip_prob:g}); raise bits.')
+  padded_dim = 2 ** math.ceil(math.log2(dim))
+  local = noise_multiplier * clip / math.sqrt(records)
+  scale = math.sqrt(modulus ** 2 - records * k ** 2) / (
+      2.0 * k * math.sqrt(clip ** 2 * records ** 2 / padded_dim +
+                          records * local ** 2))
+  scale = min(scale, _MAX_SCALE)
+  scaled_l2 = (inflated_l2_bound(clip, 1.0 / scale, padded_dim) +
+               _NORM_LEEWAY) * scale
+  if scaled_l2 >= _FLOAT32_EXACT:
+    raise ValueError(
+        f'bits={ddp.bits}: the discretization scale {scale:.4g} makes the '
+        f'scaled norm bound {scaled_l2:.4g} overflow float32 integers '
+        f'(2^24); lower bits.')
+  return DdpCalibration(padded_dim=padded_dim, scale=scale,
+                        scaled_l2_bound=scaled_l2,
+                        local_stddev=math.ceil(local * scale), records=records,
+                        bits=ddp.bits)
+
+
+def effective_noise_multiplier(local_stddev: float, records: int,
+                               scaled_l2_bound: float) -> float:
+  """z_eff = sqrt(n) sigma_l / Delta: n local shares as one Gaussian.
+
+  Args:
+    local_stddev: sigma_l >= 0 of each local discrete Gaussian.
+    records: n >= 1 noise shares in the sum.
+    scaled_l2_bound: Delta > 0, the L2 sensitivity in the scaled domain.
+
+  Returns:
+    The noise multiplier of the Gaussian approximation (see the module).
+
+  Raises:
+    ValueError: if an argument is out of range.
+  """
+  local_stddev = validation.check_real('local_stddev', local_stddev, 0.0)
+  records = validation.check_int('records', records, 1)
+  scaled_l2_bound = validation.check_real('scaled_l2_bound', scaled_l2_bound,
+                                          0.0, low_open=True)
+  return math.sqrt(records) * local_stddev / scaled_l2_bound
+
+
+def discrete_gaussian_variance(sigma: float) -> float:
+  """The variance of the discrete Gaussian N_Z(0, sigma^2) on the integers.
+
+  sum_x x^2 exp(-x^2 / (2 sigma^2)) / sum_x exp(-x^2 / (2 sigma^2)), summed
+  to 40 sigma (slightly below sigma^2 for small sigma; Canonne et al. 2020).
+
+  Args:
+    sigma: The parameter, > 0.
+
+  Returns:
+    The variance.
+
+  Raises:
+    ValueError: if sigma <= 0.
+  """
+  sigma = validation.check_real('sigma', sigma, 0.0, low_open=True)
+  x = np.arange(-math.ceil(40 * sigma) - 1, math.ceil(40 * sigma) + 2,
+                dtype=np.float64)
+  weights = np.exp(-x ** 2 / (2.0 * sigma ** 2))
+  return float(np.sum(x ** 2 * weights) / np.sum(weights))
