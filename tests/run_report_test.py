@@ -233,3 +233,13 @@ def test_correlated_noise_references_are_the_strategys():
   assert 'banded' in report.accounted_mechanism
   assert report.last_iterate_mechanism is None
   assert run_report.RunReport.from_dict(report.to_dict()) == report
+  # Without all-iterates maxima there is no statistic to qualify; with them
+  # the report says what it estimates under correlated noise.
+  assert 'all_iterates_under_correlated_noise' not in report.setting
+  maxima = run_report.build_run_report(
+      final_cosines=_cosines(4, 2.0), dim=10**5, delta=1e-5,
+      noise_multiplier=0.7, rounds=20, correlated=correlated,
+      seen_maxima=_cosines(4, 3.0), unseen_maxima=_cosines(4, 0.0),
+      participation=accounting.Participation('shuffle', 5, 20, 20))
+  assert maxima.setting['all_iterates_under_correlated_noise'] == (
+      run_report.CORRELATED_ALL_ITERATES_NOTE)
