@@ -98,7 +98,7 @@ $(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py pyproject.toml
 	touch $(JAX_STAMP)
 
 test-jax: $(JAX_STAMP)
-	$(JAX_PY) -m pytest -q $(JAX_TESTS)
+	$(JAX_PY) -m pytest -q -n $(TEST_WORKERS) $(JAX_TESTS)
 
 # The package as users install it: pip resolves `.[jax]` from the package
 # index in a fresh Python 3.12 venv (with requirements-jax.txt as constraints)
