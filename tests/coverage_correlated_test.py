@@ -11,8 +11,6 @@ import importlib.util
 
 import pytest
 
-from benchmarks import coverage
-
 # Collected everywhere, run where jax-privacy is installed.
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec('jax_privacy') is None,
@@ -21,6 +19,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.mark.parametrize('mechanism', ['blt', 'banded'])
 def test_bounds_hold_and_gaussian_truths_are_met(mechanism):
+  # Imported here: its absl flags (--dim) would clash at collection with
+  # those of one_shot_epe.estimate, which other test modules import.
+  from benchmarks import coverage  # pylint: disable=g-import-not-at-top
   strategy = coverage.strategy_matrix(mechanism, rounds=8)
   table = coverage.simulate_correlated(
       [3.0], runs=30, dim=10_000, canaries=400, strategy=strategy,
