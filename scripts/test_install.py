@@ -2,11 +2,13 @@
 
 `make test-install` (CI runs it after `make test-jax`). Each environment is a
 new virtual environment under one temporary directory (removed at the end)
-into which pip installs the source tree with its dependencies resolved from
-the package index (pip's download cache keeps this quick):
+into which pip installs a copy of the source tree (one per environment: pip
+builds in the tree, and the installs run at once) with its dependencies
+resolved from the package index (pip's download cache keeps this quick):
 
 * --jax=PYTHON[,CONSTRAINTS]: `pip install '.[jax]'` (with `-c CONSTRAINTS`
-  when given), a clean `pip check`, no TensorFlow, then the installed console
+  when given), a clean `pip check`, jax-privacy's matrix-factorization noise
+  importable (Python 3.12+), no TensorFlow, then the installed console
   scripts: `one-shot-epe-estimate` on a CSV of cosines whose estimate has a
   closed form, and a 2-round `one-shot-epe-train --backend=jax` run;
 * --core=PYTHON: `pip install .` (the core alone), a clean `pip check`,
@@ -54,6 +56,12 @@ _EXTRA_LINES = {'jax': "pip install 'one-shot-epe[jax]'",
                 'tff': 'the [tff] extra, on Python 3.11: pip install --no-deps'}
 _PIP = ('-m', 'pip', 'install', '--disable-pip-version-check', '--quiet')
 _TIMEOUT_S = 900
+
+
+# What the copy of the source tree leaves out: environments, VCS and build
+# outputs.
+_NOT_SOURCE = ('.venv*', '.git', 'build', 'output', 'bazel-*', '*.egg-info',
+               '__pycache__', '.pytest_cache')
 
 
 def _normal_cdf(x: float) -> float:
@@ -132,10 +140,16 @@ class Environment:
     """Creates the venv and installs; None on success, else what failed."""
     start = time.monotonic()
     os.makedirs(self.work)
+    # Each install builds from a copy of its own: pip builds in the source
+    # tree (its build/ directory), and the installs run at once.
+    source = os.path.join(self.work, 'source')
+    shutil.copytree(REPO, source, symlinks=True,
+                    ignore=shutil.ignore_patterns(*_NOT_SOURCE))
+    spec = source + self.spec[len(REPO):]
     done = _run([self.python, '-m', 'venv', self.dir], self.work)
     if done.returncode != 0:
       return f'{self.python} -m venv failed:\n{_tail(done)}'
-    command = [os.path.join(self.bin, 'python'), *_PIP, self.spec]
+    command = [os.path.join(self.bin, 'python'), *_PIP, spec]
     if self.constraints:
       command += ['-c', self.constraints]
     done = _run(command, self.work)
@@ -251,8 +265,20 @@ def _check_missing_engine(env: Environment, backend: str) -> str | None:
   return None
 
 
+def _check_matrix_factorization(env: Environment) -> str | None:
+  """[jax] brings jax-privacy (Python 3.12+): --mechanism=blt|banded."""
+  done = env.python_code(
+      'from one_shot_epe.jax_engine import correlated_noise\n'
+      'print(correlated_noise.available())')
+  if done.returncode != 0:
+    return _tail(done)
+  return None if done.stdout.strip() == 'True' else done.stdout
+
+
 def _jax_checks(env: Environment) -> list[tuple[str, Callable[[], str | None]]]:
   return [('pip check', lambda: _check_pip(env)),
+          ('jax-privacy: the matrix-factorization noise imports',
+           lambda: _check_matrix_factorization(env)),
           ('no TensorFlow', lambda: _check_absent(
               env, ('tensorflow', 'tensorflow_federated'))),
           ('one-shot-epe-estimate: the closed-form eps',
