@@ -150,18 +150,12 @@ def main(argv: Sequence[str]) -> None:
     if 'jax_round_s' in figures and 'tff_round_s' in figures:
       figures['ratio'] = figures['jax_round_s'] / figures['tff_round_s']
     results[task] = figures
-    print(f'{task}, {_CLIENTS.value} clients per round, '
-          f'{_NUM_CANARIES.value} + {_NUM_CANARIES.value} canaries:')
-    for name, value in figures.items():
-      label = name
-      if name == 'predicted_h100_round_s':
-        label += ' (prediction: roofline from XLA cost analysis)'
-      print(f'  {label}: {value:.4g}' if isinstance(value, float) else
-            f'  {label}: {value}')
-  if _JSON.value:
-    with open(_JSON.value, 'w') as stream:
-      json.dump(results, stream, indent=2, sort_keys=True)
-      stream.write('\n')
+    round_timing.print_figures(
+        f'{task}, {_CLIENTS.value} clients per round, '
+        f'{_NUM_CANARIES.value} + {_NUM_CANARIES.value} canaries:', figures,
+        {'predicted_h100_round_s':
+         ' (prediction: roofline from XLA cost analysis)'})
+  round_timing.write_json(_JSON.value, results)
 
 
 if __name__ == '__main__':

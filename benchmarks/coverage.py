@@ -46,9 +46,21 @@ eps is the cell's; the truths of the threat models are:
   canary's matched filter sum_t C[t, 0] (C g)_t / (s ||C[:, 0]||), exactly
   N(mu, 1) when inserted, so its estimates should meet the truth.
 
+With --mechanism=discrete_gaussian, TFF's distributed discrete Gaussian
+(`benchmarks.discrete_gaussian`): canaries scaled by --dg_scale * sqrt(d)
+and stochastically rounded to integers, summed, discrete Gaussian noise
+N_Z(0, sigma^2) added, in one release (final model) and in --rounds releases
+(all iterates, each seen canary in one round, the same cosine statistics as
+the engine's). sigma is calibrated so that the rounded canary is about a
+Gaussian mechanism of the cell's eps; the truth of both threat models is the
+exact eps of the seen canary with the largest rounded norm, from the
+discrete Gaussian's privacy loss distribution (dp_accounting).
+
   python -m benchmarks.coverage                   # 200 runs per cell, ~10 min
   python -m benchmarks.coverage --runs=20 --json=/tmp/coverage.json
   .venv-jax/bin/python -m benchmarks.coverage --mechanism=blt --runs=50
+  python -m benchmarks.coverage --mechanism=discrete_gaussian --dim=20000 \
+      --canaries=250 --runs=100
 """
 
 import json
@@ -60,7 +72,9 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from benchmarks import discrete_gaussian
 from one_shot_epe import cli
+from one_shot_epe import decorrelation
 from one_shot_epe import estimation
 from one_shot_epe import gaussian_mechanism
 from one_shot_epe import privacy_report
@@ -84,9 +98,15 @@ _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the simulations.',
                              lower_bound=0)
 _JSON = flags.DEFINE_string('json', None, 'Also write the table as JSON here.')
 _MECHANISM = flags.DEFINE_enum(
-    'mechanism', 'gaussian', ['gaussian', 'blt', 'banded'],
+    'mechanism', 'gaussian', ['gaussian', 'blt', 'banded',
+                              'discrete_gaussian'],
     'Independent noise, or correlated noise with a BLT or a 4-band banded '
-    'strategy for --rounds rounds (needs jax-privacy).')
+    'strategy for --rounds rounds (needs jax-privacy), or the distributed '
+    'discrete Gaussian (canaries rounded to integers, --dg_scale).')
+_DG_SCALE = flags.DEFINE_float(
+    'dg_scale', 4.0, 'With --mechanism=discrete_gaussian: a unit canary is '
+    'scaled by dg_scale * sqrt(d) before rounding, so its coordinates have '
+    'std dg_scale integer units.', lower_bound=0.0)
 
 BOUNDS = ('epsilon_lo', 'epsilon_one_run', 'epsilon_one_run_fdp')
 NOMINAL = ('epsilon_lo_paper',)
@@ -138,10 +158,11 @@ def correlated_scores(
   per_round = (signal + noise) / (scale * np.linalg.norm(inverse, axis=1))
   maxima = per_round.max(axis=1) / math.sqrt(dim)
   scores['all'] = (maxima[:canaries], maxima[canaries:])
-  column = strategy[:, 0]
-  matched = ((signal + noise) @ strategy.T @ column /
-             (scale * np.linalg.norm(column)) / math.sqrt(dim))
-  scores['all_decorrelated'] = (matched[:canaries], matched[canaries:])
+  seen, unseen = decorrelation.matched_filter_scores(
+      signal + noise, strategy, [range(canaries)] + [[]] * (rounds - 1),
+      canaries, scale)
+  scores['all_decorrelated'] = (seen / math.sqrt(dim),
+                                unseen / math.sqrt(dim))
   return scores
 
 
@@ -180,6 +201,70 @@ def simulate_correlated(epsilons: Sequence[float], runs: int, dim: int,
       table[name][f'{epsilon:g}'] = dict(
           cell(reports[name], truths[name], alpha),
           truth={'epsilon': truths[name]})
+  return table
+
+
+def simulate_discrete_gaussian(
+    epsilons: Sequence[float], runs: int, dim: int, canaries: int,
+    rounds: int, scale: float, delta: float, alpha: float,
+    seed: int) -> dict[str, dict[str, dict]]:
+  """{threat model: {eps: cell}} under the distributed discrete Gaussian.
+
+  Each cell's sigma makes the rounded canary about a Gaussian mechanism of
+  its eps (`discrete_gaussian.calibrated_sigma`); both threat models
+  (Sections 3.1 and 3.2 of the paper, Algorithms 2 and 3) are scored
+  against the exact eps of the cell's seen canary (over all its runs) with
+  the largest rounded norm (`discrete_gaussian.discrete_gaussian_epsilon`), which the cell holds
+  with sigma, that norm and the continuous Gaussian's eps at the same
+  noise-to-norm ratio.
+
+  Args:
+    epsilons: the cells' nominal eps, each > 0.
+    runs: simulated runs per cell.
+    dim: d >= 3.
+    canaries: k seen and k unseen canaries.
+    rounds: T of the all-iterates runs.
+    scale: gamma / sqrt(d) > 0, integer units per canary coordinate std.
+    delta: delta of every eps.
+    alpha: the bounds hold at 1 - alpha.
+    seed: the simulation's seed.
+
+  Returns:
+    {'final', 'all'}: {f'{eps:g}': cell with a 'truth' entry}.
+
+  Raises:
+    ValueError: naming --dg_scale if scale is not positive.
+  """
+  if not scale > 0:
+    raise ValueError(f'--dg_scale must be positive; got {scale}.')
+  rng = np.random.default_rng(seed)
+  table: dict[str, dict[str, dict]] = {'final': {}, 'all': {}}
+  for epsilon in epsilons:
+    sigma = discrete_gaussian.calibrated_sigma(
+        estimation.gaussian_sigma(epsilon, delta), scale, dim)
+    reports: dict[str, list[privacy_report.PrivacyReport]] = {
+        'final': [], 'all': []}
+    worst = None
+    for _ in range(runs):
+      run = discrete_gaussian.scores(rng, dim, canaries, scale, sigma, rounds)
+      if worst is None or run['worst'] @ run['worst'] > worst @ worst:
+        worst = run['worst']
+      seen, unseen = run['final']
+      reports['final'].append(privacy_report.final_model_report(
+          seen, dim, delta, alpha, unseen=unseen, bootstrap_resamples=20))
+      seen, unseen = run['all']
+      reports['all'].append(privacy_report.all_iterates_report(
+          seen, unseen, delta, alpha, bootstrap_resamples=20))
+    norm = float(np.linalg.norm(worst))
+    truth = {
+        'epsilon': discrete_gaussian.discrete_gaussian_epsilon(
+            worst, sigma, delta),
+        'gaussian_epsilon': estimation.gaussian_epsilon(sigma / norm, delta),
+        'sigma': sigma, 'sensitivity_norm': norm,
+    }
+    for name in table:
+      table[name][f'{epsilon:g}'] = dict(
+          cell(reports[name], truth['epsilon'], alpha), truth=truth)
   return table
 
 
@@ -290,6 +375,13 @@ def main(argv: Sequence[str]) -> None:
   if _MECHANISM.value == 'gaussian':
     table = simulate(epsilons, _RUNS.value, _DIM.value, _CANARIES.value,
                      _ROUNDS.value, _DELTA.value, _ALPHA.value, _SEED.value)
+  elif _MECHANISM.value == 'discrete_gaussian':
+    if not _DG_SCALE.value > 0:
+      raise app.UsageError(
+          f'--dg_scale must be positive; got {_DG_SCALE.value}.', exitcode=2)
+    table = simulate_discrete_gaussian(
+        epsilons, _RUNS.value, _DIM.value, _CANARIES.value, _ROUNDS.value,
+        _DG_SCALE.value, _DELTA.value, _ALPHA.value, _SEED.value)
   else:
     table = simulate_correlated(
         epsilons, _RUNS.value, _DIM.value, _CANARIES.value,
@@ -299,6 +391,13 @@ def main(argv: Sequence[str]) -> None:
         f'unseen canaries, δ = {_DELTA.value:g}, T = {_ROUNDS.value} rounds '
         f'(all iterates), seed {_SEED.value}.\n')
   print(format_table(table, _RUNS.value, _ALPHA.value), end='')
+  truths = {(threat, epsilon): row['truth'] for threat, rows in table.items()
+            for epsilon, row in rows.items() if 'truth' in row}
+  if truths:
+    print('\nTrue ε of each cell:')
+  for (threat, epsilon), truth in truths.items():
+    print(f'  {threat}, ε = {epsilon}: ' + ', '.join(
+        f'{key} {value:.6g}' for key, value in sorted(truth.items())))
   print(f'\nWall time: {time.perf_counter() - start:.0f} s.')
   if _JSON.value:
     with open(_JSON.value, 'w', encoding='utf-8') as handle:

@@ -457,17 +457,11 @@ def main(argv: Sequence[str]) -> None:
                                 tff.get(_KINDS[task]))
              for task in _TASKS.value}
   for task, figures in results.items():
-    print(f'{task} ({figures["table"]}: {figures["runs"]} runs x '
-          f'{figures["rounds"]} rounds):')
-    for name, value in figures.items():
-      label = name + (' (prediction)' if name.startswith(
-          ('predicted', 'roofline')) else '')
-      print(f'  {label}: {value:.4g}' if isinstance(value, float) else
-            f'  {label}: {value}')
-  if _JSON.value:
-    with open(_JSON.value, 'w') as stream:
-      json.dump(results, stream, indent=2, sort_keys=True)
-      stream.write('\n')
+    round_timing.print_figures(
+        f'{task} ({figures["table"]}: {figures["runs"]} runs x '
+        f'{figures["rounds"]} rounds):', figures,
+        {'predicted': ' (prediction)', 'roofline': ' (prediction)'})
+  round_timing.write_json(_JSON.value, results)
 
 
 if __name__ == '__main__':

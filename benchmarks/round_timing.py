@@ -16,6 +16,7 @@ scoring, amortised over blocks of rounds, is left out on both engines). Here:
   returns the JSON it prints;
 * `run_jax`: in that child, one run of the launcher's JAX engine, with its
   `training.RunStats` and XLA's cost analysis of a round;
+* `print_figures`, `write_json`: how both print and write their figures;
 * the H100 SXM figures the roofline predictions use.
 """
 
@@ -27,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
@@ -203,3 +204,26 @@ def run_jax(run: LauncherRun, cost_round: int = 1) -> JaxRun:
                 cost_examples=int(batches.example_mask.sum()),
                 batches=batches, prepared=prepared,
                 device=f'{jax.devices()[0].device_kind} ({jax.__version__})')
+
+
+def print_figures(heading: str, figures: Mapping[str, Any],
+                  notes: Mapping[str, str]) -> None:
+  """Prints a task's figures under `heading`, one per line.
+
+  notes: name prefix -> what to append to the names it starts (what a
+  prediction rests on).
+  """
+  print(heading)
+  for name, value in figures.items():
+    label = name + next((note for prefix, note in notes.items()
+                         if name.startswith(prefix)), '')
+    print(f'  {label}: {value:.4g}' if isinstance(value, float) else
+          f'  {label}: {value}')
+
+
+def write_json(path: str | None, results: Mapping[str, Any]) -> None:
+  """Writes `results` to `path` as indented JSON (nothing for None)."""
+  if path:
+    with open(path, 'w', encoding='utf-8') as stream:
+      json.dump(results, stream, indent=2, sort_keys=True)
+      stream.write('\n')

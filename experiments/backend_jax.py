@@ -36,6 +36,7 @@ from experiments import train_config
 from one_shot_epe import accounting
 from one_shot_epe import canary_spec
 from one_shot_epe import client_arrays
+from one_shot_epe import decorrelation as decorrelation_lib
 from one_shot_epe import fashion_mnist
 from one_shot_epe import round_record
 from one_shot_epe import run_directory
@@ -45,8 +46,8 @@ from one_shot_epe.jax_engine import training
 
 __all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'check_device_memory',
            'check_supported', 'checkpoint_bytes', 'checkpoints',
-           'correlated_report', 'correlated_strategy', 'load_data', 'model',
-           'noise_rows', 'train']
+           'correlated_report', 'correlated_strategy', 'decorrelation',
+           'load_data', 'model', 'noise_rows', 'train', 'train_program']
 
 # Task -> the engine's data kind.
 KINDS = {'emnist_character': 'emnist', 'stackoverflow_word': 'stackoverflow',
@@ -167,31 +168,36 @@ def model(
   return models.WordLstm(vocab_size=config.vocab_size)
 
 
-def check_device_memory(run: engine.PreparedRun) -> None:
+def check_device_memory(run: engine.PreparedRun, runs: int = 1) -> None:
   """Refuses a run whose estimate exceeds a local device's memory.
 
-  The estimate is `training.device_memory`; the memory XLA's limit, or the
-  free host RAM on a CPU (`training.device_memory_limit`; unknown: no check).
+  The estimate is `training.device_memory`, for a program of `runs` runs
+  like `run` (the data once, the state and lanes of every run); the memory
+  XLA's limit, or the free host RAM on a CPU (`training.device_memory_limit`;
+  unknown: no check).
   """
   limit = training.device_memory_limit()
   if limit is None:
     return
   config = run.config
   need = training.device_memory(run.plan, model(config), run.data.train,
-                                resident_data=config.resident_data)
+                                resident_data=config.resident_data, runs=runs)
   if need.total_bytes <= limit:
     return
   gb = lambda count: f'{count / 1e9:.3g} GB'  # pylint: disable=unnecessary-lambda-assignment
   if need.resident and need.data_bytes > need.total_bytes - limit:
     flag, remedy = '--resident_data', (
         'use --noresident_data (each round\'s batches sent from the host)')
+  elif runs > 1:
+    flag, remedy = '--runs_per_program', 'lower --runs_per_program'
   else:
     flag, remedy = '--clients_per_round', (
         'lower --clients_per_round or --client_batch_size')
   raise train_config.ConfigError(
       f'{flag}: the run needs about {gb(need.total_bytes)} of device memory '
       f'(data {gb(need.data_bytes)}, server state {gb(need.state_bytes)}, '
-      f'{need.lanes} client lanes x {gb(need.lane_bytes)}) and the device '
+      f'{need.lanes} client lanes x {gb(need.lane_bytes)}'
+      f'{f", x {runs} runs" if runs > 1 else ""}) and the device '
       f'has {gb(limit)}: {remedy}.')
 
 
@@ -243,6 +249,24 @@ def noise_rows(run: engine.PreparedRun) -> Any:
   return correlated_noise.NoiseStream(transform).rows
 
 
+def decorrelation(run: engine.PreparedRun) -> training.Decorrelation | None:
+  """--mechanism=blt|banded with noise: the decorrelated statistic's C and s.
+
+  None for independent noise, without noise, or with
+  --all_iterates_statistic=model_delta (the statistic needs the released
+  sums). s = z S sens(C) / the expected cohort: the aggregate's units.
+  """
+  strategy = correlated_strategy(run)
+  config = run.config
+  if (strategy is None or config.noise_multiplier == 0 or
+      config.all_iterates_statistic != 'aggregate'):
+    return None
+  return training.Decorrelation(
+      strategy=decorrelation_lib.toeplitz_strategy(strategy.coefs),
+      noise_std=(config.noise_multiplier * config.clipping_norm *
+                 strategy.sensitivity / run.plan.dp.clients_per_round))
+
+
 def checkpoints(directory: str) -> checkpoints_lib.NpzCheckpoints:
   """The run's .npz checkpoints in `directory`."""
   return checkpoints_lib.NpzCheckpoints(directory)
@@ -253,7 +277,11 @@ def checkpoint_bytes(run: engine.PreparedRun) -> int:
   dim = model(run.config).num_parameters()
   vectors = 2 + run.plan.server_optimizer.slots
   spec = run.plan.spec
-  return 4 * (vectors * dim + spec.num_seen + spec.num_unseen)
+  tracked = spec.num_seen + spec.num_unseen
+  # The decorrelated statistic's projections: one per canary and round.
+  per_canary = 1 + (run.plan.total_rounds if run.config.mechanism in (
+      'blt', 'banded') else 0)
+  return 4 * (vectors * dim + tracked * per_canary)
 
 
 def train(run: engine.PreparedRun, store: checkpoints_lib.NpzCheckpoints,
@@ -264,16 +292,33 @@ def train(run: engine.PreparedRun, store: checkpoints_lib.NpzCheckpoints,
 
   `stats`, if given, gathers how the run used the device (`RunStats`).
   """
+  return train_program([run], [store], [observer], stats)[0]
+
+
+def train_program(runs: Sequence[engine.PreparedRun],
+                  stores: Sequence[checkpoints_lib.NpzCheckpoints],
+                  observers: Sequence[round_record.RoundObserver],
+                  stats: training.RunStats | None = None
+                  ) -> list[canary_spec.CanaryOutcome]:
+  """Trains (or resumes) `runs` as one program (`training.train_program`).
+
+  The runs share the first one's model, data and flags but for
+  `train_config.PROGRAM_DIFFERENCES`; each reports to its own observer.
+  """
+  first = runs[0]
   try:
-    return training.train(run.plan, model(run.config), run.data.train,
-                          run.data.test, store, observer, stats=stats,
-                          resident_data=run.config.resident_data,
-                          noise_rows=noise_rows(run))
+    return training.train_program(
+        [training.ProgramRun(run.plan, store, observer, noise_rows(run),
+                             decorrelation(run))
+         for run, store, observer in zip(runs, stores, observers)],
+        model(first.config), first.data.train, first.data.test, stats=stats,
+        resident_data=first.config.resident_data)
   except RuntimeError as error:  # XLA's error type differs across versions.
     if not _OUT_OF_MEMORY.search(str(error)):
       raise
-    first = str(error).strip().splitlines()[0]
+    first_line = str(error).strip().splitlines()[0]
     raise engine.DeviceOutOfMemory(
-        f'the JAX device ran out of memory ({first[:200]}): lower '
-        '--clients_per_round or --client_batch_size, or use a device with '
-        'more memory; rerunning resumes from the last checkpoint.') from None
+        f'the JAX device ran out of memory ({first_line[:200]}): lower '
+        '--clients_per_round or --client_batch_size (or '
+        '--runs_per_program), or use a device with more memory; rerunning '
+        'resumes from the last checkpoint.') from None

@@ -50,7 +50,7 @@ def check_supported(config: train_config.TrainConfig) -> None:
   if config.mechanism not in run_options.BACKEND_MECHANISMS['tff']:
     raise train_config.ConfigError(
         f'--mechanism={config.mechanism} applies to --backend=jax only '
-        '(--backend=tff runs gaussian or distributed_dp).')
+        '(--backend=tff runs gaussian, distributed_dp or tree).')
   if not config.resident_data:
     raise train_config.ConfigError(
         '--noresident_data applies to --backend=jax only (TFF\'s workers '
@@ -90,9 +90,9 @@ def correlated_report(run: engine.PreparedRun) -> None:
   del run
 
 
-def check_device_memory(run: engine.PreparedRun) -> None:
+def check_device_memory(run: engine.PreparedRun, runs: int = 1) -> None:
   """Nothing to check: TFF's workers hold one client's batches at a time."""
-  del run
+  del run, runs
 
 
 def checkpoint_bytes(run: engine.PreparedRun) -> int:

@@ -86,8 +86,9 @@ class Backend(Protocol):
   def checkpoint_bytes(self, run: PreparedRun) -> int:
     """About how many bytes one checkpoint of `run` takes."""
 
-  def check_device_memory(self, run: PreparedRun) -> None:
-    """`train_config.ConfigError` if `run` cannot fit the device's memory."""
+  def check_device_memory(self, run: PreparedRun, runs: int = 1) -> None:
+    """`train_config.ConfigError` if `runs` runs like `run` (one program)
+    cannot fit the device's memory."""
 
   def train(self, run: PreparedRun, store: checkpoint_store.CheckpointStore,
             observer: round_record.RoundObserver) -> canary_spec.CanaryOutcome:

@@ -9,11 +9,15 @@ validates every run before the first starts, then runs, resumes or skips
 each (a run whose report.json exists is finished) and reads each back as a
 `GridRun`: its typed `run_report.RunReport` and final-model cosines.
 
-Who runs the runs is an `Executor`: `sequential` (one after the other, in
-this process) or `experiments.ray_executor.RayExecutor` (Ray tasks, on one
-machine or a cluster sharing the output directory). Either only trains;
-the runs are then read back from their directories here, so the tables do
-not depend on the executor.
+The unit of work is a program (`programs`): one run, or with
+--runs_per_program=R on the JAX engine up to R runs that share every shape
+(`train_config.program_key`) trained as one computation with a run axis
+(`experiments.train.run_program`); each run still has its own run
+directory. Who runs the programs is an `Executor`: `sequential` (one after
+the other, in this process) or `experiments.ray_executor.RayExecutor` (Ray
+tasks, on one machine or a cluster sharing the output directory). Either
+only trains; the runs are then read back from their directories here, so
+the tables depend on neither the executor nor the programs.
 """
 
 import csv
@@ -30,26 +34,54 @@ from experiments import train_config
 from one_shot_epe import run_directory
 from one_shot_epe import run_report
 
-__all__ = ['Executor', 'GRID_FLAGS', 'GRID_PREFIX', 'GridRun', 'RUNS_DIR',
-           'accuracy_configs', 'baseline_accuracy', 'grid_configs',
-           'load_run', 'parse_grid', 'run_grid', 'run_table5', 'scale_config',
-           'sequential', 'train_unless_reported']
+__all__ = ['Executor', 'GRID_FLAGS', 'GRID_PREFIX', 'GridRun', 'Program',
+           'RUNS_DIR', 'accuracy_configs', 'baseline_accuracy', 'grid_configs',
+           'load_run', 'parse_grid', 'programs', 'run_grid', 'run_table5',
+           'scale_config', 'sequential', 'train_unless_reported']
 
 GRID_PREFIX = '# grid: --'
 GRID_FLAGS = ('noise_multiplier', 'canary_repeats')
 RUNS_DIR = 'runs'
 
 T = TypeVar('T')
-# Runs `task(config)` for every config (a run each); returns the results in
-# the order of the configs.
-Executor = Callable[[Callable[[train_config.TrainConfig], T],
-                     Sequence[train_config.TrainConfig]], list[T]]
+# The runs trained as one program (`programs`; one run by default).
+Program = tuple[train_config.TrainConfig, ...]
+# Runs `task(program)` for every program; returns the results in the order
+# of the programs.
+Executor = Callable[[Callable[[Program], T], Sequence[Program]], list[T]]
 
 
-def sequential(task: Callable[[train_config.TrainConfig], T],
-               configs: Sequence[train_config.TrainConfig]) -> list[T]:
-  """The default `Executor`: each run in turn, in this process."""
-  return [task(config) for config in configs]
+def sequential(task: Callable[[Program], T],
+               programs: Sequence[Program]) -> list[T]:
+  """The default `Executor`: each program in turn, in this process."""
+  return [task(program) for program in programs]
+
+
+def programs(configs: Sequence[train_config.TrainConfig],
+             runs_per_program: int = 1) -> list[Program]:
+  """The configs grouped into programs of at most `runs_per_program` runs.
+
+  Runs share a program only if they share every flag but
+  `train_config.PROGRAM_DIFFERENCES` (`train_config.program_key`); groups
+  keep the configs' order and are cut into consecutive chunks.
+
+  Raises:
+    train_config.ConfigError: `runs_per_program` is not an integer >= 1, or
+      is > 1 with --backend=tff.
+  """
+  if (isinstance(runs_per_program, bool) or
+      not isinstance(runs_per_program, int) or runs_per_program < 1):
+    raise train_config.ConfigError('--runs_per_program must be an integer '
+                                   f'>= 1; got {runs_per_program!r}.')
+  groups: dict[Any, list[train_config.TrainConfig]] = {}
+  for config in configs:
+    if runs_per_program > 1 and config.backend != 'jax':
+      raise train_config.ConfigError(
+          f'--runs_per_program={runs_per_program} needs --backend=jax (runs '
+          f'with a run axis); got --backend={config.backend}.')
+    groups.setdefault(train_config.program_key(config), []).append(config)
+  return [tuple(group[i:i + runs_per_program]) for group in groups.values()
+          for i in range(0, len(group), runs_per_program)]
 
 
 def parse_grid(path: str) -> dict[str, list[str]]:
@@ -147,24 +179,27 @@ def load_run(config: train_config.TrainConfig) -> GridRun:
                      'cosine'))
 
 
-def train_unless_reported(config: train_config.TrainConfig) -> None:
-  """Runs (or resumes) `config` unless its report is written."""
-  if not os.path.exists(os.path.join(config.run_dir,
-                                     run_directory.REPORT_JSON_FILE)):
+def train_unless_reported(program: Program) -> None:
+  """Runs (or resumes) the program's runs whose report is not written."""
+  pending = [config for config in program if not os.path.exists(
+      os.path.join(config.run_dir, run_directory.REPORT_JSON_FILE))]
+  for config in pending:
     print(f'Running {config.run_dir}', flush=True)
-    train.run_training(config)
+  if pending:
+    train.run_program(pending)
 
 
-def baseline_accuracy(config: train_config.TrainConfig) -> float:
-  """Trains (or re-evaluates) a run without canaries; its final accuracy."""
-  print(f'Running {config.run_dir}', flush=True)
-  return train.run_training(config).accuracy
+def baseline_accuracy(program: Program) -> list[float]:
+  """Trains (or re-evaluates) runs without canaries; their final accuracy."""
+  for config in program:
+    print(f'Running {config.run_dir}', flush=True)
+  return [result.accuracy for result in train.run_program(program)]
 
 
 def run_grid(
     configs: Sequence[train_config.TrainConfig],
     baseline_configs: Sequence[train_config.TrainConfig] = (),
-    executor: Executor = sequential
+    executor: Executor = sequential, runs_per_program: int = 1
 ) -> tuple[list[GridRun], dict[float, float]]:
   """Validates every config, then runs (or resumes, or skips) each.
 
@@ -173,7 +208,8 @@ def run_grid(
   same flags) and is not run again. `baseline_configs` are runs without
   canaries (`accuracy_configs`); a finished one is not trained again, only
   re-evaluated, as it writes no report to read its accuracy from.
-  `executor` runs them (`sequential`: in turn, in this process).
+  `executor` runs them (`sequential`: in turn, in this process), in
+  `programs` of at most `runs_per_program` runs (baselines: one each).
 
   Returns:
     The grid's runs, and the final accuracy of each baseline by noise.
@@ -188,27 +224,33 @@ def run_grid(
     if config.num_canaries == 0:
       raise train_config.ConfigError('--num_canaries must be >= 2 for the '
                                      'privacy grid; got 0.')
-  executor(train_unless_reported, prepared)
+  executor(train_unless_reported, programs(prepared, runs_per_program))
   runs = [load_run(config) for config in prepared]
-  accuracies = dict(zip([config.noise_multiplier for config in baselines],
-                        executor(baseline_accuracy, baselines)))
+  accuracies = dict(zip(
+      [config.noise_multiplier for config in baselines],
+      [accuracy for program in executor(baseline_accuracy,
+                                        programs(baselines))
+       for accuracy in program]))
   return runs, accuracies
 
 
 def run_table5(experiments: Sequence[table5.Experiment],
-               executor: Executor = sequential) -> str:
+               executor: Executor = sequential,
+               runs_per_program: int = 1) -> str:
   """Runs (or resumes, or skips) Table 5's runs; returns the table.
 
   Each run is validated as it starts (`train.run_training`);
   `experiments.reproduce` validates them all before its first run.
-  `executor` runs them (`sequential`: in turn, in this process).
+  `executor` runs them (`sequential`: in turn, in this process), in
+  `programs` of at most `runs_per_program` runs: an R-run experiment's
+  runs, and the experiments of one arm, share their shapes.
 
   Raises:
     train_config.ConfigError: for an invalid config.
   """
   executor(train_unless_reported,
-           [config for experiment in experiments
-            for config in experiment.configs])
+           programs([config for experiment in experiments
+                     for config in experiment.configs], runs_per_program))
   estimates: dict[tuple[float, str], list[float]] = {}
   for experiment in experiments:
     runs = [load_run(config) for config in experiment.configs]

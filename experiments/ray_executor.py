@@ -2,9 +2,10 @@
 
 `experiments.reproduce --executor=ray` hands each run of its grid (every
 noise multiplier and repetition count, the accuracy baselines, Table 5's
-runs) to `RayExecutor`: one Ray task per run, which trains (or resumes) the
-ordinary run (`experiments.grid.train_unless_reported`) in its own run
-directory under the shared --output_dir. The driver then reads every run
+runs) to `RayExecutor`: one Ray task per program (`experiments.grid.programs`:
+one run, or up to --runs_per_program runs trained as one), which trains (or
+resumes) the ordinary runs (`experiments.grid.train_unless_reported`), each
+in its own run directory under the shared --output_dir. The driver then reads every run
 back from that directory exactly as the sequential executor does, so the
 tables and figures are the same bytes.
 
@@ -87,17 +88,18 @@ def _import_ray() -> Any:
 class RayExecutor:
   """Maps a run's task over configs as Ray tasks; see the module docstring.
 
-  A `grid.Executor`: `executor(task, configs)` returns the tasks' results in
-  the order of `configs`.
+  A `grid.Executor`: `executor(task, programs)` returns the tasks' results
+  in the order of `programs`.
   """
 
   def __init__(self, ray: Any, max_retries: int = DEFAULT_MAX_RETRIES):
     self._ray = ray
     self._max_retries = max_retries
 
-  def __call__(self, task: Callable[[train_config.TrainConfig], T],
-               configs: Sequence[train_config.TrainConfig]) -> list[T]:
-    """Runs `task(config)` for every config as a Ray task; waits for all.
+  def __call__(self, task: Callable[[Sequence[train_config.TrainConfig]], T],
+               programs: Sequence[Sequence[train_config.TrainConfig]]
+               ) -> list[T]:
+    """Runs `task(program)` for every program as a Ray task; waits for all.
 
     Raises:
       Exception: the first failed task's own exception (not retried).
@@ -107,8 +109,8 @@ class RayExecutor:
     remote = self._ray.remote(max_retries=self._max_retries)(task)
     # Ray hides every GPU from a task that asks for none.
     pending = [
-        remote.options(num_gpus=int(config.accelerator == 'gpu')).remote(config)
-        for config in configs]
+        remote.options(num_gpus=int(program[0].accelerator == 'gpu')).remote(
+            program) for program in programs]
     try:
       return self._ray.get(pending)
     except self._ray.exceptions.RayTaskError as error:

@@ -77,7 +77,11 @@ unreachable --ray_address exits with status 2 before anything is written.
 
 With --backend=jax (on the command line or in the config) the program imports
 neither TensorFlow nor TFF, so the grid runs on a machine with JAX alone (the
-JAX engine's limits: `experiments.backend_jax`).
+JAX engine's limits: `experiments.backend_jax`), and --runs_per_program=R
+trains up to R runs that share every shape (the grid's points, Table 5's
+runs of one arm) as one program with a run axis
+(`experiments.grid.programs`): the same run directories, reports and tables
+as one run at a time, up to float rounding.
 """
 
 import os
@@ -198,6 +202,11 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_integer('table5_runs', 10, 'Table 5: runs of the split arm '
                        '(>= 2, dividing --num_canaries).',
                        flag_values=flag_values)
+  flags.DEFINE_integer('runs_per_program', 1, '--backend=jax: train up to R '
+                       'runs that share every shape (grid points, Table 5\'s '
+                       'runs) as one program with a run axis, each in its own '
+                       'run directory (experiments.grid.programs).',
+                       flag_values=flag_values)
   train_config.define_flags(flag_values)
 
 
@@ -299,13 +308,17 @@ def main(argv: Sequence[str]) -> None:
       for experiment in table5_experiments:  # Validate before any run.
         for config in experiment.configs:
           train.prepare(config).config
+    runs_per_program = flags.FLAGS.runs_per_program
+    grid.programs(configs, runs_per_program)  # Its flag's errors, now.
     title = os.path.splitext(os.path.basename(flags.FLAGS.config))[0]
     executor = _executor(flags.FLAGS)
     with write_failures.reported(output_dir):
-      runs, without_canaries = grid.run_grid(configs, baselines, executor)
+      runs, without_canaries = grid.run_grid(configs, baselines, executor,
+                                             runs_per_program)
       table5_text = None
       if table5_experiments:
-        table5_text = grid.run_table5(table5_experiments, executor)
+        table5_text = grid.run_table5(table5_experiments, executor,
+                                      runs_per_program)
         atomic_io.write_text(os.path.join(output_dir, TABLE5_FILE),
                              table5_text)
       paths = write_outputs(runs, noises, repetitions, output_dir, title,

@@ -26,6 +26,7 @@ from one_shot_epe import round_record
 from one_shot_epe import run_directory
 from one_shot_epe import run_lock
 from one_shot_epe import run_report
+from one_shot_epe import tree_accounting
 from one_shot_epe import write_failures
 
 __all__ = ['REPORTED_ERRORS', 'RoundWriter', 'RunResult', 'rounds_line',
@@ -215,6 +216,22 @@ def write_results(run: engine.PreparedRun,
         run.plan.dp.clients_per_round, dim, run.plan.distributed)
     noise_multiplier = calibration.noise_multiplier
     setting.update(calibration.setting())
+    if calibration.noise == 'skellam':
+      # The Skellam RDP bound over the rounds a real client may join.
+      joins = (accounting.Participation(
+          sampling=config.sampling, clients_per_round=config.clients_per_round,
+          num_clients=run.num_train_clients, rounds=total_rounds).epochs
+               if config.sampling == 'shuffle' else total_rounds)
+      setting['ddp_skellam_epsilon'] = distributed_dp.skellam_epsilon(
+          calibration, delta, joins)
+  tree = None
+  if run.plan.tree_aggregation:
+    # The TFF engine's tree: one over the run, efficient estimator
+    # (`CanaryAudit.tree_aggregation`'s default).
+    tree = tree_accounting.TreeAggregation.of_schedule(
+        run.plan.spec.schedule, total_rounds, efficient=True)
+    setting.update(mechanism=config.mechanism,
+                   tree_estimator=tree.estimator)
   report = run_report.build_run_report(
       final_cosines=final_cosines, dim=dim, delta=delta,
       noise_multiplier=noise_multiplier, alpha=config.alpha,
@@ -227,7 +244,11 @@ def write_results(run: engine.PreparedRun,
       participation=accounting.Participation(
           sampling=config.sampling, clients_per_round=config.clients_per_round,
           num_clients=run.num_train_clients, rounds=total_rounds),
-      correlated=correlated)
+      correlated=correlated, tree=tree,
+      decorrelated_scores=(
+          None if outcome.decorrelated_seen is None or
+          not outcome.decorrelated_seen.size or not has_unseen else
+          (outcome.decorrelated_seen, outcome.decorrelated_unseen)))
   report.write(os.path.join(run_dir, run_directory.REPORT_JSON_FILE),
                os.path.join(run_dir, run_directory.REPORT_MARKDOWN_FILE))
   panels = {'final model': {'seen canaries': final_cosines}}

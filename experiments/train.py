@@ -120,6 +120,8 @@ if __name__ == '__main__':
       sys.exit(2)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
+import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from absl import app
@@ -140,7 +142,7 @@ from one_shot_epe import run_directory
 from one_shot_epe import run_plan
 
 __all__ = ['BACKENDS', 'PreparedRun', 'REPORTED_ERRORS', 'RunResult', 'main',
-           'prepare', 'run_training']
+           'prepare', 'run_program', 'run_training']
 
 PreparedRun = engine.PreparedRun
 RunResult = run_outputs.RunResult
@@ -316,8 +318,10 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
       rounds_per_evaluation=config.rounds_per_evaluation,
       max_eval_examples=(None if config.max_eval_examples == -1 else
                          config.max_eval_examples),
-      distributed=(distributed_dp.DistributedDP(bits=config.ddp_bits)
-                   if config.mechanism == 'distributed_dp' else None))
+      distributed=(distributed_dp.DistributedDP(bits=config.ddp_bits,
+                                                noise=config.ddp_noise)
+                   if config.mechanism == 'distributed_dp' else None),
+      tree_aggregation=config.mechanism == 'tree')
   if plan.distributed is not None:
     try:
       distributed_dp.calibrate(config.noise_multiplier, config.clipping_norm,
@@ -343,33 +347,70 @@ def run_training(config: train_config.TrainConfig) -> RunResult:
     write_failures.WriteFailure: a write failed (e.g. the disk is full);
       the outputs written before are intact and a rerun resumes.
   """
-  run = prepare(config)
-  config, plan = run.config, run.plan
-  backend = _backend(config.backend)
-  store = _checkpoints(backend, config.run_dir)
-  with run_directory.owned(config.run_dir,
-                           recheck=lambda: _check_run_dir(config, backend),
-                           checkpoints=store):
-    run_directory.write_config(config.run_dir, config.to_json_dict())
-    writer = run_outputs.RoundWriter(
-        config.run_dir, total_rounds=plan.total_rounds,
-        rounds_per_checkpoint=plan.rounds_per_checkpoint,
-        with_canaries=plan.spec is not None,
-        resumed_from=store.latest() or 0, csv_format=backend.CSV_FORMAT)
-    progress = round_progress.ProgressBar(plan.total_rounds,
-                                          config.progress_bar)
+  return run_program([config])[0]
+
+
+def run_program(configs: Sequence[train_config.TrainConfig]
+                ) -> list[RunResult]:
+  """Trains (or resumes) R runs as one program; writes each run's outputs.
+
+  One config is `run_training`. Several run on the JAX engine as one
+  computation with a run axis (`jax_engine.training.train_program`): they
+  may differ only in `train_config.PROGRAM_DIFFERENCES` (seeds, canaries,
+  noise multiplier, where they are written), and each run has its own run
+  directory, lock, checkpoints, CSVs and report, as if run alone (a run
+  resumes from its own checkpoint).
+
+  Raises:
+    As `run_training`, for every run before any is written; also
+    `train_config.ConfigError` naming --runs_per_program when the runs
+    cannot share a program.
+  """
+  runs = [prepare(config) for config in configs]
+  train_config.check_program([run.config for run in runs])
+  # Runs of one program share their data: one copy.
+  runs = [dataclasses.replace(run, data=runs[0].data) for run in runs]
+  backend = _backend(runs[0].config.backend)
+  if len(runs) > 1:
+    backend.check_device_memory(runs[0], runs=len(runs))
+  stores = [_checkpoints(backend, run.config.run_dir) for run in runs]
+  with contextlib.ExitStack() as stack:
+    writers = []
+    for run, store in zip(runs, stores):
+      config = run.config
+      stack.enter_context(run_directory.owned(
+          config.run_dir,
+          recheck=lambda config=config: _check_run_dir(config, backend),
+          checkpoints=store))
+      run_directory.write_config(config.run_dir, config.to_json_dict())
+      writers.append(run_outputs.RoundWriter(
+          config.run_dir, total_rounds=run.plan.total_rounds,
+          rounds_per_checkpoint=run.plan.rounds_per_checkpoint,
+          with_canaries=run.plan.spec is not None,
+          resumed_from=store.latest() or 0, csv_format=backend.CSV_FORMAT))
+    # One progress bar: the program's rounds, as its first run sees them.
+    progress = round_progress.ProgressBar(runs[0].plan.total_rounds,
+                                          runs[0].config.progress_bar)
+    observers = [round_record.Observers([writer, progress]) if i == 0 else
+                 writer for i, writer in enumerate(writers)]
     try:
-      outcome = backend.train(run, store,
-                              round_record.Observers([writer, progress]))
+      if len(runs) == 1:
+        outcomes = [backend.train(runs[0], stores[0], observers[0])]
+      else:
+        outcomes = backend.train_program(runs, stores, observers)
     finally:
       progress.close()
-    report = None
-    if plan.spec is not None:
-      report = run_outputs.write_results(
-          run, outcome, correlated=backend.correlated_report(run))
-  return RunResult(config=config, run_dir=config.run_dir,
-                   total_rounds=plan.total_rounds, delta=plan.delta,
-                   outcome=outcome, report=report)
+    results = []
+    for run, outcome in zip(runs, outcomes):
+      report = None
+      if run.plan.spec is not None:
+        report = run_outputs.write_results(
+            run, outcome, correlated=backend.correlated_report(run))
+      results.append(RunResult(
+          config=run.config, run_dir=run.config.run_dir,
+          total_rounds=run.plan.total_rounds, delta=run.plan.delta,
+          outcome=outcome, report=report))
+  return results
 
 
 def main(argv: Sequence[str]) -> None:

@@ -35,9 +35,10 @@ from one_shot_epe import participation
 from one_shot_epe import run_options
 from one_shot_epe import validation
 
-__all__ = ['ConfigError', 'SAMPLINGS', 'TrainConfig',
-           'check_flags_or_exit', 'check_resumable', 'config_from_flags',
-           'define_flags', 'participation_plan']
+__all__ = ['ConfigError', 'PROGRAM_DIFFERENCES', 'SAMPLINGS', 'TrainConfig',
+           'check_flags_or_exit', 'check_program', 'check_resumable',
+           'config_from_flags', 'define_flags', 'participation_plan',
+           'program_key']
 
 SAMPLINGS = ('shuffle', 'bernoulli', 'poisson')
 
@@ -89,6 +90,7 @@ class TrainConfig:
   num_bands: int | None = None
   compression: str = 'none'
   ddp_bits: int = 16
+  ddp_noise: str = 'dgauss'
   clipping_norm: float = 0.0
   target_unclipped_quantile: float = 0.5
   initial_clip: float = 0.1
@@ -181,7 +183,7 @@ class TrainConfig:
     if self.num_bands is not None:
       _check_int('num_bands', self.num_bands, 1, self.total_rounds or None,
                  note=' (at most --total_rounds)' if self.total_rounds else '')
-    if (self.mechanism == 'distributed_dp' and self.mechanism not in
+    if (self.mechanism in ('distributed_dp', 'tree') and self.mechanism not in
         run_options.BACKEND_MECHANISMS[self.backend]):
       raise ConfigError(
           f'--mechanism={self.mechanism} is not supported by --backend='
@@ -195,8 +197,12 @@ class TrainConfig:
           'rotates and discretizes (--compression=rotation_discretization) '
           'and the other mechanisms take --compression=none.')
     _check_int('ddp_bits', self.ddp_bits, 1, distributed_dp.DDP_MAX_BITS)
-    if self.mechanism == 'distributed_dp' and not self.num_canaries:
-      raise ConfigError('--mechanism=distributed_dp needs canaries '
+    if self.ddp_noise != 'dgauss' and self.mechanism != 'distributed_dp':
+      raise ConfigError(f'--ddp_noise={self.ddp_noise} applies to '
+                        '--mechanism=distributed_dp only; got --mechanism='
+                        f'{self.mechanism}.')
+    if self.mechanism in ('distributed_dp', 'tree') and not self.num_canaries:
+      raise ConfigError(f'--mechanism={self.mechanism} needs canaries '
                         '(--num_canaries >= 2); got --num_canaries=0.')
     if self.mechanism != 'gaussian' and self.clipping_norm == 0:
       raise ConfigError(f'--mechanism={self.mechanism} needs a fixed clip '
@@ -327,6 +333,45 @@ def check_resumable(config: TrainConfig, saved: Mapping[str, Any],
                       'choose another --run_name.')
 
 
+# Flags in which the runs of one program (`program_key`, --runs_per_program of
+# `experiments.reproduce`) may differ: each run's seeds, canaries, noise
+# multiplier and outputs. Every other flag fixes a shape or a computation
+# the runs share.
+PROGRAM_DIFFERENCES = ('noise_multiplier', 'canary_repeats', 'seed',
+                       'canary_seed', 'delta', 'alpha', 'rounds_per_checkpoint',
+                       'canary_buffer_rounds', 'root_output_dir', 'run_name',
+                       'progress_bar')
+
+
+def program_key(config: TrainConfig) -> tuple[tuple[str, Any], ...]:
+  """The flags a run shares with the runs of its program: (name, value)."""
+  return tuple(sorted((name, value)
+                      for name, value in config.to_json_dict().items()
+                      if name not in PROGRAM_DIFFERENCES))
+
+
+def check_program(configs: Sequence[TrainConfig]) -> None:
+  """Checks that `configs` may run as one program (`program_key`).
+
+  Raises:
+    ConfigError: naming --runs_per_program and a flag in which two runs
+      differ, or the engine, which must be --backend=jax.
+  """
+  first = configs[0]
+  if len(configs) > 1 and first.backend != 'jax':
+    raise ConfigError(f'--runs_per_program={len(configs)} needs --backend=jax '
+                      f'(runs with a run axis); got --backend={first.backend}.')
+  shared = dict(program_key(first))
+  for config in configs[1:]:
+    for name, value in program_key(config):
+      if shared.get(name) != value:
+        raise ConfigError(
+            f'--runs_per_program: the runs of one program may differ only in '
+            f'{", ".join("--" + n for n in PROGRAM_DIFFERENCES)}; '
+            f'{config.run_dir} has --{name}={value!r} and {first.run_dir} '
+            f'--{name}={shared.get(name)!r}.')
+
+
 _FLAG_HELP = {
     'backend': 'Training engine: tff (TensorFlow Federated, CPU) or jax (the '
                'JAX engine, one_shot_epe/jax_engine: GPU, TPU or CPU; no '
@@ -372,12 +417,16 @@ _FLAG_HELP = {
                  '(--backend=jax with jax-privacy only); or distributed_dp: '
                  'clients add discrete Gaussian shares summed by secure '
                  'aggregation (--backend=tff, with --compression='
-                 'rotation_discretization).',
+                 'rotation_discretization); or tree: DP-FTRL\'s binary-tree '
+                 'noise, one tree over the run (--backend=tff, fixed clip).',
     'num_bands': 'Bands b of --mechanism=banded, in [1, rounds].',
     'compression': 'Client updates before aggregation: none, or '
                    'rotation_discretization (random Hadamard rotation, '
                    'scaling and stochastic rounding to integers mod '
                    '2^--ddp_bits); with --mechanism=distributed_dp only.',
+    'ddp_noise': '--mechanism=distributed_dp: the clients\' local noise, '
+                 'dgauss (discrete Gaussian) or skellam (Skellam, TFF\'s '
+                 'distributed_skellam).',
     'ddp_bits': '--mechanism=distributed_dp: bits b of the secure sum\'s '
                 'modulus 2^b, in [1, 22] (TFF\'s range).',
     'clipping_norm': 'Fixed clip norm (> 0), or 0 for adaptive clipping.',
@@ -448,6 +497,7 @@ _ENUMS = {'backend': run_options.BACKENDS, 'task': run_options.TASK_NAMES,
           'server_optimizer': run_options.OPTIMIZERS, 'sampling': SAMPLINGS,
           'mechanism': run_options.MECHANISMS,
           'compression': run_options.COMPRESSIONS,
+          'ddp_noise': distributed_dp.DDP_NOISES,
           'final_model_statistic': canary_spec.FINAL_MODEL_STATISTICS,
           'all_iterates_statistic': canary_spec.ALL_ITERATES_STATISTICS,
           'canary_clip': canary_spec.CANARY_CLIPS,

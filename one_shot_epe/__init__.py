@@ -4,7 +4,10 @@ The package's folders are its layers (docs/architecture.md):
 
   one_shot_epe/*.py: the framework-free core (numpy, scipy, dp_accounting):
     estimation, null_distribution, lower_bound, one_run, privacy_report,
-    attack_metrics, accounting (the estimates and bounds of Section 3);
+    attack_metrics, accounting, tree_accounting, decorrelation (the
+    estimates and bounds of Section 3; tree_accounting: DP-FTRL's tree
+    aggregation; decorrelation: the all-iterates statistic under
+    matrix-factorization noise);
     canary_spec, participation (which canaries, when, how); client_arrays,
     fashion_mnist (data files both engines read); run_report, plots,
     run_directory, atomic_io, run_lock, write_failures (a run's files);

@@ -357,6 +357,9 @@ class CanaryOutcome(NamedTuple):
     dim: d, the number of model parameters.
     resumed_from_round: The checkpoint round this invocation started from.
     rounds_trained: Training rounds this invocation ran.
+    decorrelated_seen, decorrelated_unseen: Under matrix-factorization
+      noise, the canaries' decorrelated all-iterates scores
+      (`decorrelation.matched_filter_scores`); None otherwise.
   """
   final_cosines: np.ndarray
   final_unseen_cosines: np.ndarray
@@ -366,3 +369,5 @@ class CanaryOutcome(NamedTuple):
   dim: int
   resumed_from_round: int
   rounds_trained: int
+  decorrelated_seen: np.ndarray | None = None
+  decorrelated_unseen: np.ndarray | None = None

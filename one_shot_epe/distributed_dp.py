@@ -27,6 +27,20 @@ Theorem 1 (the sum of discrete Gaussians is not exactly one; tau <=
 and smaller above), and it assumes that all n expected noise shares arrive.
 The accounted and analytical epsilons of a distributed-DP run are those of
 z_eff; the one-shot estimates are of the decoded aggregates themselves.
+
+`DistributedDP(noise='skellam')` swaps the local discrete Gaussian for the
+distributed Skellam mechanism of Agarwal, Kairouz and Liu (2021, "The Skellam
+Mechanism for Differentially Private Federated Learning"), TFF's
+`mechanism='distributed_skellam'`: each share is the difference of two
+Poisson(sigma_l^2 / 2) draws (variance sigma_l^2, unrounded sigma_l), and
+records are also checked against TFF's L1 bound ceil(Delta_2 min(sqrt(d_pad),
+Delta_2)). The shares of n records sum to exactly one Skellam of variance
+n sigma_l^2, so z_eff is unchanged. TFF computes no epsilon for it either
+(tensorflow_privacy's `DistributedSkellamSumQuery` reports
+`UnsupportedDpEvent`); `skellam_epsilon` is the RDP bound of Agarwal et al.
+(Theorem 3.5) with which the mechanism's authors account it
+(google-research/federated, distributed_dp/accounting_utils.skellam_epsilon),
+at TFF's scaled bounds and composed without amplification.
 """
 
 import dataclasses
@@ -34,13 +48,16 @@ import math
 from typing import Any
 
 import numpy as np
+from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special
 
 from one_shot_epe import validation
 
-__all__ = ['ACCOUNTING', 'DDP_MAX_BITS', 'DistributedDP', 'DdpCalibration',
-           'calibrate', 'discrete_gaussian_variance', 'effective_noise_multiplier',
-           'inflated_l2_bound']
+__all__ = ['ACCOUNTING', 'DDP_MAX_BITS', 'DDP_NOISES', 'DistributedDP',
+           'DdpCalibration', 'SKELLAM_ACCOUNTING', 'SKELLAM_RDP_ORDERS',
+           'calibrate', 'discrete_gaussian_variance',
+           'effective_noise_multiplier', 'inflated_l2_bound', 'skellam_epsilon',
+           'skellam_rdp']
 
 # How a distributed-DP round is accounted (the module docstring says more).
 ACCOUNTING = ('Gaussian approximation: the sum of n local discrete Gaussians '
@@ -48,6 +65,20 @@ ACCOUNTING = ('Gaussian approximation: the sum of n local discrete Gaussians '
               'against the scaled inflated L2 bound (tau term of Kairouz et '
               'al. 2021, Thm 1, dropped); rotation and discretization are '
               'inside the mechanism, decoding is post-processing')
+# How a distributed Skellam run is accounted (the module docstring says more).
+SKELLAM_ACCOUNTING = (
+    'accounted and analytical eps: Gaussian approximation z_eff = sqrt(n) '
+    'sigma_l / (s S_inflated), the n Skellam shares summed to one Skellam of '
+    'variance n sigma_l^2 taken as one Gaussian (the leading term of its RDP); '
+    'ddp_skellam_epsilon: the Skellam RDP bound of Agarwal, Kairouz and Liu '
+    '2021, Thm 3.5, at the scaled L2 and L1 bounds (TFF reports '
+    'UnsupportedDpEvent), composed over the rounds a client may join, no '
+    'amplification')
+# The local noises TFF's DistributedDpSumFactory offers: 'dgauss'
+# (mechanism='distributed_dgauss') and 'skellam' ('distributed_skellam').
+DDP_NOISES = ('dgauss', 'skellam')
+# The RDP orders of the Skellam accounting (those of its authors' code).
+SKELLAM_RDP_ORDERS = tuple(range(2, 129)) + (256,)
 # TFF's largest bit width: its arithmetic is float32, exact up to 2^24.
 DDP_MAX_BITS = 22
 # TFF's largest scale (larger ones gain nothing and overflow int32 bounds).
@@ -66,14 +97,20 @@ class DistributedDP:
     bits: b, the modulus 2^b of the secure sum, in [1, DDP_MAX_BITS].
     modclip_prob: The target probability that the noised sum wraps around
       the modulus, in (0, 1) (TFF's default 1e-4, about 3.9 stddevs).
+    noise: The local noise, 'dgauss' (discrete Gaussian) or 'skellam'
+      (Skellam), one of DDP_NOISES.
   """
   bits: int = 16
   modclip_prob: float = 1e-4
+  noise: str = 'dgauss'
 
   def __post_init__(self):
     validation.check_int('bits', self.bits, 1, DDP_MAX_BITS)
     validation.check_real('modclip_prob', self.modclip_prob, 0.0, 1.0,
                           low_open=True, high_open=True)
+    if self.noise not in DDP_NOISES:
+      raise ValueError(f'noise must be one of {", ".join(DDP_NOISES)}; got '
+                       f'{self.noise!r}.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,16 +122,22 @@ class DdpCalibration:
     scale: s, the discretization scale.
     scaled_l2_bound: s times the inflated L2 bound of a rounded record.
     local_stddev: sigma_l, the local discrete Gaussian's integer parameter
-      (tensorflow_privacy's sampler rounds it up).
+      (tensorflow_privacy's sampler rounds it up), or the local Skellam's
+      standard deviation (not rounded).
     records: n, the records whose noise shares make the central noise.
     bits: b of the modulus 2^b.
+    noise: 'dgauss' or 'skellam' (`DistributedDP.noise`).
+    scaled_l1_bound: Delta_1, TFF's L1 bound of a rounded record,
+      ceil(Delta_2 min(sqrt(d_pad), Delta_2)) (the Skellam query checks it).
   """
   padded_dim: int
   scale: float
   scaled_l2_bound: float
-  local_stddev: int
+  local_stddev: int | float
   records: int
   bits: int
+  noise: str = 'dgauss'
+  scaled_l1_bound: float = math.inf
 
   @property
   def noise_multiplier(self) -> float:
@@ -104,12 +147,17 @@ class DdpCalibration:
 
   def setting(self) -> dict[str, Any]:
     """The report's setting entries of the mechanism and its accounting."""
-    return {'mechanism': 'distributed_dp', 'ddp_bits': self.bits,
-            'ddp_scale': self.scale, 'ddp_local_stddev': self.local_stddev,
-            'ddp_scaled_l2_bound': self.scaled_l2_bound,
-            'ddp_noise_shares': self.records,
-            'ddp_noise_multiplier': self.noise_multiplier,
-            'ddp_accounting': ACCOUNTING}
+    setting = {'mechanism': 'distributed_dp', 'ddp_bits': self.bits,
+               'ddp_scale': self.scale, 'ddp_local_stddev': self.local_stddev,
+               'ddp_scaled_l2_bound': self.scaled_l2_bound,
+               'ddp_noise_shares': self.records,
+               'ddp_noise_multiplier': self.noise_multiplier,
+               'ddp_accounting': ACCOUNTING}
+    if self.noise == 'skellam':
+      setting.update(ddp_noise='skellam',
+                     ddp_scaled_l1_bound=self.scaled_l1_bound,
+                     ddp_accounting=SKELLAM_ACCOUNTING)
+    return setting
 
 
 def _num_stddevs(modclip_prob: float) -> float:
@@ -180,10 +228,14 @@ def calibrate(noise_multiplier: float, clip: float, cohort: float, dim: int,
         f'bits={ddp.bits}: the discretization scale {scale:.4g} makes the '
         f'scaled norm bound {scaled_l2:.4g} overflow float32 integers '
         f'(2^24); lower bits.')
-  return DdpCalibration(padded_dim=padded_dim, scale=scale,
-                        scaled_l2_bound=scaled_l2,
-                        local_stddev=math.ceil(local * scale), records=records,
-                        bits=ddp.bits)
+  # TFF's L1 bound: L1 <= sqrt(d) L2 and, for integers, L1 <= L2^2.
+  scaled_l1 = math.ceil(scaled_l2 * min(math.sqrt(padded_dim), scaled_l2))
+  return DdpCalibration(
+      padded_dim=padded_dim, scale=scale, scaled_l2_bound=scaled_l2,
+      local_stddev=(local * scale if ddp.noise == 'skellam' else
+                    math.ceil(local * scale)),
+      records=records, bits=ddp.bits, noise=ddp.noise,
+      scaled_l1_bound=float(scaled_l1))
 
 
 def effective_noise_multiplier(local_stddev: float, records: int,
@@ -228,3 +280,71 @@ def discrete_gaussian_variance(sigma: float) -> float:
                 dtype=np.float64)
   weights = np.exp(-x ** 2 / (2.0 * sigma ** 2))
   return float(np.sum(x ** 2 * weights) / np.sum(weights))
+
+
+def skellam_rdp(calibration: DdpCalibration,
+                orders: tuple[int, ...] = SKELLAM_RDP_ORDERS) -> np.ndarray:
+  """RDP of one round of the distributed Skellam mechanism, per order.
+
+  Agarwal, Kairouz and Liu (2021), Theorem 3.5, in the scaled integer
+  domain: with the summed variance mu = n sigma_l^2 and the record's bounds
+  Delta_2, Delta_1,
+  eps(a) = a Delta_2^2 / (2 mu)
+           + min(((2a - 1) Delta_2^2 + 6 Delta_1) / (4 mu^2),
+                 3 Delta_1 / (2 mu)).
+  The first term is the Gaussian mechanism's RDP at z_eff. Canary audits
+  (Andrew et al., ICLR 2024, Sec. 4) compare against this accounting.
+
+  Args:
+    calibration: a Skellam calibration (`calibrate` with noise='skellam').
+    orders: integer RDP orders > 1.
+
+  Returns:
+    float64 array of eps(a) (inf when there is no noise).
+
+  Raises:
+    TypeError: if `calibration` is not a DdpCalibration.
+    ValueError: for a discrete Gaussian calibration or an order <= 1.
+  """
+  if not isinstance(calibration, DdpCalibration):
+    raise TypeError(f'calibration must be a DdpCalibration; got '
+                    f'{calibration!r}.')
+  if calibration.noise != 'skellam':
+    raise ValueError('skellam_rdp accounts noise=\'skellam\' calibrations; '
+                     f'got noise={calibration.noise!r}.')
+  alphas = np.asarray(orders, dtype=np.float64)
+  if alphas.size == 0 or np.any(alphas <= 1):
+    raise ValueError(f'orders must be > 1; got {orders}.')
+  variance = calibration.records * float(calibration.local_stddev) ** 2
+  if variance == 0:
+    return np.full(alphas.shape, math.inf)
+  l2 = calibration.scaled_l2_bound
+  l1 = calibration.scaled_l1_bound
+  correction = np.minimum(((2 * alphas - 1) * l2**2 + 6 * l1) /
+                          (4 * variance**2), 3 * l1 / (2 * variance))
+  return alphas * l2**2 / (2 * variance) + correction
+
+
+def skellam_epsilon(calibration: DdpCalibration, delta: float,
+                    compositions: int = 1) -> float:
+  """eps at delta of `compositions` rounds of distributed Skellam, by RDP.
+
+  The rounds' `skellam_rdp` is summed and converted with dp_accounting's
+  RDP-to-(eps, delta) conversion (no amplification by sampling).
+
+  Args:
+    calibration: a Skellam calibration.
+    delta: in (0, 1).
+    compositions: rounds >= 1 in which a record takes part.
+
+  Returns:
+    eps (inf without noise).
+  """
+  delta = validation.check_probability('delta', delta)
+  compositions = validation.check_int('compositions', compositions, 1)
+  rdp = skellam_rdp(calibration) * compositions
+  if not np.all(np.isfinite(rdp)):
+    return math.inf
+  epsilon, _ = rdp_privacy_accountant.compute_epsilon(
+      SKELLAM_RDP_ORDERS, rdp, delta)
+  return float(epsilon)

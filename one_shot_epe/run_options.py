@@ -29,9 +29,11 @@ ACCELERATORS = ('cpu', 'gpu')
 # (one_shot_epe/jax_engine/correlated_noise; --backend=jax with jax-privacy).
 # Or distributed DP: the clients' discrete Gaussian shares summed by a
 # (simulated) secure aggregation (one_shot_epe/distributed_dp; --backend=tff).
-MECHANISMS = ('gaussian', 'blt', 'banded', 'distributed_dp')
+# Or DP-FTRL's binary-tree noise, one tree over the run (TFF's
+# tree_aggregation; one_shot_epe/tree_accounting; --backend=tff).
+MECHANISMS = ('gaussian', 'blt', 'banded', 'distributed_dp', 'tree')
 # The mechanisms each engine runs.
-BACKEND_MECHANISMS = {'tff': ('gaussian', 'distributed_dp'),
+BACKEND_MECHANISMS = {'tff': ('gaussian', 'distributed_dp', 'tree'),
                       'jax': ('gaussian', 'blt', 'banded')}
 # Compression of the clients' updates before aggregation: none, or the random
 # rotation and discretization to integers modulo 2^b of secure aggregation

@@ -71,6 +71,8 @@ class RunPlan:
     max_eval_examples: Test examples evaluated; None for all.
     distributed: Distributed DP's secure aggregation (TFF engine); None for
       the server's Gaussian noise.
+    tree_aggregation: DP-FTRL's tree-aggregated noise (TFF engine, fixed
+      clip; `tree_accounting`) instead of independent Gaussian noise.
   """
   sampler: participation.ClientSampler
   total_rounds: int
@@ -88,6 +90,7 @@ class RunPlan:
   rounds_per_evaluation: int = 1
   max_eval_examples: int | None = None
   distributed: distributed_dp.DistributedDP | None = None
+  tree_aggregation: bool = False
 
   def __post_init__(self):
     validation.check_int('total_rounds', self.total_rounds, 1)

@@ -6,7 +6,8 @@ Bundles, for one DP-FedAvg run with canaries:
   no amplification; r = 1 is the paper's Tables 3 and 4), the accounted eps
   of a real client over the whole run under its sampling (dp_accounting PLD),
   and the last-iterate heuristic eps of a canary (Steinke et al., 2025), the
-  reference for the final-model estimate;
+  reference for the final-model estimate (under DP-FTRL's tree aggregation
+  the three come from `tree_accounting`);
 * the final-model report (Algorithm 2) and the all-iterates report
   (Algorithm 3), `privacy_report.PrivacyReport`: headline estimates that do
   not run away and the paper's fitted ones, lower bounds that hold at
@@ -28,8 +29,10 @@ from numpy.typing import ArrayLike
 from one_shot_epe import accounting
 from one_shot_epe import atomic_io
 from one_shot_epe import privacy_report
+from one_shot_epe import tree_accounting
 
-__all__ = ['CORRELATED_ALL_ITERATES_NOTE', 'RunReport', 'build_run_report']
+__all__ = ['CORRELATED_ALL_ITERATES_NOTE', 'DECORRELATED_ALL_ITERATES_NOTE',
+           'RunReport', 'TREE_ALL_ITERATES_NOTE', 'build_run_report']
 
 # What the all-iterates statistic estimates under matrix-factorization noise
 # (README, "Coverage under correlated noise"), written into such a report.
@@ -38,6 +41,19 @@ CORRELATED_ALL_ITERATES_NOTE = (
     'are correlated across rounds: the estimate of a weaker attack than the '
     'mechanism allows (in simulation 10-22% of the true eps), not of the '
     'mechanism; the final-model estimate applies as is')
+# The decorrelated all-iterates statistic's report row (`decorrelation`).
+DECORRELATED_ALL_ITERATES_NOTE = (
+    'the rounds\' released sums multiplied by the strategy C (C x + Z: '
+    'independent noise rows), then each canary\'s matched filter C 1_R: '
+    'N(mu, 1) inserted, N(0, 1) not, the mechanism\'s own test of the canary '
+    '(in simulation within a few % of the release\'s eps)')
+# The same under tree aggregation (`tree_accounting`), whose rounds'
+# aggregates carry differences of consecutive prefix sums' tree noise.
+TREE_ALL_ITERATES_NOTE = (
+    'the max over rounds of per-round cosines; each round\'s noise is the '
+    'difference of two prefix sums\' tree noise, correlated across rounds, '
+    'so it estimates that attack, not the mechanism; the analytical eps '
+    'bounds both threat models')
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -68,12 +84,17 @@ class RunReport:
   accounted_mechanism: str | None = None
   last_iterate_epsilon: float | None = None  # math.inf without noise.
   last_iterate_mechanism: str | None = None
+  # Under matrix-factorization noise: the decorrelated all-iterates report
+  # (`decorrelation`), None otherwise.
+  all_iterates_decorrelated: privacy_report.PrivacyReport | None = None
 
   def to_dict(self) -> dict[str, Any]:
     """JSON-ready dict; an infinite reference epsilon becomes None.
 
     Per threat model, every estimate and bound is repeated at the top level
-    with the suffix _final or _all (None without unseen canaries).
+    with the suffix _final or _all (None without unseen canaries); a report
+    with the decorrelated all-iterates statistic also has
+    'all_iterates_decorrelated' and the suffix _all_decorrelated.
     """
     result = {
         'noise_multiplier': self.noise_multiplier,
@@ -93,7 +114,12 @@ class RunReport:
                          self.all_iterates.to_dict()),
         'setting': dict(self.setting),
     }
-    for suffix, report in (('final', self.final), ('all', self.all_iterates)):
+    threats = [('final', self.final), ('all', self.all_iterates)]
+    if self.all_iterates_decorrelated is not None:
+      result['all_iterates_decorrelated'] = (
+          self.all_iterates_decorrelated.to_dict())
+      threats.append(('all_decorrelated', self.all_iterates_decorrelated))
+    for suffix, report in threats:
       fields = None if report is None else report.to_dict()
       for key in _REPEATED_KEYS:
         result[f'{key}_{suffix}'] = None if fields is None else fields[key]
@@ -117,9 +143,13 @@ class RunReport:
       ValueError: if a key is missing or unknown, or a threat model's report
         is malformed.
     """
+    suffixes = ('final', 'all')
+    if 'all_iterates_decorrelated' in fields:
+      suffixes += ('all_decorrelated',)
     expected = set(_JSON_KEYS) | {
-        f'{key}_{suffix}' for key in _REPEATED_KEYS
-        for suffix in ('final', 'all')}
+        f'{key}_{suffix}' for key in _REPEATED_KEYS for suffix in suffixes}
+    if 'all_iterates_decorrelated' in fields:
+      expected.add('all_iterates_decorrelated')
     missing = sorted(expected - set(fields))
     unknown = sorted(set(fields) - expected)
     if missing or unknown:
@@ -134,6 +164,10 @@ class RunReport:
     if fields['all_iterates'] is not None:
       values['all_iterates'] = privacy_report.PrivacyReport.from_dict(
           fields['all_iterates'])
+    if 'all_iterates_decorrelated' in fields:
+      values['all_iterates_decorrelated'] = (
+          privacy_report.PrivacyReport.from_dict(
+              fields['all_iterates_decorrelated']))
     values['setting'] = dict(fields['setting'])
     return cls(**values)
 
@@ -168,7 +202,9 @@ class RunReport:
     all_it, final = self.all_iterates, self.final
     confidence = f'{1 - self.alpha:.0%}'
     threats = [(name, report) for name, report in (
-        ('all iterates', all_it), ('final model', final)) if report is not None]
+        ('all iterates', all_it),
+        ('all iterates, decorrelated', self.all_iterates_decorrelated),
+        ('final model', final)) if report is not None]
     lines = [
         '| noise | analytical ε | accounted ε | ε_lo-all | ε_est-all | '
         'ε_lo-final | ε_est-final | accuracy |',
@@ -259,6 +295,15 @@ class RunReport:
           f'{all_it.seen_std:.4g} | {all_it.null_mean:.4g} | '
           f'{all_it.null_std:.4g} | {_num(all_it.anderson_seen)} / '
           f'{_num(all_it.anderson_unseen)} |')
+    decorrelated = self.all_iterates_decorrelated
+    if decorrelated is not None:
+      lines.append(
+          f'| decorrelated matched filter, seen vs unseen | '
+          f'{decorrelated.num_seen} / {decorrelated.num_unseen} | '
+          f'{decorrelated.seen_mean:.4g} | {decorrelated.seen_std:.4g} | '
+          f'{decorrelated.null_mean:.4g} | {decorrelated.null_std:.4g} | '
+          f'{_num(decorrelated.anderson_seen)} / '
+          f'{_num(decorrelated.anderson_unseen)} |')
     if self.setting:
       lines += ['', '| setting | value |', '|---|---|']
       lines += [f'| {key} | {value} |' for key, value in self.setting.items()]
@@ -323,8 +368,10 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
                      presentation_counts: ArrayLike | None = None,
                      participation: accounting.Participation | None = None,
                      round_event: dp_accounting.DpEvent | None = None,
-                     correlated: accounting.CorrelatedNoise | None = None
-                     ) -> RunReport:
+                     correlated: accounting.CorrelatedNoise | None = None,
+                     tree: tree_accounting.TreeAggregation | None = None,
+                     decorrelated_scores: tuple[ArrayLike, ArrayLike] | None
+                     = None) -> RunReport:
   """Computes both threat models' reports and the references.
 
   final_unseen_cosines: never-inserted canaries' cosines with the final
@@ -348,15 +395,35 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
     assumes independent rounds, is omitted. The all-iterates statistic is
     the same cosine; under correlated noise each round's noise is a row of
     C^{-1} Z, so its per-round null is no longer independent across rounds.
+  tree: the run's DP-FTRL tree aggregation (`tree_accounting`), or None.
+    With it the analytical eps is the canary's over every tree node it
+    shifts (`tree_accounting.canary_epsilon`), the accounted eps
+    dp_accounting's tree event with its RDP accountant under `participation`
+    (`tree_accounting.client_epsilon`), and the last-iterate slot holds the
+    final model's noised prefix sum (`tree_accounting.final_model_epsilon`).
+  decorrelated_scores: under `correlated` noise, the seen and unseen
+    canaries' decorrelated matched-filter scores
+    (`decorrelation.matched_filter_scores`, N(0, 1) never inserted), for a
+    second all-iterates report that tests the mechanism itself; None omits
+    it. The scores are rescaled by one common factor into [-1, 1], which
+    no estimate or bound depends on.
   """
   if (seen_maxima is None) != (unseen_maxima is None):
     raise ValueError('give both seen_maxima and unseen_maxima, or neither.')
+  if correlated is not None and tree is not None:
+    raise ValueError('give correlated or tree, not both.')
   analytical = accounting.canary_epsilon(noise_multiplier, delta,
                                          canary_presentations)
   if participation is not None and rounds is None:
     rounds = participation.rounds
   accounted = heuristic = None
-  if correlated is not None:
+  if tree is not None:
+    analytical = tree_accounting.canary_epsilon(noise_multiplier, delta, tree)
+    accounted = tree_accounting.client_epsilon(noise_multiplier, delta,
+                                               tree.rounds, participation)
+    heuristic = tree_accounting.final_model_epsilon(noise_multiplier, delta,
+                                                    tree)
+  elif correlated is not None:
     analytical = accounting.matrix_factorization_canary_epsilon(
         noise_multiplier, delta, correlated.canary_column_norm,
         correlated.sensitivity, correlated.mechanism)
@@ -386,6 +453,18 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
   if correlated is not None and all_iterates is not None:
     setting['all_iterates_under_correlated_noise'] = (
         CORRELATED_ALL_ITERATES_NOTE)
+  if tree is not None and all_iterates is not None:
+    setting['all_iterates_under_tree_noise'] = TREE_ALL_ITERATES_NOTE
+  decorrelated = None
+  if decorrelated_scores is not None:
+    if correlated is None:
+      raise ValueError('decorrelated_scores need correlated noise.')
+    seen, unseen = (np.asarray(x, np.float64) for x in decorrelated_scores)
+    scale = max(math.sqrt(dim), float(np.abs(np.concatenate(
+        [seen, unseen])).max(initial=0.0)))
+    decorrelated = privacy_report.all_iterates_report(
+        seen / scale, unseen / scale, delta, alpha, dim=dim)
+    setting['all_iterates_decorrelated'] = DECORRELATED_ALL_ITERATES_NOTE
   return RunReport(
       noise_multiplier=float(noise_multiplier), delta=delta, alpha=alpha,
       dim=dim, analytical_epsilon=analytical.epsilon, final=final,
@@ -395,4 +474,5 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
       accounted_epsilon=None if accounted is None else accounted.epsilon,
       accounted_mechanism=None if accounted is None else accounted.mechanism,
       last_iterate_epsilon=None if heuristic is None else heuristic.epsilon,
-      last_iterate_mechanism=None if heuristic is None else heuristic.mechanism)
+      last_iterate_mechanism=None if heuristic is None else heuristic.mechanism,
+      all_iterates_decorrelated=decorrelated)

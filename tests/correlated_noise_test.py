@@ -6,6 +6,7 @@ against jax-privacy's accountant and the core's Gaussian closed form.
 Needs jax-privacy (.venv-jax; `make test-jax`).
 """
 
+import csv
 import itertools
 import math
 import os
@@ -19,6 +20,7 @@ from experiments import train
 from experiments import train_config
 from one_shot_epe import accounting
 from one_shot_epe import run_directory
+from one_shot_epe import run_report
 
 try:
   from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
@@ -119,6 +121,11 @@ def test_a_resumed_stream_continues_the_uninterrupted_one(strategy):
   np.testing.assert_array_equal(np.asarray(next(resumed)), rows[4])
 
 
+def _column(path, name: str) -> np.ndarray:
+  with open(path, newline='', encoding='utf-8') as stream:
+    return np.asarray([float(row[name]) for row in csv.DictReader(stream)])
+
+
 def _config(root, **overrides):
   settings = dict(backend='jax', task='emnist_character',
                   use_synthetic_data=True, synthetic_num_clients=4,
@@ -147,6 +154,28 @@ def test_launcher_run_with_correlated_noise_resumes_exactly(tmp_path,
   assert (resumed.resumed_from_round, resumed.rounds_trained) == (2, 1)
   np.testing.assert_array_equal(resumed.final_cosines, whole.final_cosines)
   np.testing.assert_array_equal(resumed.seen_maxima, whole.seen_maxima)
+  # The decorrelated statistic: its projections survive the checkpoint ...
+  for name in ('decorrelated_seen', 'decorrelated_unseen'):
+    np.testing.assert_allclose(getattr(resumed, name), getattr(whole, name),
+                               rtol=1e-5, atol=1e-6)
+  assert gaussian.decorrelated_seen is None
+  # ... and are each round's vector's projections: their seen mean is the
+  # round's mean cosine (canary_cosines.csv) times its norm (metrics.csv).
+  with np.load(cut_dir / run_directory.CHECKPOINT_DIR /
+               'round_00000003.npz') as saved:
+    projections = saved['projections']
+  assert projections.shape == (10, 3)
+  cosines = _column(cut_dir / run_directory.CANARY_COSINES_FILE,
+                    'seen_cosine_mean')
+  norms = _column(cut_dir / run_directory.METRICS_FILE, 'aggregate_norm')
+  np.testing.assert_allclose(projections[:5].mean(axis=0), cosines * norms,
+                             rtol=1e-4, atol=1e-7)
+  # At this low noise the inserted canaries' scores stand out.
+  assert whole.decorrelated_seen.min() > whole.decorrelated_unseen.max()
+  report = run_report.RunReport.read(str(cut_dir /
+                                         run_directory.REPORT_JSON_FILE))
+  assert report.all_iterates_decorrelated.num_seen == 5
+  assert 'all_iterates_decorrelated' in report.setting
   with pytest.raises(train_config.ConfigError, match='--mechanism'):
     train.run_training(_config(tmp_path / 'cut', mechanism='gaussian'))
 

@@ -43,6 +43,35 @@ def test_packed_lanes_stay_within_the_padding_bound(kind, cohort):
       assert cohort * counts.max() / counts.sum() > 1.5
 
 
+@pytest.mark.parametrize('kind', sorted(_MEAN_EXAMPLES))
+def test_one_layout_for_a_whole_run_stays_within_the_padding_bound(kind):
+  # 40 Poisson-sampled rounds of about 101 clients of realistic sizes.
+  cohorts = np.random.default_rng(0).poisson(101, 40)
+  rounds = [np.maximum(-(-client_arrays.client_sizes(
+      kind, int(n), _MEAN_EXAMPLES[kind], 'realistic', t) // _BATCH_SIZE), 1)
+            for t, n in enumerate(cohorts)]
+  assert packing.run_lanes(rounds, lane_multiple=4)[0] % 4 == 0
+  lanes, length = packing.run_lanes(rounds)
+  real = sum(int(c.sum()) for c in rounds)
+
+  def work(num_lanes):
+    return sum(num_lanes * packing.lane_capacity(c, num_lanes) for c in rounds)
+
+  # The most lanes within the bound.
+  assert work(lanes) / real <= 1.15 < work(lanes + 1) / real
+  for counts in rounds:
+    capacity = packing.lane_capacity(counts, lanes)
+    # The shortest lanes that hold the round's clients in `lanes` lanes.
+    assert len(packing.first_fit_decreasing(counts, capacity)) <= lanes
+    assert (capacity == max(counts.max(), -(-counts.sum() // lanes)) or
+            len(packing.first_fit_decreasing(counts, capacity - 1)) > lanes)
+  assert length == max(packing.lane_capacity(c, lanes) for c in rounds)
+  # At least half as parallel as a fresh layout per round (which may use
+  # fewer lanes in a round with a giant client, more in the others).
+  assert lanes >= 0.5 * np.median([len(packing.lane_layout(c)[0])
+                                   for c in rounds])
+
+
 def test_lane_multiple_and_errors():
   lanes, length = packing.lane_layout([3, 3, 3], lane_multiple=4)
   assert len(lanes) == 4 and length == 3 and lanes[3] == []

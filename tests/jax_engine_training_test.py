@@ -85,8 +85,10 @@ def fixture_runs(tmp_path_factory):
                        ('vmap', dict(local_training='vmap')),
                        ('host_fed', dict(local_training='vmap',
                                          resident_data=False))):
-    # What the rounds' computations process: the packed arrays' examples.
-    processed = []
+    # The packed arrays' examples, and those of their lanes' filled part
+    # (up to the last client's last batch of any lane): what the rounds'
+    # computations hold, and at least what their loops process.
+    processed, filled = [], []
     with pytest.MonkeyPatch.context() as patch:
       for function in ('pack_batches', 'pack_rows'):
         def recorded(*args, _function=getattr(data, function)):
@@ -95,10 +97,13 @@ def fixture_runs(tmp_path_factory):
           if examples is None:
             examples = packed.example_mask
           processed.append(np.shape(examples))
+          ends = np.flatnonzero(packed.end.any(axis=0))
+          filled.append(int(np.prod(np.shape(examples))) //
+                        packed.end.shape[1] * (int(ends.max(initial=-1)) + 1))
           return packed
         patch.setattr(data, function, recorded)
       runs[name] = _train(str(tmp_path_factory.mktemp(name)), **kwargs) + (
-          sum(int(np.prod(shape)) for shape in processed),)
+          (sum(int(np.prod(shape)) for shape in processed), sum(filled)),)
   return runs
 
 
@@ -157,7 +162,8 @@ def test_compilations_are_bounded_whatever_the_cohorts(runs):
   cohorts = {len(sampler.indices(t)) for t in range(5)}
   assert len(cohorts) > 1  # Poisson: several cohort sizes.
   assert runs['loop'][1].compiles == 3
-  assert runs['vmap'][1].compiles <= 3
+  # One layout for the run: one compiled round.
+  assert runs['vmap'][1].compiles == runs['host_fed'][1].compiles == 1
 
 
 def test_padding_is_counted_from_the_clients_sizes(runs):
@@ -170,9 +176,12 @@ def test_padding_is_counted_from_the_clients_sizes(runs):
   assert loop_stats.real_examples == vmap_stats.real_examples == real
   assert loop_stats.padded_examples == 2 * steps  # Only partial batches pad.
   assert loop_stats.padding_ratio <= 1.2
-  # 'vmap': the examples of the packed arrays its rounds built.
-  assert vmap_stats.padded_examples == runs['vmap'][3]
-  assert runs['host_fed'][1].padded_examples == runs['host_fed'][3]
+  # 'vmap': its loops process at least the lanes' filled part and at most
+  # the packed arrays its rounds built.
+  for name in ('vmap', 'host_fed'):
+    arrays, filled = runs[name][3]
+    assert filled <= runs[name][1].padded_examples <= arrays, name
+  assert runs['host_fed'][1].padded_examples == vmap_stats.padded_examples
   assert vmap_stats.vmap_padded_examples == vmap_stats.padded_examples
   assert 2 * steps <= vmap_stats.padded_examples <= 2 * 1.5 * steps
   # 'loop' counts what a fresh packing of each round's clients processes.
@@ -201,15 +210,16 @@ def test_resident_data_gives_the_host_fed_run_and_sends_only_rows(runs):
   per_example = 8 * 8 * 4 + 4  # float32 pixels and an int32 label.
   assert stats.example_bytes == stats.real_examples * per_example
   # Host-fed: the packed batches (pixels, labels, mask) and their per-batch
-  # fields; resident: an int32 row per processed example and those fields.
+  # fields; resident: an int32 row per packed example and those fields.
   per_batch = 4 * 4  # slot, batch_index, start, end.
-  batches = host_stats.padded_examples // 2
+  packed = runs['host_fed'][3][0]
+  assert runs['vmap'][3][0] == packed
+  batches = packed // 2
   canary_masks = 5 * 2 * 4  # A float32 canary mask (2 slots) per round.
   assert host_stats.host_to_device_bytes == (
-      host_stats.padded_examples * (per_example + 4) + batches * per_batch +
-      canary_masks)
+      packed * (per_example + 4) + batches * per_batch + canary_masks)
   assert stats.host_to_device_bytes == (
-      stats.padded_examples * 4 + batches * per_batch + canary_masks)
+      packed * 4 + batches * per_batch + canary_masks)
 
 
 def test_a_realistic_round_sends_under_one_percent_of_its_examples(tmp_path):

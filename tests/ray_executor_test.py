@@ -41,13 +41,13 @@ _OUTPUTS = (reproduce.TABLE_FILE, reproduce.ANDERSON_FILE,
             reproduce.EPSILON_FINAL_FILE)
 
 
-def _killed_once(marker_dir: str, task, config):
-  """`task(config)`, but the first attempt dies after its round-2 checkpoint.
+def _killed_once(marker_dir: str, task, program):
+  """`task(program)`, but the first attempt dies after its round-2 checkpoint.
 
-  Runs in a Ray worker. The marker file (one per run) records the killed
-  attempt and the inode of the checkpoint it left.
+  Runs in a Ray worker. The marker file (one per program of one run)
+  records the killed attempt and the inode of the checkpoint it left.
   """
-  marker = os.path.join(marker_dir, os.path.basename(config.run_dir))
+  marker = os.path.join(marker_dir, os.path.basename(program[0].run_dir))
   if not os.path.exists(marker):
     write_bytes = atomic_io.write_bytes
 
@@ -61,7 +61,7 @@ def _killed_once(marker_dir: str, task, config):
         os.kill(os.getpid(), signal.SIGKILL)
 
     atomic_io.write_bytes = write_then_die
-  return task(config)
+  return task(program)
 
 
 def _grid(output_dir: str, executor: grid.Executor) -> dict[str, bytes]:
@@ -97,8 +97,9 @@ def test_ray_grid_with_killed_workers_equals_sequential(tmp_path):
     executor = ray_executor.connect(None, num_cpus=2, max_retries=1,
                                     temp_dir=ray_dir)
     try:
-      on_ray = _grid(output_dir, lambda task, configs: executor(
-          lambda config: _killed_once(str(markers), task, config), configs))
+      on_ray = _grid(output_dir, lambda task, programs: executor(
+          lambda program: _killed_once(str(markers), task, program),
+          programs))
     finally:
       ray.shutdown()
   finally:

@@ -5,7 +5,9 @@ Checkpoint t (`round_00000t.npz`, t zero-padded to 8 digits) holds the state
 after training round t: the server state's leaves (model and server
 optimizer), the canaries' running maxima (Andrew et al., ICLR 2024,
 Algorithm 3, lines 10-16) and theta_0, the initial model the final-model
-statistic is taken against (Algorithm 2). Each file is written atomically
+statistic is taken against (Algorithm 2), and under matrix-factorization
+noise the canaries' projections on every round so far (the decorrelated
+all-iterates statistic, `one_shot_epe.decorrelation`). Each file is written atomically
 (`atomic_io`: a temporary file, then a rename) and every checkpoint is kept.
 """
 
@@ -32,10 +34,13 @@ class TrainingState(NamedTuple):
     server: The server state (`fedavg.ServerState`: model, optimizer).
     maxima: float32 [k + m] running max cosines, seen canaries first.
     initial: float32 [d] theta_0, flattened.
+    projections: float32 [k + m, T], the canaries' projections on the
+      rounds' released vectors (0 after the checkpoint's round), or None.
   """
   server: Any
   maxima: np.ndarray
   initial: np.ndarray
+  projections: np.ndarray | None = None
 
 
 class NpzCheckpoints:
@@ -84,9 +89,11 @@ class NpzCheckpoints:
     """Writes checkpoint `round_num`, atomically."""
     leaves = jax.tree_util.tree_leaves(state.server)
     buffer = io.BytesIO()
+    extra = ({} if state.projections is None else
+             {'projections': np.asarray(state.projections)})
     np.savez(buffer, maxima=np.asarray(state.maxima), initial=state.initial,
-             **{f'leaf_{i}': np.asarray(leaf)
-                for i, leaf in enumerate(leaves)})
+             **extra, **{f'leaf_{i}': np.asarray(leaf)
+                         for i, leaf in enumerate(leaves)})
     os.makedirs(self.directory, exist_ok=True)
     atomic_io.write_bytes(self._path(round_num), buffer.getvalue())
 
@@ -95,5 +102,7 @@ class NpzCheckpoints:
     with np.load(self._path(round_num)) as saved:
       treedef = jax.tree_util.tree_structure(template.server)
       leaves = [saved[f'leaf_{i}'] for i in range(treedef.num_leaves)]
-      return TrainingState(jax.tree_util.tree_unflatten(treedef, leaves),
-                           saved['maxima'], saved['initial'])
+      return TrainingState(
+          jax.tree_util.tree_unflatten(treedef, leaves), saved['maxima'],
+          saved['initial'], saved['projections']
+          if 'projections' in saved.files else None)

@@ -56,8 +56,8 @@ __all__ = ['CLIENT_AXIS', 'LOCAL_TRAINING', 'LossFn', 'RoundEngine',
            'RoundOutput', 'ServerState', 'adaptive_clip_update', 'batch_key',
            'canary_records', 'client_keys', 'client_update',
            'clip_by_global_norm', 'default_local_training', 'dp_fedavg_round',
-           'finite_delta', 'init_server_state', 'local_step', 'packed_round',
-           'server_round']
+           'finite_delta', 'init_server_state', 'local_step', 'noise_scales',
+           'packed_round', 'run_state', 'server_round', 'stack_states']
 
 CLIENT_AXIS = 'clients'
 # How clients train locally (`RoundEngine`).
@@ -213,7 +213,8 @@ def server_round(server_optimizer: optimizers.Optimizer,
                  state: ServerState, clipped_sum: jax.Array,
                  unclipped_sum: jax.Array, num_clients: jax.Array,
                  canary_directions: jax.Array, canary_mask: jax.Array,
-                 key: jax.Array, noise: jax.Array | None = None
+                 key: jax.Array, noise: jax.Array | None = None,
+                 scales: jax.Array | None = None
                  ) -> tuple[ServerState, RoundOutput]:
   """Steps 3-7 of the module docstring, from the clients' clipped sum.
 
@@ -221,14 +222,18 @@ def server_round(server_optimizer: optimizers.Optimizer,
   unclipped_sum: sum over the clients of (1[norm <= S_t] - 1/2);
   num_clients: their number; key: the round's key (`round_keys`);
   noise: float32 [d], the round's row of correlated noise that replaces
-  step 4's independent draw (`correlated_noise`), or None for step 4.
+  step 4's independent draw (`correlated_noise`), or None for step 4;
+  scales: float32 [2], (z_v, sigma_b) in place of `config`'s
+  (`noise_scales`: a run of a program whose runs differ in z), or None.
   """
   clip = state.clip
+  if scales is None:
+    scales = noise_scales(config)
   flat_params, unravel = ravel_pytree(state.params)
   _, update_key, count_key = jax.random.split(key, 3)
   canary_sum = canary_records(canary_directions, canary_mask, clip)
   if noise is None:
-    std = config.update_noise_multiplier * clip
+    std = scales[0] * clip
     noise = std * jax.random.normal(update_key, flat_params.shape,
                                     jnp.float32)
   noised = clipped_sum + canary_sum + noise
@@ -239,8 +244,7 @@ def server_round(server_optimizer: optimizers.Optimizer,
   if config.adaptive:
     canary_sign = 0.5 if canary_clip == 'project' else -0.5
     unclipped_sum = unclipped_sum + canary_sign * jnp.sum(canary_mask)
-    count_noise = config.count_stddev * jax.random.normal(count_key, (),
-                                                          jnp.float32)
+    count_noise = scales[1] * jax.random.normal(count_key, (), jnp.float32)
     new_clip, fraction = adaptive_clip_update(clip, unclipped_sum, count_noise,
                                               config)
   else:
@@ -251,6 +255,12 @@ def server_round(server_optimizer: optimizers.Optimizer,
   return new_state, RoundOutput(
       aggregate=aggregate, clip=clip, unclipped_fraction=fraction,
       num_clients=num_clients, canaries_inserted=jnp.sum(canary_mask))
+
+
+def noise_scales(config: canary_spec.DPAggregation) -> np.ndarray:
+  """float32 [2]: (z_v, sigma_b), the value and count noise of `config`."""
+  return np.asarray([config.update_noise_multiplier, config.count_stddev],
+                    np.float32)
 
 
 def client_keys(key: jax.Array, slots: int) -> jax.Array:
@@ -295,19 +305,31 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
                  server_optimizer: optimizers.Optimizer,
                  config: canary_spec.DPAggregation, canary_clip: str,
                  client_dropout: bool, state: ServerState,
-                 packed: data.PackedBatches, slot_keys: jax.Array,
-                 canary_directions: jax.Array, canary_mask: jax.Array,
-                 key: jax.Array, noise: jax.Array | None = None
+                 packed: data.PackedBatches | data.PackedRows,
+                 slot_keys: jax.Array, canary_directions: jax.Array,
+                 canary_mask: jax.Array, key: jax.Array,
+                 noise: jax.Array | None = None,
+                 scales: jax.Array | None = None, *,
+                 resident: tuple[jax.Array, jax.Array] | None = None,
+                 num_steps: jax.Array | None = None
                  ) -> tuple[ServerState, RoundOutput]:
   """`dp_fedavg_round` on clients packed into lanes; jit-able.
 
-  Each lane (`data.PackedBatches`) is a `lax.scan` over its batches, vmapped
-  over the lanes. A client's first batch restarts the model and the client
-  optimizer from the server's; after its last batch its update (initial -
-  trained, zeroed if not finite) is clipped and added to the lane's sum, and
-  its unclipped indicator counted. slot_keys: the clients' dropout keys by
-  `RoundBatches` slot (`client_keys`), so a client's batches get the keys
-  'loop' gives them.
+  Each lane is a loop over its batches (the first `num_steps`, a traced
+  int32 scalar, or all of them), vmapped over the lanes: a layout longer
+  than the round's lanes costs no local steps, so one compiled round serves
+  every round of a run (`packing.run_lanes`). A client's first batch
+  restarts the model and the client optimizer from the server's; after its
+  last batch its update (initial - trained, zeroed if not finite) is clipped
+  and added to the lane's sum, and its unclipped indicator counted.
+
+  Args:
+    packed: the lanes' batches (`data.PackedBatches`), or their rows in the
+      split (`data.PackedRows`) with the split's (inputs, labels) in
+      `resident`: each step gathers its batch on the device.
+    slot_keys: the clients' dropout keys by `RoundBatches` slot
+      (`client_keys`), so a client's batches get the keys 'loop' gives them.
+    noise, scales: as `server_round`.
   """
   clip = state.clip
   initial_optimizer_state = client_optimizer.init(state.params)
@@ -333,19 +355,37 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
     unclipped_sum = unclipped_sum + end * ((norm <= clip) - 0.5)
     return (weights, optimizer_state, clipped_sum, unclipped_sum), None
 
-  def lane(*batches):
+  kind = type(packed)
+  fields = tuple(getattr(packed, f.name) for f in dataclasses.fields(kind))
+
+  def lane(*lane_fields):
+    lane_packed = kind(*lane_fields)
+
+    def body(i, carry):
+      if resident is None:
+        x, y = lane_packed.inputs[i], lane_packed.labels[i]
+        mask = lane_packed.example_mask[i]
+      else:
+        rows = lane_packed.rows[i]
+        index = jnp.maximum(rows, 0)
+        x, y = resident[0][index], resident[1][index]
+        mask = (rows >= 0).astype(jnp.float32)
+      return step(carry, (x, y, mask, lane_packed.slot[i],
+                          lane_packed.batch_index[i], lane_packed.start[i],
+                          lane_packed.end[i]))[0]
+
     carry = (state.params, initial_optimizer_state, jnp.zeros_like(flat),
              jnp.zeros((), jnp.float32))
-    (_, _, clipped_sum, unclipped_sum), _ = jax.lax.scan(step, carry, batches)
+    steps = lane_packed.slot.shape[0] if num_steps is None else num_steps
+    _, _, clipped_sum, unclipped_sum = jax.lax.fori_loop(0, steps, body,
+                                                         carry)
     return clipped_sum, unclipped_sum
 
-  clipped_sums, unclipped_sums = jax.vmap(lane)(
-      packed.inputs, packed.labels, packed.example_mask, packed.slot,
-      packed.batch_index, packed.start, packed.end)
+  clipped_sums, unclipped_sums = jax.vmap(lane)(*fields)
   return server_round(server_optimizer, config, canary_clip, state,
                       jnp.sum(clipped_sums, axis=0), jnp.sum(unclipped_sums),
                       jnp.sum(packed.end), canary_directions, canary_mask,
-                      key, noise)
+                      key, noise, scales)
 
 
 def default_local_training() -> str:
@@ -368,12 +408,14 @@ class RoundEngine:
     back to back into lanes (`packing`, at most 1.15x the real local steps
     on realistic client sizes, against 1.8-2.9x for one client per slot
     padded to the largest), lanes vmapped and sharded over a 1-D mesh of
-    `devices` (default `jax.devices()`), local steps a `lax.scan`. The
-    number of client slots must be a multiple of the number of devices
-    (`num_slots`). One computation per (lanes, lane length) layout; a round
-    reuses a compiled layout its clients fit (`_layout`). With the split
-    on the devices (`upload`) a round takes `data.RoundRows` and sends
-    only its examples' int32 rows; the jit gathers the batches there.
+    `devices` (default `jax.devices()`), local steps a loop. The number of
+    client slots must be a multiple of the number of devices (`num_slots`).
+    One computation per (lanes, lane length) layout: `fix_layout` sets one
+    for every later round (each looping only over the batches it needs);
+    else a round reuses a compiled layout its clients fit (`_layout`).
+    With the split on the devices (`upload`) a round takes
+    `data.RoundRows` and sends only its examples' int32 rows; each local
+    step gathers its batch there.
   * 'loop' (the default on CPU, where XLA computes a convolution's weight
     gradient 15-40x slower inside a loop body than at top level and turns
     vmapped convolutions into grouped ones): one jitted `local_step` per
@@ -418,19 +460,24 @@ class RoundEngine:
     mesh = jax.sharding.Mesh(np.asarray(self._devices), (CLIENT_AXIS,))
     self._by_client = jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec(CLIENT_AXIS))
+    self._runs_by_client = jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec(None, CLIENT_AXIS))
     self._replicated = jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec())
     self._shapes: set[tuple[str, Any]] = set()
     self._layouts: set[tuple[int, int]] = set()
+    self._fixed: tuple[int, int] | None = None
     self._resident: tuple[jax.Array, jax.Array] | None = None
     self.upload_bytes = 0
 
-    def round_fn(state, packed, slot_keys, canary_directions, canary_mask,
-                 key, noise):
+    def round_fn(state, resident, packed, slot_keys, canary_directions,
+                 canary_mask, key, noise, num_steps, scales=None):
+      kind = data.PackedBatches if resident is None else data.PackedRows
       return packed_round(loss_fn, client_optimizer, server_optimizer,
                           config, canary_clip, client_dropout, state,
-                          data.PackedBatches(*packed), slot_keys,
-                          canary_directions, canary_mask, key, noise)
+                          kind(*packed), slot_keys, canary_directions,
+                          canary_mask, key, noise, scales, resident=resident,
+                          num_steps=num_steps)
 
     def step_fn(weights, state, inputs, labels, example_mask, key):
       return local_step(loss_fn, client_optimizer, weights, state, inputs,
@@ -447,21 +494,27 @@ class RoundEngine:
                           clipped_sum, unclipped_sum, num_clients,
                           canary_directions, canary_mask, key, noise)
 
-    def resident_round_fn(state, resident, packed, slot_keys,
-                          canary_directions, canary_mask, key, noise):
-      rows, slot, batch_index, start, end = packed
-      index = jnp.maximum(rows, 0)
-      batches = data.PackedBatches(
-          inputs=resident[0][index], labels=resident[1][index],
-          example_mask=(rows >= 0).astype(jnp.float32), slot=slot,
-          batch_index=batch_index, start=start, end=end)
-      return packed_round(loss_fn, client_optimizer, server_optimizer,
-                          config, canary_clip, client_dropout, state, batches,
-                          slot_keys, canary_directions, canary_mask, key,
-                          noise)
+    def program_fn(states, resident, packed, slot_keys, canary_directions,
+                   canary_masks, keys, noises, num_steps, scales, active):
+
+      def one_run(state, packed, slot_keys, canary_directions, canary_mask,
+                  key, noise, scale):
+        return round_fn(state, resident, packed, slot_keys,
+                        canary_directions, canary_mask, key, noise,
+                        num_steps, scale)
+
+      new_states, outputs = jax.vmap(one_run)(
+          states, packed, slot_keys, canary_directions, canary_masks, keys,
+          noises, scales)
+
+      def keep(new, old):
+        return jnp.where(active.reshape((-1,) + (1,) * (new.ndim - 1)), new,
+                         old)
+
+      return _tree_map(keep, new_states, states), outputs
 
     self._round = jax.jit(round_fn)
-    self._resident_round = jax.jit(resident_round_fn)
+    self._program = jax.jit(program_fn)
     self._step = jax.jit(step_fn)
     self._fold = jax.jit(fold_fn)
     self._server = jax.jit(server_fn)
@@ -543,59 +596,183 @@ class RoundEngine:
     if self.local_training == 'loop':
       return self._loop_round(state, batches, canary_directions, canary_mask,
                               key, noise)
-    lanes, lane_batches = self._layout(batches)
+    (lanes,), lane_batches, steps = self._layout([batches])
     packed = (data.pack_rows if resident else data.pack_batches)(
         batches, lanes, lane_batches)
     fields = tuple(getattr(packed, f.name) for f in dataclasses.fields(packed))
     self.upload_bytes += _host_bytes(*fields)
     sharded = jax.device_put(fields, self._by_client)
     replicated = jax.device_put(
-        (client_keys(key, slots), canary_directions, canary_mask, key, noise),
-        self._replicated)
-    if resident:
-      self._note('resident_round', state, sharded, *replicated)
-      return self._resident_round(state, self._resident, sharded,
-                                  *replicated)
-    self._note('round', state, sharded, *replicated)
-    return self._round(state, sharded, *replicated)
+        (client_keys(key, slots), canary_directions, canary_mask, key, noise,
+         np.int32(steps)), self._replicated)
+    split = self._resident if resident else None
+    self._note('round', state, split, sharded, *replicated)
+    return self._round(state, split, sharded, *replicated)
 
   def padded_examples(self, batches: data.RoundBatches | data.RoundRows
                       ) -> int:
     """Examples the round's local training processes, padding included.
 
-    'vmap': the packed lanes (`data.packed_layout`), lanes x lane length x
-    batch size; 'loop': each client's non-empty batches at full batch size.
+    'vmap': the packed lanes (`_layout`), lanes x the batches they loop
+    over x batch size; 'loop': each client's non-empty batches at full
+    batch size.
     """
     batch_size = batches.example_mask.shape[2]
     if self.local_training == 'loop':
       return int((batches.example_mask.sum(axis=2) > 0).sum()) * batch_size
-    lanes, lane_batches = self._layout(batches)
-    return len(lanes) * lane_batches * batch_size
+    (lanes,), _, steps = self._layout([batches])
+    return len(lanes) * steps * batch_size
 
-  def _layout(self, batches: data.RoundBatches | data.RoundRows
-              ) -> tuple[list[list[int]], int]:
-    """The round's lanes: in a compiled layout if they fit, else a new one.
+  def fix_layout(self, num_lanes: int, lane_batches: int) -> None:
+    """Compiles every later round for `num_lanes` lanes of `lane_batches`.
 
-    A compiled (lanes, lane length) is reused, smallest first, when the
-    round's clients fit it (first-fit-decreasing) with no more padded work
-    than one slot per client padded to the round's batches would cost; else
-    `data.packed_layout` picks a new layout (one more compile).
+    A round then loops only over the batches its clients need at that width
+    (`packing.lane_capacity`): one compiled round for a whole run whose
+    rounds all fit (`packing.run_lanes`).
+
+    Raises:
+      ValueError: local training is not 'vmap', or `num_lanes` is not a
+        multiple of the devices.
     """
-    present = np.flatnonzero(batches.client_mask > 0)
-    counts = data.slot_batch_counts(batches)
-    budget = batches.example_mask.shape[0] * batches.example_mask.shape[1]
+    if self.local_training != 'vmap':
+      raise ValueError("fix_layout needs local_training='vmap'; got "
+                       f'{self.local_training!r}.')
+    num_lanes = validation.check_int('num_lanes', num_lanes, low=1)
+    if num_lanes % self.num_devices:
+      raise ValueError(f'num_lanes must be a multiple of the {self.num_devices}'
+                       f' devices; got {num_lanes}.')
+    self._fixed = (num_lanes,
+                   validation.check_int('lane_batches', lane_batches, low=1))
+
+  def _layout(self, runs: Sequence[data.RoundBatches | data.RoundRows]
+              ) -> tuple[list[list[list[int]]], int, int]:
+    """Each run's lanes in one layout: a compiled one if they fit, else new.
+
+    With `fix_layout`, that layout, its lanes only as long as the longest
+    run's clients need at its width (`packing.lane_capacity`). Otherwise a
+    compiled (lanes, lane length) is reused, smallest first, when every
+    run's clients fit it (first-fit-decreasing) with no more padded work
+    than one slot per client padded to the round's batches would cost; else
+    the longest of the runs' `data.packed_layout` lane lengths, with as many
+    lanes as the runs need at that length (one more compile).
+
+    Returns:
+      (each run's slots of each lane, lane length, the batches each lane
+      loops over); every run has the same number of lanes, a multiple of
+      the devices.
+
+    Raises:
+      ValueError: a round's clients do not fit the fixed layout.
+    """
+    present = [np.flatnonzero(batches.client_mask > 0) for batches in runs]
+    counts = [data.slot_batch_counts(batches) for batches in runs]
+    budget = min(batches.example_mask.shape[0] * batches.example_mask.shape[1]
+                 for batches in runs)
+
+    def slots(lanes: list[list[int]], run: int,
+              num_lanes: int) -> list[list[int]]:
+      return ([[int(present[run][i]) for i in lane] for lane in lanes] +
+              [[] for _ in range(num_lanes - len(lanes))])
+
+    if self._fixed is not None:
+      num_lanes, lane_batches = self._fixed
+      steps = max(packing.lane_capacity(c, num_lanes) for c in counts)
+      if steps > lane_batches:
+        raise ValueError(f'the round needs lanes of {steps} batches; the '
+                         f'fixed layout has {lane_batches} (fix_layout).')
+      packed = [packing.first_fit_decreasing(c, steps) for c in counts]
+      return ([slots(lanes, run, num_lanes)
+               for run, lanes in enumerate(packed)], lane_batches, steps)
     for num_lanes, lane_batches in sorted(self._layouts,
                                           key=lambda s: s[0] * s[1]):
-      if (counts.max(initial=1) > lane_batches
+      if (max(c.max(initial=1) for c in counts) > lane_batches
           or num_lanes * lane_batches > budget):
         continue
-      lanes = packing.first_fit_decreasing(counts, lane_batches)
-      if len(lanes) <= num_lanes:
-        return ([[int(present[i]) for i in lane] for lane in lanes] +
-                [[] for _ in range(num_lanes - len(lanes))], lane_batches)
-    lanes, lane_batches = data.packed_layout(batches, self.num_devices)
-    self._layouts.add((len(lanes), lane_batches))
-    return lanes, lane_batches
+      packed = [packing.first_fit_decreasing(c, lane_batches) for c in counts]
+      if all(len(lanes) <= num_lanes for lanes in packed):
+        return ([slots(lanes, run, num_lanes)
+                 for run, lanes in enumerate(packed)], lane_batches,
+                lane_batches)
+    lane_batches = max(data.packed_layout(batches, self.num_devices)[1]
+                       for batches in runs)
+    packed = [packing.first_fit_decreasing(c, lane_batches) for c in counts]
+    num_lanes = self.num_slots(max(len(lanes) for lanes in packed))
+    self._layouts.add((num_lanes, lane_batches))
+    return ([slots(lanes, run, num_lanes) for run, lanes in enumerate(packed)],
+            lane_batches, lane_batches)
+
+  def run_rounds(self, states: ServerState,
+                 runs: Sequence[data.RoundBatches | data.RoundRows],
+                 canary_directions: Sequence[jax.Array],
+                 canary_masks: Sequence[np.ndarray],
+                 keys: Sequence[jax.Array],
+                 noises: Sequence[jax.Array] | None,
+                 scales: np.ndarray, active: np.ndarray
+                 ) -> tuple[ServerState, RoundOutput]:
+    """A round of R runs as one program: `packed_round` with a run axis.
+
+    The runs' clients are packed into one layout (`_layout`, the same lanes
+    and lane length for every run), so the R rounds are one computation,
+    vmapped over the runs, each run's lanes sharded over the devices. A run
+    gets what its own round would (its batches, canaries, key, the dropout
+    keys of its own slot count, its noise): the program equals R separate
+    rounds up to float rounding.
+
+    Args:
+      states: the runs' `ServerState`s stacked on a leading run axis
+        (`stack_states`).
+      runs: each run's batches (`data.RoundRows` need `upload`).
+      canary_directions: each run's [k, d] directions, k equal for all.
+      canary_masks: each run's [k] mask.
+      keys: each run's round key.
+      noises: each run's [d] row of correlated noise, or None.
+      scales: float32 [R, 2], each run's (z_v, sigma_b) (`noise_scales`).
+      active: bool [R]; a run that is False keeps its state (it resumed
+        from a later round than the program's) and its outputs are junk.
+
+    Returns:
+      The new states and the rounds' `RoundOutput`s, stacked by run.
+
+    Raises:
+      ValueError: local training is not 'vmap', or rows without `upload`.
+    """
+    if self.local_training != 'vmap':
+      raise ValueError("run_rounds needs local_training='vmap'; got "
+                       f'{self.local_training!r}.')
+    resident = isinstance(runs[0], data.RoundRows)
+    if resident and self._resident is None:
+      raise ValueError('batches of rows (data.RoundRows) need the split on '
+                       'the device: call upload(arrays) first.')
+    layouts, lane_batches, steps = self._layout(runs)
+    pack = data.pack_rows if resident else data.pack_batches
+    packed = [pack(batches, lanes, lane_batches)
+              for batches, lanes in zip(runs, layouts)]
+    fields = tuple(np.stack([getattr(p, f.name) for p in packed])
+                   for f in dataclasses.fields(packed[0]))
+    slots = max(batches.client_mask.shape[0] for batches in runs)
+    slot_keys = jnp.stack([
+        jnp.zeros((slots,) + keys[0].shape, keys[0].dtype).at[
+            :batches.client_mask.shape[0]].set(
+                client_keys(key, batches.client_mask.shape[0]))
+        for key, batches in zip(keys, runs)])
+    host = (fields, np.stack(canary_masks).astype(np.float32),
+            np.asarray(scales, np.float32), np.asarray(active, bool))
+    self.upload_bytes = _host_bytes(*fields, *host[1:])
+    sharded = jax.device_put(fields, self._runs_by_client)
+    replicated = jax.device_put(
+        (slot_keys, jnp.stack([jnp.asarray(d, jnp.float32)
+                               for d in canary_directions]), host[1],
+         jnp.stack(keys), None if noises is None else jnp.stack(noises),
+         np.int32(steps), host[2], host[3]), self._replicated)
+    resident_split = self._resident if resident else None
+    self._note('program', states, sharded, *replicated)
+    return self._program(states, resident_split, sharded, *replicated)
+
+  def program_padded_examples(
+      self, runs: Sequence[data.RoundBatches | data.RoundRows]) -> int:
+    """Examples a `run_rounds` call processes, padding included."""
+    layouts, _, steps = self._layout(runs)
+    return len(runs) * len(layouts[0]) * steps * runs[0].example_mask.shape[2]
 
   def round_cost(self, state: ServerState, batches: data.RoundBatches,
                  canary_directions: np.ndarray, canary_mask: np.ndarray,
@@ -663,6 +840,16 @@ class RoundEngine:
             canary_mask, key, noise)
     self._note('server', *args)
     return self._server(*args)
+
+
+def stack_states(states: Sequence[ServerState]) -> ServerState:
+  """The runs' states on a leading run axis (`RoundEngine.run_rounds`)."""
+  return _tree_map(lambda *leaves: jnp.stack(leaves), *states)
+
+
+def run_state(states: ServerState, run: int) -> ServerState:
+  """Run `run`'s state out of stacked `states`."""
+  return _tree_map(lambda leaf: leaf[run], states)
 
 
 def _host_bytes(*arrays: Any) -> int:

@@ -7,6 +7,12 @@ the model and client optimizer at each client's first batch), so the padded
 work is the lanes' empty tail batches only. Lanes are filled by
 first-fit-decreasing bin packing; the lane length is the smallest one (the
 most lanes, so the most parallelism) whose padded work stays within a bound.
+
+A run compiles its round once (`run_lanes`): the number of lanes is fixed
+for the whole run, the most whose padded work over the run's rounds stays
+within the bound, and each round's lanes are only as long as its clients
+need at that width (`lane_capacity`: the round's loop trip count), up to the
+run's longest.
 """
 
 from collections.abc import Sequence
@@ -15,8 +21,10 @@ import numpy as np
 
 from one_shot_epe import validation
 
-__all__ = ['MAX_PADDING_RATIO', 'first_fit_decreasing', 'lane_layout',
-           'padding_ratio']
+__all__ = ['MAX_PADDING_RATIO', 'first_fit_decreasing', 'lane_capacity',
+           'lane_layout', 'padding_ratio', 'run_lanes']
+# Rounds `run_lanes` samples to choose a run's lane count.
+_SAMPLED_ROUNDS = 512
 
 # The padded/real local steps `lane_layout` allows by default.
 MAX_PADDING_RATIO = 1.15
@@ -97,3 +105,56 @@ def lane_layout(batch_counts: Sequence[int], *, min_lane_batches: int = 1,
     if ratio <= max_ratio or length >= total:
       return best[1], best[2]
     length += 1
+
+
+def lane_capacity(batch_counts: Sequence[int], num_lanes: int) -> int:
+  """The shortest lane length whose first-fit-decreasing packing of
+  `batch_counts` takes at most `num_lanes` lanes (>= the largest client)."""
+  counts = np.asarray(batch_counts, np.int64)
+  num_lanes = validation.check_int('num_lanes', num_lanes, low=1)
+  length = max(int(counts.max(initial=1)),
+               -(-int(counts.sum()) // num_lanes))
+  while len(first_fit_decreasing(counts, length)) > num_lanes:
+    length += 1
+  return length
+
+
+def run_lanes(round_counts: Sequence[Sequence[int]], *, lane_multiple: int = 1,
+              max_ratio: float = MAX_PADDING_RATIO) -> tuple[int, int]:
+  """(lanes, longest lane length) of a run whose rounds have `round_counts`.
+
+  The lane count is the largest multiple of `lane_multiple` whose padded
+  work over the rounds, sum of lanes x `lane_capacity`, is at most
+  `max_ratio` times their real batches (the fewest lanes if none is),
+  assuming padding grows with the lanes; it is chosen on at most 512 of the
+  rounds, evenly spaced. The length is the longest any round needs at that
+  count: every round fits one compiled layout.
+
+  Args:
+    round_counts: each round's clients' local batches (>= 1 each).
+    lane_multiple: the lane count is a multiple of this (devices).
+    max_ratio: the bound on processed / real batches (>= 1).
+  """
+  lane_multiple = validation.check_int('lane_multiple', lane_multiple, low=1)
+  if max_ratio < 1:
+    raise ValueError(f'max_ratio must be >= 1; got {max_ratio}.')
+  rounds = [np.asarray(c, np.int64) for c in round_counts] or [
+      np.ones(1, np.int64)]
+  step = max(1, len(rounds) // _SAMPLED_ROUNDS)
+  sampled = rounds[::step]
+  real = max(sum(int(c.sum()) for c in sampled), 1)
+
+  def ratio(num_lanes: int) -> float:
+    return sum(num_lanes * lane_capacity(c, num_lanes)
+               for c in sampled) / real
+
+  # The most lanes worth having: one per client of the largest round.
+  low, high = 1, max(1, -(-max(c.size for c in rounds) // lane_multiple))
+  while low < high:  # The largest multiple within the bound.
+    middle = (low + high + 1) // 2
+    if ratio(middle * lane_multiple) <= max_ratio:
+      low = middle
+    else:
+      high = middle - 1
+  num_lanes = low * lane_multiple
+  return num_lanes, max(lane_capacity(c, num_lanes) for c in rounds)

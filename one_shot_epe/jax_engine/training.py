@@ -12,8 +12,10 @@ lag. At the end the canaries' cosines with the final model (Algorithm 2) are
 taken the same way.
 
 The round's computations are compiled once for the run: the client slots are
-fixed to the run's largest cohort and, for 'vmap' local training, a round
-reuses a compiled lane layout its clients fit (`fedavg.RoundEngine`);
+fixed to the run's largest cohort and, for 'vmap' local training, the lanes
+to one layout chosen from all the run's rounds before the first
+(`packing.run_lanes`, `fedavg.RoundEngine.fix_layout`), each round looping
+only over the batches it needs;
 `RunStats` counts the compilations, their seconds, the padding and the bytes
 sent to the device. With 'vmap' local training the training split is put on
 the device once (`RoundEngine.upload`) and a round sends only its examples'
@@ -29,6 +31,12 @@ same results as one never interrupted.
 
 The run reports its rounds through a `round_record.RoundObserver` and writes
 nothing but its checkpoints.
+
+Many runs in one program (`train_program`, the paper's Table 5 and grids at
+scale): R runs that share the model, data and shapes are trained together,
+each round of all R one computation with a run axis
+(`fedavg.RoundEngine.run_rounds`); each run keeps its own seeds, canaries,
+noise multiplier, checkpoints and observer, and ends as it would alone.
 """
 
 import concurrent.futures
@@ -46,6 +54,7 @@ from jax.flatten_util import ravel_pytree
 
 from one_shot_epe import canary_spec
 from one_shot_epe import client_arrays
+from one_shot_epe import decorrelation
 from one_shot_epe import round_record
 from one_shot_epe import run_directory
 from one_shot_epe import run_plan
@@ -54,9 +63,11 @@ from one_shot_epe.jax_engine import checkpoints
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import optimizers
+from one_shot_epe.jax_engine import packing
 
-__all__ = ['DeviceMemory', 'RunStats', 'device_memory', 'device_memory_limit',
-           'evaluate', 'optimizer', 'round_engine', 'train']
+__all__ = ['Decorrelation', 'DeviceMemory', 'ProgramRun', 'RunStats',
+           'device_memory', 'device_memory_limit', 'evaluate', 'optimizer',
+           'round_engine', 'train', 'train_program']
 
 # JAX's monitoring event of one XLA compilation (jax 0.4.14 and 0.11).
 _BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
@@ -80,7 +91,7 @@ class RunStats:
     host_to_device_bytes: what the rounds sent to the device (their batches,
       or only their examples' rows with the split resident).
     resident_bytes: the split put on each device once (0: host-fed rounds).
-    rounds: rounds trained.
+    rounds: rounds trained (a round of a program's R runs counts once).
   """
   # What compiling cost.
   compiles: int = 0
@@ -129,10 +140,13 @@ class _CosineBuffer:
   """Rounds' vectors, B at a time, scored against every tracked canary."""
 
   def __init__(self, spec: canary_spec.CanarySpec, maxima: np.ndarray,
-               rounds: int):
+               rounds: int, projections: np.ndarray | None = None):
     self._spec = spec
     self._ids = spec.tracked_ids()
     self.maxima = maxima
+    # [k + m, T]: each canary's projection <v_t, c> on round t's vector
+    # (cosine times |v_t|), kept for the decorrelated statistic; or None.
+    self.projections = projections
     self._rounds = rounds
     self._vectors: list[jax.Array] = []
     self._round_nums: list[int] = []
@@ -151,10 +165,13 @@ class _CosineBuffer:
     # A fixed block shape compiles once: short blocks repeat their first row.
     rows = self._vectors + [self._vectors[0]] * (self._rounds -
                                                  len(self._vectors))
+    stacked = jnp.stack(rows)
     block = np.asarray(canaries.cosines(self._spec.seed, self._ids,
-                                        jnp.stack(rows)))[:, :len(
-                                            self._vectors)]
+                                        stacked))[:, :len(self._vectors)]
     self.maxima = np.maximum(self.maxima, block.max(axis=1))
+    if self.projections is not None:
+      norms = np.asarray(jnp.linalg.norm(stacked, axis=1))[:len(self._vectors)]
+      self.projections[:, np.asarray(self._round_nums) - 1] = block * norms
     k = self._spec.num_seen
     nan = float('nan')
     summaries = [
@@ -238,17 +255,22 @@ class DeviceMemory:
       bound on its activations, whatever the backend).
     lanes: the lanes on one device (at most one client per lane).
     resident: whether the split is resident ('vmap' with resident data).
+    runs: the runs of the program (`train_program`), each with its own
+      state, lanes and host-fed batches; a resident split is shared.
   """
   data_bytes: int
   state_bytes: int
   lane_bytes: int
   lanes: int
   resident: bool
+  runs: int = 1
 
   @property
   def total_bytes(self) -> int:
-    """The estimate: data + state + lanes x lane."""
-    return self.data_bytes + self.state_bytes + self.lanes * self.lane_bytes
+    """The estimate: data + runs x (state + lanes x lane)."""
+    data_bytes = self.data_bytes * (1 if self.resident else self.runs)
+    return data_bytes + self.runs * (self.state_bytes +
+                                     self.lanes * self.lane_bytes)
 
 
 def _values_bytes(jaxpr: Any) -> int:
@@ -261,8 +283,11 @@ def _values_bytes(jaxpr: Any) -> int:
 def device_memory(plan: run_plan.RunPlan, model: Any,
                   train_data: client_arrays.ClientArrays, *,
                   local_training: str = 'auto',
-                  resident_data: bool = True) -> DeviceMemory:
+                  resident_data: bool = True, runs: int = 1) -> DeviceMemory:
   """The device memory `train` needs on each local device (`DeviceMemory`).
+
+  `runs` > 1: a program of that many runs like `plan` (`train_program`,
+  'vmap' local training).
 
   Computed from shapes only (nothing is compiled or uploaded): the split's
   bytes, d = the model's parameters, the run's largest cohort spread over
@@ -270,7 +295,8 @@ def device_memory(plan: run_plan.RunPlan, model: Any,
   local step on a batch of `plan.batch_size` examples.
   """
   if local_training == 'auto':
-    local_training = fedavg.default_local_training()
+    local_training = ('vmap' if runs > 1 else
+                      fedavg.default_local_training())
   devices = 1 if local_training == 'loop' else len(jax.local_devices())
   params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
   dim = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
@@ -302,7 +328,8 @@ def device_memory(plan: run_plan.RunPlan, model: Any,
   lane_bytes = (4 * dim * (4 + plan.client_optimizer.slots) +
                 _values_bytes(step.jaxpr))
   return DeviceMemory(data_bytes=data_bytes, state_bytes=state_bytes,
-                      lane_bytes=lane_bytes, lanes=lanes, resident=resident)
+                      lane_bytes=lane_bytes, lanes=lanes, resident=resident,
+                      runs=runs)
 
 
 def device_memory_limit() -> int | None:
@@ -321,6 +348,183 @@ def device_memory_limit() -> int | None:
   return None
 
 
+@dataclasses.dataclass(frozen=True)
+class Decorrelation:
+  """The decorrelated all-iterates statistic of correlated noise.
+
+  `one_shot_epe.decorrelation`: under matrix-factorization noise the run
+  keeps every tracked canary's projection on every round's aggregate and
+  ends with their matched-filter scores (`CanaryOutcome.decorrelated_seen`).
+
+  Attributes:
+    strategy: C, float64 [T, T] lower triangular.
+    noise_std: s > 0, the std of a coordinate of a round's noise row Z_t in
+      the aggregate's units (z S sens(C) over the expected cohort).
+  """
+  strategy: np.ndarray
+  noise_std: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramRun:
+  """One run of `train_program`: its plan and where its outputs go.
+
+  Attributes:
+    plan: The run (`plan.spec` must not be None).
+    store: The run's checkpoints (as `train`'s).
+    observer: Told of the run's rounds (as `train`'s), or None.
+    noise_rows: The run's correlated noise (as `train`'s), or None.
+    decorrelation: With correlated noise, its decorrelated statistic
+      (`Decorrelation`; the all-iterates statistic must be 'aggregate'), or
+      None.
+  """
+  plan: run_plan.RunPlan
+  store: checkpoints.NpzCheckpoints
+  observer: round_record.RoundObserver | None = None
+  noise_rows: Callable[[int, int], Iterator[jax.Array]] | None = None
+  decorrelation: Decorrelation | None = None
+
+
+class _RunLoop:
+  """The host side of one run: its state, resume point, canaries and outputs."""
+
+  def __init__(self, run: ProgramRun, engine: fedavg.RoundEngine, model: Any,
+               train_data: client_arrays.ClientArrays):
+    self.plan = plan = run.plan
+    self.spec = spec = plan.spec
+    self.store = run.store
+    state = engine.init_state(model.init(jax.random.PRNGKey(plan.seed)))
+    self.dim = int(ravel_pytree(state.params)[0].shape[0])
+    tracked = spec.num_seen + spec.num_unseen
+    self.decorrelation = run.decorrelation
+    if (self.decorrelation is not None and
+        spec.all_iterates_statistic != 'aggregate'):
+      raise ValueError('decorrelation needs the all-iterates statistic '
+                       "'aggregate' (the released sums); got "
+                       f'{spec.all_iterates_statistic!r}.')
+    saved = checkpoints.TrainingState(
+        state, np.full(tracked, -np.inf, np.float32),
+        np.asarray(ravel_pytree(state.params)[0]),
+        None if self.decorrelation is None else np.zeros(
+            (tracked, plan.total_rounds), np.float32))
+    resumed_from = run.store.latest()
+    if resumed_from is None:
+      resumed_from = 0
+      run.store.save(saved, 0)
+    else:
+      saved = run.store.load(resumed_from, saved)
+    self.resumed_from = resumed_from
+    self.state, self.initial = saved.server, saved.initial
+    self.rows = (None if run.noise_rows is None else
+                 run.noise_rows(self.dim, resumed_from))
+    self.buffer = _CosineBuffer(spec, np.asarray(saved.maxima, np.float32),
+                                spec.buffer_rounds or min(
+                                    canary_spec.default_buffer_rounds(
+                                        self.dim),
+                                    plan.rounds_per_checkpoint),
+                                None if saved.projections is None else
+                                np.array(saved.projections, np.float32))
+    self.canary_slots = max(1, max(len(ids) for ids in spec.schedule))
+    self.slots, self.buckets = _round_shapes(plan, train_data, engine)
+    self.key = jax.random.PRNGKey(plan.seed)
+    self.observer = run.observer or round_record.Observers([])
+
+  def batches(self, t: int, train_data: client_arrays.ClientArrays,
+              engine: fedavg.RoundEngine,
+              resident: bool) -> data.RoundBatches | data.RoundRows:
+    """Round t's batches (their rows with the split resident)."""
+    plan = self.plan
+    clients = plan.sampler.indices(t)
+    bucket = _bucket(data.batches_needed(
+        train_data, clients, batch_size=plan.batch_size, epochs=plan.epochs,
+        max_examples=plan.max_examples), self.buckets)
+    # 'loop': each client runs only its own batches, however many.
+    return (data.client_rows if resident else data.client_batches)(
+        train_data, clients, batch_size=plan.batch_size, epochs=plan.epochs,
+        max_examples=plan.max_examples,
+        rng=np.random.default_rng([plan.seed, t]), num_slots=self.slots,
+        max_batches=bucket if engine.local_training == 'vmap' else None)
+
+  def round_counts(self, train_data: client_arrays.ClientArrays
+                   ) -> list[np.ndarray]:
+    """Every round's clients' local batches (`data.slot_batch_counts`)."""
+    plan = self.plan
+    sizes = train_data.client_sizes() * plan.epochs
+    if plan.max_examples is not None:
+      sizes = np.minimum(sizes, plan.max_examples)
+    batches = np.maximum(-(-sizes // plan.batch_size), 1)
+    return [batches[np.asarray(plan.sampler.indices(t), np.int64)]
+            for t in range(plan.total_rounds)]
+
+  def inputs(self, t: int, canary_slots: int
+             ) -> tuple[jax.Array, np.ndarray, jax.Array, jax.Array | None]:
+    """Round t's (canary directions, canary mask, key, noise row)."""
+    ids, mask = _slot_ids(self.spec.schedule[t], canary_slots)
+    noise = None
+    if self.rows is not None:
+      # A run that resumed later sits this round out: its stream waits.
+      noise = (next(self.rows) if t >= self.resumed_from else
+               jnp.zeros(self.dim, jnp.float32))
+    return (canaries.directions(self.spec.seed, ids, self.dim), mask,
+            jax.random.fold_in(self.key, t), noise)
+
+  def record(self, t: int, previous: fedavg.ServerState,
+             state: fedavg.ServerState, output: fedavg.RoundOutput,
+             seconds: float) -> None:
+    """Reports round t, scores its block, checkpoints; `state` is after t."""
+    self.state = state
+    vector = output.aggregate
+    if self.spec.all_iterates_statistic == 'model_delta':
+      vector = ravel_pytree(previous.params)[0] - ravel_pytree(state.params)[0]
+    if jax.process_count() > 1:
+      # Under jax.distributed the canaries are scored by each process on
+      # its own device, from the replicated vector.
+      vector = np.asarray(vector)
+    clip = float(output.clip)
+    # Before its block may be scored and reported.
+    self.observer.on_round(round_record.RoundRecord(
+        round_num=t + 1, metrics={
+            'clip': clip,
+            'aggregate_norm': float(jnp.linalg.norm(output.aggregate)),
+            'canaries_inserted': int(output.canaries_inserted),
+            'num_clients': int(output.num_clients),
+            'training_time_in_seconds': seconds},
+        seconds=seconds, clip=clip))
+    self.observer.on_cosines(self.buffer.add(t + 1, vector))
+    if run_directory.is_checkpoint_round(t + 1, self.plan.rounds_per_checkpoint,
+                                         self.plan.total_rounds):
+      self.observer.on_cosines(self.buffer.flush())
+      self.store.save(checkpoints.TrainingState(
+          state, self.buffer.maxima, self.initial, self.buffer.projections),
+                      t + 1)
+
+  def outcome(self, model: Any, test_data: client_arrays.ClientArrays | None
+              ) -> canary_spec.CanaryOutcome:
+    """The run's cosines of both threat models and its final accuracy."""
+    spec = self.spec
+    final = np.asarray(ravel_pytree(self.state.params)[0])
+    vector = (self.initial - final if spec.final_model_statistic == 'delta'
+              else final)
+    final_cosines = np.asarray(canaries.cosines(
+        spec.seed, spec.tracked_ids(), vector), np.float64)
+    maxima = np.asarray(self.buffer.maxima, np.float64)
+    accuracy = (evaluate(model, self.state.params, test_data)
+                if test_data is not None else float('nan'))
+    seen = unseen = None
+    if self.decorrelation is not None:
+      seen, unseen = decorrelation.matched_filter_scores(
+          self.buffer.projections, self.decorrelation.strategy,
+          spec.schedule, spec.num_seen, self.decorrelation.noise_std)
+    return canary_spec.CanaryOutcome(
+        final_cosines=final_cosines[:spec.num_seen],
+        final_unseen_cosines=final_cosines[spec.num_seen:],
+        seen_maxima=maxima[:spec.num_seen],
+        unseen_maxima=maxima[spec.num_seen:], accuracy=accuracy,
+        dim=self.dim, resumed_from_round=self.resumed_from,
+        rounds_trained=self.plan.total_rounds - self.resumed_from,
+        decorrelated_seen=seen, decorrelated_unseen=unseen)
+
+
 def train(plan: run_plan.RunPlan, model: Any,
           train_data: client_arrays.ClientArrays,
           test_data: client_arrays.ClientArrays | None,
@@ -328,7 +532,8 @@ def train(plan: run_plan.RunPlan, model: Any,
           observer: round_record.RoundObserver | None = None, *,
           local_training: str = 'auto', stats: RunStats | None = None,
           resident_data: bool = True,
-          noise_rows: Callable[[int, int], Iterator[jax.Array]] | None = None
+          noise_rows: Callable[[int, int], Iterator[jax.Array]] | None = None,
+          decorrelation: Decorrelation | None = None
           ) -> canary_spec.CanaryOutcome:
   """Trains (or resumes from `store`'s newest checkpoint); returns the outcome.
 
@@ -350,30 +555,62 @@ def train(plan: run_plan.RunPlan, model: Any,
     noise_rows: None for DP-FedAvg's independent noise; else (d, first
       round) -> the rounds' rows of correlated noise from that round on
       (`correlated_noise.NoiseStream.rows`), each replacing a round's draw.
+    decorrelation: With `noise_rows`, the decorrelated all-iterates
+      statistic to end with (`Decorrelation`), or None.
+  """
+  return train_program([ProgramRun(plan, store, observer, noise_rows,
+                                   decorrelation)], model,
+                       train_data, test_data, local_training=local_training,
+                       stats=stats, resident_data=resident_data)[0]
+
+
+def train_program(runs: Sequence[ProgramRun], model: Any,
+                  train_data: client_arrays.ClientArrays,
+                  test_data: client_arrays.ClientArrays | None, *,
+                  local_training: str = 'auto', stats: RunStats | None = None,
+                  resident_data: bool = True
+                  ) -> list[canary_spec.CanaryOutcome]:
+  """Trains (or resumes) R runs as one program; each run's outcome.
+
+  One run is `train`. Several (R > 1) share the model, the data and every
+  shape, and differ in their seeds, canaries, noise multiplier and canary
+  schedule: each round of all R is one computation with a run axis
+  (`fedavg.RoundEngine.run_rounds`, 'vmap' local training), and each run
+  keeps its own checkpoints, observer and outcome, as if trained alone (up
+  to float rounding). Runs resumed from different rounds start together
+  from the earliest; a run sits out the rounds before its own (its state is
+  kept, nothing is reported).
+
+  Args:
+    runs: The runs (`ProgramRun`); their plans must have the same rounds,
+      DP aggregation but for the noise multiplier, optimizers and batches.
+    model, train_data, test_data, stats, resident_data: as `train`'s.
+    local_training: as `train`'s; R > 1 needs 'vmap' ('auto' picks it).
+
+  Raises:
+    ValueError: the runs' plans differ in rounds, or R > 1 with 'loop'.
   """
   stats = RunStats() if stats is None else stats
   compile_start = _CompileClock.start()
-  spec = plan.spec
-  engine = round_engine(plan, model, local_training)
-  state = engine.init_state(model.init(jax.random.PRNGKey(plan.seed)))
-  dim = int(ravel_pytree(state.params)[0].shape[0])
-  saved = checkpoints.TrainingState(
-      state, np.full(spec.num_seen + spec.num_unseen, -np.inf, np.float32),
-      np.asarray(ravel_pytree(state.params)[0]))
-  resumed_from = store.latest()
-  if resumed_from is None:
-    resumed_from = 0
-    store.save(saved, 0)
-  else:
-    saved = store.load(resumed_from, saved)
-  state, initial = saved.server, saved.initial
-  rows = None if noise_rows is None else noise_rows(dim, resumed_from)
-  buffer = _CosineBuffer(spec, np.asarray(saved.maxima, np.float32),
-                         spec.buffer_rounds or min(
-                             canary_spec.default_buffer_rounds(dim),
-                             plan.rounds_per_checkpoint))
-  canary_slots = max(1, max(len(ids) for ids in spec.schedule))
-  slots, buckets = _round_shapes(plan, train_data, engine)
+  program = len(runs) > 1
+  if program and local_training == 'auto':
+    local_training = 'vmap'
+  if len({run.plan.total_rounds for run in runs}) > 1:
+    raise ValueError('runs of one program must have the same rounds; got '
+                     f'{[run.plan.total_rounds for run in runs]}.')
+  engine = round_engine(runs[0].plan, model, local_training)
+  if program and engine.local_training != 'vmap':
+    raise ValueError('runs_per_program > 1 needs local_training=\'vmap\'; '
+                     f'got {local_training!r}.')
+  loops = [_RunLoop(run, engine, model, train_data) for run in runs]
+  if engine.local_training == 'vmap':
+    # One layout for every round of every run: one compile.
+    engine.fix_layout(*packing.run_lanes(
+        [counts for loop in loops for counts in loop.round_counts(train_data)],
+        lane_multiple=engine.num_devices))
+  total_rounds = runs[0].plan.total_rounds
+  first = min(loop.resumed_from for loop in loops)
+  canary_slots = max(loop.canary_slots for loop in loops)
   resident = resident_data and engine.local_training == 'vmap'
   if resident:
     engine.upload(train_data)
@@ -383,84 +620,52 @@ def train(plan: run_plan.RunPlan, model: Any,
       int(a.nbytes) // max(a.shape[0], 1) for a in data.model_inputs(
           train_data.kind, {name: array[:1] for name, array
                             in train_data.features.items()}))
-  base_key = jax.random.PRNGKey(plan.seed)
-  observer = observer or round_record.Observers([])
+  scales = np.stack([fedavg.noise_scales(run.plan.dp) for run in runs])
+  stacked = fedavg.stack_states([loop.state for loop in loops])
 
-  def round_batches(t: int) -> data.RoundBatches | data.RoundRows:
-    """Round t's batches (their rows with the split resident)."""
-    clients = plan.sampler.indices(t)
-    bucket = _bucket(data.batches_needed(
-        train_data, clients, batch_size=plan.batch_size, epochs=plan.epochs,
-        max_examples=plan.max_examples), buckets)
-    # 'loop': each client runs only its own batches, however many.
-    return (data.client_rows if resident else data.client_batches)(
-        train_data, clients, batch_size=plan.batch_size, epochs=plan.epochs,
-        max_examples=plan.max_examples,
-        rng=np.random.default_rng([plan.seed, t]), num_slots=slots,
-        max_batches=bucket if engine.local_training == 'vmap' else None)
+  def round_batches(t: int) -> list[data.RoundBatches | data.RoundRows]:
+    return [loop.batches(t, train_data, engine, resident) for loop in loops]
 
   # The next round's batches are built on the host while this one trains.
   prefetch = concurrent.futures.ThreadPoolExecutor(1)
-  upcoming = (prefetch.submit(round_batches, resumed_from)
-              if resumed_from < plan.total_rounds else None)
+  upcoming = (prefetch.submit(round_batches, first)
+              if first < total_rounds else None)
   try:
-    for t in range(resumed_from, plan.total_rounds):
+    for t in range(first, total_rounds):
       start = time.perf_counter()
       batches = upcoming.result()
-      if t + 1 < plan.total_rounds:
+      if t + 1 < total_rounds:
         upcoming = prefetch.submit(round_batches, t + 1)
-      ids, mask = _slot_ids(spec.schedule[t], canary_slots)
-      directions = canaries.directions(spec.seed, ids, dim)
-      previous = state.params
-      state, output = engine(state, batches, directions, mask,
-                             jax.random.fold_in(base_key, t),
-                             None if rows is None else next(rows))
+      active = np.asarray([t >= loop.resumed_from for loop in loops])
+      directions, masks, keys, noises = zip(
+          *[loop.inputs(t, canary_slots) for loop in loops])
+      if program:
+        previous = stacked
+        stacked, outputs = engine.run_rounds(
+            stacked, batches, directions, masks, keys,
+            None if noises[0] is None else noises, scales, active)
+        results = [(fedavg.run_state(previous, r),
+                    fedavg.run_state(stacked, r),
+                    jax.tree_util.tree_map(lambda x, r=r: x[r], outputs))
+                   for r in range(len(loops))]
+      else:
+        previous = loops[0].state
+        state, output = engine(previous, batches[0], directions[0], masks[0],
+                               keys[0], noises[0])
+        results = [(previous, state, output)]
       # The round's training time, as TFF's metrics report it: without the
       # canaries' scoring (amortised over the buffer's blocks on both engines).
-      jax.block_until_ready((state, output))
+      jax.block_until_ready(results)
       seconds = time.perf_counter() - start
       _count(stats, engine, batches, example_bytes)
-      vector = output.aggregate
-      if spec.all_iterates_statistic == 'model_delta':
-        vector = ravel_pytree(previous)[0] - ravel_pytree(state.params)[0]
-      if jax.process_count() > 1:
-        # Under jax.distributed the canaries are scored by each process on
-        # its own device, from the replicated vector.
-        vector = np.asarray(vector)
-      clip = float(output.clip)
-      # Before its block may be scored and reported.
-      observer.on_round(round_record.RoundRecord(
-          round_num=t + 1, metrics={
-              'clip': clip,
-              'aggregate_norm': float(jnp.linalg.norm(output.aggregate)),
-              'canaries_inserted': int(output.canaries_inserted),
-              'num_clients': int(output.num_clients),
-              'training_time_in_seconds': seconds},
-          seconds=seconds, clip=clip))
-      observer.on_cosines(buffer.add(t + 1, vector))
-      if run_directory.is_checkpoint_round(t + 1, plan.rounds_per_checkpoint,
-                                           plan.total_rounds):
-        observer.on_cosines(buffer.flush())
-        store.save(checkpoints.TrainingState(state, buffer.maxima, initial),
-                   t + 1)
+      for loop, is_active, result in zip(loops, active, results):
+        if is_active:
+          loop.record(t, *result, seconds)
   finally:
     prefetch.shutdown(cancel_futures=True)
-  final = np.asarray(ravel_pytree(state.params)[0])
-  vector = initial - final if spec.final_model_statistic == 'delta' else final
-  final_cosines = np.asarray(canaries.cosines(spec.seed, spec.tracked_ids(),
-                                              vector), np.float64)
-  maxima = np.asarray(buffer.maxima, np.float64)
-  accuracy = (evaluate(model, state.params, test_data)
-              if test_data is not None else float('nan'))
   stats.compiles = engine.compiles
   stats.compile_seconds = _CompileClock.total - compile_start
-  return canary_spec.CanaryOutcome(
-      final_cosines=final_cosines[:spec.num_seen],
-      final_unseen_cosines=final_cosines[spec.num_seen:],
-      seen_maxima=maxima[:spec.num_seen],
-      unseen_maxima=maxima[spec.num_seen:], accuracy=accuracy, dim=dim,
-      resumed_from_round=resumed_from,
-      rounds_trained=plan.total_rounds - resumed_from)
+  return [loop.outcome(model, test_data) for loop in loops]
 
 
 def _bucket(needed: int, buckets: Sequence[int]) -> int:
@@ -469,23 +674,28 @@ def _bucket(needed: int, buckets: Sequence[int]) -> int:
 
 
 def _count(stats: RunStats, engine: fedavg.RoundEngine,
-           batches: data.RoundBatches | data.RoundRows,
+           runs: Sequence[data.RoundBatches | data.RoundRows],
            example_bytes: int) -> None:
-  """Adds a round's examples, padding and uploads to `stats`.
+  """Adds a round's examples, padding and uploads to `stats` (all its runs).
 
   The uploads are what the round's call sent to the device
   (`RoundEngine.upload_bytes`; the canaries are generated on the device).
   example_bytes: one example's model inputs and labels.
   """
-  real = int(batches.example_mask.sum())
+  real = sum(int(batches.example_mask.sum()) for batches in runs)
   stats.real_examples += real
   stats.example_bytes += real * example_bytes
-  stats.padded_examples += engine.padded_examples(batches)
-  if engine.local_training == 'vmap':
-    stats.vmap_padded_examples += engine.padded_examples(batches)
+  if len(runs) > 1:
+    padded = engine.program_padded_examples(runs)
+    stats.padded_examples += padded
+    stats.vmap_padded_examples += padded
+  elif engine.local_training == 'vmap':
+    stats.padded_examples += engine.padded_examples(runs[0])
+    stats.vmap_padded_examples += engine.padded_examples(runs[0])
   else:
-    lanes, lane_batches = data.packed_layout(batches)
+    stats.padded_examples += engine.padded_examples(runs[0])
+    lanes, lane_batches = data.packed_layout(runs[0])
     stats.vmap_padded_examples += (len(lanes) * lane_batches *
-                                   batches.example_mask.shape[2])
+                                   runs[0].example_mask.shape[2])
   stats.host_to_device_bytes += engine.upload_bytes
   stats.rounds += 1

@@ -18,7 +18,8 @@ data (Andrew et al., ICLR 2024, Sections 3-4):
    vs unseen canaries) and the references as a `run_report.RunReport`: the
    canary's analytical eps, a real client's eps over the rounds observed
    (the aggregator's own DpEvent, composed with dp_accounting) and the
-   last-iterate heuristic.
+   last-iterate heuristic; under DP-FTRL's tree aggregation
+   (`tree_aggregation`) the tree's own (`tree_accounting`).
 
 Example (examples/canaries_in_fedavg.py runs it on a tiny model):
 
@@ -57,6 +58,7 @@ from one_shot_epe import participation as participation_lib
 from one_shot_epe import round_record
 from one_shot_epe import run_directory
 from one_shot_epe import run_report
+from one_shot_epe import tree_accounting
 from one_shot_epe import validation
 from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe.tff_engine import cosine_tracking
@@ -139,6 +141,7 @@ class CanaryAudit:
                spec: canary_spec.CanarySpec | None = None,
                dp: canary_spec.DPAggregation | None = None,
                distributed: distributed_dp.DistributedDP | None = None,
+               tree_aggregation: bool = False,
                device: str = '/CPU:0'):
     """Plans the canaries of a run of `rounds` rounds, or takes a plan.
 
@@ -172,6 +175,9 @@ class CanaryAudit:
         secure aggregation instead of the server's Gaussian noise
         (`canary_aggregator.CanaryDistributedDPFactory`); None for the
         Gaussian mechanism.
+      tree_aggregation: With `dp` (a fixed clip): audit DP-FTRL's tree
+        aggregation at `dp`'s noise multiplier and clip instead
+        (`aggregator(record_specs)` builds `tree_aggregation`'s factory).
       device: TF device of the cosine tracking (`accelerators`).
 
     Raises:
@@ -215,6 +221,15 @@ class CanaryAudit:
       raise TypeError(f'distributed must be a distributed_dp.DistributedDP; '
                       f'got {distributed!r}.')
     self._distributed = distributed
+    # (noise multiplier, efficient estimator) of the audited tree
+    # aggregation, once its factory is built.
+    self._tree: tuple[float, bool] | None = None
+    self._tree_dp: canary_spec.DPAggregation | None = None
+    if tree_aggregation:
+      if dp is None or dp.adaptive or distributed is not None:
+        raise ValueError('tree_aggregation needs the dp of a fixed clip and '
+                         'no distributed DP.')
+      self._tree_dp, self._aggregation = dp, _TREE_AGGREGATION
     self._ddp_factory: (canary_aggregator.CanaryDistributedDPFactory |
                         None) = None
     self._tracker: cosine_tracking.CosineTracker | None = None
@@ -228,6 +243,7 @@ class CanaryAudit:
                 noise_seed: int | None = None,
                 client_participation: accounting.Participation | None = None,
                 distributed: distributed_dp.DistributedDP | None = None,
+                tree_aggregation: bool = False,
                 device: str = '/CPU:0') -> 'CanaryAudit':
     """The audit of a run planned elsewhere (`tff_engine.training`).
 
@@ -241,6 +257,7 @@ class CanaryAudit:
       noise_seed: As for the constructor.
       client_participation: As for the constructor.
       distributed: As for the constructor.
+      tree_aggregation: As for the constructor.
       device: TF device of the cosine tracking (`accelerators`).
 
     Returns:
@@ -252,7 +269,8 @@ class CanaryAudit:
     """
     return cls(spec=spec, dp=dp, delta=delta, noise_seed=noise_seed,
                client_participation=client_participation,
-               distributed=distributed, device=device)
+               distributed=distributed, tree_aggregation=tree_aggregation,
+               device=device)
 
   # -- 1. The aggregation factory. --------------------------------------------
 
@@ -267,20 +285,36 @@ class CanaryAudit:
     self._aggregation = aggregation
     return factory
 
-  def aggregator(self) -> (canary_aggregator.CanaryDPFactory |
-                            canary_aggregator.CanaryDistributedDPFactory):
+  def aggregator(
+      self, record_specs: Any = None
+  ) -> (canary_aggregator.CanaryDPFactory |
+        canary_aggregator.CanaryDistributedDPFactory):
     """The factory of the `dp` given to `from_spec`, canaries inserted.
+
+    Args:
+      record_specs: With `tree_aggregation`: the `tf.TensorSpec`s of the
+        aggregated value (the model's trainable weights); ignored otherwise.
 
     Returns:
       `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`,
       or with `distributed`, `canary_aggregator.CanaryDistributedDPFactory(
       dp, distributed, spec, noise_seed)` (the noise seed seeds the
-      rotations).
+      rotations), or with `tree_aggregation`, this audit's
+      `tree_aggregation` at dp's noise multiplier and clip (the noise seed
+      seeds the tree's noise).
 
     Raises:
       ValueError: if the audit was not built from a `dp`, or `distributed`
-        is given with adaptive clipping.
+        is given with adaptive clipping, or `tree_aggregation` without
+        `record_specs`.
     """
+    if self._tree_dp is not None:
+      if record_specs is None:
+        raise ValueError('aggregator() of tree aggregation needs '
+                         'record_specs, the aggregated value\'s specs.')
+      return self.tree_aggregation(
+          noise_multiplier=float(self._tree_dp.noise_multiplier),
+          l2_norm_clip=float(self._tree_dp.clip), record_specs=record_specs)
     if not isinstance(self._aggregation, canary_spec.DPAggregation):
       raise ValueError('aggregator() needs the audit of from_spec(spec, dp); '
                        'otherwise call gaussian_fixed/gaussian_adaptive.')
@@ -364,9 +398,10 @@ class CanaryAudit:
   ) -> canary_aggregator.CanaryDPFactory:
     """DP-FTRL's tree aggregation (TFF's `tree_aggregation`), canaries in.
 
-    The report's analytical epsilon assumes independent Gaussian noise per
-    round, which tree aggregation does not add: pass the noise multiplier
-    to account with to `report(noise_multiplier=...)` explicitly.
+    One tree over every round, never restarted. `report()` then takes its
+    references from the tree (`tree_accounting`): the canary's analytical
+    eps over every node it shifts, the final model's noised prefix sum and
+    a real client's eps from dp_accounting's tree event (RDP).
 
     Args:
       noise_multiplier: Noise std per tree node over `l2_norm_clip`, >= 0.
@@ -390,7 +425,14 @@ class CanaryAudit:
         record_specs=record_specs, spec=self.spec,
         noise_seed=self._noise_seed, use_efficient=use_efficient,
         record_aggregation_factory=record_aggregation_factory)
-    return self._record_aggregation(factory)
+    tree = (float(noise_multiplier), use_efficient)
+    if self._tree is not None and self._tree != tree:
+      raise ValueError(f'this audit audits tree aggregation at (noise '
+                       f'multiplier, efficient) = {self._tree}, not also '
+                       f'{tree}.')
+    factory = self._record_aggregation(factory)
+    self._tree = tree
+    return factory
 
   def dp_event(self, learning_state: Any) -> dp_accounting.DpEvent:
     """The DpEvent of the round that produced `learning_state`.
@@ -603,17 +645,20 @@ class CanaryAudit:
       alpha: 1 - confidence of epsilon_lo.
       accuracy: The final model's accuracy, if known, for the report.
       noise_multiplier: The noise multiplier to account with; defaults to
-        that of the audited Gaussian aggregation (`from_spec`'s `dp`,
-        `gaussian_fixed`, `gaussian_adaptive`).
+        that of the audited aggregation (`from_spec`'s `dp`,
+        `gaussian_fixed`, `gaussian_adaptive`, `tree_aggregation`).
 
     Returns:
       The `run_report.RunReport`; a real client's accounted epsilon is
       composed from the aggregator's own DpEvents when the audited
-      aggregation is Gaussian.
+      aggregation is Gaussian. Under tree aggregation the references are
+      the tree's over the rounds observed (`tree_accounting`: the
+      canary's eps over every node it shifts, the final model's noised
+      prefix sum, dp_accounting's tree event with its RDP accountant).
 
     Raises:
       ValueError: if no training round was observed yet, or the noise
-        multiplier is unknown (tree aggregation, or no factory built).
+        multiplier is unknown (no factory built).
     """
     tracker = self._check_observed()
     gaussian = isinstance(self._aggregation, canary_spec.DPAggregation)
@@ -627,6 +672,8 @@ class CanaryAudit:
       mechanism = calibration.setting()
     if noise_multiplier is None and gaussian:
       noise_multiplier = float(self._aggregation.noise_multiplier)
+    if noise_multiplier is None and self._tree is not None:
+      noise_multiplier = self._tree[0]
     if noise_multiplier is None:
       raise ValueError('noise_multiplier is unknown: build the factory with '
                        "this audit's gaussian_fixed/gaussian_adaptive or pass "
@@ -637,6 +684,18 @@ class CanaryAudit:
     participation = self._client_participation
     if participation is not None:
       participation = dataclasses.replace(participation, rounds=rounds)
+    if mechanism.get('ddp_noise') == 'skellam':
+      # The Skellam RDP bound over the rounds a real client may join.
+      joins = (participation.epochs if participation is not None and
+               participation.sampling == 'shuffle' else rounds)
+      mechanism['ddp_skellam_epsilon'] = distributed_dp.skellam_epsilon(
+          self._ddp_factory.calibration(int(self._initial.size)),
+          self._delta, joins)
+    tree = None
+    if self._tree is not None:
+      tree = tree_accounting.TreeAggregation.of_schedule(
+          spec.schedule, rounds, efficient=self._tree[1])
+      mechanism = {'mechanism': 'tree', 'tree_estimator': tree.estimator}
     return run_report.build_run_report(
         final_cosines=self.final_cosines(),
         final_unseen_cosines=(self.final_cosines(unseen=True)
@@ -647,7 +706,7 @@ class CanaryAudit:
         accuracy=accuracy, canary_presentations=spec.repetitions,
         rounds=rounds, participation=participation,
         presentation_counts=spec.presentation_counts(rounds),
-        round_event=self._round_event if gaussian else None,
+        round_event=self._round_event if gaussian else None, tree=tree,
         setting={'num_canaries': spec.num_seen,
                  'num_unseen_canaries': spec.num_unseen,
                  'canary_repeats': spec.repetitions,

@@ -622,6 +622,20 @@ def _discrete_gaussian(sigma: int, shape: tf.Tensor) -> tf.Tensor:
   return tf.reshape(draws - half_width, shape)
 
 
+def _skellam(stddev: float, shape: tf.Tensor) -> tf.Tensor:
+  """Samples of the symmetric Skellam of variance stddev^2, int64 of `shape`.
+
+  As tensorflow_privacy's `DistributedSkellamSumQuery`: the difference of
+  two Poisson(stddev^2 / 2) draws (Agarwal, Kairouz and Liu 2021).
+  """
+  if stddev == 0:
+    return tf.zeros(shape, tf.int64)
+  rate = 0.5 * float(stddev) ** 2
+  draws = tf.random.poisson(tf.concat([[2], shape], axis=0), rate,
+                            dtype=tf.float64)
+  return tf.cast(draws[0] - draws[1], tf.int64)
+
+
 def _random_signs(seed: tf.Tensor, size: int) -> tf.Tensor:
   """Rademacher signs of the round's rotation, a pure function of `seed`."""
   uniform = tf.random.stateless_uniform([size], seed=seed)
@@ -632,7 +646,9 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
   """Distributed discrete Gaussian aggregation, canaries as client records.
 
   The distributed DP of TFF's `tff.aggregators.DistributedDpSumFactory(
-  mechanism='distributed_dgauss', rotation_type='hd')` at a fixed clip,
+  mechanism='distributed_dgauss', rotation_type='hd')` at a fixed clip (with
+  `ddp.noise='skellam'`, `mechanism='distributed_skellam'`: Skellam shares,
+  and the L1 check of tensorflow_privacy's `DistributedSkellamSumQuery`),
   with the parameters of `distributed_dp.calibrate`: every record is
   encoded by one function (`_encode`): rotated by the round's randomized
   Walsh-Hadamard transform (random signs, then H / sqrt(d_pad)), clipped to
@@ -732,11 +748,18 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
     # As tensorflow_privacy's DistributedDiscreteGaussianSumQuery: the norm
     # check against the inflated bound, then a local discrete Gaussian share
     # per record.
-    check = tf.debugging.assert_less_equal(
+    checks = [tf.debugging.assert_less_equal(
         tf.norm(rounded, axis=1), tf.cast(cal.scaled_l2_bound, tf.float32),
-        message='a rounded record exceeds the inflated norm bound')
-    with tf.control_dependencies([check]):
-      noise = _discrete_gaussian(cal.local_stddev, tf.shape(rounded))
+        message='a rounded record exceeds the inflated norm bound')]
+    if cal.noise == 'skellam':
+      checks.append(tf.debugging.assert_less_equal(
+          tf.reduce_sum(tf.abs(rounded), axis=1),
+          tf.cast(cal.scaled_l1_bound, tf.float32),
+          message='a rounded record exceeds the L1 bound'))
+    with tf.control_dependencies(checks):
+      noise = (_skellam(cal.local_stddev, tf.shape(rounded))
+               if cal.noise == 'skellam' else
+               _discrete_gaussian(cal.local_stddev, tf.shape(rounded)))
     return tf.math.floormod(tf.cast(rounded, tf.int64) + noise,
                             2 ** cal.bits)
 

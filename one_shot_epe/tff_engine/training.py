@@ -279,7 +279,20 @@ def _audit(plan: run_plan.RunPlan, task: tasks.Task,
         plan.rounds_per_checkpoint, plan.total_rounds))
   return audit_lib.CanaryAudit.from_spec(
       spec, plan.dp, delta=plan.delta, noise_seed=plan.noise_seed,
-      distributed=plan.distributed, device=device)
+      distributed=plan.distributed, tree_aggregation=plan.tree_aggregation,
+      device=device)
+
+
+def _trainable_specs(task: tasks.Task) -> list[tf.TensorSpec]:
+  """The `tf.TensorSpec`s of the model's trainable weights.
+
+  Tree aggregation's record specs, in the order tff.learning aggregates the
+  weights.
+  """
+  with tf.Graph().as_default():
+    model = task.model_fn()
+    return [tf.TensorSpec(v.shape, v.dtype)
+            for v in model.trainable_variables]
 
 
 def train(plan: run_plan.RunPlan, task: tasks.Task,
@@ -309,7 +322,8 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
     state_manager = _ScheduledSaves(store, plan.rounds_per_checkpoint,
                                     plan.total_rounds)
   else:
-    aggregator = audit.aggregator()
+    aggregator = audit.aggregator(
+        _trainable_specs(task) if plan.tree_aggregation else None)
     state_manager = audit.program_state_manager(
         store, plan.rounds_per_checkpoint, final_round=plan.total_rounds,
         release_managers=[_CosineReleases(observer)])
