@@ -9,6 +9,10 @@ per-client example cap: the paper, Sec. 5.1-5.2, states none), and cohorts of
 * per-slot: every client slot padded to the round's largest client (the
   'vmap' round before packing; the baseline, computed in the same run);
 * packed: `packing.lane_layout` (first-fit-decreasing lanes, bound 1.15),
+  a fresh layout per round;
+* run: the seeds' rounds as the rounds of one run, compiled once: the run's
+  lane count (`packing.run_lanes`), each round's lanes only as long as it
+  needs (`packing.lane_capacity`), as the JAX engine runs them;
 
 the mean over seeds, the packed lane count and length, and packed / per-slot.
 Real batches are the batches each client needs (at full batch size).
@@ -18,6 +22,7 @@ Real batches are the batches each client needs (at full batch size).
 
 import dataclasses
 import sys
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -52,29 +57,57 @@ class CohortLayout:
     return self.lanes * self.lane_batches
 
 
-def cohort_layout(kind: str, cohort: int, mean: int, seed: int,
+def cohort_counts(kind: str, cohort: int, mean: int, seed: int,
                   batch_size: int = _BATCH_SIZE,
-                  max_examples: int | None = None) -> CohortLayout:
-  """Both layouts of a round of `cohort` realistic clients of mean `mean`.
+                  max_examples: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+  """(examples, local batches) of a round of `cohort` realistic clients.
 
-  Client sizes: `client_arrays.client_sizes(kind, ..., 'realistic', seed)`,
-  capped at `max_examples` (None: no cap).
+  Client sizes: `client_arrays.client_sizes(kind, ..., 'realistic', seed)`
+  of mean `mean`, capped at `max_examples` (None: no cap).
   """
   sizes = client_arrays.client_sizes(kind, cohort, mean, 'realistic', seed)
   if max_examples is not None:
     sizes = np.minimum(sizes, max_examples)
-  counts = np.maximum(-(-sizes // batch_size), 1)
+  return sizes, np.maximum(-(-sizes // batch_size), 1)
+
+
+def cohort_layout(kind: str, cohort: int, mean: int, seed: int,
+                  batch_size: int = _BATCH_SIZE,
+                  max_examples: int | None = None) -> CohortLayout:
+  """Both layouts of one round (`cohort_counts`), packed afresh."""
+  sizes, counts = cohort_counts(kind, cohort, mean, seed, batch_size,
+                                max_examples)
   lanes, length = packing.lane_layout(counts)
   return CohortLayout(examples=int(sizes.sum()), batches=int(counts.sum()),
                       per_slot_batches=int(cohort * counts.max()),
                       lanes=len(lanes), lane_batches=length)
 
 
+def run_layouts(kind: str, cohort: int, mean: int, seeds: Sequence[int],
+                batch_size: int = _BATCH_SIZE,
+                max_examples: int | None = None) -> list[CohortLayout]:
+  """The seeds' rounds (`cohort_counts`) laid out as one run's rounds.
+
+  One lane count for all (`packing.run_lanes`), each round's lanes as long
+  as its clients need at that count (`packing.lane_capacity`).
+  """
+  drawn = [cohort_counts(kind, cohort, mean, seed, batch_size, max_examples)
+           for seed in seeds]
+  lanes, _ = packing.run_lanes([counts for _, counts in drawn])
+  return [CohortLayout(examples=int(sizes.sum()), batches=int(counts.sum()),
+                       per_slot_batches=int(cohort * counts.max()),
+                       lanes=lanes,
+                       lane_batches=packing.lane_capacity(counts, lanes))
+          for sizes, counts in drawn]
+
+
 def main(argv: list[str]) -> None:
   """Prints the padding of both layouts per kind and cohort; argv[1]: seeds."""
   seeds = int(argv[1]) if len(argv) > 1 else 10
   print(f'{"kind":<14}{"cohort":>7}{"per-slot":>10}{"packed":>8}'
-        f'{"lanes":>7}{"length":>8}{"packed/per-slot":>17}')
+        f'{"lanes":>7}{"length":>8}{"packed/per-slot":>17}{"run":>7}'
+        f'{"run lanes":>11}')
   for kind, mean in _MEAN_EXAMPLES.items():
     for cohort in _COHORTS:
       layouts = [cohort_layout(kind, cohort, mean, seed)
@@ -83,8 +116,12 @@ def main(argv: list[str]) -> None:
       packed = np.mean([l.packed_batches / l.batches for l in layouts])
       lanes = np.mean([l.lanes for l in layouts])
       length = np.mean([l.lane_batches for l in layouts])
+      run = run_layouts(kind, cohort, mean, range(seeds))
+      run_ratio = (sum(l.packed_batches for l in run) /
+                   sum(l.batches for l in run))
       print(f'{kind:<14}{cohort:>7}{slot:>10.2f}{packed:>8.3f}'
-            f'{lanes:>7.1f}{length:>8.1f}{packed / slot:>17.3f}')
+            f'{lanes:>7.1f}{length:>8.1f}{packed / slot:>17.3f}'
+            f'{run_ratio:>7.3f}{run[0].lanes:>11}')
 
 
 if __name__ == '__main__':

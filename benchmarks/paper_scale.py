@@ -30,9 +30,11 @@ paper's rate of canaries per round):
 * padding_ratio_loop, padding_ratio_vmap (padding_ratio_per_slot): processed
   over real examples of a full cohort, mean over --seeds draws: 'loop' runs
   each client's own batches (partial last batches padded), 'vmap' the packed
-  lanes of `jax_engine/packing.py` (per-slot: every client padded to the
-  largest, before packing); `vmap_lanes`, `vmap_lane_batches`: the lanes and
-  their length in batches (local steps run one after the other).
+  lanes of `jax_engine/packing.py`, the draws laid out as the rounds of one
+  run (`benchmarks.packing.run_layouts`: one lane count, each round's lanes
+  as long as it needs; per-slot: every client padded to the largest, before
+  packing); `vmap_lanes`, `vmap_lane_batches`: the lanes and their length
+  in batches (local steps run one after the other).
 * h2d_bytes_per_round: what the engine sends to the device per round
   (`training.RunStats`' bytes per real example of the run, times a full
   round's expected examples), and what a full 'vmap'
@@ -301,9 +303,9 @@ def cohort_expectations(kind: str) -> dict[str, float]:
   """Means over --seeds draws of a full paper cohort (both layouts)."""
   cohort = int(config_flags(f'{round_timing.REPO}/{_CONFIGS[kind]}')[
       'clients_per_round'])
-  layouts = [packing.cohort_layout(kind, cohort, _MEAN_EXAMPLES[kind], seed,
-                                   BATCH_SIZE)
-             for seed in range(_SEEDS.value)]
+  # The draws as the rounds of one run, laid out as the engine lays a run out.
+  layouts = packing.run_layouts(kind, cohort, _MEAN_EXAMPLES[kind],
+                                range(_SEEDS.value), BATCH_SIZE)
 
   def mean(values):
     return float(np.mean(list(values)))

@@ -83,6 +83,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
+from tensorflow_privacy.privacy.dp_query import discrete_gaussian_utils
 
 from one_shot_epe import canary_spec
 from one_shot_epe import distributed_dp
@@ -609,17 +610,14 @@ def _fwht(x: tf.Tensor) -> tf.Tensor:
 def _discrete_gaussian(sigma: int, shape: tf.Tensor) -> tf.Tensor:
   """Samples of the discrete Gaussian N_Z(0, sigma^2), int64 of `shape`.
 
-  Inverse-CDF sampling (`tf.random.categorical`) over [-12 sigma, 12 sigma],
-  whose outside has mass below 1e-31; no rejection loop.
+  tensorflow_privacy's sampler, which `DistributedDiscreteGaussianSumQuery`
+  uses (Canonne et al. 2020: rejection from a discrete Laplace; its cost
+  does not grow with sigma).
   """
   if sigma == 0:
     return tf.zeros(shape, tf.int64)
-  half_width = 12 * sigma
-  support = np.arange(-half_width, half_width + 1, dtype=np.float64)
-  logits = tf.constant(-support ** 2 / (2.0 * sigma ** 2), tf.float32)
-  draws = tf.random.categorical(logits[tf.newaxis], tf.reduce_prod(shape),
-                                dtype=tf.int64)
-  return tf.reshape(draws - half_width, shape)
+  return discrete_gaussian_utils.sample_discrete_gaussian(
+      tf.constant(int(sigma), tf.int64), shape, dtype=tf.int64)
 
 
 def _skellam(stddev: float, shape: tf.Tensor) -> tf.Tensor:
