@@ -62,11 +62,13 @@ table2-quick: $(STAMP)
 table2: $(STAMP)
 	$(PY) -m experiments.gaussian_mechanism
 
-# Two pytest-xdist workers (the suite's TFF runs are mostly single-threaded).
+# Two pytest-xdist workers (the suite's TFF runs are mostly single-threaded);
+# --dist worksteal: a worker that runs out of tests takes queued ones from
+# the other, so one long test near the end does not leave a worker idle.
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 tests
 
 # The TensorFlow-free JAX environment: the accelerator machines'
 # stack (Python 3.12, jax 0.11, numpy, scipy, absl-py, pytest; no TensorFlow)
@@ -98,7 +100,7 @@ $(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py pyproject.toml
 	touch $(JAX_STAMP)
 
 test-jax: $(JAX_STAMP)
-	$(JAX_PY) -m pytest -q -n $(TEST_WORKERS) $(JAX_TESTS)
+	$(JAX_PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(JAX_TESTS)
 
 # The package as users install it: pip resolves `.[jax]` from the package
 # index in a fresh Python 3.12 venv (with requirements-jax.txt as constraints)
