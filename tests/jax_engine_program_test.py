@@ -24,10 +24,10 @@ from one_shot_epe import participation
 from one_shot_epe import round_record
 from one_shot_epe import run_directory
 from one_shot_epe import run_plan
-from one_shot_epe import client_arrays
 from one_shot_epe.jax_engine import checkpoints
-from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import training
+
+import tiny_jax
 
 # Per-round wall-clock time differs between any two runs.
 _TIMES = ('training_time_in_seconds',)
@@ -109,19 +109,6 @@ def test_runs_in_one_program_write_what_separate_runs_write(tmp_path):
     _assert_same_run(ours.run_dir, theirs.run_dir)
 
 
-# A CNN small enough for 'vmap' on a CPU, on 8 x 8 images of 5 classes.
-_MODEL = models.EmnistCnn(conv1_filters=2, conv2_filters=2, dense_units=4,
-                          num_classes=5, image_size=8)
-
-
-def _arrays() -> client_arrays.ClientArrays:
-  arrays = client_arrays.synthetic_emnist(12, 9, seed=2, sizes='realistic')
-  return client_arrays.ClientArrays(
-      kind='emnist', client_ids=arrays.client_ids, offsets=arrays.offsets,
-      features={'pixels': arrays.features['pixels'][:, :8, :8],
-                'label': arrays.features['label'] % 5})
-
-
 def _plan(run: int) -> run_plan.RunPlan:
   """Run `run` of three: its own seeds, canaries and noise multiplier."""
   return run_plan.RunPlan(
@@ -137,26 +124,13 @@ def _plan(run: int) -> run_plan.RunPlan:
       noise_seed=None, rounds_per_checkpoint=3)
 
 
-class _Recorder:
-  """A `round_record.RoundObserver` keeping what it is told, in order."""
-
-  def __init__(self):
-    self.events = []
-
-  def on_round(self, record: round_record.RoundRecord) -> None:
-    self.events.append(record)
-
-  def on_cosines(self, cosines) -> None:
-    self.events.extend(cosines)
-
-
 def test_a_run_resumed_later_sits_the_programs_first_rounds_out(tmp_path):
-  arrays = _arrays()
+  arrays = tiny_jax.arrays()
   alone = []
   for run in range(3):
-    recorder = _Recorder()
+    recorder = tiny_jax.Recorder()
     alone.append((training.train(
-        _plan(run), _MODEL, arrays, arrays,
+        _plan(run), tiny_jax.MODEL, arrays, arrays,
         checkpoints.NpzCheckpoints(str(tmp_path / f'alone{run}')), recorder),
                   recorder.events))
   # Run 1 was killed after its round-3 checkpoint: it resumes there while
@@ -164,12 +138,12 @@ def test_a_run_resumed_later_sits_the_programs_first_rounds_out(tmp_path):
   shutil.copytree(tmp_path / 'alone1', tmp_path / 'program1')
   store = checkpoints.NpzCheckpoints(str(tmp_path / 'program1'))
   os.unlink(os.path.join(store.directory, 'round_00000005.npz'))
-  recorders = [_Recorder() for _ in range(3)]
+  recorders = [tiny_jax.Recorder() for _ in range(3)]
   stats = training.RunStats()
   together = training.train_program(
       [training.ProgramRun(_plan(run), checkpoints.NpzCheckpoints(
           str(tmp_path / f'program{run}')), recorders[run])
-       for run in range(3)], _MODEL, arrays, arrays,
+       for run in range(3)], tiny_jax.MODEL, arrays, arrays,
       stats=stats)
   assert [o.resumed_from_round for o in together] == [0, 3, 0]
   assert stats.rounds == 5

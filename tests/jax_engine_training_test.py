@@ -27,17 +27,7 @@ from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import packing
 from one_shot_epe.jax_engine import training
 
-_MODEL = models.EmnistCnn(conv1_filters=2, conv2_filters=2, dense_units=4,
-                          num_classes=5, image_size=8)
-
-
-def _arrays() -> client_arrays.ClientArrays:
-  arrays = client_arrays.synthetic_emnist(12, 9, seed=2, sizes='realistic')
-  return client_arrays.ClientArrays(
-      kind='emnist', client_ids=arrays.client_ids, offsets=arrays.offsets,
-      features={'pixels': arrays.features['pixels'][:, :8, :8],
-                'label': arrays.features['label'] % 5})
-
+import tiny_jax
 
 def _plan(**overrides) -> run_plan.RunPlan:
   settings = dict(
@@ -56,24 +46,12 @@ def _plan(**overrides) -> run_plan.RunPlan:
   return run_plan.RunPlan(**settings)
 
 
-class _Recorder:
-  """A `round_record.RoundObserver` keeping everything it is told, in order."""
-
-  def __init__(self):
-    self.events = []
-
-  def on_round(self, record: round_record.RoundRecord) -> None:
-    self.events.append(record)
-
-  def on_cosines(self, cosines) -> None:
-    self.events.extend(cosines)
-
-
 def _train(directory: str, **kwargs):
   stats = training.RunStats()
-  recorder = _Recorder()
+  recorder = tiny_jax.Recorder()
   store = checkpoints.NpzCheckpoints(directory)
-  outcome = training.train(_plan(), _MODEL, _arrays(), _arrays(), store,
+  outcome = training.train(_plan(), tiny_jax.MODEL, tiny_jax.arrays(),
+                           tiny_jax.arrays(), store,
                            recorder, stats=stats, **kwargs)
   return outcome, stats, recorder.events
 
@@ -168,7 +146,7 @@ def test_compilations_are_bounded_whatever_the_cohorts(runs):
 
 def test_padding_is_counted_from_the_clients_sizes(runs):
   plan = _plan()
-  sizes = _arrays().client_sizes()
+  sizes = tiny_jax.arrays().client_sizes()
   cohorts = [sizes[plan.sampler.indices(t)] for t in range(5)]
   real = sum(int(cohort.sum()) for cohort in cohorts)
   steps = sum(int(np.ceil(cohort / 2).sum()) for cohort in cohorts)
@@ -203,7 +181,7 @@ def test_resident_data_gives_the_host_fed_run_and_sends_only_rows(runs):
   assert ([e.clip for e in events if isinstance(e, round_record.RoundRecord)]
           == pytest.approx([e.clip for e in host_events
                             if isinstance(e, round_record.RoundRecord)]))
-  arrays = _arrays()
+  arrays = tiny_jax.arrays()
   assert stats.resident_bytes == (arrays.features['pixels'].nbytes +
                                   arrays.features['label'].nbytes)
   assert host_stats.resident_bytes == runs['loop'][1].resident_bytes == 0
@@ -253,7 +231,7 @@ def test_a_realistic_round_sends_under_one_percent_of_its_examples(tmp_path):
 
 def test_bad_local_training_is_named():
   with pytest.raises(ValueError, match='local_training'):
-    training.round_engine(_plan(), _MODEL, local_training='scan')
+    training.round_engine(_plan(), tiny_jax.MODEL, local_training='scan')
 
 
 def test_damaged_newest_checkpoint_is_named(tmp_path):

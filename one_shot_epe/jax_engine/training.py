@@ -227,14 +227,21 @@ def round_engine(plan: run_plan.RunPlan, model: Any,
                             local_training=local_training)
 
 
+def _examples_used(plan: run_plan.RunPlan,
+                   train_data: client_arrays.ClientArrays) -> np.ndarray:
+  """Each client's examples in a round: its size x epochs, capped."""
+  sizes = train_data.client_sizes() * plan.epochs
+  if plan.max_examples is not None:
+    sizes = np.minimum(sizes, plan.max_examples)
+  return sizes
+
+
 def _round_shapes(plan: run_plan.RunPlan,
                   train_data: client_arrays.ClientArrays,
                   engine: fedavg.RoundEngine) -> tuple[int, list[int]]:
   """The run's fixed client slots and the batch buckets of its rounds."""
   cohort = max(len(plan.sampler.indices(t)) for t in range(plan.total_rounds))
-  sizes = train_data.client_sizes() * plan.epochs
-  if plan.max_examples is not None:
-    sizes = np.minimum(sizes, plan.max_examples)
+  sizes = _examples_used(plan, train_data)
   largest = data.max_batches_for(int(sizes.max()), plan.batch_size)
   buckets = sorted({max(1, math.ceil(f * largest)) for f in _BATCH_BUCKETS})
   return engine.num_slots(cohort), buckets
@@ -303,9 +310,7 @@ def device_memory(plan: run_plan.RunPlan, model: Any,
   sample = {name: array[:1] for name, array in train_data.features.items()}
   example = sum(int(a.nbytes) for a in data.model_inputs(train_data.kind,
                                                          sample))
-  sizes = train_data.client_sizes() * plan.epochs
-  if plan.max_examples is not None:
-    sizes = np.minimum(sizes, plan.max_examples)
+  sizes = _examples_used(plan, train_data)
   largest = data.max_batches_for(int(sizes.max(initial=1)), plan.batch_size)
   cohort = max(len(plan.sampler.indices(t)) for t in range(plan.total_rounds))
   lanes = 1 if local_training == 'loop' else -(-max(cohort, 1) // devices)
@@ -449,10 +454,8 @@ class _RunLoop:
                    ) -> list[np.ndarray]:
     """Every round's clients' local batches (`data.slot_batch_counts`)."""
     plan = self.plan
-    sizes = train_data.client_sizes() * plan.epochs
-    if plan.max_examples is not None:
-      sizes = np.minimum(sizes, plan.max_examples)
-    batches = np.maximum(-(-sizes // plan.batch_size), 1)
+    batches = np.maximum(
+        -(-_examples_used(plan, train_data) // plan.batch_size), 1)
     return [batches[np.asarray(plan.sampler.indices(t), np.int64)]
             for t in range(plan.total_rounds)]
 
