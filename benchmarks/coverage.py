@@ -6,7 +6,7 @@ seen and as many unseen canaries, delta = --delta:
 
 * final model (Algorithm 2): the seen canaries' cosines with one release
   rho = sum_j c_j + N(0, sigma^2 I_d), sampled exactly
-  (`gaussian_mechanism.simulate_cosines`); the unseen canaries' cosines with
+  (`gaussian_simulation.simulate_cosines`); the unseen canaries' cosines with
   that release are independent of it, hence draws of the exact null
   (Theorem 3.1: (1 + tau)/2 ~ Beta((d - 1)/2, (d - 1)/2)).
 * all iterates (Algorithm 3): --rounds rounds, each seen canary inserted
@@ -73,11 +73,11 @@ from absl import app
 from absl import flags
 
 from benchmarks import discrete_gaussian
-from one_shot_epe import cli
-from one_shot_epe import decorrelation
-from one_shot_epe import estimation
-from one_shot_epe import gaussian_mechanism
-from one_shot_epe import privacy_report
+from one_shot_epe.runtime import command_line
+from one_shot_epe.stats import decorrelation
+from one_shot_epe.stats import estimation
+from one_shot_epe.stats import gaussian_simulation
+from one_shot_epe.report import privacy_report
 
 _EPSILONS = flags.DEFINE_list('epsilons', ['0.5', '1', '3', '10'],
                               'True epsilons of the simulated mechanisms.')
@@ -116,7 +116,7 @@ ESTIMATES = ('epsilon_est', 'epsilon_est_fitted', 'epsilon_gdp')
 def final_model_scores(rng: np.random.Generator, dim: int, canaries: int,
                        sigma: float) -> tuple[np.ndarray, np.ndarray]:
   """Seen cosines with one Gaussian release; unseen ones from the exact null."""
-  seen = gaussian_mechanism.simulate_cosines(dim, canaries, sigma, rng)
+  seen = gaussian_simulation.simulate_cosines(dim, canaries, sigma, rng)
   half = (dim - 1) / 2.0
   unseen = 2.0 * rng.beta(half, half, canaries) - 1.0
   return seen, unseen
@@ -405,4 +405,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=cli.parse_flags_or_exit)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from one_shot_epe import client_arrays
+from one_shot_epe.data import client_arrays
 from one_shot_epe.jax_engine import packing
 
 _MEAN_EXAMPLES = {'emnist': 198, 'stackoverflow': 397}

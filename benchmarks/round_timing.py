@@ -161,8 +161,8 @@ def run_jax(run: LauncherRun, cost_round: int = 1) -> JaxRun:
   from experiments import backend_jax
   from experiments import train
   from experiments import train_config
-  from one_shot_epe import round_record
-  from one_shot_epe import run_directory
+  from one_shot_epe.runtime import round_record
+  from one_shot_epe.runtime import run_directory
   from one_shot_epe.jax_engine import data
   from one_shot_epe.jax_engine import training
   # pylint: enable=g-import-not-at-top

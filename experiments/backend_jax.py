@@ -13,8 +13,8 @@ vectors; see `jax_engine.canaries`), the DP noise by `jax.random` keyed by
 have one row per round (`experiments.run_outputs`).
 
 Data: --use_synthetic_data (numpy stand-ins with the real structure,
-`one_shot_epe.client_arrays`), or --data_dir holding client arrays written by
-`one_shot_epe.client_arrays.ClientArrays.save` as <data_dir>/<task>/train and
+`one_shot_epe.data.client_arrays`), or --data_dir holding client arrays written by
+`one_shot_epe.data.client_arrays.ClientArrays.save` as <data_dir>/<task>/train and
 <data_dir>/<task>/test. --task=fashion_mnist reads Fashion-MNIST's own files
 from --data_dir (or its synthetic stand-in) and splits them into the same
 clients as the TFF path (`client_arrays.fashion_mnist_arrays`), for the
@@ -33,13 +33,13 @@ import numpy as np
 
 from experiments import engine
 from experiments import train_config
-from one_shot_epe import accounting
-from one_shot_epe import canary_spec
-from one_shot_epe import client_arrays
-from one_shot_epe import decorrelation as decorrelation_lib
-from one_shot_epe import fashion_mnist
-from one_shot_epe import round_record
-from one_shot_epe import run_directory
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.data import client_arrays
+from one_shot_epe.stats import decorrelation as decorrelation_lib
+from one_shot_epe.data import fashion_mnist
+from one_shot_epe.runtime import round_record
+from one_shot_epe.runtime import run_directory
 from one_shot_epe.jax_engine import checkpoints as checkpoints_lib
 from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import training
@@ -121,7 +121,7 @@ def load_data(config: train_config.TrainConfig) -> Data:
   except (OSError, ValueError) as error:
     raise train_config.ConfigError(
         f'--data_dir with --backend=jax must hold {directory}/train and '
-        f'{directory}/test written by one_shot_epe.client_arrays.ClientArrays'
+        f'{directory}/test written by one_shot_epe.data.client_arrays.ClientArrays'
         f'.save (or use --use_synthetic_data): {error}') from None
   return Data(train, test, directory)
 
@@ -212,7 +212,7 @@ def correlated_strategy(run: engine.PreparedRun) -> Any:
     return None
   # Imported here: jax-privacy is installed only with the [jax] extra.
   from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
-  epochs = accounting.Participation(
+  epochs = dp_fedavg.Participation(
       sampling=config.sampling, clients_per_round=config.clients_per_round,
       num_clients=run.num_train_clients, rounds=run.plan.total_rounds).epochs
   bounds = correlated_noise.participation_bounds(
@@ -223,7 +223,7 @@ def correlated_strategy(run: engine.PreparedRun) -> Any:
 
 
 def correlated_report(
-    run: engine.PreparedRun) -> accounting.CorrelatedNoise | None:
+    run: engine.PreparedRun) -> dp_fedavg.CorrelatedNoise | None:
   """The report's numbers of --mechanism=blt|banded, else None."""
   strategy = correlated_strategy(run)
   if strategy is None:

@@ -34,7 +34,7 @@ Each run trains once (`one_shot_epe.baselines.dpsgd`); before the update of
 rounds 0, s, 2s, ... the frozen model is audited by CANIFE
 (`one_shot_epe.baselines.canife`), whose per-round estimates are composed
 over training with the RDP accountant (`canife_accounting`). The one-shot
-estimates come from the same run's canary cosines (`one_shot_epe.estimation`
+estimates come from the same run's canary cosines (`one_shot_epe.stats.estimation`
 reports: all iterates, Algorithm 3, and final model, Algorithm 2), each with
 eps_est (Sec. 3.2), its bootstrap 95% interval, the Gaussian-DP estimate, the
 attack's AUROC and TPR at FPR 1e-2 and 1e-3, and eps_lo (Sec. 5.1). The
@@ -48,7 +48,7 @@ training, and a table per run.
       --flagfile=configs/compare_canife_quick.cfg
 
 Data: real Fashion-MNIST from --data_dir (the four IDX files, gzipped or not,
-or fashion_mnist.npz; see `one_shot_epe.fashion_mnist`; Debian's
+or fashion_mnist.npz; see `one_shot_epe.data.fashion_mnist`; Debian's
 `dataset-fashion-mnist` package installs them in the default directory),
 else (--data=auto) a synthetic stand-in of the same shape. Nothing is
 downloaded.
@@ -90,15 +90,15 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from one_shot_epe import accounting
-from one_shot_epe import atomic_io
-from one_shot_epe import cli
-from one_shot_epe import privacy_report
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import command_line
+from one_shot_epe.report import privacy_report
 from one_shot_epe.baselines import canife
 from one_shot_epe.baselines import canife_accounting
 from one_shot_epe.baselines import canife_attack
 from one_shot_epe.baselines import dpsgd
-from one_shot_epe import fashion_mnist
+from one_shot_epe.data import fashion_mnist
 from one_shot_epe.baselines import feedforward
 from one_shot_epe.baselines import per_example
 
@@ -266,7 +266,7 @@ def analytical_epsilons(setting: Setting,
   config = setting.training
   delta = setting.delta if setting.delta is not None else 1.0 / num_clients
   single = canife_accounting.per_round_epsilon(config.noise_multiplier, delta)
-  exact = accounting.canary_epsilon(config.noise_multiplier, delta, 1).epsilon
+  exact = dp_fedavg.canary_epsilon(config.noise_multiplier, delta, 1).epsilon
   composed = canife_accounting.cumulative_epsilon(
       [config.noise_multiplier], [config.num_rounds(num_clients)],
       config.sampling_rate(num_clients), delta)
@@ -772,4 +772,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   define_flags()
-  app.run(main, flags_parser=cli.parse_flags_or_exit)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -15,7 +15,7 @@ __all__ = ['ESTIMATE_MODULE', 'REPRODUCE_MODULE', 'TRAIN_MODULE', 'estimate',
 
 TRAIN_MODULE = 'experiments.train'
 REPRODUCE_MODULE = 'experiments.reproduce'
-ESTIMATE_MODULE = 'one_shot_epe.estimate'
+ESTIMATE_MODULE = 'one_shot_epe.report.epsilon_cli'
 
 
 def _run_as_main(module: str) -> None:

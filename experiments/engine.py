@@ -1,13 +1,13 @@
 """The one interface of the launcher's two training engines.
 
 `experiments.train` turns a `TrainConfig` into a `PreparedRun` (the engine's
-data and the engine-neutral `one_shot_epe.run_plan.RunPlan`: participation,
+data and the engine-neutral `one_shot_epe.plan.run_plan.RunPlan`: participation,
 canaries, DP aggregation) and hands it to the engine its --backend names:
 `--backend=tff` (`experiments.backend_tff`, TensorFlow Federated) or
 `--backend=jax` (`experiments.backend_jax`, which imports neither
 TensorFlow nor TFF). An engine trains the plan, reporting its rounds to a
-`one_shot_epe.round_record.RoundObserver`, and keeps its checkpoints in its
-`one_shot_epe.checkpoint_store.CheckpointStore`; everything else in the run
+`one_shot_epe.runtime.round_record.RoundObserver`, and keeps its checkpoints in its
+`one_shot_epe.runtime.checkpoint_store.CheckpointStore`; everything else in the run
 directory is written by the launcher (`experiments.run_outputs`).
 `experiments.train` imports an engine only when a run asks for it, so a JAX
 run works on a machine without TensorFlow (the accelerator machines) and a
@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from experiments import train_config
-from one_shot_epe import accounting
-from one_shot_epe import canary_spec
-from one_shot_epe import checkpoint_store
-from one_shot_epe import round_record
-from one_shot_epe import run_directory
-from one_shot_epe import run_plan
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.runtime import checkpoint_store
+from one_shot_epe.runtime import round_record
+from one_shot_epe.runtime import run_directory
+from one_shot_epe.plan import run_plan
 
 __all__ = ['Backend', 'Data', 'DeviceOutOfMemory', 'PreparedRun',
            'SYNTHETIC_DATA_SEED']
@@ -95,5 +95,5 @@ class Backend(Protocol):
     """Trains (or resumes from `store`) `run`, reporting to `observer`."""
 
   def correlated_report(
-      self, run: PreparedRun) -> accounting.CorrelatedNoise | None:
+      self, run: PreparedRun) -> dp_fedavg.CorrelatedNoise | None:
     """The report's numbers of `run`'s correlated noise; None if it has none."""

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from absl import app
 from absl import flags
 
-from one_shot_epe import cli
+from one_shot_epe.runtime import command_line
 from one_shot_epe.tff_engine.tasks import export_arrays
 
 __all__ = ['main']
@@ -58,4 +58,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=cli.parse_flags_or_exit)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -39,10 +39,10 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from one_shot_epe import atomic_io
-from one_shot_epe import cli
-from one_shot_epe import estimation
-from one_shot_epe import gaussian_mechanism
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import command_line
+from one_shot_epe.stats import estimation
+from one_shot_epe.stats import gaussian_simulation
 
 __all__ = ['Estimates', 'PAPER_NUM_SIMULATIONS', 'PAPER_TABLE2', 'PaperRow',
            'Row', 'Setting', 'epsilon_estimates', 'format_table', 'main',
@@ -87,8 +87,8 @@ class Setting:
                          f'{value!r}.')
     if not 0 < self.delta < 1:
       raise ValueError(f'delta must be in (0, 1), got {self.delta!r}.')
-    if self.method not in gaussian_mechanism.METHODS:
-      raise ValueError(f'method must be one of {gaussian_mechanism.METHODS}, '
+    if self.method not in gaussian_simulation.METHODS:
+      raise ValueError(f'method must be one of {gaussian_simulation.METHODS}, '
                        f'got {self.method!r}.')
 
   def is_paper_setting(self) -> bool:
@@ -144,7 +144,7 @@ def epsilon_estimates(setting: Setting, sigma: float,
   fitted = np.empty(setting.num_simulations)
   fixed_variance = np.empty(setting.num_simulations)
   for i in range(setting.num_simulations):
-    cosines = gaussian_mechanism.simulate_cosines(
+    cosines = gaussian_simulation.simulate_cosines(
         setting.dim, setting.num_canaries, sigma, rng, method=setting.method)
     fitted[i] = estimation.epsilon_from_final_cosines(cosines, setting.dim,
                                                       setting.delta)
@@ -294,7 +294,7 @@ def _define_flags() -> None:
                        lower_bound=2)
   flags.DEFINE_integer('seed', 0, 'Seed of the random numbers (>= 0).',
                        lower_bound=0)
-  flags.DEFINE_enum('method', 'gram', list(gaussian_mechanism.METHODS),
+  flags.DEFINE_enum('method', 'gram', list(gaussian_simulation.METHODS),
                     "Sampler: 'gram' (exact, O(k^2) per simulation) or "
                     "'stream' (materialised vectors, O(k d); slow at d=1e6).")
   flags.DEFINE_string('output', None,
@@ -327,4 +327,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main, flags_parser=cli.parse_flags_or_exit)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -13,9 +13,9 @@ Each task takes one CPU of a node, and with --accelerator=gpu one GPU too
 (Ray schedules a run where they are free, one run per GPU at a time).
 A task whose worker process dies (killed, out of memory, its node lost) is
 retried up to `max_retries` times; the retry resumes the run from its last
-checkpoint, and the run's lock (`one_shot_epe.run_lock`, released by the
+checkpoint, and the run's lock (`one_shot_epe.runtime.run_lock`, released by the
 kernel when its holder dies) lets it in. Every file a run writes is written
-atomically (`one_shot_epe.atomic_io`), so a killed task leaves no file half
+atomically (`one_shot_epe.runtime.atomic_io`), so a killed task leaves no file half
 written. An exception raised by a run (a bad flag, a failed write) is not
 retried: it reaches the driver as itself.
 

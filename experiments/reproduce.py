@@ -91,7 +91,7 @@ if __name__ == '__main__':
   # TFF runs: the network isolation mode's checks (exit 2) for the runs'
   # local TFF workers. `main` imports TensorFlow quietly once the flags have
   # been checked. JAX runs need neither.
-  from one_shot_epe import cli as _cli
+  from one_shot_epe.runtime import command_line as _cli
   if _cli.requested_backend(sys.argv, flagfile_flags=('config',)) != 'jax':
     from one_shot_epe.tff_engine import isolation
     isolation.check_program(sys.argv, flagfile_flags=('config',))
@@ -113,10 +113,10 @@ from experiments import run_outputs
 from experiments import table5
 from experiments import train
 from experiments import train_config
-from one_shot_epe import atomic_io
-from one_shot_epe import cli
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import command_line
 from one_shot_epe.tff_engine import quiet
-from one_shot_epe import write_failures
+from one_shot_epe.runtime import write_failures
 
 __all__ = ['ACCURACY_FILE', 'ANDERSON_FILE', 'DENSITY_FILE', 'EPSILON_ALL_FILE',
            'EPSILON_FINAL_FILE', 'RESULTS_FILE', 'TABLE5_FILE', 'TABLE_FILE',
@@ -342,4 +342,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   define_flags()
-  app.run(main, flags_parser=cli.parse_flags_or_exit)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

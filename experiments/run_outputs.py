@@ -1,12 +1,12 @@
 """What a run writes into its run directory, for either engine; its errors.
 
 Both engines (`--backend=tff`, `--backend=jax`; `experiments.train`) report
-their rounds as `one_shot_epe.round_record` records, which `RoundWriter`
+their rounds as `one_shot_epe.runtime.round_record` records, which `RoundWriter`
 turns into metrics.csv and canary_cosines.csv, and end with the same
 results, written by `write_results`: the cosine CSVs of both threat models
-(Algorithms 2 and 3), the privacy report (`one_shot_epe.run_report`) and the
+(Algorithms 2 and 3), the privacy report (`one_shot_epe.report.run_report`) and the
 density plot (Figures 1 and 3), under the run directory's layout
-(`one_shot_epe.run_directory`). `REPORTED_ERRORS` are what a launcher reports
+(`one_shot_epe.runtime.run_directory`). `REPORTED_ERRORS` are what a launcher reports
 in one line. Framework-free.
 """
 
@@ -17,17 +17,17 @@ from collections.abc import Sequence
 
 from experiments import engine
 from experiments import train_config
-from one_shot_epe import accounting
-from one_shot_epe import atomic_io
-from one_shot_epe import canary_spec
-from one_shot_epe import distributed_dp
-from one_shot_epe import plots
-from one_shot_epe import round_record
-from one_shot_epe import run_directory
-from one_shot_epe import run_lock
-from one_shot_epe import run_report
-from one_shot_epe import tree_accounting
-from one_shot_epe import write_failures
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.accounting import distributed_dp
+from one_shot_epe.report import plots
+from one_shot_epe.runtime import round_record
+from one_shot_epe.runtime import run_directory
+from one_shot_epe.runtime import run_lock
+from one_shot_epe.report import run_report
+from one_shot_epe.accounting import tree_aggregation
+from one_shot_epe.runtime import write_failures
 
 __all__ = ['REPORTED_ERRORS', 'RoundWriter', 'RunResult', 'rounds_line',
            'write_results']
@@ -45,7 +45,7 @@ class RunResult:
 
   Attributes:
     config: The validated config (run name resolved).
-    run_dir: Directory holding the outputs (`one_shot_epe.run_directory`).
+    run_dir: Directory holding the outputs (`one_shot_epe.runtime.run_directory`).
     total_rounds: T, the number of training rounds of the run.
     delta: The delta of the report.
     outcome: What the engine measured (cosines, accuracy, rounds trained
@@ -167,7 +167,7 @@ def rounds_line(result: RunResult) -> str:
 
 def write_results(run: engine.PreparedRun,
                   outcome: canary_spec.CanaryOutcome,
-                  correlated: accounting.CorrelatedNoise | None = None
+                  correlated: dp_fedavg.CorrelatedNoise | None = None
                   ) -> run_report.RunReport:
   """Writes the cosine CSVs, the privacy report and the density plot.
 
@@ -218,7 +218,7 @@ def write_results(run: engine.PreparedRun,
     setting.update(calibration.setting())
     if calibration.noise == 'skellam':
       # The Skellam RDP bound over the rounds a real client may join.
-      joins = (accounting.Participation(
+      joins = (dp_fedavg.Participation(
           sampling=config.sampling, clients_per_round=config.clients_per_round,
           num_clients=run.num_train_clients, rounds=total_rounds).epochs
                if config.sampling == 'shuffle' else total_rounds)
@@ -228,7 +228,7 @@ def write_results(run: engine.PreparedRun,
   if run.plan.tree_aggregation:
     # The TFF engine's tree: one over the run, efficient estimator
     # (`CanaryAudit.tree_aggregation`'s default).
-    tree = tree_accounting.TreeAggregation.of_schedule(
+    tree = tree_aggregation.TreeAggregation.of_schedule(
         run.plan.spec.schedule, total_rounds, efficient=True)
     setting.update(mechanism=config.mechanism,
                    tree_estimator=tree.estimator)
@@ -241,7 +241,7 @@ def write_results(run: engine.PreparedRun,
       unseen_maxima=unseen_maxima if has_unseen else None,
       accuracy=outcome.accuracy, setting=setting,
       canary_presentations=config.canary_repeats,
-      participation=accounting.Participation(
+      participation=dp_fedavg.Participation(
           sampling=config.sampling, clients_per_round=config.clients_per_round,
           num_clients=run.num_train_clients, rounds=total_rounds),
       correlated=correlated, tree=tree,

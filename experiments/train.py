@@ -16,11 +16,11 @@ engine: TensorFlow Federated (`experiments.backend_tff`, the default) or JAX
 One launcher, in three steps:
 
 1. `prepare`: the flags (`experiments.train_config`) become the run's plan
-   (`one_shot_epe.run_plan.RunPlan`: its canary spec and DP aggregation,
-   `one_shot_epe.canary_spec`, with the schedule from
+   (`one_shot_epe.plan.run_plan.RunPlan`: its canary spec and DP aggregation,
+   `one_shot_epe.plan.canary_spec`, with the schedule from
    `train_config.participation_plan`, the cohort counting the expected
    canaries, the adaptive clip's noise split), the engine loads the task's
-   data, and the run directory is checked (`one_shot_epe.run_directory`).
+   data, and the run directory is checked (`one_shot_epe.runtime.run_directory`).
    Every flag is checked before anything is written; a bad flag (or a data
    directory that does not exist or holds the wrong files, or a run directory
    holding a run with other flags) exits with status 2 and a message naming
@@ -29,7 +29,7 @@ One launcher, in three steps:
    the whole run (`run_directory.owned`): one writer per run directory; a
    second launcher on the same directory exits with status 2 naming the
    holder's pid, writing nothing. It reports each round
-   (`one_shot_epe.round_record`) to `run_outputs.RoundWriter` (metrics.csv,
+   (`one_shot_epe.runtime.round_record`) to `run_outputs.RoundWriter` (metrics.csv,
    canary_cosines.csv) and a progress bar.
 3. `run_outputs.write_results` writes the cosine CSVs, the privacy report and
    the density plot.
@@ -40,7 +40,7 @@ install.
 
 Outputs, under `--root_output_dir/--run_name/`: see `one_shot_epe.
 run_directory`. The cosine CSVs are in the format of `python -m
-one_shot_epe.estimate`; row i is canary i (seen ids 0..k-1; unseen canary i
+one_shot_epe.report.epsilon_cli`; row i is canary i (seen ids 0..k-1; unseen canary i
 has id UNSEEN_ID_OFFSET + i).
 
 Resume: checkpoints are taken at round 0, every --rounds_per_checkpoint rounds
@@ -60,7 +60,7 @@ written.
 
 A failed write (a full disk, an I/O error: a checkpoint, a CSV, the report,
 the plot, config.json) exits with status 2 and one line naming the file and
-the cause (`one_shot_epe.write_failures`); the temporary files of the failed
+the cause (`one_shot_epe.runtime.write_failures`); the temporary files of the failed
 write are removed, everything written before is intact, and rerunning the
 same command resumes from the last checkpoint.
 
@@ -100,7 +100,7 @@ def _missing_framework(backend: str, error: ImportError) -> str | None:
 if __name__ == '__main__':
   # Before TensorFlow or JAX is imported: the flags, then (TFF only) the
   # network isolation mode's checks (exit 2) and a quiet TensorFlow import.
-  from one_shot_epe import cli as _cli
+  from one_shot_epe.runtime import command_line as _cli
   if _cli.requested_backend(sys.argv) == 'jax':
     from experiments import train_config as _train_config
     _train_config.check_flags_or_exit(sys.argv)
@@ -132,14 +132,14 @@ import numpy as np
 from experiments import engine
 from experiments import run_outputs
 from experiments import train_config
-from one_shot_epe import canary_spec
-from one_shot_epe import checkpoint_store
-from one_shot_epe import cli
-from one_shot_epe import distributed_dp
-from one_shot_epe import round_progress
-from one_shot_epe import round_record
-from one_shot_epe import run_directory
-from one_shot_epe import run_plan
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.runtime import checkpoint_store
+from one_shot_epe.runtime import command_line
+from one_shot_epe.accounting import distributed_dp
+from one_shot_epe.runtime import round_progress
+from one_shot_epe.runtime import round_record
+from one_shot_epe.runtime import run_directory
+from one_shot_epe.plan import run_plan
 
 __all__ = ['BACKENDS', 'PreparedRun', 'REPORTED_ERRORS', 'RunResult', 'main',
            'prepare', 'run_program', 'run_training']
@@ -441,4 +441,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   flags.adopt_module_key_flags(train_config)  # Listed by --helpshort.
-  app.run(main, flags_parser=cli.parse_flags_or_exit)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -27,12 +27,12 @@ from typing import Any
 from absl import flags
 import numpy as np
 
-from one_shot_epe import canary_spec
-from one_shot_epe import cli
-from one_shot_epe import client_arrays
-from one_shot_epe import distributed_dp
-from one_shot_epe import participation
-from one_shot_epe import run_options
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.runtime import command_line
+from one_shot_epe.data import client_arrays
+from one_shot_epe.accounting import distributed_dp
+from one_shot_epe.plan import participation
+from one_shot_epe.plan import run_options
 from one_shot_epe import validation
 
 __all__ = ['ConfigError', 'PROGRAM_DIFFERENCES', 'SAMPLINGS', 'TrainConfig',
@@ -541,7 +541,7 @@ def check_flags_or_exit(argv: Sequence[str]) -> None:
     define_flags()
   if any(arg.split('=')[0] in _HELP_FLAGS for arg in argv[1:]):
     return  # absl's own parse defines and answers the help flags.
-  cli.parse_flags_or_exit(list(argv))
+  command_line.parse_flags_or_exit(list(argv))
   try:
     config_from_flags().validate()
   except ConfigError as error:

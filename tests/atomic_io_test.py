@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from one_shot_epe import atomic_io
-from one_shot_epe import estimate
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.report import epsilon_cli
 
 
 def test_replaces_content_and_leaves_no_temporary(tmp_path):
@@ -60,7 +60,7 @@ def test_columns_round_trip_through_the_estimate_cli_reader(tmp_path):
   path = tmp_path / 'cosines.csv'
   seen, unseen = [0.1, 0.25, 1 / 3], [-0.05, 0.2]
   atomic_io.write_columns_csv(str(path), {'seen': seen, 'unseen': unseen})
-  assert estimate.read_cosine_columns(str(path)) == {
+  assert epsilon_cli.read_cosine_columns(str(path)) == {
       'seen': seen, 'unseen': unseen}
 
 

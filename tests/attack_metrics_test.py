@@ -1,8 +1,8 @@
-"""Tests of one_shot_epe.attack_metrics and of the robust report fields.
+"""Tests of one_shot_epe.stats.attack_metrics and of the robust report fields.
 
 Truths: brute-force pairwise counts, the closed-form AUROC and TPR of two
 Gaussians, binomial sampling error, and exact simulations of the Gaussian
-mechanism of Table 2 (`gaussian_mechanism.simulate_cosines`, 'gram').
+mechanism of Table 2 (`gaussian_simulation.simulate_cosines`, 'gram').
 """
 
 import math
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from one_shot_epe import attack_metrics as am
-from one_shot_epe import estimation as est
-from one_shot_epe import gaussian_mechanism
-from one_shot_epe import null_distribution
-from one_shot_epe import privacy_report
+from one_shot_epe.stats import attack_metrics as am
+from one_shot_epe.stats import estimation as est
+from one_shot_epe.stats import gaussian_simulation
+from one_shot_epe.stats import null_distribution
+from one_shot_epe.report import privacy_report
 
 _TABLE2_DIM, _TABLE2_K, _TABLE2_DELTA = 10**6, 1000, 1e-6
 
@@ -124,7 +124,7 @@ def test_gdp_estimate_recovers_table2_epsilon():
   rng = np.random.default_rng(7)
   estimates = []
   for _ in range(30):
-    cosines = gaussian_mechanism.simulate_cosines(_TABLE2_DIM, _TABLE2_K, sigma,
+    cosines = gaussian_simulation.simulate_cosines(_TABLE2_DIM, _TABLE2_K, sigma,
                                                   rng)
     mu = am.gdp_mu(np.mean(cosines), 0.0, 1.0 / math.sqrt(_TABLE2_DIM))
     estimates.append(est.epsilon_of_gdp(mu, _TABLE2_DELTA))
@@ -159,7 +159,7 @@ def test_bootstrap_interval_covers_table2_epsilon():
   rng = np.random.default_rng(9)
   covered = 0
   for run in range(200):
-    cosines = gaussian_mechanism.simulate_cosines(_TABLE2_DIM, _TABLE2_K, sigma,
+    cosines = gaussian_simulation.simulate_cosines(_TABLE2_DIM, _TABLE2_K, sigma,
                                                   rng)
     low, high = privacy_report.final_model_report(cosines, _TABLE2_DIM,
                                                   _TABLE2_DELTA,

@@ -19,7 +19,7 @@ import pytest
 from experiments import backend_jax
 from experiments import train_config
 from experiments import train
-from one_shot_epe import run_directory
+from one_shot_epe.runtime import run_directory
 from one_shot_epe.jax_engine import canaries
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import training

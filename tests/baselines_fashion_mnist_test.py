@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.fashion_mnist (local files, synthetic data).
+"""Tests of one_shot_epe.data.fashion_mnist (local files, synthetic data).
 
 Truth: IDX and npz files written here byte by byte from known arrays.
 """
@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-from one_shot_epe import fashion_mnist
+from one_shot_epe.data import fashion_mnist
 
 
 def _idx_bytes(array: np.ndarray) -> bytes:

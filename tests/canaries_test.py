@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 from scipy import stats
 
-from one_shot_epe import canary_spec
+from one_shot_epe.plan import canary_spec
 from one_shot_epe.tff_engine import canaries
-from one_shot_epe import null_distribution
+from one_shot_epe.stats import null_distribution
 
 _SEED = 20240917
 

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.client_arrays: synthetic clients' sizes and layout.
+"""Tests of one_shot_epe.data.client_arrays: synthetic clients' sizes and layout.
 
 Independent truths: the published statistics the laws are built from (the
 mean and maximum of EMNIST-62's writers, the mean of StackOverflow's users,
@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from one_shot_epe import client_arrays
+from one_shot_epe.data import client_arrays
 
 
 def test_equal_sizes_are_exact():

@@ -18,9 +18,9 @@ import pytest
 
 from experiments import train
 from experiments import train_config
-from one_shot_epe import accounting
-from one_shot_epe import run_directory
-from one_shot_epe import run_report
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.runtime import run_directory
+from one_shot_epe.report import run_report
 
 try:
   from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
@@ -86,7 +86,7 @@ def test_sensitivity_is_the_brute_force_worst_participation(strategy):
 
 def test_accounted_epsilon_matches_the_worst_participant(strategy):
   delta = 1e-5
-  mu_worst = accounting.matrix_factorization_canary_epsilon(
+  mu_worst = dp_fedavg.matrix_factorization_canary_epsilon(
       1.3, delta, strategy.sensitivity, strategy.sensitivity,
       strategy.mechanism)
   accounted = correlated_noise.accounted_epsilon(1.3, delta, num_samples=100)
@@ -95,10 +95,10 @@ def test_accounted_epsilon_matches_the_worst_participant(strategy):
 
 def test_identity_strategy_gives_the_gaussian_canary_epsilon():
   for repeats in (1, 4):
-    mf = accounting.matrix_factorization_canary_epsilon(
+    mf = dp_fedavg.matrix_factorization_canary_epsilon(
         0.8, 1e-6, math.sqrt(repeats), 1.0, 'gaussian')
     assert mf.epsilon == pytest.approx(
-        accounting.canary_epsilon(0.8, 1e-6, repeats).epsilon, rel=1e-9)
+        dp_fedavg.canary_epsilon(0.8, 1e-6, repeats).epsilon, rel=1e-9)
 
 
 def test_bad_arguments():

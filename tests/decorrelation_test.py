@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.decorrelation: the decorrelated all-iterates scores.
+"""Tests of one_shot_epe.stats.decorrelation: the decorrelated all-iterates scores.
 
 Independent truths: DP-FedAvg's independent noise (C = I, where the score of
 a canary inserted once is its projection on that round over the noise std),
@@ -10,7 +10,7 @@ N(0, 1) never inserted.
 import numpy as np
 import pytest
 
-from one_shot_epe import decorrelation
+from one_shot_epe.stats import decorrelation
 
 
 def test_toeplitz_strategy_is_lower_triangular_with_the_coefficients():

@@ -1,4 +1,4 @@
-"""Tests of distributed DP with canaries (one_shot_epe.distributed_dp, TFF engine).
+"""Tests of distributed DP with canaries (one_shot_epe.accounting.distributed_dp, TFF engine).
 
 Independent truths: TFF's own `DistributedDpSumFactory` (its calibration,
 read from its measurements, and its argument checks), dp_accounting's RDP
@@ -28,10 +28,10 @@ import programs
 import tiny_run
 from experiments import train
 from experiments import train_config
-from one_shot_epe import accounting
-from one_shot_epe import canary_spec
-from one_shot_epe import distributed_dp
-from one_shot_epe import run_directory
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.accounting import distributed_dp
+from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import audit
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import canary_aggregator
@@ -79,7 +79,7 @@ def test_calibration_and_accounted_epsilon_match_tffs_factory():
   rounds, delta = 5, 1e-5
   accountant = dp_accounting.rdp.RdpAccountant()
   accountant.compose(dp_accounting.GaussianDpEvent(tff_z), rounds)
-  ours = accounting.composed_gaussian_epsilon(cal.noise_multiplier, delta,
+  ours = dp_fedavg.composed_gaussian_epsilon(cal.noise_multiplier, delta,
                                               rounds)
   # The RDP bound is looser than the exact Gaussian epsilon, not by much.
   assert ours <= accountant.get_epsilon(delta) <= 1.3 * ours
@@ -183,7 +183,7 @@ def test_canary_audit_runs_distributed_dp_end_to_end():
   assert isinstance(event, dp_accounting.GaussianDpEvent)
   assert event.noise_multiplier == pytest.approx(cal.noise_multiplier,
                                                  rel=1e-6)
-  expected = accounting.client_epsilon_of_event(event, 1e-3, None, rounds)
+  expected = dp_fedavg.client_epsilon_of_event(event, 1e-3, None, rounds)
   assert report['accounted_epsilon'] == pytest.approx(expected.epsilon,
                                                       rel=1e-6)
   assert report['noise_multiplier'] == pytest.approx(cal.noise_multiplier)
@@ -215,7 +215,7 @@ def test_launcher_reports_accounted_and_analytical_epsilon_of_ddp(ddp_run):
   assert report['accounted_epsilon'] is not None
   assert report['analytical_epsilon'] is not None
   # The analytical epsilon is that of one Gaussian at z_eff (r = 1).
-  expected = accounting.canary_epsilon(cal.noise_multiplier,
+  expected = dp_fedavg.canary_epsilon(cal.noise_multiplier,
                                        report['delta'], 1).epsilon
   assert report['analytical_epsilon'] == pytest.approx(expected)
 

@@ -8,12 +8,12 @@ Makefile's rules, the absl flag definitions), so no project module is
 imported and the test needs neither TensorFlow nor JAX. What is checked:
 
   * paths: a path under a top-level folder of the repository (`configs/...`,
-    `one_shot_epe/lower_bound.py`, `experiments/*.py`) must exist (globs must
+    `one_shot_epe/stats/lower_bound.py`, `experiments/*.py`) must exist (globs must
     match something); a shorter path ending in `.py` (`tasks/determinism.py`,
     `canary_spec.py`) must be the end of some project file's path;
   * `python -m X` with X in a project package: X must be a module;
   * `--flag`: a flag defined with `flags.DEFINE_*` by the launchers
-    (experiments/, benchmarks/, one_shot_epe/estimate.py; a dataclass whose
+    (experiments/, benchmarks/, one_shot_epe/report/epsilon_cli.py; a dataclass whose
     fields become flags counts), absl's own flags, `--noX` for a boolean X,
     or a flag of another program listed in OTHER_PROGRAMS_FLAGS; on a
     `python -m program` line of a code block, a flag of that program (its
@@ -59,7 +59,7 @@ PACKAGES = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
 DOCSTRING_ROOTS = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
 # The programs whose absl flags the documentation may name.
 FLAG_SOURCES = ('experiments/*.py', 'benchmarks/*.py',
-                'one_shot_epe/estimate.py')
+                'one_shot_epe/report/epsilon_cli.py')
 # Flags absl defines for every program.
 ABSL_FLAGS = frozenset({
     'flagfile', 'undefok', 'help', 'helpshort', 'helpfull', 'helpxml',
@@ -805,7 +805,7 @@ def test_docstrings_name_only_what_exists(path):
 def test_the_index_sees_the_project():
   index = repo_index()
   by_path = {module.path: module for module in index.modules.values()}
-  assert 'epsilon_lower_bound' in by_path['one_shot_epe/lower_bound.py'].names
+  assert 'epsilon_lower_bound' in by_path['one_shot_epe/stats/lower_bound.py'].names
   assert 'from_spec' in _class_attributes(
       by_path['one_shot_epe/tff_engine/audit.py'].classes['CanaryAudit'])
   # Flags with literal names, from a dataclass's fields, and absl bools.
@@ -816,21 +816,21 @@ def test_the_index_sees_the_project():
 
 
 _GOOD = '''
-See `one_shot_epe/lower_bound.py` and `benchmarks/coverage.py`; the sound
+See `one_shot_epe/stats/lower_bound.py` and `benchmarks/coverage.py`; the sound
 bound is `lower_bound.epsilon_lower_bound`, the report
-`one_shot_epe.privacy_report.PrivacyReport.to_json`, the audit
+`one_shot_epe.report.privacy_report.PrivacyReport.to_json`, the audit
 `CanaryAudit.from_spec` and `tff_engine.runtime.local_cpp_context()`.
 
 ```sh
 make demo   # the job
-.venv/bin/python -m one_shot_epe.estimate --cosines=a.csv --dim=10 \\
+.venv/bin/python -m one_shot_epe.report.epsilon_cli --cosines=a.csv --dim=10 \\
     --threshold_strategy=split
 python -m experiments.train --flagfile=configs/demo.cfg --noseeded_noise
 python -m pip install --no-deps -r requirements.txt
 ```
 
 ```python
-from one_shot_epe import estimation as est
+from one_shot_epe.stats import estimation as est
 est.gaussian_sigma(3.0, 1e-6)
 tff.learning.algorithms.build_unweighted_fed_avg(x)
 ```
@@ -844,7 +844,7 @@ def test_checker_accepts_correct_names():
 # (text with a planted wrong name, the same text corrected, the message).
 _PLANTED = [
     ('Read `one_shot_epe/lower_bond.py`.',
-     'Read `one_shot_epe/lower_bound.py`.',
+     'Read `one_shot_epe/stats/lower_bound.py`.',
      'path one_shot_epe/lower_bond.py does not exist'),
     ('Read tasks/determinizm.py.', 'Read tasks/determinism.py.',
      'no project file ends with tasks/determinizm.py'),
@@ -855,11 +855,11 @@ _PLANTED = [
      '--noise_multiplyer: no program defines this flag'),
     ('Pass `--nobackend`.', 'Pass `--noprogress_bar`.',
      '--nobackend: no program defines this flag'),
-    ('```sh\npython -m one_shot_epe.estimate --cosines=a.csv \\\n'
+    ('```sh\npython -m one_shot_epe.report.epsilon_cli --cosines=a.csv \\\n'
      '    --noise_multiplier=1\n```\n',
-     '```sh\npython -m one_shot_epe.estimate --cosines=a.csv \\\n'
+     '```sh\npython -m one_shot_epe.report.epsilon_cli --cosines=a.csv \\\n'
      '    --threshold_strategy=split\n```\n',
-     'python -m one_shot_epe.estimate --noise_multiplier: the program does '
+     'python -m one_shot_epe.report.epsilon_cli --noise_multiplier: the program does '
      'not define this flag'),
     ('`CanaryAudit.from_spec(canaries, dp, dleta=1e-6)`',
      '`CanaryAudit.from_spec(canaries, dp, delta=1e-6)`',
@@ -869,7 +869,7 @@ _PLANTED = [
      '0, 1)\n```\n',
      '```python\nfrom one_shot_epe import privacy_report\n'
      'privacy_report.final_model_report(c, dim=10, delta=1e-6)\n```\n',
-     'one_shot_epe.privacy_report.final_model_report(): takes 8 positional '
+     'one_shot_epe.report.privacy_report.final_model_report(): takes 8 positional '
      'arguments, given 9'),
     ('```python\nfrom one_shot_epe import privacy_report\n'
      'report = privacy_report.all_iterates_report(s, u, delta=1e-6)\n'
@@ -890,11 +890,11 @@ _PLANTED = [
     ('The bound: `lower_bound.epsilon_lower_bond`.',
      'The bound: `lower_bound.epsilon_lower_bound`.',
      'lower_bound.epsilon_lower_bond: epsilon_lower_bond is not defined in '
-     'one_shot_epe/lower_bound.py'),
+     'one_shot_epe/stats/lower_bound.py'),
     ('The engine: `engine.backend(--backend)`.',
      'The engine: `engine.Backend` (--backend).',
      'engine.backend: backend is not defined in experiments/engine.py'),
-    ('`one_shot_epe.lower_bond.x`', '`one_shot_epe.lower_bound.check_alpha`',
+    ('`one_shot_epe.lower_bond.x`', '`one_shot_epe.stats.lower_bound.check_alpha`',
      'one_shot_epe.lower_bond.x: lower_bond.x is not defined in '
      'one_shot_epe/__init__.py'),
     ('`CanaryAudit.from_spek(c, d)`', '`CanaryAudit.from_spec(c, d)`',
@@ -902,13 +902,13 @@ _PLANTED = [
     ('`privacy_report.PrivacyReport.to_jsn`',
      '`privacy_report.PrivacyReport.to_json`',
      'privacy_report.PrivacyReport.to_jsn: PrivacyReport.to_jsn is not '
-     'defined in one_shot_epe/privacy_report.py'),
+     'defined in one_shot_epe/report/privacy_report.py'),
     ('```python\nfrom one_shot_epe import estimation as est\n'
      'est.gaussian_sigmaa(3.0, 1e-6)\n```\n',
      '```python\nfrom one_shot_epe import estimation as est\n'
      'est.gaussian_sigma(3.0, 1e-6)\n```\n',
-     'one_shot_epe.estimation.gaussian_sigmaa: gaussian_sigmaa is not '
-     'defined in one_shot_epe/estimation.py'),
+     'one_shot_epe.stats.estimation.gaussian_sigmaa: gaussian_sigmaa is not '
+     'defined in one_shot_epe/stats/estimation.py'),
 ]
 
 

@@ -39,11 +39,11 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 ROOTS = ('one_shot_epe', 'experiments', 'benchmarks')
 # Modules whose public API must document its arguments, returns and raises.
-ARGUMENT_DOCUMENTED = ('one_shot_epe/canary_spec.py',
-                       'one_shot_epe/privacy_report.py',
-                       'one_shot_epe/lower_bound.py', 'one_shot_epe/one_run.py',
-                       'one_shot_epe/estimation.py',
-                       'one_shot_epe/accounting.py')
+ARGUMENT_DOCUMENTED = ('one_shot_epe/plan/canary_spec.py',
+                       'one_shot_epe/report/privacy_report.py',
+                       'one_shot_epe/stats/lower_bound.py', 'one_shot_epe/stats/one_run.py',
+                       'one_shot_epe/stats/estimation.py',
+                       'one_shot_epe/accounting/dp_fedavg.py')
 # Folders whose public modules must have an `__all__`.
 ALL_ROOTS = ('one_shot_epe', 'experiments')
 
@@ -291,7 +291,7 @@ def test_checker_finds_exactly_the_missing_docstrings(source, expected):
 
 def test_the_tree_has_the_modules_it_is_expected_to_have():
   files = _source_files()
-  for expected in ('one_shot_epe/__init__.py', 'one_shot_epe/estimation.py',
+  for expected in ('one_shot_epe/__init__.py', 'one_shot_epe/stats/estimation.py',
                    'one_shot_epe/tff_engine/tasks/base.py',
                    'one_shot_epe/baselines/canife.py', 'experiments/train.py',
                    'benchmarks/table2.py'):
@@ -368,7 +368,7 @@ def test_all_checker_finds_exactly_the_problems(source, expected):
 
 def test_public_modules_are_the_expected_ones():
   modules = _public_modules()
-  for expected in ('one_shot_epe/estimation.py',
+  for expected in ('one_shot_epe/stats/estimation.py',
                    'one_shot_epe/tff_engine/audit.py',
                    'one_shot_epe/tff_engine/tasks/emnist.py',
                    'one_shot_epe/jax_engine/fedavg.py',

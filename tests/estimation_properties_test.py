@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis) of one_shot_epe.estimation over wide ranges.
+"""Property-based tests (hypothesis) of one_shot_epe.stats.estimation over wide ranges.
 
 Issue 5, item 4: numerical robustness. Every property below is a mathematical
 fact about the quantity computed (proved in the test's docstring where it is
@@ -33,10 +33,10 @@ from scipy import special
 from scipy import stats
 
 from null_distribution_test import _mp_null_logsf
-from one_shot_epe import estimation as est
-from one_shot_epe import lower_bound
-from one_shot_epe import null_distribution
-from one_shot_epe import privacy_report
+from one_shot_epe.stats import estimation as est
+from one_shot_epe.stats import lower_bound
+from one_shot_epe.stats import null_distribution
+from one_shot_epe.report import privacy_report
 
 
 def _settings(max_examples: int) -> settings:

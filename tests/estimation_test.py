@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.estimation against independent truths.
+"""Tests of one_shot_epe.stats.estimation against independent truths.
 
 Truths used: dp_accounting's PLD accountant, direct numerical integration of the
 hockey-stick divergence, high-precision mpmath evaluation, the Gaussian
@@ -14,7 +14,7 @@ import pytest
 from scipy import integrate
 from scipy import stats
 
-from one_shot_epe import estimation as est
+from one_shot_epe.stats import estimation as est
 
 
 # ----------------------------------------------------------------------------

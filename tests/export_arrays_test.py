@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from one_shot_epe import client_arrays
+from one_shot_epe.data import client_arrays
 from one_shot_epe.tff_engine.tasks import export_arrays
 from one_shot_epe.tff_engine.tasks import tff_cache
 

@@ -5,9 +5,9 @@ import pytest
 import tensorflow as tf
 from scipy import stats
 
-from one_shot_epe import canary_spec
+from one_shot_epe.plan import canary_spec
 from one_shot_epe.tff_engine import final_model
-from one_shot_epe import null_distribution
+from one_shot_epe.stats import null_distribution
 
 _SEED = 4242
 _SHAPES = ((7, 9), (11,))  # d = 74.

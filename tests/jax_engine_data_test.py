@@ -11,8 +11,8 @@ import collections
 import numpy as np
 import pytest
 
-from one_shot_epe import client_arrays
-from one_shot_epe import fashion_mnist
+from one_shot_epe.data import client_arrays
+from one_shot_epe.data import fashion_mnist
 from one_shot_epe.jax_engine import data
 
 

@@ -15,12 +15,12 @@ import os
 import numpy as np
 import pytest
 
-from one_shot_epe import checkpoint_store
-from one_shot_epe import canary_spec
-from one_shot_epe import client_arrays
-from one_shot_epe import participation
-from one_shot_epe import round_record
-from one_shot_epe import run_plan
+from one_shot_epe.runtime import checkpoint_store
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.data import client_arrays
+from one_shot_epe.plan import participation
+from one_shot_epe.runtime import round_record
+from one_shot_epe.plan import run_plan
 from one_shot_epe.jax_engine import checkpoints
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import models

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.lower_bound (eps_lo, Section 5.1).
+"""Tests of one_shot_epe.stats.lower_bound (eps_lo, Section 5.1).
 
 Truths used: the Jeffreys and Clopper-Pearson intervals in closed form and
 from scipy's exact binomial test, the paper's Table 3 value, a brute-force
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from one_shot_epe import estimation as est
-from one_shot_epe import lower_bound
-from one_shot_epe import null_distribution
+from one_shot_epe.stats import estimation as est
+from one_shot_epe.stats import lower_bound
+from one_shot_epe.stats import null_distribution
 
 
 # ----------------------------------------------------------------------------

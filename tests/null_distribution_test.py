@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.null_distribution (Theorems 3.1 and 3.2).
+"""Tests of one_shot_epe.stats.null_distribution (Theorems 3.1 and 3.2).
 
 Truths used: Monte Carlo samples of uniform unit vectors, 30-digit mpmath
 quadrature of the Theorem 3.1 density, scipy's numerical integration, and the
@@ -13,7 +13,7 @@ import pytest
 from scipy import integrate
 from scipy import stats
 
-from one_shot_epe import null_distribution
+from one_shot_epe.stats import null_distribution
 
 
 # ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""one_shot_epe.one_run against jax-privacy 2.0.0, its oracle.
+"""one_shot_epe.stats.one_run against jax-privacy 2.0.0, its oracle.
 
 jax-privacy cannot be installed beside TFF 0.87 (which pins jax), so this
 runs in the TensorFlow-free environment of `make test-jax`, where
@@ -9,8 +9,8 @@ sets: sizes from 2 to 800, separations, ties, three alphas and deltas.
 import numpy as np
 import pytest
 
-from one_shot_epe import one_run
-from one_shot_epe import privacy_report
+from one_shot_epe.stats import one_run
+from one_shot_epe.report import privacy_report
 
 try:
   from jax_privacy import auditing

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.one_run: one-run lower bounds (Steinke et al. 2023;
+"""Tests of one_shot_epe.stats.one_run: one-run lower bounds (Steinke et al. 2023;
 Mahloujifar et al. 2024).
 
 Truths: the binomial tail in closed form for perfectly separated scores, the
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy import special
 
-from one_shot_epe import estimation
-from one_shot_epe import one_run
+from one_shot_epe.stats import estimation
+from one_shot_epe.stats import one_run
 
 
 def test_perfect_separation_is_the_binomial_tail_in_closed_form():

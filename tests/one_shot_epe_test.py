@@ -117,7 +117,7 @@ def _import_blocked(modules: list[str], blocked: tuple[str, ...]
 def test_every_module_lies_in_a_layer_and_each_layer_is_populated():
   layers = {layer_of(module) for module in _modules_on_disk()}
   assert layers == set(FORBIDDEN)
-  assert 'one_shot_epe.estimation' in _layer_modules('core')
+  assert 'one_shot_epe.stats.estimation' in _layer_modules('core')
   assert 'one_shot_epe.tff_engine.canary_aggregator' in _layer_modules(
       'tff_engine')
   assert 'one_shot_epe.jax_engine.fedavg' in _layer_modules('jax_engine')
@@ -134,8 +134,8 @@ def test_no_module_imports_across_its_layer():
 
 
 def test_the_static_check_sees_a_crossing_at_any_depth():
-  assert violations('one_shot_epe.estimation', 'import numpy') == []
-  assert violations('one_shot_epe.estimation',
+  assert violations('one_shot_epe.stats.estimation', 'import numpy') == []
+  assert violations('one_shot_epe.stats.estimation',
                     'def f():\n  import tensorflow as tf\n') == ['tensorflow']
   assert violations('one_shot_epe.jax_engine.fedavg',
                     'from one_shot_epe.tff_engine import canaries') == [

@@ -19,7 +19,7 @@ from absl.testing import flagsaver
 
 from benchmarks import paper_scale
 from benchmarks import round_timing
-from one_shot_epe import client_arrays
+from one_shot_epe.data import client_arrays
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 

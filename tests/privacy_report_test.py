@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.privacy_report: each field against the module it comes from.
+"""Tests of one_shot_epe.report.privacy_report: each field against the module it comes from.
 
 The attack summaries (GDP, bootstrap interval, AUROC, TPR) are tested against
 simulation in attack_metrics_test.py; the bounds' coverage in
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from one_shot_epe import estimation as est
-from one_shot_epe import gaussian_mechanism
-from one_shot_epe import lower_bound
-from one_shot_epe import one_run
-from one_shot_epe import privacy_report
+from one_shot_epe.stats import estimation as est
+from one_shot_epe.stats import gaussian_simulation
+from one_shot_epe.stats import lower_bound
+from one_shot_epe.stats import one_run
+from one_shot_epe.report import privacy_report
 
 
 def test_final_report_bundles_estimates_and_bounds_and_serialises():
@@ -92,7 +92,7 @@ def test_final_headline_is_unbiased_on_the_gaussian_mechanism():
   for epsilon in (1.0, 3.0, 10.0):
     sigma = est.gaussian_sigma(epsilon, delta)
     reports = [privacy_report.final_model_report(
-        gaussian_mechanism.simulate_cosines(dim, k, sigma, rng), dim, delta,
+        gaussian_simulation.simulate_cosines(dim, k, sigma, rng), dim, delta,
         bootstrap_resamples=20) for _ in range(40)]
     ratio = np.mean([r.epsilon_est for r in reports]) / epsilon
     assert abs(ratio - 1) < 0.1, (epsilon, ratio)

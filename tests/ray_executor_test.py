@@ -23,8 +23,8 @@ import pytest
 
 from experiments import grid
 from experiments import reproduce
-from one_shot_epe import atomic_io
-from one_shot_epe import run_directory
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import run_directory
 
 ray = pytest.importorskip('ray')
 

@@ -22,9 +22,9 @@ import pytest
 from experiments import grid as grid_lib
 from experiments import reproduce
 from experiments import train_config
-from one_shot_epe import estimation
-from one_shot_epe import run_directory
-from one_shot_epe import run_report
+from one_shot_epe.stats import estimation
+from one_shot_epe.runtime import run_directory
+from one_shot_epe.report import run_report
 
 import programs
 

@@ -1,10 +1,10 @@
-"""Tests of one_shot_epe.round_progress: the rounds' progress bar.
+"""Tests of one_shot_epe.runtime.round_progress: the rounds' progress bar.
 
 Independent truth: the counts and values a reader sees on stderr.
 """
 
-from one_shot_epe import round_progress
-from one_shot_epe import round_record
+from one_shot_epe.runtime import round_progress
+from one_shot_epe.runtime import round_record
 
 
 def test_bar_counts_training_rounds_from_the_resumed_one(capsys):

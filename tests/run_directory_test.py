@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.run_directory: the run directory of either engine.
+"""Tests of one_shot_epe.runtime.run_directory: the run directory of either engine.
 
 Independent truths: directories built by hand (what may be resumed), the
 round arithmetic by enumeration, `shutil.disk_usage` replaced by a known
@@ -13,10 +13,10 @@ import shutil
 
 import pytest
 
-from one_shot_epe import atomic_io
-from one_shot_epe import checkpoint_store
-from one_shot_epe import run_directory
-from one_shot_epe import run_lock
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import checkpoint_store
+from one_shot_epe.runtime import run_directory
+from one_shot_epe.runtime import run_lock
 
 _Usage = collections.namedtuple('_Usage', 'total used free')
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from one_shot_epe import run_lock
+from one_shot_epe.runtime import run_lock
 
 import programs
 
@@ -23,7 +23,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Tries the lock of argv[1] once; prints "refused <pid>" or "granted".
 _TRY = r'''
 import sys
-from one_shot_epe import run_lock
+from one_shot_epe.runtime import run_lock
 try:
   run_lock.acquire(sys.argv[1]).release()
 except run_lock.RunLockedError as error:
@@ -37,7 +37,7 @@ else:
 # sleep's pid, and holds the lock until killed.
 _HOLD = r'''
 import os, subprocess, sys, time
-from one_shot_epe import run_lock
+from one_shot_epe.runtime import run_lock
 if len(sys.argv) > 2:
   while not os.path.exists(sys.argv[2]):
     time.sleep(0.005)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from experiments import run_outputs
-from one_shot_epe import canary_spec
-from one_shot_epe import round_record
-from one_shot_epe import run_directory
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.runtime import round_record
+from one_shot_epe.runtime import run_directory
 
 _JAX_FORMAT = run_directory.CsvFormat(False, '\n')
 _TFF_FORMAT = run_directory.CsvFormat(True, '\r\n')

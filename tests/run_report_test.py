@@ -7,9 +7,9 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from one_shot_epe import accounting
-from one_shot_epe import estimation
-from one_shot_epe import run_report
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.stats import estimation
+from one_shot_epe.report import run_report
 
 
 def _cosines(seed, mean, size=400, dim=10**5):
@@ -64,17 +64,17 @@ def test_bad_arguments(kwargs, message):
 def test_report_carries_both_bounds_with_their_mechanisms():
   dim = 10**5
   final, seen, unseen = _cosines(5, 2.0), _cosines(6, 4.0), _cosines(7, 1.0)
-  participation = accounting.Participation('bernoulli', 20, 200, 30)
+  participation = dp_fedavg.Participation('bernoulli', 20, 200, 30)
   report = run_report.build_run_report(
       final_cosines=final, dim=dim, delta=1e-5, noise_multiplier=0.8,
       seen_maxima=seen, unseen_maxima=unseen, canary_presentations=4,
       participation=participation)
   # r = 4 presentations: one Gaussian at 0.8 / 2.
   assert report.analytical_epsilon == estimation.gaussian_epsilon(0.4, 1e-5)
-  accounted = accounting.client_epsilon_of_event(
+  accounted = dp_fedavg.client_epsilon_of_event(
       dp_accounting.GaussianDpEvent(0.8), 1e-5, participation, 30)
   # The same mechanism as the noise multiplier's account.
-  assert accounted.epsilon == accounting.client_epsilon(
+  assert accounted.epsilon == dp_fedavg.client_epsilon(
       0.8, 1e-5, participation).epsilon
   assert report.accounted_epsilon == accounted.epsilon
   parsed = json.loads(report.to_json())
@@ -151,7 +151,7 @@ def _round_trip_cases():
   """Reports as the launchers build them: each kind of reference and model."""
   dim = 10**5
   final, seen, unseen = _cosines(10, 2.0), _cosines(11, 4.0), _cosines(12, 1.0)
-  participation = accounting.Participation('bernoulli', 20, 200, 30)
+  participation = dp_fedavg.Participation('bernoulli', 20, 200, 30)
   common = dict(final_cosines=final, dim=dim, delta=1e-5)
   return {
       # No noise: every reference infinite, written as None.
@@ -219,12 +219,12 @@ def test_from_dict_rejects_what_is_not_a_report(tmp_path):
 
 
 def test_correlated_noise_references_are_the_strategys():
-  correlated = accounting.CorrelatedNoise('banded', sensitivity=1.8,
+  correlated = dp_fedavg.CorrelatedNoise('banded', sensitivity=1.8,
                                           canary_column_norm=1.2)
   report = run_report.build_run_report(
       final_cosines=_cosines(4, 2.0), dim=10**5, delta=1e-5,
       noise_multiplier=0.7, rounds=20, correlated=correlated,
-      participation=accounting.Participation('shuffle', 5, 20, 20))
+      participation=dp_fedavg.Participation('shuffle', 5, 20, 20))
   assert report.analytical_epsilon == pytest.approx(
       estimation.gaussian_epsilon(0.7 * 1.8 / 1.2, 1e-5), rel=1e-12)
   assert report.accounted_epsilon == pytest.approx(
@@ -240,6 +240,6 @@ def test_correlated_noise_references_are_the_strategys():
       final_cosines=_cosines(4, 2.0), dim=10**5, delta=1e-5,
       noise_multiplier=0.7, rounds=20, correlated=correlated,
       seen_maxima=_cosines(4, 3.0), unseen_maxima=_cosines(4, 0.0),
-      participation=accounting.Participation('shuffle', 5, 20, 20))
+      participation=dp_fedavg.Participation('shuffle', 5, 20, 20))
   assert maxima.setting['all_iterates_under_correlated_noise'] == (
       run_report.CORRELATED_ALL_ITERATES_NOTE)

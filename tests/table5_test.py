@@ -10,7 +10,7 @@ import pytest
 
 from experiments import table5
 from experiments import train_config
-from one_shot_epe import estimation
+from one_shot_epe.stats import estimation
 
 
 def _base(**overrides):

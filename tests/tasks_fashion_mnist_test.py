@@ -20,10 +20,10 @@ import tensorflow as tf
 from experiments import grid
 from experiments import train
 from experiments import train_config
-from one_shot_epe import client_arrays
-from one_shot_epe import run_directory
+from one_shot_epe.data import client_arrays
+from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import tasks
-from one_shot_epe import fashion_mnist as fashion_mnist_files
+from one_shot_epe.data import fashion_mnist as fashion_mnist_files
 from one_shot_epe.tff_engine.tasks import fashion_mnist
 import tiny_run
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 
-from one_shot_epe import client_arrays
+from one_shot_epe.data import client_arrays
 from one_shot_epe.tff_engine.tasks import emnist
 from one_shot_epe.tff_engine.tasks import stackoverflow
 from one_shot_epe.tff_engine.tasks import synthetic

@@ -5,8 +5,8 @@ classes), 12 synthetic clients of realistic sizes for it, and an observer
 that keeps every record it is told (not collected).
 """
 
-from one_shot_epe import client_arrays
-from one_shot_epe import round_record
+from one_shot_epe.data import client_arrays
+from one_shot_epe.runtime import round_record
 from one_shot_epe.jax_engine import models
 
 MODEL = models.EmnistCnn(conv1_filters=2, conv2_filters=2, dense_units=4,

@@ -29,9 +29,9 @@ import sys
 
 import pytest
 
-from one_shot_epe import run_directory
+from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import checkpoints
-from one_shot_epe import run_lock
+from one_shot_epe.runtime import run_lock
 
 import programs
 

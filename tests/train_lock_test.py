@@ -25,8 +25,8 @@ import time
 import pytest
 
 from experiments import grid
-from one_shot_epe import run_directory
-from one_shot_epe import run_lock
+from one_shot_epe.runtime import run_directory
+from one_shot_epe.runtime import run_lock
 
 import programs
 
@@ -50,7 +50,8 @@ _PAUSING_LAUNCHER = r'''
 import os, sys, time
 from absl import app
 from experiments import train, train_config
-from one_shot_epe import cli, run_lock
+from one_shot_epe.runtime import command_line
+from one_shot_epe.runtime import run_lock
 
 go = sys.argv.pop(1)
 real_acquire = run_lock.acquire
@@ -63,7 +64,7 @@ def acquire(directory):
 
 run_lock.acquire = acquire
 train_config.define_flags()
-app.run(train.main, flags_parser=cli.parse_flags_or_exit)
+app.run(train.main, flags_parser=command_line.parse_flags_or_exit)
 '''
 
 

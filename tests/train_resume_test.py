@@ -28,7 +28,7 @@ import time
 import psutil
 import pytest
 
-from one_shot_epe import run_directory
+from one_shot_epe.runtime import run_directory
 
 import programs
 
@@ -52,8 +52,9 @@ import glob, os, signal, sys
 import tensorflow as tf
 from absl import app
 from experiments import train, train_config
-from one_shot_epe import atomic_io, cli
-from one_shot_epe import run_directory
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import command_line
+from one_shot_epe.runtime import run_directory
 
 def die():
   os.killpg(0, signal.SIGKILL)  # The launcher and its TFF worker, at once.
@@ -76,7 +77,7 @@ elif mode == 'report':
     real_replace(source, target)
   atomic_io.os.replace = replace
 train_config.define_flags()
-app.run(train.main, flags_parser=cli.parse_flags_or_exit)
+app.run(train.main, flags_parser=command_line.parse_flags_or_exit)
 '''
 
 

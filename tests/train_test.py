@@ -27,12 +27,12 @@ from tensorflow_federated.python.program import file_utils
 
 from experiments import train
 from experiments import train_config
-from one_shot_epe import run_directory
+from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import canary_aggregator
-from one_shot_epe import estimate
-from one_shot_epe import estimation
-from one_shot_epe import privacy_report
+from one_shot_epe.report import epsilon_cli
+from one_shot_epe.stats import estimation
+from one_shot_epe.report import privacy_report
 from one_shot_epe.tff_engine import runtime
 from one_shot_epe.tff_engine.tasks import synthetic
 import programs
@@ -111,10 +111,10 @@ def test_outputs_exist_and_are_well_formed(run):
 
 def test_report_equals_estimation_of_the_written_csvs(run):
   run_dir = run.run_dir
-  final_columns = estimate.read_cosine_columns(
+  final_columns = epsilon_cli.read_cosine_columns(
       os.path.join(run_dir, run_directory.FINAL_COSINES_FILE))
   final = final_columns['cosine']
-  maxima = estimate.read_cosine_columns(
+  maxima = epsilon_cli.read_cosine_columns(
       os.path.join(run_dir, run_directory.MAX_COSINES_FILE))
   with open(os.path.join(run_dir, run_directory.REPORT_JSON_FILE)) as stream:
     report = json.load(stream)
@@ -168,7 +168,7 @@ def test_final_cosines_match_regenerated_canaries_and_checkpoints(run):
   moved = (_saved_trainable_weights(run.run_dir, 0) -
            _saved_trainable_weights(run.run_dir, tiny_run.TOTAL_ROUNDS))
   assert moved.size == run.dim
-  written = estimate.read_cosine_columns(
+  written = epsilon_cli.read_cosine_columns(
       os.path.join(run.run_dir, run_directory.FINAL_COSINES_FILE))['cosine']
   expected = []
   for canary_id in range(16):

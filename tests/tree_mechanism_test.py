@@ -28,10 +28,10 @@ import programs
 import tiny_run
 from experiments import train
 from experiments import train_config
-from one_shot_epe import accounting
-from one_shot_epe import canary_spec
-from one_shot_epe import run_directory
-from one_shot_epe import tree_accounting
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.runtime import run_directory
+from one_shot_epe.accounting import tree_aggregation
 from one_shot_epe.tff_engine import audit
 from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe.tff_engine import runtime
@@ -66,16 +66,16 @@ def _gaussian_delta(epsilon: float, mu: float) -> float:
 @pytest.mark.parametrize('rounds', [1, 2, 3, 5, 8, 13])
 def test_node_norm_and_depth_match_the_tree_matrix(rounds):
   matrix = _tree_matrix(rounds)
-  assert tree_accounting.tree_depth(rounds) == len(
+  assert tree_aggregation.tree_depth(rounds) == len(
       {int(row.sum()) for row in matrix})
   rng = np.random.default_rng(rounds)
   for size in range(1, rounds + 1):
     chosen = rng.choice(rounds, size=size, replace=False)
     shift = matrix[:, chosen].sum(axis=1)
-    assert tree_accounting.tree_node_norm(chosen, rounds) == pytest.approx(
+    assert tree_aggregation.tree_node_norm(chosen, rounds) == pytest.approx(
         np.linalg.norm(shift), rel=1e-12)
   schedule = [[0, 1], [1], [], [0, 2]][:rounds]
-  tree = tree_accounting.TreeAggregation.of_schedule(schedule, rounds)
+  tree = tree_aggregation.TreeAggregation.of_schedule(schedule, rounds)
   norms = [np.linalg.norm(matrix[:, [t for t, ids in enumerate(schedule)
                                      if j in ids]].sum(axis=1))
            for j in range(3)]
@@ -84,9 +84,9 @@ def test_node_norm_and_depth_match_the_tree_matrix(rounds):
 
 def test_bad_record_rounds_are_refused():
   with pytest.raises(ValueError, match='record_rounds'):
-    tree_accounting.tree_node_norm([0, 0], 4)
+    tree_aggregation.tree_node_norm([0, 0], 4)
   with pytest.raises(ValueError, match='record_rounds'):
-    tree_accounting.tree_node_norm([4], 4)
+    tree_aggregation.tree_node_norm([4], 4)
 
 
 def test_final_prefix_noise_of_the_factory_has_the_tree_variance():
@@ -112,34 +112,34 @@ def test_final_prefix_noise_of_the_factory_has_the_tree_variance():
       output = process.next(state, zeros)
       state = output.state
       prefix += np.asarray(output.result, np.float64)
-      expected = tree_accounting.tree_prefix_variance(t, efficient)
+      expected = tree_aggregation.tree_prefix_variance(t, efficient)
       assert np.var(prefix) / (z * clip / cohort)**2 == pytest.approx(
           expected, rel=0.07)
-  assert tree_accounting.tree_prefix_variance(7, True) == pytest.approx(
+  assert tree_aggregation.tree_prefix_variance(7, True) == pytest.approx(
       1 + 1 / 1.5 + 1 / 1.75)
   # The plain sum: one unit of variance per node of the prefix.
   for t in range(1, 40):
-    assert tree_accounting.tree_prefix_variance(t, False) == bin(t).count('1')
+    assert tree_aggregation.tree_prefix_variance(t, False) == bin(t).count('1')
 
 
 def test_analytical_epsilons_are_the_closed_form_gaussians():
   z, delta, rounds = 0.9, 1e-5, 6
   # Canary 0 in rounds 0 and 1 (nodes [0], [1], [0, 2), [0, 4): counts
   # 1, 1, 2, 2), canary 1 in round 5 (nodes [5], [4, 6)).
-  tree = tree_accounting.TreeAggregation.of_schedule(
+  tree = tree_aggregation.TreeAggregation.of_schedule(
       [[0], [0], [], [], [], [1]], rounds, efficient=False)
   assert tree.canary_node_norm == pytest.approx(math.sqrt(10))
   assert tree.canary_presentations == 2
-  analytical = tree_accounting.canary_epsilon(z, delta, tree).epsilon
+  analytical = tree_aggregation.canary_epsilon(z, delta, tree).epsilon
   assert _gaussian_delta(analytical, math.sqrt(10) / z) == pytest.approx(
       delta, rel=1e-6)
   # Final model: the prefix at T = 6 = 0b110 is two nodes' noise (plain
   # sum), and the canary appears twice in the exact sum.
-  final = tree_accounting.final_model_epsilon(z, delta, tree).epsilon
+  final = tree_aggregation.final_model_epsilon(z, delta, tree).epsilon
   assert _gaussian_delta(final, 2 / (z * math.sqrt(2))) == pytest.approx(
       delta, rel=1e-6)
   assert final < analytical  # The final model is a post-processing.
-  assert math.isinf(tree_accounting.canary_epsilon(0.0, delta, tree).epsilon)
+  assert math.isinf(tree_aggregation.canary_epsilon(0.0, delta, tree).epsilon)
 
 
 # The accounted epsilon: dp_accounting's tree event, its RDP accountant.
@@ -156,8 +156,8 @@ def _rdp_epsilon(event: dp_accounting.DpEvent, delta: float,
 def test_accounted_epsilon_is_dp_accountings_tree_event():
   z, delta, num_clients, per_round = 1.3, 1e-6, 40, 5
   # One shuffled epoch (8 rounds): the event's own assumption.
-  one_epoch = accounting.Participation('shuffle', per_round, num_clients, 8)
-  got = tree_accounting.client_epsilon(z, delta, 8, one_epoch)
+  one_epoch = dp_fedavg.Participation('shuffle', per_round, num_clients, 8)
+  got = tree_aggregation.client_epsilon(z, delta, 8, one_epoch)
   assert got.epsilon == pytest.approx(_rdp_epsilon(
       dp_accounting.SingleEpochTreeAggregationDpEvent(z, 8), delta,
       _REPLACE_SPECIAL), rel=1e-9)
@@ -165,16 +165,16 @@ def test_accounted_epsilon_is_dp_accountings_tree_event():
   assert 'RDP' in got.mechanism
   # Three epochs in one tree (24 rounds, depth 5): sensitivity <= 3 sqrt(5),
   # the RDP of one Gaussian at z / (3 sqrt(5)).
-  three = accounting.Participation('shuffle', per_round, num_clients, 24)
-  got = tree_accounting.client_epsilon(z, delta, 24, three)
+  three = dp_fedavg.Participation('shuffle', per_round, num_clients, 24)
+  got = tree_aggregation.client_epsilon(z, delta, 24, three)
   assert got.epsilon == pytest.approx(_rdp_epsilon(
       dp_accounting.GaussianDpEvent(z / (3 * math.sqrt(5))), delta),
                                       rel=1e-9)
   assert 'upper bound' in got.mechanism
   # Poisson sampling: no amplification, a client in every round: the
   # all-ones column sum of the tree matrix.
-  poisson = accounting.Participation('poisson', per_round, num_clients, 24)
-  got = tree_accounting.client_epsilon(z, delta, 24, poisson)
+  poisson = dp_fedavg.Participation('poisson', per_round, num_clients, 24)
+  got = tree_aggregation.client_epsilon(z, delta, 24, poisson)
   every = np.linalg.norm(_tree_matrix(24).sum(axis=1))
   assert got.epsilon == pytest.approx(_rdp_epsilon(
       dp_accounting.GaussianDpEvent(z / every), delta), rel=1e-9)
@@ -217,16 +217,16 @@ def test_canary_audit_reports_tree_aggregation_without_a_noise_multiplier():
       canary_audit.observe(_LearningState(
           state, tff.learning.models.ModelWeights([weights], [])))
   report = canary_audit.report().to_dict()
-  tree = tree_accounting.TreeAggregation.of_schedule(spec.schedule, rounds)
+  tree = tree_aggregation.TreeAggregation.of_schedule(spec.schedule, rounds)
   assert report['noise_multiplier'] == z
   assert report['setting']['mechanism'] == 'tree'
   assert report['analytical_epsilon'] == pytest.approx(
-      tree_accounting.canary_epsilon(z, 1e-3, tree).epsilon)
+      tree_aggregation.canary_epsilon(z, 1e-3, tree).epsilon)
   assert report['last_iterate_epsilon'] == pytest.approx(
-      tree_accounting.final_model_epsilon(z, 1e-3, tree).epsilon)
+      tree_aggregation.final_model_epsilon(z, 1e-3, tree).epsilon)
   # No participation given: a client in every round.
   assert report['accounted_epsilon'] == pytest.approx(
-      tree_accounting.client_epsilon(z, 1e-3, rounds, None).epsilon)
+      tree_aggregation.client_epsilon(z, 1e-3, rounds, None).epsilon)
 
 
 # The launcher (experiments/train.py).

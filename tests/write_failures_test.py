@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import tensorflow as tf
 
-from one_shot_epe import write_failures
+from one_shot_epe.runtime import write_failures
 
 _NO_SPACE = os.strerror(errno.ENOSPC)
 
@@ -145,7 +145,7 @@ def test_works_where_tensorflow_cannot_be_imported():
   script = textwrap.dedent("""
       import sys
       sys.modules['tensorflow'] = None
-      from one_shot_epe import write_failures
+      from one_shot_epe.runtime import write_failures
       try:
         with write_failures.reported('/dev'):
           open('/dev/full/report.json', 'w')

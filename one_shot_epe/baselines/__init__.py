@@ -1,7 +1,7 @@
 """Baselines that the one-shot estimator is compared with (Section 5.4).
 
 Fashion-MNIST, which the comparison trains on, is read by the core's
-`one_shot_epe.fashion_mnist`.
+`one_shot_epe.data.fashion_mnist`.
 
 Modules:
   feedforward: the two-layer feed-forward classifier of Section 5.4, with its

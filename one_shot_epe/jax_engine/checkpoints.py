@@ -7,7 +7,7 @@ optimizer), the canaries' running maxima (Andrew et al., ICLR 2024,
 Algorithm 3, lines 10-16) and theta_0, the initial model the final-model
 statistic is taken against (Algorithm 2), and under matrix-factorization
 noise the canaries' projections on every round so far (the decorrelated
-all-iterates statistic, `one_shot_epe.decorrelation`). Each file is written atomically
+all-iterates statistic, `one_shot_epe.stats.decorrelation`). Each file is written atomically
 (`atomic_io`: a temporary file, then a rename) and every checkpoint is kept.
 """
 
@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from one_shot_epe import atomic_io
-from one_shot_epe import checkpoint_store
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import checkpoint_store
 
 __all__ = ['NpzCheckpoints', 'TrainingState']
 

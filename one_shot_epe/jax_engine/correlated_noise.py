@@ -56,7 +56,7 @@ import numpy as np
 import optax
 from jax_privacy import noise_addition
 
-from one_shot_epe import accounting
+from one_shot_epe.accounting import dp_fedavg
 from jax_privacy.accounting import accountants
 from jax_privacy.accounting import analysis
 from jax_privacy.matrix_factorization import buffered_toeplitz
@@ -92,7 +92,7 @@ def participation_bounds(sampling: str, rounds: int,
   Args:
     sampling: 'shuffle', 'bernoulli' or 'poisson'.
     rounds: n >= 1.
-    epochs: shuffled epochs the rounds touch (`accounting.Participation`).
+    epochs: shuffled epochs the rounds touch (`dp_fedavg.Participation`).
 
   Returns:
     min separation 1 and at most `epochs` (shuffle) or n participations.
@@ -184,8 +184,8 @@ def canary_column_norm(strategy: Strategy, rounds: Sequence[int]) -> float:
 
 
 def report_numbers(strategy: Strategy,
-                   schedule: Sequence[Sequence[int]]) -> accounting.CorrelatedNoise:
-  """The numbers the core's report needs (`accounting.CorrelatedNoise`).
+                   schedule: Sequence[Sequence[int]]) -> dp_fedavg.CorrelatedNoise:
+  """The numbers the core's report needs (`dp_fedavg.CorrelatedNoise`).
 
   Args:
     strategy: the run's strategy.
@@ -200,7 +200,7 @@ def report_numbers(strategy: Strategy,
       rounds_of.setdefault(int(canary), []).append(t)
   norm = max((canary_column_norm(strategy, rounds)
               for rounds in rounds_of.values()), default=1.0)
-  return accounting.CorrelatedNoise(strategy.mechanism, strategy.sensitivity,
+  return dp_fedavg.CorrelatedNoise(strategy.mechanism, strategy.sensitivity,
                                     norm)
 
 

@@ -1,6 +1,6 @@
 """A round's client batches for the JAX engine (numpy, TFF's preprocessing).
 
-Turns the clients of a round, read from `one_shot_epe.client_arrays`, into
+Turns the clients of a round, read from `one_shot_epe.data.client_arrays`, into
 padded, masked arrays that one jit-compiled DP-FedAvg round consumes
 (`fedavg.dp_fedavg_round`), or packs them back to back into lanes
 (`pack_batches`, `fedavg.packed_round`). With the split resident on the
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from one_shot_epe import client_arrays
+from one_shot_epe.data import client_arrays
 from one_shot_epe import validation
 from one_shot_epe.jax_engine import packing
 

@@ -51,14 +51,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from one_shot_epe import accounting
-from one_shot_epe import canary_spec
-from one_shot_epe import distributed_dp
-from one_shot_epe import participation as participation_lib
-from one_shot_epe import round_record
-from one_shot_epe import run_directory
-from one_shot_epe import run_report
-from one_shot_epe import tree_accounting
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.accounting import distributed_dp
+from one_shot_epe.plan import participation as participation_lib
+from one_shot_epe.runtime import round_record
+from one_shot_epe.runtime import run_directory
+from one_shot_epe.report import run_report
+from one_shot_epe.accounting import tree_aggregation
 from one_shot_epe import validation
 from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe.tff_engine import cosine_tracking
@@ -137,7 +137,7 @@ class CanaryAudit:
                num_unseen_canaries: int | None = None,
                repetitions: int | None = None, canary_seed: int | None = None,
                canary_clip: str | None = None, noise_seed: int | None = None,
-               client_participation: accounting.Participation | None = None,
+               client_participation: dp_fedavg.Participation | None = None,
                spec: canary_spec.CanarySpec | None = None,
                dp: canary_spec.DPAggregation | None = None,
                distributed: distributed_dp.DistributedDP | None = None,
@@ -166,7 +166,7 @@ class CanaryAudit:
       noise_seed: None for unpredictable DP noise (deployments); an int in
         [0, canary_spec.MAX_SEED] makes a simulation reproducible.
       client_participation: How real clients are sampled, for the report's
-        accounted epsilon (`accounting.client_epsilon_of_event`, over the
+        accounted epsilon (`dp_fedavg.client_epsilon_of_event`, over the
         rounds observed); None accounts a client taking part in every round.
       spec: A canary plan made elsewhere, schedule and statistics included.
       dp: With `spec`: the run's DP aggregation; its `clients_per_round` is
@@ -241,7 +241,7 @@ class CanaryAudit:
   def from_spec(cls, spec: canary_spec.CanarySpec,
                 dp: canary_spec.DPAggregation, *, delta: float,
                 noise_seed: int | None = None,
-                client_participation: accounting.Participation | None = None,
+                client_participation: dp_fedavg.Participation | None = None,
                 distributed: distributed_dp.DistributedDP | None = None,
                 tree_aggregation: bool = False,
                 device: str = '/CPU:0') -> 'CanaryAudit':
@@ -693,7 +693,7 @@ class CanaryAudit:
           self._delta, joins)
     tree = None
     if self._tree is not None:
-      tree = tree_accounting.TreeAggregation.of_schedule(
+      tree = tree_aggregation.TreeAggregation.of_schedule(
           spec.schedule, rounds, efficient=self._tree[1])
       mechanism = {'mechanism': 'tree', 'tree_estimator': tree.estimator}
     return run_report.build_run_report(

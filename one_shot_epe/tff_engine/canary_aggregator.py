@@ -63,7 +63,7 @@ discretized records modulo 2^b (TFF's `DistributedDpSumFactory`); the
 canaries are encoded by the same function as the clients' records and join
 the modular sum, so they meet the same rotation, scaling, rounding, noise
 shares and modulus, and their cosines are taken with the decoded mean
-(`one_shot_epe.distributed_dp` has the calibration and the accounting).
+(`one_shot_epe.accounting.distributed_dp` has the calibration and the accounting).
 
 Sign convention: the result is the noised mean *update* in the sense of
 `tff.learning` (client update = initial - trained weights), and the server
@@ -85,8 +85,8 @@ import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 from tensorflow_privacy.privacy.dp_query import discrete_gaussian_utils
 
-from one_shot_epe import canary_spec
-from one_shot_epe import distributed_dp
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import seeded_queries
 from one_shot_epe import validation

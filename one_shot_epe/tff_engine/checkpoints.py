@@ -30,7 +30,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 import tensorflow_federated as tff
 from tensorflow_federated.python.program import file_utils
 
-from one_shot_epe import checkpoint_store
+from one_shot_epe.runtime import checkpoint_store
 
 __all__ = ['CheckpointError', 'PREFIX', 'ProgramStateCheckpoints',
            'check_layout', 'remove_partial', 'verify', 'verify_latest',

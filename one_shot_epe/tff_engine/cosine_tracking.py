@@ -28,8 +28,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe import canary_spec
-from one_shot_epe import round_record
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.runtime import round_record
 from one_shot_epe.tff_engine import canaries
 
 __all__ = ['CosineMaxima', 'CosineTracker', 'TrackerState', 'split_maxima',

@@ -3,7 +3,7 @@
 Algorithm 2 releases only the final model theta_T and scores each seen canary
 by g_j = <c_j, theta_T> / (||c_j|| ||theta_T||) (line 11); the estimate then
 compares the Gaussian fit of {g_j} with the null N(0, 1/d) of a canary that was
-never inserted (`one_shot_epe.estimation.epsilon_from_final_cosines`).
+never inserted (`one_shot_epe.stats.estimation.epsilon_from_final_cosines`).
 
 Two statistics are offered:
 
@@ -37,7 +37,7 @@ from typing import Any, Literal
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe import canary_spec
+from one_shot_epe.plan import canary_spec
 from one_shot_epe.tff_engine import canaries
 
 __all__ = ['PAPER_DIRECTION', 'Statistic', 'TFF_LEARNING_DIRECTION',

@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 from absl import flags
 from absl import logging
 
-from one_shot_epe import cli
+from one_shot_epe.runtime import command_line
 
 __all__ = ['ISOLATION_ENV', 'ISOLATION_MODES', 'IsolationError',
            'IsolatedServer', 'LOOPBACK_INTERFACE', 'check_program', 'enter_private_network',
@@ -189,7 +189,7 @@ def remote_workers_requested(argv: Sequence[str],
   are defined.
   """
   try:
-    values = cli.known_string_flags(argv, ('tff_worker_addresses',),
+    values = command_line.known_string_flags(argv, ('tff_worker_addresses',),
                                     flagfile_flags)
   except flags.Error:  # The program's own parser reports it.
     return False

@@ -2,7 +2,7 @@
 
 Run where TensorFlow Federated is installed; the JAX engine
 (`experiments.train --backend=jax --data_dir=OUT`) then reads the result
-without TensorFlow (`one_shot_epe.client_arrays.ClientArrays.load`, memory-mapped):
+without TensorFlow (`one_shot_epe.data.client_arrays.ClientArrays.load`, memory-mapped):
 
   python -m experiments.export_arrays --task=emnist_character \
       --data_dir=$HOME/tff_data --output_dir=OUT
@@ -25,7 +25,7 @@ import os
 import numpy as np
 import tensorflow_federated as tff
 
-from one_shot_epe import client_arrays
+from one_shot_epe.data import client_arrays
 from one_shot_epe.tff_engine.tasks import emnist
 from one_shot_epe.tff_engine.tasks import stackoverflow
 

@@ -3,12 +3,12 @@
 The real-data demo (`make demo`) audits DP-FedAvg with canaries (Andrew et al.,
 ICLR 2024, Algorithms 2 and 3) on Fashion-MNIST (Xiao et al. 2017; 60 000 train
 and 10 000 test images, 28 x 28 grey levels, 10 classes), read offline by
-`one_shot_epe.fashion_mnist.load` from Debian's `dataset-fashion-mnist`
+`one_shot_epe.data.fashion_mnist.load` from Debian's `dataset-fashion-mnist`
 (`/usr/share/datasets/fashion-mnist`) or any directory in that layout.
 
 **Clients.** Fashion-MNIST has no natural users, so the training images are
 split into `NUM_CLIENTS` = 1,200 clients of 50 images by the label-shard scheme
-(`one_shot_epe.fashion_mnist.partition_by_label_shards`, framework-free)
+(`one_shot_epe.data.fashion_mnist.partition_by_label_shards`, framework-free)
 of McMahan et al. (2017, Section 3): sort the images by label (ties in a
 seeded random order), cut them into 5 x 1,200 shards of 10 and give each
 client five shards drawn by a seeded permutation. Every shard holds a single
@@ -42,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from one_shot_epe import fashion_mnist
+from one_shot_epe.data import fashion_mnist
 from one_shot_epe.tff_engine.tasks import base
 from one_shot_epe.tff_engine.tasks import emnist
 

@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from one_shot_epe import client_arrays
+from one_shot_epe.data import client_arrays
 from one_shot_epe import validation
 from one_shot_epe.tff_engine.tasks import tff_cache
 

@@ -26,10 +26,10 @@ import dp_accounting
 import numpy as np
 from numpy.typing import ArrayLike
 
-from one_shot_epe import accounting
-from one_shot_epe import atomic_io
-from one_shot_epe import privacy_report
-from one_shot_epe import tree_accounting
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.report import privacy_report
+from one_shot_epe.accounting import tree_aggregation
 
 __all__ = ['CORRELATED_ALL_ITERATES_NOTE', 'DECORRELATED_ALL_ITERATES_NOTE',
            'RunReport', 'TREE_ALL_ITERATES_NOTE', 'build_run_report']
@@ -366,10 +366,10 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
                      canary_presentations: int = 1,
                      rounds: int | None = None,
                      presentation_counts: ArrayLike | None = None,
-                     participation: accounting.Participation | None = None,
+                     participation: dp_fedavg.Participation | None = None,
                      round_event: dp_accounting.DpEvent | None = None,
-                     correlated: accounting.CorrelatedNoise | None = None,
-                     tree: tree_accounting.TreeAggregation | None = None,
+                     correlated: dp_fedavg.CorrelatedNoise | None = None,
+                     tree: tree_aggregation.TreeAggregation | None = None,
                      decorrelated_scores: tuple[ArrayLike, ArrayLike] | None
                      = None) -> RunReport:
   """Computes both threat models' reports and the references.
@@ -389,7 +389,7 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
     `noise_multiplier`.
   correlated: the run's matrix-factorization noise (DP-FTRL), or None for
     independent noise. With it the analytical eps is the canary's under the
-    strategy (`accounting.matrix_factorization_canary_epsilon`), the
+    strategy (`dp_fedavg.matrix_factorization_canary_epsilon`), the
     accounted eps one Gaussian mechanism at z (the strategy's sensitivity is
     in the noise; no amplification), and the last-iterate heuristic, which
     assumes independent rounds, is omitted. The all-iterates statistic is
@@ -397,10 +397,10 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
     C^{-1} Z, so its per-round null is no longer independent across rounds.
   tree: the run's DP-FTRL tree aggregation (`tree_accounting`), or None.
     With it the analytical eps is the canary's over every tree node it
-    shifts (`tree_accounting.canary_epsilon`), the accounted eps
+    shifts (`tree_aggregation.canary_epsilon`), the accounted eps
     dp_accounting's tree event with its RDP accountant under `participation`
-    (`tree_accounting.client_epsilon`), and the last-iterate slot holds the
-    final model's noised prefix sum (`tree_accounting.final_model_epsilon`).
+    (`tree_aggregation.client_epsilon`), and the last-iterate slot holds the
+    final model's noised prefix sum (`tree_aggregation.final_model_epsilon`).
   decorrelated_scores: under `correlated` noise, the seen and unseen
     canaries' decorrelated matched-filter scores
     (`decorrelation.matched_filter_scores`, N(0, 1) never inserted), for a
@@ -412,23 +412,23 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
     raise ValueError('give both seen_maxima and unseen_maxima, or neither.')
   if correlated is not None and tree is not None:
     raise ValueError('give correlated or tree, not both.')
-  analytical = accounting.canary_epsilon(noise_multiplier, delta,
+  analytical = dp_fedavg.canary_epsilon(noise_multiplier, delta,
                                          canary_presentations)
   if participation is not None and rounds is None:
     rounds = participation.rounds
   accounted = heuristic = None
   if tree is not None:
-    analytical = tree_accounting.canary_epsilon(noise_multiplier, delta, tree)
-    accounted = tree_accounting.client_epsilon(noise_multiplier, delta,
+    analytical = tree_aggregation.canary_epsilon(noise_multiplier, delta, tree)
+    accounted = tree_aggregation.client_epsilon(noise_multiplier, delta,
                                                tree.rounds, participation)
-    heuristic = tree_accounting.final_model_epsilon(noise_multiplier, delta,
+    heuristic = tree_aggregation.final_model_epsilon(noise_multiplier, delta,
                                                     tree)
   elif correlated is not None:
-    analytical = accounting.matrix_factorization_canary_epsilon(
+    analytical = dp_fedavg.matrix_factorization_canary_epsilon(
         noise_multiplier, delta, correlated.canary_column_norm,
         correlated.sensitivity, correlated.mechanism)
-    accounted = accounting.MechanismEpsilon(
-        accounting.composed_gaussian_epsilon(noise_multiplier, delta, 1),
+    accounted = dp_fedavg.MechanismEpsilon(
+        dp_fedavg.composed_gaussian_epsilon(noise_multiplier, delta, 1),
         f'a real client under {correlated.mechanism} correlated noise: one '
         f'Gaussian mechanism at noise multiplier {noise_multiplier:g} (noise '
         f'std z S sens, sens = {correlated.sensitivity:.4g} for the run\'s '
@@ -436,11 +436,11 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
   elif rounds is not None:
     event = (dp_accounting.GaussianDpEvent(noise_multiplier)
              if round_event is None else round_event)
-    accounted = accounting.client_epsilon_of_event(event, delta,
+    accounted = dp_fedavg.client_epsilon_of_event(event, delta,
                                                    participation, rounds)
     counts = (np.full(1, canary_presentations) if presentation_counts is None
               else presentation_counts)
-    heuristic = accounting.last_iterate_epsilon(noise_multiplier, delta,
+    heuristic = dp_fedavg.last_iterate_epsilon(noise_multiplier, delta,
                                                 rounds, counts)
   final = privacy_report.final_model_report(
       final_cosines, dim, delta, alpha, unseen=final_unseen_cosines)

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.accounting against dp_accounting's own accountants."""
+"""Tests of one_shot_epe.accounting.dp_fedavg against dp_accounting's own accountants."""
 
 import math
 
@@ -8,8 +8,8 @@ import pytest
 from scipy import integrate
 from scipy import stats
 
-from one_shot_epe import accounting
-from one_shot_epe import estimation
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.stats import estimation
 
 
 def _pld_epsilon(event, delta, interval=1e-4):
@@ -27,7 +27,7 @@ def test_canary_epsilon_is_the_pld_composition_of_r_gaussians(
   expected = _pld_epsilon(
       dp_accounting.SelfComposedDpEvent(
           dp_accounting.GaussianDpEvent(noise), presentations), delta)
-  got = accounting.canary_epsilon(noise, delta, presentations)
+  got = dp_fedavg.canary_epsilon(noise, delta, presentations)
   assert got.epsilon == pytest.approx(expected, rel=1e-3)
   assert f'r = {presentations}' in got.mechanism
 
@@ -35,15 +35,15 @@ def test_canary_epsilon_is_the_pld_composition_of_r_gaussians(
 def test_one_presentation_is_the_papers_analytical_epsilon():
   # Sec. 5.4: noise 0.2 at delta = 1e-5 (one Gaussian release) is 34.5...
   # here checked against Balle and Wang directly, r = 1.
-  assert accounting.canary_epsilon(0.2, 1e-5, 1).epsilon == (
+  assert dp_fedavg.canary_epsilon(0.2, 1e-5, 1).epsilon == (
       estimation.gaussian_epsilon(0.2, 1e-5))
 
 
 def test_no_noise_is_infinite():
-  assert math.isinf(accounting.canary_epsilon(0.0, 1e-5, 3).epsilon)
-  participation = accounting.Participation('bernoulli', 10, 100, 5)
+  assert math.isinf(dp_fedavg.canary_epsilon(0.0, 1e-5, 3).epsilon)
+  participation = dp_fedavg.Participation('bernoulli', 10, 100, 5)
   assert math.isinf(
-      accounting.client_epsilon(0.0, 1e-5, participation).epsilon)
+      dp_fedavg.client_epsilon(0.0, 1e-5, participation).epsilon)
 
 
 @pytest.mark.parametrize('sampling', ['bernoulli', 'poisson'])
@@ -56,9 +56,9 @@ def test_sampled_client_epsilon_is_dp_accountings_pld(
       dp_accounting.PoissonSampledDpEvent(
           q, dp_accounting.GaussianDpEvent(noise)), rounds)
   expected = _pld_epsilon(event, delta)
-  got = accounting.client_epsilon(
+  got = dp_fedavg.client_epsilon(
       noise, delta,
-      accounting.Participation(sampling, clients, num_clients, rounds))
+      dp_fedavg.Participation(sampling, clients, num_clients, rounds))
   assert got.epsilon == pytest.approx(expected, rel=2e-3)
   # A valid (pessimistic) PLD bound is never far below RDP's looser one.
   rdp = dp_accounting.rdp.RdpAccountant()
@@ -69,9 +69,9 @@ def test_sampled_client_epsilon_is_dp_accountings_pld(
 
 def test_shuffled_client_epsilon_composes_over_epochs():
   # 200 clients, 40 per round: 5 rounds per epoch; 12 rounds touch 3 epochs.
-  participation = accounting.Participation('shuffle', 40, 200, 12)
+  participation = dp_fedavg.Participation('shuffle', 40, 200, 12)
   assert participation.epochs == 3
-  got = accounting.client_epsilon(0.5, 1e-5, participation)
+  got = dp_fedavg.client_epsilon(0.5, 1e-5, participation)
   expected = _pld_epsilon(
       dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(0.5), 3),
       1e-5)
@@ -81,8 +81,8 @@ def test_shuffled_client_epsilon_composes_over_epochs():
 
 def test_shuffle_epochs_with_a_partial_cohort():
   # 101 clients, 10 per round: ceil(101/10) = 11 rounds per epoch.
-  assert accounting.Participation('shuffle', 10, 101, 11).epochs == 1
-  assert accounting.Participation('shuffle', 10, 101, 12).epochs == 2
+  assert dp_fedavg.Participation('shuffle', 10, 101, 11).epochs == 1
+  assert dp_fedavg.Participation('shuffle', 10, 101, 12).epochs == 2
 
 
 def test_event_epsilon_of_a_composed_round_is_dp_accountings_pld():
@@ -91,18 +91,18 @@ def test_event_epsilon_of_a_composed_round_is_dp_accountings_pld():
   # every round without sampling.
   round_event = dp_accounting.ComposedDpEvent([
       dp_accounting.GaussianDpEvent(1.1), dp_accounting.GaussianDpEvent(5.0)])
-  participation = accounting.Participation('bernoulli', 20, 400, 60)
-  got = accounting.client_epsilon_of_event(round_event, 1e-6, participation,
+  participation = dp_fedavg.Participation('bernoulli', 20, 400, 60)
+  got = dp_fedavg.client_epsilon_of_event(round_event, 1e-6, participation,
                                            60)
   merged = dp_accounting.GaussianDpEvent((1.1**-2 + 5.0**-2)**-0.5)
   expected = _pld_epsilon(dp_accounting.SelfComposedDpEvent(
       dp_accounting.PoissonSampledDpEvent(0.05, merged), 60), 1e-6)
   assert got.epsilon == pytest.approx(expected, rel=2e-3)
-  every = accounting.client_epsilon_of_event(round_event, 1e-6, None, 60)
+  every = dp_fedavg.client_epsilon_of_event(round_event, 1e-6, None, 60)
   assert every.epsilon == pytest.approx(_pld_epsilon(
       dp_accounting.SelfComposedDpEvent(round_event, 60), 1e-6), rel=2e-3)
   assert 'every one of 60 rounds' in every.mechanism
-  assert math.isinf(accounting.client_epsilon_of_event(
+  assert math.isinf(dp_fedavg.client_epsilon_of_event(
       dp_accounting.GaussianDpEvent(0.0), 1e-6, None, 3).epsilon)
 
 
@@ -132,7 +132,7 @@ def test_last_iterate_mixture_matches_numerical_integration(noise, rounds,
                                                             counts, delta):
   # At the returned eps the hockey-stick divergence of the mixture against
   # N(0, T z^2), integrated numerically, is delta.
-  got = accounting.last_iterate_epsilon(noise, delta, rounds,
+  got = dp_fedavg.last_iterate_epsilon(noise, delta, rounds,
                                         np.array(counts)).epsilon
   values, tally = np.unique(counts, return_counts=True)
   scale = noise * math.sqrt(rounds)
@@ -144,47 +144,47 @@ def test_last_iterate_mixture_matches_numerical_integration(noise, rounds,
 def test_last_iterate_of_a_fixed_count_is_one_gaussian():
   # r presentations in T rounds: a Gaussian at z sqrt(T) / r, the same as
   # the analytical eps of T / r^2 ... r^2 / T-fold compositions.
-  got = accounting.last_iterate_epsilon(0.5, 1e-5, 25, np.full(10, 5))
+  got = dp_fedavg.last_iterate_epsilon(0.5, 1e-5, 25, np.full(10, 5))
   assert got.epsilon == estimation.gaussian_epsilon(0.5, 1e-5)
   assert 'heuristic' in got.mechanism
-  assert accounting.last_iterate_epsilon(
+  assert dp_fedavg.last_iterate_epsilon(
       0.5, 1e-5, 25, np.zeros(4, np.int64)).epsilon == 0.0
-  assert math.isinf(accounting.last_iterate_epsilon(
+  assert math.isinf(dp_fedavg.last_iterate_epsilon(
       0.0, 1e-5, 25, np.ones(4, np.int64)).epsilon)
 
 
 @pytest.mark.parametrize('call,error,message', [
-    (lambda: accounting.canary_epsilon(-1.0, 1e-5, 1), ValueError,
+    (lambda: dp_fedavg.canary_epsilon(-1.0, 1e-5, 1), ValueError,
      'noise_multiplier'),
-    (lambda: accounting.canary_epsilon('1', 1e-5, 1), TypeError,
+    (lambda: dp_fedavg.canary_epsilon('1', 1e-5, 1), TypeError,
      'noise_multiplier'),
-    (lambda: accounting.canary_epsilon(1.0, 1e-5, 0), ValueError,
+    (lambda: dp_fedavg.canary_epsilon(1.0, 1e-5, 0), ValueError,
      'presentations'),
-    (lambda: accounting.canary_epsilon(1.0, 1e-5, 1.5), TypeError,
+    (lambda: dp_fedavg.canary_epsilon(1.0, 1e-5, 1.5), TypeError,
      'presentations'),
-    (lambda: accounting.Participation('uniform', 1, 10, 1), ValueError,
+    (lambda: dp_fedavg.Participation('uniform', 1, 10, 1), ValueError,
      'sampling'),
-    (lambda: accounting.Participation('shuffle', 11, 10, 1), ValueError,
+    (lambda: dp_fedavg.Participation('shuffle', 11, 10, 1), ValueError,
      'clients_per_round'),
-    (lambda: accounting.Participation('shuffle', 1, 10, 0), ValueError,
+    (lambda: dp_fedavg.Participation('shuffle', 1, 10, 0), ValueError,
      'rounds'),
-    (lambda: accounting.Participation('shuffle', 1, 10.0, 1), TypeError,
+    (lambda: dp_fedavg.Participation('shuffle', 1, 10.0, 1), TypeError,
      'num_clients'),
-    (lambda: accounting.client_epsilon(1.0, 1e-5, None), TypeError,
+    (lambda: dp_fedavg.client_epsilon(1.0, 1e-5, None), TypeError,
      'participation'),
-    (lambda: accounting.client_epsilon(
-        1.0, 2.0, accounting.Participation('shuffle', 1, 10, 1)), ValueError,
+    (lambda: dp_fedavg.client_epsilon(
+        1.0, 2.0, dp_fedavg.Participation('shuffle', 1, 10, 1)), ValueError,
      'delta'),
-    (lambda: accounting.client_epsilon_of_event(1.0, 1e-5, None, 3), TypeError,
+    (lambda: dp_fedavg.client_epsilon_of_event(1.0, 1e-5, None, 3), TypeError,
      'round_event'),
-    (lambda: accounting.client_epsilon_of_event(
+    (lambda: dp_fedavg.client_epsilon_of_event(
         dp_accounting.GaussianDpEvent(1.0), 1e-5, None, 0), ValueError,
      'rounds'),
-    (lambda: accounting.last_iterate_epsilon(1.0, 1e-5, 3, np.array([4])),
+    (lambda: dp_fedavg.last_iterate_epsilon(1.0, 1e-5, 3, np.array([4])),
      ValueError, 'presentations'),
-    (lambda: accounting.last_iterate_epsilon(1.0, 1e-5, 3, np.array([0.5])),
+    (lambda: dp_fedavg.last_iterate_epsilon(1.0, 1e-5, 3, np.array([0.5])),
      ValueError, 'presentations'),
-    (lambda: accounting.last_iterate_epsilon(1.0, 1e-5, 3, []), ValueError,
+    (lambda: dp_fedavg.last_iterate_epsilon(1.0, 1e-5, 3, []), ValueError,
      'presentations'),
 ])
 def test_bad_arguments_raise_named_errors(call, error, message):
@@ -199,13 +199,13 @@ def test_matrix_factorization_canary_epsilon_is_dp_accountings_gaussian(
   # One Gaussian at mu = column_norm / (z sens): dp_accounting's PLD of a
   # Gaussian at noise multiplier 1 / mu.
   z, delta = 0.9, 1e-5
-  mf = accounting.matrix_factorization_canary_epsilon(
+  mf = dp_fedavg.matrix_factorization_canary_epsilon(
       z, delta, column_norm, sensitivity, 'blt')
   pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
   pld.compose(dp_accounting.GaussianDpEvent(z * sensitivity / column_norm))
   assert mf.epsilon == pytest.approx(pld.get_epsilon(delta), rel=1e-3)
   assert 'blt' in mf.mechanism
-  assert accounting.matrix_factorization_canary_epsilon(
+  assert dp_fedavg.matrix_factorization_canary_epsilon(
       0.0, delta, column_norm, sensitivity, 'blt').epsilon == math.inf
   with pytest.raises(ValueError, match='sensitivity'):
-    accounting.matrix_factorization_canary_epsilon(z, delta, 1.0, 0.0, 'blt')
+    dp_fedavg.matrix_factorization_canary_epsilon(z, delta, 1.0, 0.0, 'blt')

@@ -26,7 +26,7 @@ The references of a run's report (`run_report.build_run_report`):
   i.i.d. N(0, (z S)^2 I), so the adversary who knows the rounds and sees
   every node faces one Gaussian mechanism with
   mu = sqrt(sum_n k_n^2) / z (`tree_node_norm`), the matrix mechanism's
-  mu of `accounting.matrix_factorization_canary_epsilon` with C the tree's
+  mu of `dp_fedavg.matrix_factorization_canary_epsilon` with C the tree's
   0/1 node-by-round matrix. Every iterate and the final model are functions
   of the nodes, so this bounds both threat models' eps. With r = 1 and
   T = 1 it is the Gaussian mechanism's 1 / z.
@@ -40,7 +40,7 @@ The references of a run's report (`run_report.build_run_report`):
   w_l = 1 / (2 - 2^-l) for the efficient estimator (its level-l buffer is
   v = n + (v_left + v_right) / 2, variance (2 - 2^-l) (z S)^2, reweighted by
   1 / (2 - 2^-l)). So mu = K / (z sqrt(v(T))). Exact for a linear loss and
-  server SGD; a heuristic otherwise, like `accounting.last_iterate_epsilon`
+  server SGD; a heuristic otherwise, like `dp_fedavg.last_iterate_epsilon`
   (which is this with v(T) = T for independent noise).
 * `client_epsilon`, a real client's accounted eps: dp_accounting's
   `SingleEpochTreeAggregationDpEvent` with its RDP accountant (the only one
@@ -65,8 +65,8 @@ import dp_accounting
 import numpy as np
 from numpy.typing import ArrayLike
 
-from one_shot_epe import accounting
-from one_shot_epe import estimation
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.stats import estimation
 from one_shot_epe import validation
 
 __all__ = ['TreeAggregation', 'canary_epsilon', 'client_epsilon',
@@ -232,7 +232,7 @@ def _gaussian(mu: float, delta: float) -> float:
 
 
 def canary_epsilon(noise_multiplier: float, delta: float,
-                   tree: TreeAggregation) -> accounting.MechanismEpsilon:
+                   tree: TreeAggregation) -> dp_fedavg.MechanismEpsilon:
   """Analytical eps of a seen canary under tree aggregation (module doc).
 
   Args:
@@ -251,7 +251,7 @@ def canary_epsilon(noise_multiplier: float, delta: float,
   delta = validation.check_probability('delta', delta)
   norm = tree.canary_node_norm
   mu = (0.0 if norm == 0 else math.inf) if z == 0 else norm / z
-  return accounting.MechanismEpsilon(
+  return dp_fedavg.MechanismEpsilon(
       _gaussian(mu, delta),
       f'a canary presented up to {tree.canary_presentations} time(s) in '
       f'known rounds under tree aggregation ({tree.rounds} leaves, one '
@@ -260,7 +260,7 @@ def canary_epsilon(noise_multiplier: float, delta: float,
 
 
 def final_model_epsilon(noise_multiplier: float, delta: float,
-                        tree: TreeAggregation) -> accounting.MechanismEpsilon:
+                        tree: TreeAggregation) -> dp_fedavg.MechanismEpsilon:
   """Final-model eps of a canary under tree aggregation (module doc).
 
   Args:
@@ -282,7 +282,7 @@ def final_model_epsilon(noise_multiplier: float, delta: float,
   presented = tree.canary_presentations
   mu = ((0.0 if presented == 0 else math.inf) if z == 0 else
         presented / (z * math.sqrt(variance)))
-  return accounting.MechanismEpsilon(
+  return dp_fedavg.MechanismEpsilon(
       _gaussian(mu, delta),
       f'heuristic beyond a linear loss and server SGD: the final model as '
       f'the noised prefix sum at T = {tree.rounds} under tree aggregation '
@@ -292,8 +292,8 @@ def final_model_epsilon(noise_multiplier: float, delta: float,
 
 
 def client_epsilon(noise_multiplier: float, delta: float, rounds: int,
-                   participation: accounting.Participation | None
-                   ) -> accounting.MechanismEpsilon:
+                   participation: dp_fedavg.Participation | None
+                   ) -> dp_fedavg.MechanismEpsilon:
   """Accounted eps of a real client under tree aggregation (module doc).
 
   dp_accounting's `SingleEpochTreeAggregationDpEvent` over the T rounds,
@@ -314,7 +314,7 @@ def client_epsilon(noise_multiplier: float, delta: float, rounds: int,
     The eps (math.inf at z = 0) and a description of what was accounted.
 
   Raises:
-    TypeError: if `participation` is not an `accounting.Participation`.
+    TypeError: if `participation` is not an `dp_fedavg.Participation`.
     ValueError: if an argument is out of range.
   """
   z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
@@ -328,8 +328,8 @@ def client_epsilon(noise_multiplier: float, delta: float, rounds: int,
     how = (f'a client in every one of the {rounds} rounds (no sampling '
            f'given): shift sqrt(sum_n k_n^2) = {shift:.4g} clip norms, as '
            f'the event at z / {every_round:.4g}')
-  elif not isinstance(participation, accounting.Participation):
-    raise TypeError('participation must be an accounting.Participation; got '
+  elif not isinstance(participation, dp_fedavg.Participation):
+    raise TypeError('participation must be an dp_fedavg.Participation; got '
                     f'{type(participation).__name__}.')
   elif participation.sampling == 'shuffle':
     epochs = dataclasses.replace(participation, rounds=rounds).epochs
@@ -351,11 +351,11 @@ def client_epsilon(noise_multiplier: float, delta: float, rounds: int,
       'than the exact Gaussian eps of the same shift), neighbours by '
       f'replacement with zeros; {how}')
   if z == 0:
-    return accounting.MechanismEpsilon(math.inf, description)
+    return dp_fedavg.MechanismEpsilon(math.inf, description)
   accountant = dp_accounting.rdp.RdpAccountant(
       neighboring_relation=(
           dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_SPECIAL))
   accountant.compose(dp_accounting.SingleEpochTreeAggregationDpEvent(
       z / multiplier, rounds))
-  return accounting.MechanismEpsilon(float(accountant.get_epsilon(delta)),
+  return dp_fedavg.MechanismEpsilon(float(accountant.get_epsilon(delta)),
                                      description)

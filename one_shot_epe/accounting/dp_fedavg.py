@@ -42,7 +42,7 @@ from numpy.typing import ArrayLike
 from scipy import optimize
 from scipy import special
 
-from one_shot_epe import estimation
+from one_shot_epe.stats import estimation
 from one_shot_epe import validation
 
 __all__ = ['CorrelatedNoise', 'MechanismEpsilon', 'Participation', 'SAMPLINGS', 'canary_epsilon',

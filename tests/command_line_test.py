@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.cli: the early argv scan and the exit-2 flag parser."""
+"""Tests of one_shot_epe.runtime.command_line: the early argv scan and the exit-2 flag parser."""
 
 import os
 import subprocess
@@ -8,7 +8,7 @@ import textwrap
 from absl import flags
 import pytest
 
-from one_shot_epe import cli
+from one_shot_epe.runtime import command_line
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -16,15 +16,15 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_known_string_flags_reads_named_flags_and_skips_the_rest(tmp_path):
   flagfile = tmp_path / 'run.cfg'
   flagfile.write_text('--backend=jax\n--noise_multiplier=0.1\n')
-  values = cli.known_string_flags(
+  values = command_line.known_string_flags(
       ['prog', '--total_rounds=3', '--tff_worker_addresses=h:1'],
       ('tff_worker_addresses', 'backend'))
   assert values.tff_worker_addresses == 'h:1'
   assert values.backend is None
-  assert cli.known_string_flags(['prog', f'--flagfile={flagfile}'],
+  assert command_line.known_string_flags(['prog', f'--flagfile={flagfile}'],
                                 ('backend',)).backend == 'jax'
   with pytest.raises(flags.Error):
-    cli.known_string_flags(['prog', '--flagfile=/nonexistent.cfg'],
+    command_line.known_string_flags(['prog', '--flagfile=/nonexistent.cfg'],
                            ('backend',))
 
 
@@ -32,14 +32,14 @@ def test_requested_backend_reads_flags_flagfiles_and_defaults_to_tff(
     tmp_path):
   flagfile = tmp_path / 'run.cfg'
   flagfile.write_text('--backend=jax\n')
-  assert cli.requested_backend(['prog']) == 'tff'
-  assert cli.requested_backend(['prog', '--backend=jax']) == 'jax'
-  assert cli.requested_backend(['prog', '--backend', 'jax', '--x=1']) == 'jax'
-  assert cli.requested_backend(['prog', f'--flagfile={flagfile}']) == 'jax'
-  assert cli.requested_backend(
+  assert command_line.requested_backend(['prog']) == 'tff'
+  assert command_line.requested_backend(['prog', '--backend=jax']) == 'jax'
+  assert command_line.requested_backend(['prog', '--backend', 'jax', '--x=1']) == 'jax'
+  assert command_line.requested_backend(['prog', f'--flagfile={flagfile}']) == 'jax'
+  assert command_line.requested_backend(
       ['prog', f'--flagfile={flagfile}', '--backend=tff']) == 'tff'
   # Unparsable: the TFF path's full parse reports it.
-  assert cli.requested_backend(['prog', '--flagfile=/nonexistent.cfg']) == 'tff'
+  assert command_line.requested_backend(['prog', '--flagfile=/nonexistent.cfg']) == 'tff'
 
 
 def test_the_early_scan_starts_no_thread():
@@ -47,9 +47,9 @@ def test_the_early_scan_starts_no_thread():
   # TensorFlow, must not import them nor start a thread (as numpy's would).
   script = textwrap.dedent("""
       import os, sys
-      from one_shot_epe import cli
-      cli.requested_backend(['prog', '--backend=tff'])
-      cli.known_string_flags(['prog'], ('tff_worker_addresses',))
+      from one_shot_epe.runtime import command_line
+      command_line.requested_backend(['prog', '--backend=tff'])
+      command_line.known_string_flags(['prog'], ('tff_worker_addresses',))
       assert 'numpy' not in sys.modules, 'numpy imported'
       print('THREADS', len(os.listdir('/proc/self/task')))
   """)
@@ -63,9 +63,9 @@ def test_the_early_scan_starts_no_thread():
 def test_parse_flags_or_exit_exits_2_naming_the_flag():
   script = textwrap.dedent("""
       from absl import app, flags
-      from one_shot_epe import cli
+      from one_shot_epe.runtime import command_line
       flags.DEFINE_integer('rounds', 1, 'rounds')
-      app.run(lambda argv: None, flags_parser=cli.parse_flags_or_exit)
+      app.run(lambda argv: None, flags_parser=command_line.parse_flags_or_exit)
   """)
   done = subprocess.run([sys.executable, '-c', script, '--rounds=x'],
                         cwd=_REPO, capture_output=True, text=True, timeout=60,
@@ -78,11 +78,11 @@ def test_parse_flags_or_exit_exits_2_naming_the_flag():
 def test_flagfile_flags_are_followed_and_the_command_line_wins(tmp_path):
   config = tmp_path / 'grid.cfg'
   config.write_text('# grid: --noise_multiplier=0,0.1\n--backend=jax\n')
-  assert cli.requested_backend(['prog', f'--config={config}'],
+  assert command_line.requested_backend(['prog', f'--config={config}'],
                                flagfile_flags=('config',)) == 'jax'
-  assert cli.requested_backend(['prog', f'--config={config}']) == 'tff'
-  assert cli.requested_backend(
+  assert command_line.requested_backend(['prog', f'--config={config}']) == 'tff'
+  assert command_line.requested_backend(
       ['prog', f'--config={config}', '--backend=tff'],
       flagfile_flags=('config',)) == 'tff'
-  assert cli.requested_backend(['prog', '--config=/nonexistent.cfg'],
+  assert command_line.requested_backend(['prog', '--config=/nonexistent.cfg'],
                                flagfile_flags=('config',)) == 'tff'

@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from one_shot_epe import attack_metrics
-from one_shot_epe import estimation
-from one_shot_epe import lower_bound
-from one_shot_epe import null_distribution
-from one_shot_epe import one_run
+from one_shot_epe.stats import attack_metrics
+from one_shot_epe.stats import estimation
+from one_shot_epe.stats import lower_bound
+from one_shot_epe.stats import null_distribution
+from one_shot_epe.stats import one_run
 from one_shot_epe import validation
 
 # The report is the public boundary of its call path: its arguments are

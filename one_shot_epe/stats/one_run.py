@@ -32,7 +32,7 @@ from scipy import optimize
 from scipy import special
 from scipy import stats
 
-from one_shot_epe import estimation
+from one_shot_epe.stats import estimation
 from one_shot_epe import validation
 
 __all__ = ['epsilon_one_run', 'epsilon_one_run_fdp', 'hull_counts']

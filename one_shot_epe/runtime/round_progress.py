@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import tqdm
 
-from one_shot_epe import round_record
+from one_shot_epe.runtime import round_record
 
 __all__ = ['ProgressBar']
 

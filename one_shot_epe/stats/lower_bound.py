@@ -31,7 +31,7 @@ from numpy.typing import ArrayLike
 from scipy import special
 from scipy import stats
 
-from one_shot_epe import null_distribution
+from one_shot_epe.stats import null_distribution
 from one_shot_epe import validation
 
 __all__ = ['CLOSED_FORM_LOG10_FPRS', 'EMPIRICAL_MAX_RANK_FRACTION',

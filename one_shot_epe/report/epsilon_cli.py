@@ -1,7 +1,7 @@
 r"""Command line: privacy report from a CSV of canary cosines.
 
-  python -m one_shot_epe.estimate --cosines=final.csv --dim=1206590 --delta=1e-6
-  python -m one_shot_epe.estimate --cosines=maxima.csv --delta=1e-6
+  python -m one_shot_epe.report.epsilon_cli --cosines=final.csv --dim=1206590 --delta=1e-6
+  python -m one_shot_epe.report.epsilon_cli --cosines=maxima.csv --delta=1e-6
 
 The CSV has a header row. A column named `cosine` (or a single unnamed column)
 holds observed canaries' cosines with the final model and gives the
@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from absl import app
 from absl import flags
 
-from one_shot_epe import cli
-from one_shot_epe import estimation
-from one_shot_epe import privacy_report
+from one_shot_epe.runtime import command_line
+from one_shot_epe.stats import estimation
+from one_shot_epe.report import privacy_report
 
 __all__ = ['build_report', 'format_markdown', 'main', 'read_cosine_columns']
 
@@ -149,4 +149,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=cli.parse_flags_or_exit)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -34,10 +34,10 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from one_shot_epe import atomic_io
-from one_shot_epe import checkpoint_store
-from one_shot_epe import run_lock
-from one_shot_epe import write_failures
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import checkpoint_store
+from one_shot_epe.runtime import run_lock
+from one_shot_epe.runtime import write_failures
 
 __all__ = ['CANARY_COSINES_FILE', 'CHECKPOINT_DIR', 'CONFIG_FILE',
            'COSINE_FIELDS', 'CsvFormat', 'DENSITY_PLOT_FILE',

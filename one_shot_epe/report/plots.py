@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
 
-from one_shot_epe import atomic_io
+from one_shot_epe.runtime import atomic_io
 
 __all__ = ['cosine_density_figure', 'plot_cosine_densities',
            'plot_epsilon_bars', 'x_tick_label_gaps']

@@ -1,4 +1,4 @@
-"""Tests for one_shot_epe.gaussian_mechanism and experiments.gaussian_mechanism.
+"""Tests for one_shot_epe.stats.gaussian_simulation and experiments.gaussian_mechanism.
 
 Section 3 of the paper (Algorithm 1, Theorem 3.3, Table 2). Distributional
 checks use two-sample Kolmogorov-Smirnov tests on statistics that are i.i.d.
@@ -18,8 +18,8 @@ import pytest
 from scipy import stats
 
 from experiments import gaussian_mechanism as table2
-from one_shot_epe import estimation
-from one_shot_epe import gaussian_mechanism as gm
+from one_shot_epe.stats import estimation
+from one_shot_epe.stats import gaussian_simulation as gm
 
 ALPHA = 1e-3
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

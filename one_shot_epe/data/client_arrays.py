@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from one_shot_epe import fashion_mnist
+from one_shot_epe.data import fashion_mnist
 from one_shot_epe import validation
 
 __all__ = ['CLIENT_SIZE_LAWS', 'ClientArrays', 'EMNIST_CLASSES',

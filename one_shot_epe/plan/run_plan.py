@@ -13,10 +13,10 @@ engine (`tff_engine.training.train`) and the JAX engine
 
 import dataclasses
 
-from one_shot_epe import canary_spec
-from one_shot_epe import distributed_dp
-from one_shot_epe import participation
-from one_shot_epe import run_options
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.accounting import distributed_dp
+from one_shot_epe.plan import participation
+from one_shot_epe.plan import run_options
 from one_shot_epe import validation
 
 __all__ = ['OptimizerSpec', 'RunPlan']

@@ -1,0 +1,9 @@
+"""The mechanisms' epsilons: what the analysis promises for each DP mechanism.
+
+The references that sit beside the estimates: the analytical epsilon of a
+canary and the accounted epsilon of a real client for DP-FedAvg's Gaussian
+noise (`dp_fedavg`, with dp_accounting), DP-FTRL's tree aggregation
+(`tree_aggregation`) and distributed DP over secure aggregation
+(`distributed_dp`), and `mechanisms`, the typed mechanism a run plan
+carries, each with its own rules for the report.
+"""

@@ -1,0 +1,7 @@
+"""The privacy report: estimates, bounds and references, as JSON, text and PNG.
+
+`privacy_report` (one threat model's estimates and bounds, Sections 4 and 5),
+`run_report` (the one builder of a run's report, for every engine and
+`CanaryAudit`), `plots` (Figures 1 to 4) and `epsilon_cli` (the command line
+that reports epsilon from a CSV of canary scores).
+"""

@@ -1,0 +1,9 @@
+"""What a running job keeps and writes, the same for every engine.
+
+`round_record` (what a round reports and the observers that receive it),
+`cosine_buffer` (Algorithm 3's per-canary maxima over rounds),
+`checkpoint_store` (the one checkpoint protocol), `run_directory` (a run's
+files, its lock and resumption; with `run_lock`, `atomic_io` and
+`write_failures`), `round_progress` (a progress bar) and `command_line`
+(how the programs answer bad flags).
+"""
