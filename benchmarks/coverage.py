@@ -77,7 +77,7 @@ from one_shot_epe.runtime import command_line
 from one_shot_epe.stats import decorrelation
 from one_shot_epe.stats import estimation
 from one_shot_epe.stats import gaussian_simulation
-from one_shot_epe.report import privacy_report
+from one_shot_epe.reporting import privacy_report
 
 _EPSILONS = flags.DEFINE_list('epsilons', ['0.5', '1', '3', '10'],
                               'True epsilons of the simulated mechanisms.')

@@ -43,7 +43,7 @@ import tensorflow_federated as tff
 # TFF 0.87 does not export the factory at tff.aggregators.
 from tensorflow_federated.python.aggregators import distributed_dp as tff_ddp
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.tff_engine import canary_aggregator
 

@@ -34,7 +34,7 @@ import numpy as np
 from experiments import engine
 from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe.stats import decorrelation as decorrelation_lib
 from one_shot_epe.data import fashion_mnist

@@ -27,10 +27,10 @@ import tensorflow as tf
 
 from experiments import engine
 from experiments import train_config
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.plan import run_options
+from one_shot_epe.design import run_options
 from one_shot_epe.tff_engine import accelerators
 from one_shot_epe.tff_engine import checkpoints as checkpoints_lib
 from one_shot_epe.tff_engine import tasks

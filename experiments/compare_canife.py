@@ -93,7 +93,7 @@ import numpy as np
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.runtime import atomic_io
 from one_shot_epe.runtime import command_line
-from one_shot_epe.report import privacy_report
+from one_shot_epe.reporting import privacy_report
 from one_shot_epe.baselines import canife
 from one_shot_epe.baselines import canife_accounting
 from one_shot_epe.baselines import canife_attack

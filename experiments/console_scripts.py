@@ -15,7 +15,7 @@ __all__ = ['ESTIMATE_MODULE', 'REPRODUCE_MODULE', 'TRAIN_MODULE', 'estimate',
 
 TRAIN_MODULE = 'experiments.train'
 REPRODUCE_MODULE = 'experiments.reproduce'
-ESTIMATE_MODULE = 'one_shot_epe.report.epsilon_cli'
+ESTIMATE_MODULE = 'one_shot_epe.reporting.epsilon_cli'
 
 
 def _run_as_main(module: str) -> None:
@@ -34,5 +34,5 @@ def reproduce() -> None:
 
 
 def estimate() -> None:
-  """one-shot-epe-estimate: a report from a CSV of cosines (estimate.py)."""
+  """one-shot-epe-estimate: a report from a CSV of cosines (one_shot_epe/reporting/epsilon_cli.py)."""
   _run_as_main(ESTIMATE_MODULE)

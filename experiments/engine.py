@@ -1,7 +1,7 @@
 """The one interface of the launcher's two training engines.
 
 `experiments.train` turns a `TrainConfig` into a `PreparedRun` (the engine's
-data and the engine-neutral `one_shot_epe.plan.run_plan.RunPlan`: participation,
+data and the engine-neutral `one_shot_epe.design.run_plan.RunPlan`: participation,
 canaries, DP aggregation) and hands it to the engine its --backend names:
 `--backend=tff` (`experiments.backend_tff`, TensorFlow Federated) or
 `--backend=jax` (`experiments.backend_jax`, which imports neither
@@ -20,11 +20,11 @@ from typing import Any, Protocol
 
 from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import checkpoint_store
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.plan import run_plan
+from one_shot_epe.design import run_plan
 
 __all__ = ['Backend', 'Data', 'DeviceOutOfMemory', 'PreparedRun',
            'SYNTHETIC_DATA_SEED']

@@ -32,7 +32,7 @@ from experiments import table5
 from experiments import train
 from experiments import train_config
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.report import run_report
+from one_shot_epe.reporting import run_report
 
 __all__ = ['Executor', 'GRID_FLAGS', 'GRID_PREFIX', 'GridRun', 'Program',
            'RUNS_DIR', 'accuracy_configs', 'baseline_accuracy', 'grid_configs',

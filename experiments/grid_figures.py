@@ -3,7 +3,7 @@
 `cosine_densities` (Figures 1 and 3: final-model cosine densities per noise
 multiplier against the null) and `epsilon_bars` (Figures 2 and 4: eps_est
 bars and eps_lo ticks per threat model beside the references), drawn by
-`one_shot_epe.report.plots`; framework-free.
+`one_shot_epe.reporting.plots`; framework-free.
 """
 
 import math
@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from experiments import grid
-from one_shot_epe.report import plots
-from one_shot_epe.report import privacy_report
-from one_shot_epe.report import run_report
+from one_shot_epe.reporting import plots
+from one_shot_epe.reporting import privacy_report
+from one_shot_epe.reporting import run_report
 
 __all__ = ['cosine_densities', 'epsilon_bars', 'has_all_iterates']
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from experiments import grid
-from one_shot_epe.report import privacy_report
-from one_shot_epe.report import run_report
+from one_shot_epe.reporting import privacy_report
+from one_shot_epe.reporting import run_report
 
 __all__ = ['accuracy_table', 'anderson_table', 'privacy_table',
            'summary_table']

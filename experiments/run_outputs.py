@@ -4,7 +4,7 @@ Both engines (`--backend=tff`, `--backend=jax`; `experiments.train`) report
 their rounds as `one_shot_epe.runtime.round_record` records, which `RoundWriter`
 turns into metrics.csv and canary_cosines.csv, and end with the same
 results, written by `write_results`: the cosine CSVs of both threat models
-(Algorithms 2 and 3), the privacy report (`one_shot_epe.report.run_report`) and the
+(Algorithms 2 and 3), the privacy report (`one_shot_epe.reporting.run_report`) and the
 density plot (Figures 1 and 3), under the run directory's layout
 (`one_shot_epe.runtime.run_directory`). `REPORTED_ERRORS` are what a launcher reports
 in one line. Framework-free.
@@ -19,13 +19,13 @@ from experiments import engine
 from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.runtime import atomic_io
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
-from one_shot_epe.report import plots
+from one_shot_epe.reporting import plots
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.runtime import run_lock
-from one_shot_epe.report import run_report
+from one_shot_epe.reporting import run_report
 from one_shot_epe.accounting import tree_aggregation
 from one_shot_epe.runtime import write_failures
 

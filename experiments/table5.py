@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from experiments import train_config
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.stats import estimation
 
 __all__ = ['Experiment', 'QUANTILES', 'SUBDIR', 'experiments', 'pooled_epsilon',

@@ -16,8 +16,8 @@ engine: TensorFlow Federated (`experiments.backend_tff`, the default) or JAX
 One launcher, in three steps:
 
 1. `prepare`: the flags (`experiments.train_config`) become the run's plan
-   (`one_shot_epe.plan.run_plan.RunPlan`: its canary spec and DP aggregation,
-   `one_shot_epe.plan.canary_spec`, with the schedule from
+   (`one_shot_epe.design.run_plan.RunPlan`: its canary spec and DP aggregation,
+   `one_shot_epe.design.canary_spec`, with the schedule from
    `train_config.participation_plan`, the cohort counting the expected
    canaries, the adaptive clip's noise split), the engine loads the task's
    data, and the run directory is checked (`one_shot_epe.runtime.run_directory`).
@@ -40,7 +40,7 @@ install.
 
 Outputs, under `--root_output_dir/--run_name/`: see `one_shot_epe.
 run_directory`. The cosine CSVs are in the format of `python -m
-one_shot_epe.report.epsilon_cli`; row i is canary i (seen ids 0..k-1; unseen canary i
+one_shot_epe.reporting.epsilon_cli`; row i is canary i (seen ids 0..k-1; unseen canary i
 has id UNSEEN_ID_OFFSET + i).
 
 Resume: checkpoints are taken at round 0, every --rounds_per_checkpoint rounds
@@ -132,14 +132,14 @@ import numpy as np
 from experiments import engine
 from experiments import run_outputs
 from experiments import train_config
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import checkpoint_store
 from one_shot_epe.runtime import command_line
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.runtime import round_progress
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.plan import run_plan
+from one_shot_epe.design import run_plan
 
 __all__ = ['BACKENDS', 'PreparedRun', 'REPORTED_ERRORS', 'RunResult', 'main',
            'prepare', 'run_program', 'run_training']

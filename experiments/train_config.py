@@ -27,12 +27,12 @@ from typing import Any
 from absl import flags
 import numpy as np
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import command_line
 from one_shot_epe.data import client_arrays
 from one_shot_epe.accounting import distributed_dp
-from one_shot_epe.plan import participation
-from one_shot_epe.plan import run_options
+from one_shot_epe.design import participation
+from one_shot_epe.design import run_options
 from one_shot_epe import validation
 
 __all__ = ['ConfigError', 'PROGRAM_DIFFERENCES', 'SAMPLINGS', 'TrainConfig',

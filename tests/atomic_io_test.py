@@ -6,7 +6,7 @@ import os
 import pytest
 
 from one_shot_epe.runtime import atomic_io
-from one_shot_epe.report import epsilon_cli
+from one_shot_epe.reporting import epsilon_cli
 
 
 def test_replaces_content_and_leaves_no_temporary(tmp_path):

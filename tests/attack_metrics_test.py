@@ -15,7 +15,7 @@ from one_shot_epe.stats import attack_metrics as am
 from one_shot_epe.stats import estimation as est
 from one_shot_epe.stats import gaussian_simulation
 from one_shot_epe.stats import null_distribution
-from one_shot_epe.report import privacy_report
+from one_shot_epe.reporting import privacy_report
 
 _TABLE2_DIM, _TABLE2_K, _TABLE2_DELTA = 10**6, 1000, 1e-6
 

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import cluster_data
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.baselines import dpsgd
 from one_shot_epe.baselines import feedforward

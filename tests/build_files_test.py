@@ -9,7 +9,7 @@ What a target's `deps` must be, exactly (nothing missing, nothing extra):
   * the target of every project module its sources import (`import a.b`,
     `from a import b` where a.b is a module, else `from a import name` imports
     a), and of every project module named by a string such as
-    `'one_shot_epe.report.epsilon_cli'` (the `python -m` subprocesses of the tests);
+    `'one_shot_epe.reporting.epsilon_cli'` (the `python -m` subprocesses of the tests);
   * package __init__ files: Python runs a package's __init__.py before any of
     its modules. A target of a module in a package whose __init__.py imports
     nothing from the package (a "marker" package) depends on that package's

@@ -21,7 +21,7 @@ import tensorflow as tf
 import tensorflow_privacy as tfp
 from scipy import stats
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canary_aggregator as ca
 from one_shot_epe.tff_engine import cosine_tracking
 from one_shot_epe.stats import estimation

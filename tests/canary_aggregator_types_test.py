@@ -14,7 +14,7 @@ import collections
 import numpy as np
 import pytest
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canary_aggregator as ca
 
 tff = pytest.importorskip('tensorflow_federated')

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.plan.canary_spec: the canary plan and the DP round.
+"""Tests of one_shot_epe.design.canary_spec: the canary plan and the DP round.
 
 Independent truths: dp_accounting's RDP accountant (the adaptive clip's noise
 split composes to the overall multiplier), counting by hand (schedule
@@ -9,7 +9,7 @@ unclipped-count noise.
 import numpy as np
 import pytest
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 
 
 def _spec(**overrides) -> canary_spec.CanarySpec:

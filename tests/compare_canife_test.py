@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from experiments import compare_canife
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.stats import estimation
 from one_shot_epe.baselines import canife
 from one_shot_epe.baselines import dpsgd

@@ -47,7 +47,7 @@ def fixture_cosines_csv(tmp_path):
 ])
 def test_estimate_script_behaves_as_python_dash_m(cosines_csv, args):
   script = _run(_script('estimate'), f'--cosines={cosines_csv}', *args)
-  module = _run(['-m', 'one_shot_epe.report.epsilon_cli'], f'--cosines={cosines_csv}',
+  module = _run(['-m', 'one_shot_epe.reporting.epsilon_cli'], f'--cosines={cosines_csv}',
                 *args)
   assert (script.returncode, script.stdout, script.stderr) == (
       module.returncode, module.stdout, module.stderr)

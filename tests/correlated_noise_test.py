@@ -20,7 +20,7 @@ from experiments import train
 from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.report import run_report
+from one_shot_epe.reporting import run_report
 
 try:
   from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top

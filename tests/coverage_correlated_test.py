@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.mark.parametrize('mechanism', ['blt', 'banded'])
 def test_bounds_hold_and_gaussian_truths_are_met(mechanism):
   # Imported here: its absl flags (--dim) would clash at collection with
-  # those of one_shot_epe.report.epsilon_cli, which other test modules import.
+  # those of one_shot_epe.reporting.epsilon_cli, which other test modules import.
   from benchmarks import coverage  # pylint: disable=g-import-not-at-top
   strategy = coverage.strategy_matrix(mechanism, rounds=8)
   table = coverage.simulate_correlated(

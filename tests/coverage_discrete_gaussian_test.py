@@ -5,7 +5,7 @@ dp_accounting's discrete Gaussian privacy loss) is checked against a brute
 force over the exact law of the privacy loss for a small integer canary and
 against the continuous Gaussian at a large sigma; the sampler against the
 exact variance; and a small coverage run of the benchmark, in a subprocess
-(its absl flags clash with one_shot_epe.report.epsilon_cli's in one process), keeps
+(its absl flags clash with one_shot_epe.reporting.epsilon_cli's in one process), keeps
 every labelled bound at its level (Sections 3.1 and 3.2 of the paper).
 """
 

@@ -29,7 +29,7 @@ import tiny_run
 from experiments import train
 from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import audit

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canary_aggregator as ca
 from one_shot_epe.tff_engine import distributed_runtime as dr
 from one_shot_epe.tff_engine import isolation

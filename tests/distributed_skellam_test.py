@@ -23,7 +23,7 @@ from tensorflow_federated.python.aggregators import distributed_dp as tff_ddp
 
 import tiny_run
 from experiments import train_config
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe.tff_engine import runtime

@@ -13,7 +13,7 @@ imported and the test needs neither TensorFlow nor JAX. What is checked:
     `canary_spec.py`) must be the end of some project file's path;
   * `python -m X` with X in a project package: X must be a module;
   * `--flag`: a flag defined with `flags.DEFINE_*` by the launchers
-    (experiments/, benchmarks/, one_shot_epe/report/epsilon_cli.py; a dataclass whose
+    (experiments/, benchmarks/, one_shot_epe/reporting/epsilon_cli.py; a dataclass whose
     fields become flags counts), absl's own flags, `--noX` for a boolean X,
     or a flag of another program listed in OTHER_PROGRAMS_FLAGS; on a
     `python -m program` line of a code block, a flag of that program (its
@@ -59,7 +59,7 @@ PACKAGES = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
 DOCSTRING_ROOTS = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
 # The programs whose absl flags the documentation may name.
 FLAG_SOURCES = ('experiments/*.py', 'benchmarks/*.py',
-                'one_shot_epe/report/epsilon_cli.py')
+                'one_shot_epe/reporting/epsilon_cli.py')
 # Flags absl defines for every program.
 ABSL_FLAGS = frozenset({
     'flagfile', 'undefok', 'help', 'helpshort', 'helpfull', 'helpxml',
@@ -818,12 +818,12 @@ def test_the_index_sees_the_project():
 _GOOD = '''
 See `one_shot_epe/stats/lower_bound.py` and `benchmarks/coverage.py`; the sound
 bound is `lower_bound.epsilon_lower_bound`, the report
-`one_shot_epe.report.privacy_report.PrivacyReport.to_json`, the audit
+`one_shot_epe.reporting.privacy_report.PrivacyReport.to_json`, the audit
 `CanaryAudit.from_spec` and `tff_engine.runtime.local_cpp_context()`.
 
 ```sh
 make demo   # the job
-.venv/bin/python -m one_shot_epe.report.epsilon_cli --cosines=a.csv --dim=10 \\
+.venv/bin/python -m one_shot_epe.reporting.epsilon_cli --cosines=a.csv --dim=10 \\
     --threshold_strategy=split
 python -m experiments.train --flagfile=configs/demo.cfg --noseeded_noise
 python -m pip install --no-deps -r requirements.txt
@@ -855,26 +855,26 @@ _PLANTED = [
      '--noise_multiplyer: no program defines this flag'),
     ('Pass `--nobackend`.', 'Pass `--noprogress_bar`.',
      '--nobackend: no program defines this flag'),
-    ('```sh\npython -m one_shot_epe.report.epsilon_cli --cosines=a.csv \\\n'
+    ('```sh\npython -m one_shot_epe.reporting.epsilon_cli --cosines=a.csv \\\n'
      '    --noise_multiplier=1\n```\n',
-     '```sh\npython -m one_shot_epe.report.epsilon_cli --cosines=a.csv \\\n'
+     '```sh\npython -m one_shot_epe.reporting.epsilon_cli --cosines=a.csv \\\n'
      '    --threshold_strategy=split\n```\n',
-     'python -m one_shot_epe.report.epsilon_cli --noise_multiplier: the program does '
+     'python -m one_shot_epe.reporting.epsilon_cli --noise_multiplier: the program does '
      'not define this flag'),
     ('`CanaryAudit.from_spec(canaries, dp, dleta=1e-6)`',
      '`CanaryAudit.from_spec(canaries, dp, delta=1e-6)`',
      'CanaryAudit.from_spec(): no parameter dleta'),
-    ('```python\nfrom one_shot_epe import privacy_report\n'
+    ('```python\nfrom one_shot_epe.reporting import privacy_report\n'
      'privacy_report.final_model_report(c, 10, 1e-6, 0.05, u, "split", 20, '
      '0, 1)\n```\n',
-     '```python\nfrom one_shot_epe import privacy_report\n'
+     '```python\nfrom one_shot_epe.reporting import privacy_report\n'
      'privacy_report.final_model_report(c, dim=10, delta=1e-6)\n```\n',
-     'one_shot_epe.report.privacy_report.final_model_report(): takes 8 positional '
+     'one_shot_epe.reporting.privacy_report.final_model_report(): takes 8 positional '
      'arguments, given 9'),
-    ('```python\nfrom one_shot_epe import privacy_report\n'
+    ('```python\nfrom one_shot_epe.reporting import privacy_report\n'
      'report = privacy_report.all_iterates_report(s, u, delta=1e-6)\n'
      'print(report.epsilon_low)\n```\n',
-     '```python\nfrom one_shot_epe import privacy_report\n'
+     '```python\nfrom one_shot_epe.reporting import privacy_report\n'
      'report = privacy_report.all_iterates_report(s, u, delta=1e-6)\n'
      'print(report.epsilon_lo)\n```\n',
      'PrivacyReport.epsilon_low: class PrivacyReport has no attribute '
@@ -902,10 +902,10 @@ _PLANTED = [
     ('`privacy_report.PrivacyReport.to_jsn`',
      '`privacy_report.PrivacyReport.to_json`',
      'privacy_report.PrivacyReport.to_jsn: PrivacyReport.to_jsn is not '
-     'defined in one_shot_epe/report/privacy_report.py'),
-    ('```python\nfrom one_shot_epe import estimation as est\n'
+     'defined in one_shot_epe/reporting/privacy_report.py'),
+    ('```python\nfrom one_shot_epe.stats import estimation as est\n'
      'est.gaussian_sigmaa(3.0, 1e-6)\n```\n',
-     '```python\nfrom one_shot_epe import estimation as est\n'
+     '```python\nfrom one_shot_epe.stats import estimation as est\n'
      'est.gaussian_sigma(3.0, 1e-6)\n```\n',
      'one_shot_epe.stats.estimation.gaussian_sigmaa: gaussian_sigmaa is not '
      'defined in one_shot_epe/stats/estimation.py'),

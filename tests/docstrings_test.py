@@ -39,8 +39,8 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 ROOTS = ('one_shot_epe', 'experiments', 'benchmarks')
 # Modules whose public API must document its arguments, returns and raises.
-ARGUMENT_DOCUMENTED = ('one_shot_epe/plan/canary_spec.py',
-                       'one_shot_epe/report/privacy_report.py',
+ARGUMENT_DOCUMENTED = ('one_shot_epe/design/canary_spec.py',
+                       'one_shot_epe/reporting/privacy_report.py',
                        'one_shot_epe/stats/lower_bound.py', 'one_shot_epe/stats/one_run.py',
                        'one_shot_epe/stats/estimation.py',
                        'one_shot_epe/accounting/dp_fedavg.py')

@@ -1,4 +1,4 @@
-"""End-to-end tests of the `python -m one_shot_epe.report.epsilon_cli` command line."""
+"""End-to-end tests of the `python -m one_shot_epe.reporting.epsilon_cli` command line."""
 
 import json
 import subprocess
@@ -7,11 +7,11 @@ import sys
 import numpy as np
 import pytest
 
-from one_shot_epe.report import privacy_report
+from one_shot_epe.reporting import privacy_report
 
 
 def _run(*args):
-  return subprocess.run([sys.executable, '-m', 'one_shot_epe.report.epsilon_cli', *args],
+  return subprocess.run([sys.executable, '-m', 'one_shot_epe.reporting.epsilon_cli', *args],
                         capture_output=True, text=True, timeout=120, check=False)
 
 

@@ -36,7 +36,7 @@ from null_distribution_test import _mp_null_logsf
 from one_shot_epe.stats import estimation as est
 from one_shot_epe.stats import lower_bound
 from one_shot_epe.stats import null_distribution
-from one_shot_epe.report import privacy_report
+from one_shot_epe.reporting import privacy_report
 
 
 def _settings(max_examples: int) -> settings:

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 from scipy import stats
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import final_model
 from one_shot_epe.stats import null_distribution
 

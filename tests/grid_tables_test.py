@@ -14,7 +14,7 @@ import pytest
 from experiments import grid
 from experiments import grid_figures
 from experiments import grid_tables
-from one_shot_epe.report import run_report
+from one_shot_epe.reporting import run_report
 
 _DIM = 10**4
 

@@ -39,11 +39,11 @@ _RUN = textwrap.dedent('''
                                  process_id=process)
     import numpy as np
     sys.path.insert(0, sys.argv[1])
-    from one_shot_epe.plan import canary_spec
+    from one_shot_epe.design import canary_spec
     from one_shot_epe.data import client_arrays
-    from one_shot_epe.plan import participation
+    from one_shot_epe.design import participation
     from one_shot_epe.runtime import round_record
-    from one_shot_epe.plan import run_plan
+    from one_shot_epe.design import run_plan
     from one_shot_epe.jax_engine import checkpoints, models, training
     arrays = client_arrays.synthetic_emnist(8, 6, seed=2, sizes='realistic')
     arrays = client_arrays.ClientArrays(

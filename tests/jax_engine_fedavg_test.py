@@ -21,7 +21,7 @@ import scipy.stats
 import jax
 import jax.numpy as jnp
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe.jax_engine import compat
 from one_shot_epe.jax_engine import data
@@ -288,7 +288,7 @@ _MULTI_DEVICE = textwrap.dedent('''
     import numpy as np
     import jax
     sys.path.insert(0, sys.argv[1])
-    from one_shot_epe.plan import canary_spec
+    from one_shot_epe.design import canary_spec
     from one_shot_epe.data import client_arrays
     from one_shot_epe.jax_engine import compat, data, fedavg, models
     from one_shot_epe.jax_engine import optimizers

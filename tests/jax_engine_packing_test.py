@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import jax
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe.jax_engine import compat
 from one_shot_epe.jax_engine import data

@@ -19,11 +19,11 @@ import pytest
 from experiments import grid
 from experiments import train
 from experiments import train_config
-from one_shot_epe.plan import canary_spec
-from one_shot_epe.plan import participation
+from one_shot_epe.design import canary_spec
+from one_shot_epe.design import participation
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.plan import run_plan
+from one_shot_epe.design import run_plan
 from one_shot_epe.jax_engine import checkpoints
 from one_shot_epe.jax_engine import training
 

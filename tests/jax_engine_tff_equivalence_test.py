@@ -17,7 +17,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import linear_model
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import audit
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import runtime

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from one_shot_epe.runtime import checkpoint_store
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
-from one_shot_epe.plan import participation
+from one_shot_epe.design import participation
 from one_shot_epe.runtime import round_record
-from one_shot_epe.plan import run_plan
+from one_shot_epe.design import run_plan
 from one_shot_epe.jax_engine import checkpoints
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import models

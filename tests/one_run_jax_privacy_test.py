@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from one_shot_epe.stats import one_run
-from one_shot_epe.report import privacy_report
+from one_shot_epe.reporting import privacy_report
 
 try:
   from jax_privacy import auditing

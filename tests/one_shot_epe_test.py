@@ -1,8 +1,10 @@
 """The package's layers are its folders, and no module crosses a layer.
 
 `one_shot_epe/` holds four layers (docs/architecture.md):
-  * the core, the top-level modules: canary spec, schedules, estimation,
-    reports, plots, run directory, numpy data files; no TensorFlow, no JAX;
+  * the core: `validation.py` and the wings by job (`stats/`, `accounting/`,
+    `design/`, `runtime/`, `reporting/`, `data/`); no TensorFlow, no JAX. Inside
+    it each wing imports only the wings below it (`WINGS_BELOW`): the
+    statistics nothing but themselves and `validation`;
   * `tff_engine/`: everything that imports TensorFlow or TFF;
   * `jax_engine/`: everything that imports JAX;
   * `baselines/`: CANIFE and DP-SGD (TensorFlow allowed); no engine imports it.
@@ -46,6 +48,17 @@ BLOCKED = {
     'baselines': (JAX_ENGINE,) + JAX[2:],
 }
 
+# The core's wings -> the wings each may import (besides itself and the
+# top-level `validation`): a wing stands on the ones listed.
+WINGS_BELOW = {
+    'stats': (),
+    'accounting': ('stats',),
+    'design': ('accounting', 'stats'),
+    'data': (),
+    'runtime': ('design',),
+    'reporting': ('accounting', 'design', 'runtime', 'stats'),
+}
+
 _IMPORT_BLOCKED = '''
 import importlib, sys
 blocked, modules = sys.argv[2].split(','), sys.argv[3:]
@@ -64,7 +77,8 @@ def layer_of(module: str) -> str:
                         ('baselines', BASELINES)):
     if module == folder or module.startswith(folder + '.'):
       return layer
-  if module == PACKAGE or module.count('.') == 1:
+  if (module == PACKAGE or module.count('.') == 1 or
+      module.split('.')[1] in WINGS_BELOW):
     return 'core'
   raise ValueError(f'{module} lies in no layer: a new folder needs a rule.')
 
@@ -131,6 +145,38 @@ def test_no_module_imports_across_its_layer():
     if found:
       crossing[module] = found
   assert crossing == {}
+
+
+def wing_violations(module: str, source: str) -> list[str]:
+  """The imports of a core wing's `module` from a wing not below it."""
+  wing = module.split('.')[1]
+  allowed = {wing, *WINGS_BELOW[wing]}
+  found = set()
+  for name in imported_names(source):
+    parts = name.split('.')
+    if (parts[0] == PACKAGE and len(parts) > 2 and parts[1] in WINGS_BELOW
+        and parts[1] not in allowed):
+      found.add('.'.join(parts[:2]))
+  return sorted(found)
+
+
+def test_each_wing_imports_only_the_wings_below_it():
+  crossing = {}
+  for module, path in _modules_on_disk().items():
+    if module.count('.') < 2 or module.split('.')[1] not in WINGS_BELOW:
+      continue
+    with open(path) as stream:
+      found = wing_violations(module, stream.read())
+    if found:
+      crossing[module] = found
+  assert crossing == {}
+  # The check sees a crossing: the statistics may not use the runtime.
+  assert wing_violations(
+      'one_shot_epe.stats.estimation',
+      'from one_shot_epe.runtime import atomic_io') == [
+          'one_shot_epe.runtime']
+  assert wing_violations('one_shot_epe.reporting.run_report',
+                         'from one_shot_epe.stats import estimation') == []
 
 
 def test_the_static_check_sees_a_crossing_at_any_depth():

@@ -1,4 +1,4 @@
-"""Tests for one_shot_epe.plan.participation.
+"""Tests for one_shot_epe.design.participation.
 
 Truths used: brute-force counting of participations per epoch and per period
 (period boundaries recomputed here from the documented rule), exact sets of
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from one_shot_epe.plan import participation as pt
+from one_shot_epe.design import participation as pt
 
 ALPHA = 0.001
 Z_CRIT = stats.norm.ppf(1 - ALPHA / 2)  # Two-sided, about 3.29.

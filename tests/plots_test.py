@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from one_shot_epe.report import plots
+from one_shot_epe.reporting import plots
 
 
 def _read_png(path):

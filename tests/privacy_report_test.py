@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.report.privacy_report: each field against the module it comes from.
+"""Tests of one_shot_epe.reporting.privacy_report: each field against the module it comes from.
 
 The attack summaries (GDP, bootstrap interval, AUROC, TPR) are tested against
 simulation in attack_metrics_test.py; the bounds' coverage in
@@ -16,7 +16,7 @@ from one_shot_epe.stats import estimation as est
 from one_shot_epe.stats import gaussian_simulation
 from one_shot_epe.stats import lower_bound
 from one_shot_epe.stats import one_run
-from one_shot_epe.report import privacy_report
+from one_shot_epe.reporting import privacy_report
 
 
 def test_final_report_bundles_estimates_and_bounds_and_serialises():

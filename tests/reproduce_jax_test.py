@@ -14,7 +14,7 @@ import sys
 from experiments import grid
 from experiments import reproduce
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.report import run_report
+from one_shot_epe.reporting import run_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _WITHOUT_TF = '''

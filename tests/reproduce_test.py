@@ -24,7 +24,7 @@ from experiments import reproduce
 from experiments import train_config
 from one_shot_epe.stats import estimation
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.report import run_report
+from one_shot_epe.reporting import run_report
 
 import programs
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from experiments import run_outputs
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 

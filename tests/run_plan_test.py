@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.plan.run_plan: the engine-neutral run and its optimizers.
+"""Tests of one_shot_epe.design.run_plan: the engine-neutral run and its optimizers.
 
 Independent truths: the optimizers' state sizes written out from their update
 rules (sgd keeps nothing, momentum one vector, adam two moments), and the
@@ -7,10 +7,10 @@ names the flags allow.
 
 import pytest
 
-from one_shot_epe.plan import canary_spec
-from one_shot_epe.plan import participation
-from one_shot_epe.plan import run_options
-from one_shot_epe.plan import run_plan
+from one_shot_epe.design import canary_spec
+from one_shot_epe.design import participation
+from one_shot_epe.design import run_options
+from one_shot_epe.design import run_plan
 
 
 def _plan(**overrides) -> run_plan.RunPlan:

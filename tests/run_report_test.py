@@ -9,7 +9,7 @@ import pytest
 
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.stats import estimation
-from one_shot_epe.report import run_report
+from one_shot_epe.reporting import run_report
 
 
 def _cosines(seed, mean, size=400, dim=10**5):

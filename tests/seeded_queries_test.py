@@ -16,7 +16,7 @@ import tensorflow as tf
 import tensorflow_privacy as tfp
 from scipy import stats
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canary_aggregator as ca
 from one_shot_epe.tff_engine import runtime
 from one_shot_epe.tff_engine import seeded_queries as sq

@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 
 from experiments import train
-from one_shot_epe.plan import participation
-from one_shot_epe.plan import run_plan
+from one_shot_epe.design import participation
+from one_shot_epe.design import run_plan
 from one_shot_epe.tff_engine import training
 import tiny_run
 

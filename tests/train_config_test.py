@@ -18,7 +18,7 @@ import tensorflow as tf
 from experiments import grid
 from experiments import train
 from experiments import train_config
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 import programs
 import tiny_run
 

@@ -30,9 +30,9 @@ from experiments import train_config
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import canary_aggregator
-from one_shot_epe.report import epsilon_cli
+from one_shot_epe.reporting import epsilon_cli
 from one_shot_epe.stats import estimation
-from one_shot_epe.report import privacy_report
+from one_shot_epe.reporting import privacy_report
 from one_shot_epe.tff_engine import runtime
 from one_shot_epe.tff_engine.tasks import synthetic
 import programs

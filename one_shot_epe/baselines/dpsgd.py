@@ -14,7 +14,7 @@ with B the expected cohort size (the normalisation of DP-FedAvg's
 `NormalizedQuery`, also used by `one_shot_epe.tff_engine.canary_aggregator`) and eta the
 learning rate, beta the server momentum (`server_momentum`, 0 by default:
 plain DP-SGD). Real clients are sampled by `sampling`
-(`one_shot_epe.plan.participation`): with 'poisson' every client joins each round
+(`one_shot_epe.design.participation`): with 'poisson' every client joins each round
 independently with probability q = B / N (`BernoulliSampling`; the DP
 literature's "Poisson subsampling", CANIFE's accounting assumption); with
 'shuffle' each joins exactly once per epoch (`ShuffledEpochs`). Training runs
@@ -61,11 +61,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import cosine_tracking
 from one_shot_epe.tff_engine import final_model
-from one_shot_epe.plan import participation
+from one_shot_epe.design import participation
 from one_shot_epe import validation
 from one_shot_epe.baselines import per_example
 

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe import validation
 
 __all__ = ['DEFAULT_CHUNK', 'cosines', 'directions', 'update_maxima']

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe import validation
 from one_shot_epe.jax_engine import data

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from one_shot_epe.plan import run_options
+from one_shot_epe.design import run_options
 from one_shot_epe import validation
 
 __all__ = ['NAMES', 'Optimizer']

@@ -2,7 +2,7 @@
 
 The run of `experiments.train` (Andrew et al., ICLR 2024, Section 5) without
 TensorFlow: each round t samples its clients with the same
-`one_shot_epe.plan.participation` sampler, builds their batches, inserts the
+`one_shot_epe.design.participation` sampler, builds their batches, inserts the
 scheduled seen canaries and runs `fedavg.RoundEngine`. As Algorithm 3 (lines
 10-16) asks, every canary's cosine with each round's vector is taken and its
 running maximum kept; as on the TFF engine, the vectors of B rounds are
@@ -52,12 +52,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe.stats import decorrelation
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.plan import run_plan
+from one_shot_epe.design import run_plan
 from one_shot_epe.jax_engine import canaries
 from one_shot_epe.jax_engine import checkpoints
 from one_shot_epe.jax_engine import data

@@ -83,7 +83,7 @@ def write_columns_csv(path: str, columns: Mapping[str, Sequence[float]]) -> None
   """Writes named columns (possibly of different lengths) as CSV, atomically.
 
   Shorter columns leave their trailing cells empty, the format read by
-  `python -m one_shot_epe.report.epsilon_cli`. Floats keep full precision (repr).
+  `python -m one_shot_epe.reporting.epsilon_cli`. Floats keep full precision (repr).
   """
   names = list(columns)
   length = max((len(values) for values in columns.values()), default=0)

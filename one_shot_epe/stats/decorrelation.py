@@ -1,6 +1,6 @@
 """The all-iterates statistic under matrix-factorization noise, decorrelated.
 
-Under DP-FTRL's matrix-factorization mechanism (`accounting.CorrelatedNoise`;
+Under DP-FTRL's matrix-factorization mechanism (`dp_fedavg.CorrelatedNoise`;
 the JAX engine's --mechanism=blt|banded) round t's noised sum is
 x_t + (C^{-1} Z)_t, with C the lower triangular strategy and Z i.i.d.
 N(0, sigma^2): the rounds' noise is correlated, and the maximum over rounds

@@ -15,7 +15,7 @@ it is a [B, d] x [d, 2k] product over regenerated canaries.
 
 import tensorflow as tf
 
-from one_shot_epe.plan import run_options
+from one_shot_epe.design import run_options
 
 __all__ = ['ACCELERATORS', 'launcher_device']
 

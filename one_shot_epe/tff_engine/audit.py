@@ -19,7 +19,7 @@ data (Andrew et al., ICLR 2024, Sections 3-4):
    canary's analytical eps, a real client's eps over the rounds observed
    (the aggregator's own DpEvent, composed with dp_accounting) and the
    last-iterate heuristic; under DP-FTRL's tree aggregation
-   (`tree_aggregation`) the tree's own (`tree_accounting`).
+   (`tree_aggregation`) the tree's own (`tree_aggregation`).
 
 Example (examples/canaries_in_fedavg.py runs it on a tiny model):
 
@@ -52,12 +52,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from one_shot_epe.accounting import dp_fedavg
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
-from one_shot_epe.plan import participation as participation_lib
+from one_shot_epe.design import participation as participation_lib
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.report import run_report
+from one_shot_epe.reporting import run_report
 from one_shot_epe.accounting import tree_aggregation
 from one_shot_epe import validation
 from one_shot_epe.tff_engine import canary_aggregator
@@ -399,7 +399,7 @@ class CanaryAudit:
     """DP-FTRL's tree aggregation (TFF's `tree_aggregation`), canaries in.
 
     One tree over every round, never restarted. `report()` then takes its
-    references from the tree (`tree_accounting`): the canary's analytical
+    references from the tree (`tree_aggregation`): the canary's analytical
     eps over every node it shifts, the final model's noised prefix sum and
     a real client's eps from dp_accounting's tree event (RDP).
 
@@ -652,7 +652,7 @@ class CanaryAudit:
       The `run_report.RunReport`; a real client's accounted epsilon is
       composed from the aggregator's own DpEvents when the audited
       aggregation is Gaussian. Under tree aggregation the references are
-      the tree's over the rounds observed (`tree_accounting`: the
+      the tree's over the rounds observed (`tree_aggregation`: the
       canary's eps over every node it shifts, the final model's noised
       prefix sum, dp_accounting's tree event with its RDP accountant).
 

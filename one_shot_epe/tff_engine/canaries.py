@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 
 __all__ = ['RNG_ALGORITHM', 'canary', 'canary_structure', 'cosines',
            'default_chunk_size', 'flat_size', 'flatten', 'gaussian',

@@ -85,7 +85,7 @@ import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 from tensorflow_privacy.privacy.dp_query import discrete_gaussian_utils
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import seeded_queries

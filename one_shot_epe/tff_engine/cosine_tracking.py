@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import round_record
 from one_shot_epe.tff_engine import canaries
 

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canaries
 
 __all__ = ['PAPER_DIRECTION', 'Statistic', 'TFF_LEARNING_DIRECTION',

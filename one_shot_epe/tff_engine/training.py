@@ -31,11 +31,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from one_shot_epe.plan import canary_spec
-from one_shot_epe.plan import participation
+from one_shot_epe.design import canary_spec
+from one_shot_epe.design import participation
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.plan import run_plan
+from one_shot_epe.design import run_plan
 from one_shot_epe.tff_engine import audit as audit_lib
 from one_shot_epe.tff_engine import checkpoints
 from one_shot_epe.tff_engine import distributed_runtime

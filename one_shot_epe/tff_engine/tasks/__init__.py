@@ -20,7 +20,7 @@ Modules:
 
 import os
 
-from one_shot_epe.plan import run_options
+from one_shot_epe.design import run_options
 from one_shot_epe import validation
 from one_shot_epe.tff_engine.tasks import base
 from one_shot_epe.tff_engine.tasks import emnist

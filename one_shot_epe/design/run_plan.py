@@ -13,10 +13,10 @@ engine (`tff_engine.training.train`) and the JAX engine
 
 import dataclasses
 
-from one_shot_epe.plan import canary_spec
+from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
-from one_shot_epe.plan import participation
-from one_shot_epe.plan import run_options
+from one_shot_epe.design import participation
+from one_shot_epe.design import run_options
 from one_shot_epe import validation
 
 __all__ = ['OptimizerSpec', 'RunPlan']
@@ -72,7 +72,7 @@ class RunPlan:
     distributed: Distributed DP's secure aggregation (TFF engine); None for
       the server's Gaussian noise.
     tree_aggregation: DP-FTRL's tree-aggregated noise (TFF engine, fixed
-      clip; `tree_accounting`) instead of independent Gaussian noise.
+      clip; `tree_aggregation`) instead of independent Gaussian noise.
   """
   sampler: participation.ClientSampler
   total_rounds: int

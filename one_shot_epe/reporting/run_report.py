@@ -1,13 +1,13 @@
 """The privacy report that ends every training run (Sections 4 and 5).
 
 Bundles, for one DP-FedAvg run with canaries:
-* references, each with the mechanism it assumes (`accounting`): the
+* references, each with the mechanism it assumes (`dp_fedavg`): the
   analytical eps of a canary presented r times (an r-fold Gaussian mechanism,
   no amplification; r = 1 is the paper's Tables 3 and 4), the accounted eps
   of a real client over the whole run under its sampling (dp_accounting PLD),
   and the last-iterate heuristic eps of a canary (Steinke et al., 2025), the
   reference for the final-model estimate (under DP-FTRL's tree aggregation
-  the three come from `tree_accounting`);
+  the three come from `tree_aggregation`);
 * the final-model report (Algorithm 2) and the all-iterates report
   (Algorithm 3), `privacy_report.PrivacyReport`: headline estimates that do
   not run away and the paper's fitted ones, lower bounds that hold at
@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.runtime import atomic_io
-from one_shot_epe.report import privacy_report
+from one_shot_epe.reporting import privacy_report
 from one_shot_epe.accounting import tree_aggregation
 
 __all__ = ['CORRELATED_ALL_ITERATES_NOTE', 'DECORRELATED_ALL_ITERATES_NOTE',
@@ -47,7 +47,7 @@ DECORRELATED_ALL_ITERATES_NOTE = (
     'independent noise rows), then each canary\'s matched filter C 1_R: '
     'N(mu, 1) inserted, N(0, 1) not, the mechanism\'s own test of the canary '
     '(in simulation within a few % of the release\'s eps)')
-# The same under tree aggregation (`tree_accounting`), whose rounds'
+# The same under tree aggregation (`tree_aggregation`), whose rounds'
 # aggregates carry differences of consecutive prefix sums' tree noise.
 TREE_ALL_ITERATES_NOTE = (
     'the max over rounds of per-round cosines; each round\'s noise is the '
@@ -395,7 +395,7 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
     assumes independent rounds, is omitted. The all-iterates statistic is
     the same cosine; under correlated noise each round's noise is a row of
     C^{-1} Z, so its per-round null is no longer independent across rounds.
-  tree: the run's DP-FTRL tree aggregation (`tree_accounting`), or None.
+  tree: the run's DP-FTRL tree aggregation (`tree_aggregation`), or None.
     With it the analytical eps is the canary's over every tree node it
     shifts (`tree_aggregation.canary_epsilon`), the accounted eps
     dp_accounting's tree event with its RDP accountant under `participation`

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from one_shot_epe.plan import run_options
+from one_shot_epe.design import run_options
 from one_shot_epe import validation
 
 __all__ = ['ALL_ITERATES_STATISTICS', 'CANARY_CLIPS', 'CLIPPED_CANARY_SCALE',

@@ -1,7 +1,7 @@
 r"""Command line: privacy report from a CSV of canary cosines.
 
-  python -m one_shot_epe.report.epsilon_cli --cosines=final.csv --dim=1206590 --delta=1e-6
-  python -m one_shot_epe.report.epsilon_cli --cosines=maxima.csv --delta=1e-6
+  python -m one_shot_epe.reporting.epsilon_cli --cosines=final.csv --dim=1206590 --delta=1e-6
+  python -m one_shot_epe.reporting.epsilon_cli --cosines=maxima.csv --delta=1e-6
 
 The CSV has a header row. A column named `cosine` (or a single unnamed column)
 holds observed canaries' cosines with the final model and gives the
@@ -25,7 +25,7 @@ from absl import flags
 
 from one_shot_epe.runtime import command_line
 from one_shot_epe.stats import estimation
-from one_shot_epe.report import privacy_report
+from one_shot_epe.reporting import privacy_report
 
 __all__ = ['build_report', 'format_markdown', 'main', 'read_cosine_columns']
 
