@@ -34,6 +34,7 @@ import numpy as np
 from experiments import engine
 from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe.stats import decorrelation as decorrelation_lib
@@ -44,11 +45,13 @@ from one_shot_epe.jax_engine import checkpoints as checkpoints_lib
 from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import training
 
-__all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'check_device_memory',
+__all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'MECHANISMS', 'check_device_memory',
            'check_supported', 'checkpoint_bytes', 'checkpoints',
            'correlated_report', 'correlated_strategy', 'decorrelation',
            'load_data', 'model', 'noise_rows', 'train', 'train_program']
 
+# The mechanisms the JAX engine runs (matrix factorization with jax-privacy).
+MECHANISMS = (mechanisms.Gaussian, mechanisms.MatrixFactorization)
 # Task -> the engine's data kind.
 KINDS = {'emnist_character': 'emnist', 'stackoverflow_word': 'stackoverflow',
          'fashion_mnist': 'emnist'}
@@ -82,7 +85,7 @@ def check_supported(config: train_config.TrainConfig) -> None:
     raise train_config.ConfigError(
         '--num_canaries=0 with --backend=jax: the JAX engine audits runs '
         'with canaries; use --backend=tff for a run without.')
-  if config.mechanism != 'gaussian':
+  if isinstance(config.the_mechanism(), mechanisms.MatrixFactorization):
     if importlib.util.find_spec('jax_privacy') is None:
       raise train_config.ConfigError(
           f'--mechanism={config.mechanism} needs jax-privacy, installed with '
@@ -202,29 +205,27 @@ def check_device_memory(run: engine.PreparedRun, runs: int = 1) -> None:
 
 
 def correlated_strategy(run: engine.PreparedRun) -> Any:
-  """--mechanism=blt|banded: its `correlated_noise.Strategy`, else None.
+  """Matrix-factorization noise: its `correlated_noise.Strategy`, else None.
 
   Optimised (BLT) or built (banded) for the run's rounds and its sampler's
   participation worst case (`correlated_noise.participation_bounds`).
   """
-  config = run.config
-  if config.mechanism == 'gaussian':
+  mechanism = run.plan.mechanism
+  if not isinstance(mechanism, mechanisms.MatrixFactorization):
     return None
   # Imported here: jax-privacy is installed only with the [jax] extra.
   from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
-  epochs = dp_fedavg.Participation(
-      sampling=config.sampling, clients_per_round=config.clients_per_round,
-      num_clients=run.num_train_clients, rounds=run.plan.total_rounds).epochs
+  participation = run.plan.client_participation
   bounds = correlated_noise.participation_bounds(
-      config.sampling, run.plan.total_rounds, epochs)
-  return correlated_noise.build_strategy(config.mechanism,
+      participation.sampling, run.plan.total_rounds, participation.epochs)
+  return correlated_noise.build_strategy(mechanism.strategy,
                                          run.plan.total_rounds, bounds,
-                                         config.num_bands)
+                                         mechanism.num_bands)
 
 
 def correlated_report(
     run: engine.PreparedRun) -> dp_fedavg.CorrelatedNoise | None:
-  """The report's numbers of --mechanism=blt|banded, else None."""
+  """The report's numbers of matrix-factorization noise, else None."""
   strategy = correlated_strategy(run)
   if strategy is None:
     return None
@@ -235,36 +236,36 @@ def correlated_report(
 def noise_rows(run: engine.PreparedRun) -> Any:
   """`training.train`'s noise_rows: the MF privatizer's rows, or None.
 
-  The privatizer's key is derived from --seed (a resumed run replays the
-  rounds before it, `correlated_noise.NoiseStream`); its noise std is
-  z S sens(C) with the fixed clip S = --clipping_norm.
+  The privatizer's key is derived from the plan's seed (a resumed run
+  replays the rounds before it, `correlated_noise.NoiseStream`); its noise
+  std is z S sens(C) with the plan's fixed clip S.
   """
   strategy = correlated_strategy(run)
   if strategy is None:
     return None
   from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
+  dp = run.plan.dp
   transform = correlated_noise.privatizer(
-      strategy, run.config.noise_multiplier, run.config.clipping_norm,
-      seed=run.plan.seed)
+      strategy, dp.noise_multiplier, dp.clip, seed=run.plan.seed)
   return correlated_noise.NoiseStream(transform).rows
 
 
 def decorrelation(run: engine.PreparedRun) -> training.Decorrelation | None:
-  """--mechanism=blt|banded with noise: the decorrelated statistic's C and s.
+  """Matrix-factorization noise: the decorrelated statistic's C and s.
 
-  None for independent noise, without noise, or with
-  --all_iterates_statistic=model_delta (the statistic needs the released
-  sums). s = z S sens(C) / the expected cohort: the aggregate's units.
+  None for independent noise, without noise, or with the all-iterates
+  statistic 'model_delta' (the statistic needs the released sums). s = z S
+  sens(C) / the expected cohort: the aggregate's units.
   """
   strategy = correlated_strategy(run)
-  config = run.config
-  if (strategy is None or config.noise_multiplier == 0 or
-      config.all_iterates_statistic != 'aggregate'):
+  dp = run.plan.dp
+  if (strategy is None or dp.noise_multiplier == 0 or
+      run.plan.spec.all_iterates_statistic != 'aggregate'):
     return None
   return training.Decorrelation(
       strategy=decorrelation_lib.toeplitz_strategy(strategy.coefs),
-      noise_std=(config.noise_multiplier * config.clipping_norm *
-                 strategy.sensitivity / run.plan.dp.clients_per_round))
+      noise_std=(dp.noise_multiplier * dp.clip * strategy.sensitivity /
+                 dp.clients_per_round))
 
 
 def checkpoints(directory: str) -> checkpoints_lib.NpzCheckpoints:
@@ -279,8 +280,8 @@ def checkpoint_bytes(run: engine.PreparedRun) -> int:
   spec = run.plan.spec
   tracked = spec.num_seen + spec.num_unseen
   # The decorrelated statistic's projections: one per canary and round.
-  per_canary = 1 + (run.plan.total_rounds if run.config.mechanism in (
-      'blt', 'banded') else 0)
+  per_canary = 1 + (run.plan.total_rounds if isinstance(
+      run.plan.mechanism, mechanisms.MatrixFactorization) else 0)
   return 4 * (vectors * dim + tracked * per_canary)
 
 

@@ -27,18 +27,23 @@ import tensorflow as tf
 
 from experiments import engine
 from experiments import train_config
+from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.design import run_options
 from one_shot_epe.tff_engine import accelerators
 from one_shot_epe.tff_engine import checkpoints as checkpoints_lib
 from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine import training
 
-__all__ = ['CSV_FORMAT', 'check_supported', 'checkpoint_bytes', 'checkpoints',
+__all__ = ['CSV_FORMAT', 'MECHANISMS', 'check_supported', 'checkpoint_bytes', 'checkpoints',
            'correlated_report',
            'load_data', 'train']
+
+# The mechanisms the TFF engine runs (TFF's DP, distributed DP and tree
+# aggregation factories, `tff_engine.canary_aggregator`).
+MECHANISMS = (mechanisms.Gaussian, mechanisms.DistributedDP,
+              mechanisms.TreeAggregation)
 
 # The TFF engine's per-round CSVs, as TFF's CSV release managers wrote them.
 CSV_FORMAT = run_directory.CsvFormat(sort_new_columns=True,
@@ -47,10 +52,6 @@ CSV_FORMAT = run_directory.CsvFormat(sort_new_columns=True,
 
 def check_supported(config: train_config.TrainConfig) -> None:
   """--accelerator=gpu needs a GPU that this process's TensorFlow sees."""
-  if config.mechanism not in run_options.BACKEND_MECHANISMS['tff']:
-    raise train_config.ConfigError(
-        f'--mechanism={config.mechanism} applies to --backend=jax only '
-        '(--backend=tff runs gaussian, distributed_dp or tree).')
   if not config.resident_data:
     raise train_config.ConfigError(
         '--noresident_data applies to --backend=jax only (TFF\'s workers '

@@ -20,13 +20,11 @@ from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.runtime import atomic_io
 from one_shot_epe.design import canary_spec
-from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.reporting import plots
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.runtime import run_lock
 from one_shot_epe.reporting import run_report
-from one_shot_epe.accounting import tree_aggregation
 from one_shot_epe.runtime import write_failures
 
 __all__ = ['REPORTED_ERRORS', 'RoundWriter', 'RunResult', 'rounds_line',
@@ -204,47 +202,19 @@ def write_results(run: engine.PreparedRun,
       canary_seed=config.canary_seed)
   if config.backend != 'tff':
     setting['backend'] = config.backend
-  if correlated is not None:
-    setting['mechanism'] = config.mechanism
-    if config.num_bands is not None:
-      setting['num_bands'] = config.num_bands
-  noise_multiplier = config.noise_multiplier
-  if run.plan.distributed is not None:
-    # Both epsilons of distributed DP are those of its z_eff.
-    calibration = distributed_dp.calibrate(
-        config.noise_multiplier, config.clipping_norm,
-        run.plan.dp.clients_per_round, dim, run.plan.distributed)
-    noise_multiplier = calibration.noise_multiplier
-    setting.update(calibration.setting())
-    if calibration.noise == 'skellam':
-      # The Skellam RDP bound over the rounds a real client may join.
-      joins = (dp_fedavg.Participation(
-          sampling=config.sampling, clients_per_round=config.clients_per_round,
-          num_clients=run.num_train_clients, rounds=total_rounds).epochs
-               if config.sampling == 'shuffle' else total_rounds)
-      setting['ddp_skellam_epsilon'] = distributed_dp.skellam_epsilon(
-          calibration, delta, joins)
-  tree = None
-  if run.plan.tree_aggregation:
-    # The TFF engine's tree: one over the run, efficient estimator
-    # (`CanaryAudit.tree_aggregation`'s default).
-    tree = tree_aggregation.TreeAggregation.of_schedule(
-        run.plan.spec.schedule, total_rounds, efficient=True)
-    setting.update(mechanism=config.mechanism,
-                   tree_estimator=tree.estimator)
+  plan = run.plan
   report = run_report.build_run_report(
       final_cosines=final_cosines, dim=dim, delta=delta,
-      noise_multiplier=noise_multiplier, alpha=config.alpha,
+      noise_multiplier=plan.dp.noise_multiplier, alpha=config.alpha,
+      mechanism=plan.mechanism, clip=plan.dp.clip,
+      cohort=plan.dp.clients_per_round, schedule=plan.spec.schedule,
       final_unseen_cosines=final_unseen_cosines if has_unseen else None,
-      presentation_counts=run.plan.spec.presentation_counts(),
+      presentation_counts=plan.spec.presentation_counts(),
       seen_maxima=seen_maxima if has_unseen else None,
       unseen_maxima=unseen_maxima if has_unseen else None,
       accuracy=outcome.accuracy, setting=setting,
-      canary_presentations=config.canary_repeats,
-      participation=dp_fedavg.Participation(
-          sampling=config.sampling, clients_per_round=config.clients_per_round,
-          num_clients=run.num_train_clients, rounds=total_rounds),
-      correlated=correlated, tree=tree,
+      canary_presentations=plan.spec.repetitions,
+      participation=plan.client_participation, correlated=correlated,
       decorrelated_scores=(
           None if outcome.decorrelated_seen is None or
           not outcome.decorrelated_seen.size or not has_unseen else

@@ -135,7 +135,7 @@ from experiments import train_config
 from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import checkpoint_store
 from one_shot_epe.runtime import command_line
-from one_shot_epe.accounting import distributed_dp
+from one_shot_epe.accounting import mechanisms
 from one_shot_epe.runtime import round_progress
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
@@ -285,6 +285,13 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
   """
   config = config.validate()
   backend = _backend(config.backend)
+  mechanism = config.the_mechanism()
+  if not isinstance(mechanism, backend.MECHANISMS):
+    names = [name for name, kind in mechanisms.TYPE_OF_NAME.items()
+             if kind in backend.MECHANISMS]
+    raise train_config.ConfigError(
+        f'--mechanism={config.mechanism} is not supported by --backend='
+        f'{config.backend}; it runs {", ".join(names)}.')
   backend.check_supported(config)
   data = backend.load_data(config)
   num_clients = len(data.client_ids)
@@ -318,15 +325,13 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
       rounds_per_evaluation=config.rounds_per_evaluation,
       max_eval_examples=(None if config.max_eval_examples == -1 else
                          config.max_eval_examples),
-      distributed=(distributed_dp.DistributedDP(bits=config.ddp_bits,
-                                                noise=config.ddp_noise)
-                   if config.mechanism == 'distributed_dp' else None),
-      tree_aggregation=config.mechanism == 'tree')
-  if plan.distributed is not None:
+      mechanism=mechanism)
+  if isinstance(mechanism, mechanisms.DistributedDP):
     try:
-      distributed_dp.calibrate(config.noise_multiplier, config.clipping_norm,
-                               plan.dp.clients_per_round,
-                               data.num_parameters, plan.distributed)
+      mechanism.calibration(mechanisms.RunFacts(
+          noise_multiplier=plan.dp.noise_multiplier, delta=delta,
+          dim=data.num_parameters, clip=plan.dp.clip,
+          cohort=plan.dp.clients_per_round))
     except ValueError as error:
       raise train_config.ConfigError(f'--ddp_bits: {error}') from None
   run = PreparedRun(config=config, data=data, plan=plan)

@@ -31,6 +31,7 @@ from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import command_line
 from one_shot_epe.data import client_arrays
 from one_shot_epe.accounting import distributed_dp
+from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import participation
 from one_shot_epe.design import run_options
 from one_shot_epe import validation
@@ -88,7 +89,7 @@ class TrainConfig:
   noise_multiplier: float = 0.0
   mechanism: str = 'gaussian'
   num_bands: int | None = None
-  compression: str = 'none'
+  compression: str | None = None
   ddp_bits: int = 16
   ddp_noise: str = 'dgauss'
   clipping_norm: float = 0.0
@@ -128,7 +129,8 @@ class TrainConfig:
       ConfigError: naming the first invalid flag and its allowed range.
     """
     for name, choices in _ENUMS.items():
-      _check_choice(name, getattr(self, name), choices)
+      if getattr(self, name) is not None or name not in _OPTIONAL_ENUMS:
+        _check_choice(name, getattr(self, name), choices)
     for name in ('use_synthetic_data', 'seeded_noise', 'resident_data',
                  'progress_bar'):
       if not isinstance(getattr(self, name), (bool, np.bool_)):
@@ -176,38 +178,23 @@ class TrainConfig:
     if self.delta is not None:
       _check_float('delta', self.delta, 0.0, 1.0, low_open=True,
                    high_open=True)
-    if (self.mechanism == 'banded') != (self.num_bands is not None):
-      raise ConfigError('--num_bands is needed with --mechanism=banded and '
-                        f'only there; got --mechanism={self.mechanism}, '
-                        f'--num_bands={self.num_bands}.')
-    if self.num_bands is not None:
-      _check_int('num_bands', self.num_bands, 1, self.total_rounds or None,
-                 note=' (at most --total_rounds)' if self.total_rounds else '')
-    if (self.mechanism in ('distributed_dp', 'tree') and self.mechanism not in
-        run_options.BACKEND_MECHANISMS[self.backend]):
+    mechanism = self.the_mechanism()
+    compression = self.compression
+    if compression is None:
+      compression = getattr(mechanism, 'compression', 'none')
+    if compression != getattr(mechanism, 'compression', 'none'):
       raise ConfigError(
-          f'--mechanism={self.mechanism} is not supported by --backend='
-          f'{self.backend}; choose one of '
-          f'{", ".join(run_options.BACKEND_MECHANISMS[self.backend])}.')
-    if (self.compression == 'rotation_discretization') != (
-        self.mechanism == 'distributed_dp'):
-      raise ConfigError(
-          f'--compression={self.compression} with --mechanism='
-          f'{self.mechanism} is not supported: distributed_dp always '
-          'rotates and discretizes (--compression=rotation_discretization) '
-          'and the other mechanisms take --compression=none.')
-    _check_int('ddp_bits', self.ddp_bits, 1, distributed_dp.DDP_MAX_BITS)
-    if self.ddp_noise != 'dgauss' and self.mechanism != 'distributed_dp':
-      raise ConfigError(f'--ddp_noise={self.ddp_noise} applies to '
-                        '--mechanism=distributed_dp only; got --mechanism='
-                        f'{self.mechanism}.')
+          f'--compression={compression} does not apply to --mechanism='
+          f'{self.mechanism}: distributed_dp always rotates and discretizes '
+          '(rotation_discretization, its default) and the other mechanisms '
+          'send updates as they are (none, their default).')
+    if mechanism.fixed_clip_reason is not None and self.clipping_norm == 0:
+      raise ConfigError(f'--mechanism={self.mechanism} needs a fixed clip '
+                        f'(--clipping_norm > 0): '
+                        f'{mechanism.fixed_clip_reason}.')
     if self.mechanism in ('distributed_dp', 'tree') and not self.num_canaries:
       raise ConfigError(f'--mechanism={self.mechanism} needs canaries '
                         '(--num_canaries >= 2); got --num_canaries=0.')
-    if self.mechanism != 'gaussian' and self.clipping_norm == 0:
-      raise ConfigError(f'--mechanism={self.mechanism} needs a fixed clip '
-                        '(--clipping_norm > 0): the correlated noise of '
-                        'different rounds must share one scale.')
     if (self.train_epochs is None) == (self.total_rounds is None):
       raise ConfigError('set exactly one of --train_epochs and --total_rounds; '
                         f'got --train_epochs={self.train_epochs} and '
@@ -253,7 +240,26 @@ class TrainConfig:
                         f'separators); got {self.run_name!r}.')
     data_dir = self.data_dir and os.path.abspath(
         os.path.expanduser(self.data_dir))
-    return dataclasses.replace(self, run_name=run_name, data_dir=data_dir)
+    return dataclasses.replace(self, run_name=run_name, data_dir=data_dir,
+                               compression=compression)
+
+  def the_mechanism(self) -> mechanisms.Mechanism:
+    """The mechanism that --mechanism and its parameters' flags name.
+
+    Raises:
+      ConfigError: naming the flag of a parameter that is out of range or
+        does not apply to the mechanism.
+    """
+    try:
+      return mechanisms.from_name(self.mechanism, num_bands=self.num_bands,
+                                  ddp_bits=self.ddp_bits,
+                                  ddp_noise=self.ddp_noise)
+    except ValueError as error:
+      message = str(error)
+      for argument, flag in _MECHANISM_FLAGS.items():
+        if message.startswith(argument + ' '):
+          raise ConfigError(f'--{flag}{message[len(argument):]}') from None
+      raise ConfigError(f'--mechanism={self.mechanism}: {message}') from None
 
   def default_run_name(self) -> str:
     """The run directory name when --run_name is not given."""
@@ -300,6 +306,12 @@ def _check_float(name: str, value: Any, low: float, high: float, *,
   _check_flag(validation.check_real, name, value, low, high,
               low_open=low_open, high_open=high_open)
 
+
+# Choice flags whose default, None, the chosen mechanism resolves.
+_OPTIONAL_ENUMS = ('compression',)
+# The mechanisms' constructor arguments (`mechanisms`) -> their flags.
+_MECHANISM_FLAGS = {'num_bands': 'num_bands', 'bits': 'ddp_bits',
+                    'ddp_noise': 'ddp_noise'}
 
 _DEFAULTS = {field.name: field.default
              for field in dataclasses.fields(TrainConfig)}
@@ -416,14 +428,16 @@ _FLAG_HELP = {
                  'blt (buffered linear Toeplitz) or banded strategy '
                  '(--backend=jax with jax-privacy only); or distributed_dp: '
                  'clients add discrete Gaussian shares summed by secure '
-                 'aggregation (--backend=tff, with --compression='
-                 'rotation_discretization); or tree: DP-FTRL\'s binary-tree '
-                 'noise, one tree over the run (--backend=tff, fixed clip).',
+                 'aggregation (--backend=tff, fixed clip); or tree: DP-FTRL\'s '
+                 'binary-tree noise, one tree over the run (--backend=tff, '
+                 'fixed clip).',
     'num_bands': 'Bands b of --mechanism=banded, in [1, rounds].',
-    'compression': 'Client updates before aggregation: none, or '
+    'compression': 'Client updates before aggregation: none (the default '
+                   'of every mechanism but distributed_dp), or '
                    'rotation_discretization (random Hadamard rotation, '
                    'scaling and stochastic rounding to integers mod '
-                   '2^--ddp_bits); with --mechanism=distributed_dp only.',
+                   '2^--ddp_bits; distributed_dp\'s default and only '
+                   'choice).',
     'ddp_noise': '--mechanism=distributed_dp: the clients\' local noise, '
                  'dgauss (discrete Gaussian) or skellam (Skellam, TFF\'s '
                  'distributed_skellam).',
@@ -495,7 +509,7 @@ _ENUMS = {'backend': run_options.BACKENDS, 'task': run_options.TASK_NAMES,
           'accelerator': run_options.ACCELERATORS,
           'client_optimizer': run_options.OPTIMIZERS,
           'server_optimizer': run_options.OPTIMIZERS, 'sampling': SAMPLINGS,
-          'mechanism': run_options.MECHANISMS,
+          'mechanism': mechanisms.MECHANISM_NAMES,
           'compression': run_options.COMPRESSIONS,
           'ddp_noise': distributed_dp.DDP_NOISES,
           'final_model_statistic': canary_spec.FINAL_MODEL_STATISTICS,

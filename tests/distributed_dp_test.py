@@ -28,6 +28,7 @@ import programs
 import tiny_run
 from experiments import train
 from experiments import train_config
+from one_shot_epe.accounting import mechanisms
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
@@ -160,7 +161,7 @@ def test_canary_audit_runs_distributed_dp_end_to_end():
   spec = _spec([[0], [1], [0, 1]][:rounds], num_seen=2)
   canary_audit = audit.CanaryAudit.from_spec(
       spec, dp, delta=1e-3, noise_seed=7,
-      distributed=distributed_dp.DistributedDP(bits=16))
+      mechanism=mechanisms.DistributedDP(distributed_dp.DistributedDP(bits=16)))
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       linear_model.model_fn_for(features, classes),
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
@@ -229,10 +230,12 @@ def test_resume_with_another_mechanism_is_refused(ddp_run):
 
 @pytest.mark.parametrize('overrides, named', [
     (dict(ddp_bits=3), '--ddp_bits: bits=3 is too small'),
-    (dict(compression='none'), '--compression=none with --mechanism='
-     'distributed_dp'),
+    (dict(compression='none'), '--compression=none does not apply to '
+     '--mechanism=distributed_dp'),
     (dict(mechanism='blt', compression='none'),
-     '--mechanism=blt applies to --backend=jax only'),
+     '--mechanism=blt is not supported by --backend=tff'),
+    (dict(clipping_norm=0.0), '--mechanism=distributed_dp needs a fixed clip '
+     '(--clipping_norm > 0): each client\'s discretization scale'),
 ])
 def test_bad_distributed_dp_flags_are_refused_untouched(tmp_path, overrides,
                                                         named):
@@ -245,12 +248,14 @@ def test_bad_distributed_dp_flags_are_refused_untouched(tmp_path, overrides,
 
 
 def test_command_line_unsupported_pair_exits_2(tmp_path):
+  # distributed_dp takes its one compression by default; another is refused.
   done = programs.run(
       [sys.executable, '-m', 'experiments.train', '--use_synthetic_data',
        '--total_rounds=2', f'--root_output_dir={tmp_path}',
-       '--mechanism=distributed_dp', '--clipping_norm=1'],
+       '--mechanism=distributed_dp', '--clipping_norm=1', '--compression=none'],
       cwd=_REPO, timeout=300)
   assert done.returncode == 2, done.stderr
-  assert '--compression=none with --mechanism=distributed_dp' in done.stderr
+  assert ('--compression=none does not apply to --mechanism=distributed_dp'
+          in done.stderr)
   assert 'Traceback' not in done.stderr
   assert not os.listdir(tmp_path)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.accounting import mechanisms
 from one_shot_epe.stats import estimation
 from one_shot_epe.reporting import run_report
 
@@ -224,6 +225,7 @@ def test_correlated_noise_references_are_the_strategys():
   report = run_report.build_run_report(
       final_cosines=_cosines(4, 2.0), dim=10**5, delta=1e-5,
       noise_multiplier=0.7, rounds=20, correlated=correlated,
+      mechanism=mechanisms.MatrixFactorization('banded', 4),
       participation=dp_fedavg.Participation('shuffle', 5, 20, 20))
   assert report.analytical_epsilon == pytest.approx(
       estimation.gaussian_epsilon(0.7 * 1.8 / 1.2, 1e-5), rel=1e-12)
@@ -239,7 +241,10 @@ def test_correlated_noise_references_are_the_strategys():
   maxima = run_report.build_run_report(
       final_cosines=_cosines(4, 2.0), dim=10**5, delta=1e-5,
       noise_multiplier=0.7, rounds=20, correlated=correlated,
+      mechanism=mechanisms.MatrixFactorization('banded', 4),
       seen_maxima=_cosines(4, 3.0), unseen_maxima=_cosines(4, 0.0),
       participation=dp_fedavg.Participation('shuffle', 5, 20, 20))
   assert maxima.setting['all_iterates_under_correlated_noise'] == (
-      run_report.CORRELATED_ALL_ITERATES_NOTE)
+      mechanisms.CORRELATED_ALL_ITERATES_NOTE)
+  assert (maxima.setting['mechanism'], maxima.setting['num_bands']) == (
+      'banded', 4)

@@ -28,6 +28,7 @@ import programs
 import tiny_run
 from experiments import train
 from experiments import train_config
+from one_shot_epe.accounting import mechanisms
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import run_directory
@@ -200,7 +201,7 @@ def test_canary_audit_reports_tree_aggregation_without_a_noise_multiplier():
                                  clip=0.5)
   canary_audit = audit.CanaryAudit.from_spec(spec, dp, delta=1e-3,
                                              noise_seed=4,
-                                             tree_aggregation=True)
+                                             mechanism=mechanisms.TreeAggregation())
   with pytest.raises(ValueError, match='record_specs'):
     canary_audit.aggregator()
   factory = canary_audit.aggregator(tf.TensorSpec([dim], tf.float32))

@@ -316,11 +316,14 @@ class ClientSampler(abc.ABC):
   """Selects the real clients of each round; see the module docstring.
 
   Attributes:
+    sampling: The rule's name, as the launcher's --sampling and
+      `dp_fedavg.Participation.sampling` spell it.
     num_clients: The population size m.
     client_ids: The client ids given at construction, or None when the
       sampler was built from a count (then only indices are available).
     seed: The non-negative integer seed.
   """
+  sampling: str
 
   def __init__(self, clients: int | Sequence[str], seed: int):
     self.num_clients, self.client_ids = _check_client_ids(clients)
@@ -368,6 +371,7 @@ class ShuffledEpochs(ClientSampler):
     rounds_per_epoch: R = ceil(m / n).
     cohort_sizes: Cohort size of each round within an epoch (length R).
   """
+  sampling = 'shuffle'
 
   def __init__(self, clients: int | Sequence[str], clients_per_round: int,
                seed: int, remainder: str = 'spread'):
@@ -436,6 +440,11 @@ class _ExpectedSizeSampler(ClientSampler):
     """The mean cohort size the sampler was built with."""
     return self._expected
 
+  @property
+  def clients_per_round(self) -> float:
+    """The clients per round the sampler was asked for: its mean cohort."""
+    return self._expected
+
 
 class BernoulliSampling(_ExpectedSizeSampler):
   """Every client independently with probability q = expected / m each round.
@@ -443,6 +452,7 @@ class BernoulliSampling(_ExpectedSizeSampler):
   Attributes:
     probability: The inclusion probability q.
   """
+  sampling = 'bernoulli'
 
   def __init__(self, clients: int | Sequence[str],
                expected_clients_per_round: float, seed: int):
@@ -465,6 +475,7 @@ class PoissonSampling(_ExpectedSizeSampler):
 
   The cap at m makes the true mean cohort at most `expected_clients_per_round`.
   """
+  sampling = 'poisson'
 
   def _select(self, round_index: int) -> np.ndarray:
     return _poisson_draw(_rng(self.seed, _POISSON_TAG, round_index),

@@ -6,8 +6,7 @@ the same flags on machines without it; the modules that implement each
 choice take their names from here.
 """
 
-__all__ = ['ACCELERATORS', 'BACKENDS', 'BACKEND_MECHANISMS', 'CANARY_CLIPS',
-           'COMPRESSIONS', 'MECHANISMS',
+__all__ = ['ACCELERATORS', 'BACKENDS', 'CANARY_CLIPS', 'COMPRESSIONS',
            'OPTIMIZERS', 'OPTIMIZER_SLOTS', 'TASK_NAMES', 'UNSEEN_ID_OFFSET']
 
 # Training engines: TensorFlow Federated (CPU), or the JAX engine
@@ -23,21 +22,9 @@ OPTIMIZER_SLOTS = {'sgd': 0, 'sgdm': 1, 'adam': 2}
 OPTIMIZERS = tuple(OPTIMIZER_SLOTS)
 # Device of the TFF launcher's canary work (one_shot_epe/tff_engine/accelerators).
 ACCELERATORS = ('cpu', 'gpu')
-# The server's noise: independent Gaussian rows (DP-FedAvg, the paper's
-# mechanism), or DP-FTRL's correlated matrix-factorization noise with a
-# buffered-linear-Toeplitz or a banded Toeplitz strategy
-# (one_shot_epe/jax_engine/correlated_noise; --backend=jax with jax-privacy).
-# Or distributed DP: the clients' discrete Gaussian shares summed by a
-# (simulated) secure aggregation (one_shot_epe/distributed_dp; --backend=tff).
-# Or DP-FTRL's binary-tree noise, one tree over the run (TFF's
-# tree_aggregation; one_shot_epe/tree_accounting; --backend=tff).
-MECHANISMS = ('gaussian', 'blt', 'banded', 'distributed_dp', 'tree')
-# The mechanisms each engine runs.
-BACKEND_MECHANISMS = {'tff': ('gaussian', 'distributed_dp', 'tree'),
-                      'jax': ('gaussian', 'blt', 'banded')}
 # Compression of the clients' updates before aggregation: none, or the random
 # rotation and discretization to integers modulo 2^b of secure aggregation
-# (which --mechanism=distributed_dp always applies, and only it).
+# (which distributed DP always applies, and only it: `accounting.mechanisms`).
 COMPRESSIONS = ('none', 'rotation_discretization')
 # Unseen canary i has id UNSEEN_ID_OFFSET + i; seen ids are 0..k-1.
 UNSEEN_ID_OFFSET = 1_000_000_000

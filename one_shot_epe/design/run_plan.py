@@ -3,21 +3,24 @@
 A `RunPlan` is everything a DP-FedAvg run with canaries depends on besides
 the engine's own model and data (Andrew et al., ICLR 2024, Section 5): who
 participates in each round, T, the canaries (`canary_spec.CanarySpec`,
-`spec`), the DP aggregation (`canary_spec.DPAggregation`, `dp`), the
+`spec`), the DP aggregation (`canary_spec.DPAggregation`, `dp`: z and the
+clip), the mechanism that privatizes it (`mechanisms`, `mechanism`), the
 optimizers, the client training, the seeds and the checkpoint and
 evaluation rhythm. `experiments.train` builds one from the flags; the TFF
 engine (`tff_engine.training.train`) and the JAX engine
 (`jax_engine.training.train`) both run it. Rounds are numbered as in
-`round_record`.
+`runtime.round_record`. Engines and reports read a run from its plan only,
+never from the launcher's flags.
 """
 
 import dataclasses
 
+from one_shot_epe import validation
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import canary_spec
-from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.design import participation
 from one_shot_epe.design import run_options
-from one_shot_epe import validation
 
 __all__ = ['OptimizerSpec', 'RunPlan']
 
@@ -69,10 +72,8 @@ class RunPlan:
     rounds_per_checkpoint: Checkpoint every this many rounds (and at 0, T).
     rounds_per_evaluation: Test-set evaluation every this many rounds.
     max_eval_examples: Test examples evaluated; None for all.
-    distributed: Distributed DP's secure aggregation (TFF engine); None for
-      the server's Gaussian noise.
-    tree_aggregation: DP-FTRL's tree-aggregated noise (TFF engine, fixed
-      clip; `tree_aggregation`) instead of independent Gaussian noise.
+    mechanism: The DP mechanism of the aggregate (`mechanisms`): independent
+      Gaussian noise by default; the others need a fixed clip (`dp.clip`).
   """
   sampler: participation.ClientSampler
   total_rounds: int
@@ -89,8 +90,7 @@ class RunPlan:
   rounds_per_checkpoint: int = 1
   rounds_per_evaluation: int = 1
   max_eval_examples: int | None = None
-  distributed: distributed_dp.DistributedDP | None = None
-  tree_aggregation: bool = False
+  mechanism: mechanisms.Mechanism = mechanisms.Gaussian()
 
   def __post_init__(self):
     validation.check_int('total_rounds', self.total_rounds, 1)
@@ -101,3 +101,15 @@ class RunPlan:
     if self.spec is not None and len(self.spec.schedule) < self.total_rounds:
       raise ValueError(f'spec.schedule must cover the {self.total_rounds} '
                        f'rounds; got {len(self.spec.schedule)}.')
+    reason = self.mechanism.fixed_clip_reason
+    if reason is not None and self.dp.adaptive:
+      raise ValueError(f'the {self.mechanism.name} mechanism needs a fixed '
+                       f'clip (dp.clip): {reason}.')
+
+  @property
+  def client_participation(self) -> dp_fedavg.Participation:
+    """How real clients take part, as the accounting reads it."""
+    return dp_fedavg.Participation(
+        sampling=self.sampler.sampling,
+        clients_per_round=self.sampler.clients_per_round,
+        num_clients=self.sampler.num_clients, rounds=self.total_rounds)

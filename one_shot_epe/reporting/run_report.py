@@ -1,13 +1,13 @@
 """The privacy report that ends every training run (Sections 4 and 5).
 
 Bundles, for one DP-FedAvg run with canaries:
-* references, each with the mechanism it assumes (`dp_fedavg`): the
-  analytical eps of a canary presented r times (an r-fold Gaussian mechanism,
-  no amplification; r = 1 is the paper's Tables 3 and 4), the accounted eps
-  of a real client over the whole run under its sampling (dp_accounting PLD),
-  and the last-iterate heuristic eps of a canary (Steinke et al., 2025), the
-  reference for the final-model estimate (under DP-FTRL's tree aggregation
-  the three come from `tree_aggregation`);
+* references, each with the mechanism it assumes, from the run's mechanism
+  (`mechanisms.Mechanism.references`): the analytical eps of a canary
+  presented r times (for Gaussian noise an r-fold Gaussian mechanism, no
+  amplification; r = 1 is the paper's Tables 3 and 4), the accounted eps of
+  a real client over the whole run under its sampling (dp_accounting), and
+  the final-model reference (the last-iterate heuristic of Steinke et al.,
+  2025, or the tree's noised prefix sum);
 * the final-model report (Algorithm 2) and the all-iterates report
   (Algorithm 3), `privacy_report.PrivacyReport`: headline estimates that do
   not run away and the paper's fitted ones, lower bounds that hold at
@@ -19,7 +19,7 @@ Written as JSON (machine-readable) and Markdown (for people), atomically.
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dp_accounting
@@ -27,33 +27,18 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from one_shot_epe.accounting import dp_fedavg
-from one_shot_epe.runtime import atomic_io
+from one_shot_epe.accounting import mechanisms
 from one_shot_epe.reporting import privacy_report
-from one_shot_epe.accounting import tree_aggregation
+from one_shot_epe.runtime import atomic_io
 
-__all__ = ['CORRELATED_ALL_ITERATES_NOTE', 'DECORRELATED_ALL_ITERATES_NOTE',
-           'RunReport', 'TREE_ALL_ITERATES_NOTE', 'build_run_report']
+__all__ = ['DECORRELATED_ALL_ITERATES_NOTE', 'RunReport', 'build_run_report']
 
-# What the all-iterates statistic estimates under matrix-factorization noise
-# (README, "Coverage under correlated noise"), written into such a report.
-CORRELATED_ALL_ITERATES_NOTE = (
-    'the max over rounds of per-round cosines, whose noise rows (of C^-1 Z) '
-    'are correlated across rounds: the estimate of a weaker attack than the '
-    'mechanism allows (in simulation 10-22% of the true eps), not of the '
-    'mechanism; the final-model estimate applies as is')
 # The decorrelated all-iterates statistic's report row (`decorrelation`).
 DECORRELATED_ALL_ITERATES_NOTE = (
     'the rounds\' released sums multiplied by the strategy C (C x + Z: '
     'independent noise rows), then each canary\'s matched filter C 1_R: '
     'N(mu, 1) inserted, N(0, 1) not, the mechanism\'s own test of the canary '
     '(in simulation within a few % of the release\'s eps)')
-# The same under tree aggregation (`tree_aggregation`), whose rounds'
-# aggregates carry differences of consecutive prefix sums' tree noise.
-TREE_ALL_ITERATES_NOTE = (
-    'the max over rounds of per-round cosines; each round\'s noise is the '
-    'difference of two prefix sums\' tree noise, correlated across rounds, '
-    'so it estimates that attack, not the mechanism; the analytical eps '
-    'bounds both threat models')
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -358,6 +343,7 @@ def _num(value: float | None) -> str:
 
 def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
                      noise_multiplier: float, alpha: float = 0.05,
+                     mechanism: mechanisms.Mechanism = mechanisms.Gaussian(),
                      final_unseen_cosines: ArrayLike | None = None,
                      seen_maxima: ArrayLike | None = None,
                      unseen_maxima: ArrayLike | None = None,
@@ -368,80 +354,89 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
                      presentation_counts: ArrayLike | None = None,
                      participation: dp_fedavg.Participation | None = None,
                      round_event: dp_accounting.DpEvent | None = None,
+                     clip: float | None = None,
+                     cohort: float | None = None,
+                     schedule: Sequence[ArrayLike] | None = None,
                      correlated: dp_fedavg.CorrelatedNoise | None = None,
-                     tree: tree_aggregation.TreeAggregation | None = None,
                      decorrelated_scores: tuple[ArrayLike, ArrayLike] | None
                      = None) -> RunReport:
-  """Computes both threat models' reports and the references.
+  """The one report builder: both threat models and the mechanism's references.
 
-  final_unseen_cosines: never-inserted canaries' cosines with the final
-    model, for the final-model one-run certificates (None omits them).
-  canary_presentations: r, how many times each seen canary was inserted
-    (the run's canary repetitions); the analytical eps is at r.
-  rounds: T, the rounds of the run; with it the report has an accounted eps
-    (a client in every round when `participation` is None) and the
-    last-iterate heuristic.
-  presentation_counts: each seen canary's presentations in the run's
-    schedule, for the heuristic; default r for every canary.
-  participation: the real clients' sampling for the accounted eps (its
-    rounds are the run's).
-  round_event: one round's DpEvent (the aggregator's); default a Gaussian at
-    `noise_multiplier`.
-  correlated: the run's matrix-factorization noise (DP-FTRL), or None for
-    independent noise. With it the analytical eps is the canary's under the
-    strategy (`dp_fedavg.matrix_factorization_canary_epsilon`), the
-    accounted eps one Gaussian mechanism at z (the strategy's sensitivity is
-    in the noise; no amplification), and the last-iterate heuristic, which
-    assumes independent rounds, is omitted. The all-iterates statistic is
-    the same cosine; under correlated noise each round's noise is a row of
-    C^{-1} Z, so its per-round null is no longer independent across rounds.
-  tree: the run's DP-FTRL tree aggregation (`tree_aggregation`), or None.
-    With it the analytical eps is the canary's over every tree node it
-    shifts (`tree_aggregation.canary_epsilon`), the accounted eps
-    dp_accounting's tree event with its RDP accountant under `participation`
-    (`tree_aggregation.client_epsilon`), and the last-iterate slot holds the
-    final model's noised prefix sum (`tree_aggregation.final_model_epsilon`).
-  decorrelated_scores: under `correlated` noise, the seen and unseen
-    canaries' decorrelated matched-filter scores
-    (`decorrelation.matched_filter_scores`, N(0, 1) never inserted), for a
-    second all-iterates report that tests the mechanism itself; None omits
-    it. The scores are rescaled by one common factor into [-1, 1], which
-    no estimate or bound depends on.
+  Every engine's launcher (`experiments.run_outputs`) and `CanaryAudit`
+  build their reports here. The estimates and bounds come from the canary
+  scores (`privacy_report`: Algorithm 2 on the final-model cosines,
+  Algorithm 3 on the max-over-rounds cosines); the references from the
+  run's mechanism (`mechanisms.Mechanism.references`), which alone knows
+  its rules.
+
+  Example:
+
+    >>> import numpy as np
+    >>> from one_shot_epe.reporting import run_report
+    >>> rng = np.random.default_rng(0)
+    >>> report = run_report.build_run_report(
+    ...     final_cosines=rng.normal(0.02, 0.01, 100), dim=10_000,
+    ...     delta=1e-5, noise_multiplier=1.0)
+    >>> round(report.analytical_epsilon, 2)
+    4.38
+
+  Args:
+    final_cosines: The seen canaries' cosines with the final model.
+    dim: d, the model's trainable parameters (the null's dimension).
+    delta: The delta of every epsilon, in (0, 1).
+    noise_multiplier: z, the run's noise multiplier (>= 0).
+    alpha: 1 - the confidence of the lower bounds.
+    mechanism: The run's DP mechanism (`mechanisms`); default independent
+      Gaussian noise.
+    final_unseen_cosines: Never-inserted canaries' cosines with the final
+      model, for the final-model one-run certificates (None omits them).
+    seen_maxima: The seen canaries' max-over-rounds cosines (Algorithm 3).
+    unseen_maxima: The unseen canaries' (both or neither).
+    accuracy: The final model's accuracy, if known.
+    setting: The run's setting, shown in the report; the mechanism's
+      entries are added after it.
+    canary_presentations: r, how many times each seen canary was inserted;
+      the analytical eps is at r.
+    rounds: T; with it the report has an accounted eps (a client in every
+      round when `participation` is None) and the final-model reference.
+    presentation_counts: Each seen canary's presentations, for the
+      last-iterate heuristic; default r for every canary.
+    participation: The real clients' sampling (its rounds are the run's).
+    round_event: One round's DpEvent as the aggregator recorded it; default
+      a Gaussian at `noise_multiplier`.
+    clip: The fixed clip (distributed DP's calibration needs it).
+    cohort: The expected records per round, canaries included (distributed
+      DP's calibration).
+    schedule: The canary schedule (tree aggregation's references).
+    correlated: The strategy's numbers under matrix-factorization noise.
+    decorrelated_scores: Under matrix-factorization noise, the seen and
+      unseen canaries' decorrelated matched-filter scores
+      (`decorrelation.matched_filter_scores`, N(0, 1) never inserted), for a
+      second all-iterates report that tests the mechanism itself; None
+      omits it. The scores are rescaled by one common factor into [-1, 1],
+      which no estimate or bound depends on.
+
+  Returns:
+    The `RunReport`.
+
+  Raises:
+    ValueError: if only one of `seen_maxima` and `unseen_maxima` is given,
+      `decorrelated_scores` come without matrix-factorization noise, or the
+      mechanism lacks a fact it needs.
   """
   if (seen_maxima is None) != (unseen_maxima is None):
     raise ValueError('give both seen_maxima and unseen_maxima, or neither.')
-  if correlated is not None and tree is not None:
-    raise ValueError('give correlated or tree, not both.')
-  analytical = dp_fedavg.canary_epsilon(noise_multiplier, delta,
-                                         canary_presentations)
-  if participation is not None and rounds is None:
+  if decorrelated_scores is not None and not isinstance(
+      mechanism, mechanisms.MatrixFactorization):
+    raise ValueError('decorrelated_scores need matrix-factorization noise.')
+  if rounds is None and participation is not None:
     rounds = participation.rounds
-  accounted = heuristic = None
-  if tree is not None:
-    analytical = tree_aggregation.canary_epsilon(noise_multiplier, delta, tree)
-    accounted = tree_aggregation.client_epsilon(noise_multiplier, delta,
-                                               tree.rounds, participation)
-    heuristic = tree_aggregation.final_model_epsilon(noise_multiplier, delta,
-                                                    tree)
-  elif correlated is not None:
-    analytical = dp_fedavg.matrix_factorization_canary_epsilon(
-        noise_multiplier, delta, correlated.canary_column_norm,
-        correlated.sensitivity, correlated.mechanism)
-    accounted = dp_fedavg.MechanismEpsilon(
-        dp_fedavg.composed_gaussian_epsilon(noise_multiplier, delta, 1),
-        f'a real client under {correlated.mechanism} correlated noise: one '
-        f'Gaussian mechanism at noise multiplier {noise_multiplier:g} (noise '
-        f'std z S sens, sens = {correlated.sensitivity:.4g} for the run\'s '
-        'worst participation), no amplification')
-  elif rounds is not None:
-    event = (dp_accounting.GaussianDpEvent(noise_multiplier)
-             if round_event is None else round_event)
-    accounted = dp_fedavg.client_epsilon_of_event(event, delta,
-                                                   participation, rounds)
-    counts = (np.full(1, canary_presentations) if presentation_counts is None
-              else presentation_counts)
-    heuristic = dp_fedavg.last_iterate_epsilon(noise_multiplier, delta,
-                                                rounds, counts)
+  references = mechanism.references(mechanisms.RunFacts(
+      noise_multiplier=float(noise_multiplier), delta=delta, dim=dim,
+      canary_presentations=canary_presentations, rounds=rounds, clip=clip,
+      cohort=cohort, participation=participation,
+      presentation_counts=presentation_counts, schedule=schedule,
+      round_event=round_event, correlated=correlated))
   final = privacy_report.final_model_report(
       final_cosines, dim, delta, alpha, unseen=final_unseen_cosines)
   all_iterates = None
@@ -449,28 +444,25 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
     all_iterates = privacy_report.all_iterates_report(seen_maxima,
                                                       unseen_maxima, delta,
                                                       alpha, dim=dim)
-  setting = dict(setting or {})
-  if correlated is not None and all_iterates is not None:
-    setting['all_iterates_under_correlated_noise'] = (
-        CORRELATED_ALL_ITERATES_NOTE)
-  if tree is not None and all_iterates is not None:
-    setting['all_iterates_under_tree_noise'] = TREE_ALL_ITERATES_NOTE
+  setting = {**(setting or {}), **references.setting}
+  if references.all_iterates_note is not None and all_iterates is not None:
+    key, note = references.all_iterates_note
+    setting[key] = note
   decorrelated = None
   if decorrelated_scores is not None:
-    if correlated is None:
-      raise ValueError('decorrelated_scores need correlated noise.')
     seen, unseen = (np.asarray(x, np.float64) for x in decorrelated_scores)
     scale = max(math.sqrt(dim), float(np.abs(np.concatenate(
         [seen, unseen])).max(initial=0.0)))
     decorrelated = privacy_report.all_iterates_report(
         seen / scale, unseen / scale, delta, alpha, dim=dim)
     setting['all_iterates_decorrelated'] = DECORRELATED_ALL_ITERATES_NOTE
+  accounted, heuristic = references.accounted, references.last_iterate
   return RunReport(
-      noise_multiplier=float(noise_multiplier), delta=delta, alpha=alpha,
-      dim=dim, analytical_epsilon=analytical.epsilon, final=final,
+      noise_multiplier=references.noise_multiplier, delta=delta, alpha=alpha,
+      dim=dim, analytical_epsilon=references.analytical.epsilon, final=final,
       all_iterates=all_iterates, accuracy=accuracy,
       setting=setting, canary_presentations=canary_presentations,
-      analytical_mechanism=analytical.mechanism,
+      analytical_mechanism=references.analytical.mechanism,
       accounted_epsilon=None if accounted is None else accounted.epsilon,
       accounted_mechanism=None if accounted is None else accounted.mechanism,
       last_iterate_epsilon=None if heuristic is None else heuristic.epsilon,

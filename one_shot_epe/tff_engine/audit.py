@@ -18,25 +18,26 @@ data (Andrew et al., ICLR 2024, Sections 3-4):
    vs unseen canaries) and the references as a `run_report.RunReport`: the
    canary's analytical eps, a real client's eps over the rounds observed
    (the aggregator's own DpEvent, composed with dp_accounting) and the
-   last-iterate heuristic; under DP-FTRL's tree aggregation
-   (`tree_aggregation`) the tree's own (`tree_aggregation`).
+   last-iterate heuristic; under another mechanism (`mechanisms`: DP-FTRL's
+   tree aggregation, distributed DP) the mechanism's own.
 
-Example (examples/canaries_in_fedavg.py runs it on a tiny model):
+The audit builds (the factories), observes (`canary_observer`, and
+`audit_state_manager` for TFF's loops) and reports
+(`reporting.run_report.build_run_report`, the builder every engine uses).
 
-  audit = CanaryAudit(num_canaries=1000, rounds=T, clients_per_round=100,
-                      delta=1e-6)
+Example (examples/canaries_in_fedavg.py runs it whole on a tiny model):
+
+  canary_audit = CanaryAudit(num_canaries=1000, rounds=T,
+                             clients_per_round=100, delta=1e-6)
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn, client_optimizer_fn, server_optimizer_fn,
-      model_aggregator=audit.gaussian_adaptive(noise_multiplier=0.5))
+      model_aggregator=canary_audit.gaussian_adaptive(noise_multiplier=0.5))
   tff.simulation.run_training_process(
       process, selection_fn, T,
-      program_state_manager=audit.program_state_manager())
-  print(audit.report().to_markdown())
+      program_state_manager=canary_audit.program_state_manager())
+  print(canary_audit.report().to_markdown())
 """
 
-import asyncio
-import collections
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,50 +47,24 @@ from one_shot_epe.tff_engine import quiet
 quiet.quiet_tensorflow_import()
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
+import dataclasses
 import dp_accounting
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
-from one_shot_epe.accounting import dp_fedavg
-from one_shot_epe.design import canary_spec
-from one_shot_epe.accounting import distributed_dp
-from one_shot_epe.design import participation as participation_lib
-from one_shot_epe.runtime import round_record
-from one_shot_epe.runtime import run_directory
-from one_shot_epe.reporting import run_report
-from one_shot_epe.accounting import tree_aggregation
 from one_shot_epe import validation
+from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.accounting import mechanisms
+from one_shot_epe.design import canary_spec
+from one_shot_epe.design import participation as participation_lib
+from one_shot_epe.reporting import run_report
+from one_shot_epe.runtime import round_record
+from one_shot_epe.tff_engine import audit_state_manager
 from one_shot_epe.tff_engine import canary_aggregator
+from one_shot_epe.tff_engine import canary_observer
 from one_shot_epe.tff_engine import cosine_tracking
-from one_shot_epe.tff_engine import final_model
 
 __all__ = ['CanaryAudit']
-
-
-def _flat_trainable(learning_state: Any) -> np.ndarray:
-  """The global model's trainable weights as float32 [d] (tf.nest order)."""
-  return np.concatenate([
-      np.asarray(w, np.float32).reshape(-1)
-      for w in tf.nest.flatten(learning_state.global_model_weights.trainable)
-  ])
-
-
-def _learning_state(program_state: Any) -> Any:
-  """The learning state inside what a TFF loop saves.
-
-  `run_training_process` saves the learning state itself; `train_model`
-  saves a `ProgramState` whose `state` field holds it.
-  """
-  if hasattr(program_state, 'round_number') and hasattr(program_state,
-                                                          'state'):
-    return program_state.state
-  return program_state
-
-
-# The audited aggregation of `CanaryAudit.tree_aggregation`: its correlated
-# noise has no per-round Gaussian event to account.
-_TREE_AGGREGATION = 'tree aggregation'
 
 
 def _plan(*, num_canaries: int, rounds: int, clients_per_round: float,
@@ -119,16 +94,28 @@ def _plan(*, num_canaries: int, rounds: int, clients_per_round: float,
 class CanaryAudit:
   """The canaries of one training run, from aggregation factory to report.
 
-  One audit audits one DP aggregation: the `dp` given to `from_spec`, or the
-  one its first factory method (`gaussian_fixed`, `gaussian_adaptive`,
-  `tree_aggregation`) builds; a factory method asking for another raises, so
-  `report()` never depends on which one ran first.
+  One audit audits one DP aggregation under one mechanism: the `dp` and
+  `mechanism` given to `from_spec`, or those its first factory method
+  (`gaussian_fixed`, `gaussian_adaptive`, `tree_aggregation`) builds; a
+  factory method asking for another raises, so `report()` never depends on
+  which one ran first.
+
+  Example (a tiny Keras model: `examples/canaries_in_fedavg.py`):
+
+    canary_audit = CanaryAudit(num_canaries=20, rounds=5,
+                               clients_per_round=4, delta=1e-5)
+    aggregator = canary_audit.gaussian_adaptive(noise_multiplier=0.5)
+    # A tff.learning process with model_aggregator=aggregator; observe its
+    # states (or hand TFF's loop canary_audit.program_state_manager()).
+    report = canary_audit.report()
 
   Attributes:
     spec: The canary plan (`canary_spec.CanarySpec`): seed, seen and unseen
       counts, schedule and statistics.
     expected_cohort: The expected records per round, canaries included: the
       DP average's denominator and the adaptive clip's expected count.
+    mechanism: The audited mechanism (`mechanisms`); None before a factory
+      method chose it.
   """
 
   def __init__(self, *, delta: float, num_canaries: int | None = None,
@@ -140,8 +127,7 @@ class CanaryAudit:
                client_participation: dp_fedavg.Participation | None = None,
                spec: canary_spec.CanarySpec | None = None,
                dp: canary_spec.DPAggregation | None = None,
-               distributed: distributed_dp.DistributedDP | None = None,
-               tree_aggregation: bool = False,
+               mechanism: mechanisms.Mechanism | None = None,
                device: str = '/CPU:0'):
     """Plans the canaries of a run of `rounds` rounds, or takes a plan.
 
@@ -171,19 +157,16 @@ class CanaryAudit:
       spec: A canary plan made elsewhere, schedule and statistics included.
       dp: With `spec`: the run's DP aggregation; its `clients_per_round` is
         the expected cohort, canaries included.
-      distributed: With `dp` (a fixed clip): audit distributed DP with
-        secure aggregation instead of the server's Gaussian noise
-        (`canary_aggregator.CanaryDistributedDPFactory`); None for the
-        Gaussian mechanism.
-      tree_aggregation: With `dp` (a fixed clip): audit DP-FTRL's tree
-        aggregation at `dp`'s noise multiplier and clip instead
-        (`aggregator(record_specs)` builds `tree_aggregation`'s factory).
+      mechanism: With `dp`: the mechanism `aggregator()` builds
+        (`mechanisms.Gaussian`, the default; `mechanisms.DistributedDP` or
+        `mechanisms.TreeAggregation`, each with a fixed clip).
       device: TF device of the cosine tracking (`accelerators`).
 
     Raises:
       TypeError: if both or neither of the plan's arguments and (`spec`,
-        `dp`) are given, or `spec` or `dp` has the wrong type.
-      ValueError: if an argument is out of range.
+        `dp`) are given, or `spec`, `dp` or `mechanism` has the wrong type.
+      ValueError: if an argument is out of range, or `mechanism` needs a
+        fixed clip that `dp` lacks.
     """
     plan = dict(num_canaries=num_canaries, rounds=rounds,
                 clients_per_round=clients_per_round,
@@ -195,6 +178,9 @@ class CanaryAudit:
       if num_canaries is None or rounds is None or clients_per_round is None:
         raise TypeError('CanaryAudit needs num_canaries, rounds and '
                         'clients_per_round (or spec and dp).')
+      if mechanism is not None:
+        raise TypeError('mechanism goes with spec and dp; otherwise the '
+                        'factory method called chooses it.')
       spec, expected_cohort = _plan(**plan)
     else:
       if given:
@@ -206,44 +192,33 @@ class CanaryAudit:
       if not isinstance(dp, canary_spec.DPAggregation):
         raise TypeError(f'dp must be a canary_spec.DPAggregation; got '
                         f'{dp!r}.')
+      mechanism = mechanisms.Gaussian() if mechanism is None else mechanism
+      if not isinstance(mechanism, (mechanisms.Gaussian,
+                                    mechanisms.DistributedDP,
+                                    mechanisms.TreeAggregation)):
+        raise TypeError(f'mechanism must be a mechanisms.Gaussian, '
+                        f'DistributedDP or TreeAggregation (the TFF '
+                        f'engine\'s); got {mechanism!r}.')
+      if mechanism.fixed_clip_reason is not None and dp.adaptive:
+        raise ValueError(f'the {mechanism.name} mechanism needs the dp of a '
+                         f'fixed clip: {mechanism.fixed_clip_reason}.')
       expected_cohort = dp.clients_per_round
     self.spec = spec
     self.expected_cohort = expected_cohort
+    self.mechanism = mechanism
     self._delta = validation.check_probability('delta', delta)
     self._noise_seed = noise_seed
     self._client_participation = client_participation
-    self._device = device
-    # The audited aggregation: a DPAggregation, _TREE_AGGREGATION or None
-    # before the first factory.
-    self._aggregation: canary_spec.DPAggregation | str | None = dp
-    if distributed is not None and not isinstance(
-        distributed, distributed_dp.DistributedDP):
-      raise TypeError(f'distributed must be a distributed_dp.DistributedDP; '
-                      f'got {distributed!r}.')
-    self._distributed = distributed
-    # (noise multiplier, efficient estimator) of the audited tree
-    # aggregation, once its factory is built.
-    self._tree: tuple[float, bool] | None = None
-    self._tree_dp: canary_spec.DPAggregation | None = None
-    if tree_aggregation:
-      if dp is None or dp.adaptive or distributed is not None:
-        raise ValueError('tree_aggregation needs the dp of a fixed clip and '
-                         'no distributed DP.')
-      self._tree_dp, self._aggregation = dp, _TREE_AGGREGATION
-    self._ddp_factory: (canary_aggregator.CanaryDistributedDPFactory |
-                        None) = None
-    self._tracker: cosine_tracking.CosineTracker | None = None
-    self._initial: np.ndarray | None = None
-    self._latest: np.ndarray | None = None
-    self._round_event: dp_accounting.DpEvent | None = None
+    # The audited aggregation: None before the first factory.
+    self._dp: canary_spec.DPAggregation | None = dp
+    self._observer = canary_observer.CanaryObserver(spec, device)
 
   @classmethod
   def from_spec(cls, spec: canary_spec.CanarySpec,
                 dp: canary_spec.DPAggregation, *, delta: float,
                 noise_seed: int | None = None,
                 client_participation: dp_fedavg.Participation | None = None,
-                distributed: distributed_dp.DistributedDP | None = None,
-                tree_aggregation: bool = False,
+                mechanism: mechanisms.Mechanism | None = None,
                 device: str = '/CPU:0') -> 'CanaryAudit':
     """The audit of a run planned elsewhere (`tff_engine.training`).
 
@@ -256,74 +231,69 @@ class CanaryAudit:
       delta: The delta of every epsilon of the report, in (0, 1).
       noise_seed: As for the constructor.
       client_participation: As for the constructor.
-      distributed: As for the constructor.
-      tree_aggregation: As for the constructor.
+      mechanism: As for the constructor.
       device: TF device of the cosine tracking (`accelerators`).
 
     Returns:
       The audit.
 
     Raises:
-      TypeError: if `spec` or `dp` has the wrong type.
+      TypeError: if `spec`, `dp` or `mechanism` has the wrong type.
       ValueError: if `delta` is not in (0, 1).
     """
     return cls(spec=spec, dp=dp, delta=delta, noise_seed=noise_seed,
                client_participation=client_participation,
-               distributed=distributed, tree_aggregation=tree_aggregation,
-               device=device)
+               mechanism=mechanism, device=device)
 
   # -- 1. The aggregation factory. --------------------------------------------
 
-  def _record_aggregation(
-      self, factory: canary_aggregator.CanaryDPFactory
-  ) -> canary_aggregator.CanaryDPFactory:
-    """Records the aggregation `factory` implements; one per audit."""
-    aggregation = _TREE_AGGREGATION if factory.dp is None else factory.dp
-    if self._aggregation is not None and self._aggregation != aggregation:
-      raise ValueError(f'this audit audits {self._aggregation}; one audit '
-                       f'audits one aggregation, not also {aggregation}.')
-    self._aggregation = aggregation
-    return factory
+  def _record(self, dp: canary_spec.DPAggregation,
+              mechanism: mechanisms.Mechanism) -> None:
+    """Records the factory's aggregation; one per audit."""
+    if self._dp is not None and (self._dp, self.mechanism) != (dp, mechanism):
+      raise ValueError(f'this audit audits {self._dp} under {self.mechanism}; '
+                       f'one audit audits one aggregation, not also {dp} '
+                       f'under {mechanism}.')
+    self._dp, self.mechanism = dp, mechanism
 
   def aggregator(
       self, record_specs: Any = None
   ) -> (canary_aggregator.CanaryDPFactory |
         canary_aggregator.CanaryDistributedDPFactory):
-    """The factory of the `dp` given to `from_spec`, canaries inserted.
+    """The factory of the `dp` and `mechanism` given to `from_spec`.
 
     Args:
-      record_specs: With `tree_aggregation`: the `tf.TensorSpec`s of the
+      record_specs: Under tree aggregation: the `tf.TensorSpec`s of the
         aggregated value (the model's trainable weights); ignored otherwise.
 
     Returns:
-      `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`,
-      or with `distributed`, `canary_aggregator.CanaryDistributedDPFactory(
-      dp, distributed, spec, noise_seed)` (the noise seed seeds the
-      rotations), or with `tree_aggregation`, this audit's
-      `tree_aggregation` at dp's noise multiplier and clip (the noise seed
-      seeds the tree's noise).
+      `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`;
+      under distributed DP `canary_aggregator.CanaryDistributedDPFactory(
+      dp, params, spec, noise_seed)` (the noise seed seeds the rotations);
+      under tree aggregation this audit's `tree_aggregation` at dp's noise
+      multiplier and clip (the noise seed seeds the tree's noise).
 
     Raises:
-      ValueError: if the audit was not built from a `dp`, or `distributed`
-        is given with adaptive clipping, or `tree_aggregation` without
-        `record_specs`.
+      ValueError: if the audit was not built from a `dp`, or tree
+        aggregation is asked for without `record_specs`.
     """
-    if self._tree_dp is not None:
+    if self._dp is None:
+      raise ValueError('aggregator() needs the audit of from_spec(spec, dp); '
+                       'otherwise call gaussian_fixed/gaussian_adaptive.')
+    mechanism = self.mechanism
+    if isinstance(mechanism, mechanisms.TreeAggregation):
       if record_specs is None:
         raise ValueError('aggregator() of tree aggregation needs '
                          'record_specs, the aggregated value\'s specs.')
       return self.tree_aggregation(
-          noise_multiplier=float(self._tree_dp.noise_multiplier),
-          l2_norm_clip=float(self._tree_dp.clip), record_specs=record_specs)
-    if not isinstance(self._aggregation, canary_spec.DPAggregation):
-      raise ValueError('aggregator() needs the audit of from_spec(spec, dp); '
-                       'otherwise call gaussian_fixed/gaussian_adaptive.')
-    if self._distributed is not None:
-      self._ddp_factory = canary_aggregator.CanaryDistributedDPFactory(
-          self._aggregation, self._distributed, self.spec, self._noise_seed)
-      return self._ddp_factory
+          noise_multiplier=float(self._dp.noise_multiplier),
+          l2_norm_clip=float(self._dp.clip), record_specs=record_specs,
+          use_efficient=mechanism.efficient)
+    if isinstance(mechanism, mechanisms.DistributedDP):
+      return canary_aggregator.CanaryDistributedDPFactory(
+          self._dp, mechanism.params, self.spec, self._noise_seed)
     return canary_aggregator.CanaryDPFactory.from_spec(
-        self._aggregation, self.spec, self._noise_seed)
+        self._dp, self.spec, self._noise_seed)
 
   def gaussian_fixed(
       self, *, noise_multiplier: float, clip: float,
@@ -351,7 +321,8 @@ class CanaryAudit:
         clients_per_round=self.expected_cohort, clip=clip, spec=self.spec,
         noise_seed=self._noise_seed,
         record_aggregation_factory=record_aggregation_factory)
-    return self._record_aggregation(factory)
+    self._record(factory.dp, mechanisms.Gaussian())
+    return factory
 
   def gaussian_adaptive(
       self, *, noise_multiplier: float, initial_l2_norm_clip: float = 0.1,
@@ -388,7 +359,8 @@ class CanaryAudit:
         learning_rate=learning_rate, clipped_count_stddev=clipped_count_stddev,
         spec=self.spec, noise_seed=self._noise_seed,
         record_aggregation_factory=record_aggregation_factory)
-    return self._record_aggregation(factory)
+    self._record(factory.dp, mechanisms.Gaussian())
+    return factory
 
   def tree_aggregation(
       self, *, noise_multiplier: float, l2_norm_clip: float,
@@ -399,9 +371,9 @@ class CanaryAudit:
     """DP-FTRL's tree aggregation (TFF's `tree_aggregation`), canaries in.
 
     One tree over every round, never restarted. `report()` then takes its
-    references from the tree (`tree_aggregation`): the canary's analytical
-    eps over every node it shifts, the final model's noised prefix sum and
-    a real client's eps from dp_accounting's tree event (RDP).
+    references from the tree (`mechanisms.TreeAggregation`): the canary's
+    analytical eps over every node it shifts, the final model's noised
+    prefix sum and a real client's eps from dp_accounting's tree event.
 
     Args:
       noise_multiplier: Noise std per tree node over `l2_norm_clip`, >= 0.
@@ -425,13 +397,11 @@ class CanaryAudit:
         record_specs=record_specs, spec=self.spec,
         noise_seed=self._noise_seed, use_efficient=use_efficient,
         record_aggregation_factory=record_aggregation_factory)
-    tree = (float(noise_multiplier), use_efficient)
-    if self._tree is not None and self._tree != tree:
-      raise ValueError(f'this audit audits tree aggregation at (noise '
-                       f'multiplier, efficient) = {self._tree}, not also '
-                       f'{tree}.')
-    factory = self._record_aggregation(factory)
-    self._tree = tree
+    self._record(
+        canary_spec.DPAggregation(noise_multiplier=float(noise_multiplier),
+                                  clients_per_round=self.expected_cohort,
+                                  clip=float(l2_norm_clip)),
+        mechanisms.TreeAggregation(efficient=use_efficient))
     return factory
 
   def dp_event(self, learning_state: Any) -> dp_accounting.DpEvent:
@@ -447,93 +417,52 @@ class CanaryAudit:
     return canary_aggregator.extract_dp_event_from_state(
         learning_state.aggregator)
 
-  # -- 2. One call per round. -------------------------------------------------
-
-  def _start(self, initial_weights: np.ndarray) -> None:
-    self._initial = initial_weights
-    self._latest = initial_weights
-    self._tracker = cosine_tracking.CosineTracker(
-        self.spec, initial_weights.size, device=self._device)
+  # -- 2. One call per round (`canary_observer.CanaryObserver`). ---------------
 
   def observe(self,
               learning_state: Any) -> list[round_record.CanaryCosines]:
     """Records a learning state: the initial one first, then every round's.
-
-    Each round's cosines are taken with the spec's all-iterates statistic:
-    the noised aggregate rho_bar_t the aggregator exported ('aggregate', the
-    paper's Algorithm 3), or the model step theta_{t-1} - theta_t
-    ('model_delta', its published code; the two differ under server
-    momentum and, by float32 rounding, even without).
 
     Args:
       learning_state: The state of a `tff.learning` process built with this
         audit's factory: `process.initialize()`, then each `next(...).state`.
 
     Returns:
-      Per-round cosine summaries of the rounds computed by this call (the
-      tracker works in blocks of rounds; see `cosine_tracking`).
+      Per-round cosine summaries of the rounds computed by this call
+      (`canary_observer.CanaryObserver.observe`).
 
     Raises:
       ValueError: if a round is skipped or repeated, or the initial state was
         not observed first.
     """
-    round_num = int(np.asarray(learning_state.aggregator.round_num))
-    weights = _flat_trainable(learning_state)
-    if round_num == 0:
-      self._start(weights)
-      return []
-    if self._tracker is None:
-      raise ValueError('observe the initial learning state (round 0) before '
-                       f'round {round_num}.')
-    aggregator = learning_state.aggregator
-    if self.spec.all_iterates_statistic == 'model_delta':
-      aggregator = aggregator._replace(aggregate=self._latest - weights)
-    summaries = self._tracker.observe(aggregator)
-    self._latest = weights
-    self._round_event = self.dp_event(learning_state)
-    return summaries
+    return self._observer.observe(learning_state)
 
   def flush(self) -> list[round_record.CanaryCosines]:
-    """Processes the buffered rounds now (before a checkpoint, say).
+    """Processes the buffered rounds now (`CanaryObserver.flush`).
 
     Returns:
-      The summaries of the rounds processed (none before the first round).
+      The summaries of the rounds processed.
     """
-    return [] if self._tracker is None else self._tracker.flush()
+    return self._observer.flush()
 
   def state(self) -> dict[str, np.ndarray]:
-    """Everything needed to resume the audit (numpy; joins a checkpoint).
+    """Everything needed to resume the audit (`CanaryObserver.state`).
 
     Returns:
-      The initial weights, the rounds observed, the cosine maxima and the
-      pending (unprocessed) rounds' vectors.
-
-    Raises:
-      ValueError: if no learning state was observed yet.
+      numpy arrays that join a checkpoint.
     """
-    if self._tracker is None:
-      raise ValueError('the audit has observed no learning state yet.')
-    tracker = self._tracker.state()
-    return {'initial_weights': self._initial,
-            'rounds_observed': np.int64(tracker.rounds_observed),
-            'cosine_maxima': tracker.cosine_maxima,
-            'pending': tracker.pending}
+    return self._observer.state()
 
   def empty_state(self, learning_state: Any) -> dict[str, np.ndarray]:
-    """A `state()` of the right structure for `learning_state` (to load).
+    """A `state()` template for `learning_state`'s model (to load).
 
     Args:
       learning_state: A state of the process (its model gives d).
 
     Returns:
-      Zeros shaped as `state()` of a run of this model.
+      Zeros shaped as `state()`.
     """
-    dim = _flat_trainable(learning_state).size
-    tracked = self.spec.num_seen + self.spec.num_unseen
-    return {'initial_weights': np.zeros([dim], np.float32),
-            'rounds_observed': np.int64(0),
-            'cosine_maxima': np.zeros([tracked], np.float32),
-            'pending': np.zeros([0, dim], np.float32)}
+    return self._observer.empty_state(learning_state)
 
   def restore(self, state: dict[str, Any], learning_state: Any) -> None:
     """Resumes from `state()` saved together with `learning_state`.
@@ -542,18 +471,7 @@ class CanaryAudit:
       state: What `state()` returned (as loaded from a checkpoint).
       learning_state: The learning state saved with it.
     """
-    initial = np.asarray(state['initial_weights'], np.float32)
-    tracker_state = cosine_tracking.TrackerState(
-        rounds_observed=int(state['rounds_observed']),
-        cosine_maxima=np.asarray(state['cosine_maxima'], np.float32),
-        pending=np.asarray(state['pending'], np.float32).reshape(
-            -1, initial.size))
-    self._initial = initial
-    self._latest = _flat_trainable(learning_state)
-    if tracker_state.rounds_observed > 0:
-      self._round_event = self.dp_event(learning_state)
-    self._tracker = cosine_tracking.CosineTracker(
-        self.spec, initial.size, state=tracker_state, device=self._device)
+    self._observer.restore(state, learning_state)
 
   def program_state_manager(
       self, inner: tff.program.ProgramStateManager | None = None,
@@ -579,67 +497,57 @@ class CanaryAudit:
         computed.
 
     Returns:
-      The manager.
+      The manager (`audit_state_manager.AuditingStateManager`).
 
     Raises:
       ValueError: if `rounds_per_checkpoint` < 1 or `final_round` < 0.
     """
-    return _AuditingStateManager(self, inner, rounds_per_checkpoint,
-                                 final_round, release_managers)
+    return audit_state_manager.AuditingStateManager(
+        self, inner,
+        validation.check_int('rounds_per_checkpoint', rounds_per_checkpoint,
+                             1),
+        (None if final_round is None else
+         validation.check_int('final_round', final_round, 0)),
+        release_managers)
 
   # -- 3. One call at the end. ------------------------------------------------
-
-  def _check_observed(self) -> cosine_tracking.CosineTracker:
-    if self._tracker is None or self._tracker.rounds_observed == 0:
-      raise ValueError('the audit has observed no training round yet.')
-    return self._tracker
 
   def cosine_maxima(self) -> cosine_tracking.CosineMaxima:
     """Each canary's max-over-rounds cosine so far (Algorithm 3, l. 15-16).
 
     Returns:
-      The seen and unseen canaries' maxima.
-
-    Raises:
-      ValueError: if no training round was observed yet.
+      The seen and unseen canaries' maxima (`CanaryObserver.cosine_maxima`).
     """
-    return self._check_observed().maxima()
+    return self._observer.cosine_maxima()
 
   @property
   def rounds_observed(self) -> int:
     """Training rounds observed so far (0 before the first)."""
-    return 0 if self._tracker is None else self._tracker.rounds_observed
+    return self._observer.rounds_observed
 
   def final_cosines(self, unseen: bool = False) -> np.ndarray:
     """Seen (or unseen) canaries' cosines with the model of the latest round.
-
-    Algorithm 2, line 11, with the spec's final-model statistic
-    (`final_model`): theta_0 - theta_t ('delta', the default, in
-    tff.learning's sign convention) or theta_t ('final').
 
     Args:
       unseen: Score the unseen canaries instead, whose cosines follow the
         null and serve the one-run certificates.
 
     Returns:
-      float64 cosines, one per canary, in id order.
+      float64 cosines, one per canary, in id order
+      (`canary_observer.CanaryObserver.final_cosines`).
 
     Raises:
       ValueError: if no training round was observed yet.
     """
-    self._check_observed()
-    spec = self.spec
-    ids = (canary_spec.unseen_ids(spec.num_unseen) if unseen else
-           canary_spec.seen_ids(spec.num_seen))
-    with tf.device(self._device):
-      return final_model.final_model_cosines(
-          self._latest, canary_seed=spec.seed, canary_ids=ids,
-          initial_weights=self._initial,
-          statistic=spec.final_model_statistic)
+    return self._observer.final_cosines(unseen)
 
   def report(self, *, alpha: float = 0.05, accuracy: float | None = None,
              noise_multiplier: float | None = None) -> run_report.RunReport:
     """Both threat models' estimates and bounds for the rounds observed.
+
+    The report of `reporting.run_report.build_run_report`, the builder of
+    every engine, with the audited mechanism's references over the rounds
+    observed.
 
     Args:
       alpha: 1 - confidence of epsilon_lo.
@@ -649,120 +557,43 @@ class CanaryAudit:
         `gaussian_fixed`, `gaussian_adaptive`, `tree_aggregation`).
 
     Returns:
-      The `run_report.RunReport`; a real client's accounted epsilon is
-      composed from the aggregator's own DpEvents when the audited
-      aggregation is Gaussian. Under tree aggregation the references are
-      the tree's over the rounds observed (`tree_aggregation`: the
-      canary's eps over every node it shifts, the final model's noised
-      prefix sum, dp_accounting's tree event with its RDP accountant).
+      The `run_report.RunReport`; under Gaussian noise a real client's
+      accounted epsilon is composed from the aggregator's own DpEvents.
 
     Raises:
       ValueError: if no training round was observed yet, or the noise
         multiplier is unknown (no factory built).
     """
-    tracker = self._check_observed()
-    gaussian = isinstance(self._aggregation, canary_spec.DPAggregation)
-    mechanism = {}
-    if self._ddp_factory is not None:
-      # Distributed DP: both epsilons are those of z_eff, the Gaussian of
-      # the summed local variance after scaling (`distributed_dp`).
-      calibration = self._ddp_factory.calibration(int(self._initial.size))
-      if noise_multiplier is None:
-        noise_multiplier = calibration.noise_multiplier
-      mechanism = calibration.setting()
-    if noise_multiplier is None and gaussian:
-      noise_multiplier = float(self._aggregation.noise_multiplier)
-    if noise_multiplier is None and self._tree is not None:
-      noise_multiplier = self._tree[0]
-    if noise_multiplier is None:
+    maxima = self.cosine_maxima()
+    if noise_multiplier is None and self._dp is None:
       raise ValueError('noise_multiplier is unknown: build the factory with '
                        "this audit's gaussian_fixed/gaussian_adaptive or pass "
                        'noise_multiplier.')
+    if noise_multiplier is None:
+      noise_multiplier = float(self._dp.noise_multiplier)
     spec = self.spec
-    maxima = self.cosine_maxima()
-    rounds = tracker.rounds_observed
+    rounds = self.rounds_observed
     participation = self._client_participation
     if participation is not None:
       participation = dataclasses.replace(participation, rounds=rounds)
-    if mechanism.get('ddp_noise') == 'skellam':
-      # The Skellam RDP bound over the rounds a real client may join.
-      joins = (participation.epochs if participation is not None and
-               participation.sampling == 'shuffle' else rounds)
-      mechanism['ddp_skellam_epsilon'] = distributed_dp.skellam_epsilon(
-          self._ddp_factory.calibration(int(self._initial.size)),
-          self._delta, joins)
-    tree = None
-    if self._tree is not None:
-      tree = tree_aggregation.TreeAggregation.of_schedule(
-          spec.schedule, rounds, efficient=self._tree[1])
-      mechanism = {'mechanism': 'tree', 'tree_estimator': tree.estimator}
+    mechanism = mechanisms.Gaussian() if self.mechanism is None else (
+        self.mechanism)
     return run_report.build_run_report(
         final_cosines=self.final_cosines(),
         final_unseen_cosines=(self.final_cosines(unseen=True)
                               if spec.num_unseen >= 2 else None),
-        dim=int(self._initial.size),
-        delta=self._delta, noise_multiplier=noise_multiplier,
-        alpha=alpha, seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
+        dim=self._observer.dim, delta=self._delta,
+        noise_multiplier=noise_multiplier, alpha=alpha, mechanism=mechanism,
+        clip=None if self._dp is None else self._dp.clip,
+        cohort=self.expected_cohort, schedule=spec.schedule,
+        seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
         accuracy=accuracy, canary_presentations=spec.repetitions,
         rounds=rounds, participation=participation,
         presentation_counts=spec.presentation_counts(rounds),
-        round_event=self._round_event if gaussian else None, tree=tree,
+        round_event=self._observer.round_event,
         setting={'num_canaries': spec.num_seen,
                  'num_unseen_canaries': spec.num_unseen,
                  'canary_repeats': spec.repetitions,
-                 'rounds_observed': tracker.rounds_observed,
+                 'rounds_observed': rounds,
                  'canary_clip': spec.canary_clip,
-                 'expected_cohort': self.expected_cohort, **mechanism})
-
-
-class _AuditingStateManager(tff.program.ProgramStateManager):
-  """Observes each saved program state; saves the audit beside it."""
-
-  def __init__(self, audit: CanaryAudit,
-               inner: tff.program.ProgramStateManager | None,
-               rounds_per_checkpoint: int, final_round: int | None,
-               release_managers: Sequence[tff.program.ReleaseManager]):
-    self._audit = audit
-    self._inner = inner
-    self._every = validation.check_int('rounds_per_checkpoint',
-                                       rounds_per_checkpoint, 1)
-    self._final_round = (None if final_round is None else
-                         validation.check_int('final_round', final_round, 0))
-    self._release_managers = list(release_managers)
-
-  async def get_versions(self) -> Sequence[int] | None:
-    """The inner manager's versions (None without one: nothing to resume)."""
-    if self._inner is None:
-      return None
-    return await self._inner.get_versions()
-
-  async def load(self, version: int, structure: Any) -> Any:
-    """Loads `version` from the inner manager and resumes the audit from it."""
-    if self._inner is None:
-      raise ValueError('nothing to load: the audit has no inner manager.')
-    template = self._audit.empty_state(_learning_state(structure))
-    saved = await self._inner.load(version, {'program': structure,
-                                             'audit': template})
-    self._audit.restore(saved['audit'], _learning_state(saved['program']))
-    return saved['program']
-
-  async def _release(
-      self, summaries: Sequence[round_record.CanaryCosines]) -> None:
-    for summary in summaries:
-      values = collections.OrderedDict(
-          seen_cosine_mean=summary.seen_mean, seen_cosine_max=summary.seen_max,
-          unseen_cosine_mean=summary.unseen_mean,
-          unseen_cosine_max=summary.unseen_max)
-      await asyncio.gather(*(m.release(values, summary.round_num)
-                             for m in self._release_managers))
-
-  async def save(self, program_state: Any, version: int) -> None:
-    """Observes the state of round `version`; checkpoints it when due."""
-    await self._release(self._audit.observe(_learning_state(program_state)))
-    due = run_directory.is_checkpoint_round(version, self._every,
-                                            self._final_round)
-    if self._inner is None or not due:
-      return
-    await self._release(self._audit.flush())
-    await self._inner.save({'program': program_state,
-                            'audit': self._audit.state()}, version)
+                 'expected_cohort': self.expected_cohort})

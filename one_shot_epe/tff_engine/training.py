@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
 from one_shot_epe.runtime import round_record
@@ -279,8 +280,7 @@ def _audit(plan: run_plan.RunPlan, task: tasks.Task,
         plan.rounds_per_checkpoint, plan.total_rounds))
   return audit_lib.CanaryAudit.from_spec(
       spec, plan.dp, delta=plan.delta, noise_seed=plan.noise_seed,
-      distributed=plan.distributed, tree_aggregation=plan.tree_aggregation,
-      device=device)
+      mechanism=plan.mechanism, device=device)
 
 
 def _trainable_specs(task: tasks.Task) -> list[tf.TensorSpec]:
@@ -323,7 +323,8 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
                                     plan.total_rounds)
   else:
     aggregator = audit.aggregator(
-        _trainable_specs(task) if plan.tree_aggregation else None)
+        _trainable_specs(task) if isinstance(
+            plan.mechanism, mechanisms.TreeAggregation) else None)
     state_manager = audit.program_state_manager(
         store, plan.rounds_per_checkpoint, final_round=plan.total_rounds,
         release_managers=[_CosineReleases(observer)])

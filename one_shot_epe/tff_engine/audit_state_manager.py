@@ -1,0 +1,136 @@
+"""TFF's training loops, audited: a program state manager that observes.
+
+`AuditingStateManager` is what `audit.CanaryAudit.program_state_manager`
+returns: TFF's loops (`tff.simulation.run_training_process`,
+`tff.learning.programs.train_model`) save every round's program state to
+it, it hands each to the audit (`CanaryAudit.observe`), releases the
+canaries' per-round cosine summaries, and saves the audit's state beside the
+program state in an inner manager's checkpoints, so that a rerun resumes
+both.
+"""
+
+import asyncio
+import collections
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import tensorflow_federated as tff
+
+from one_shot_epe.runtime import round_record
+from one_shot_epe.runtime import run_directory
+
+__all__ = ['AuditingStateManager', 'learning_state']
+
+
+def learning_state(program_state: Any) -> Any:
+  """The learning state inside what a TFF loop saves.
+
+  `run_training_process` saves the learning state itself; `train_model`
+  saves a `ProgramState` whose `state` field holds it.
+
+  Args:
+    program_state: What the loop saved.
+
+  Returns:
+    The `tff.learning` process's state.
+  """
+  if hasattr(program_state, 'round_number') and hasattr(program_state,
+                                                          'state'):
+    return program_state.state
+  return program_state
+
+
+class _Observed(Protocol):
+  """What the manager asks of the audit (`audit.CanaryAudit`)."""
+
+  def observe(self, state: Any) -> list[round_record.CanaryCosines]:
+    """Records a learning state; returns the rounds scored now."""
+
+  def flush(self) -> list[round_record.CanaryCosines]:
+    """Scores the buffered rounds now."""
+
+  def state(self) -> dict[str, np.ndarray]:
+    """The audit's state, for a checkpoint."""
+
+  def empty_state(self, state: Any) -> dict[str, np.ndarray]:
+    """A template of `state()` for loading."""
+
+  def restore(self, saved: dict[str, Any], state: Any) -> None:
+    """Resumes from a saved `state()`."""
+
+
+class AuditingStateManager(tff.program.ProgramStateManager):
+  """Observes each saved program state; saves the audit beside it."""
+
+  def __init__(self, audit: _Observed,
+               inner: tff.program.ProgramStateManager | None,
+               rounds_per_checkpoint: int, final_round: int | None,
+               release_managers: Sequence[tff.program.ReleaseManager]):
+    """Wraps `inner` (if any) for `audit`; arguments are already checked.
+
+    Args:
+      audit: The audit that observes every state.
+      inner: The manager checkpoints go to, or None to save nothing.
+      rounds_per_checkpoint: Rounds between two saves to `inner`, >= 1.
+      final_round: A round always saved, if given.
+      release_managers: Receive each round's cosine summaries.
+    """
+    self._audit = audit
+    self._inner = inner
+    self._every = rounds_per_checkpoint
+    self._final_round = final_round
+    self._release_managers = list(release_managers)
+
+  async def get_versions(self) -> Sequence[int] | None:
+    """The inner manager's versions (None without one: nothing to resume)."""
+    if self._inner is None:
+      return None
+    return await self._inner.get_versions()
+
+  async def load(self, version: int, structure: Any) -> Any:
+    """Loads `version` from the inner manager and resumes the audit from it.
+
+    Args:
+      version: The round to load.
+      structure: The program state's structure.
+
+    Returns:
+      The program state of that round.
+
+    Raises:
+      ValueError: if there is no inner manager.
+    """
+    if self._inner is None:
+      raise ValueError('nothing to load: the audit has no inner manager.')
+    template = self._audit.empty_state(learning_state(structure))
+    saved = await self._inner.load(version, {'program': structure,
+                                             'audit': template})
+    self._audit.restore(saved['audit'], learning_state(saved['program']))
+    return saved['program']
+
+  async def _release(
+      self, summaries: Sequence[round_record.CanaryCosines]) -> None:
+    for summary in summaries:
+      values = collections.OrderedDict(
+          seen_cosine_mean=summary.seen_mean, seen_cosine_max=summary.seen_max,
+          unseen_cosine_mean=summary.unseen_mean,
+          unseen_cosine_max=summary.unseen_max)
+      await asyncio.gather(*(m.release(values, summary.round_num)
+                             for m in self._release_managers))
+
+  async def save(self, program_state: Any, version: int) -> None:
+    """Observes the state of round `version`; checkpoints it when due.
+
+    Args:
+      program_state: What the loop saves.
+      version: Its round.
+    """
+    await self._release(self._audit.observe(learning_state(program_state)))
+    due = run_directory.is_checkpoint_round(version, self._every,
+                                            self._final_round)
+    if self._inner is None or not due:
+      return
+    await self._release(self._audit.flush())
+    await self._inner.save({'program': program_state,
+                            'audit': self._audit.state()}, version)
