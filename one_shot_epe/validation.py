@@ -1,9 +1,19 @@
-"""Argument checks with one order and one wording: (name, value, bounds).
+"""Argument checks with one order and one wording, each parameter ruled once.
 
-`check_int` for counts, sizes and seeds; `check_real` for finite numbers in
-an interval (noise multipliers, clips, probabilities); `check_choice` for one
-of a few names; `check_ids` for 1-D arrays of integer ids; `check_sample` and
-`check_cosines` for 1-D samples of finite numbers (canary statistics).
+Public functions and dataclasses check their arguments where they enter, and
+only there: a function is decorated with `arguments('delta', 'dim', ...)`, a
+dataclass with `fields(...)`, and each named parameter is checked by its
+rule in `PARAMETERS`, the one place that says what a parameter of that name
+allows (a function whose parameter means something narrower passes its own
+rule by keyword: `arguments(dim=Int(3))`). Inner functions take checked
+values and do not check again.
+
+The rules: `Int` for counts, sizes and seeds; `Real` for finite numbers in
+an interval (noise multipliers, clips); `Probability` for (0, 1); `Choice`
+for one of a few names; `Sample` and `Cosines` for 1-D samples of finite
+numbers (canary statistics); `Optional` lets None through. Each is also a
+function (`check_int`, `check_real`, ...) for the checks no signature
+carries (an element of a list, a combination of arguments).
 
 A wrong type raises `ArgumentTypeError`, a `TypeError` that is also a
 `ValueError`, so code that reports bad values (the launchers' flag checks)
@@ -12,15 +22,21 @@ Messages name the argument and what is allowed. Framework-free (numpy only,
 for its integer types).
 """
 
+import dataclasses
+import functools
+import inspect
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ['ArgumentTypeError', 'check_choice', 'check_cosines', 'check_ids',
-           'check_int', 'check_probability', 'check_real', 'check_sample']
+__all__ = ['ArgumentTypeError', 'Choice', 'Cosines', 'Int', 'Optional',
+           'PARAMETERS', 'Probability', 'Real', 'Rule', 'Sample', 'arguments',
+           'check_choice', 'check_cosines', 'check_ids', 'check_int',
+           'check_probability', 'check_real', 'check_sample', 'fields']
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -77,11 +93,24 @@ def check_real(name: str, value: object, low: float = -math.inf,
   if (math.isnan(value) or (math.isinf(value) and not allow_infinite) or
       value < low or value > high or (low_open and value == low) or
       (high_open and value == high)):
-    interval = (f'{"(" if low_open else "["}{low}, {high}'
-                f'{")" if high_open else "]"}')
     kind = 'a number' if allow_infinite else 'a finite number'
-    raise ValueError(f'{name} must be {kind} in {interval}; got {value!r}.')
+    raise ValueError(f'{name} must be {kind}'
+                     f'{_interval(low, high, low_open, high_open)}; got '
+                     f'{value!r}.')
   return value
+
+
+def _interval(low: float, high: float, low_open: bool,
+              high_open: bool) -> str:
+  """' in [low, high]', or ' >= low' for an unbounded high end, ..."""
+  if math.isinf(low) and math.isinf(high):
+    return ''
+  if math.isinf(high):
+    return f' {">" if low_open else ">="} {low}'
+  if math.isinf(low):
+    return f' {"<" if high_open else "<="} {high}'
+  return (f' in {"(" if low_open else "["}{low}, {high}'
+          f'{")" if high_open else "]"}')
 
 
 def check_probability(name: str, value: object) -> float:
@@ -137,3 +166,217 @@ def check_cosines(name: str, values: ArrayLike) -> np.ndarray:
   if np.any(np.abs(array) > 1.0 + 1e-6):
     raise ValueError(f'{name} are cosines and must lie in [-1, 1].')
   return np.clip(array, -1.0, 1.0)
+
+
+Rule = Callable[[str, Any], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Int:
+  """An int in [low, high] (`check_int`); either bound may be None."""
+  low: int | None = None
+  high: int | None = None
+
+  def __call__(self, name: str, value: object) -> int:
+    return check_int(name, value, self.low, self.high)
+
+
+@dataclasses.dataclass(frozen=True)
+class Real:
+  """A real number in an interval (`check_real`)."""
+  low: float = -math.inf
+  high: float = math.inf
+  low_open: bool = False
+  high_open: bool = False
+  allow_infinite: bool = False
+
+  def __call__(self, name: str, value: object) -> float:
+    return check_real(name, value, self.low, self.high,
+                      low_open=self.low_open, high_open=self.high_open,
+                      allow_infinite=self.allow_infinite)
+
+
+@dataclasses.dataclass(frozen=True)
+class Probability:
+  """A real number in the open interval (0, 1) (`check_probability`)."""
+
+  def __call__(self, name: str, value: object) -> float:
+    return check_probability(name, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+  """One of `choices` (`check_choice`)."""
+  choices: tuple[str, ...]
+
+  def __call__(self, name: str, value: object) -> str:
+    return check_choice(name, value, self.choices)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+  """A 1-D float64 array of at least `min_size` finite numbers."""
+  min_size: int = 2
+
+  def __call__(self, name: str, value: object) -> np.ndarray:
+    return check_sample(name, value, self.min_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cosines:
+  """A `Sample` of cosines in [-1, 1] (`check_cosines`)."""
+
+  def __call__(self, name: str, value: object) -> np.ndarray:
+    return check_cosines(name, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Optional:
+  """None, or a value that passes `rule`."""
+  rule: Rule
+
+  def __call__(self, name: str, value: object) -> Any:
+    return None if value is None else self.rule(name, value)
+
+
+_POSITIVE = Real(0.0, low_open=True)
+_NON_NEGATIVE = Real(0.0)
+_COUNT = Int(1)
+
+# What each parameter of the project allows, by its name (see the module
+# docstring). Every name means the same thing wherever it appears.
+PARAMETERS: dict[str, Rule] = {
+    # Privacy parameters (Sections 3 and 5).
+    'delta': Probability(),
+    'alpha': Probability(),
+    'epsilon': _POSITIVE,
+    'noise_multiplier': _NON_NEGATIVE,
+    'sigma': _POSITIVE,
+    'mu': Real(),
+    'clip': _POSITIVE,
+    'sensitivity': _POSITIVE,
+    # Sizes and counts.
+    'dim': _COUNT,
+    'rounds': _COUNT,
+    'num_rounds': _COUNT,
+    'total_rounds': _COUNT,
+    'num_clients': _COUNT,
+    'num_canaries': _COUNT,
+    'num_seen': _COUNT,
+    'num_unseen': Int(0),
+    'repetitions': _COUNT,
+    'clients_per_round': _POSITIVE,
+    'examples_per_client': _COUNT,
+    'vocab_size': _COUNT,
+    'trials': _COUNT,
+    'resamples': _COUNT,
+    'bootstrap_resamples': _COUNT,
+    'chunk_size': _COUNT,
+    'rounds_per_checkpoint': _COUNT,
+    'round_index': Int(0),
+    'seed': Int(0),
+    # Optimisation.
+    'learning_rate': _NON_NEGATIVE,
+    'momentum': Real(0.0, 1.0),
+    # Canary scores.
+    'cosines': Cosines(),
+    'seen': Sample(),
+    'unseen': Sample(),
+    'sample': Sample(),
+}
+
+_Function = TypeVar('_Function', bound=Callable[..., Any])
+
+
+def _rules(names: Sequence[str], rules: dict[str, Rule]) -> dict[str, Rule]:
+  unknown = [name for name in names if name not in PARAMETERS]
+  if unknown:
+    raise KeyError(f'no rule for {unknown} in validation.PARAMETERS; pass '
+                   'one by keyword.')
+  return {**{name: PARAMETERS[name] for name in names}, **rules}
+
+
+def arguments(*names: str, **rules: Rule) -> Callable[[_Function], _Function]:
+  """Decorator: checks the named arguments of each call, then calls.
+
+  Each argument is replaced by what its rule returns (an int, a float, a
+  float64 array), so the function body sees checked, converted values.
+  Arguments left at their default are not checked.
+
+  Args:
+    *names: Parameters checked by their rule in `PARAMETERS`.
+    **rules: Parameters checked by the rule given here instead.
+
+  Returns:
+    The decorator.
+
+  Raises:
+    KeyError: if a name has no rule in `PARAMETERS`.
+    TypeError: (when decorating) if the function lacks a named parameter.
+  """
+  checks = _rules(names, rules)
+
+  def decorate(function: _Function) -> _Function:
+    signature = inspect.signature(function)
+    missing = [name for name in checks if name not in signature.parameters]
+    if missing:
+      raise TypeError(f'{function.__qualname__} has no parameters {missing}.')
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+      bound = signature.bind(*args, **kwargs)
+      for name, rule in checks.items():
+        if name in bound.arguments:
+          bound.arguments[name] = rule(name, bound.arguments[name])
+      return function(*bound.args, **bound.kwargs)
+
+    return checked  # type: ignore[return-value]
+
+  return decorate
+
+
+_Class = TypeVar('_Class', bound=type)
+
+
+def fields(*names: str, **rules: Rule) -> Callable[[_Class], _Class]:
+  """Class decorator for a (frozen) dataclass: checks the named fields.
+
+  The fields are checked and converted after `__init__`, before the class's
+  own `__post_init__` (which keeps the checks that combine fields).
+
+  Args:
+    *names: Fields checked by their rule in `PARAMETERS`.
+    **rules: Fields checked by the rule given here instead.
+
+  Returns:
+    The decorator.
+
+  Raises:
+    KeyError: if a name has no rule in `PARAMETERS`.
+  """
+  checks = _rules(names, rules)
+
+  def decorate(cls: _Class) -> _Class:
+    own = cls.__dict__.get('__post_init__')
+
+    def check(self) -> None:
+      for name, rule in checks.items():
+        object.__setattr__(self, name, rule(name, getattr(self, name)))
+
+    if own is not None:  # The dataclass's __init__ calls __post_init__.
+      def post_init(self) -> None:
+        check(self)
+        own(self)
+
+      cls.__post_init__ = functools.wraps(own)(post_init)
+    else:
+      init = cls.__init__
+
+      def checked_init(self, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        check(self)
+
+      cls.__init__ = functools.wraps(init)(checked_init)
+    return cls
+
+  return decorate

@@ -1,5 +1,8 @@
 """Tests of one_shot_epe.validation: types, bounds and messages."""
 
+import dataclasses
+import math
+
 import numpy as np
 import pytest
 
@@ -36,10 +39,12 @@ def test_out_of_range_names_the_argument_and_the_range(low, high, value,
 
 
 @pytest.mark.parametrize('kwargs, value, message', [
-    (dict(low=0.0), -0.5, r'rate must be a finite number in \[0.0, inf\]'),
-    (dict(low=0.0, low_open=True), 0.0, r'in \(0.0, inf\]; got 0.0'),
+    (dict(low=0.0), -0.5, r'rate must be a finite number >= 0.0'),
+    (dict(low=0.0, low_open=True), 0.0, r'rate must be a finite number > 0.0; got 0.0'),
     (dict(low=0.0, high=1.0), 1.5, r'in \[0.0, 1.0\]; got 1.5'),
-    (dict(high=1.0, high_open=True), 1.0, r'in \[-inf, 1.0\); got 1.0'),
+    (dict(high=1.0, high_open=True), 1.0, r'must be a finite number < 1.0; got 1.0'),
+    # An infinity is named as such, not as the end of an interval.
+    (dict(low=0.0), math.inf, r'rate must be a finite number >= 0.0; got inf'),
     (dict(), float('nan'), 'finite'),
     (dict(), float('inf'), 'finite'),
 ])
@@ -94,3 +99,53 @@ def test_samples_come_back_as_float64_and_cosines_are_clipped_onto_the_sphere():
   with pytest.raises(ValueError, match=r'seen are cosines and must lie in '
                      r'\[-1, 1\]'):
     validation.check_cosines('seen', [0.5, 1.01])
+
+
+def test_arguments_checks_and_converts_the_named_arguments_only():
+  calls = []
+
+  @validation.arguments('delta', dim=validation.Int(3))
+  def function(name, delta, dim=10):
+    calls.append((name, delta, dim))
+    return delta
+
+  assert function('a', 1 / 4, np.int64(5)) == 0.25
+  assert calls[-1] == ('a', 0.25, 5) and type(calls[-1][2]) is int
+  function(name='b', delta=0.5)  # A default is not checked.
+  with pytest.raises(ValueError, match=r'delta must be a finite number in '
+                     r'\(0.0, 1.0\); got 1.0'):
+    function('c', 1.0)
+  with pytest.raises(ValueError, match='dim must be >= 3; got 2'):
+    function('c', 0.5, dim=2)
+  assert len(calls) == 2
+  with pytest.raises(KeyError, match='no rule'):
+    validation.arguments('no_such_parameter')
+  with pytest.raises(TypeError, match='has no parameters'):
+    validation.arguments('delta')(lambda x: x)
+
+
+def test_fields_checks_a_dataclass_before_its_own_post_init():
+  seen = []
+
+  @validation.fields('delta', count=validation.Int(1))
+  @dataclasses.dataclass(frozen=True)
+  class WithPostInit:
+    delta: float
+    count: int = 1
+
+    def __post_init__(self):
+      seen.append(type(self.count))
+
+  @validation.fields('noise_multiplier')
+  @dataclasses.dataclass(frozen=True)
+  class Plain:
+    noise_multiplier: float
+
+  assert WithPostInit(0.5, np.int32(2)).count == 2 and seen == [int]
+  with pytest.raises(ValueError, match='count must be >= 1'):
+    WithPostInit(0.5, 0)
+  assert len(seen) == 1
+  assert Plain(1).noise_multiplier == 1.0
+  with pytest.raises(ValueError, match='noise_multiplier must be a finite '
+                     'number >= 0.0; got inf'):
+    Plain(math.inf)
