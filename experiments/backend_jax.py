@@ -45,13 +45,15 @@ from one_shot_epe.jax_engine import checkpoints as checkpoints_lib
 from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import training
 
-__all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'MECHANISMS', 'check_device_memory',
+__all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'MECHANISMS', 'PROGRAMS', 'check_device_memory',
            'check_supported', 'checkpoint_bytes', 'checkpoints',
            'correlated_report', 'correlated_strategy', 'decorrelation',
            'load_data', 'model', 'noise_rows', 'train', 'train_program']
 
 # The mechanisms the JAX engine runs (matrix factorization with jax-privacy).
 MECHANISMS = (mechanisms.Gaussian, mechanisms.MatrixFactorization)
+# Runs of one program share a compiled round with a run axis.
+PROGRAMS = True
 # Task -> the engine's data kind.
 KINDS = {'emnist_character': 'emnist', 'stackoverflow_word': 'stackoverflow',
          'fashion_mnist': 'emnist'}
@@ -64,10 +66,18 @@ CSV_FORMAT = run_directory.CsvFormat(sort_new_columns=False,
 
 @dataclasses.dataclass(frozen=True)
 class Data:
-  """The task's client arrays: training clients, pooled test examples."""
+  """The task's client arrays: training clients, pooled test examples.
+
+  Attributes:
+    train: The training clients.
+    test: The test examples (one pooled client).
+    data_source: Where they came from ('synthetic' or a directory).
+    num_parameters: d, the task model's trainable parameters.
+  """
   train: client_arrays.ClientArrays
   test: client_arrays.ClientArrays
   data_source: str
+  num_parameters: int
 
   @property
   def client_ids(self) -> Sequence[str]:
@@ -101,6 +111,14 @@ def check_supported(config: train_config.TrainConfig) -> None:
 
 def load_data(config: train_config.TrainConfig) -> Data:
   """The task's client arrays (synthetic, exported, or Fashion-MNIST files)."""
+  train, test, source = _arrays(config)
+  return Data(train, test, source, model(config).num_parameters())
+
+
+def _arrays(config: train_config.TrainConfig
+            ) -> tuple[client_arrays.ClientArrays, client_arrays.ClientArrays,
+                       str]:
+  """The task's training and test arrays and where they came from."""
   if config.task == 'fashion_mnist':
     return _fashion_mnist(config)
   kind = KINDS[config.task]
@@ -115,7 +133,7 @@ def load_data(config: train_config.TrainConfig) -> Data:
     test = make(max(1, config.synthetic_num_clients // 10),
                 config.synthetic_examples_per_client,
                 seed=engine.SYNTHETIC_DATA_SEED + 1)
-    return Data(train, test, 'synthetic')
+    return train, test, 'synthetic'
   directory = os.path.join(config.data_dir or '', config.task)
   try:
     train = client_arrays.ClientArrays.load(os.path.join(directory, 'train'))
@@ -126,10 +144,12 @@ def load_data(config: train_config.TrainConfig) -> Data:
         f'--data_dir with --backend=jax must hold {directory}/train and '
         f'{directory}/test written by one_shot_epe.data.client_arrays.ClientArrays'
         f'.save (or use --use_synthetic_data): {error}') from None
-  return Data(train, test, directory)
+  return train, test, directory
 
 
-def _fashion_mnist(config: train_config.TrainConfig) -> Data:
+def _fashion_mnist(
+    config: train_config.TrainConfig
+) -> tuple[client_arrays.ClientArrays, client_arrays.ClientArrays, str]:
   """Fashion-MNIST split as the TFF engine splits it (tasks.fashion_mnist)."""
   try:
     if config.use_synthetic_data:
@@ -147,7 +167,7 @@ def _fashion_mnist(config: train_config.TrainConfig) -> Data:
             else '--data_dir')
     raise train_config.ConfigError(f'{flag}: {error}') from None
   train, test = client_arrays.fashion_mnist_arrays(dataset, num_clients)
-  return Data(train, _first_examples(test, config.max_eval_examples), source)
+  return train, _first_examples(test, config.max_eval_examples), source
 
 
 def _first_examples(arrays: client_arrays.ClientArrays,

@@ -36,7 +36,7 @@ from one_shot_epe.tff_engine import checkpoints as checkpoints_lib
 from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine import training
 
-__all__ = ['CSV_FORMAT', 'MECHANISMS', 'check_supported', 'checkpoint_bytes', 'checkpoints',
+__all__ = ['CSV_FORMAT', 'MECHANISMS', 'PROGRAMS', 'check_supported', 'checkpoint_bytes', 'checkpoints',
            'correlated_report',
            'load_data', 'train']
 
@@ -44,6 +44,8 @@ __all__ = ['CSV_FORMAT', 'MECHANISMS', 'check_supported', 'checkpoint_bytes', 'c
 # aggregation factories, `tff_engine.canary_aggregator`).
 MECHANISMS = (mechanisms.Gaussian, mechanisms.DistributedDP,
               mechanisms.TreeAggregation)
+# TFF's runtime trains one run at a time.
+PROGRAMS = False
 
 # The TFF engine's per-round CSVs, as TFF's CSV release managers wrote them.
 CSV_FORMAT = run_directory.CsvFormat(sort_new_columns=True,

@@ -1,14 +1,17 @@
 """The one interface of the launcher's two training engines.
 
 `experiments.train` turns a `TrainConfig` into a `PreparedRun` (the engine's
-data and the engine-neutral `one_shot_epe.design.run_plan.RunPlan`: participation,
-canaries, DP aggregation) and hands it to the engine its --backend names:
+data and the engine-neutral `one_shot_epe.design.run_plan.RunPlan`:
+participation, canaries, DP aggregation and its mechanism) and hands it to
+the engine its --backend names:
 `--backend=tff` (`experiments.backend_tff`, TensorFlow Federated) or
 `--backend=jax` (`experiments.backend_jax`, which imports neither
 TensorFlow nor TFF). An engine trains the plan, reporting its rounds to a
 `one_shot_epe.runtime.round_record.RoundObserver`, and keeps its checkpoints in its
-`one_shot_epe.runtime.checkpoint_store.CheckpointStore`; everything else in the run
-directory is written by the launcher (`experiments.run_outputs`).
+`one_shot_epe.runtime.checkpoint_store.CheckpointStore`. The launcher writes
+config.json, the per-round CSVs, the report and the figure
+(`experiments.run_outputs`); an engine may add files of its own beside them
+(the TFF engine's TensorBoard events in tensorboard/).
 `experiments.train` imports an engine only when a run asks for it, so a JAX
 run works on a machine without TensorFlow (the accelerator machines) and a
 TFF run never loads JAX's engine.
@@ -45,6 +48,10 @@ class Data(Protocol):
     """The training clients' ids (participation samples from them)."""
 
   @property
+  def num_parameters(self) -> int:
+    """d, the task model's trainable parameters."""
+
+  @property
   def data_source(self) -> str:
     """Where the data came from ('synthetic' or a directory), for the report."""
 
@@ -69,7 +76,14 @@ class PreparedRun:
 
 
 class Backend(Protocol):
-  """What `experiments.train` asks of an engine's module."""
+  """What `experiments.train` asks of an engine's module: all of it."""
+
+  # The mechanism types (`accounting.mechanisms`) the engine runs; the
+  # launcher refuses the others, in one place (`train.prepare`).
+  MECHANISMS: tuple[type, ...]
+  # Whether the engine trains several runs as one program (`train_program`);
+  # the launcher refuses --runs_per_program > 1 otherwise (`train.run_program`).
+  PROGRAMS: bool
 
   def check_supported(self, config: train_config.TrainConfig) -> None:
     """Raises `train_config.ConfigError` for flags the engine cannot run."""
@@ -93,6 +107,13 @@ class Backend(Protocol):
   def train(self, run: PreparedRun, store: checkpoint_store.CheckpointStore,
             observer: round_record.RoundObserver) -> canary_spec.CanaryOutcome:
     """Trains (or resumes from `store`) `run`, reporting to `observer`."""
+
+  def train_program(
+      self, runs: Sequence[PreparedRun],
+      stores: Sequence[checkpoint_store.CheckpointStore],
+      observers: Sequence[round_record.RoundObserver]
+  ) -> list[canary_spec.CanaryOutcome]:
+    """Trains `runs` as one program (engines with `PROGRAMS` only)."""
 
   def correlated_report(
       self, run: PreparedRun) -> dp_fedavg.CorrelatedNoise | None:

@@ -141,8 +141,9 @@ from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.design import run_plan
 
-__all__ = ['BACKENDS', 'PreparedRun', 'REPORTED_ERRORS', 'RunResult', 'main',
-           'prepare', 'run_program', 'run_training']
+__all__ = ['BACKENDS', 'PreparedRun', 'REPORTED_ERRORS', 'RunResult',
+           'check_runs_per_program', 'main', 'prepare', 'run_program',
+           'run_training']
 
 PreparedRun = engine.PreparedRun
 RunResult = run_outputs.RunResult
@@ -341,6 +342,24 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
   return run
 
 
+def check_runs_per_program(backend_name: str, runs_per_program: int) -> None:
+  """Refuses several runs in one program on an engine that cannot.
+
+  Args:
+    backend_name: The runs' --backend.
+    runs_per_program: Runs asked to share one program.
+
+  Raises:
+    train_config.ConfigError: naming --runs_per_program, if the engine
+      trains one run at a time (`engine.Backend.PROGRAMS`).
+  """
+  if runs_per_program > 1 and not _backend(backend_name).PROGRAMS:
+    raise train_config.ConfigError(
+        f'--runs_per_program={runs_per_program} is not supported by '
+        f'--backend={backend_name}, which trains one run at a time; use '
+        '--backend=jax (runs with a run axis).')
+
+
 def run_training(config: train_config.TrainConfig) -> RunResult:
   """Trains (or resumes) the run of `config` and writes its outputs.
 
@@ -372,10 +391,11 @@ def run_program(configs: Sequence[train_config.TrainConfig]
     cannot share a program.
   """
   runs = [prepare(config) for config in configs]
+  backend = _backend(runs[0].config.backend)
+  check_runs_per_program(runs[0].config.backend, len(runs))
   train_config.check_program([run.config for run in runs])
   # Runs of one program share their data: one copy.
   runs = [dataclasses.replace(run, data=runs[0].data) for run in runs]
-  backend = _backend(runs[0].config.backend)
   if len(runs) > 1:
     backend.check_device_memory(runs[0], runs=len(runs))
   stores = [_checkpoints(backend, run.config.run_dir) for run in runs]

@@ -367,12 +367,9 @@ def check_program(configs: Sequence[TrainConfig]) -> None:
 
   Raises:
     ConfigError: naming --runs_per_program and a flag in which two runs
-      differ, or the engine, which must be --backend=jax.
+      differ.
   """
   first = configs[0]
-  if len(configs) > 1 and first.backend != 'jax':
-    raise ConfigError(f'--runs_per_program={len(configs)} needs --backend=jax '
-                      f'(runs with a run axis); got --backend={first.backend}.')
   shared = dict(program_key(first))
   for config in configs[1:]:
     for name, value in program_key(config):

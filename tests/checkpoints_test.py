@@ -124,13 +124,24 @@ def test_store_keeps_round_zero_and_the_last_two(tmp_path):
   assert store.rounds() == [] and store.latest() is None
   store.verify()  # Nothing to check; nothing created.
   assert not os.path.exists(directory)
-  for version in (0, 2, 4, 6):
-    asyncio.run(store.save({'weights': np.full(3, version, np.float32)},
-                           version))
+  # The checkpoint protocol (plain calls, rounds named round_num) for
+  # rounds 0 and 2; TFF's awaited manager for 4 and 6: the same files.
+  for round_num in (0, 2):
+    store.save({'weights': np.full(3, round_num, np.float32)},
+               round_num=round_num)
+  manager = store.program_state_manager()
+  assert isinstance(manager, tff.program.ProgramStateManager)
+  for version in (4, 6):
+    asyncio.run(manager.save({'weights': np.full(3, version, np.float32)},
+                             version))
   assert store.rounds() == [0, 4, 6] and store.latest() == 6
+  assert asyncio.run(manager.get_versions()) == [0, 4, 6]
   store.verify()
-  loaded = asyncio.run(store.load(4, {'weights': np.zeros(3, np.float32)}))
+  template = {'weights': np.zeros(3, np.float32)}
+  loaded = store.load(round_num=4, template=template)
   np.testing.assert_array_equal(loaded['weights'], [4.0, 4.0, 4.0])
+  np.testing.assert_array_equal(
+      asyncio.run(manager.load(0, template))['weights'], [0.0, 0.0, 0.0])
   os.truncate(_data_file(directory, 6), 10)
   with pytest.raises(checkpoints.CheckpointError,
                      match='program_state_6.*resume from version 4'):

@@ -175,26 +175,12 @@ def test_tracker_fed_aggregates_directly_equals_fed_states(export_run):
                                 from_states.maxima().unseen)
 
 
-def test_update_block_ignores_rows_past_num_rounds():
+def test_block_cosines_are_each_canarys_cosine_with_each_row():
   rng = np.random.default_rng(4)
   block = rng.normal(size=(4, _DIM)).astype(np.float32)
-  start = np.full([_NUM_SEEN + _NUM_UNSEEN], -np.inf, np.float32)
-  start[0] = 0.5  # A running maximum above this block's cosines survives.
-  maxima, summaries = tf.function(
-      lambda m, b, n: cosine_tracking.update_block(_SEED, _NUM_SEEN,
-                                                   _NUM_UNSEEN, 3, m, b, n))(
-                                                       tf.constant(start),
-                                                       tf.constant(block),
-                                                       tf.constant(2))
-  cosines = _cosines(block[:2])
-  want = np.maximum(start, cosines.max(axis=0))
-  np.testing.assert_allclose(maxima.numpy(), want, atol=1e-6)
-  assert maxima.numpy()[0] == 0.5
-  np.testing.assert_allclose(summaries.numpy()[:, :2], np.stack([
-      cosines[:, :_NUM_SEEN].mean(axis=1), cosines[:, :_NUM_SEEN].max(axis=1),
-      cosines[:, _NUM_SEEN:].mean(axis=1), cosines[:, _NUM_SEEN:].max(axis=1)
-  ]), atol=1e-6)
-  assert np.isnan(summaries.numpy()[:, 2:]).all()
+  got = tf.function(lambda b: cosine_tracking.block_cosines(
+      _SEED, _NUM_SEEN, _NUM_UNSEEN, 3, b))(tf.constant(block))
+  np.testing.assert_allclose(got.numpy(), _cosines(block).T, atol=1e-6)
 
 
 def test_default_chunk_fits_256_mib():

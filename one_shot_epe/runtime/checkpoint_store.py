@@ -5,10 +5,12 @@ A run's checkpoints live in its run directory's checkpoints/ folder
 training round t (0: the initial state; `round_record` numbers rounds), the
 canaries' state with the learning state. Each engine keeps them in its own
 format: TensorFlow Federated's program state (SavedModels,
-`tff_engine.checkpoints.ProgramStateCheckpoints`) or .npz files
-(`jax_engine.checkpoints.NpzCheckpoints`). The launcher sees only this
-protocol: what exists, whether the newest reads back, the leftovers of a
-killed write, and how many are kept.
+`tff_engine.checkpoints.ProgramStateCheckpoints`, which also hands TFF's
+training loops the coroutines they await) or .npz files
+(`jax_engine.checkpoints.NpzCheckpoints`). Both implement this protocol with
+the same signatures, rounds named `round_num`: the launcher sees what exists,
+whether the newest reads back, the leftovers of a killed write and how many
+are kept; an engine saves and loads.
 """
 
 from typing import Any, Protocol
@@ -48,9 +50,18 @@ class CheckpointStore(Protocol):
   def save(self, state: Any, round_num: int) -> None:
     """Saves `state` as checkpoint `round_num` (atomically: whole or absent).
 
-    The TFF engine's store is TFF's `ProgramStateManager`, whose `save` and
-    `load` are coroutines that TFF's training loop awaits.
+    Args:
+      state: The engine's state after round `round_num`.
+      round_num: Its round (0: the initial state).
     """
 
   def load(self, round_num: int, template: Any) -> Any:
-    """Checkpoint `round_num`, in the structure of `template`."""
+    """Checkpoint `round_num`, in the structure of `template`.
+
+    Args:
+      round_num: A round of `rounds()`.
+      template: A state of the structure to read.
+
+    Returns:
+      The saved state.
+    """

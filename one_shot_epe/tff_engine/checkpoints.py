@@ -121,19 +121,25 @@ def verify_latest(directory: str) -> int | None:
   return latest
 
 
-class ProgramStateCheckpoints(tff.program.ProgramStateManager):
+class ProgramStateCheckpoints:
   """The TFF engine's checkpoints: TFF program state, round 0 and the last two.
 
-  A `checkpoint_store.CheckpointStore` whose `save` and `load` are the
-  coroutines of TFF's `ProgramStateManager` (TFF's training loop awaits
-  them), delegated to a `tff.program.FileProgramStateManager` created at the
-  first of them (creating it creates the directory; checking writes
-  nothing).
+  A `checkpoint_store.CheckpointStore` (plain `save(state, round_num)` and
+  `load(round_num, template)`) kept by a `tff.program.
+  FileProgramStateManager`, created at the first save or load (creating it
+  creates the directory; checking writes nothing). TFF's training loops
+  await a `tff.program.ProgramStateManager`: `program_state_manager()` is
+  the same checkpoints as one.
   """
 
   kept = 3  # Round 0 and the last two.
 
   def __init__(self, directory: str):
+    """Keeps checkpoints in `directory`; creates nothing yet.
+
+    Args:
+      directory: The run's checkpoints/ folder.
+    """
     self.directory = directory
     self._files = None
 
@@ -165,14 +171,46 @@ class ProgramStateCheckpoints(tff.program.ProgramStateManager):
     """Deletes the `_temp` directories of interrupted saves."""
     remove_partial(self.directory)
 
+  def save(self, state: Any, round_num: int) -> None:
+    """Saves `state` as round `round_num`; keeps 0 and the last two.
+
+    Args:
+      state: The program state after round `round_num`.
+      round_num: Its round.
+    """
+    asyncio.run(self._manager().save(state, round_num))
+
+  def load(self, round_num: int, template: Any) -> Any:
+    """The state saved at round `round_num`, in the structure of `template`.
+
+    Args:
+      round_num: A saved round.
+      template: A program state of the structure to read.
+
+    Returns:
+      The saved program state.
+    """
+    return asyncio.run(self._manager().load(round_num, template))
+
+  def program_state_manager(self) -> tff.program.ProgramStateManager:
+    """These checkpoints as the manager TFF's training loops await."""
+    return _AwaitedCheckpoints(self)
+
+
+class _AwaitedCheckpoints(tff.program.ProgramStateManager):
+  """`ProgramStateCheckpoints` in TFF's coroutine API (names as TFF's)."""
+
+  def __init__(self, store: ProgramStateCheckpoints):
+    self._store = store
+
   async def get_versions(self) -> Sequence[int] | None:
-    """The saved versions (TFF's `ProgramStateManager` API)."""
-    return await self._manager().get_versions()
+    """The saved versions."""
+    return await self._store._manager().get_versions()  # pylint: disable=protected-access
 
   async def load(self, version: int, structure: Any) -> Any:
     """The state saved at round `version`, in the structure of `structure`."""
-    return await self._manager().load(version, structure)
+    return await self._store._manager().load(version, structure)  # pylint: disable=protected-access
 
   async def save(self, program_state: Any, version: int) -> None:
-    """Saves `program_state` as round `version`; keeps 0 and the last two."""
-    await self._manager().save(program_state, version)
+    """Saves `program_state` as round `version`."""
+    await self._store._manager().save(program_state, version)  # pylint: disable=protected-access

@@ -9,13 +9,15 @@ buffered aggregates at a time: each block regenerates the canaries once, in
 chunks, and takes all their inner products with the B aggregates in one matrix
 product (`canaries.cosines`). The maxima are exact; only their update lags.
 
-`CosineTracker` is the project's one tracker: it owns the buffer (in this
-process's memory, not in the TFF state, which TFF's runtime would move between
-Python and its worker every round at ~25-40 ns per byte), the block cosines,
-the maxima and the per-round summaries. The canary aggregator only exposes
+`CosineTracker` is the TFF engine's tracker: it owns the buffer of vectors
+(in this process's memory, not in the TFF state, which TFF's runtime would
+move between Python and its worker every round at ~25-40 ns per byte) and
+the block cosines (`block_cosines`), and folds each scored block into the
+framework-free `runtime.cosine_buffer.CosineBuffer`, which keeps the maxima
+and makes the per-round summaries for both engines. The canary aggregator only exposes
 each round's aggregate (`CanaryAggregatorState.aggregate`, fed with
 `observe`); other trainers feed their aggregates directly
-(`observe_aggregate`, e.g. `baselines.dpsgd`). `update_block` is the TF
+(`observe_aggregate`, e.g. `baselines.dpsgd`). `block_cosines` is the TF
 routine it runs per block (see benchmarks/canary_tracking.py for its cost).
 
 Per-round summaries: for each processed round, the mean and max cosine over
@@ -29,64 +31,34 @@ import numpy as np
 import tensorflow as tf
 
 from one_shot_epe.design import canary_spec
+from one_shot_epe.runtime import cosine_buffer
 from one_shot_epe.runtime import round_record
 from one_shot_epe.tff_engine import canaries
 
-__all__ = ['CosineMaxima', 'CosineTracker', 'TrackerState', 'split_maxima',
-           'update_block']
+__all__ = ['CosineMaxima', 'CosineTracker', 'TrackerState', 'block_cosines']
 
 
 
-class CosineMaxima(NamedTuple):
-  """Max-over-rounds cosines of Algorithm 3 (lines 15-16), float32 numpy."""
-  seen: np.ndarray
-  unseen: np.ndarray
+CosineMaxima = cosine_buffer.CosineMaxima
 
 
-def update_block(canary_seed: int, num_seen: int, num_unseen: int,
-                 chunk_size: int, cosine_maxima: tf.Tensor, block: tf.Tensor,
-                 num_rounds: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-  """Folds the first `num_rounds` rows of `block` into the running maxima.
+def block_cosines(canary_seed: int, num_seen: int, num_unseen: int,
+                  chunk_size: int, block: tf.Tensor) -> tf.Tensor:
+  """Every tracked canary's cosine with each row of `block`.
 
   Args:
     canary_seed: The canary seed.
     num_seen: k, seen canaries (ids 0..k-1).
     num_unseen: m, unseen canaries.
     chunk_size: Canaries regenerated at once.
-    cosine_maxima: float32 [k + m] running maxima (seen first).
-    block: float32 [B, d] aggregates; only the first `num_rounds` rows count.
-    num_rounds: int32 scalar, 0 <= num_rounds <= B.
+    block: float32 [B, d] vectors.
 
   Returns:
-    (new maxima [k + m], summaries [4, B]) where summaries rows are seen mean,
-    seen max, unseen mean, unseen max per block row (NaN for ignored rows).
+    float32 [k + m, B] cosines (seen canaries first).
   """
-  cosines = canaries.cosines(canary_seed,
-                             canary_spec.tracked_ids(num_seen, num_unseen),
-                             block, chunk_size)
-  valid = tf.range(tf.shape(block)[0]) < num_rounds
-  block_max = tf.reduce_max(
-      tf.where(valid[tf.newaxis, :], cosines, -np.inf), axis=1)
-  nan = tf.fill(tf.shape(valid), np.nan)
-
-  def summaries(group):
-    if group.shape[0] == 0:
-      return [nan, nan]
-    return [tf.where(valid, tf.reduce_mean(group, axis=0), nan),
-            tf.where(valid, tf.reduce_max(group, axis=0), nan)]
-
-  stacked = tf.stack(
-      summaries(cosines[:num_seen]) + summaries(cosines[num_seen:]))
-  return tf.maximum(cosine_maxima, block_max), stacked
-
-
-def split_maxima(cosine_maxima: Any, num_seen: int) -> CosineMaxima:
-  """Splits [k + m] maxima (seen first, as tracked) into seen and unseen.
-
-  The two sets are g^1_j and g^0_j of Algorithm 3, lines 15-16.
-  """
-  maxima = np.asarray(cosine_maxima, np.float32)
-  return CosineMaxima(seen=maxima[:num_seen], unseen=maxima[num_seen:])
+  return canaries.cosines(canary_seed,
+                          canary_spec.tracked_ids(num_seen, num_unseen),
+                          block, chunk_size)
 
 
 class TrackerState(NamedTuple):
@@ -107,7 +79,8 @@ class CosineTracker:
 
   Feed it the aggregator state after every round (or the round's aggregate,
   `observe_aggregate`); it buffers the round's noised aggregate in memory and
-  every B rounds processes the block with `update_block`. Usage with a
+  every B rounds scores the block (`block_cosines`) and folds it into its
+  `cosine_buffer.CosineBuffer`. Usage with a
   `tff.learning` process:
 
     tracker = CosineTracker(spec, dim)
@@ -165,14 +138,14 @@ class CosineTracker:
           updates=row[tf.newaxis])
 
     self._write = write
-    self._update = tf.function(
-        lambda maxima, num_rounds: update_block(
-            self._seed, self._num_seen, self._num_unseen, chunk_size, maxima,
-            self._buffer, num_rounds))
+    self._cosines = tf.function(
+        lambda: block_cosines(self._seed, self._num_seen, self._num_unseen,
+                              chunk_size, self._buffer))
     num_tracked = self._num_seen + self._num_unseen
     if state is None:
       self._observed = 0
-      self._maxima = np.full([num_tracked], -np.inf, np.float32)
+      self._folded = cosine_buffer.CosineBuffer(self._num_seen,
+                                                self._num_unseen)
       self._pending = 0
     else:
       pending = np.asarray(state.pending, np.float32)
@@ -187,7 +160,8 @@ class CosineTracker:
             f'with p < {self._rounds} and p <= rounds_observed; got '
             f'{maxima.shape} and {pending.shape}.')
       self._observed = int(state.rounds_observed)
-      self._maxima = maxima.copy()
+      self._folded = cosine_buffer.CosineBuffer(self._num_seen,
+                                                self._num_unseen, maxima)
       self._pending = pending.shape[0]
       for i, row in enumerate(pending):
         self._write(tf.constant(i), row)
@@ -202,18 +176,10 @@ class CosineTracker:
     """B, the number of rounds buffered between two block updates."""
     return self._rounds
 
-  def _process(self, num_rounds: int
-               ) -> tuple[np.ndarray, list[round_record.CanaryCosines]]:
+  def _pending_cosines(self) -> np.ndarray:
+    """The pending rounds' [k + m, p] cosines."""
     with tf.device(self._device):
-      maxima, block = self._update(tf.constant(self._maxima),
-                                   tf.constant(num_rounds, tf.int32))
-    first = self._observed - self._pending + 1
-    block = block.numpy()
-    summaries = [
-        round_record.CanaryCosines(first + i, *(float(v) for v in block[:, i]))
-        for i in range(num_rounds)
-    ]
-    return maxima.numpy(), summaries
+      return self._cosines().numpy()[:, :self._pending]
 
   def observe(self,
               aggregator_state: Any) -> list[round_record.CanaryCosines]:
@@ -274,16 +240,18 @@ class CosineTracker:
     """Processes the pending rounds now; returns their summaries."""
     if not self._pending:
       return []
-    self._maxima, summaries = self._process(self._pending)
+    first = self._observed - self._pending + 1
+    summaries = self._folded.fold(range(first, self._observed + 1),
+                                  self._pending_cosines())
     self._pending = 0
     return summaries
 
   def maxima(self) -> CosineMaxima:
     """Exact maxima over all observed rounds (pending rounds included)."""
-    maxima = self._maxima
+    maxima = self._folded.maxima
     if self._pending:
-      maxima, _ = self._process(self._pending)
-    return split_maxima(maxima, self._num_seen)
+      maxima = np.maximum(maxima, self._pending_cosines().max(axis=1))
+    return self._folded.split(maxima)
 
   def state(self) -> TrackerState:
     """A copy of everything needed to resume exactly (see `TrackerState`).
@@ -292,5 +260,5 @@ class CosineTracker:
     processed, so a checkpoint does not change when their block is computed.
     """
     return TrackerState(rounds_observed=self._observed,
-                        cosine_maxima=self._maxima.copy(),
+                        cosine_maxima=self._folded.maxima.copy(),
                         pending=self._buffer[:self._pending].numpy())

@@ -319,14 +319,15 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
   rounds = _RoundReleases(observer)
   if audit is None:
     aggregator = plain_aggregator(plan.dp)
-    state_manager = _ScheduledSaves(store, plan.rounds_per_checkpoint,
+    state_manager = _ScheduledSaves(store.program_state_manager(),
+                                    plan.rounds_per_checkpoint,
                                     plan.total_rounds)
   else:
     aggregator = audit.aggregator(
         _trainable_specs(task) if isinstance(
             plan.mechanism, mechanisms.TreeAggregation) else None)
     state_manager = audit.program_state_manager(
-        store, plan.rounds_per_checkpoint, final_round=plan.total_rounds,
+        store.program_state_manager(), plan.rounds_per_checkpoint, final_round=plan.total_rounds,
         release_managers=[_CosineReleases(observer)])
   # Python, numpy and TF global seeds, reset once the aggregator is built
   # (building it may draw from them) and before the model is.
