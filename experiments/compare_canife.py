@@ -61,6 +61,9 @@ paper-scale config (2 500 steps, 5 runs) takes about 4 times as long. Not stated
 paper, chosen here: 100 hidden units, learning rate 0.5, Poisson sampling of
 clients (--sampling=shuffle is the alternative), delta = 1/N.
 
+The program's parts: `canife_runs` (a setting's runs), `canife_tables`
+(their report) and this module (the flags, `run`, `main`).
+
 The flags take the launcher's names (`experiments.train`) for the same
 concepts: --clipping_norm, --num_canaries, --num_unseen_canaries,
 --canary_buffer_rounds and --all_iterates_statistic (aggregate or
@@ -78,8 +81,6 @@ if __name__ == '__main__':
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
-import dataclasses
-import json
 import math
 import os
 import time
@@ -88,24 +89,19 @@ from typing import Any
 
 from absl import app
 from absl import flags
-import numpy as np
 
-from one_shot_epe.accounting import dp_fedavg
-from one_shot_epe.runtime import atomic_io
-from one_shot_epe.runtime import command_line
-from one_shot_epe.reporting import privacy_report
+from experiments import canife_runs
+from experiments import canife_tables
 from one_shot_epe.baselines import canife
-from one_shot_epe.baselines import canife_accounting
 from one_shot_epe.baselines import canife_attack
 from one_shot_epe.baselines import dpsgd
-from one_shot_epe.data import fashion_mnist
 from one_shot_epe.baselines import feedforward
-from one_shot_epe.baselines import per_example
+from one_shot_epe.data import fashion_mnist
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import command_line
 
-__all__ = ['DEPRECATED_FLAGS', 'PAPER_ANALYTICAL_EPSILON', 'PAPER_CANIFE',
-           'PAPER_ONE_SHOT', 'RunResult', 'Setting', 'analytical_epsilons',
-           'check_sizes', 'define_flags', 'format_report', 'load_data',
-           'main', 'results_json', 'run', 'run_once', 'setting_from_flags']
+__all__ = ['DEPRECATED_FLAGS', 'check_sizes', 'define_flags', 'main', 'run',
+           'setting_from_flags']
 
 # The program's former flag names -> the launcher's (`experiments.train`)
 # names of the same concepts; a former name still works and prints one line.
@@ -121,386 +117,21 @@ _FIELD_FLAGS = {'clip': 'clipping_norm', 'num_seen': 'num_canaries',
                 'buffer_rounds': 'canary_buffer_rounds',
                 'statistic': 'all_iterates_statistic'}
 
-# Sec. 5.4 of the paper, for reference in the report.
-PAPER_ANALYTICAL_EPSILON = 34.5
-PAPER_CANIFE = (0.879, 0.124)
-PAPER_ONE_SHOT = (6.76, 1.06)
 
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-  """Everything a comparison run depends on (validated by the flags)."""
-  data: str = 'auto'
-  data_dir: str = fashion_mnist.DEFAULT_DIRECTORY
-  num_train_examples: int = -1
-  synthetic_num_train: int = 60000
-  synthetic_num_test: int = 10000
-  hidden_units: int = 100
-  training: dpsgd.TrainingConfig = dpsgd.TrainingConfig()
-  audit_every: int = 100
-  design_pool_size: int = canife.DEFAULT_DESIGN_POOL_SIZE
-  canife_config: canife.CanifeConfig = canife.CanifeConfig()
-  delta: float | None = None
-  canife_noise_delta: str = 'training'
-  num_runs: int = 3
-  seed: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class RunResult:
-  """One training run with both estimates."""
-  seed: int
-  test_accuracy: float
-  canife_epsilon: float
-  canife_capped_epsilon: float
-  canife_estimate: canife_accounting.CanifeEstimate
-  audits: list[canife.AuditResult]
-  one_shot_all: privacy_report.PrivacyReport
-  one_shot_final: privacy_report.PrivacyReport
-  canary_presentations: list[int]
-  train_seconds: float
-  canife_seconds: float
-  one_shot_seconds: float
-
-
-def load_data(setting: Setting) -> fashion_mnist.Dataset:
-  """Real Fashion-MNIST if requested/available, else the synthetic stand-in."""
-  if setting.data == 'real' or (setting.data == 'auto' and
-                                fashion_mnist.available(setting.data_dir)):
-    return fashion_mnist.load(setting.data_dir)
-  return fashion_mnist.synthetic(setting.seed, setting.synthetic_num_train,
-                                 setting.synthetic_num_test)
-
-
-def _poisson_cohorts(inputs: np.ndarray, labels: np.ndarray, rate: float):
-  """A CANIFE cohort sampler: every training client joins w.p. `rate`."""
-
-  def sample(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    chosen = np.flatnonzero(rng.random(len(inputs)) < rate)
-    return inputs[chosen], labels[chosen]
-
-  return sample
-
-
-def run_once(setting: Setting, data: fashion_mnist.Dataset,
-             auditor: canife.CanifeAuditor, run_index: int) -> RunResult:
-  """Trains once with canaries and CANIFE audits; returns both estimates."""
-  run_seed = int(np.random.SeedSequence([setting.seed, run_index])
-                 .generate_state(1)[0])
-  train_seed, pool_seed, audit_seed, bootstrap_seed = (
-      int(s) for s in np.random.SeedSequence(run_seed).generate_state(4))
-  model = auditor.model
-  train_images, train_labels = data.train_images, data.train_labels
-  if setting.num_train_examples > 0:
-    keep = np.random.default_rng(train_seed).choice(
-        len(train_images), setting.num_train_examples, replace=False)
-    train_images, train_labels = train_images[keep], train_labels[keep]
-  inputs = fashion_mnist.standardise(train_images)
-  labels = per_example.one_hot(train_labels.astype(np.int64), model.num_classes)
-  test_inputs = fashion_mnist.standardise(data.test_images)
-  test_labels = per_example.one_hot(data.test_labels.astype(np.int64),
-                                    model.num_classes)
-  pool = np.random.default_rng(pool_seed).choice(
-      len(test_inputs), setting.design_pool_size, replace=False)
-  config = dataclasses.replace(setting.training, seed=train_seed)
-  num_clients = len(inputs)
-  num_rounds = config.num_rounds(num_clients)
-  rate = config.sampling_rate(num_clients)
-  delta = setting.delta if setting.delta is not None else 1.0 / num_clients
-  rounds = canife_accounting.audit_rounds(num_rounds, setting.audit_every)
-  sample_cohort = _poisson_cohorts(inputs, labels, rate)
-  audits = []
-
-  def audit(round_index: int, params: np.ndarray) -> None:
-    audits.append(auditor.audit(
-        params, design_inputs=test_inputs[pool],
-        design_labels=test_labels[pool],
-        sample_cohort=sample_cohort, clip=config.clip,
-        noise_multiplier=config.noise_multiplier,
-        seed=audit_seed + round_index))
-
-  trained = dpsgd.train(model, inputs, labels, config, hook=audit,
-                        hook_rounds=rounds, oracle=auditor.oracle)
-  start = time.perf_counter()
-  noise_delta = (None if setting.canife_noise_delta == 'training' else
-                 setting.canife_config.delta())
-  estimate = canife_accounting.canife_epsilon(
-      [a.epsilon for a in audits], rounds, num_rounds, rate, delta,
-      noise_delta=noise_delta)
-  capped = canife_accounting.canife_epsilon(
-      [a.capped_epsilon for a in audits], rounds, num_rounds, rate, delta,
-      noise_delta=noise_delta)
-  canife_seconds = time.perf_counter() - start + sum(
-      a.design_seconds + a.attack_seconds for a in audits)
-  start = time.perf_counter()
-  report = privacy_report.all_iterates_report(trained.seen_maxima,
-                                              trained.unseen_maxima, delta,
-                                              seed=bootstrap_seed)
-  final = privacy_report.final_model_report(
-      trained.final_cosines, model.dim, delta,
-      unseen=trained.final_unseen_cosines, seed=bootstrap_seed)
-  one_shot_seconds = trained.one_shot_seconds + time.perf_counter() - start
-  accuracy = auditor.oracle.accuracy(trained.final_params, test_inputs,
-                                     test_labels)
-  return RunResult(
-      seed=run_seed, test_accuracy=accuracy, canife_epsilon=estimate.epsilon,
-      canife_capped_epsilon=capped.epsilon, canife_estimate=estimate,
-      audits=audits, one_shot_all=report, one_shot_final=final,
-      canary_presentations=np.bincount(trained.appearances).tolist(),
-      train_seconds=trained.train_seconds,
-      canife_seconds=canife_seconds, one_shot_seconds=one_shot_seconds)
-
-
-def analytical_epsilons(setting: Setting,
-                        num_clients: int) -> tuple[float, float, float]:
-  """(one release by RDP, one release exactly, all rounds by RDP) at delta.
-
-  The first is the paper's "analytical eps" (34.5 at sigma = 0.2, delta =
-  1/60 000): the RDP accountant's epsilon of one unamplified Gaussian
-  mechanism, a client seen once by an adversary who knows its round. The
-  second is the same mechanism's exact eps (Balle and Wang, equal to
-  dp_accounting's PLD; 32.5 there): RDP's conversion to (eps, delta) is
-  loose. The third is the RDP accountant's bound for T Poisson-subsampled
-  rounds at rate q, CANIFE's theoretical eps (valid for 'poisson' sampling).
-  """
-  config = setting.training
-  delta = setting.delta if setting.delta is not None else 1.0 / num_clients
-  single = canife_accounting.per_round_epsilon(config.noise_multiplier, delta)
-  exact = dp_fedavg.canary_epsilon(config.noise_multiplier, delta, 1).epsilon
-  composed = canife_accounting.cumulative_epsilon(
-      [config.noise_multiplier], [config.num_rounds(num_clients)],
-      config.sampling_rate(num_clients), delta)
-  return single, exact, composed
-
-
-def _mean_std(values: Sequence[float]) -> str:
-  """'mean ± std' (ddof = 1); infinite runs are counted and left out."""
-  values = np.asarray(values, np.float64)
-  finite = values[np.isfinite(values)]
-  infinite = values.size - finite.size
-  if finite.size == 0:
-    return f'∞ (all {values.size} runs)'
-  text = (f'{finite.mean():.3g}' if finite.size < 2 else
-          f'{finite.mean():.3g} ± {finite.std(ddof=1):.3g}')
-  if infinite:
-    text += f' (finite runs; ∞ in {infinite} of {values.size})'
-  return text
-
-
-_THREAT_MODELS = (
-    ('one_shot_all', 'all iterates (Alg. 3; seen vs unseen max-cosines)'),
-    ('one_shot_final', 'final model (Alg. 2; cosines with theta_T - theta_0 '
-     'vs the exact null)'),
-)
-_PAPER_ONE_SHOT_TEXT = f'{PAPER_ONE_SHOT[0]} ± {PAPER_ONE_SHOT[1]}'
-
-
-def _insertion_text(insertion: str) -> str:
-  """How the seen canaries were inserted, in words for the report."""
-  return {
-      'once': 'each seen canary inserted exactly once, at a uniformly random '
-              'round',
-      'poisson': 'each canary joins each round w.p. q (Poisson); some are '
-                 'never inserted',
-      'shuffle': 'each canary once per epoch (shuffled)',
-  }[insertion]
-
-
-def _one_shot_rows(results: Sequence[RunResult], field: str,
-                   title: str) -> list[str]:
-  """Summary rows of one threat model's `privacy_report.PrivacyReport`s."""
-  reports = [getattr(r, field) for r in results]
-
-  def column(name: str) -> str:
-    return _mean_std([getattr(report, name) for report in reports])
-
-  interval = [report.epsilon_est_interval for report in reports]
-  paper = (f'{_PAPER_ONE_SHOT_TEXT} (Sec. 5.4)' if field == 'one_shot_all'
-           else '—')
-  rows = [
-      f'| **one-shot, {title}**: paper\'s eps_est (Sec. 3.2, fitted '
-      f'variances) | {column("epsilon_est_fitted")} | {paper} |',
-      f'| — headline eps_est ({reports[0].epsilon_est_method}) | '
-      f'{column("epsilon_est")} | — |',
-      f'| — headline eps_est, bootstrap 95% interval [lo, hi] | '
-      f'[{_mean_std([lo for lo, _ in interval])}, '
-      f'{_mean_std([hi for _, hi in interval])}] | — |',
-      f'| — eps_gdp (mu-Gaussian DP, mu = mean shift / null std) | '
-      f'{column("epsilon_gdp")} | — |',
-      f'| — GDP mu | {column("gdp_mu")} | — |',
-      f'| — attack AUROC | {column("auroc")} | — |',
-  ]
-  for fpr in privacy_report.TPR_FPRS:
-    key = f'{fpr:g}'
-    rows.append(f'| — attack TPR at FPR {key} | '
-                f'{_mean_std([report.tpr_at_fpr[key] for report in reports])} '
-                '| — |')
-  rows += [
-      f'| — eps_lo (95% lower bound, threshold paid for) | '
-      f'{column("epsilon_lo")} | — |',
-      f'| — one-run eps (95%; Steinke et al. 2023) / f-DP (Mahloujifar et '
-      f'al. 2024) | {column("epsilon_one_run")} / '
-      f'{column("epsilon_one_run_fdp")} | — |',
-      f'| — paper\'s eps_lo (Sec. 5.1; nominal only) | '
-      f'{column("epsilon_lo_paper")} | — |',
-  ]
-  return rows
-
-
-def format_report(setting: Setting, data: fashion_mnist.Dataset,
-                  num_clients: int, results: Sequence[RunResult],
-                  total_seconds: float) -> str:
-  """The Markdown report: summary table beside the paper, per-run table, notes."""
-  config = setting.training
-  single, exact, composed = analytical_epsilons(setting, num_clients)
-  delta = setting.delta if setting.delta is not None else 1.0 / num_clients
-  num_rounds = config.num_rounds(num_clients)
-  runs = len(results)
-  audit = setting.canife_config
-  dim = feedforward.FeedForward(fashion_mnist.IMAGE_SHAPE,
-                                setting.hidden_units).dim
-
-  def mean_time(name: str) -> str:
-    return f'{np.mean([getattr(r, name) for r in results]):.1f}'
-
-  lines = [
-      f'Section 5.4: CANIFE vs one-shot on one training run ({runs} runs; '
-      f'data: {data.source}, N = {num_clients} clients; two-layer network, '
-      f'{setting.hidden_units} hidden units, d = {dim}; '
-      f'clip {config.clip:g}, noise multiplier {config.noise_multiplier:g}, '
-      f'batch {config.batch_size}, {config.epochs} epoch(s) = {num_rounds} '
-      f'rounds, {config.sampling} sampling of clients, lr '
-      f'{config.learning_rate:g}; {config.num_seen} seen / {config.num_unseen} '
-      f'unseen canaries, canary insertion {config.canary_insertion!r}: '
-      f'{_insertion_text(config.canary_insertion)}; delta = {delta:.3g})',
-      '',
-      '| quantity | this implementation (mean ± std over runs) | paper | '
-      'wall time per run (s) |',
-      '|---|---|---|---|',
-      f'| analytical eps, one unamplified Gaussian release (RDP, as the '
-      f'paper; a canary inserted once) | {single:.3g} | '
-      f'{PAPER_ANALYTICAL_EPSILON} | — |',
-      f'| — the same release, exact (Balle–Wang = dp_accounting PLD) | '
-      f'{exact:.3g} | — | — |',
-      f'| accounted eps of real clients: RDP of {num_rounds} Poisson-subsampled'
-      f' rounds at q = {config.sampling_rate(num_clients):.3g} | '
-      f'{composed:.3g} | — | — |',
-      f'| CANIFE eps_hat (Alg. 2; audit every {setting.audit_every} rounds, '
-      f'{audit.num_mock_rounds} scores, pool {setting.design_pool_size}, '
-      f'{audit.design_steps} design steps, GetNoise at the '
-      f'{setting.canife_noise_delta} delta; ∞ if an audit separates '
-      f'perfectly) | {_mean_std([r.canife_epsilon for r in results])} | '
-      f'{PAPER_CANIFE[0]} ± {PAPER_CANIFE[1]} | '
-      f'{mean_time("canife_seconds")} |',
-      f'| CANIFE eps_hat, perfect audits capped at the '
-      f'{audit.num_mock_rounds}-score bound | '
-      f'{_mean_std([r.canife_capped_epsilon for r in results])} | — | (same) |',
-  ]
-  for field, title in _THREAT_MODELS:
-    rows = _one_shot_rows(results, field, title)
-    rows[0] += f' {mean_time("one_shot_seconds")} |'
-    lines += rows[:1] + [row + ' (same) |' for row in rows[1:]]
-  lines += [
-      f'| (training itself, shared) | — | — | {mean_time("train_seconds")} |',
-      '',
-      f'Paper (Sec. 5.4): analytical {PAPER_ANALYTICAL_EPSILON}, CANIFE '
-      f'{PAPER_CANIFE[0]} ± {PAPER_CANIFE[1]}, one-shot '
-      f'{_PAPER_ONE_SHOT_TEXT} (1 000 seen and 1 000 unseen canaries: the '
-      'all-iterates estimate).',
-      '',
-      '| run | test acc. | canaries inserted 0/1/2/... times | '
-      'CANIFE eps_hat_r per audit | canary health | attack acc. | '
-      'mean abs cos (held-out) | CANIFE eps_hat (capped) | '
-      'seen max-cos mean/std | unseen max-cos mean/std | '
-      'eps_est all [95% interval] | eps_lo all | '
-      'eps_est final [95% interval] | eps_lo final |',
-      '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
-  ]
-  for i, r in enumerate(results):
-    per_round = ', '.join(f'{a.epsilon:.3g}' for a in r.audits)
-    health = ', '.join(f'{a.canary_health:.3f}' for a in r.audits)
-    accuracy = ', '.join(f'{a.attack_accuracy:.2f}' for a in r.audits)
-    cosine = ', '.join(f'{a.heldout_cosine:.2g}' for a in r.audits)
-    presentations = '/'.join(str(n) for n in r.canary_presentations)
-    every, final = r.one_shot_all, r.one_shot_final
-    lines.append(
-        f'| {i} | {r.test_accuracy:.3f} | {presentations} | {per_round} | '
-        f'{health} | {accuracy} | {cosine} | {r.canife_epsilon:.3g} '
-        f'({r.canife_capped_epsilon:.3g}) | {every.seen_mean:.4g} / '
-        f'{every.seen_std:.3g} | {every.null_mean:.4g} / '
-        f'{every.null_std:.3g} | {_with_interval(every)} | '
-        f'{every.epsilon_lo:.3g} | {_with_interval(final)} | '
-        f'{final.epsilon_lo:.3g} |')
-  lines += [
-      '',
-      f'Total wall time: {total_seconds:.1f} s. Estimates are mean ± sample '
-      'std (ddof = 1) over runs; an interval row gives the mean ± std of its '
-      'ends. Wall times are what each method adds to training: CANIFE = '
-      'mock-client updates, canary design, mock rounds and accounting; '
-      'one-shot = canary records, cosine tracking, final-model cosines and '
-      'both reports (bootstrap included).',
-  ]
-  return '\n'.join(lines) + '\n'
-
-
-def _with_interval(report: privacy_report.PrivacyReport) -> str:
-  """'eps_est [lo, hi]' of one report."""
-  low, high = report.epsilon_est_interval
-  return f'{report.epsilon_est:.3g} [{low:.3g}, {high:.3g}]'
-
-
-def results_json(setting: Setting, num_clients: int,
-                 results: Sequence[RunResult]) -> str:
-  """The setting (canary insertion included) and per-run numbers."""
-  single, exact, composed = analytical_epsilons(setting, num_clients)
-
-  def audit_dict(a: canife.AuditResult) -> dict[str, object]:
-    return {key: value for key, value in dataclasses.asdict(a).items()
-            if key not in ('scores', 'inserted')}
-
-  return json.dumps({
-      'setting': dataclasses.asdict(setting),
-      'canary_insertion': setting.training.canary_insertion,
-      'analytical_epsilon_single_release': single,
-      'analytical_epsilon_single_release_exact': exact,
-      'analytical_epsilon_poisson_rdp': composed,
-      'paper': {
-          'analytical_epsilon': PAPER_ANALYTICAL_EPSILON,
-          'canife_epsilon_mean_std': list(PAPER_CANIFE),
-          'one_shot_epsilon_mean_std': list(PAPER_ONE_SHOT),
-      },
-      'num_clients': num_clients,
-      'runs': [{
-          'seed': r.seed,
-          'test_accuracy': r.test_accuracy,
-          'canary_presentations': r.canary_presentations,
-          'canife_epsilon': r.canife_epsilon,
-          'canife_capped_epsilon': r.canife_capped_epsilon,
-          'canife_estimate': dataclasses.asdict(r.canife_estimate),
-          'audits': [audit_dict(a) for a in r.audits],
-          'one_shot_all': r.one_shot_all.to_dict(),
-          'one_shot_final': r.one_shot_final.to_dict(),
-          'train_seconds': r.train_seconds,
-          'canife_seconds': r.canife_seconds,
-          'one_shot_seconds': r.one_shot_seconds,
-      } for r in results],
-  }, indent=2, default=float) + '\n'
-
-
-def run(setting: Setting, data: fashion_mnist.Dataset) -> tuple[str, str]:
+def run(setting: canife_runs.Setting, data: fashion_mnist.Dataset) -> tuple[str, str]:
   """Runs the comparison; returns the Markdown report and the JSON details."""
   start = time.perf_counter()
   model = feedforward.FeedForward(fashion_mnist.IMAGE_SHAPE,
                                   setting.hidden_units,
                                   fashion_mnist.NUM_CLASSES)
   auditor = canife.CanifeAuditor(model, setting.canife_config)
-  results = [run_once(setting, data, auditor, i)
+  results = [canife_runs.run_once(setting, data, auditor, i)
              for i in range(setting.num_runs)]
   num_clients = (setting.num_train_examples if setting.num_train_examples > 0
                  else len(data.train_images))
-  return (format_report(setting, data, num_clients, results,
+  return (canife_tables.format_report(setting, data, num_clients, results,
                         time.perf_counter() - start),
-          results_json(setting, num_clients, results))
+          canife_tables.results_json(setting, num_clients, results))
 
 
 # ----------------------------------------------------------------------------
@@ -698,8 +329,8 @@ def _renamed_flags(values: flags.FlagValues) -> dict[str, Any]:
   return result
 
 
-def setting_from_flags(values: flags.FlagValues) -> Setting:
-  """The validated Setting; exits with status 2 naming a bad flag."""
+def setting_from_flags(values: flags.FlagValues) -> canife_runs.Setting:
+  """The validated canife_runs.Setting; exits with status 2 naming a bad flag."""
   if values.data == 'real' and not fashion_mnist.available(values.data_dir):
     _fail('data_dir', f'{values.data_dir!r} holds no Fashion-MNIST files '
           '(needed by --data=real).')
@@ -725,7 +356,7 @@ def setting_from_flags(values: flags.FlagValues) -> Setting:
   except ValueError as error:
     field = str(error).split(' ')[0]
     _fail(_FIELD_FLAGS.get(field, field), str(error))
-  return Setting(
+  return canife_runs.Setting(
       data=values.data, data_dir=values.data_dir,
       num_train_examples=values.num_train_examples,
       synthetic_num_train=values.synthetic_num_train,
@@ -737,7 +368,7 @@ def setting_from_flags(values: flags.FlagValues) -> Setting:
       seed=values.seed)
 
 
-def check_sizes(setting: Setting, data: fashion_mnist.Dataset) -> None:
+def check_sizes(setting: canife_runs.Setting, data: fashion_mnist.Dataset) -> None:
   """Exits with status 2 if a size flag does not fit the loaded data."""
   num_train, num_test = len(data.train_images), len(data.test_images)
   if setting.num_train_examples != -1 and not (
@@ -760,7 +391,7 @@ def main(argv: Sequence[str]) -> None:
     sys.stderr.write(f'FATAL unexpected positional arguments: {argv[1:]}\n')
     sys.exit(2)
   setting = setting_from_flags(flags.FLAGS)
-  data = load_data(setting)
+  data = canife_runs.load_data(setting)
   check_sizes(setting, data)
   report, details = run(setting, data)
   print(report, end='')

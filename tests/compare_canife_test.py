@@ -15,6 +15,7 @@ import dp_accounting
 import numpy as np
 import pytest
 
+from experiments import canife_runs
 from experiments import compare_canife
 from one_shot_epe.design import canary_spec
 from one_shot_epe.stats import estimation
@@ -25,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_tiny_comparison_runs_both_methods_on_one_training():
-  setting = compare_canife.Setting(
+  setting = canife_runs.Setting(
       data='synthetic', synthetic_num_train=512, synthetic_num_test=64,
       hidden_units=4,
       training=dpsgd.TrainingConfig(batch_size=64, num_seen=20, num_unseen=20,
@@ -33,7 +34,7 @@ def test_tiny_comparison_runs_both_methods_on_one_training():
       audit_every=4, design_pool_size=16,
       canife_config=canife.CanifeConfig(design_steps=10, num_mock_rounds=10),
       num_runs=2, seed=1)
-  data = compare_canife.load_data(setting)
+  data = canife_runs.load_data(setting)
   report, details = compare_canife.run(setting, data)
   print(report)
   details = json.loads(details)
@@ -61,7 +62,7 @@ def test_tiny_comparison_runs_both_methods_on_one_training():
   assert '| CANIFE eps_hat (Alg. 2;' in report
   assert '| **one-shot, all iterates' in report
   assert '| **one-shot, final model' in report
-  assert f'| {compare_canife.PAPER_ANALYTICAL_EPSILON} |' in report
+  assert f'| {canife_runs.PAPER_ANALYTICAL_EPSILON} |' in report
   _check_summary_rows(report, details)
 
 
