@@ -270,8 +270,7 @@ class CanaryAudit:
       `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`;
       under distributed DP `canary_aggregator.CanaryDistributedDPFactory(
       dp, params, spec, noise_seed)` (the noise seed seeds the rotations);
-      under tree aggregation this audit's `tree_aggregation` at dp's noise
-      multiplier and clip (the noise seed seeds the tree's noise).
+      under tree aggregation the tree's at dp's noise multiplier and clip.
 
     Raises:
       ValueError: if the audit was not built from a `dp`, or tree
@@ -285,9 +284,11 @@ class CanaryAudit:
       if record_specs is None:
         raise ValueError('aggregator() of tree aggregation needs '
                          'record_specs, the aggregated value\'s specs.')
-      return self.tree_aggregation(
+      return canary_aggregator.CanaryDPFactory.tree_aggregation(
           noise_multiplier=float(self._dp.noise_multiplier),
+          clients_per_round=self.expected_cohort,
           l2_norm_clip=float(self._dp.clip), record_specs=record_specs,
+          spec=self.spec, noise_seed=self._noise_seed,
           use_efficient=mechanism.efficient)
     if isinstance(mechanism, mechanisms.DistributedDP):
       return canary_aggregator.CanaryDistributedDPFactory(
