@@ -545,3 +545,32 @@ def canary_plan(sampler: ClientSampler, num_canaries: int, num_rounds: int,
   schedule = (sampler.canary_schedule(num_canaries, num_rounds, seed)
               if num_canaries else None)
   return schedule, clients + num_canaries * clients / sampler.num_clients
+
+
+# Above this share of a round's expected participants, canaries change the
+# training they audit noticeably (the demo's 2.5 of 42.5 move its accuracy
+# by less than a point; experiments/reproduce.py --accuracy_table).
+CANARY_SHARE_WARNING = 0.1
+
+
+def canary_share_warning(clients_per_round: float,
+                         cohort: float) -> str | None:
+  """A warning when canaries are a large share of each round's participants.
+
+  Args:
+    clients_per_round: The expected real clients per round.
+    cohort: The expected participants per round, canaries included
+      (`expected_cohort`, `canary_plan`).
+
+  Returns:
+    One line saying how many of the expected participants are canaries and
+    what to change, if more than `CANARY_SHARE_WARNING` of them are; else
+    None.
+  """
+  canaries = cohort - clients_per_round
+  if canaries <= CANARY_SHARE_WARNING * cohort:
+    return None
+  return (f'{canaries:.3g} of the {cohort:.3g} expected participants per '
+          f'round ({canaries / cohort:.0%}) are canaries, which changes the '
+          'training they audit: use fewer canaries, more rounds or more '
+          'clients per round.')

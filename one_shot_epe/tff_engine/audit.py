@@ -38,6 +38,7 @@ Example (examples/canaries_in_fedavg.py runs it whole on a tiny model):
   print(canary_audit.report().to_markdown())
 """
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -182,6 +183,10 @@ class CanaryAudit:
         raise TypeError('mechanism goes with spec and dp; otherwise the '
                         'factory method called chooses it.')
       spec, expected_cohort = _plan(**plan)
+      share = participation_lib.canary_share_warning(clients_per_round,
+                                                     expected_cohort)
+      if share is not None:
+        warnings.warn(share, stacklevel=2)
     else:
       if given:
         raise TypeError(f'CanaryAudit takes spec and dp or the arguments of '
@@ -371,10 +376,8 @@ class CanaryAudit:
   ) -> canary_aggregator.CanaryDPFactory:
     """DP-FTRL's tree aggregation (TFF's `tree_aggregation`), canaries in.
 
-    One tree over every round, never restarted. `report()` then takes its
-    references from the tree (`mechanisms.TreeAggregation`): the canary's
-    analytical eps over every node it shifts, the final model's noised
-    prefix sum and a real client's eps from dp_accounting's tree event.
+    One tree over every round, never restarted; `report()` then takes the
+    tree's references (`mechanisms.TreeAggregation`).
 
     Args:
       noise_multiplier: Noise std per tree node over `l2_norm_clip`, >= 0.
@@ -481,21 +484,18 @@ class CanaryAudit:
   ) -> tff.program.ProgramStateManager:
     """A program state manager that observes every state a TFF loop saves.
 
-    Give it to `tff.simulation.run_training_process` (with the default
-    rounds_per_saving_program_state=1, so that every round is observed) or
-    to `tff.learning.programs.train_model`.
+    For `tff.simulation.run_training_process` (with the default
+    rounds_per_saving_program_state=1) or `tff.learning.programs.train_model`.
 
     Args:
       inner: A manager (e.g. `tff.program.FileProgramStateManager`) that
         round 0, every `rounds_per_checkpoint`-th round and `final_round` are
-        saved to, together with the audit's state (its buffered rounds
-        processed first, so a checkpoint holds no buffer); a rerun resumes
-        both. None saves nothing.
+        saved to with the audit's state; a rerun resumes both. None saves
+        nothing.
       rounds_per_checkpoint: Rounds between two saves to `inner`, >= 1.
       final_round: A round always saved, if given.
-      release_managers: Each round's cosine summaries (seen/unseen mean and
-        max; key: the 1-based round) are released to them as they are
-        computed.
+      release_managers: Receive each round's cosine summaries (seen/unseen
+        mean and max; key: the 1-based round).
 
     Returns:
       The manager (`audit_state_manager.AuditingStateManager`).
