@@ -530,11 +530,11 @@ def test_canary_plan_cohort_counts_canaries_as_clients(sampler):
 
 def test_canaries_as_a_large_share_of_each_round_are_warned_about():
   # 1,000 canaries over 10 rounds beside 100 clients: half of each round.
-  cohort = participation.expected_cohort(100, 1000, 1, 10)
+  cohort = pt.expected_cohort(100, 1000, 1, 10)
   assert cohort == 200
-  line = participation.canary_share_warning(100, cohort)
+  line = pt.canary_share_warning(100, cohort)
   assert line.startswith('100 of the 200 expected participants per round '
                          '(50%) are canaries')
   # The demo's 50 canaries over 20 rounds beside 40 clients: 6%.
-  demo = participation.expected_cohort(40, 50, 1, 20)
-  assert participation.canary_share_warning(40, demo) is None
+  demo = pt.expected_cohort(40, 50, 1, 20)
+  assert pt.canary_share_warning(40, demo) is None
