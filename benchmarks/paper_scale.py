@@ -36,14 +36,14 @@ paper's rate of canaries per round):
   packing); `vmap_lanes`, `vmap_lane_batches`: the lanes and their length
   in batches (local steps run one after the other).
 * h2d_bytes_per_round: what the engine sends to the device per round
-  (`training.RunStats`' bytes per real example of the run, times a full
+  (`run_stats.RunStats`' bytes per real example of the run, times a full
   round's expected examples), and what a full 'vmap'
   round needs either way: h2d_bytes_per_round_host_fed (the packed batches'
   inputs, labels and masks) and h2d_bytes_per_round_resident (training data
   resident on the device: one int32 example index per processed position).
 * flops_per_round, bytes_accessed_per_round: XLA's cost analysis of the
-  compiled round (`fedavg.RoundEngine.round_cost`, 'loop' computations: one
-  local step per real batch), scaled by batches to a full round; `*_vmap`:
+  compiled round (`round_engine.RoundEngine.round_cost`, 'loop' computations:
+  one local step per real batch), scaled by batches to a full round; `*_vmap`:
   times the packed over the real batches.
 * dispatch_overhead_s: the host's overhead per round, defined as the seconds
   of a round with trivial work: the same engine, batches, masks, clients and
@@ -227,7 +227,7 @@ def trivial_round_seconds(run: round_timing.JaxRun,
   import jax
   import jax.numpy as jnp
   from one_shot_epe.jax_engine import data
-  from one_shot_epe.jax_engine import fedavg
+  from one_shot_epe.jax_engine import round_engine
   from one_shot_epe.jax_engine import training
   # pylint: enable=g-import-not-at-top
 
@@ -237,7 +237,7 @@ def trivial_round_seconds(run: round_timing.JaxRun,
         jnp.sum(mask), 1.0)
 
   plan, batches = run.prepared.plan, run.batches
-  engine = fedavg.RoundEngine(
+  engine = round_engine.RoundEngine(
       loss, training.optimizer(plan.client_optimizer),
       training.optimizer(plan.server_optimizer), plan.dp,
       canary_clip=plan.spec.canary_clip, local_training=local_training)
