@@ -117,13 +117,16 @@ def jax_child(module: str, argv: Sequence[str], python: str | None = None,
   """Runs `python -m module *argv` in the JAX environment; its last JSON line.
 
   `python`: the interpreter (default: .venv-jax's if present, else this
-  one); `env`: variables added to this process's environment.
+  one); `env`: variables added to this process's environment (PYTHONPATH:
+  the repository before this process's own).
   """
   python = python or (JAX_VENV_PYTHON if os.path.exists(JAX_VENV_PYTHON)
                       else sys.executable)
   completed = subprocess.run(
       [python, '-m', module, *argv], cwd=REPO, capture_output=True, text=True,
-      check=False, env=dict(os.environ, PYTHONPATH=REPO, **(env or {})))
+      check=False, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+          p for p in (REPO, os.environ.get('PYTHONPATH')) if p),
+                            **(env or {})))
   if completed.returncode:
     raise RuntimeError('the JAX engine failed:\n' + completed.stderr[-2000:])
   return json.loads(completed.stdout.strip().splitlines()[-1])

@@ -293,13 +293,20 @@ class _RunLoop:
         max_batches=bucket if engine.local_training == 'vmap' else None)
 
   def round_counts(self, train_data: client_arrays.ClientArrays
-                   ) -> list[np.ndarray]:
-    """Every round's clients' local batches (`data.slot_batch_counts`)."""
+                   ) -> tuple[list[np.ndarray], list[float]]:
+    """Every round's clients' local batches, and its examples in batches.
+
+    The batches as `data.slot_batch_counts` counts them; the examples over
+    the batch size are the round's real work (`packing.run_lanes`).
+    """
     plan = self.plan
-    batches = np.maximum(
-        -(-_examples_used(plan, train_data) // plan.batch_size), 1)
-    return [batches[np.asarray(plan.sampler.indices(t), np.int64)]
-            for t in range(plan.total_rounds)]
+    examples = _examples_used(plan, train_data)
+    batches = np.maximum(-(-examples // plan.batch_size), 1)
+    rounds = [np.asarray(plan.sampler.indices(t), np.int64)
+              for t in range(plan.total_rounds)]
+    return ([batches[clients] for clients in rounds],
+            [max(float(examples[clients].sum()), 1.0) / plan.batch_size
+             for clients in rounds])
 
   def inputs(self, t: int, canary_slots: int
              ) -> tuple[jax.Array, np.ndarray, jax.Array, jax.Array | None]:
@@ -451,9 +458,10 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
   loops = [_RunLoop(run, engine, model, train_data) for run in runs]
   if engine.local_training == 'vmap':
     # One layout for every round of every run: one compile.
+    counts, real = zip(*[loop.round_counts(train_data) for loop in loops])
     engine.fix_layout(*packing.run_lanes(
-        [counts for loop in loops for counts in loop.round_counts(train_data)],
-        lane_multiple=engine.num_devices))
+        [c for run in counts for c in run], lane_multiple=engine.num_devices,
+        real_batches=[r for run in real for r in run]))
   total_rounds = runs[0].plan.total_rounds
   first = min(loop.resumed_from for loop in loops)
   canary_slots = max(loop.canary_slots for loop in loops)
