@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup data demo test test-jax test-install bench table2 table2-quick canife clean bazel-build bazel-test
+.PHONY: setup data demo test test-jax test-install device-wheels device-check device-check-cpu bench table2 table2-quick canife clean bazel-build bazel-test
 
 # The demo: DP-FedAvg with canaries on real images, Fashion-MNIST split into
 # non-IID clients (configs/demo_fashion_mnist.cfg), at the three noise
@@ -115,6 +115,40 @@ test-install:
 	$(PYTHON) scripts/test_install.py --jax=$(JAX_PYTHON),requirements-jax.txt \
 	  --jax=$(INSTALL_PYTHON313) --core=$(PYTHON)
 
+# A lent accelerator machine (Python 3.12, jax with CUDA, no TensorFlow, no
+# network; docs/accelerators.md): `make device-wheels` here downloads the
+# wheels of what the JAX path needs beyond its image (requirements-device.txt,
+# at most 20 MiB) into $(DEVICE_WHEELS)/, which travels with the working tree;
+# `make device-check OUT=<dir>` there installs them offline into a temporary
+# site directory and runs the engine's tests, a 3-round run compared with the
+# CPU, benchmarks.paper_scale and a 4-run program, within 8 minutes
+# (scripts/device_check.py). `make device-check-cpu` rehearses it here at toy
+# sizes in a fresh environment of exactly the image's packages
+# (requirements-device-image.txt, scripts/device_env.py; kept in
+# $(DEVICE_ENV) between runs).
+DEVICE_WHEELS ?= device_wheels
+DEVICE_PYTHON ?= python3
+DEVICE_ENV ?= .venv-device
+OUT ?= output/device_check
+DEVICE_WHEELS_MAX_KIB := 20480
+
+device-wheels:
+	@test -n "$(JAX_PYTHON)" || { echo 'make device-wheels needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }
+	rm -rf $(DEVICE_WHEELS) && mkdir -p $(DEVICE_WHEELS)
+	$(JAX_PYTHON) -m pip download --quiet --disable-pip-version-check \
+	  --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d $(DEVICE_WHEELS) -r requirements-device.txt
+	@size=$$(du -sk $(DEVICE_WHEELS) | cut -f1); echo "$(DEVICE_WHEELS): $$size KiB"; \
+	  test $$size -le $(DEVICE_WHEELS_MAX_KIB) || { echo "$(DEVICE_WHEELS) is over 20 MiB" >&2; exit 1; }
+
+device-check:
+	$(DEVICE_PYTHON) scripts/device_check.py --out=$(OUT) --wheels=$(DEVICE_WHEELS)
+
+device-check-cpu: device-wheels
+	$(JAX_PYTHON) scripts/device_env.py --venv=$(DEVICE_ENV) --out=$(OUT)-cpu \
+	  --wheels=$(DEVICE_WHEELS)
+
 bench: $(STAMP)
 	$(PY) -m benchmarks.table2
 	$(PY) -m benchmarks.canary_tracking
@@ -138,4 +172,4 @@ bazel-test: $(STAMP) bazel-build
 	$(BAZEL) test //tests:fast
 
 clean:
-	rm -rf $(VENV) $(JAX_VENV) .pytest_cache output
+	rm -rf $(VENV) $(JAX_VENV) $(DEVICE_ENV) $(DEVICE_WHEELS) .pytest_cache output

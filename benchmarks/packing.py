@@ -11,8 +11,10 @@ per-client example cap: the paper, Sec. 5.1-5.2, states none), and cohorts of
 * packed: `packing.lane_layout` (first-fit-decreasing lanes, bound 1.15),
   a fresh layout per round;
 * run: the seeds' rounds as the rounds of one run, compiled once: the run's
-  lane count (`packing.run_lanes`), each round's lanes only as long as it
-  needs (`packing.lane_capacity`), as the JAX engine runs them;
+  lane count (`packing.run_lanes`, bounded on processed / real examples),
+  each round's lanes only as long as it needs (`packing.lane_capacity`), as
+  the JAX engine runs them; 'run ex.' is its processed over real examples
+  (what `run_stats.RunStats` reports, partial last batches included);
 
 the mean over seeds, the packed lane count and length, and packed / per-slot.
 Real batches are the batches each client needs (at full batch size).
@@ -89,12 +91,15 @@ def run_layouts(kind: str, cohort: int, mean: int, seeds: Sequence[int],
                 max_examples: int | None = None) -> list[CohortLayout]:
   """The seeds' rounds (`cohort_counts`) laid out as one run's rounds.
 
-  One lane count for all (`packing.run_lanes`), each round's lanes as long
-  as its clients need at that count (`packing.lane_capacity`).
+  One lane count for all (`packing.run_lanes`, its bound on processed over
+  real examples), each round's lanes as long as its clients need at that
+  count (`packing.lane_capacity`).
   """
   drawn = [cohort_counts(kind, cohort, mean, seed, batch_size, max_examples)
            for seed in seeds]
-  lanes, _ = packing.run_lanes([counts for _, counts in drawn])
+  lanes, _ = packing.run_lanes(
+      [counts for _, counts in drawn],
+      real_batches=[sizes.sum() / batch_size for sizes, _ in drawn])
   return [CohortLayout(examples=int(sizes.sum()), batches=int(counts.sum()),
                        per_slot_batches=int(cohort * counts.max()),
                        lanes=lanes,
@@ -107,7 +112,7 @@ def main(argv: list[str]) -> None:
   seeds = int(argv[1]) if len(argv) > 1 else 10
   print(f'{"kind":<14}{"cohort":>7}{"per-slot":>10}{"packed":>8}'
         f'{"lanes":>7}{"length":>8}{"packed/per-slot":>17}{"run":>7}'
-        f'{"run lanes":>11}')
+        f'{"run ex.":>9}{"run lanes":>11}')
   for kind, mean in _MEAN_EXAMPLES.items():
     for cohort in _COHORTS:
       layouts = [cohort_layout(kind, cohort, mean, seed)
@@ -119,9 +124,11 @@ def main(argv: list[str]) -> None:
       run = run_layouts(kind, cohort, mean, range(seeds))
       run_ratio = (sum(l.packed_batches for l in run) /
                    sum(l.batches for l in run))
+      run_examples = (sum(l.packed_batches for l in run) * _BATCH_SIZE /
+                      sum(l.examples for l in run))
       print(f'{kind:<14}{cohort:>7}{slot:>10.2f}{packed:>8.3f}'
             f'{lanes:>7.1f}{length:>8.1f}{packed / slot:>17.3f}'
-            f'{run_ratio:>7.3f}{run[0].lanes:>11}')
+            f'{run_ratio:>7.3f}{run_examples:>9.3f}{run[0].lanes:>11}')
 
 
 if __name__ == '__main__':

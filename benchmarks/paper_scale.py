@@ -28,7 +28,8 @@ paper's rate of canaries per round):
   the mean over --seeds draws of the full cohort). EMNIST is measured at its
   full cohort and scaled the same way (a factor near 1).
 * padding_ratio_loop, padding_ratio_vmap (padding_ratio_per_slot): processed
-  over real examples of a full cohort, mean over --seeds draws: 'loop' runs
+  over real examples of --seeds draws of a full cohort (their sums, as a
+  run's `run_stats.RunStats` counts them): 'loop' runs
   each client's own batches (partial last batches padded), 'vmap' the packed
   lanes of `jax_engine/packing.py`, the draws laid out as the rounds of one
   run (`benchmarks.packing.run_layouts`: one lane count, each round's lanes
@@ -36,14 +37,14 @@ paper's rate of canaries per round):
   packing); `vmap_lanes`, `vmap_lane_batches`: the lanes and their length
   in batches (local steps run one after the other).
 * h2d_bytes_per_round: what the engine sends to the device per round
-  (`training.RunStats`' bytes per real example of the run, times a full
+  (`run_stats.RunStats`' bytes per real example of the run, times a full
   round's expected examples), and what a full 'vmap'
   round needs either way: h2d_bytes_per_round_host_fed (the packed batches'
   inputs, labels and masks) and h2d_bytes_per_round_resident (training data
   resident on the device: one int32 example index per processed position).
 * flops_per_round, bytes_accessed_per_round: XLA's cost analysis of the
-  compiled round (`fedavg.RoundEngine.round_cost`, 'loop' computations: one
-  local step per real batch), scaled by batches to a full round; `*_vmap`:
+  compiled round (`round_engine.RoundEngine.round_cost`, 'loop' computations:
+  one local step per real batch), scaled by batches to a full round; `*_vmap`:
   times the packed over the real batches.
 * dispatch_overhead_s: the host's overhead per round, defined as the seconds
   of a round with trivial work: the same engine, batches, masks, clients and
@@ -53,6 +54,8 @@ paper's rate of canaries per round):
   CPU: one dispatch per local step), scaled by batches to a full round.
   dispatch_overhead_vmap_s: the same for 'vmap' (the accelerators' strategy:
   one dispatch, a scan of vmap_lane_batches steps), scaled by lane length.
+* peak_device_bytes: XLA's peak bytes in use on the measuring device over
+  the child's measurements (null on a CPU).
 * predicted_h100_round_s: a roofline of the full 'vmap' round on one H100 SXM
   (NVIDIA's datasheet: 494 TFLOP/s dense TF32, XLA's float32 matmul precision
   there; 3.35 TB/s HBM3; 64 GB/s host to device over PCIe Gen5 x16), at
@@ -62,8 +65,10 @@ paper's rate of canaries per round):
   lower bound for a GPU, whose every sequential local step also launches
   kernels; roofline_h100_round_s is the same at 100% of the peaks without
   dispatch (roofline_h100_fp32_round_s: at the plain FP32 rate, 67 TFLOP/s,
-  if float32 matmuls kept full precision). With --accelerator=gpu the round is measured on the device
-  (round_s_gpu_jax) and round_s_cpu_tff is null (no TensorFlow there).
+  if float32 matmuls kept full precision). With --accelerator=gpu the round
+  is measured on the device (round_s_gpu_jax; round_s_gpu_jax_measured
+  unscaled) and round_s_cpu_tff is null (no TensorFlow there; --notff
+  leaves it out on a CPU too).
 * predicted_table_hours_{cpu_jax,cpu_tff,cpu,1xh100}: runs x (rounds x round
   + start-up) / 3600, start-up being the compiling round's extra seconds
   (startup_s_*; data loading, evaluation, checkpoints and the canaries'
@@ -74,7 +79,10 @@ paper's rate of canaries per round):
 
   python -m benchmarks.paper_scale [--tasks=emnist,stackoverflow,table5]
       [--accelerator=cpu|gpu] [--stackoverflow_clients=24] [--seeds=10]
-      [--json=PATH]
+      [--max_measured_clients=N] [--notff] [--json=PATH]
+
+Without TFF (--accelerator=gpu or --notff) the JAX child runs in this
+interpreter; else in .venv-jax if present.
 """
 
 import dataclasses
@@ -146,6 +154,12 @@ _ACCELERATOR = flags.DEFINE_enum(
 _SO_CLIENTS = flags.DEFINE_integer(
     'stackoverflow_clients', 24, 'Clients of the measured StackOverflow '
     'round (scaled by examples to the paper\'s 167).', lower_bound=1)
+_MAX_CLIENTS = flags.DEFINE_integer(
+    'max_measured_clients', None, 'At most this many clients in any '
+    'measured round (scaled by examples to the full cohort; a quick run).',
+    lower_bound=1)
+_TFF = flags.DEFINE_bool('tff', True, 'With --accelerator=cpu, also time the '
+                         'TFF engine (this interpreter needs TensorFlow).')
 _SEEDS = flags.DEFINE_integer('seeds', 10, 'Draws of the full cohort\'s '
                               'client sizes the expectations average.',
                               lower_bound=1)
@@ -210,7 +224,9 @@ def measured_clients(kind: str) -> int:
   """Clients of the measured round: the paper's, or the reduced cohort."""
   cohort = int(config_flags(f'{round_timing.REPO}/{_CONFIGS[kind]}')[
       'clients_per_round'])
-  return min(cohort, _SO_CLIENTS.value) if kind == 'stackoverflow' else cohort
+  if kind == 'stackoverflow':
+    cohort = min(cohort, _SO_CLIENTS.value)
+  return min(cohort, _MAX_CLIENTS.value or cohort)
 
 
 def trivial_round_seconds(run: round_timing.JaxRun,
@@ -227,7 +243,7 @@ def trivial_round_seconds(run: round_timing.JaxRun,
   import jax
   import jax.numpy as jnp
   from one_shot_epe.jax_engine import data
-  from one_shot_epe.jax_engine import fedavg
+  from one_shot_epe.jax_engine import round_engine
   from one_shot_epe.jax_engine import training
   # pylint: enable=g-import-not-at-top
 
@@ -237,7 +253,7 @@ def trivial_round_seconds(run: round_timing.JaxRun,
         jnp.sum(mask), 1.0)
 
   plan, batches = run.prepared.plan, run.batches
-  engine = fedavg.RoundEngine(
+  engine = round_engine.RoundEngine(
       loss, training.optimizer(plan.client_optimizer),
       training.optimizer(plan.server_optimizer), plan.dp,
       canary_clip=plan.spec.canary_clip, local_training=local_training)
@@ -296,6 +312,8 @@ def jax_figures(run: round_timing.JaxRun) -> dict[str, Any]:
     seconds, steps = trivial_round_seconds(run, strategy)
     figures[f'trivial_{strategy}_s'] = seconds
     figures[f'trivial_{strategy}_steps'] = steps
+  figures['peak_device_bytes'] = (jax.local_devices()[0].memory_stats() or
+                                  {}).get('peak_bytes_in_use')
   return figures
 
 
@@ -310,6 +328,7 @@ def cohort_expectations(kind: str) -> dict[str, float]:
   def mean(values):
     return float(np.mean(list(values)))
 
+  examples = sum(l.examples for l in layouts)
   return {
       'clients': cohort,
       'examples': mean(l.examples for l in layouts),
@@ -317,12 +336,12 @@ def cohort_expectations(kind: str) -> dict[str, float]:
       'packed_batches': mean(l.packed_batches for l in layouts),
       'lanes': mean(l.lanes for l in layouts),
       'lane_batches': mean(l.lane_batches for l in layouts),
-      'padding_ratio_loop': mean(l.batches * BATCH_SIZE / l.examples
-                                 for l in layouts),
-      'padding_ratio_vmap': mean(l.packed_batches * BATCH_SIZE / l.examples
-                                 for l in layouts),
-      'padding_ratio_per_slot': mean(
-          l.per_slot_batches * BATCH_SIZE / l.examples for l in layouts),
+      'padding_ratio_loop': sum(l.batches for l in layouts) * BATCH_SIZE /
+                            examples,
+      'padding_ratio_vmap': sum(l.packed_batches for l in layouts) *
+                            BATCH_SIZE / examples,
+      'padding_ratio_per_slot': sum(l.per_slot_batches for l in layouts) *
+                                BATCH_SIZE / examples,
   }
 
 
@@ -404,8 +423,10 @@ def task_figures(task: str, child: dict[str, Any],
       max(compute, memory) / ACHIEVABLE_FRACTION +
       figures['h2d_bytes_per_round_host_fed'] /
       round_timing.H100_PCIE_BYTES_PER_S + figures['dispatch_overhead_vmap_s'])
+  figures['peak_device_bytes'] = child.get('peak_device_bytes')
   if on_gpu:
     figures['round_s_gpu_jax'] = round_jax
+    figures['round_s_gpu_jax_measured'] = child['round_s']
   if tff_seconds is not None:
     figures['round_s_cpu_tff_measured'] = tff_seconds[1]
     figures['round_s_cpu_tff'] = tff_seconds[1] * by_examples
@@ -435,7 +456,7 @@ def main(argv: Sequence[str]) -> None:
   """Measures each task's round, prints (and writes) the figures.
 
   Runs the JAX child once per kind (StackOverflow's serves Tables 3 and 5)
-  and, with --accelerator=cpu, the TFF engine on the same flags.
+  and, with --accelerator=cpu and --tff, the TFF engine on the same flags.
   """
   del argv
   if _CHILD.value:
@@ -446,13 +467,15 @@ def main(argv: Sequence[str]) -> None:
       raise app.UsageError(f'--tasks: each must be one of {list(_KINDS)}; '
                            f'got {task!r}.', exitcode=2)
   children, tff = {}, {}
+  with_tff = _ACCELERATOR.value == 'cpu' and _TFF.value
   for kind in dict.fromkeys(_KINDS[task] for task in _TASKS.value):
     argv = [arg for arg in sys.argv[1:] if not arg.startswith(
         ('--json', '--child', '--tasks'))]
     env = {'JAX_PLATFORMS': 'cpu'} if _ACCELERATOR.value == 'cpu' else {}
     children[kind] = round_timing.jax_child(
-        'benchmarks.paper_scale', [f'--child={kind}', *argv], env=env)
-    if _ACCELERATOR.value == 'cpu':
+        'benchmarks.paper_scale', [f'--child={kind}', *argv],
+        python=None if with_tff else sys.executable, env=env)
+    if with_tff:
       tff[kind] = round_timing.time_tff(launcher_run(kind,
                                                      measured_clients(kind)))
   results = {task: task_figures(task, children[_KINDS[task]],

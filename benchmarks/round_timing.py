@@ -15,7 +15,7 @@ scoring, amortised over blocks of rounds, is left out on both engines). Here:
   environment (`.venv-jax` if present: the accelerator machines' jax) and
   returns the JSON it prints;
 * `run_jax`: in that child, one run of the launcher's JAX engine, with its
-  `training.RunStats` and XLA's cost analysis of a round;
+  `run_stats.RunStats` and XLA's cost analysis of a round;
 * `print_figures`, `write_json`: how both print and write their figures;
 * the H100 SXM figures the roofline predictions use.
 """
@@ -117,13 +117,16 @@ def jax_child(module: str, argv: Sequence[str], python: str | None = None,
   """Runs `python -m module *argv` in the JAX environment; its last JSON line.
 
   `python`: the interpreter (default: .venv-jax's if present, else this
-  one); `env`: variables added to this process's environment.
+  one); `env`: variables added to this process's environment (PYTHONPATH:
+  the repository before this process's own).
   """
   python = python or (JAX_VENV_PYTHON if os.path.exists(JAX_VENV_PYTHON)
                       else sys.executable)
   completed = subprocess.run(
       [python, '-m', module, *argv], cwd=REPO, capture_output=True, text=True,
-      check=False, env=dict(os.environ, PYTHONPATH=REPO, **(env or {})))
+      check=False, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+          p for p in (REPO, os.environ.get('PYTHONPATH')) if p),
+                            **(env or {})))
   if completed.returncode:
     raise RuntimeError('the JAX engine failed:\n' + completed.stderr[-2000:])
   return json.loads(completed.stdout.strip().splitlines()[-1])
@@ -135,9 +138,9 @@ class JaxRun:
 
   Attributes:
     seconds: every round's seconds (the first compiles).
-    stats: the run's `training.RunStats`.
+    stats: the run's `run_stats.RunStats`.
     cost: XLA's cost analysis of round `cost_round` ('flops', 'bytes
-      accessed'; `fedavg.RoundEngine.round_cost`).
+      accessed'; `round_engine.RoundEngine.round_cost`).
     cost_examples: the real examples of that round.
     batches: that round's `data.RoundBatches` (as 'loop' takes them).
     prepared: the launcher's `train.PreparedRun` (plan, data, config).
@@ -164,6 +167,7 @@ def run_jax(run: LauncherRun, cost_round: int = 1) -> JaxRun:
   from one_shot_epe.runtime import round_record
   from one_shot_epe.runtime import run_directory
   from one_shot_epe.jax_engine import data
+  from one_shot_epe.jax_engine import run_stats
   from one_shot_epe.jax_engine import training
   # pylint: enable=g-import-not-at-top
 
@@ -184,13 +188,13 @@ def run_jax(run: LauncherRun, cost_round: int = 1) -> JaxRun:
     train_config.define_flags(values)
     values(['train', '--backend=jax', *run.flags(root)])
     prepared = train.prepare(train_config.config_from_flags(values))
-    stats = training.RunStats()
+    stats = run_stats.RunStats()
     rounds = RoundSeconds()
     backend_jax.train(prepared, backend_jax.checkpoints(os.path.join(
         prepared.config.run_dir, run_directory.CHECKPOINT_DIR)), rounds, stats)
   plan = prepared.plan
   model = backend_jax.model(prepared.config)
-  engine = training.round_engine(plan, model, 'loop')
+  engine = training.make_round_engine(plan, model, 'loop')
   state = engine.init_state(model.init(jax.random.PRNGKey(0)))
   batches = data.client_batches(
       prepared.data.train, plan.sampler.indices(cost_round),

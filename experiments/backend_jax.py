@@ -42,7 +42,9 @@ from one_shot_epe.data import fashion_mnist
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.jax_engine import checkpoints as checkpoints_lib
+from one_shot_epe.jax_engine import memory
 from one_shot_epe.jax_engine import models
+from one_shot_epe.jax_engine import run_stats
 from one_shot_epe.jax_engine import training
 
 __all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'MECHANISMS', 'PROGRAMS', 'check_device_memory',
@@ -194,17 +196,17 @@ def model(
 def check_device_memory(run: engine.PreparedRun, runs: int = 1) -> None:
   """Refuses a run whose estimate exceeds a local device's memory.
 
-  The estimate is `training.device_memory`, for a program of `runs` runs
+  The estimate is `memory.device_memory`, for a program of `runs` runs
   like `run` (the data once, the state and lanes of every run); the memory
-  XLA's limit, or the free host RAM on a CPU (`training.device_memory_limit`;
+  XLA's limit, or the free host RAM on a CPU (`memory.device_memory_limit`;
   unknown: no check).
   """
-  limit = training.device_memory_limit()
+  limit = memory.device_memory_limit()
   if limit is None:
     return
   config = run.config
-  need = training.device_memory(run.plan, model(config), run.data.train,
-                                resident_data=config.resident_data, runs=runs)
+  need = memory.device_memory(run.plan, model(config), run.data.train,
+                              resident_data=config.resident_data, runs=runs)
   if need.total_bytes <= limit:
     return
   gb = lambda count: f'{count / 1e9:.3g} GB'  # pylint: disable=unnecessary-lambda-assignment
@@ -307,7 +309,7 @@ def checkpoint_bytes(run: engine.PreparedRun) -> int:
 
 def train(run: engine.PreparedRun, store: checkpoints_lib.NpzCheckpoints,
           observer: round_record.RoundObserver,
-          stats: training.RunStats | None = None
+          stats: run_stats.RunStats | None = None
           ) -> canary_spec.CanaryOutcome:
   """Trains (or resumes) `run`, reporting its rounds to `observer`.
 
@@ -319,7 +321,7 @@ def train(run: engine.PreparedRun, store: checkpoints_lib.NpzCheckpoints,
 def train_program(runs: Sequence[engine.PreparedRun],
                   stores: Sequence[checkpoints_lib.NpzCheckpoints],
                   observers: Sequence[round_record.RoundObserver],
-                  stats: training.RunStats | None = None
+                  stats: run_stats.RunStats | None = None
                   ) -> list[canary_spec.CanaryOutcome]:
   """Trains (or resumes) `runs` as one program (`training.train_program`).
 

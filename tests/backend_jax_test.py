@@ -21,8 +21,6 @@ from experiments import train_config
 from experiments import train
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.jax_engine import canaries
-from one_shot_epe.jax_engine import fedavg
-from one_shot_epe.jax_engine import training
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 FLAGS = ['--backend=jax', '--task=emnist_character', '--use_synthetic_data',
@@ -164,14 +162,14 @@ def test_a_device_out_of_memory_is_one_line_and_the_run_resumes(tmp_path):
   # line, exit 2, and a rerun resumes from round 2.
   script = r'''
 import runpy, sys
-from one_shot_epe.jax_engine import fedavg
-real = fedavg.RoundEngine.__call__
+from one_shot_epe.jax_engine import round_engine
+real = round_engine.RoundEngine.__call__
 def fail_in_round_3(self, state, *args):
   if int(state.round_num) == 2:
     raise type('XlaRuntimeError', (RuntimeError,), {})(
         'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.21GiB.')
   return real(self, state, *args)
-fedavg.RoundEngine.__call__ = fail_in_round_3
+round_engine.RoundEngine.__call__ = fail_in_round_3
 sys.argv = ['train'] + sys.argv[1:]
 runpy.run_module('experiments.train', run_name='__main__')
 '''
@@ -201,16 +199,16 @@ def test_a_run_larger_than_the_device_memory_is_refused(
   # x 3,140 bytes) on the device: a device short of half of it is told to
   # feed batches from the host; host-fed, a byte short: fewer clients. One
   # line naming the estimate and the device's memory; nothing is written.
-  monkeypatch.setattr(fedavg, 'default_local_training', lambda: 'vmap')
-  monkeypatch.setattr(training, 'device_memory_limit', lambda: 10**12)
+  monkeypatch.setattr(round_engine, 'default_local_training', lambda: 'vmap')
+  monkeypatch.setattr(memory, 'device_memory_limit', lambda: 10**12)
   run = train.prepare(_config(tmp_path, resident_data=resident_data))
-  need = training.device_memory(run.plan, backend_jax.model(run.config),
-                                run.data.train, resident_data=resident_data)
+  need = memory.device_memory(run.plan, backend_jax.model(run.config),
+                              run.data.train, resident_data=resident_data)
   assert need.resident == resident_data
   if resident_data:
     assert need.data_bytes == 4 * 16 * (28 * 28 * 4 + 4)
   limit = need.total_bytes - (need.data_bytes // 2 if resident_data else 1)
-  monkeypatch.setattr(training, 'device_memory_limit', lambda: limit)
+  monkeypatch.setattr(memory, 'device_memory_limit', lambda: limit)
   with pytest.raises(train_config.ConfigError, match=flag) as error:
     train.prepare(_config(tmp_path, resident_data=resident_data))
   message = str(error.value)

@@ -44,7 +44,7 @@ _RUN = textwrap.dedent('''
     from one_shot_epe.design import participation
     from one_shot_epe.runtime import round_record
     from one_shot_epe.design import run_plan
-    from one_shot_epe.jax_engine import checkpoints, models, training
+    from one_shot_epe.jax_engine import checkpoints, models, run_stats, training
     arrays = client_arrays.synthetic_emnist(8, 6, seed=2, sizes='realistic')
     arrays = client_arrays.ClientArrays(
         kind='emnist', client_ids=arrays.client_ids, offsets=arrays.offsets,
@@ -72,7 +72,7 @@ _RUN = textwrap.dedent('''
       def on_cosines(self, cosines):
         pass
 
-    metrics, stats = Metrics(), training.RunStats()
+    metrics, stats = Metrics(), run_stats.RunStats()
     with tempfile.TemporaryDirectory() as directory:
       outcome = training.train(plan, model, arrays, arrays,
                                checkpoints.NpzCheckpoints(directory), metrics,

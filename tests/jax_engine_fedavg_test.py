@@ -28,6 +28,7 @@ from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import optimizers
+from one_shot_epe.jax_engine import round_engine
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FEATURES, CLASSES = 3, 4
@@ -139,7 +140,7 @@ def test_noise_free_rounds_equal_numpy_reference(client_name, server_name,
   cohort = 2.5
   config = canary_spec.DPAggregation(noise_multiplier=0.0, clients_per_round=cohort,
                                      clip=clip)
-  engine = fedavg.RoundEngine(linear_loss, client, server, config)
+  engine = round_engine.RoundEngine(linear_loss, client, server, config)
   params = _linear_params(0)
   state = engine.init_state(params)
   ref_params = [p.astype(np.float64) for p in params]
@@ -175,9 +176,9 @@ def test_adaptive_clip_follows_the_geometric_update(canary_clip, canary_sign):
   config = canary_spec.DPAggregation(
       noise_multiplier=0.0, clients_per_round=cohort, initial_clip=s0,
       target_unclipped_quantile=gamma, clip_learning_rate=eta)
-  engine = fedavg.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 0.3),
-                              optimizers.Optimizer('sgd', 1.0), config,
-                              canary_clip=canary_clip)
+  engine = round_engine.RoundEngine(
+      linear_loss, optimizers.Optimizer('sgd', 0.3),
+      optimizers.Optimizer('sgd', 1.0), config, canary_clip=canary_clip)
   params = _linear_params(2)
   state = engine.init_state(params)
   batches = _linear_batches(3)
@@ -207,8 +208,9 @@ def test_noise_has_the_configured_std_and_count_noise():
   config = canary_spec.DPAggregation(noise_multiplier=z, clients_per_round=cohort,
                                      initial_clip=clip, clip_learning_rate=0.0,
                                      clipped_count_stddev=sigma_b)
-  engine = fedavg.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 0.1),
-                              optimizers.Optimizer('sgd', 1.0), config)
+  engine = round_engine.RoundEngine(
+      linear_loss, optimizers.Optimizer('sgd', 0.1),
+      optimizers.Optimizer('sgd', 1.0), config)
   state = engine.init_state(_linear_params(0))
   batches = _linear_batches(0)
   batches = data.RoundBatches(batches.inputs, batches.labels,
@@ -227,7 +229,7 @@ def test_noise_has_the_configured_std_and_count_noise():
   assert scipy.stats.kstest((np.asarray(fractions) - 0.5) * cohort / sigma_b,
                             'norm').pvalue > 1e-3
   # Fixed clip: std z S / cohort, and no unclipped fraction.
-  fixed = fedavg.RoundEngine(
+  fixed = round_engine.RoundEngine(
       linear_loss, optimizers.Optimizer('sgd', 0.1),
       optimizers.Optimizer('sgd', 1.0),
       canary_spec.DPAggregation(noise_multiplier=z, clients_per_round=cohort, clip=clip))
@@ -255,7 +257,7 @@ def test_vmapped_round_equals_a_per_client_loop():
   client = optimizers.Optimizer('sgdm', 0.5, momentum=0.5)
   config = canary_spec.DPAggregation(noise_multiplier=0.0, clients_per_round=3.0,
                                      clip=0.05)
-  engine = fedavg.RoundEngine(cnn.loss, client,
+  engine = round_engine.RoundEngine(cnn.loss, client,
                               optimizers.Optimizer('sgd', 1.0), config,
                               client_dropout=False)
   params = cnn.init(compat.prng_key(4))
@@ -292,6 +294,7 @@ _MULTI_DEVICE = textwrap.dedent('''
     from one_shot_epe.data import client_arrays
     from one_shot_epe.jax_engine import compat, data, fedavg, models
     from one_shot_epe.jax_engine import optimizers
+    from one_shot_epe.jax_engine import round_engine
     assert len(jax.devices()) == 4, jax.devices()
     cnn = models.EmnistCnn(conv1_filters=2, conv2_filters=2, dense_units=4,
                            num_classes=5, image_size=8)
@@ -304,9 +307,10 @@ _MULTI_DEVICE = textwrap.dedent('''
                                        clients_per_round=5.0)
     results = {}
     for devices in (jax.devices(), jax.devices()[:1]):
-      engine = fedavg.RoundEngine(cnn.loss, optimizers.Optimizer('sgd', 0.1),
-                                  optimizers.Optimizer('adam', 0.01), config,
-                                  devices=devices, local_training='vmap')
+      engine = round_engine.RoundEngine(
+          cnn.loss, optimizers.Optimizer('sgd', 0.1),
+          optimizers.Optimizer('adam', 0.01), config, devices=devices,
+          local_training='vmap')
       # 8 slots on both: the slots' dropout keys depend on their number.
       batches = data.client_batches(arrays, [0, 1, 2, 3, 5], batch_size=2,
                                     epochs=1, max_examples=None,
@@ -358,8 +362,8 @@ def test_loop_and_vmap_local_training_give_the_same_rounds(canary_clip):
   dim = cnn.num_parameters()
   directions = np.random.default_rng(4).normal(size=(2, dim))
   states, compiles = {}, {}
-  for strategy in fedavg.LOCAL_TRAINING:
-    engine = fedavg.RoundEngine(
+  for strategy in round_engine.LOCAL_TRAINING:
+    engine = round_engine.RoundEngine(
         cnn.loss, optimizers.Optimizer('sgdm', 0.1, momentum=0.5),
         optimizers.Optimizer('adam', 0.01), config, canary_clip=canary_clip,
         local_training=strategy, devices=jax.devices()[:1])
@@ -393,5 +397,5 @@ def test_arguments_are_checked(overrides, error, message):
                                        clients_per_round=1.0))
   arguments.update(overrides)
   with pytest.raises(error, match=message):
-    fedavg.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 1.0),
-                       optimizers.Optimizer('sgd', 1.0), **arguments)
+    round_engine.RoundEngine(linear_loss, optimizers.Optimizer('sgd', 1.0),
+                             optimizers.Optimizer('sgd', 1.0), **arguments)

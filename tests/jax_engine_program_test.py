@@ -2,10 +2,12 @@
 
 Independent truths: the same runs trained one at a time (with the JAX
 engine's CPU strategy, 'loop', so the program's 'vmap' run axis is checked
-against another computation of the same rounds), compared file by file in
-their run directories by the launcher and round by round by the engine; a
-run resumed from a later checkpoint than the others against its
-uninterrupted self; the flags that fix a shape.
+against another computation of the same rounds, and the program's 'loop'
+strategy, the runs in turn, against the runs alone), compared file by file
+in their run directories by the launcher and round by round by the engine;
+a run resumed from a later checkpoint than the others against its
+uninterrupted self; the padding the runs alone processed; the flags that
+fix a shape.
 """
 
 import csv
@@ -25,6 +27,7 @@ from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.design import run_plan
 from one_shot_epe.jax_engine import checkpoints
+from one_shot_epe.jax_engine import run_stats
 from one_shot_epe.jax_engine import training
 
 import tiny_jax
@@ -124,27 +127,29 @@ def _plan(run: int) -> run_plan.RunPlan:
       noise_seed=None, rounds_per_checkpoint=3)
 
 
-def test_a_run_resumed_later_sits_the_programs_first_rounds_out(tmp_path):
+@pytest.mark.parametrize('local_training', ['vmap', 'loop'])
+def test_a_run_resumed_later_sits_the_programs_first_rounds_out(
+    tmp_path, local_training):
   arrays = tiny_jax.arrays()
   alone = []
   for run in range(3):
     recorder = tiny_jax.Recorder()
     alone.append((training.train(
         _plan(run), tiny_jax.MODEL, arrays, arrays,
-        checkpoints.NpzCheckpoints(str(tmp_path / f'alone{run}')), recorder),
-                  recorder.events))
+        checkpoints.NpzCheckpoints(str(tmp_path / f'alone{run}')), recorder,
+        local_training='loop'), recorder.events))
   # Run 1 was killed after its round-3 checkpoint: it resumes there while
   # the others start from round 0.
   shutil.copytree(tmp_path / 'alone1', tmp_path / 'program1')
   store = checkpoints.NpzCheckpoints(str(tmp_path / 'program1'))
   os.unlink(os.path.join(store.directory, 'round_00000005.npz'))
   recorders = [tiny_jax.Recorder() for _ in range(3)]
-  stats = training.RunStats()
+  stats = run_stats.RunStats()
   together = training.train_program(
       [training.ProgramRun(_plan(run), checkpoints.NpzCheckpoints(
           str(tmp_path / f'program{run}')), recorders[run])
        for run in range(3)], tiny_jax.MODEL, arrays, arrays,
-      stats=stats)
+      local_training=local_training, stats=stats)
   assert [o.resumed_from_round for o in together] == [0, 3, 0]
   assert stats.rounds == 5
   for run, (ours, (theirs, events)) in enumerate(zip(together, alone)):
@@ -168,6 +173,33 @@ def test_a_run_resumed_later_sits_the_programs_first_rounds_out(tmp_path):
                                    rtol=1e-4, atol=1e-6)
       else:
         assert event.clip == pytest.approx(clips[event.round_num])
+
+
+def test_a_cpu_program_runs_its_runs_in_turn_as_they_run_alone(tmp_path):
+  # 'auto' on a CPU: the platform's strategy, 'loop', for the run axis too,
+  # so the program processes exactly the examples of its runs alone and
+  # ends where they end.
+  arrays = tiny_jax.arrays()
+  alone, padded = [], 0
+  for run in range(2):
+    stats = run_stats.RunStats()
+    alone.append(training.train(
+        _plan(run), tiny_jax.MODEL, arrays, None,
+        checkpoints.NpzCheckpoints(str(tmp_path / f'alone{run}')),
+        stats=stats))
+    padded += stats.padded_examples
+  stats = run_stats.RunStats()
+  together = training.train_program(
+      [training.ProgramRun(_plan(run), checkpoints.NpzCheckpoints(
+          str(tmp_path / f'program{run}'))) for run in range(2)],
+      tiny_jax.MODEL, arrays, None, stats=stats)
+  assert stats.padded_examples == padded
+  assert stats.padded_examples < stats.vmap_padded_examples
+  for ours, theirs in zip(together, alone):
+    np.testing.assert_allclose(ours.final_cosines, theirs.final_cosines,
+                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(ours.seen_maxima, theirs.seen_maxima,
+                               rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize('flags,names', [

@@ -3,8 +3,8 @@
 Same initial weights, same clients' batches, same canaries and schedule:
 `tff.learning.algorithms.build_unweighted_fed_avg` with this project's canary
 DP factory (built by `audit.CanaryAudit`, cohort arithmetic included) versus
-`jax_engine.fedavg.RoundEngine` with the same `canary_spec.DPAggregation`. Without noise both
-must give the same model, clip and noised aggregate (hence the same canary
+`jax_engine.round_engine.RoundEngine` with the same
+`canary_spec.DPAggregation`. Without noise both must give the same model, clip and noised aggregate (hence the same canary
 cosines) after several rounds, with fixed and with adaptive clipping. With
 noise, the per-coordinate noise of both has the same law (KS tests).
 """
@@ -22,8 +22,8 @@ from one_shot_epe.tff_engine import audit
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import runtime
 from one_shot_epe.jax_engine import data
-from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import optimizers
+from one_shot_epe.jax_engine import round_engine
 
 FEATURES, CLASSES, CLIENTS, EXAMPLES, BATCH, ROUNDS = 5, 3, 4, 8, 4, 4
 DIM = FEATURES * CLASSES + CLASSES
@@ -96,7 +96,7 @@ def _tff_rounds(factory, rounds: int):
 
 def _jax_rounds(dp: canary_spec.DPAggregation, initial, canary_audit,
                 rounds: int):
-  engine = fedavg.RoundEngine(
+  engine = round_engine.RoundEngine(
       linear_loss, optimizers.Optimizer('sgd', CLIENT_LR),
       optimizers.Optimizer('sgdm', SERVER_LR, momentum=SERVER_MOMENTUM),
       dp, client_dropout=False)

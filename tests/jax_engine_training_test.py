@@ -23,8 +23,10 @@ from one_shot_epe.runtime import round_record
 from one_shot_epe.design import run_plan
 from one_shot_epe.jax_engine import checkpoints
 from one_shot_epe.jax_engine import data
+from one_shot_epe.jax_engine import memory
 from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import packing
+from one_shot_epe.jax_engine import run_stats
 from one_shot_epe.jax_engine import training
 
 import tiny_jax
@@ -47,7 +49,7 @@ def _plan(**overrides) -> run_plan.RunPlan:
 
 
 def _train(directory: str, **kwargs):
-  stats = training.RunStats()
+  stats = run_stats.RunStats()
   recorder = tiny_jax.Recorder()
   store = checkpoints.NpzCheckpoints(directory)
   outcome = training.train(_plan(), tiny_jax.MODEL, tiny_jax.arrays(),
@@ -217,7 +219,7 @@ def test_a_realistic_round_sends_under_one_percent_of_its_examples(tmp_path):
                dp=canary_spec.DPAggregation(noise_multiplier=0.3,
                                             clients_per_round=10.0),
                batch_size=16, total_rounds=2, rounds_per_checkpoint=2)
-  stats = training.RunStats()
+  stats = run_stats.RunStats()
   training.train(plan, model, arrays, None,
                  checkpoints.NpzCheckpoints(str(tmp_path)),
                  local_training='vmap', stats=stats)
@@ -225,13 +227,13 @@ def test_a_realistic_round_sends_under_one_percent_of_its_examples(tmp_path):
   assert stats.resident_bytes >= arrays.features['pixels'].nbytes
   assert stats.host_to_device_bytes <= 0.01 * stats.example_bytes
   # The estimate before the run counts the split it uploaded.
-  need = training.device_memory(plan, model, arrays, local_training='vmap')
+  need = memory.device_memory(plan, model, arrays, local_training='vmap')
   assert need.resident and need.data_bytes == stats.resident_bytes
 
 
 def test_bad_local_training_is_named():
   with pytest.raises(ValueError, match='local_training'):
-    training.round_engine(_plan(), tiny_jax.MODEL, local_training='scan')
+    training.make_round_engine(_plan(), tiny_jax.MODEL, local_training='scan')
 
 
 def test_damaged_newest_checkpoint_is_named(tmp_path):

@@ -16,15 +16,19 @@ Modules:
     per-round client batches (TFF's client preprocessing).
   optimizers: TFF's sgd / sgdm / adam update rules on pytrees.
   packing: first-fit-decreasing lanes of a round's clients for 'vmap'.
-  fedavg: one DP-FedAvg round (Andrew et al., ICLR 2024, Algorithm 2):
-    clients trained one by one ('loop', CPU) or vmapped and sharded over all
-    local devices ('vmap', accelerators), `RoundEngine`.
+  fedavg: one DP-FedAvg round (Andrew et al., ICLR 2024, Algorithm 2) as
+    pure jit-able functions: clients vmapped, or packed into lanes.
+  round_engine: `RoundEngine`, the round compiled per platform (chosen in
+    one place): clients and a program's runs one by one ('loop', CPU) or
+    vmapped and sharded over all local devices ('vmap', accelerators).
   canaries: canary directions drawn by `jax.random` and their cosines with a
     block of buffered rounds' vectors (Algorithm 3, lines 10-16).
   checkpoints: one .npz file per checkpointed round.
   correlated_noise: DP-FTRL's correlated matrix-factorization noise (BLT
     and banded strategies from jax-privacy), its sensitivity, streaming
     privatizer and accounted eps; needs jax-privacy.
-  training: a whole resumable run with canaries, the launcher's
-    `--backend=jax`.
+  training: a whole resumable run with canaries (or a program of R runs),
+    the launcher's `--backend=jax`.
+  run_stats: what a run cost the device (compiles, padding, uploads).
+  memory: the device memory a run needs, estimated before it starts.
 """

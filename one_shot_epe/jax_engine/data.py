@@ -26,7 +26,8 @@ from one_shot_epe.jax_engine import packing
 
 __all__ = ['DEFAULT_SHUFFLE_BUFFER', 'PackedBatches', 'PackedRows',
            'RoundBatches', 'RoundRows', 'batches_needed', 'client_batches',
-           'client_example_order', 'client_rows', 'gather_rows',
+           'client_example_order', 'client_rows', 'examples_used',
+           'gather_rows',
            'max_batches_for', 'model_inputs', 'pack_batches', 'pack_rows',
            'packed_layout', 'shuffled_order', 'slot_batch_counts']
 
@@ -124,13 +125,30 @@ def max_batches_for(max_examples: int, batch_size: int) -> int:
   return math.ceil(max_examples / batch_size)
 
 
+def examples_used(arrays: client_arrays.ClientArrays, *, epochs: int,
+                  max_examples: int | None) -> np.ndarray:
+  """Each client's examples in a round: its size x epochs, capped.
+
+  Args:
+    arrays: the clients.
+    epochs: local epochs per round.
+    max_examples: the per-client cap, or None.
+
+  Returns:
+    int64 [clients].
+  """
+  sizes = arrays.client_sizes() * epochs
+  if max_examples is not None:
+    sizes = np.minimum(sizes, max_examples)
+  return sizes
+
+
 def batches_needed(arrays: client_arrays.ClientArrays, clients: Sequence[int],
                    *, batch_size: int, epochs: int,
                    max_examples: int | None) -> int:
   """The most batches any of `clients` uses in a round (>= 1)."""
-  sizes = arrays.client_sizes()[np.asarray(clients, np.int64)] * epochs
-  if max_examples is not None:
-    sizes = np.minimum(sizes, max_examples)
+  sizes = examples_used(arrays, epochs=epochs, max_examples=max_examples)[
+      np.asarray(clients, np.int64)]
   return max_batches_for(int(sizes.max(initial=1)), batch_size)
 
 
@@ -139,8 +157,8 @@ class RoundRows:
   """The rows of one round's client batches in the split (not yet gathered).
 
   What the device gathers a round's batches from when the split is resident
-  on it (`fedavg.RoundEngine.upload`): `gather_rows` of these is the round's
-  `RoundBatches`.
+  on it (`round_engine.RoundEngine.upload`): `gather_rows` of these is the
+  round's `RoundBatches`.
 
   Attributes:
     rows: int64 [slots, max_batches, batch_size], each example's row in the

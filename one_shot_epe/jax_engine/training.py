@@ -3,7 +3,7 @@
 The run of `experiments.train` (Andrew et al., ICLR 2024, Section 5) without
 TensorFlow: each round t samples its clients with the same
 `one_shot_epe.design.participation` sampler, builds their batches, inserts the
-scheduled seen canaries and runs `fedavg.RoundEngine`. As Algorithm 3 (lines
+scheduled seen canaries and runs `round_engine.RoundEngine`. As Algorithm 3 (lines
 10-16) asks, every canary's cosine with each round's vector is taken and its
 running maximum kept; as on the TFF engine, the vectors of B rounds are
 buffered and each canary is regenerated once per block (`jax_engine.canaries`
@@ -14,9 +14,8 @@ taken the same way.
 The round's computations are compiled once for the run: the client slots are
 fixed to the run's largest cohort and, for 'vmap' local training, the lanes
 to one layout chosen from all the run's rounds before the first
-(`packing.run_lanes`, `fedavg.RoundEngine.fix_layout`), each round looping
-only over the batches it needs;
-`RunStats` counts the compilations, their seconds, the padding and the bytes
+(`packing.run_lanes`, `round_engine.RoundEngine.fix_layout`), each round
+looping only over the batches it needs; `run_stats.RunStats` counts the compilations, their seconds, the padding and the bytes
 sent to the device. With 'vmap' local training the training split is put on
 the device once (`RoundEngine.upload`) and a round sends only its examples'
 rows (`data.client_rows`), unless `resident_data` is False.
@@ -34,15 +33,19 @@ nothing but its checkpoints.
 
 Many runs in one program (`train_program`, the paper's Table 5 and grids at
 scale): R runs that share the model, data and shapes are trained together,
-each round of all R one computation with a run axis
-(`fedavg.RoundEngine.run_rounds`); each run keeps its own seeds, canaries,
-noise multiplier, checkpoints and observer, and ends as it would alone.
+each round of all R one call (`round_engine.RoundEngine.run_rounds`: one
+computation with a run axis on accelerators, the runs' rounds one after
+another on a CPU, whichever the platform runs faster); each run keeps its
+own seeds, canaries, noise multiplier, checkpoints and observer, and ends as
+it would alone.
+
+The host's share of a run (its state, resume point, canaries and outputs)
+is `_RunLoop`; the device's figures are `run_stats`, its memory `memory`.
 """
 
 import concurrent.futures
 import dataclasses
 import math
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -64,76 +67,14 @@ from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import optimizers
 from one_shot_epe.jax_engine import packing
+from one_shot_epe.jax_engine import round_engine
+from one_shot_epe.jax_engine import run_stats
 
-__all__ = ['Decorrelation', 'DeviceMemory', 'ProgramRun', 'RunStats',
-           'device_memory', 'device_memory_limit', 'evaluate', 'optimizer',
-           'round_engine', 'train', 'train_program']
+__all__ = ['Decorrelation', 'ProgramRun', 'evaluate', 'make_round_engine',
+           'optimizer', 'train', 'train_program']
 
-# JAX's monitoring event of one XLA compilation (jax 0.4.14 and 0.11).
-_BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 # 'vmap' rounds pad their batches to one of these fractions of the largest.
 _BATCH_BUCKETS = (0.25, 0.5, 1.0)
-
-
-@dataclasses.dataclass
-class RunStats:
-  """How the run used the device (`benchmarks/accelerator_round.py`).
-
-  Attributes:
-    compiles: the round's computations compiled (`RoundEngine.compiles`).
-    compile_seconds: XLA's compile time over the run, every computation.
-    real_examples, padded_examples: examples the rounds trained on, and the
-      examples their computations processed (padding included).
-    vmap_padded_examples: what 'vmap' local training processes for the same
-      rounds (the clients packed into lanes, `data.packed_layout`).
-    example_bytes: the bytes of the rounds' real examples (model inputs and
-      labels).
-    host_to_device_bytes: what the rounds sent to the device (their batches,
-      or only their examples' rows with the split resident).
-    resident_bytes: the split put on each device once (0: host-fed rounds).
-    rounds: rounds trained (a round of a program's R runs counts once).
-  """
-  # What compiling cost.
-  compiles: int = 0
-  compile_seconds: float = 0.0
-  # What the rounds processed and uploaded.
-  rounds: int = 0
-  real_examples: int = 0
-  padded_examples: int = 0
-  vmap_padded_examples: int = 0
-  example_bytes: int = 0
-  host_to_device_bytes: int = 0
-  resident_bytes: int = 0
-
-  @property
-  def padding_ratio(self) -> float:
-    """Processed over real examples (1 without padding)."""
-    return self.padded_examples / max(self.real_examples, 1)
-
-  @property
-  def vmap_padding_ratio(self) -> float:
-    """`padding_ratio` of 'vmap' local training on the same rounds."""
-    return self.vmap_padded_examples / max(self.real_examples, 1)
-
-
-class _CompileClock:
-  """Seconds XLA spends compiling, from JAX's monitoring events."""
-
-  total = 0.0
-  _registered = False
-
-  @classmethod
-  def start(cls) -> float:
-    if not cls._registered:
-      jax.monitoring.register_event_duration_secs_listener(cls._listen)
-      cls._registered = True
-    return cls.total
-
-  @classmethod
-  def _listen(cls, event: str, duration: float, **unused_details: Any) -> None:
-    # jax 0.11 also passes the function's name and other details.
-    if event == _BACKEND_COMPILE_EVENT:
-      cls.total += duration
 
 
 class _CosineBuffer:
@@ -215,30 +156,36 @@ def optimizer(spec: run_plan.OptimizerSpec) -> optimizers.Optimizer:
                               momentum=spec.momentum)
 
 
-def round_engine(plan: run_plan.RunPlan, model: Any,
-                 local_training: str = 'auto') -> fedavg.RoundEngine:
+def make_round_engine(plan: run_plan.RunPlan, model: Any,
+                      local_training: str = 'auto'
+                      ) -> round_engine.RoundEngine:
   """The round of `plan` on `model`, compiled as the backend runs it fastest.
 
-  `local_training`: `fedavg.RoundEngine`'s strategy ('auto': the backend's).
+  Args:
+    plan: the run.
+    model: its model (its `loss`).
+    local_training: `round_engine.RoundEngine`'s strategy ('auto': the
+      platform's).
+
+  Returns:
+    The engine.
   """
-  return fedavg.RoundEngine(model.loss, optimizer(plan.client_optimizer),
-                            optimizer(plan.server_optimizer), plan.dp,
-                            canary_clip=plan.spec.canary_clip,
-                            local_training=local_training)
+  return round_engine.RoundEngine(model.loss, optimizer(plan.client_optimizer),
+                                  optimizer(plan.server_optimizer), plan.dp,
+                                  canary_clip=plan.spec.canary_clip,
+                                  local_training=local_training)
 
 
 def _examples_used(plan: run_plan.RunPlan,
                    train_data: client_arrays.ClientArrays) -> np.ndarray:
-  """Each client's examples in a round: its size x epochs, capped."""
-  sizes = train_data.client_sizes() * plan.epochs
-  if plan.max_examples is not None:
-    sizes = np.minimum(sizes, plan.max_examples)
-  return sizes
+  """Each client's examples in a round of `plan`."""
+  return data.examples_used(train_data, epochs=plan.epochs,
+                            max_examples=plan.max_examples)
 
 
 def _round_shapes(plan: run_plan.RunPlan,
                   train_data: client_arrays.ClientArrays,
-                  engine: fedavg.RoundEngine) -> tuple[int, list[int]]:
+                  engine: round_engine.RoundEngine) -> tuple[int, list[int]]:
   """The run's fixed client slots and the batch buckets of its rounds."""
   cohort = max(len(plan.sampler.indices(t)) for t in range(plan.total_rounds))
   sizes = _examples_used(plan, train_data)
@@ -246,111 +193,6 @@ def _round_shapes(plan: run_plan.RunPlan,
   buckets = sorted({max(1, math.ceil(f * largest)) for f in _BATCH_BUCKETS})
   return engine.num_slots(cohort), buckets
 
-
-@dataclasses.dataclass(frozen=True)
-class DeviceMemory:
-  """What a run holds on each device at once, estimated before it starts.
-
-  Attributes:
-    data_bytes: the resident split (`RoundEngine.upload`), or a round's
-      host-fed batches (every slot at the largest client's batches).
-    state_bytes: the server's model, optimizer slots and first model, and a
-      block of `canary_spec.CanarySpec.buffer_rounds` round vectors.
-    lane_bytes: one lane's local training: the model, the client optimizer's
-      slots, the gradient, the update and the lane's clipped sum, plus every
-      intermediate value of one local step (the sizes in its jaxpr: an upper
-      bound on its activations, whatever the backend).
-    lanes: the lanes on one device (at most one client per lane).
-    resident: whether the split is resident ('vmap' with resident data).
-    runs: the runs of the program (`train_program`), each with its own
-      state, lanes and host-fed batches; a resident split is shared.
-  """
-  data_bytes: int
-  state_bytes: int
-  lane_bytes: int
-  lanes: int
-  resident: bool
-  runs: int = 1
-
-  @property
-  def total_bytes(self) -> int:
-    """The estimate: data + runs x (state + lanes x lane)."""
-    data_bytes = self.data_bytes * (1 if self.resident else self.runs)
-    return data_bytes + self.runs * (self.state_bytes +
-                                     self.lanes * self.lane_bytes)
-
-
-def _values_bytes(jaxpr: Any) -> int:
-  """Bytes of every value an equation of `jaxpr` outputs (no sub-jaxprs)."""
-  return sum(int(np.prod(var.aval.shape)) * var.aval.dtype.itemsize
-             for eqn in jaxpr.eqns for var in eqn.outvars
-             if hasattr(var.aval, 'shape'))
-
-
-def device_memory(plan: run_plan.RunPlan, model: Any,
-                  train_data: client_arrays.ClientArrays, *,
-                  local_training: str = 'auto',
-                  resident_data: bool = True, runs: int = 1) -> DeviceMemory:
-  """The device memory `train` needs on each local device (`DeviceMemory`).
-
-  `runs` > 1: a program of that many runs like `plan` (`train_program`,
-  'vmap' local training).
-
-  Computed from shapes only (nothing is compiled or uploaded): the split's
-  bytes, d = the model's parameters, the run's largest cohort spread over
-  `jax.local_devices()` ('loop': one device, one lane) and the jaxpr of one
-  local step on a batch of `plan.batch_size` examples.
-  """
-  if local_training == 'auto':
-    local_training = ('vmap' if runs > 1 else
-                      fedavg.default_local_training())
-  devices = 1 if local_training == 'loop' else len(jax.local_devices())
-  params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
-  dim = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
-  sample = {name: array[:1] for name, array in train_data.features.items()}
-  example = sum(int(a.nbytes) for a in data.model_inputs(train_data.kind,
-                                                         sample))
-  sizes = _examples_used(plan, train_data)
-  largest = data.max_batches_for(int(sizes.max(initial=1)), plan.batch_size)
-  cohort = max(len(plan.sampler.indices(t)) for t in range(plan.total_rounds))
-  lanes = 1 if local_training == 'loop' else -(-max(cohort, 1) // devices)
-  resident = local_training == 'vmap' and resident_data
-  if resident:
-    data_bytes = example * int(train_data.offsets[-1])
-  else:
-    data_bytes = example * lanes * largest * plan.batch_size
-  spec = plan.spec
-  buffer = (spec.buffer_rounds or min(canary_spec.default_buffer_rounds(dim),
-                                      plan.rounds_per_checkpoint)
-            if spec is not None else 0)
-  state_bytes = 4 * dim * (2 + plan.server_optimizer.slots + buffer)
-  batch = {name: np.zeros((plan.batch_size,) + a.shape[1:], a.dtype)
-           for name, a in sample.items()}
-  inputs, labels = data.model_inputs(train_data.kind, batch)
-  step = jax.make_jaxpr(jax.grad(model.loss))(
-      params, inputs, labels, np.ones(plan.batch_size, np.float32),
-      jax.random.PRNGKey(0))
-  lane_bytes = (4 * dim * (4 + plan.client_optimizer.slots) +
-                _values_bytes(step.jaxpr))
-  return DeviceMemory(data_bytes=data_bytes, state_bytes=state_bytes,
-                      lane_bytes=lane_bytes, lanes=lanes, resident=resident,
-                      runs=runs)
-
-
-def device_memory_limit() -> int | None:
-  """Bytes a local device can hold: XLA's limit, or free host RAM on a CPU.
-
-  None where neither is known.
-  """
-  stats = jax.local_devices()[0].memory_stats() or {}
-  if 'bytes_limit' in stats:
-    return int(stats['bytes_limit'])
-  if jax.default_backend() == 'cpu':
-    try:
-      return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
-    except (ValueError, OSError):
-      return None
-  return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,7 +235,7 @@ class ProgramRun:
 class _RunLoop:
   """The host side of one run: its state, resume point, canaries and outputs."""
 
-  def __init__(self, run: ProgramRun, engine: fedavg.RoundEngine, model: Any,
+  def __init__(self, run: ProgramRun, engine: round_engine.RoundEngine, model: Any,
                train_data: client_arrays.ClientArrays):
     self.plan = plan = run.plan
     self.spec = spec = plan.spec
@@ -435,7 +277,7 @@ class _RunLoop:
     self.observer = run.observer or round_record.Observers([])
 
   def batches(self, t: int, train_data: client_arrays.ClientArrays,
-              engine: fedavg.RoundEngine,
+              engine: round_engine.RoundEngine,
               resident: bool) -> data.RoundBatches | data.RoundRows:
     """Round t's batches (their rows with the split resident)."""
     plan = self.plan
@@ -451,13 +293,20 @@ class _RunLoop:
         max_batches=bucket if engine.local_training == 'vmap' else None)
 
   def round_counts(self, train_data: client_arrays.ClientArrays
-                   ) -> list[np.ndarray]:
-    """Every round's clients' local batches (`data.slot_batch_counts`)."""
+                   ) -> tuple[list[np.ndarray], list[float]]:
+    """Every round's clients' local batches, and its examples in batches.
+
+    The batches as `data.slot_batch_counts` counts them; the examples over
+    the batch size are the round's real work (`packing.run_lanes`).
+    """
     plan = self.plan
-    batches = np.maximum(
-        -(-_examples_used(plan, train_data) // plan.batch_size), 1)
-    return [batches[np.asarray(plan.sampler.indices(t), np.int64)]
-            for t in range(plan.total_rounds)]
+    examples = _examples_used(plan, train_data)
+    batches = np.maximum(-(-examples // plan.batch_size), 1)
+    rounds = [np.asarray(plan.sampler.indices(t), np.int64)
+              for t in range(plan.total_rounds)]
+    return ([batches[clients] for clients in rounds],
+            [max(float(examples[clients].sum()), 1.0) / plan.batch_size
+             for clients in rounds])
 
   def inputs(self, t: int, canary_slots: int
              ) -> tuple[jax.Array, np.ndarray, jax.Array, jax.Array | None]:
@@ -533,7 +382,8 @@ def train(plan: run_plan.RunPlan, model: Any,
           test_data: client_arrays.ClientArrays | None,
           store: checkpoints.NpzCheckpoints,
           observer: round_record.RoundObserver | None = None, *,
-          local_training: str = 'auto', stats: RunStats | None = None,
+          local_training: str = 'auto',
+          stats: run_stats.RunStats | None = None,
           resident_data: bool = True,
           noise_rows: Callable[[int, int], Iterator[jax.Array]] | None = None,
           decorrelation: Decorrelation | None = None
@@ -550,8 +400,9 @@ def train(plan: run_plan.RunPlan, model: Any,
     observer: Told of every round trained now (`on_round`) and of the
       rounds' canary cosines as their block is scored (`on_cosines`, always
       before a checkpoint).
-    local_training: `fedavg.RoundEngine`'s strategy ('auto': the backend's).
-    stats: If given, gathers the run's `RunStats`.
+    local_training: `round_engine.RoundEngine`'s strategy ('auto': the
+      platform's, `round_engine.default_local_training`).
+    stats: If given, gathers the run's `run_stats.RunStats`.
     resident_data: With 'vmap' local training, put `train_data` on the
       device once and send each round only its examples' rows (same
       results as host-fed batches); False: send every round's batches.
@@ -570,16 +421,17 @@ def train(plan: run_plan.RunPlan, model: Any,
 def train_program(runs: Sequence[ProgramRun], model: Any,
                   train_data: client_arrays.ClientArrays,
                   test_data: client_arrays.ClientArrays | None, *,
-                  local_training: str = 'auto', stats: RunStats | None = None,
+                  local_training: str = 'auto',
+                  stats: run_stats.RunStats | None = None,
                   resident_data: bool = True
                   ) -> list[canary_spec.CanaryOutcome]:
   """Trains (or resumes) R runs as one program; each run's outcome.
 
   One run is `train`. Several (R > 1) share the model, the data and every
   shape, and differ in their seeds, canaries, noise multiplier and canary
-  schedule: each round of all R is one computation with a run axis
-  (`fedavg.RoundEngine.run_rounds`, 'vmap' local training), and each run
-  keeps its own checkpoints, observer and outcome, as if trained alone (up
+  schedule: each round of all R is one call of
+  `round_engine.RoundEngine.run_rounds` (a run axis with 'vmap' local
+  training, the runs in turn with 'loop'), and each run keeps its own checkpoints, observer and outcome, as if trained alone (up
   to float rounding). Runs resumed from different rounds start together
   from the earliest; a run sits out the rounds before its own (its state is
   kept, nothing is reported).
@@ -588,29 +440,28 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
     runs: The runs (`ProgramRun`); their plans must have the same rounds,
       DP aggregation but for the noise multiplier, optimizers and batches.
     model, train_data, test_data, stats, resident_data: as `train`'s.
-    local_training: as `train`'s; R > 1 needs 'vmap' ('auto' picks it).
+    local_training: as `train`'s, for the runs' clients and the run axis.
+
+  Returns:
+    Each run's outcome, in order.
 
   Raises:
-    ValueError: the runs' plans differ in rounds, or R > 1 with 'loop'.
+    ValueError: the runs' plans differ in rounds.
   """
-  stats = RunStats() if stats is None else stats
-  compile_start = _CompileClock.start()
+  stats = run_stats.RunStats() if stats is None else stats
+  compile_start = run_stats.CompileClock.start()
   program = len(runs) > 1
-  if program and local_training == 'auto':
-    local_training = 'vmap'
   if len({run.plan.total_rounds for run in runs}) > 1:
     raise ValueError('runs of one program must have the same rounds; got '
                      f'{[run.plan.total_rounds for run in runs]}.')
-  engine = round_engine(runs[0].plan, model, local_training)
-  if program and engine.local_training != 'vmap':
-    raise ValueError('runs_per_program > 1 needs local_training=\'vmap\'; '
-                     f'got {local_training!r}.')
+  engine = make_round_engine(runs[0].plan, model, local_training)
   loops = [_RunLoop(run, engine, model, train_data) for run in runs]
   if engine.local_training == 'vmap':
     # One layout for every round of every run: one compile.
+    counts, real = zip(*[loop.round_counts(train_data) for loop in loops])
     engine.fix_layout(*packing.run_lanes(
-        [counts for loop in loops for counts in loop.round_counts(train_data)],
-        lane_multiple=engine.num_devices))
+        [c for run in counts for c in run], lane_multiple=engine.num_devices,
+        real_batches=[r for run in real for r in run]))
   total_rounds = runs[0].plan.total_rounds
   first = min(loop.resumed_from for loop in loops)
   canary_slots = max(loop.canary_slots for loop in loops)
@@ -660,45 +511,17 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
       # canaries' scoring (amortised over the buffer's blocks on both engines).
       jax.block_until_ready(results)
       seconds = time.perf_counter() - start
-      _count(stats, engine, batches, example_bytes)
+      run_stats.count_round(stats, engine, batches, example_bytes)
       for loop, is_active, result in zip(loops, active, results):
         if is_active:
           loop.record(t, *result, seconds)
   finally:
     prefetch.shutdown(cancel_futures=True)
   stats.compiles = engine.compiles
-  stats.compile_seconds = _CompileClock.total - compile_start
+  stats.compile_seconds = run_stats.CompileClock.total - compile_start
   return [loop.outcome(model, test_data) for loop in loops]
 
 
 def _bucket(needed: int, buckets: Sequence[int]) -> int:
   """The smallest bucket that holds `needed` batches."""
   return next(b for b in buckets if b >= needed)
-
-
-def _count(stats: RunStats, engine: fedavg.RoundEngine,
-           runs: Sequence[data.RoundBatches | data.RoundRows],
-           example_bytes: int) -> None:
-  """Adds a round's examples, padding and uploads to `stats` (all its runs).
-
-  The uploads are what the round's call sent to the device
-  (`RoundEngine.upload_bytes`; the canaries are generated on the device).
-  example_bytes: one example's model inputs and labels.
-  """
-  real = sum(int(batches.example_mask.sum()) for batches in runs)
-  stats.real_examples += real
-  stats.example_bytes += real * example_bytes
-  if len(runs) > 1:
-    padded = engine.program_padded_examples(runs)
-    stats.padded_examples += padded
-    stats.vmap_padded_examples += padded
-  elif engine.local_training == 'vmap':
-    stats.padded_examples += engine.padded_examples(runs[0])
-    stats.vmap_padded_examples += engine.padded_examples(runs[0])
-  else:
-    stats.padded_examples += engine.padded_examples(runs[0])
-    lanes, lane_batches = data.packed_layout(runs[0])
-    stats.vmap_padded_examples += (len(lanes) * lane_batches *
-                                   runs[0].example_mask.shape[2])
-  stats.host_to_device_bytes += engine.upload_bytes
-  stats.rounds += 1

@@ -1,0 +1,125 @@
+"""A program of R runs against the same R runs one after another (JAX engine).
+
+`experiments.reproduce --runs_per_program=R` trains R runs of a grid as one
+program (`jax_engine.training.train_program`). A program must never be
+slower than its runs in sequence: on a CPU a vmapped run axis turned the
+demo's CNN into grouped convolutions (8 min 29 s against 33 s for three runs
+of `configs/demo.cfg --scale=0.25`), so the engine runs a program's runs in
+turn there and vmaps them on accelerators (`round_engine.RoundEngine`,
+`default_local_training`). This times, in one process and on the same
+device, the launcher's R runs of the config's grid
+
+* in sequence: `experiments.train.run_training` once per run (the baseline);
+* as one program: `experiments.train.run_program` on the same configs;
+
+and prints both wall-clock times (training, evaluation and every output
+included) and the ratio program / sequence (<= 1 plus noise is the claim).
+
+  python -m benchmarks.program_speed [--config=configs/demo.cfg]
+      [--scale=0.25] [--runs=3] [--json=PATH]
+"""
+
+import dataclasses
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+
+import jax
+from absl import app
+from absl import flags
+
+from experiments import grid
+from experiments import train
+from experiments import train_config
+from one_shot_epe.jax_engine import round_engine
+
+_CONFIG = flags.DEFINE_string('config', 'configs/demo.cfg', 'Flagfile of the '
+                              'runs (its "# grid:" noise multipliers).')
+_SCALE = flags.DEFINE_float('scale', 0.25, 'Shrink factor of rounds, clients '
+                            'and canaries (experiments.grid.scale_config).')
+_RUNS = flags.DEFINE_integer('runs', 3, 'Runs of the program (R).',
+                             lower_bound=2)
+_JSON = flags.DEFINE_string('json', None, 'Also write the figures here.')
+
+
+def run_configs(config_path: str, scale: float, runs: int,
+                output_dir: str) -> list[train_config.TrainConfig]:
+  """`runs` JAX runs of the config's grid at `scale`, written under output_dir.
+
+  The grid's noise multipliers in order (cycled if it has fewer than
+  `runs`), as `experiments.reproduce` names them.
+
+  Args:
+    config_path: the flagfile.
+    scale: as `grid.scale_config`'s.
+    runs: the runs wanted.
+    output_dir: where their run directories go.
+
+  Returns:
+    The runs' configs.
+  """
+  values = flags.FlagValues()
+  train_config.define_flags(values)
+  values(['program_speed', f'--flagfile={config_path}'])
+  base = grid.scale_config(dataclasses.replace(
+      train_config.config_from_flags(values), backend='jax',
+      progress_bar=False), scale)
+  noises = [float(z) for z in grid.parse_grid(config_path).get(
+      'noise_multiplier', [base.noise_multiplier])]
+  return [dataclasses.replace(
+      base, noise_multiplier=noises[r % len(noises)], root_output_dir=output_dir, run_name=f'run{r}') for r in range(runs)]
+
+
+def time_both(configs: Sequence[train_config.TrainConfig],
+              output_dir: str) -> dict[str, float]:
+  """Seconds of the runs in sequence, then as one program, and their ratio.
+
+  Args:
+    configs: the runs (`run_configs`); written under output_dir/sequence
+      and output_dir/program.
+    output_dir: a fresh directory.
+
+  Returns:
+    {'sequence_s', 'program_s', 'program_over_sequence'}.
+  """
+
+  def placed(where: str) -> list[train_config.TrainConfig]:
+    return [dataclasses.replace(c, root_output_dir=os.path.join(
+        output_dir, where)) for c in configs]
+
+  start = time.perf_counter()
+  for config in placed('sequence'):
+    train.run_training(config)
+  sequence = time.perf_counter() - start
+  start = time.perf_counter()
+  train.run_program(placed('program'))
+  program = time.perf_counter() - start
+  return {'sequence_s': sequence, 'program_s': program,
+          'program_over_sequence': program / sequence}
+
+
+def main(argv: Sequence[str]) -> None:
+  """Times both on this machine's default JAX device and prints them."""
+  del argv
+  device = str(jax.devices()[0])  # Starts the backend before any timing.
+  with tempfile.TemporaryDirectory() as output_dir:
+    configs = run_configs(_CONFIG.value, _SCALE.value, _RUNS.value,
+                          output_dir)
+    figures = {'device': device, 'config': _CONFIG.value,
+               'scale': _SCALE.value, 'runs': _RUNS.value,
+               'local_training': round_engine.default_local_training(),
+               **time_both(configs, output_dir)}
+  print(f'{figures["runs"]} runs of {figures["config"]} at --scale='
+        f'{figures["scale"]} on {device} ({figures["local_training"]}):')
+  print(f'  in sequence   {figures["sequence_s"]:8.1f} s  (baseline)')
+  print(f'  one program   {figures["program_s"]:8.1f} s')
+  print(f'  program / sequence: {figures["program_over_sequence"]:.3f}')
+  if _JSON.value:
+    with open(_JSON.value, 'w', encoding='utf-8') as stream:
+      json.dump(figures, stream, indent=2)
+
+
+if __name__ == '__main__':
+  app.run(main)

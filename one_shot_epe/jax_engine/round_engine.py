@@ -1,0 +1,561 @@
+"""`RoundEngine`: the DP-FedAvg round of `fedavg`, compiled per platform.
+
+Andrew et al. (ICLR 2024), Algorithm 2: the round math is `fedavg`'s; this
+module decides how a device runs it, in one place (`default_local_training`):
+the clients' local training and a program's run axis are a Python loop of
+small jitted computations on a CPU ('loop'), and one vmapped, sharded
+computation on accelerators ('vmap'). Both give the same rounds
+(`tests/jax_engine_fedavg_test.py`, `tests/jax_engine_program_test.py`).
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from one_shot_epe import validation
+from one_shot_epe.data import client_arrays
+from one_shot_epe.jax_engine import data
+from one_shot_epe.jax_engine import fedavg
+from one_shot_epe.jax_engine import optimizers
+from one_shot_epe.jax_engine import packing
+from one_shot_epe.design import canary_spec
+
+__all__ = ['CLIENT_AXIS', 'LOCAL_TRAINING', 'RoundEngine',
+           'default_local_training']
+
+CLIENT_AXIS = 'clients'
+# How clients train locally (`RoundEngine`).
+LOCAL_TRAINING = ('loop', 'vmap')
+_tree_map = jax.tree_util.tree_map
+
+def default_local_training() -> str:
+  """The platform's faster strategy: 'loop' on one CPU process, else 'vmap'.
+
+  The one place the strategy is chosen (`RoundEngine`'s 'auto', for a
+  round's clients and for a program's runs alike). Several processes
+  (`jax.distributed`) share the client axis: 'vmap'.
+  """
+  if jax.default_backend() == 'cpu' and jax.process_count() == 1:
+    return 'loop'
+  return 'vmap'
+
+
+class RoundEngine:
+  """One DP-FedAvg round, compiled the way the backend runs it fast.
+
+  `local_training` picks how the clients train (both give the same round,
+  `tests/jax_engine_fedavg_test.py` checks one against the other):
+
+  * 'vmap' (accelerators): `packed_round` as one jit: the clients packed
+    back to back into lanes (`packing`, at most 1.15x the real local steps
+    on realistic client sizes, against 1.8-2.9x for one client per slot
+    padded to the largest), lanes vmapped and sharded over a 1-D mesh of
+    `devices` (default `jax.devices()`), local steps a loop. The number of
+    client slots must be a multiple of the number of devices (`num_slots`).
+    One computation per (lanes, lane length) layout: `fix_layout` sets one
+    for every later round (each looping only over the batches it needs);
+    else a round reuses a compiled layout its clients fit (`_layout`).
+    With the split on the devices (`upload`) a round takes
+    `data.RoundRows` and sends only its examples' int32 rows; each local
+    step gathers its batch there.
+  * 'loop' (the default on CPU, where XLA computes a convolution's weight
+    gradient 15-40x slower inside a loop body than at top level and turns
+    vmapped convolutions into grouped ones): one jitted `local_step` per
+    batch, called from Python client by client, each client's clipped update
+    folded into a running sum by a second jit, and `server_round` as the
+    third. Padding costs nothing: a client runs only its own batches, and
+    empty slots none.
+
+  A program's runs (`run_rounds`) follow the same strategy: 'vmap' adds a
+  vmapped run axis to the one computation; 'loop' runs them one after the
+  other, each as its own 'loop' round, so a program costs no more than its
+  runs in sequence (on a CPU a vmapped run axis turns the CNN's convolutions
+  into grouped ones, 15x slower on the demo: `benchmarks/program_speed.py`).
+
+  Either way the round compiles a fixed number of computations (`compiles`,
+  counted) whatever the cohort size, given fixed slot and batch counts.
+
+  Args:
+    loss_fn: the model's loss (`fedavg.LossFn`).
+    client_optimizer, server_optimizer: the local and server optimizers.
+    config: the DP aggregation of every round.
+    canary_clip: 'project' or 'clip' (`canary_spec.CANARY_CLIPS`).
+    client_dropout: whether local steps get dropout keys.
+    devices: the devices of the client axis (default `jax.devices()`).
+    local_training: 'loop', 'vmap' or 'auto' (`default_local_training`).
+
+  Raises:
+    TypeError: an optimizer or `config` of the wrong type.
+    ValueError: an unknown `canary_clip` or `local_training`, or no devices.
+  """
+
+  def __init__(self, loss_fn: fedavg.LossFn,
+               client_optimizer: optimizers.Optimizer,
+               server_optimizer: optimizers.Optimizer,
+               config: canary_spec.DPAggregation, *,
+               canary_clip: str = 'project', client_dropout: bool = True,
+               devices: Sequence[Any] | None = None,
+               local_training: str = 'auto'):
+    for name, value, kind in (('client_optimizer', client_optimizer,
+                               optimizers.Optimizer),
+                              ('server_optimizer', server_optimizer,
+                               optimizers.Optimizer),
+                              ('config', config, canary_spec.DPAggregation)):
+      if not isinstance(value, kind):
+        raise TypeError(f'{name} must be a {kind.__name__}; got '
+                        f'{type(value).__name__}.')
+    validation.check_choice('canary_clip', canary_clip,
+                            canary_spec.CANARY_CLIPS)
+    if local_training == 'auto':
+      local_training = default_local_training()
+    self.local_training = validation.check_choice(
+        'local_training', local_training, LOCAL_TRAINING)
+    self._devices = list(jax.devices() if devices is None else devices)
+    if not self._devices:
+      raise ValueError('devices must name at least one device.')
+    if local_training == 'loop':
+      self._devices = self._devices[:1]
+    self.server_optimizer = server_optimizer
+    self.config = config
+    self._client_dropout = client_dropout
+    self._client_optimizer = client_optimizer
+    mesh = jax.sharding.Mesh(np.asarray(self._devices), (CLIENT_AXIS,))
+    self._by_client = jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec(CLIENT_AXIS))
+    self._runs_by_client = jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec(None, CLIENT_AXIS))
+    self._replicated = jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec())
+    self._shapes: set[tuple[str, Any]] = set()
+    self._layouts: set[tuple[int, int]] = set()
+    self._fixed: tuple[int, int] | None = None
+    self._resident: tuple[jax.Array, jax.Array] | None = None
+    self.upload_bytes = 0
+
+    def round_fn(state, resident, packed, slot_keys, canary_directions,
+                 canary_mask, key, noise, num_steps, scales=None):
+      kind = data.PackedBatches if resident is None else data.PackedRows
+      return fedavg.packed_round(
+          loss_fn, client_optimizer, server_optimizer, config, canary_clip,
+          client_dropout, state, kind(*packed), slot_keys, canary_directions,
+          canary_mask, key, noise, scales, resident=resident,
+          num_steps=num_steps)
+
+    def step_fn(weights, state, inputs, labels, example_mask, key):
+      return fedavg.local_step(loss_fn, client_optimizer, weights, state,
+                               inputs, labels, example_mask, key)
+
+    def fold_fn(initial, trained, clip, clipped_sum, unclipped_sum):
+      clipped, norm = fedavg.clip_by_global_norm(
+          fedavg.finite_delta(initial, trained), clip)
+      return (clipped_sum + ravel_pytree(clipped)[0],
+              unclipped_sum + (norm <= clip) - 0.5)
+
+    def server_fn(state, clipped_sum, unclipped_sum, num_clients,
+                  canary_directions, canary_mask, key, noise, scales=None):
+      return fedavg.server_round(server_optimizer, config, canary_clip, state,
+                                 clipped_sum, unclipped_sum, num_clients,
+                                 canary_directions, canary_mask, key, noise,
+                                 scales)
+
+    def program_fn(states, resident, packed, slot_keys, canary_directions,
+                   canary_masks, keys, noises, num_steps, scales, active):
+
+      def one_run(state, packed, slot_keys, canary_directions, canary_mask,
+                  key, noise, scale):
+        return round_fn(state, resident, packed, slot_keys,
+                        canary_directions, canary_mask, key, noise,
+                        num_steps, scale)
+
+      new_states, outputs = jax.vmap(one_run)(
+          states, packed, slot_keys, canary_directions, canary_masks, keys,
+          noises, scales)
+
+      def keep(new, old):
+        return jnp.where(active.reshape((-1,) + (1,) * (new.ndim - 1)), new,
+                         old)
+
+      return _tree_map(keep, new_states, states), outputs
+
+    self._round = jax.jit(round_fn)
+    self._program = jax.jit(program_fn)
+    self._step = jax.jit(step_fn)
+    self._fold = jax.jit(fold_fn)
+    self._server = jax.jit(server_fn)
+
+  @property
+  def num_devices(self) -> int:
+    """Devices the client axis is spread over."""
+    return len(self._devices)
+
+  @property
+  def compiles(self) -> int:
+    """Computations compiled so far: one per (function, input shapes)."""
+    return len(self._shapes)
+
+  def _note(self, name: str, *args: Any) -> None:
+    """Records the input signature of a call of the jitted `name`."""
+    self._shapes.add((name, tuple(
+        (np.shape(x), str(getattr(x, 'dtype', type(x).__name__)))
+        for x in jax.tree_util.tree_leaves(args))))
+
+  def num_slots(self, num_clients: int) -> int:
+    """Client slots for `num_clients`: the next multiple of the devices."""
+    return -(-max(num_clients, 1) // self.num_devices) * self.num_devices
+
+  def init_state(self, params: Any) -> fedavg.ServerState:
+    """The replicated server state before round 0."""
+    return jax.device_put(
+        fedavg.init_server_state(params, self.server_optimizer, self.config),
+        self._replicated)
+
+  @property
+  def resident_bytes(self) -> int:
+    """Bytes of the split `upload` put on every device (0: none)."""
+    if self._resident is None:
+      return 0
+    return sum(int(x.nbytes) for x in self._resident)
+
+  def upload(self, arrays: client_arrays.ClientArrays) -> None:
+    """Puts the split's model inputs and labels on every device, once.
+
+    Rounds then take `data.RoundRows` (`data.client_rows`): only the rows of
+    their examples go to the device, which gathers the batches itself.
+
+    Raises:
+      ValueError: local training is 'loop' (it reads host batches).
+    """
+    if self.local_training != 'vmap':
+      raise ValueError("upload needs local_training='vmap'; got "
+                       f'{self.local_training!r}.')
+    inputs, labels = data.model_inputs(
+        arrays.kind, {name: np.asarray(array)
+                      for name, array in arrays.features.items()})
+    self._resident = tuple(jax.device_put((inputs, labels),
+                                          self._replicated))
+
+  def __call__(self, state: fedavg.ServerState,
+               batches: data.RoundBatches | data.RoundRows,
+               canary_directions: np.ndarray | jax.Array,
+               canary_mask: np.ndarray | jax.Array,
+               key: jax.Array, noise: jax.Array | None = None
+               ) -> tuple[fedavg.ServerState, fedavg.RoundOutput]:
+    """Runs one round on `batches` (slots a multiple of the devices).
+
+    `data.RoundRows` need the split on the device (`upload`). What the call
+    sends to the device (host arrays among its inputs) is `upload_bytes`.
+    `noise`: the round's correlated noise row (`server_round`), or None.
+    """
+    slots = batches.client_mask.shape[0]
+    if slots % self.num_devices:
+      raise ValueError(f'batches must have a multiple of {self.num_devices} '
+                       f'client slots (num_slots); got {slots}.')
+    resident = isinstance(batches, data.RoundRows)
+    if resident and self._resident is None:
+      raise ValueError('batches of rows (data.RoundRows) need the split on '
+                       'the device: call upload(arrays) first.')
+    self.upload_bytes = _host_bytes(canary_directions, canary_mask, noise)
+    canary_directions = jnp.asarray(canary_directions, jnp.float32)
+    canary_mask = jnp.asarray(canary_mask, jnp.float32)
+    if self.local_training == 'loop':
+      return self._loop_round(state, batches, canary_directions, canary_mask,
+                              key, noise)
+    (lanes,), lane_batches, steps = self._layout([batches])
+    packed = (data.pack_rows if resident else data.pack_batches)(
+        batches, lanes, lane_batches)
+    fields = tuple(getattr(packed, f.name) for f in dataclasses.fields(packed))
+    self.upload_bytes += _host_bytes(*fields)
+    sharded = jax.device_put(fields, self._by_client)
+    replicated = jax.device_put(
+        (fedavg.client_keys(key, slots), canary_directions, canary_mask, key,
+         noise, np.int32(steps)), self._replicated)
+    split = self._resident if resident else None
+    self._note('round', state, split, sharded, *replicated)
+    return self._round(state, split, sharded, *replicated)
+
+  def padded_examples(self, batches: data.RoundBatches | data.RoundRows
+                      ) -> int:
+    """Examples the round's local training processes, padding included.
+
+    'vmap': the packed lanes (`_layout`), lanes x the batches they loop
+    over x batch size; 'loop': each client's non-empty batches at full
+    batch size.
+    """
+    batch_size = batches.example_mask.shape[2]
+    if self.local_training == 'loop':
+      return int((batches.example_mask.sum(axis=2) > 0).sum()) * batch_size
+    (lanes,), _, steps = self._layout([batches])
+    return len(lanes) * steps * batch_size
+
+  def fix_layout(self, num_lanes: int, lane_batches: int) -> None:
+    """Compiles every later round for `num_lanes` lanes of `lane_batches`.
+
+    A round then loops only over the batches its clients need at that width
+    (`packing.lane_capacity`): one compiled round for a whole run whose
+    rounds all fit (`packing.run_lanes`).
+
+    Raises:
+      ValueError: local training is not 'vmap', or `num_lanes` is not a
+        multiple of the devices.
+    """
+    if self.local_training != 'vmap':
+      raise ValueError("fix_layout needs local_training='vmap'; got "
+                       f'{self.local_training!r}.')
+    num_lanes = validation.check_int('num_lanes', num_lanes, low=1)
+    if num_lanes % self.num_devices:
+      raise ValueError(f'num_lanes must be a multiple of the {self.num_devices}'
+                       f' devices; got {num_lanes}.')
+    self._fixed = (num_lanes,
+                   validation.check_int('lane_batches', lane_batches, low=1))
+
+  def _layout(self, runs: Sequence[data.RoundBatches | data.RoundRows]
+              ) -> tuple[list[list[list[int]]], int, int]:
+    """Each run's lanes in one layout: a compiled one if they fit, else new.
+
+    With `fix_layout`, that layout, its lanes only as long as the longest
+    run's clients need at its width (`packing.lane_capacity`). Otherwise a
+    compiled (lanes, lane length) is reused, smallest first, when every
+    run's clients fit it (first-fit-decreasing) with no more padded work
+    than one slot per client padded to the round's batches would cost; else
+    the longest of the runs' `data.packed_layout` lane lengths, with as many
+    lanes as the runs need at that length (one more compile).
+
+    Returns:
+      (each run's slots of each lane, lane length, the batches each lane
+      loops over); every run has the same number of lanes, a multiple of
+      the devices.
+
+    Raises:
+      ValueError: a round's clients do not fit the fixed layout.
+    """
+    present = [np.flatnonzero(batches.client_mask > 0) for batches in runs]
+    counts = [data.slot_batch_counts(batches) for batches in runs]
+    budget = min(batches.example_mask.shape[0] * batches.example_mask.shape[1]
+                 for batches in runs)
+
+    def slots(lanes: list[list[int]], run: int,
+              num_lanes: int) -> list[list[int]]:
+      return ([[int(present[run][i]) for i in lane] for lane in lanes] +
+              [[] for _ in range(num_lanes - len(lanes))])
+
+    if self._fixed is not None:
+      num_lanes, lane_batches = self._fixed
+      steps = max(packing.lane_capacity(c, num_lanes) for c in counts)
+      if steps > lane_batches:
+        raise ValueError(f'the round needs lanes of {steps} batches; the '
+                         f'fixed layout has {lane_batches} (fix_layout).')
+      packed = [packing.first_fit_decreasing(c, steps) for c in counts]
+      return ([slots(lanes, run, num_lanes)
+               for run, lanes in enumerate(packed)], lane_batches, steps)
+    for num_lanes, lane_batches in sorted(self._layouts,
+                                          key=lambda s: s[0] * s[1]):
+      if (max(c.max(initial=1) for c in counts) > lane_batches
+          or num_lanes * lane_batches > budget):
+        continue
+      packed = [packing.first_fit_decreasing(c, lane_batches) for c in counts]
+      if all(len(lanes) <= num_lanes for lanes in packed):
+        return ([slots(lanes, run, num_lanes)
+                 for run, lanes in enumerate(packed)], lane_batches,
+                lane_batches)
+    lane_batches = max(data.packed_layout(batches, self.num_devices)[1]
+                       for batches in runs)
+    packed = [packing.first_fit_decreasing(c, lane_batches) for c in counts]
+    num_lanes = self.num_slots(max(len(lanes) for lanes in packed))
+    self._layouts.add((num_lanes, lane_batches))
+    return ([slots(lanes, run, num_lanes) for run, lanes in enumerate(packed)],
+            lane_batches, lane_batches)
+
+  def run_rounds(self, states: fedavg.ServerState,
+                 runs: Sequence[data.RoundBatches | data.RoundRows],
+                 canary_directions: Sequence[jax.Array],
+                 canary_masks: Sequence[np.ndarray],
+                 keys: Sequence[jax.Array],
+                 noises: Sequence[jax.Array] | None,
+                 scales: np.ndarray, active: np.ndarray
+                 ) -> tuple[fedavg.ServerState, fedavg.RoundOutput]:
+    """A round of R runs as one program, in the engine's strategy.
+
+    'vmap': `packed_round` with a run axis. The runs' clients are packed
+    into one layout (`_layout`, the same lanes and lane length for every
+    run), so the R rounds are one computation, vmapped over the runs, each
+    run's lanes sharded over the devices. 'loop': each active run's round
+    in turn, as `__call__` runs it (what the runs cost one after another).
+    Either way a run gets what its own round would (its batches, canaries,
+    key, the dropout keys of its own slot count, its noise): the program
+    equals R separate rounds up to float rounding ('loop': exactly).
+
+    Args:
+      states: the runs' `ServerState`s stacked on a leading run axis
+        (`stack_states`).
+      runs: each run's batches (`data.RoundRows` need `upload`).
+      canary_directions: each run's [k, d] directions, k equal for all.
+      canary_masks: each run's [k] mask.
+      keys: each run's round key.
+      noises: each run's [d] row of correlated noise, or None.
+      scales: float32 [R, 2], each run's (z_v, sigma_b) (`noise_scales`).
+      active: bool [R]; a run that is False keeps its state (it resumed
+        from a later round than the program's) and its outputs are junk.
+
+    Returns:
+      The new states and the rounds' `RoundOutput`s, stacked by run.
+
+    Raises:
+      ValueError: rows without `upload`.
+    """
+    if self.local_training == 'loop':
+      return self._loop_program(states, runs, canary_directions,
+                                canary_masks, keys, noises, scales, active)
+    resident = isinstance(runs[0], data.RoundRows)
+    if resident and self._resident is None:
+      raise ValueError('batches of rows (data.RoundRows) need the split on '
+                       'the device: call upload(arrays) first.')
+    layouts, lane_batches, steps = self._layout(runs)
+    pack = data.pack_rows if resident else data.pack_batches
+    packed = [pack(batches, lanes, lane_batches)
+              for batches, lanes in zip(runs, layouts)]
+    fields = tuple(np.stack([getattr(p, f.name) for p in packed])
+                   for f in dataclasses.fields(packed[0]))
+    slots = max(batches.client_mask.shape[0] for batches in runs)
+    slot_keys = jnp.stack([
+        jnp.zeros((slots,) + keys[0].shape, keys[0].dtype).at[
+            :batches.client_mask.shape[0]].set(
+                fedavg.client_keys(key, batches.client_mask.shape[0]))
+        for key, batches in zip(keys, runs)])
+    host = (fields, np.stack(canary_masks).astype(np.float32),
+            np.asarray(scales, np.float32), np.asarray(active, bool))
+    self.upload_bytes = _host_bytes(*fields, *host[1:])
+    sharded = jax.device_put(fields, self._runs_by_client)
+    replicated = jax.device_put(
+        (slot_keys, jnp.stack([jnp.asarray(d, jnp.float32)
+                               for d in canary_directions]), host[1],
+         jnp.stack(keys), None if noises is None else jnp.stack(noises),
+         np.int32(steps), host[2], host[3]), self._replicated)
+    resident_split = self._resident if resident else None
+    self._note('program', states, sharded, *replicated)
+    return self._program(states, resident_split, sharded, *replicated)
+
+  def program_padded_examples(
+      self, runs: Sequence[data.RoundBatches | data.RoundRows]) -> int:
+    """Examples a `run_rounds` call processes, padding included."""
+    if self.local_training == 'loop':
+      return sum(self.padded_examples(batches) for batches in runs)
+    layouts, _, steps = self._layout(runs)
+    return len(runs) * len(layouts[0]) * steps * runs[0].example_mask.shape[2]
+
+  def round_cost(self, state: fedavg.ServerState, batches: data.RoundBatches,
+                 canary_directions: np.ndarray, canary_mask: np.ndarray,
+                 key: jax.Array) -> dict[str, float]:
+    """XLA's own cost analysis of one round: {'flops', 'bytes accessed'}.
+
+    Summed over the round's computations as the 'loop' strategy runs them
+    (one local step per real batch, a fold per client, the server step), so
+    no loop body is counted once for all its trips. For roofline predictions
+    on hardware that is not here (`benchmarks/accelerator_round.py`).
+    """
+    keys = fedavg.client_keys(key, batches.client_mask.shape[0])
+    flat, _ = ravel_pytree(state.params)
+    optimizer_state = self._client_optimizer.init(state.params)
+    zero = jnp.zeros((), jnp.float32)
+    total = {'flops': 0.0, 'bytes accessed': 0.0}
+
+    def add(function, count, *args):
+      cost = function.lower(*args).compile().cost_analysis()
+      cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+      for name in total:
+        total[name] += count * float(cost.get(name, 0.0))
+
+    steps = int((batches.example_mask.sum(axis=2) > 0).sum())
+    clients = int((batches.client_mask > 0).sum())
+    add(self._step, steps, state.params, optimizer_state,
+        batches.inputs[0, 0], batches.labels[0, 0], batches.example_mask[0, 0],
+        fedavg.batch_key(keys[0] if self._client_dropout else None, 0))
+    add(self._fold, clients, state.params, state.params, state.clip,
+        jnp.zeros_like(flat), zero)
+    add(self._server, 1, state, jnp.zeros_like(flat), zero, zero,
+        jnp.asarray(canary_directions, jnp.float32),
+        jnp.asarray(canary_mask, jnp.float32), key, None)
+    return total
+
+  def _loop_program(self, states: fedavg.ServerState,
+                    runs: Sequence[data.RoundBatches],
+                    canary_directions: Sequence[jax.Array],
+                    canary_masks: Sequence[np.ndarray],
+                    keys: Sequence[jax.Array],
+                    noises: Sequence[jax.Array] | None,
+                    scales: np.ndarray, active: np.ndarray
+                    ) -> tuple[fedavg.ServerState, fedavg.RoundOutput]:
+    """`run_rounds` for 'loop': the active runs' rounds one after another.
+
+    An inactive run keeps its state; its output repeats an active run's.
+    """
+    new_states, outputs = [], []
+    uploaded = 0
+    scales = np.asarray(scales, np.float32)
+    for run, batches in enumerate(runs):
+      state = fedavg.run_state(states, run)
+      if not active[run]:
+        new_states.append(state)
+        outputs.append(None)
+        continue
+      noise = None if noises is None else noises[run]
+      self.upload_bytes = _host_bytes(canary_directions[run],
+                                      canary_masks[run], noise, scales[run])
+      state, output = self._loop_round(
+          state, batches, jnp.asarray(canary_directions[run], jnp.float32),
+          jnp.asarray(canary_masks[run], jnp.float32), keys[run], noise,
+          scales[run])
+      uploaded += self.upload_bytes
+      new_states.append(state)
+      outputs.append(output)
+    some = next(output for output in outputs if output is not None)
+    self.upload_bytes = uploaded
+    return (fedavg.stack_states(new_states),
+            fedavg.stack_states([some if output is None else output
+                                 for output in outputs]))
+
+  def _loop_round(self, state: fedavg.ServerState, batches: data.RoundBatches,
+                  canary_directions: jax.Array, canary_mask: jax.Array,
+                  key: jax.Array, noise: jax.Array | None,
+                  scales: np.ndarray | None = None
+                  ) -> tuple[fedavg.ServerState, fedavg.RoundOutput]:
+    """The 'loop' round: each client's real batches, one jitted step each.
+
+    `scales`: as `fedavg.server_round`'s, or None for the engine's config.
+    """
+    slots = batches.client_mask.shape[0]
+    keys = fedavg.client_keys(key, slots)
+    flat, _ = ravel_pytree(state.params)
+    clipped_sum = jnp.zeros_like(flat)
+    unclipped_sum = jnp.zeros((), jnp.float32)
+    initial_optimizer_state = self._client_optimizer.init(state.params)
+    present = np.flatnonzero(batches.client_mask > 0)
+    batch_counts = batches.example_mask.sum(axis=2) > 0
+    for slot in present:
+      weights, optimizer_state = state.params, initial_optimizer_state
+      client_key = keys[slot] if self._client_dropout else None
+      for batch in np.flatnonzero(batch_counts[slot]):
+        args = (weights, optimizer_state, batches.inputs[slot, batch],
+                batches.labels[slot, batch],
+                batches.example_mask[slot, batch],
+                fedavg.batch_key(client_key, batch))
+        self.upload_bytes += _host_bytes(*args[2:5])
+        self._note('step', *args)
+        weights, optimizer_state = self._step(*args)
+      args = (state.params, weights, state.clip, clipped_sum, unclipped_sum)
+      self._note('fold', *args)
+      clipped_sum, unclipped_sum = self._fold(*args)
+    args = (state, clipped_sum, unclipped_sum,
+            jnp.asarray(present.size, jnp.float32), canary_directions,
+            canary_mask, key, noise, scales)
+    self._note('server', *args)
+    return self._server(*args)
+
+
+def _host_bytes(*arrays: Any) -> int:
+  """Bytes of the host (numpy) arrays among `arrays`: what goes to the device."""
+  return sum(int(x.nbytes) for x in arrays if isinstance(x, np.ndarray))
