@@ -68,7 +68,7 @@ class RunFacts:
     dim: d, the model's trainable parameters.
     canary_presentations: r, each seen canary's insertions.
     rounds: T, the rounds of the run (or observed so far), also
-      `participation.rounds` when that is given; None when unknown (then no
+      `dp_fedavg.Participation.rounds` when that is given; None when unknown (then no
       accounted epsilon and no last-iterate heuristic).
     clip: The fixed clip S; None for adaptive clipping.
     cohort: The expected records per round, canaries included (the DP

@@ -218,7 +218,17 @@ class CanarySchedule:
     return len(self.rounds)
 
   def canaries(self, round_index: int) -> np.ndarray:
-    """The sorted ids of the canaries presented in round `round_index`."""
+    """The sorted ids of the canaries presented in round `round_index`.
+
+    Args:
+      round_index: the 0-based round, in [0, num_rounds).
+
+    Returns:
+      A read-only sorted int64 array of canary ids (possibly empty).
+
+    Raises:
+      ValueError: `round_index` is not an int in [0, num_rounds).
+    """
     return self.rounds[validation.check_int('round_index', round_index, 0,
                                   self.num_rounds - 1)]
 
@@ -241,6 +251,16 @@ def period_lengths(num_rounds: int, repetitions: int) -> np.ndarray:
 
   The lengths differ by at most one; the first `num_rounds % repetitions`
   periods are the longer ones.
+
+  Args:
+    num_rounds: the number of training rounds T (>= 1).
+    repetitions: the number of periods r, in [1, T].
+
+  Returns:
+    An int64 array of `repetitions` lengths summing to `num_rounds`.
+
+  Raises:
+    ValueError: an argument is not an int in its range.
   """
   num_rounds = validation.check_int('num_rounds', num_rounds, 1)
   repetitions = validation.check_int('repetitions', repetitions, 1, num_rounds)
@@ -249,7 +269,24 @@ def period_lengths(num_rounds: int, repetitions: int) -> np.ndarray:
 
 def periodic_canary_schedule(num_canaries: int, num_rounds: int,
                              repetitions: int, seed: int) -> CanarySchedule:
-  """Every canary exactly once in each of `repetitions` periods (Sec. 5.2)."""
+  """Every canary exactly once in each of `repetitions` periods (Sec. 5.2).
+
+  The periods are those of `period_lengths`; within each, the canaries are
+  dealt at random to the period's rounds in near-equal groups.
+
+  Args:
+    num_canaries: the number k of seen canaries (>= 1).
+    num_rounds: the number of training rounds T (>= 1).
+    repetitions: the presentations r of each canary, in [1, T].
+    seed: the non-negative placement seed; the schedule is a pure function
+      of it and the other arguments.
+
+  Returns:
+    The schedule, in which every canary appears exactly r times.
+
+  Raises:
+    ValueError: an argument is not an int in its range.
+  """
   num_canaries = validation.check_int('num_canaries', num_canaries, 1)
   lengths = period_lengths(num_rounds, repetitions)
   return CanarySchedule(
@@ -264,6 +301,18 @@ def expected_cohort(clients_per_round: float, num_canaries: int,
   Canary clients participate as real clients do (Sec. 4), so the DP average's
   denominator and the adaptive clip's expected record count include them: k
   canaries presented r times each over T rounds add k r / T per round.
+
+  Args:
+    clients_per_round: the real clients' mean cohort size (> 0).
+    num_canaries: the number k of seen canaries (>= 0).
+    repetitions: the presentations r of each canary, in [1, T].
+    num_rounds: the number of training rounds T (>= 1).
+
+  Returns:
+    clients_per_round + k r / T.
+
+  Raises:
+    ValueError: an argument is not a number in its range.
   """
   clients_per_round = validation.check_real('clients_per_round',
                                             clients_per_round, 0.0,
@@ -286,8 +335,19 @@ def last_rounds_canary_schedule(
   presentations, so no canary appears twice in a round, and `L` is the least
   number of rounds that fits `k r` presentations at most `c` per round.
 
+  Args:
+    num_canaries: the number k of seen canaries (>= 1).
+    num_rounds: the number of training rounds T (>= 1).
+    repetitions: the presentations r of each canary, in [1, T].
+    max_canaries_per_round: the cap on canaries in one round (>= 1), or None
+      for no cap beyond k.
+
+  Returns:
+    The schedule: empty rounds, then the L rounds holding the canaries.
+
   Raises:
-    ValueError: if the `L` rounds needed exceed `num_rounds`.
+    ValueError: if the `L` rounds needed exceed `num_rounds`, or an argument
+      is not an int in its range.
   """
   num_canaries = validation.check_int('num_canaries', num_canaries, 1)
   num_rounds = validation.check_int('num_rounds', num_rounds, 1)
@@ -326,6 +386,17 @@ class ClientSampler(abc.ABC):
   sampling: str
 
   def __init__(self, clients: int | Sequence[str], seed: int):
+    """Checks and stores the population and the seed.
+
+    Args:
+      clients: the population size m (>= 1), or the distinct string client
+        ids (e.g. ClientData.client_ids), which `ids` then returns.
+      seed: the non-negative seed of every draw.
+
+    Raises:
+      ValueError: `clients` is neither a positive count nor a non-empty
+        sequence of distinct strings, or `seed` is not an int >= 0.
+    """
     self.num_clients, self.client_ids = _check_client_ids(clients)
     self.seed = validation.check_int('seed', seed, 0)
 
@@ -345,18 +416,52 @@ class ClientSampler(abc.ABC):
 
   def canary_schedule(self, num_canaries: int, num_rounds: int,
                       seed: int) -> CanarySchedule:
-    """Canaries selected by this sampler's rule at its per-client rate."""
+    """Canaries selected by this sampler's rule at its per-client rate.
+
+    Args:
+      num_canaries: the number k of canary clients (>= 1).
+      num_rounds: the number of training rounds T (>= 1).
+      seed: the non-negative canary seed (independent of the sampler's).
+
+    Returns:
+      The canaries of each of the T rounds.
+
+    Raises:
+      ValueError: an argument is not an int in its range.
+    """
     num_canaries = validation.check_int('num_canaries', num_canaries, 1)
     num_rounds = validation.check_int('num_rounds', num_rounds, 1)
     return CanarySchedule(num_canaries, tuple(self._canary_rounds(
         num_canaries, num_rounds, validation.check_int('seed', seed, 0))))
 
   def indices(self, round_index: int) -> np.ndarray:
-    """Sorted int64 population indices of round `round_index`'s cohort."""
+    """Sorted int64 population indices of round `round_index`'s cohort.
+
+    Args:
+      round_index: the 0-based round (>= 0); the draw is a pure function of
+        the seed and the round.
+
+    Returns:
+      The cohort's indices in [0, m), sorted.
+
+    Raises:
+      ValueError: `round_index` is not an int >= 0.
+    """
     return self._select(validation.check_int('round_index', round_index, 0))
 
   def ids(self, round_index: int) -> list[str]:
-    """Client ids of round `round_index`'s cohort, in index order."""
+    """Client ids of round `round_index`'s cohort, in index order.
+
+    Args:
+      round_index: the 0-based round (>= 0).
+
+    Returns:
+      The ids of the clients `indices` selects.
+
+    Raises:
+      ValueError: the sampler was built from a count, not ids, or
+        `round_index` is not an int >= 0.
+    """
     if self.client_ids is None:
       raise ValueError('clients was given as a count; build the sampler from '
                        'client ids (e.g. ClientData.client_ids) to get ids')
@@ -375,6 +480,21 @@ class ShuffledEpochs(ClientSampler):
 
   def __init__(self, clients: int | Sequence[str], clients_per_round: int,
                seed: int, remainder: str = 'spread'):
+    """Checks the arguments and fixes the epoch's cohort sizes.
+
+    Args:
+      clients: the population size m (>= 1), or the distinct string client
+        ids.
+      clients_per_round: the maximum cohort size n, in [1, m].
+      seed: the non-negative seed of the epoch permutations.
+      remainder: how the m clients of an epoch are cut into R rounds:
+        'spread' (sizes differ by at most one) or 'partial' (R - 1 full
+        cohorts of n, the rest in the last round).
+
+    Raises:
+      ValueError: an argument is outside its range or `remainder` is not
+        one of the modes.
+    """
     super().__init__(clients, seed)
     self.clients_per_round = validation.check_int(
         'clients_per_round', clients_per_round, 1, self.num_clients)
@@ -399,7 +519,17 @@ class ShuffledEpochs(ClientSampler):
     return self.num_clients / self.rounds_per_epoch
 
   def epoch_permutation(self, epoch: int) -> np.ndarray:
-    """All clients in their order in `epoch`: pure in (seed, epoch)."""
+    """All clients in their order in `epoch`: pure in (seed, epoch).
+
+    Args:
+      epoch: the 0-based epoch (>= 0).
+
+    Returns:
+      A permutation of [0, m) as int64 (cached: do not modify it).
+
+    Raises:
+      ValueError: `epoch` is not an int >= 0.
+    """
     epoch = validation.check_int('epoch', epoch, 0)
     if self._epoch_cache[0] != epoch:
       permutation = _rng(self.seed, _SHUFFLE_TAG, epoch).permutation(
@@ -456,6 +586,17 @@ class BernoulliSampling(_ExpectedSizeSampler):
 
   def __init__(self, clients: int | Sequence[str],
                expected_clients_per_round: float, seed: int):
+    """Checks the arguments; q = expected_clients_per_round / m.
+
+    Args:
+      clients: the population size m (>= 1), or the distinct string client
+        ids.
+      expected_clients_per_round: the mean cohort size q m, in (0, m].
+      seed: the non-negative seed of the draws.
+
+    Raises:
+      ValueError: an argument is outside its range.
+    """
     super().__init__(clients, expected_clients_per_round, seed)
     self.probability = self._expected / self.num_clients
 
@@ -503,6 +644,14 @@ def make_training_selection_fn(
     sampler: A sampler built from client ids.
     create_tf_dataset_for_client: Maps a client id to its dataset, e.g.
       `ClientData.create_tf_dataset_for_client` or a preprocessed variant.
+
+  Returns:
+    A function of TFF's 1-based round number returning the round's client
+    datasets; it raises ValueError for a round number below 1.
+
+  Raises:
+    ValueError: `sampler` was built from a count, or
+      `create_tf_dataset_for_client` is not callable.
   """
   if sampler.client_ids is None:
     raise ValueError('sampler must be built from client ids (not a count) to '
@@ -532,6 +681,21 @@ def canary_plan(sampler: ClientSampler, num_canaries: int, num_rounds: int,
   at the clients' own rate q = E[cohort] / m, adding k q per round. The
   cohort is the DP average's denominator and the adaptive clip's expected
   record count. Without canaries (k = 0) the schedule is None.
+
+  Args:
+    sampler: the real clients' sampler, whose rule the canaries follow.
+    num_canaries: the number k of seen canaries (>= 0).
+    num_rounds: the number of training rounds T (>= 1).
+    repetitions: the presentations r of each canary, in [1, T]; used only
+      with shuffled epochs (Bernoulli and Poisson canaries appear at rate q).
+    seed: the non-negative canary placement seed.
+
+  Returns:
+    (schedule, expected cohort): the canary schedule (None when k = 0) and
+    the expected number of participants per round, canaries included.
+
+  Raises:
+    ValueError: an argument is not an int in its range.
   """
   num_canaries = validation.check_int('num_canaries', num_canaries, 0)
   num_rounds = validation.check_int('num_rounds', num_rounds, 1)
