@@ -295,7 +295,15 @@ class RunReport:
     return '\n'.join(lines) + '\n'
 
   def write(self, json_path: str, markdown_path: str) -> None:
-    """Writes `to_json` and `to_markdown`, each atomically (`atomic_io`)."""
+    """Writes `to_json` and `to_markdown`, each atomically (`atomic_io`).
+
+    Args:
+      json_path: the JSON report's file (report.json of a run).
+      markdown_path: the Markdown report's file (report.md of a run).
+
+    Raises:
+      OSError: a write failed; that file's old content is untouched.
+    """
     atomic_io.write_text(json_path, self.to_json() + '\n')
     atomic_io.write_text(markdown_path, self.to_markdown())
 
