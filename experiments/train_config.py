@@ -125,6 +125,11 @@ class TrainConfig:
     Checks that need the task's data (clients per round against the number
     of clients) are done by `prepare`.
 
+    Returns:
+      A copy with the run name resolved (--run_name or the default), the
+      data directory made absolute (with ~ expanded) and --compression set
+      to the mechanism's own when not given.
+
     Raises:
       ConfigError: naming the first invalid flag and its allowed range.
     """
@@ -246,6 +251,9 @@ class TrainConfig:
   def the_mechanism(self) -> mechanisms.Mechanism:
     """The mechanism that --mechanism and its parameters' flags name.
 
+    Returns:
+      The typed mechanism (`mechanisms.from_name`).
+
     Raises:
       ConfigError: naming the flag of a parameter that is out of range or
         does not apply to the mechanism.
@@ -262,7 +270,12 @@ class TrainConfig:
       raise ConfigError(f'--mechanism={self.mechanism}: {message}') from None
 
   def default_run_name(self) -> str:
-    """The run directory name when --run_name is not given."""
+    """The run directory name when --run_name is not given.
+
+    Returns:
+      '<task>_noise<z>_rep<r>_seed<seed>', e.g. 'emnist_character_noise1_
+      rep1_seed0' without the break.
+    """
     return (f'{self.task}_noise{self.noise_multiplier:g}_'
             f'rep{self.canary_repeats}_seed{self.seed}')
 
@@ -273,7 +286,11 @@ class TrainConfig:
                         self.run_name or self.default_run_name())
 
   def to_json_dict(self) -> dict[str, Any]:
-    """The fields as a JSON-serialisable dict (config.json)."""
+    """The fields as a JSON-serialisable dict (config.json).
+
+    Returns:
+      Every field by name (the flag names), values as set.
+    """
     return dataclasses.asdict(self)
 
 

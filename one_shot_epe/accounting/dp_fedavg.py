@@ -151,6 +151,11 @@ def canary_epsilon(noise_multiplier: float, delta: float,
   The adversary knows the rounds (footnote 5), so no amplification: an
   r-fold composition of the Gaussian mechanism at noise multiplier z.
 
+  Example:
+
+    >>> round(canary_epsilon(1.0, 1e-5, 1).epsilon, 2)
+    4.38
+
   Args:
     noise_multiplier: z >= 0.
     delta: The delta, in (0, 1).

@@ -150,7 +150,11 @@ class Gaussian:
   fixed_clip_reason: ClassVar[str | None] = None
 
   def setting(self) -> dict[str, Any]:
-    """The report's setting entries of the mechanism (none: the default)."""
+    """The report's setting entries of the mechanism (none: the default).
+
+    Returns:
+      The entries by name, for the report's setting table.
+    """
     return {}
 
   def references(self, facts: RunFacts) -> References:
@@ -195,7 +199,11 @@ class MatrixFactorization:
     return self.strategy
 
   def setting(self) -> dict[str, Any]:
-    """The report's setting entries: the strategy (and its bands)."""
+    """The report's setting entries: the strategy (and its bands).
+
+    Returns:
+      The entries by name, for the report's setting table.
+    """
     setting = {'mechanism': self.strategy}
     if self.num_bands is not None:
       setting['num_bands'] = self.num_bands
@@ -254,7 +262,11 @@ class TreeAggregation:
           f'efficient must be a bool; got {self.efficient!r}.')
 
   def setting(self) -> dict[str, Any]:
-    """The report's setting entries: the mechanism and its estimator."""
+    """The report's setting entries: the mechanism and its estimator.
+
+    Returns:
+      The entries by name, for the report's setting table.
+    """
     return {'mechanism': self.name,
             'tree_estimator': ('efficient (Honaker 2015)' if self.efficient
                                else 'plain sum of nodes')}
@@ -323,7 +335,11 @@ class DistributedDP:
                                     facts.cohort, facts.dim, self.params)
 
   def setting(self) -> dict[str, Any]:
-    """The report's setting entry of the mechanism before calibration."""
+    """The report's setting entry of the mechanism before calibration.
+
+    Returns:
+      The entries by name, for the report's setting table.
+    """
     return {'mechanism': self.name}
 
   def references(self, facts: RunFacts) -> References:

@@ -233,16 +233,28 @@ class CanarySchedule:
                                   self.num_rounds - 1)]
 
   def appearance_counts(self) -> np.ndarray:
-    """Number of rounds in which each canary is presented (length k)."""
+    """Number of rounds in which each canary is presented (length k).
+
+    Returns:
+      An int64 array; entry i is canary i's presentations.
+    """
     return np.bincount(np.concatenate(self.rounds),
                        minlength=self.num_canaries).astype(np.int64)
 
   def round_counts(self) -> np.ndarray:
-    """Number of canaries presented in each round (length T)."""
+    """Number of canaries presented in each round (length T).
+
+    Returns:
+      An int64 array; entry t is round t's canary count.
+    """
     return np.array([ids.size for ids in self.rounds], dtype=np.int64)
 
   def as_round_lists(self) -> tuple[tuple[int, ...], ...]:
-    """The schedule as the aggregator takes it: a tuple of ints per round."""
+    """The schedule as the aggregator takes it: a tuple of ints per round.
+
+    Returns:
+      T tuples of Python ints, the sorted canary ids of each round.
+    """
     return tuple(tuple(int(i) for i in ids) for ids in self.rounds)
 
 
@@ -681,6 +693,15 @@ def canary_plan(sampler: ClientSampler, num_canaries: int, num_rounds: int,
   at the clients' own rate q = E[cohort] / m, adding k q per round. The
   cohort is the DP average's denominator and the adaptive clip's expected
   record count. Without canaries (k = 0) the schedule is None.
+
+  Example (10 clients, 5 a round: 2 rounds an epoch; 4 canaries, each twice
+  in 4 rounds, add 2 to each round's 5 clients):
+
+    >>> sampler = ShuffledEpochs(10, clients_per_round=5, seed=0)
+    >>> schedule, cohort = canary_plan(sampler, num_canaries=4, num_rounds=4,
+    ...                                repetitions=2, seed=0)
+    >>> schedule.appearance_counts().tolist(), cohort
+    ([2, 2, 2, 2], 7.0)
 
   Args:
     sampler: the real clients' sampler, whose rule the canaries follow.
