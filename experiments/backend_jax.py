@@ -404,7 +404,10 @@ def train(run: engine.PreparedRun, store: checkpoints_lib.NpzCheckpoints,
     stats: gathers the device use (times, memory), or None.
 
   Returns:
-    The run's canary cosines (Sec. 4), seen and unseen.
+    What the run measured (`canary_spec.CanaryOutcome`): the seen and
+    unseen canaries' final-model and max-over-rounds cosines (Algorithms
+    2 and 3), the test accuracy, d and the rounds this invocation
+    trained.
 
   Raises:
     engine.DeviceOutOfMemory: the device ran out of memory.
@@ -430,7 +433,7 @@ def train_program(runs: Sequence[engine.PreparedRun],
     stats: gathers the program's device use (times, memory), or None.
 
   Returns:
-    Each run's canary cosines, in the order of `runs`.
+    Each run's `canary_spec.CanaryOutcome`, in the order of `runs`.
 
   Raises:
     engine.DeviceOutOfMemory: XLA reported the device out of memory; the

@@ -192,7 +192,10 @@ def train(run: engine.PreparedRun,
     observer: receives every round's record and the canary cosines.
 
   Returns:
-    The run's canary cosines (Sec. 4), seen and unseen.
+    What the run measured (`canary_spec.CanaryOutcome`): the seen and
+    unseen canaries' final-model and max-over-rounds cosines (Algorithms
+    2 and 3), the test accuracy, d and the rounds this invocation
+    trained.
   """
   config = run.config
   tensorboard = _TensorBoard(os.path.join(config.run_dir,

@@ -154,7 +154,10 @@ class Backend(Protocol):
       observer: receives every round's record and the canary cosines.
 
     Returns:
-      The canary cosines of the run (Sec. 4), seen and unseen.
+      What the run measured (`canary_spec.CanaryOutcome`): the seen and
+      unseen canaries' final-model and max-over-rounds cosines (Algorithms
+      2 and 3), the test accuracy, d and the rounds this invocation
+      trained.
     """
 
   def train_program(
@@ -170,7 +173,7 @@ class Backend(Protocol):
       observers: each run's observer, in the order of `runs`.
 
     Returns:
-      Each run's canary cosines, in the order of `runs`.
+      Each run's `canary_spec.CanaryOutcome`, in the order of `runs`.
     """
 
   def correlated_report(

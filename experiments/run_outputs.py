@@ -201,7 +201,8 @@ def write_results(run: engine.PreparedRun,
 
   Args:
     run: the prepared run, with canaries (its plan has a canary spec).
-    outcome: the engine's canary cosines, seen and unseen, and accuracy.
+    outcome: what the engine measured: the canaries' cosines, the accuracy,
+      d and the rounds trained.
     correlated: the matrix mechanism's report numbers, or None.
 
   Returns:

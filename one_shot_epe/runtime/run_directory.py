@@ -276,7 +276,7 @@ def read_rounds(path: str, last_round: int
     The header's column names and the kept rows, as strings by column.
 
   Raises:
-    KeyError: the file has no 'round' column.
+    KeyError: the file has rows but no 'round' column.
     ValueError: a 'round' cell is not an integer.
   """
   if not os.path.exists(path):
