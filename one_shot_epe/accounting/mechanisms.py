@@ -178,6 +178,10 @@ class MatrixFactorization:
     strategy: 'blt' (a buffered linear Toeplitz strategy) or 'banded' (a
       banded Toeplitz one), optimised by jax-privacy for the run.
     num_bands: b, the bands of 'banded' (None for 'blt').
+
+  Raises:
+    ValueError: at construction, for another strategy, num_bands given with
+      'blt' or missing with 'banded', or num_bands < 1.
   """
   strategy: str
   num_bands: int | None = None

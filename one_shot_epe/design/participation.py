@@ -189,6 +189,10 @@ class CanarySchedule:
     num_canaries: The number k of seen canaries.
     rounds: Entry `t` is the sorted int64 array of canaries presented in
       round `t` (0-based); its length is the number of training rounds.
+
+  Raises:
+    ValueError: at construction, if num_canaries < 1, `rounds` is empty, or
+      an entry is not sorted distinct ids in [0, num_canaries).
   """
   num_canaries: int
   rounds: tuple[np.ndarray, ...]
