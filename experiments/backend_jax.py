@@ -88,7 +88,17 @@ class Data:
 
 
 def check_supported(config: train_config.TrainConfig) -> None:
-  """Flags of --backend=tff that the JAX engine does not take."""
+  """Flags of --backend=tff that the JAX engine does not take.
+
+  Args:
+    config: the validated launcher config.
+
+  Raises:
+    train_config.ConfigError: the task is not one the JAX engine runs,
+      --num_canaries=0, a matrix mechanism without jax-privacy installed, or
+      a TFF-only flag (--tff_workers, --tff_worker_addresses,
+      --accelerator, --noseeded_noise) set.
+  """
   if config.task not in KINDS:
     raise train_config.ConfigError(
         f'--task={config.task} with --backend=jax: the JAX engine runs '
@@ -112,7 +122,20 @@ def check_supported(config: train_config.TrainConfig) -> None:
 
 
 def load_data(config: train_config.TrainConfig) -> Data:
-  """The task's client arrays (synthetic, exported, or Fashion-MNIST files)."""
+  """The task's client arrays (synthetic, exported, or Fashion-MNIST files).
+
+  Args:
+    config: the validated launcher config (task, --data_dir or synthetic
+      data sizes, --max_eval_examples).
+
+  Returns:
+    The training clients, the test examples (the first
+    --max_eval_examples), where they came from and the model's d.
+
+  Raises:
+    train_config.ConfigError: naming --data_dir (or
+      --synthetic_examples_per_client), if the data cannot be read.
+  """
   train, test, source = _arrays(config)
   return Data(train, test, source, model(config).num_parameters())
 
@@ -185,7 +208,15 @@ def _first_examples(arrays: client_arrays.ClientArrays,
 
 def model(
     config: train_config.TrainConfig) -> models.EmnistCnn | models.WordLstm:
-  """The task's model."""
+  """The task's model.
+
+  Args:
+    config: the validated launcher config (its task and --vocab_size).
+
+  Returns:
+    The CNN of the EMNIST and Fashion-MNIST tasks (10 classes for
+    Fashion-MNIST), or the word LSTM of the Stack Overflow task.
+  """
   if config.task == 'fashion_mnist':
     return models.EmnistCnn(num_classes=fashion_mnist.NUM_CLASSES)
   if KINDS[config.task] == 'emnist':
@@ -200,6 +231,15 @@ def check_device_memory(run: engine.PreparedRun, runs: int = 1) -> None:
   like `run` (the data once, the state and lanes of every run); the memory
   XLA's limit, or the free host RAM on a CPU (`memory.device_memory_limit`;
   unknown: no check).
+
+  Args:
+    run: the prepared run (all runs of the program are alike).
+    runs: how many such runs train as one program (>= 1).
+
+  Raises:
+    train_config.ConfigError: the estimate exceeds the limit; it names the
+      flag to change (--resident_data, --runs_per_program or
+      --clients_per_round).
   """
   limit = memory.device_memory_limit()
   if limit is None:
@@ -231,6 +271,12 @@ def correlated_strategy(run: engine.PreparedRun) -> Any:
 
   Optimised (BLT) or built (banded) for the run's rounds and its sampler's
   participation worst case (`correlated_noise.participation_bounds`).
+
+  Args:
+    run: the prepared run; its plan's mechanism decides.
+
+  Returns:
+    The strategy for a `mechanisms.MatrixFactorization` run, else None.
   """
   mechanism = run.plan.mechanism
   if not isinstance(mechanism, mechanisms.MatrixFactorization):
@@ -247,7 +293,15 @@ def correlated_strategy(run: engine.PreparedRun) -> Any:
 
 def correlated_report(
     run: engine.PreparedRun) -> dp_fedavg.CorrelatedNoise | None:
-  """The report's numbers of matrix-factorization noise, else None."""
+  """The report's numbers of matrix-factorization noise, else None.
+
+  Args:
+    run: the prepared run (its mechanism and canary schedule).
+
+  Returns:
+    The correlated-noise numbers of the report for a matrix-factorization
+    run, else None.
+  """
   strategy = correlated_strategy(run)
   if strategy is None:
     return None
@@ -261,6 +315,13 @@ def noise_rows(run: engine.PreparedRun) -> Any:
   The privatizer's key is derived from the plan's seed (a resumed run
   replays the rounds before it, `correlated_noise.NoiseStream`); its noise
   std is z S sens(C) with the plan's fixed clip S.
+
+  Args:
+    run: the prepared run (its mechanism, noise multiplier, clip and seed).
+
+  Returns:
+    A function of the round giving its noise row, for a
+    matrix-factorization run; else None.
   """
   strategy = correlated_strategy(run)
   if strategy is None:
@@ -278,6 +339,12 @@ def decorrelation(run: engine.PreparedRun) -> training.Decorrelation | None:
   None for independent noise, without noise, or with the all-iterates
   statistic 'model_delta' (the statistic needs the released sums). s = z S
   sens(C) / the expected cohort: the aggregate's units.
+
+  Args:
+    run: the prepared run (its mechanism, DP parameters and canary spec).
+
+  Returns:
+    The Toeplitz strategy C and the noise std s, or None.
   """
   strategy = correlated_strategy(run)
   dp = run.plan.dp
@@ -291,12 +358,29 @@ def decorrelation(run: engine.PreparedRun) -> training.Decorrelation | None:
 
 
 def checkpoints(directory: str) -> checkpoints_lib.NpzCheckpoints:
-  """The run's .npz checkpoints in `directory`."""
+  """The run's .npz checkpoints in `directory`.
+
+  Args:
+    directory: the run directory's checkpoint folder.
+
+  Returns:
+    The store over the .npz checkpoints there (creates nothing).
+  """
   return checkpoints_lib.NpzCheckpoints(directory)
 
 
 def checkpoint_bytes(run: engine.PreparedRun) -> int:
-  """An .npz: the model, the server optimizer's slots, theta_0, the maxima."""
+  """An .npz: the model, the server optimizer's slots, theta_0, the maxima.
+
+  With matrix-factorization noise it also holds the decorrelated statistic's
+  projections, one per tracked canary and round.
+
+  Args:
+    run: the prepared run.
+
+  Returns:
+    The estimate in bytes: 4 bytes per float32 stored.
+  """
   dim = model(run.config).num_parameters()
   vectors = 2 + run.plan.server_optimizer.slots
   spec = run.plan.spec
@@ -314,6 +398,21 @@ def train(run: engine.PreparedRun, store: checkpoints_lib.NpzCheckpoints,
   """Trains (or resumes) `run`, reporting its rounds to `observer`.
 
   `stats`, if given, gathers how the run used the device (`RunStats`).
+
+  Args:
+    run: the prepared run.
+    store: the run's .npz checkpoints; training resumes from the newest.
+    observer: receives every round's record and the canary cosines.
+    stats: gathers the device use (times, memory), or None.
+
+  Returns:
+    What the run measured (`canary_spec.CanaryOutcome`): the seen and
+    unseen canaries' final-model and max-over-rounds cosines (Algorithms
+    2 and 3), the test accuracy, d and the rounds this invocation
+    trained.
+
+  Raises:
+    engine.DeviceOutOfMemory: the device ran out of memory.
   """
   return train_program([run], [store], [observer], stats)[0]
 
@@ -327,6 +426,20 @@ def train_program(runs: Sequence[engine.PreparedRun],
 
   The runs share the first one's model, data and flags but for
   `train_config.PROGRAM_DIFFERENCES`; each reports to its own observer.
+
+  Args:
+    runs: the prepared runs (at least one); the first gives the model, data
+      and shared flags.
+    stores: each run's .npz checkpoints, in the order of `runs`.
+    observers: each run's observer, in the order of `runs`.
+    stats: gathers the program's device use (times, memory), or None.
+
+  Returns:
+    Each run's `canary_spec.CanaryOutcome`, in the order of `runs`.
+
+  Raises:
+    engine.DeviceOutOfMemory: XLA reported the device out of memory; the
+      message says which flags to lower.
   """
   first = runs[0]
   try:

@@ -53,7 +53,15 @@ CSV_FORMAT = run_directory.CsvFormat(sort_new_columns=True,
 
 
 def check_supported(config: train_config.TrainConfig) -> None:
-  """--accelerator=gpu needs a GPU that this process's TensorFlow sees."""
+  """--accelerator=gpu needs a GPU that this process's TensorFlow sees.
+
+  Args:
+    config: the validated launcher config.
+
+  Raises:
+    train_config.ConfigError: --noresident_data is set (JAX only), or the
+      --accelerator is not available to TensorFlow.
+  """
   if not config.resident_data:
     raise train_config.ConfigError(
         '--noresident_data applies to --backend=jax only (TFF\'s workers '
@@ -65,7 +73,19 @@ def check_supported(config: train_config.TrainConfig) -> None:
 
 
 def load_data(config: train_config.TrainConfig) -> tasks.Task:
-  """The task (model and data) of the flags, read offline."""
+  """The task (model and data) of the flags, read offline.
+
+  Args:
+    config: the validated launcher config (task, --data_dir or synthetic
+      data sizes, client batch size and epochs).
+
+  Returns:
+    The task: its model, preprocessed client data and test data.
+
+  Raises:
+    train_config.ConfigError: naming --data_dir, if the data cannot be read
+      or does not fit the flags.
+  """
   try:
     return tasks.get_task(
         config.task, client_batch_size=config.client_batch_size,
@@ -84,23 +104,47 @@ def load_data(config: train_config.TrainConfig) -> tasks.Task:
 
 
 def checkpoints(directory: str) -> checkpoints_lib.ProgramStateCheckpoints:
-  """The run's TFF program state checkpoints in `directory`."""
+  """The run's TFF program state checkpoints in `directory`.
+
+  Args:
+    directory: the run directory's checkpoint folder.
+
+  Returns:
+    The store over TFF's program state versions there (creates nothing).
+  """
   return checkpoints_lib.ProgramStateCheckpoints(directory)
 
 
 def correlated_report(run: engine.PreparedRun) -> None:
-  """None: the TFF engine runs no correlated (matrix-factorization) noise."""
+  """None: the TFF engine runs no correlated (matrix-factorization) noise.
+
+  Args:
+    run: the prepared run (unused).
+  """
   del run
 
 
 def check_device_memory(run: engine.PreparedRun, runs: int = 1) -> None:
-  """Nothing to check: TFF's workers hold one client's batches at a time."""
+  """Nothing to check: TFF's workers hold one client's batches at a time.
+
+  Args:
+    run: the prepared run (unused).
+    runs: the runs of one program (unused: TFF trains one at a time).
+  """
   del run, runs
 
 
 def checkpoint_bytes(run: engine.PreparedRun) -> int:
   """A checkpoint: the model, the server optimizer's slots, the aggregator's
-  last aggregate and, with canaries, the audit's theta_0 and maxima."""
+  last aggregate and, with canaries, the audit's theta_0 and maxima.
+
+  Args:
+    run: the prepared run (its model dimension d, server optimizer and
+      canary spec).
+
+  Returns:
+    The estimate in bytes: 4 bytes per float32 of those vectors.
+  """
   dim = run.data.num_parameters
   vectors = 2 + run.plan.server_optimizer.slots
   spec = run.plan.spec
@@ -135,7 +179,24 @@ class _TensorBoard:
 def train(run: engine.PreparedRun,
           store: checkpoints_lib.ProgramStateCheckpoints,
           observer: round_record.RoundObserver) -> canary_spec.CanaryOutcome:
-  """Trains (or resumes) `run` in its execution context."""
+  """Trains (or resumes) `run` in its execution context.
+
+  The context is the one the flags ask for (one local C++ worker,
+  --tff_workers local workers or --tff_worker_addresses); besides
+  `observer`, the rounds go to TensorBoard in the run's tensorboard/.
+
+  Args:
+    run: the prepared run.
+    store: the run's program state checkpoints; training resumes from the
+      newest.
+    observer: receives every round's record and the canary cosines.
+
+  Returns:
+    What the run measured (`canary_spec.CanaryOutcome`): the seen and
+    unseen canaries' final-model and max-over-rounds cosines (Algorithms
+    2 and 3), the test accuracy, d and the rounds this invocation
+    trained.
+  """
   config = run.config
   tensorboard = _TensorBoard(os.path.join(config.run_dir,
                                           run_directory.TENSORBOARD_DIR))

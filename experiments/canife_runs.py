@@ -69,7 +69,19 @@ class RunResult:
 
 
 def load_data(setting: Setting) -> fashion_mnist.Dataset:
-  """Real Fashion-MNIST if requested/available, else the synthetic stand-in."""
+  """Real Fashion-MNIST if requested/available, else the synthetic stand-in.
+
+  Args:
+    setting: the comparison's setting: its data choice ('real', 'auto' or
+      synthetic), data directory, seed and synthetic sizes.
+
+  Returns:
+    The training and test images and labels.
+
+  Raises:
+    OSError: 'real' data was asked for and cannot be read.
+    ValueError: the data files are malformed.
+  """
   if setting.data == 'real' or (setting.data == 'auto' and
                                 fashion_mnist.available(setting.data_dir)):
     return fashion_mnist.load(setting.data_dir)
@@ -89,7 +101,21 @@ def _poisson_cohorts(inputs: np.ndarray, labels: np.ndarray, rate: float):
 
 def run_once(setting: Setting, data: fashion_mnist.Dataset,
              auditor: canife.CanifeAuditor, run_index: int) -> RunResult:
-  """Trains once with canaries and CANIFE audits; returns both estimates."""
+  """Trains once with canaries and CANIFE audits; returns both estimates.
+
+  The run's seeds derive from (setting seed, `run_index`): training, the
+  design pool, the audits and the one-shot bootstrap each get their own.
+
+  Args:
+    setting: the comparison's setting (training config, audit period,
+      delta, design pool size, training subset size).
+    data: the Fashion-MNIST images and labels.
+    auditor: the CANIFE auditor, whose model is trained.
+    run_index: which repetition this is (0-based).
+
+  Returns:
+    The run's CANIFE and one-shot estimates, accuracy and timings.
+  """
   run_seed = int(np.random.SeedSequence([setting.seed, run_index])
                  .generate_state(1)[0])
   train_seed, pool_seed, audit_seed, bootstrap_seed = (
@@ -167,6 +193,14 @@ def analytical_epsilons(setting: Setting,
   dp_accounting's PLD; 32.5 there): RDP's conversion to (eps, delta) is
   loose. The third is the RDP accountant's bound for T Poisson-subsampled
   rounds at rate q, CANIFE's theoretical eps (valid for 'poisson' sampling).
+
+  Args:
+    setting: the comparison's setting (noise multiplier, rounds, rate and
+      delta; delta 1 / num_clients when unset).
+    num_clients: the number of training clients (examples) n.
+
+  Returns:
+    The three epsilons, in the order above.
   """
   config = setting.training
   delta = setting.delta if setting.delta is not None else 1.0 / num_clients

@@ -98,7 +98,18 @@ def _one_shot_rows(results: Sequence[canife_runs.RunResult], field: str,
 def format_report(setting: canife_runs.Setting, data: fashion_mnist.Dataset,
                   num_clients: int, results: Sequence[canife_runs.RunResult],
                   total_seconds: float) -> str:
-  """The Markdown report: summary table beside the paper, per-run table, notes."""
+  """The Markdown report: summary table beside the paper, per-run table, notes.
+
+  Args:
+    setting: the comparison's setting (Sec. 5.4).
+    data: the data the runs trained on (its source is named).
+    num_clients: the number of training clients N.
+    results: the runs' results (at least one; the std needs two).
+    total_seconds: the wall time of all runs, in seconds.
+
+  Returns:
+    The report as Markdown, ending with a newline.
+  """
   config = setting.training
   single, exact, composed = canife_runs.analytical_epsilons(setting, num_clients)
   delta = setting.delta if setting.delta is not None else 1.0 / num_clients
@@ -199,7 +210,17 @@ def _with_interval(report: privacy_report.PrivacyReport) -> str:
 
 def results_json(setting: canife_runs.Setting, num_clients: int,
                  results: Sequence[canife_runs.RunResult]) -> str:
-  """The setting (canary insertion included) and per-run numbers."""
+  """The setting (canary insertion included) and per-run numbers.
+
+  Args:
+    setting: the comparison's setting (Sec. 5.4).
+    num_clients: the number of training clients N.
+    results: the runs' results.
+
+  Returns:
+    The JSON text (indented, ending with a newline): the setting, the
+    analytical epsilons, the paper's numbers and each run's numbers.
+  """
   single, exact, composed = canife_runs.analytical_epsilons(setting, num_clients)
 
   def audit_dict(a: canife.AuditResult) -> dict[str, object]:

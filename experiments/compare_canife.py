@@ -119,7 +119,19 @@ _FIELD_FLAGS = {'clip': 'clipping_norm', 'num_seen': 'num_canaries',
 
 
 def run(setting: canife_runs.Setting, data: fashion_mnist.Dataset) -> tuple[str, str]:
-  """Runs the comparison; returns the Markdown report and the JSON details."""
+  """Runs the comparison; returns the Markdown report and the JSON details.
+
+  Trains `setting.num_runs` runs, each audited by CANIFE and by the one-shot
+  estimate (Sec. 5.4).
+
+  Args:
+    setting: the validated setting (`setting_from_flags`).
+    data: the Fashion-MNIST data, its sizes checked (`check_sizes`).
+
+  Returns:
+    (Markdown report, JSON details), as `canife_tables.format_report` and
+    `canife_tables.results_json` write them.
+  """
   start = time.perf_counter()
   model = feedforward.FeedForward(fashion_mnist.IMAGE_SHAPE,
                                   setting.hidden_units,
@@ -143,6 +155,12 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
   Also the deprecated spellings of `DEPRECATED_FLAGS` (`setting_from_flags`
   reads them).
+
+  Args:
+    flag_values: the absl flag registry (the global FLAGS by default).
+
+  Raises:
+    absl.flags.DuplicateFlagError: a flag is already defined there.
   """
   defaults = dpsgd.TrainingConfig()
   flags.DEFINE_enum('data', 'auto', ['auto', 'real', 'synthetic'],
@@ -330,7 +348,20 @@ def _renamed_flags(values: flags.FlagValues) -> dict[str, Any]:
 
 
 def setting_from_flags(values: flags.FlagValues) -> canife_runs.Setting:
-  """The validated canife_runs.Setting; exits with status 2 naming a bad flag."""
+  """The validated canife_runs.Setting; exits with status 2 naming a bad flag.
+
+  Args:
+    values: the parsed flags of `define_flags` (deprecated spellings
+      honoured, with a warning on stderr).
+
+  Returns:
+    The comparison's setting.
+
+  Raises:
+    SystemExit: with status 2 and one line naming the flag, for --data=real
+      without Fashion-MNIST files or a value the training or CANIFE config
+      refuses.
+  """
   if values.data == 'real' and not fashion_mnist.available(values.data_dir):
     _fail('data_dir', f'{values.data_dir!r} holds no Fashion-MNIST files '
           '(needed by --data=real).')
@@ -369,7 +400,16 @@ def setting_from_flags(values: flags.FlagValues) -> canife_runs.Setting:
 
 
 def check_sizes(setting: canife_runs.Setting, data: fashion_mnist.Dataset) -> None:
-  """Exits with status 2 if a size flag does not fit the loaded data."""
+  """Exits with status 2 if a size flag does not fit the loaded data.
+
+  Args:
+    setting: the validated setting.
+    data: the loaded data.
+
+  Raises:
+    SystemExit: with status 2 naming --num_train_examples, --batch_size or
+      --design_pool_size when it exceeds the data.
+  """
   num_train, num_test = len(data.train_images), len(data.test_images)
   if setting.num_train_examples != -1 and not (
       1 <= setting.num_train_examples <= num_train):
@@ -386,7 +426,17 @@ def check_sizes(setting: canife_runs.Setting, data: fashion_mnist.Dataset) -> No
 
 
 def main(argv: Sequence[str]) -> None:
-  """Runs the comparison at the flags' setting and prints the report."""
+  """Runs the comparison at the flags' setting and prints the report.
+
+  The report is also written to --output and the details to --output_json
+  when given.
+
+  Args:
+    argv: what absl leaves after parsing the flags: the program name only.
+
+  Raises:
+    SystemExit: with status 2 for positional arguments or a bad flag.
+  """
   if len(argv) > 1:
     sys.stderr.write(f'FATAL unexpected positional arguments: {argv[1:]}\n')
     sys.exit(2)

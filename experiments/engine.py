@@ -86,35 +86,104 @@ class Backend(Protocol):
   PROGRAMS: bool
 
   def check_supported(self, config: train_config.TrainConfig) -> None:
-    """Raises `train_config.ConfigError` for flags the engine cannot run."""
+    """Raises `train_config.ConfigError` for flags the engine cannot run.
+
+    Args:
+      config: the validated launcher config.
+
+    Raises:
+      train_config.ConfigError: naming the flag the engine cannot run.
+    """
 
   def load_data(self, config: train_config.TrainConfig) -> Data:
-    """The task's data; `train_config.ConfigError` naming the flag if absent."""
+    """The task's data; `train_config.ConfigError` naming the flag if absent.
+
+    Args:
+      config: the validated launcher config (task, data directory, sizes).
+
+    Returns:
+      The engine's data of the task.
+
+    Raises:
+      train_config.ConfigError: the data is absent or does not fit the flags.
+    """
 
   # The layout of the engine's per-round CSVs (`run_directory.CsvFormat`).
   CSV_FORMAT: run_directory.CsvFormat
 
   def checkpoints(self, directory: str) -> checkpoint_store.CheckpointStore:
-    """The engine's checkpoints in `directory` (creates nothing)."""
+    """The engine's checkpoints in `directory` (creates nothing).
+
+    Args:
+      directory: the run directory's checkpoint folder.
+
+    Returns:
+      The engine's store of checkpoints there.
+    """
 
   def checkpoint_bytes(self, run: PreparedRun) -> int:
-    """About how many bytes one checkpoint of `run` takes."""
+    """About how many bytes one checkpoint of `run` takes.
+
+    Args:
+      run: the prepared run.
+
+    Returns:
+      An estimate in bytes, for `run_directory.check_free_space`.
+    """
 
   def check_device_memory(self, run: PreparedRun, runs: int = 1) -> None:
     """`train_config.ConfigError` if `runs` runs like `run` (one program)
-    cannot fit the device's memory."""
+    cannot fit the device's memory.
+
+    Args:
+      run: the prepared run (all runs of a program are alike).
+      runs: how many such runs train as one program (>= 1).
+
+    Raises:
+      train_config.ConfigError: the runs would not fit; the message says
+        which flag to lower.
+    """
 
   def train(self, run: PreparedRun, store: checkpoint_store.CheckpointStore,
             observer: round_record.RoundObserver) -> canary_spec.CanaryOutcome:
-    """Trains (or resumes from `store`) `run`, reporting to `observer`."""
+    """Trains (or resumes from `store`) `run`, reporting to `observer`.
+
+    Args:
+      run: the prepared run.
+      store: the run's checkpoints; training resumes from the newest.
+      observer: receives every round's record and the canary cosines.
+
+    Returns:
+      What the run measured (`canary_spec.CanaryOutcome`): the seen and
+      unseen canaries' final-model and max-over-rounds cosines (Algorithms
+      2 and 3), the test accuracy, d and the rounds this invocation
+      trained.
+    """
 
   def train_program(
       self, runs: Sequence[PreparedRun],
       stores: Sequence[checkpoint_store.CheckpointStore],
       observers: Sequence[round_record.RoundObserver]
   ) -> list[canary_spec.CanaryOutcome]:
-    """Trains `runs` as one program (engines with `PROGRAMS` only)."""
+    """Trains `runs` as one program (engines with `PROGRAMS` only).
+
+    Args:
+      runs: the prepared runs, alike but for their seeds and run names.
+      stores: each run's checkpoints, in the order of `runs`.
+      observers: each run's observer, in the order of `runs`.
+
+    Returns:
+      Each run's `canary_spec.CanaryOutcome`, in the order of `runs`.
+    """
 
   def correlated_report(
       self, run: PreparedRun) -> dp_fedavg.CorrelatedNoise | None:
-    """The report's numbers of `run`'s correlated noise; None if it has none."""
+    """The report's numbers of `run`'s correlated noise; None if it has none.
+
+    Args:
+      run: the prepared run.
+
+    Returns:
+      The correlated-noise numbers for the report (matrix mechanisms only),
+      else None.
+    """

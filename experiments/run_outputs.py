@@ -132,12 +132,31 @@ class RoundWriter:
                                  rows, self._format)
 
   def on_round(self, record: round_record.RoundRecord) -> None:
-    """Keeps the round's record (round 0: the initial evaluation)."""
+    """Keeps the round's record (round 0: the initial evaluation).
+
+    The records so far are written once they end, complete, at a checkpoint
+    round.
+
+    Args:
+      record: the round just trained or evaluated.
+
+    Raises:
+      OSError: rewriting the CSVs failed.
+    """
     self._records.append(record)
     self._write_if_checkpoint()
 
   def on_cosines(self, cosines: Sequence[round_record.CanaryCosines]) -> None:
-    """Completes the rounds' records with their cosines."""
+    """Completes the rounds' records with their cosines.
+
+    Args:
+      cosines: one entry per scored round, each of a round already reported
+        to `on_round`.
+
+    Raises:
+      ValueError: a row's round was not reported.
+      OSError: rewriting the CSVs failed.
+    """
     index = {record.round_num: i for i, record in enumerate(self._records)}
     for row in cosines:
       if row.round_num not in index:
@@ -150,7 +169,14 @@ class RoundWriter:
 
 
 def rounds_line(result: RunResult) -> str:
-  """What this invocation did, in a line: a fresh run, a resumed one, or none."""
+  """What this invocation did, in a line: a fresh run, a resumed one, or none.
+
+  Args:
+    result: the run's result.
+
+  Returns:
+    'Rounds: T (...); test accuracy x', without a trailing newline.
+  """
   if result.resumed_from_round == 0:
     what = f'trained {result.rounds_trained}'
   elif result.rounds_trained == 0:
@@ -172,6 +198,18 @@ def write_results(run: engine.PreparedRun,
   The schedule's presentation counts give the last-iterate heuristic its
   mixture. `correlated`: the numbers of --mechanism=blt|banded
   (`run_report.build_run_report`), None for independent noise.
+
+  Args:
+    run: the prepared run, with canaries (its plan has a canary spec).
+    outcome: what the engine measured: the canaries' cosines, the accuracy,
+      d and the rounds trained.
+    correlated: the matrix mechanism's report numbers, or None.
+
+  Returns:
+    The run's report, also written to report.json and report.md.
+
+  Raises:
+    OSError: a file cannot be written.
   """
   config = run.config
   final_cosines = outcome.final_cosines

@@ -125,6 +125,11 @@ class TrainConfig:
     Checks that need the task's data (clients per round against the number
     of clients) are done by `prepare`.
 
+    Returns:
+      A copy with the run name resolved (--run_name or the default), the
+      data directory made absolute (with ~ expanded) and --compression set
+      to the mechanism's own when not given.
+
     Raises:
       ConfigError: naming the first invalid flag and its allowed range.
     """
@@ -246,6 +251,9 @@ class TrainConfig:
   def the_mechanism(self) -> mechanisms.Mechanism:
     """The mechanism that --mechanism and its parameters' flags name.
 
+    Returns:
+      The typed mechanism (`mechanisms.from_name`).
+
     Raises:
       ConfigError: naming the flag of a parameter that is out of range or
         does not apply to the mechanism.
@@ -262,7 +270,12 @@ class TrainConfig:
       raise ConfigError(f'--mechanism={self.mechanism}: {message}') from None
 
   def default_run_name(self) -> str:
-    """The run directory name when --run_name is not given."""
+    """The run directory name when --run_name is not given.
+
+    Returns:
+      '<task>_noise<z>_rep<r>_seed<seed>', e.g. 'emnist_character_noise1_
+      rep1_seed0' without the break.
+    """
     return (f'{self.task}_noise{self.noise_multiplier:g}_'
             f'rep{self.canary_repeats}_seed{self.seed}')
 
@@ -273,7 +286,11 @@ class TrainConfig:
                         self.run_name or self.default_run_name())
 
   def to_json_dict(self) -> dict[str, Any]:
-    """The fields as a JSON-serialisable dict (config.json)."""
+    """The fields as a JSON-serialisable dict (config.json).
+
+    Returns:
+      Every field by name (the flag names), values as set.
+    """
     return dataclasses.asdict(self)
 
 
@@ -327,6 +344,11 @@ def check_resumable(config: TrainConfig, saved: Mapping[str, Any],
   (flags are added with defaults that keep the earlier behaviour, e.g.
   --all_iterates_statistic and --canary_clip), so such runs still resume.
 
+  Args:
+    config: this invocation's validated config.
+    saved: the flags of the run directory's config.json, by name.
+    run_dir: the run directory, for the message.
+
   Raises:
     ConfigError: naming every other flag that differs, for the run directory
       `run_dir`.
@@ -356,7 +378,15 @@ PROGRAM_DIFFERENCES = ('noise_multiplier', 'canary_repeats', 'seed',
 
 
 def program_key(config: TrainConfig) -> tuple[tuple[str, Any], ...]:
-  """The flags a run shares with the runs of its program: (name, value)."""
+  """The flags a run shares with the runs of its program: (name, value).
+
+  Args:
+    config: a run's config.
+
+  Returns:
+    The (name, value) pairs of every flag not in `PROGRAM_DIFFERENCES`,
+    sorted by name; runs of one program have equal keys.
+  """
   return tuple(sorted((name, value)
                       for name, value in config.to_json_dict().items()
                       if name not in PROGRAM_DIFFERENCES))
@@ -364,6 +394,10 @@ def program_key(config: TrainConfig) -> tuple[tuple[str, Any], ...]:
 
 def check_program(configs: Sequence[TrainConfig]) -> None:
   """Checks that `configs` may run as one program (`program_key`).
+
+  Args:
+    configs: the runs' configs (at least one); each is compared with the
+      first.
 
   Raises:
     ConfigError: naming --runs_per_program and a flag in which two runs
@@ -520,6 +554,14 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
   absl files the flags under this module; a program lists them in its
   --helpshort by adopting them (`flags.adopt_module_key_flags`).
+
+  Args:
+    flag_values: the absl flag registry to define them in (the global
+      FLAGS by default).
+
+  Raises:
+    absl.flags.DuplicateFlagError: a flag of that name is already defined
+      in `flag_values`.
   """
   for field in dataclasses.fields(TrainConfig):
     kwargs = dict(name=field.name, default=field.default,
@@ -547,6 +589,14 @@ def check_flags_or_exit(argv: Sequence[str]) -> None:
   is imported, so that a bad flag is answered in about a second: one line
   naming the flag, exit status 2. Checks that need the task's data run
   later, in `prepare`. The flags stay defined for the program's own parse.
+
+  Args:
+    argv: the command line, program name first. With a help flag, nothing
+      is parsed here (absl answers it).
+
+  Raises:
+    SystemExit: with status 2 and one line on stderr, for a flag absl cannot
+      parse or a config that fails `TrainConfig.validate`.
   """
   if 'task' not in flags.FLAGS:
     define_flags()
@@ -562,7 +612,15 @@ def check_flags_or_exit(argv: Sequence[str]) -> None:
 
 def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS
                       ) -> TrainConfig:
-  """The `TrainConfig` of parsed flags (not yet validated)."""
+  """The `TrainConfig` of parsed flags (not yet validated).
+
+  Args:
+    flag_values: parsed flags holding every `TrainConfig` field (the global
+      FLAGS by default, as `define_flags` registers them).
+
+  Returns:
+    The config, one field per flag of the same name.
+  """
   return TrainConfig(**{
       field.name: flag_values[field.name].value
       for field in dataclasses.fields(TrainConfig)
@@ -579,6 +637,15 @@ def participation_plan(
   the expected cohort of the DP average, canaries included; see
   `participation.canary_plan`). T is --total_rounds, or --train_epochs
   epochs of rounds (ceil(m / clients per round) per epoch for sampling).
+
+  Args:
+    config: the validated config (--sampling, --clients_per_round,
+      --total_rounds or --train_epochs, the canary flags, the seeds).
+    client_ids: the task's training client ids (m of them).
+
+  Returns:
+    (sampler, total rounds T, the seen canaries' schedule or None, the
+    expected cohort of the DP average, canaries included).
 
   Raises:
     ConfigError: --canary_repeats exceeds T.

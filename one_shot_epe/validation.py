@@ -57,6 +57,16 @@ def check_int(name: str, value: object, low: int | None = None,
 
   Python and numpy integers qualify; bools do not.
 
+  Args:
+    name: the argument's name, as the error message shows it (a flag or
+      parameter name).
+    value: the value to check.
+    low: the smallest allowed value, or None for no lower bound.
+    high: the largest allowed value, or None for no upper bound.
+
+  Returns:
+    `value` as a Python int.
+
   Raises:
     ArgumentTypeError: `value` is not an integer.
     ValueError: it is out of range.
@@ -79,6 +89,18 @@ def check_real(name: str, value: object, low: float = -math.inf,
   bools do not, and NaN never passes. Infinities pass only with
   `allow_infinite` (e.g. "no noise" as an infinite noise multiplier) and
   inside the interval.
+
+  Args:
+    name: the argument's name, as the error message shows it.
+    value: the value to check.
+    low: the interval's lower end (-inf: unbounded below).
+    high: the interval's upper end (inf: unbounded above).
+    low_open: whether `low` itself is excluded.
+    high_open: whether `high` itself is excluded.
+    allow_infinite: whether +-inf may pass (when inside the interval).
+
+  Returns:
+    `value` as a Python float.
 
   Raises:
     ArgumentTypeError: `value` is not a real number.
@@ -114,19 +136,56 @@ def _interval(low: float, high: float, low_open: bool,
 
 
 def check_probability(name: str, value: object) -> float:
-  """`check_real` on the open interval (0, 1): delta, alpha, rates."""
+  """`check_real` on the open interval (0, 1): delta, alpha, rates.
+
+  Args:
+    name: the argument's name, as the error message shows it.
+    value: the value to check.
+
+  Returns:
+    `value` as a float strictly between 0 and 1.
+
+  Raises:
+    ArgumentTypeError: `value` is not a real number.
+    ValueError: it is NaN or not strictly between 0 and 1.
+  """
   return check_real(name, value, 0.0, 1.0, low_open=True, high_open=True)
 
 
 def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
-  """`value` if it is one of `choices`, else ValueError listing them."""
+  """`value` if it is one of `choices`, else ValueError listing them.
+
+  Args:
+    name: the argument's name, as the error message shows it.
+    value: the value to check; only a str can match.
+    choices: the allowed strings.
+
+  Returns:
+    `value`, unchanged.
+
+  Raises:
+    ValueError: `value` is not one of `choices`.
+  """
   if isinstance(value, str) and value in choices:
     return value
   raise ValueError(f'{name} must be one of {list(choices)}; got {value!r}.')
 
 
 def check_ids(name: str, values: ArrayLike, high: int) -> np.ndarray:
-  """A non-empty 1-D array of integer ids in [0, high), as int64."""
+  """A non-empty 1-D array of integer ids in [0, high), as int64.
+
+  Args:
+    name: the argument's name, as the error message shows it.
+    values: the ids (any array-like of integers).
+    high: the exclusive upper bound on every id (e.g. the number of clients).
+
+  Returns:
+    The ids as a 1-D int64 array.
+
+  Raises:
+    ValueError: `values` is not a non-empty 1-D integer array, or an id is
+      outside [0, high).
+  """
   array = np.asarray(values)
   if array.ndim != 1 or array.size == 0 or array.dtype.kind not in 'iu':
     raise ValueError(f'{name} must be a non-empty 1-D sequence of integers; '
@@ -139,6 +198,14 @@ def check_ids(name: str, values: ArrayLike, high: int) -> np.ndarray:
 
 def check_sample(name: str, values: ArrayLike, min_size: int = 2) -> np.ndarray:
   """`values` as a 1-D float64 array of at least `min_size` finite numbers.
+
+  Args:
+    name: the argument's name, as the error message shows it.
+    values: the sample (any array-like of numbers).
+    min_size: the fewest values allowed.
+
+  Returns:
+    The sample as a 1-D float64 array.
 
   Raises:
     ValueError: not numbers, not 1-D, too few, or NaN/infinite entries.
@@ -161,6 +228,17 @@ def check_cosines(name: str, values: ArrayLike) -> np.ndarray:
   """`check_sample` for cosines: every value in [-1, 1] up to rounding (1e-6).
 
   Values rounded just outside [-1, 1] are clipped back onto it.
+
+  Args:
+    name: the argument's name, as the error message shows it.
+    values: the cosines (at least 2, as `check_sample` requires).
+
+  Returns:
+    The cosines as a 1-D float64 array clipped to [-1, 1].
+
+  Raises:
+    ValueError: `values` fails `check_sample`, or a value lies further than
+      1e-6 outside [-1, 1].
   """
   array = check_sample(name, values)
   if np.any(np.abs(array) > 1.0 + 1e-6):

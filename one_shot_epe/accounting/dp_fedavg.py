@@ -89,6 +89,15 @@ class Participation:
   sampling: 'shuffle' (each client once per epoch of ceil(m / n) rounds),
   'bernoulli' (each client independently with q = n / m per round) or
   'poisson' (a Poisson(n)-sized uniform cohort per round).
+
+  Attributes:
+    sampling: One of SAMPLINGS, as above.
+    clients_per_round: n, the (expected) cohort size, in (0, m].
+    num_clients: m >= 1, the real clients.
+    rounds: T >= 1, the training rounds.
+
+  Raises:
+    ValueError: at construction, if a field is outside its range.
   """
   sampling: str
   clients_per_round: float
@@ -150,6 +159,11 @@ def canary_epsilon(noise_multiplier: float, delta: float,
 
   The adversary knows the rounds (footnote 5), so no amplification: an
   r-fold composition of the Gaussian mechanism at noise multiplier z.
+
+  Example:
+
+    >>> round(canary_epsilon(1.0, 1e-5, 1).epsilon, 2)
+    4.38
 
   Args:
     noise_multiplier: z >= 0.

@@ -68,7 +68,7 @@ class RunFacts:
     dim: d, the model's trainable parameters.
     canary_presentations: r, each seen canary's insertions.
     rounds: T, the rounds of the run (or observed so far), also
-      `participation.rounds` when that is given; None when unknown (then no
+      `dp_fedavg.Participation.rounds` when that is given; None when unknown (then no
       accounted epsilon and no last-iterate heuristic).
     clip: The fixed clip S; None for adaptive clipping.
     cohort: The expected records per round, canaries included (the DP
@@ -150,7 +150,11 @@ class Gaussian:
   fixed_clip_reason: ClassVar[str | None] = None
 
   def setting(self) -> dict[str, Any]:
-    """The report's setting entries of the mechanism (none: the default)."""
+    """The report's setting entries of the mechanism (none: the default).
+
+    Returns:
+      The entries by name, for the report's setting table.
+    """
     return {}
 
   def references(self, facts: RunFacts) -> References:
@@ -174,6 +178,10 @@ class MatrixFactorization:
     strategy: 'blt' (a buffered linear Toeplitz strategy) or 'banded' (a
       banded Toeplitz one), optimised by jax-privacy for the run.
     num_bands: b, the bands of 'banded' (None for 'blt').
+
+  Raises:
+    ValueError: at construction, for another strategy, num_bands given with
+      'blt' or missing with 'banded', or num_bands < 1.
   """
   strategy: str
   num_bands: int | None = None
@@ -195,7 +203,11 @@ class MatrixFactorization:
     return self.strategy
 
   def setting(self) -> dict[str, Any]:
-    """The report's setting entries: the strategy (and its bands)."""
+    """The report's setting entries: the strategy (and its bands).
+
+    Returns:
+      The entries by name, for the report's setting table.
+    """
     setting = {'mechanism': self.strategy}
     if self.num_bands is not None:
       setting['num_bands'] = self.num_bands
@@ -254,7 +266,11 @@ class TreeAggregation:
           f'efficient must be a bool; got {self.efficient!r}.')
 
   def setting(self) -> dict[str, Any]:
-    """The report's setting entries: the mechanism and its estimator."""
+    """The report's setting entries: the mechanism and its estimator.
+
+    Returns:
+      The entries by name, for the report's setting table.
+    """
     return {'mechanism': self.name,
             'tree_estimator': ('efficient (Honaker 2015)' if self.efficient
                                else 'plain sum of nodes')}
@@ -323,7 +339,11 @@ class DistributedDP:
                                     facts.cohort, facts.dim, self.params)
 
   def setting(self) -> dict[str, Any]:
-    """The report's setting entry of the mechanism before calibration."""
+    """The report's setting entry of the mechanism before calibration.
+
+    Returns:
+      The entries by name, for the report's setting table.
+    """
     return {'mechanism': self.name}
 
   def references(self, facts: RunFacts) -> References:

@@ -185,6 +185,10 @@ class CanarySpec:
       the engine pick by memory.
     chunk_size: Canaries regenerated at once while computing cosines; None
       lets the engine pick by memory.
+
+  Raises:
+    ValueError: at construction, if a field is outside its range or a
+      schedule entry holds ids that are not distinct seen-canary ids.
   """
   seed: int
   num_seen: int
@@ -296,6 +300,10 @@ class DPAggregation:
     clipped_count_stddev: sigma_b of the unclipped count; None:
       COUNT_STDDEV_PER_CLIENT x clients_per_round if z > 0, else 0 (TFF's
       default).
+
+  Raises:
+    ValueError: at construction, if a field is outside its range, or with
+      adaptive clipping if sigma_b <= z / 2 (`value_noise_multiplier`).
   """
   noise_multiplier: float
   clients_per_round: float

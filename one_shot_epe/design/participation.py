@@ -189,6 +189,10 @@ class CanarySchedule:
     num_canaries: The number k of seen canaries.
     rounds: Entry `t` is the sorted int64 array of canaries presented in
       round `t` (0-based); its length is the number of training rounds.
+
+  Raises:
+    ValueError: at construction, if num_canaries < 1, `rounds` is empty, or
+      an entry is not sorted distinct ids in [0, num_canaries).
   """
   num_canaries: int
   rounds: tuple[np.ndarray, ...]
@@ -218,21 +222,43 @@ class CanarySchedule:
     return len(self.rounds)
 
   def canaries(self, round_index: int) -> np.ndarray:
-    """The sorted ids of the canaries presented in round `round_index`."""
+    """The sorted ids of the canaries presented in round `round_index`.
+
+    Args:
+      round_index: the 0-based round, in [0, num_rounds).
+
+    Returns:
+      A read-only sorted int64 array of canary ids (possibly empty).
+
+    Raises:
+      ValueError: `round_index` is not an int in [0, num_rounds).
+    """
     return self.rounds[validation.check_int('round_index', round_index, 0,
                                   self.num_rounds - 1)]
 
   def appearance_counts(self) -> np.ndarray:
-    """Number of rounds in which each canary is presented (length k)."""
+    """Number of rounds in which each canary is presented (length k).
+
+    Returns:
+      An int64 array; entry i is canary i's presentations.
+    """
     return np.bincount(np.concatenate(self.rounds),
                        minlength=self.num_canaries).astype(np.int64)
 
   def round_counts(self) -> np.ndarray:
-    """Number of canaries presented in each round (length T)."""
+    """Number of canaries presented in each round (length T).
+
+    Returns:
+      An int64 array; entry t is round t's canary count.
+    """
     return np.array([ids.size for ids in self.rounds], dtype=np.int64)
 
   def as_round_lists(self) -> tuple[tuple[int, ...], ...]:
-    """The schedule as the aggregator takes it: a tuple of ints per round."""
+    """The schedule as the aggregator takes it: a tuple of ints per round.
+
+    Returns:
+      T tuples of Python ints, the sorted canary ids of each round.
+    """
     return tuple(tuple(int(i) for i in ids) for ids in self.rounds)
 
 
@@ -241,6 +267,16 @@ def period_lengths(num_rounds: int, repetitions: int) -> np.ndarray:
 
   The lengths differ by at most one; the first `num_rounds % repetitions`
   periods are the longer ones.
+
+  Args:
+    num_rounds: the number of training rounds T (>= 1).
+    repetitions: the number of periods r, in [1, T].
+
+  Returns:
+    An int64 array of `repetitions` lengths summing to `num_rounds`.
+
+  Raises:
+    ValueError: an argument is not an int in its range.
   """
   num_rounds = validation.check_int('num_rounds', num_rounds, 1)
   repetitions = validation.check_int('repetitions', repetitions, 1, num_rounds)
@@ -249,7 +285,24 @@ def period_lengths(num_rounds: int, repetitions: int) -> np.ndarray:
 
 def periodic_canary_schedule(num_canaries: int, num_rounds: int,
                              repetitions: int, seed: int) -> CanarySchedule:
-  """Every canary exactly once in each of `repetitions` periods (Sec. 5.2)."""
+  """Every canary exactly once in each of `repetitions` periods (Sec. 5.2).
+
+  The periods are those of `period_lengths`; within each, the canaries are
+  dealt at random to the period's rounds in near-equal groups.
+
+  Args:
+    num_canaries: the number k of seen canaries (>= 1).
+    num_rounds: the number of training rounds T (>= 1).
+    repetitions: the presentations r of each canary, in [1, T].
+    seed: the non-negative placement seed; the schedule is a pure function
+      of it and the other arguments.
+
+  Returns:
+    The schedule, in which every canary appears exactly r times.
+
+  Raises:
+    ValueError: an argument is not an int in its range.
+  """
   num_canaries = validation.check_int('num_canaries', num_canaries, 1)
   lengths = period_lengths(num_rounds, repetitions)
   return CanarySchedule(
@@ -264,6 +317,18 @@ def expected_cohort(clients_per_round: float, num_canaries: int,
   Canary clients participate as real clients do (Sec. 4), so the DP average's
   denominator and the adaptive clip's expected record count include them: k
   canaries presented r times each over T rounds add k r / T per round.
+
+  Args:
+    clients_per_round: the real clients' mean cohort size (> 0).
+    num_canaries: the number k of seen canaries (>= 0).
+    repetitions: the presentations r of each canary, in [1, T].
+    num_rounds: the number of training rounds T (>= 1).
+
+  Returns:
+    clients_per_round + k r / T.
+
+  Raises:
+    ValueError: an argument is not a number in its range.
   """
   clients_per_round = validation.check_real('clients_per_round',
                                             clients_per_round, 0.0,
@@ -286,8 +351,19 @@ def last_rounds_canary_schedule(
   presentations, so no canary appears twice in a round, and `L` is the least
   number of rounds that fits `k r` presentations at most `c` per round.
 
+  Args:
+    num_canaries: the number k of seen canaries (>= 1).
+    num_rounds: the number of training rounds T (>= 1).
+    repetitions: the presentations r of each canary, in [1, T].
+    max_canaries_per_round: the cap on canaries in one round (>= 1), or None
+      for no cap beyond k.
+
+  Returns:
+    The schedule: empty rounds, then the L rounds holding the canaries.
+
   Raises:
-    ValueError: if the `L` rounds needed exceed `num_rounds`.
+    ValueError: if the `L` rounds needed exceed `num_rounds`, or an argument
+      is not an int in its range.
   """
   num_canaries = validation.check_int('num_canaries', num_canaries, 1)
   num_rounds = validation.check_int('num_rounds', num_rounds, 1)
@@ -326,6 +402,17 @@ class ClientSampler(abc.ABC):
   sampling: str
 
   def __init__(self, clients: int | Sequence[str], seed: int):
+    """Checks and stores the population and the seed.
+
+    Args:
+      clients: the population size m (>= 1), or the distinct string client
+        ids (e.g. ClientData.client_ids), which `ids` then returns.
+      seed: the non-negative seed of every draw.
+
+    Raises:
+      ValueError: `clients` is neither a positive count nor a non-empty
+        sequence of distinct strings, or `seed` is not an int >= 0.
+    """
     self.num_clients, self.client_ids = _check_client_ids(clients)
     self.seed = validation.check_int('seed', seed, 0)
 
@@ -345,18 +432,52 @@ class ClientSampler(abc.ABC):
 
   def canary_schedule(self, num_canaries: int, num_rounds: int,
                       seed: int) -> CanarySchedule:
-    """Canaries selected by this sampler's rule at its per-client rate."""
+    """Canaries selected by this sampler's rule at its per-client rate.
+
+    Args:
+      num_canaries: the number k of canary clients (>= 1).
+      num_rounds: the number of training rounds T (>= 1).
+      seed: the non-negative canary seed (independent of the sampler's).
+
+    Returns:
+      The canaries of each of the T rounds.
+
+    Raises:
+      ValueError: an argument is not an int in its range.
+    """
     num_canaries = validation.check_int('num_canaries', num_canaries, 1)
     num_rounds = validation.check_int('num_rounds', num_rounds, 1)
     return CanarySchedule(num_canaries, tuple(self._canary_rounds(
         num_canaries, num_rounds, validation.check_int('seed', seed, 0))))
 
   def indices(self, round_index: int) -> np.ndarray:
-    """Sorted int64 population indices of round `round_index`'s cohort."""
+    """Sorted int64 population indices of round `round_index`'s cohort.
+
+    Args:
+      round_index: the 0-based round (>= 0); the draw is a pure function of
+        the seed and the round.
+
+    Returns:
+      The cohort's indices in [0, m), sorted.
+
+    Raises:
+      ValueError: `round_index` is not an int >= 0.
+    """
     return self._select(validation.check_int('round_index', round_index, 0))
 
   def ids(self, round_index: int) -> list[str]:
-    """Client ids of round `round_index`'s cohort, in index order."""
+    """Client ids of round `round_index`'s cohort, in index order.
+
+    Args:
+      round_index: the 0-based round (>= 0).
+
+    Returns:
+      The ids of the clients `indices` selects.
+
+    Raises:
+      ValueError: the sampler was built from a count, not ids, or
+        `round_index` is not an int >= 0.
+    """
     if self.client_ids is None:
       raise ValueError('clients was given as a count; build the sampler from '
                        'client ids (e.g. ClientData.client_ids) to get ids')
@@ -375,6 +496,21 @@ class ShuffledEpochs(ClientSampler):
 
   def __init__(self, clients: int | Sequence[str], clients_per_round: int,
                seed: int, remainder: str = 'spread'):
+    """Checks the arguments and fixes the epoch's cohort sizes.
+
+    Args:
+      clients: the population size m (>= 1), or the distinct string client
+        ids.
+      clients_per_round: the maximum cohort size n, in [1, m].
+      seed: the non-negative seed of the epoch permutations.
+      remainder: how the m clients of an epoch are cut into R rounds:
+        'spread' (sizes differ by at most one) or 'partial' (R - 1 full
+        cohorts of n, the rest in the last round).
+
+    Raises:
+      ValueError: an argument is outside its range or `remainder` is not
+        one of the modes.
+    """
     super().__init__(clients, seed)
     self.clients_per_round = validation.check_int(
         'clients_per_round', clients_per_round, 1, self.num_clients)
@@ -399,7 +535,17 @@ class ShuffledEpochs(ClientSampler):
     return self.num_clients / self.rounds_per_epoch
 
   def epoch_permutation(self, epoch: int) -> np.ndarray:
-    """All clients in their order in `epoch`: pure in (seed, epoch)."""
+    """All clients in their order in `epoch`: pure in (seed, epoch).
+
+    Args:
+      epoch: the 0-based epoch (>= 0).
+
+    Returns:
+      A permutation of [0, m) as int64 (cached: do not modify it).
+
+    Raises:
+      ValueError: `epoch` is not an int >= 0.
+    """
     epoch = validation.check_int('epoch', epoch, 0)
     if self._epoch_cache[0] != epoch:
       permutation = _rng(self.seed, _SHUFFLE_TAG, epoch).permutation(
@@ -456,6 +602,17 @@ class BernoulliSampling(_ExpectedSizeSampler):
 
   def __init__(self, clients: int | Sequence[str],
                expected_clients_per_round: float, seed: int):
+    """Checks the arguments; q = expected_clients_per_round / m.
+
+    Args:
+      clients: the population size m (>= 1), or the distinct string client
+        ids.
+      expected_clients_per_round: the mean cohort size q m, in (0, m].
+      seed: the non-negative seed of the draws.
+
+    Raises:
+      ValueError: an argument is outside its range.
+    """
     super().__init__(clients, expected_clients_per_round, seed)
     self.probability = self._expected / self.num_clients
 
@@ -503,6 +660,14 @@ def make_training_selection_fn(
     sampler: A sampler built from client ids.
     create_tf_dataset_for_client: Maps a client id to its dataset, e.g.
       `ClientData.create_tf_dataset_for_client` or a preprocessed variant.
+
+  Returns:
+    A function of TFF's 1-based round number returning the round's client
+    datasets; it raises ValueError for a round number below 1.
+
+  Raises:
+    ValueError: `sampler` was built from a count, or
+      `create_tf_dataset_for_client` is not callable.
   """
   if sampler.client_ids is None:
     raise ValueError('sampler must be built from client ids (not a count) to '
@@ -532,6 +697,30 @@ def canary_plan(sampler: ClientSampler, num_canaries: int, num_rounds: int,
   at the clients' own rate q = E[cohort] / m, adding k q per round. The
   cohort is the DP average's denominator and the adaptive clip's expected
   record count. Without canaries (k = 0) the schedule is None.
+
+  Example (10 clients, 5 a round: 2 rounds an epoch; 4 canaries, each twice
+  in 4 rounds, add 2 to each round's 5 clients):
+
+    >>> sampler = ShuffledEpochs(10, clients_per_round=5, seed=0)
+    >>> schedule, cohort = canary_plan(sampler, num_canaries=4, num_rounds=4,
+    ...                                repetitions=2, seed=0)
+    >>> schedule.appearance_counts().tolist(), cohort
+    ([2, 2, 2, 2], 7.0)
+
+  Args:
+    sampler: the real clients' sampler, whose rule the canaries follow.
+    num_canaries: the number k of seen canaries (>= 0).
+    num_rounds: the number of training rounds T (>= 1).
+    repetitions: the presentations r of each canary, in [1, T]; used only
+      with shuffled epochs (Bernoulli and Poisson canaries appear at rate q).
+    seed: the non-negative canary placement seed.
+
+  Returns:
+    (schedule, expected cohort): the canary schedule (None when k = 0) and
+    the expected number of participants per round, canaries included.
+
+  Raises:
+    ValueError: an argument is not an int in its range.
   """
   num_canaries = validation.check_int('num_canaries', num_canaries, 0)
   num_rounds = validation.check_int('num_rounds', num_rounds, 1)

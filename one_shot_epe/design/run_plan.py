@@ -33,6 +33,10 @@ class OptimizerSpec:
     name: One of `run_options.OPTIMIZERS`.
     learning_rate: Its learning rate, >= 0.
     momentum: sgdm's momentum in [0, 1] (0 for the others).
+
+  Raises:
+    ValueError: at construction, for an unknown name, a negative learning
+      rate, or a momentum outside [0, 1] or nonzero for sgd or adam.
   """
   name: str
   learning_rate: float
@@ -74,6 +78,11 @@ class RunPlan:
     max_eval_examples: Test examples evaluated; None for all.
     mechanism: The DP mechanism of the aggregate (`mechanisms`): independent
       Gaussian noise by default; the others need a fixed clip (`dp.clip`).
+
+  Raises:
+    ValueError: at construction, if total_rounds or a period is not an int
+      >= 1, the canary schedule covers fewer than T rounds, or the mechanism
+      needs a fixed clip and `dp` adapts it.
   """
   sampler: participation.ClientSampler
   total_rounds: int

@@ -47,6 +47,13 @@ def x_tick_label_gaps(figure: plt.Figure, axis: plt.Axes) -> list[float]:
   """Pixel gaps between consecutive x tick labels of `axis` (negative: overlap).
 
   Measured on the renderer's bounding boxes of the drawn labels.
+
+  Args:
+    figure: the figure holding `axis`; it is drawn to place the labels.
+    axis: the axes whose visible, non-empty x tick labels are measured.
+
+  Returns:
+    One gap per pair of neighbouring labels, left to right, in pixels.
   """
   figure.canvas.draw()
   renderer = figure.canvas.get_renderer()
@@ -81,7 +88,22 @@ def _x_range(curves: Mapping[str, ArrayLike],
 def cosine_density_figure(panels: Mapping[str, Mapping[str, ArrayLike]],
                           dim: int, title: str = '',
                           shared_x: bool = False) -> plt.Figure:
-  """The figure of `plot_cosine_densities` (the caller closes it)."""
+  """The figure of `plot_cosine_densities` (the caller closes it).
+
+  Args:
+    panels: panel title -> (curve label -> its cosines); at most 4 panels a
+      row. A curve with fewer than 2 values or no spread is not drawn.
+    dim: the model dimension d (>= 3); the null's standard deviation is
+      1 / sqrt(d).
+    title: the figure's title; '' for none.
+    shared_x: whether every panel takes the union of the panels' x ranges.
+
+  Returns:
+    The matplotlib figure, not yet saved nor closed.
+
+  Raises:
+    ValueError: `panels` is empty or `dim` < 3.
+  """
   if not panels:
     raise ValueError('panels must name at least one panel.')
   if dim < 3:
@@ -126,6 +148,18 @@ def plot_cosine_densities(panels: Mapping[str, Mapping[str, ArrayLike]],
   set and the null's +-4 standard deviations; with `shared_x` every panel
   takes the union of the ranges, so panels of different noise levels show
   how the separation shrinks. Writes a PNG to `path`.
+
+  Args:
+    panels: panel title -> (curve label -> its cosines), as
+      `cosine_density_figure` takes them.
+    dim: the model dimension d (>= 3).
+    path: the PNG file, written atomically.
+    title: the figure's title; '' for none.
+    shared_x: whether every panel takes the union of the panels' x ranges.
+
+  Raises:
+    ValueError: `panels` is empty or `dim` < 3.
+    OSError: the PNG cannot be written.
   """
   _save(cosine_density_figure(panels, dim, title, shared_x), path)
 
@@ -146,6 +180,21 @@ def plot_epsilon_bars(noise_multipliers: Sequence[float],
   noise) are left out. The y axis is logarithmic when the values drawn span
   more than a factor of 20, as they do between noise 0 and the largest
   noise, so that the small estimates stay readable beside the references.
+
+  Args:
+    noise_multipliers: the noise multipliers z, one bar group each.
+    repetitions: the canary repetitions r, one bar per group each.
+    epsilon_est: the estimates eps_est, shape (noise, repetitions).
+    epsilon_lo: the lower bounds eps_lo (drawn as red ticks), same shape.
+    path: the PNG file, written atomically.
+    title: the axes' title; '' for none.
+    references: label -> reference epsilons of the same shape (at most 3,
+      e.g. the analytical epsilon), or None for none.
+
+  Raises:
+    ValueError: an array's shape is not (noise, repetitions) or more than 3
+      references are given.
+    OSError: the PNG cannot be written.
   """
   est = np.asarray(epsilon_est, dtype=np.float64)
   low = np.asarray(epsilon_lo, dtype=np.float64)

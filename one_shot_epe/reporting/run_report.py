@@ -80,6 +80,9 @@ class RunReport:
     with the suffix _final or _all (None without unseen canaries); a report
     with the decorrelated all-iterates statistic also has
     'all_iterates_decorrelated' and the suffix _all_decorrelated.
+
+    Returns:
+      The report as nested dicts of str, numbers, lists and None.
     """
     result = {
         'noise_multiplier': self.noise_multiplier,
@@ -178,12 +181,23 @@ class RunReport:
       raise ValueError(f'{path}: {error}') from None
 
   def to_json(self) -> str:
-    """`to_dict` as indented JSON; a NaN or infinity raises ValueError."""
+    """`to_dict` as indented JSON; a NaN or infinity raises ValueError.
+
+    Returns:
+      The JSON text, keys sorted, without a trailing newline.
+
+    Raises:
+      ValueError: a value is NaN or infinite (not valid JSON).
+    """
     return json.dumps(self.to_dict(), indent=2, sort_keys=True,
                       allow_nan=False)
 
   def to_markdown(self) -> str:
-    """Headline row, estimates, bounds, references, attack summaries, fits."""
+    """Headline row, estimates, bounds, references, attack summaries, fits.
+
+    Returns:
+      The report as Markdown, ending with a newline.
+    """
     all_it, final = self.all_iterates, self.final
     confidence = f'{1 - self.alpha:.0%}'
     threats = [(name, report) for name, report in (
@@ -295,7 +309,15 @@ class RunReport:
     return '\n'.join(lines) + '\n'
 
   def write(self, json_path: str, markdown_path: str) -> None:
-    """Writes `to_json` and `to_markdown`, each atomically (`atomic_io`)."""
+    """Writes `to_json` and `to_markdown`, each atomically (`atomic_io`).
+
+    Args:
+      json_path: the JSON report's file (report.json of a run).
+      markdown_path: the Markdown report's file (report.md of a run).
+
+    Raises:
+      OSError: a write failed; that file's old content is untouched.
+    """
     atomic_io.write_text(json_path, self.to_json() + '\n')
     atomic_io.write_text(markdown_path, self.to_markdown())
 

@@ -20,12 +20,25 @@ TEMPORARY_PREFIX = '.tmp-'
 
 
 def write_text(path: str, text: str) -> None:
-  """Writes `text` (UTF-8) to `path` atomically."""
+  """Writes `text` (UTF-8) to `path` atomically.
+
+  Args:
+    path: the target file; its directory must exist.
+    text: the whole new content.
+
+  Raises:
+    OSError: the write failed (as `write_bytes`); the old file is untouched.
+  """
   write_bytes(path, text.encode('utf-8'))
 
 
 def write_bytes(path: str, data: bytes) -> None:
   """Writes `data` to `path` atomically, syncing it before the rename.
+
+  Args:
+    path: the target file; its directory must exist and receives the
+      temporary file.
+    data: the whole new content.
 
   Raises:
     OSError: the write failed (a full disk, an I/O error, ...). Its
@@ -65,8 +78,13 @@ def _naming(error: OSError, path: str) -> OSError:
 def remove_temporaries(directory: str) -> list[str]:
   """Deletes the temporary files of interrupted writes in `directory`.
 
-  Only call it while no write to `directory` is in progress. Returns the
-  names removed.
+  Only call it while no write to `directory` is in progress.
+
+  Args:
+    directory: the folder to clean; a missing folder is left alone.
+
+  Returns:
+    The names (not paths) of the files removed, sorted; empty if none.
   """
   if not os.path.isdir(directory):
     return []
@@ -84,6 +102,14 @@ def write_columns_csv(path: str, columns: Mapping[str, Sequence[float]]) -> None
 
   Shorter columns leave their trailing cells empty, the format read by
   `python -m one_shot_epe.reporting.epsilon_cli`. Floats keep full precision (repr).
+
+  Args:
+    path: the target CSV file.
+    columns: column name -> its values, in column order; the header row is
+      the names.
+
+  Raises:
+    OSError: the write failed (as `write_bytes`); the old file is untouched.
   """
   names = list(columns)
   length = max((len(values) for values in columns.values()), default=0)

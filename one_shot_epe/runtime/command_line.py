@@ -16,6 +16,15 @@ def parse_flags_or_exit(argv: list[str]) -> list[str]:
   """absl `flags_parser`: parses `argv`; a bad flag prints one line and exits 2.
 
   The line names the flag (absl's own message) and where to read about it.
+
+  Args:
+    argv: the command line, program name first (as `absl.app.run` passes it).
+
+  Returns:
+    The arguments left after the flags, program name first.
+
+  Raises:
+    SystemExit: with status 2, after printing the error, if a flag is bad.
   """
   try:
     return flags.FLAGS(argv)
@@ -32,6 +41,16 @@ def known_string_flags(argv: Sequence[str], names: Sequence[str],
   each flag of `flagfile_flags` whose value is a flagfile (reproduce's
   --config, whose values the command line overrides). Imports nothing beyond
   absl, so a program can read these before it imports numpy or TensorFlow.
+
+  Args:
+    argv: the command line, program name first.
+    names: the string flags to read.
+    flagfile_flags: flags whose value is a flagfile to follow (also read,
+      whether or not listed in `names`).
+
+  Returns:
+    A fresh absl FlagValues holding `names` and `flagfile_flags` (None where
+    absent); the global flags are untouched.
 
   Raises:
     flags.Error: if `argv` cannot be parsed (the full parse then reports it).
@@ -59,6 +78,15 @@ def requested_backend(argv: Sequence[str],
   (flagfiles followed as `known_string_flags`). An unparsable command line
   counts as 'tff', whose full parse then reports the error; so does a value
   that is not a backend.
+
+  Args:
+    argv: the command line, program name first.
+    flagfile_flags: flags whose value is a flagfile to follow (as
+      `known_string_flags`).
+
+  Returns:
+    The --backend value as given (not checked against the backends), or
+    'tff' when it is absent or the command line cannot be parsed.
   """
   try:
     backend = known_string_flags(argv, ('backend',), flagfile_flags).backend

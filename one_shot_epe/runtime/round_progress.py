@@ -20,12 +20,23 @@ class ProgressBar:
   """The bar of a run of `total_rounds` rounds; `enabled=False` shows none."""
 
   def __init__(self, total_rounds: int, enabled: bool):
+    """Makes the bar; it opens at the first training round reported.
+
+    Args:
+      total_rounds: the run's number of training rounds (the bar's total).
+      enabled: whether to draw the bar (False: a disabled tqdm bar).
+    """
     self._total_rounds = total_rounds
     self._enabled = enabled
     self._bar = None
 
   def on_round(self, record: round_record.RoundRecord) -> None:
-    """Advances the bar by training round `record.round_num`."""
+    """Advances the bar by training round `record.round_num`.
+
+    Args:
+      record: the round just finished; round 0 (the initial evaluation) is
+        ignored, and the first training round seen sets the bar's start.
+    """
     if record.round_num < 1:
       return
     if self._bar is None:
@@ -42,7 +53,11 @@ class ProgressBar:
     self._bar.update(1)
 
   def on_cosines(self, cosines: Sequence[round_record.CanaryCosines]) -> None:
-    """Nothing: the bar counts rounds, not their scoring."""
+    """Nothing: the bar counts rounds, not their scoring.
+
+    Args:
+      cosines: the canary cosines of a scored block (ignored).
+    """
 
   def close(self) -> None:
     """Closes the bar, if a round opened it."""

@@ -64,25 +64,46 @@ class RoundObserver(Protocol):
   """The callbacks through which an engine reports its rounds."""
 
   def on_round(self, record: RoundRecord) -> None:
-    """A round was trained (or, round 0, evaluated); no cosines yet."""
+    """A round was trained (or, round 0, evaluated); no cosines yet.
+
+    Args:
+      record: the round's number, metrics, time, clip norm and loss.
+    """
 
   def on_cosines(self, cosines: Sequence[CanaryCosines]) -> None:
-    """The canaries were scored against these rounds' vectors, in order."""
+    """The canaries were scored against these rounds' vectors, in order.
+
+    Args:
+      cosines: one entry per scored round, in round order.
+    """
 
 
 class Observers:
   """Several observers as one, called in order."""
 
   def __init__(self, observers: Sequence[RoundObserver]):
+    """Combines `observers`.
+
+    Args:
+      observers: the observers to call, in this order.
+    """
     self._observers = list(observers)
 
   def on_round(self, record: RoundRecord) -> None:
-    """Passes `record` to every observer."""
+    """Passes `record` to every observer.
+
+    Args:
+      record: the round just trained or evaluated.
+    """
     for observer in self._observers:
       observer.on_round(record)
 
   def on_cosines(self, cosines: Sequence[CanaryCosines]) -> None:
-    """Passes `cosines` to every observer (nothing for an empty block)."""
+    """Passes `cosines` to every observer (nothing for an empty block).
+
+    Args:
+      cosines: one entry per scored round, in round order.
+    """
     if not cosines:
       return
     for observer in self._observers:

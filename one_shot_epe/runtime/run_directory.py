@@ -85,6 +85,13 @@ class RunDirectoryError(ValueError):
   """The directory cannot hold the run; `flag` names what to change."""
 
   def __init__(self, message: str, flag: str = 'run_name'):
+    """Builds the error.
+
+    Args:
+      message: what is wrong and what to do.
+      flag: the launcher flag to change (no dashes), e.g. 'run_name' or
+        'root_output_dir'.
+    """
     super().__init__(message)
     self.flag = flag
 
@@ -142,6 +149,16 @@ def owned(run_dir: str, *, recheck: Callable[[], None],
   under the output root inside the block becomes
   `write_failures.WriteFailure`.
 
+  Args:
+    run_dir: the run directory (its parent is the output root).
+    recheck: called once the lock is held; raises if the directory may no
+      longer hold the run (another process may have written it meanwhile).
+    checkpoints: the engine's checkpoints in the run directory, whose
+      partial saves are removed.
+
+  Yields:
+    None; the block runs with the lock held.
+
   Raises:
     run_lock.RunLockedError: another process holds the lock.
     write_failures.WriteFailure: a write under the output root failed.
@@ -170,12 +187,29 @@ def is_checkpoint_round(round_num: int, every: int,
   """Whether a run checkpoints after `round_num`: 0, every `every`-th, the last.
 
   The last round is saved too, so a finished run resumes without training.
+
+  Args:
+    round_num: the round just finished (0: the initial state).
+    every: the checkpoint period in rounds (>= 1).
+    final_round: the run's last round, or None if it is not to be forced.
+
+  Returns:
+    True if `round_num` is a multiple of `every` or is `final_round`.
   """
   return round_num % every == 0 or round_num == final_round
 
 
 def checkpoint_rounds(total_rounds: int, every: int) -> list[int]:
-  """The rounds a run checkpoints (`is_checkpoint_round`), ascending."""
+  """The rounds a run checkpoints (`is_checkpoint_round`), ascending.
+
+  Args:
+    total_rounds: the run's number of training rounds T.
+    every: the checkpoint period in rounds (>= 1).
+
+  Returns:
+    The rounds in [0, T] that are checkpointed: 0, the multiples of `every`,
+    and T.
+  """
   return [t for t in range(total_rounds + 1)
           if is_checkpoint_round(t, every, total_rounds)]
 
@@ -188,6 +222,14 @@ def check_free_space(run_dir: str, *, checkpoint_bytes: int,
   checkpoints (`kept` are kept and one more is written before the oldest is
   removed; all of them when `kept` is None), of which `saved` exist already.
   A further MiB is left for the CSVs, the report and the plot.
+
+  Args:
+    run_dir: the run directory; the free space is measured on its nearest
+      existing ancestor's file system.
+    checkpoint_bytes: the size of one checkpoint in bytes (an estimate).
+    to_write: how many checkpoints the run still writes.
+    saved: how many checkpoints the directory already holds.
+    kept: how many checkpoints are kept at most, or None to keep all.
 
   Raises:
     RunDirectoryError: naming the free and the needed space.
@@ -207,7 +249,15 @@ def check_free_space(run_dir: str, *, checkpoint_bytes: int,
 
 
 def write_config(run_dir: str, config: Mapping[str, Any]) -> None:
-  """Writes config.json (sorted keys), atomically."""
+  """Writes config.json (sorted keys), atomically.
+
+  Args:
+    run_dir: the run directory (must exist).
+    config: the validated flags, JSON-serializable.
+
+  Raises:
+    OSError: the write failed (see `atomic_io.write_bytes`).
+  """
   atomic_io.write_text(os.path.join(run_dir, CONFIG_FILE),
                        json.dumps(dict(config), indent=2, sort_keys=True) +
                        '\n')
@@ -215,7 +265,20 @@ def write_config(run_dir: str, config: Mapping[str, Any]) -> None:
 
 def read_rounds(path: str, last_round: int
                 ) -> tuple[list[str], list[dict[str, str]]]:
-  """A per-round CSV's columns and its rows up to `last_round` (or [], [])."""
+  """A per-round CSV's columns and its rows up to `last_round` (or [], []).
+
+  Args:
+    path: the CSV file; a missing file reads as ([], []).
+    last_round: the last round to keep (rows of later rounds, written
+      after the checkpoint a run resumes from, are dropped).
+
+  Returns:
+    The header's column names and the kept rows, as strings by column.
+
+  Raises:
+    KeyError: the file has rows but no 'round' column.
+    ValueError: a 'round' cell is not an integer.
+  """
   if not os.path.exists(path):
     return [], []
   with open(path, newline='') as stream:
@@ -230,6 +293,16 @@ def write_rounds(path: str, fields: Sequence[str],
   """Writes a per-round CSV (a row per round, `fields` in order), atomically.
 
   A row's missing fields are left empty.
+
+  Args:
+    path: the target CSV file.
+    fields: the column names, in order (the header).
+    rows: one mapping per round, by column name.
+    csv_format: the line terminator to write (the engine's format).
+
+  Raises:
+    ValueError: a row has a field not in `fields` (csv.DictWriter).
+    OSError: the write failed (see `atomic_io.write_bytes`).
   """
   buffer = io.StringIO()
   writer = csv.DictWriter(buffer, fieldnames=fields,

@@ -35,6 +35,12 @@ class RunLockedError(RuntimeError):
   """The run directory is locked by another process; names it and its pid."""
 
   def __init__(self, directory: str, pid: int | None):
+    """Builds the message naming `directory` and its holder.
+
+    Args:
+      directory: the locked run directory.
+      pid: the holder's process id, or None if it has not written it yet.
+    """
     self.directory = directory
     self.pid = pid
     holder = f'process {pid}' if pid is not None else 'another process'
@@ -48,6 +54,13 @@ class RunLock:
   """A held run-directory lock; `release` (or leaving a `with`) frees it."""
 
   def __init__(self, directory: str, descriptor: int):
+    """Wraps a lock `acquire` has taken; not for direct use.
+
+    Args:
+      directory: the locked run directory.
+      descriptor: the open, flock-ed descriptor of its lock file; `release`
+        closes it.
+    """
     self.directory = directory
     self._descriptor: int | None = descriptor
 
@@ -80,6 +93,9 @@ def _read_pid(path: str) -> int | None:
 
 def acquire(directory: str) -> RunLock:
   """Creates `directory` if needed and locks it for this process.
+
+  Args:
+    directory: the run directory (created with its parents if missing).
 
   Returns:
     The held lock; the holder's pid (this process) is written in the file.

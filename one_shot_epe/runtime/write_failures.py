@@ -44,6 +44,12 @@ class WriteFailure(Exception):
   """Writing `path` failed because of `cause`; earlier outputs are intact."""
 
   def __init__(self, path: str, cause: str):
+    """Builds the one-line message.
+
+    Args:
+      path: the final file or directory whose write failed.
+      cause: the system's reason (e.g. 'No space left on device').
+    """
     self.path = path
     self.cause = cause
     super().__init__(
@@ -125,6 +131,12 @@ def reported(directory: str) -> Iterator[None]:
   """Turns a failed write under `directory` into `WriteFailure`.
 
   Other errors pass through unchanged.
+
+  Args:
+    directory: the output directory whose writes are reported.
+
+  Yields:
+    None; the body of the `with` block runs here.
 
   Raises:
     TypeError: `directory` is not a string.
