@@ -10,10 +10,14 @@ Modules:
   canaries: canary directions in TensorFlow, a pure function of (seed, id).
   seeded_queries: tensorflow-privacy's Gaussian queries with seeded noise.
   canary_aggregator: the TFF aggregator: DP-FedAvg + canary injection.
-  cosine_tracking: lazy, exact max-over-rounds canary cosines.
+  cosine_tracking: the blocks of buffered rounds scored in TensorFlow and
+    folded into `runtime.cosine_buffer` (exact max-over-rounds cosines).
   final_model: canary cosines with the final model (Algorithm 2).
-  audit: `CanaryAudit`, canaries for any `tff.learning` pipeline.
-  checkpoints: integrity of TFF program-state checkpoints.
+  audit: `CanaryAudit`, canaries for any `tff.learning` pipeline: its
+    factories and its report.
+  canary_observer: what `CanaryAudit` observes of each learning state.
+  audit_state_manager: `CanaryAudit` inside TFF's training loops.
+  checkpoints: TFF program-state checkpoints (`runtime.checkpoint_store`).
   training: a whole resumable run on `tff.simulation`, the launcher's
     `--backend=tff`.
   runtime: TFF's C++ runtime in this process, with no leaked workers.
