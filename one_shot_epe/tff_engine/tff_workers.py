@@ -63,6 +63,13 @@ def parse_addresses(addresses: str | Sequence[str]) -> list[str]:
   IPv6 address ('[::1]'), or 'unix:<absolute path>' (a Unix-domain socket,
   as `local_workers` yields).
 
+  Args:
+    addresses: A comma-separated string (blanks around entries ignored) or a
+      sequence of addresses.
+
+  Returns:
+    The addresses in order, ports written without leading zeros.
+
   Raises:
     ValueError: naming `addresses` if it is empty or an entry is neither
       host:port with a port in [1, 65535] nor unix:<absolute path>.
@@ -106,6 +113,12 @@ def port_is_free(port: int) -> bool:
 
   Binds with SO_REUSEADDR, as servers (worker_binary's gRPC among them) do,
   so connections of a stopped worker lingering in TIME_WAIT do not count.
+
+  Args:
+    port: A TCP port number.
+
+  Returns:
+    Whether the bind succeeded (the probe socket is closed at once).
   """
   with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
     probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
