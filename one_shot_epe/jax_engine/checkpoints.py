@@ -61,19 +61,31 @@ class NpzCheckpoints:
     return os.path.join(self.directory, f'round_{round_num:08d}.npz')
 
   def rounds(self) -> list[int]:
-    """The rounds of the complete checkpoints, ascending."""
+    """The rounds of the complete checkpoints, ascending.
+
+    Returns:
+      The rounds of the `round_XXXXXXXX.npz` files; [] without the directory.
+    """
     if not os.path.isdir(self.directory):
       return []
     return sorted(int(match.group(1)) for match in map(
         _FILE.match, os.listdir(self.directory)) if match)
 
   def latest(self) -> int | None:
-    """The newest checkpoint's round, None if there is none."""
+    """The newest checkpoint's round, None if there is none.
+
+    Returns:
+      The largest of `rounds()`, or None.
+    """
     found = self.rounds()
     return found[-1] if found else None
 
   def verify(self) -> None:
-    """Raises CheckpointError unless every array of the newest reads back."""
+    """Raises CheckpointError unless every array of the newest reads back.
+
+    Raises:
+      checkpoint_store.CheckpointError: the newest file cannot be read.
+    """
     latest = self.latest()
     if latest is None:
       return

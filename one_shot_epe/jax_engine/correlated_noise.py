@@ -70,7 +70,11 @@ __all__ = ['NoiseStream', 'ParticipationBounds', 'Strategy',
 
 
 def available() -> bool:
-  """Whether jax-privacy is installed (without importing it)."""
+  """Whether jax-privacy is installed (without importing it).
+
+  Returns:
+    True if the jax_privacy package can be found.
+  """
   return importlib.util.find_spec('jax_privacy') is not None
 
 

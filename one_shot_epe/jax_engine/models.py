@@ -156,7 +156,11 @@ class EmnistCnn:
                        f'pool); got {self.image_size}.')
 
   def param_shapes(self) -> Shapes:
-    """Shapes of the parameters, in Keras `get_weights()` order."""
+    """Shapes of the parameters, in Keras `get_weights()` order.
+
+    Returns:
+      One shape tuple per entry of `param_names`.
+    """
     pooled = (self.image_size - 4) // 2
     flat = pooled * pooled * self.conv2_filters
     return ((3, 3, 1, self.conv1_filters), (self.conv1_filters,),
@@ -166,7 +170,11 @@ class EmnistCnn:
             (self.num_classes,))
 
   def num_parameters(self) -> int:
-    """d, the number of trainable scalars."""
+    """d, the number of trainable scalars.
+
+    Returns:
+      The sum of the products of `param_shapes()`.
+    """
     return sum(math.prod(shape) for shape in self.param_shapes())
 
   def init(self, key: jax.Array) -> Params:
@@ -299,13 +307,21 @@ class WordLstm:
     return self.vocab_size + 3 + self.num_oov_buckets
 
   def param_shapes(self) -> Shapes:
-    """Shapes of the parameters, in Keras `get_weights()` order."""
+    """Shapes of the parameters, in Keras `get_weights()` order.
+
+    Returns:
+      One shape tuple per entry of `param_names`.
+    """
     v, e, u = self.num_tokens, self.embedding_size, self.lstm_size
     return ((v, e), (e, 4 * u), (u, 4 * u), (4 * u,), (u, e), (e,), (e, v),
             (v,))
 
   def num_parameters(self) -> int:
-    """d, the number of trainable scalars."""
+    """d, the number of trainable scalars.
+
+    Returns:
+      The sum of the products of `param_shapes()`.
+    """
     return sum(math.prod(shape) for shape in self.param_shapes())
 
   def init(self, key: jax.Array) -> Params:

@@ -186,11 +186,19 @@ class ProgramStateCheckpoints:
     return self._files
 
   def rounds(self) -> list[int]:
-    """The complete versions, ascending."""
+    """The complete versions, ascending.
+
+    Returns:
+      The round numbers N of the `program_state_N` directories (`versions`).
+    """
     return versions(self.directory)
 
   def latest(self) -> int | None:
-    """The newest complete version, None if there is none."""
+    """The newest complete version, None if there is none.
+
+    Returns:
+      The largest of `rounds()`, or None.
+    """
     found = self.rounds()
     return found[-1] if found else None
 
@@ -229,7 +237,11 @@ class ProgramStateCheckpoints:
     return asyncio.run(self._manager().load(round_num, template))
 
   def program_state_manager(self) -> tff.program.ProgramStateManager:
-    """These checkpoints as the manager TFF's training loops await."""
+    """These checkpoints as the manager TFF's training loops await.
+
+    Returns:
+      A `tff.program.ProgramStateManager` reading and writing this directory.
+    """
     return _AwaitedCheckpoints(self)
 
 

@@ -405,6 +405,9 @@ def remote_cpp_context(
     connect_timeout_s: Seconds (> 0) to wait for every worker to accept a
       gRPC connection.
 
+  Yields:
+    The installed context.
+
   Raises:
     ValueError: for an argument out of range.
     TimeoutError: if a worker cannot be reached.

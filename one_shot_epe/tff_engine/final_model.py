@@ -82,6 +82,13 @@ def final_model_cosines(final_weights: Any,
 
   Returns:
     float64 array of cosines, one per canary id, in the order given.
+
+  Raises:
+    ValueError: `canary_seed` out of range, `canary_ids` not 1-D
+      non-negative integers, `model_moves_along` not -1.0 or 1.0, a weight
+      structure empty or not finite, 'delta' without `initial_weights` or with
+      another parameter count, an unknown `statistic`, or `chunk_size` not a
+      positive int.
   """
   canary_seed = canary_spec.check_seed(canary_seed)
   ids = np.asarray(canary_ids)

@@ -172,6 +172,9 @@ def local_cpp_context(default_num_clients: int = 0,
     federated_program: The asynchronous context, wrapped for TFF programs.
     connect_timeout_s: Seconds (> 0) to wait for the worker's gRPC service.
 
+  Yields:
+    The installed context.
+
   Raises:
     isolation.IsolationError: ONE_SHOT_EPE_NETWORK_ISOLATION=require and the
       host grants no network namespace.

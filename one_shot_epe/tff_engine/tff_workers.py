@@ -43,6 +43,12 @@ def worker_binary_path() -> str:
   """Path of the C++ worker shipped in the installed TFF package.
 
   Found without importing TFF (and TensorFlow), which takes seconds.
+
+  Returns:
+    <package dir>/data/worker_binary (not checked to exist).
+
+  Raises:
+    RuntimeError: tensorflow_federated is not installed.
   """
   spec = importlib.util.find_spec('tensorflow_federated')
   if spec is None or not spec.submodule_search_locations:
@@ -253,6 +259,9 @@ def local_workers(num_workers: int, *,
       appended); None discards it, unless `inherit_output`.
     inherit_output: With no `log_dir`, the workers write to this process's
       stdout and stderr (as TFF's own local worker does).
+
+  Yields:
+    The workers' targets, 'unix:<path>' or '127.0.0.1:port', in order.
 
   Raises:
     ValueError: for an argument out of range, or a bad

@@ -178,6 +178,9 @@ def selection_fn(
     sampler: Selects each round's clients (`participation`).
     create_tf_dataset_for_client: Maps a client id to its preprocessed data.
     seed: The run's seed.
+
+  Returns:
+    round_num -> the round's client datasets.
   """
   select = participation.make_training_selection_fn(
       sampler, create_tf_dataset_for_client)
@@ -219,7 +222,11 @@ def evaluation_fn(
 
 @contextlib.contextmanager
 def event_loop() -> Iterator[asyncio.AbstractEventLoop]:
-  """A fresh current asyncio loop (`run_training_process` runs on it)."""
+  """A fresh current asyncio loop (`run_training_process` runs on it).
+
+  Yields:
+    The new loop, closed (and unset) on exit.
+  """
   loop = asyncio.new_event_loop()
   asyncio.set_event_loop(loop)
   try:
@@ -357,6 +364,10 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
 
   Calls `tf.keras.utils.set_random_seed(plan.seed)` once the aggregator is
   built, before the model is. Call it inside `execution_context`.
+
+  Returns:
+    The run's `canary_spec.CanaryOutcome`; its cosine arrays are empty for a
+    run without canaries.
   """
   audit = _audit(plan, task, device)
   rounds = _RoundReleases(observer)
