@@ -101,6 +101,16 @@ def cosines(seed: int, ids: Sequence[int] | np.ndarray,
   Raises:
     ValueError: `seed` or an id is out of range, or `ids` is empty or not
       1-D integers, `chunk` < 1, or `aggregate` is not 1-D or 2-D.
+
+  Example:
+    A canary's cosine with itself is 1; with another canary it is near 0
+    (std 1/sqrt(d)).
+
+    >>> from one_shot_epe.jax_engine import canaries
+    >>> c = canaries.directions(7, [0, 1], 1000)
+    >>> cos = canaries.cosines(7, [0, 1], c[0])
+    >>> round(float(cos[0]), 3), abs(float(cos[1])) < 0.2
+    (1.0, True)
   """
   seed, ids = _checked(seed, ids)
   chunk = validation.check_int('chunk', chunk, 1)

@@ -221,6 +221,16 @@ class EmnistCnn:
 
     Returns:
       float32 [batch, num_classes] logits.
+
+    Example:
+      >>> import jax
+      >>> from one_shot_epe.jax_engine import models
+      >>> model = models.EmnistCnn()
+      >>> model.num_parameters()
+      1206590
+      >>> params = model.init(jax.random.PRNGKey(0))
+      >>> model.logits(params, jax.numpy.zeros((2, 28, 28))).shape
+      (2, 62)
     """
     (k1, b1, k2, b2, w3, b3, w4, b4) = params
     x = pixels[..., None] if pixels.ndim == 3 else pixels

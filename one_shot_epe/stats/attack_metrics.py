@@ -72,7 +72,7 @@ def auroc_two_samples(seen: ArrayLike, unseen: ArrayLike) -> float:
     unseen: Statistics of the canaries never inserted, a non-empty 1-D array.
 
   Returns:
-    The AUROC, in [0, 1]; 0.5 when the samples cannot be told apart.
+    The AUROC, in [0, 1]; 0.5 for two equal samples.
 
   Raises:
     ValueError: a sample is empty, not 1-D or holds NaN or infinities.
@@ -100,14 +100,14 @@ def empirical_threshold(unseen: ArrayLike, fpr: float) -> float:
   Args:
     unseen: Statistics of the canaries never inserted (the null), a non-empty
       1-D array of m values.
-    fpr: Allowed false positive rate, in [0, 1].
+    fpr: Allowed false positive rate, in (0, 1).
 
   Returns:
     The threshold t, one of the values of `unseen`.
 
   Raises:
     ValueError: `unseen` is empty, not 1-D or not finite, or `fpr` is outside
-      [0, 1] (`validation.ArgumentTypeError` if it is not a number).
+      (0, 1) (`validation.ArgumentTypeError` if it is not a number).
   """
   unseen = validation.check_sample('unseen', unseen, min_size=1)
   fpr = validation.check_probability('fpr', fpr)
@@ -276,14 +276,14 @@ def percentile_bootstrap_interval(resampled: ArrayLike,
 
   Args:
     resampled: The estimate on each bootstrap resample, a non-empty 1-D array.
-    level: Coverage of the two-sided interval, in [0, 1].
+    level: Coverage of the two-sided interval, in (0, 1).
 
   Returns:
     (low, high), the interval's end points.
 
   Raises:
     ValueError: `resampled` is empty, not 1-D or not finite, or `level` is
-      outside [0, 1].
+      outside (0, 1).
   """
   level = validation.check_probability('level', level)
   resampled = validation.check_sample('resampled', resampled, min_size=1)

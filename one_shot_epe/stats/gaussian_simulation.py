@@ -308,6 +308,20 @@ def simulate_cosines(dim: int,
     ValueError: `dim` < 3, `num_canaries` < 1, `sigma` not a finite number
       > 0, `rng` not a `numpy.random.Generator`, an unknown `method`, a
       `chunk_size` given with 'gram', or a `chunk_size` < 1.
+
+  Example:
+    The Gaussian mechanism at sigma = 1 in d = 10^6 dimensions: the mean
+    cosine is about 1 / (sigma sqrt(d)).
+
+    >>> import numpy as np
+    >>> from one_shot_epe.stats import estimation, gaussian_simulation
+    >>> cosines = gaussian_simulation.simulate_cosines(
+    ...     dim=10**6, num_canaries=1000, sigma=1.0,
+    ...     rng=np.random.default_rng(0))
+    >>> cosines.shape
+    (1000,)
+    >>> round(float(cosines.mean()) * 1000, 2)
+    1.01
   """
   dim = validation.check_int('dim', dim, 3)
   num_canaries = validation.check_int('num_canaries', num_canaries, 1)
