@@ -281,7 +281,7 @@ class DistributedExecutionContext(tff.framework.SyncContext):
   """
 
   def __init__(self, worker_contexts: Sequence[tff.framework.SyncContext]):
-    """Starts one thread per worker context.
+    """Makes a thread pool with one thread per worker context.
 
     Args:
       worker_contexts: One sync context per worker, at least one; context 0 also
