@@ -54,7 +54,20 @@ def _directions(seed: jax.Array, ids: jax.Array, dim: int) -> jax.Array:
 
 def directions(seed: int, ids: Sequence[int] | np.ndarray,
                dim: int) -> jax.Array:
-  """The unit canaries c_j for j in `ids`, float32 [len(ids), dim]."""
+  """The unit canaries c_j for j in `ids`, float32 [len(ids), dim].
+
+  Args:
+    seed: The canary seed, in [0, canary_spec.MAX_SEED].
+    ids: Non-empty 1-D canary ids, each in [0, canary_spec.MAX_SEED].
+    dim: The dimensionality d, >= 1.
+
+  Returns:
+    float32 [len(ids), dim] array of unit rows.
+
+  Raises:
+    ValueError: `seed` or an id is out of range, or `ids` is empty or not
+      1-D integers, or `dim` < 1.
+  """
   dim = validation.check_int('dim', dim, 1)
   seed, ids = _checked(seed, ids)
   return _directions(seed, jnp.asarray(ids), dim)
@@ -74,6 +87,30 @@ def cosines(seed: int, ids: Sequence[int] | np.ndarray,
   `aggregate` is one vector [d] (result [len(ids)]) or a block of B vectors
   [B, d] (result [len(ids), B]): each canary is regenerated once for the
   whole block, as Algorithm 3's tracking does every B rounds.
+
+  Args:
+    seed: The canary seed, in [0, canary_spec.MAX_SEED].
+    ids: Non-empty 1-D canary ids, each in [0, canary_spec.MAX_SEED].
+    aggregate: [d] vector or [B, d] block (cast to float32); a zero vector
+      gives NaN cosines.
+    chunk: Canaries regenerated at once, >= 1.
+
+  Returns:
+    float32 [len(ids)] or [len(ids), B] cosines.
+
+  Raises:
+    ValueError: `seed` or an id is out of range, or `ids` is empty or not
+      1-D integers, `chunk` < 1, or `aggregate` is not 1-D or 2-D.
+
+  Example:
+    A canary's cosine with itself is 1; with another canary it is near 0
+    (std 1/sqrt(d)).
+
+    >>> from one_shot_epe.jax_engine import canaries
+    >>> c = canaries.directions(7, [0, 1], 1000)
+    >>> cos = canaries.cosines(7, [0, 1], c[0])
+    >>> round(float(cos[0]), 3), abs(float(cos[1])) < 0.2
+    (1.0, True)
   """
   seed, ids = _checked(seed, ids)
   chunk = validation.check_int('chunk', chunk, 1)
@@ -100,6 +137,19 @@ def update_maxima(maxima: jax.Array, seed: int,
   """max(maxima, cos(c_j, aggregate)): one round of Algorithm 3, lines 10-16.
 
   Start from `jnp.full(len(ids), -jnp.inf)`.
+
+  Args:
+    maxima: float [len(ids)] running maxima.
+    seed: The canary seed, in [0, canary_spec.MAX_SEED].
+    ids: Non-empty 1-D canary ids, each in [0, canary_spec.MAX_SEED].
+    aggregate: The round's noised aggregate, [d].
+    chunk: Canaries regenerated at once, >= 1.
+
+  Returns:
+    float32 [len(ids)] updated maxima.
+
+  Raises:
+    ValueError: as `cosines`.
   """
   return jnp.maximum(jnp.asarray(maxima, jnp.float32),
                      cosines(seed, ids, aggregate, chunk))

@@ -49,25 +49,43 @@ class NpzCheckpoints:
   kept = None
 
   def __init__(self, directory: str):
+    """Keeps the directory; nothing is read or created yet.
+
+    Args:
+      directory: Where the run's `round_XXXXXXXX.npz` files live (created by
+        the first `save`).
+    """
     self.directory = directory
 
   def _path(self, round_num: int) -> str:
     return os.path.join(self.directory, f'round_{round_num:08d}.npz')
 
   def rounds(self) -> list[int]:
-    """The rounds of the complete checkpoints, ascending."""
+    """The rounds of the complete checkpoints, ascending.
+
+    Returns:
+      The rounds of the `round_XXXXXXXX.npz` files; [] without the directory.
+    """
     if not os.path.isdir(self.directory):
       return []
     return sorted(int(match.group(1)) for match in map(
         _FILE.match, os.listdir(self.directory)) if match)
 
   def latest(self) -> int | None:
-    """The newest checkpoint's round, None if there is none."""
+    """The newest checkpoint's round, None if there is none.
+
+    Returns:
+      The largest of `rounds()`, or None.
+    """
     found = self.rounds()
     return found[-1] if found else None
 
   def verify(self) -> None:
-    """Raises CheckpointError unless every array of the newest reads back."""
+    """Raises CheckpointError unless every array of the newest reads back.
+
+    Raises:
+      checkpoint_store.CheckpointError: the newest file cannot be read.
+    """
     latest = self.latest()
     if latest is None:
       return
@@ -86,7 +104,12 @@ class NpzCheckpoints:
     atomic_io.remove_temporaries(self.directory)
 
   def save(self, state: TrainingState, round_num: int) -> None:
-    """Writes checkpoint `round_num`, atomically."""
+    """Writes checkpoint `round_num`, atomically.
+
+    Args:
+      state: The state after round `round_num`.
+      round_num: The round just trained, >= 0.
+    """
     leaves = jax.tree_util.tree_leaves(state.server)
     buffer = io.BytesIO()
     extra = ({} if state.projections is None else
@@ -98,7 +121,20 @@ class NpzCheckpoints:
     atomic_io.write_bytes(self._path(round_num), buffer.getvalue())
 
   def load(self, round_num: int, template: TrainingState) -> TrainingState:
-    """Checkpoint `round_num`; `template.server` gives the state's structure."""
+    """Checkpoint `round_num`; `template.server` gives the state's structure.
+
+    Args:
+      round_num: A round of `rounds()`.
+      template: A state of the run's structure (e.g. the initial one); only
+        `template.server`'s tree structure is used.
+
+    Returns:
+      The saved state, server leaves as numpy arrays.
+
+    Raises:
+      OSError: the file is missing or unreadable (FileNotFoundError if absent).
+      KeyError: it lacks a leaf of the template's structure.
+    """
     with np.load(self._path(round_num)) as saved:
       treedef = jax.tree_util.tree_structure(template.server)
       leaves = [saved[f'leaf_{i}'] for i in range(treedef.num_leaves)]

@@ -17,6 +17,15 @@ def prng_key(seed: int) -> jax.Array:
 
   `jax.random.key` (typed keys) appeared in jax 0.4.16; older versions only
   have `jax.random.PRNGKey`, which newer versions deprecate.
+
+  Args:
+    seed: The seed, a Python or numpy int.
+
+  Returns:
+    A typed key (`jax.random.key`) where available, else a uint32 [2] raw key.
+
+  Raises:
+    TypeError: `seed` is not an int (a bool included).
   """
   if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
     raise TypeError(f'seed must be an int; got {type(seed).__name__}.')

@@ -70,7 +70,11 @@ __all__ = ['NoiseStream', 'ParticipationBounds', 'Strategy',
 
 
 def available() -> bool:
-  """Whether jax-privacy is installed (without importing it)."""
+  """Whether jax-privacy is installed (without importing it).
+
+  Returns:
+    True if the jax_privacy package can be found.
+  """
   return importlib.util.find_spec('jax_privacy') is not None
 
 
@@ -257,11 +261,25 @@ class NoiseStream:
   """
 
   def __init__(self, transform: optax.GradientTransformation):
+    """Wraps `transform`, jitting its update.
+
+    Args:
+      transform: A noise-adding optax transformation (a jax-privacy
+        privatizer's); the update of a zero gradient is the round's noise row.
+    """
     self._transform = transform
     self._update = jax.jit(transform.update)
 
   def rows(self, dim: int, first_round: int) -> Iterator[jax.Array]:
-    """Rows of rounds first_round, first_round + 1, ... (d = `dim`)."""
+    """Rows of rounds first_round, first_round + 1, ... (d = `dim`).
+
+    Args:
+      dim: The model dimension d.
+      first_round: Rounds to replay and drop first, >= 0 (0 for a fresh run).
+
+    Yields:
+      float32 [d] rows without end; the caller takes as many as it needs.
+    """
     zeros = jnp.zeros((dim,), jnp.float32)
     state = self._transform.init(zeros)
     for _ in range(first_round):

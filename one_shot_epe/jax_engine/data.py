@@ -43,6 +43,17 @@ def model_inputs(kind: str, features: Mapping[str, np.ndarray]
 
   EMNIST: (pixels, label). StackOverflow: (tokens[..., :-1], tokens[..., 1:]),
   TFF's `split_input_target`.
+
+  Args:
+    kind: 'emnist' or 'stackoverflow' (`client_arrays.KINDS`).
+    features: The kind's feature arrays: 'pixels' and 'label' (EMNIST) or
+      'tokens' (StackOverflow, [..., sequence length + 1]).
+
+  Returns:
+    (inputs, labels), views of `features`' arrays.
+
+  Raises:
+    ValueError: `kind` is not one of `client_arrays.KINDS`.
   """
   if validation.check_choice('kind', kind, client_arrays.KINDS) == 'emnist':
     return features['pixels'], features['label']
@@ -59,6 +70,18 @@ def shuffled_order(num_examples: int, buffer_size: int,
   repeatedly emits a uniformly chosen buffered element and refills its slot
   with the next input. With buffer_size >= n this is a uniform permutation.
   Only the first `limit` outputs are produced (all if None).
+
+  Args:
+    num_examples: n, >= 0.
+    buffer_size: tf.data's shuffle buffer, >= 1.
+    rng: numpy Generator of the draws.
+    limit: Outputs to produce; None for all n.
+
+  Returns:
+    int64 [min(limit, n)] indices.
+
+  Raises:
+    ValueError: `num_examples` < 0 or `buffer_size` < 1.
   """
   num_examples = validation.check_int('num_examples', num_examples, low=0)
   buffer_size = validation.check_int('buffer_size', buffer_size, low=1)
@@ -87,6 +110,19 @@ def client_example_order(num_examples: int, *, epochs: int,
 
   shuffle (re-drawn every epoch: tf.data's reshuffle_each_iteration), repeat
   `epochs` times, take `max_examples` (None: all).
+
+  Args:
+    num_examples: The client's number of examples n.
+    epochs: Passes over the data, >= 1.
+    max_examples: Examples kept, >= 1; None for all n * epochs.
+    shuffle_buffer: tf.data's shuffle buffer, >= 1.
+    rng: numpy Generator of the shuffles.
+
+  Returns:
+    int64 [min(max_examples, n * epochs)] indices in [0, n).
+
+  Raises:
+    ValueError: `epochs`, `max_examples` or `shuffle_buffer` is < 1.
   """
   epochs = validation.check_int('epochs', epochs, low=1)
   if max_examples is not None:
@@ -121,7 +157,15 @@ class RoundBatches:
 
 
 def max_batches_for(max_examples: int, batch_size: int) -> int:
-  """Batches of a client that uses `max_examples` examples: ceil(n / b)."""
+  """Batches of a client that uses `max_examples` examples: ceil(n / b).
+
+  Args:
+    max_examples: Examples the client uses, n >= 0.
+    batch_size: Examples per batch, b >= 1.
+
+  Returns:
+    ceil(n / b).
+  """
   return math.ceil(max_examples / batch_size)
 
 
@@ -146,7 +190,18 @@ def examples_used(arrays: client_arrays.ClientArrays, *, epochs: int,
 def batches_needed(arrays: client_arrays.ClientArrays, clients: Sequence[int],
                    *, batch_size: int, epochs: int,
                    max_examples: int | None) -> int:
-  """The most batches any of `clients` uses in a round (>= 1)."""
+  """The most batches any of `clients` uses in a round (>= 1).
+
+  Args:
+    arrays: The split the clients come from.
+    clients: Client indices into `arrays`.
+    batch_size: Examples per batch, >= 1.
+    epochs: Local passes over each client's data.
+    max_examples: Cap on the examples a client uses; None for no cap.
+
+  Returns:
+    The number of batches, >= 1.
+  """
   sizes = examples_used(arrays, epochs=epochs, max_examples=max_examples)[
       np.asarray(clients, np.int64)]
   return max_batches_for(int(sizes.max(initial=1)), batch_size)
@@ -179,6 +234,21 @@ def client_rows(arrays: client_arrays.ClientArrays,
                 num_slots: int | None = None,
                 max_batches: int | None = None) -> RoundRows:
   """The rows of `client_batches`'s examples (same arguments, same draws).
+
+  Args:
+    arrays: The split the clients come from.
+    clients: Client indices, one slot each, in order.
+    batch_size: Examples per local step, >= 1.
+    epochs: Local passes over each client's data, >= 1.
+    max_examples: Cap on the examples a client uses, >= 1; None for no cap.
+    rng: numpy Generator of the shuffles.
+    shuffle_buffer: tf.data shuffle buffer, >= 1; None for the kind's default.
+    num_slots: Client slots of the result (>= len(clients)); None for
+      len(clients).
+    max_batches: Batches per slot; None for the most any client needs.
+
+  Returns:
+    The rows, [num_slots, max_batches, batch_size].
 
   Raises:
     ValueError: as `client_batches`.
@@ -216,7 +286,15 @@ def client_rows(arrays: client_arrays.ClientArrays,
 
 def gather_rows(arrays: client_arrays.ClientArrays,
                 rows: RoundRows) -> RoundBatches:
-  """The batches at `rows` (row 0's example where there is none, masked)."""
+  """The batches at `rows` (row 0's example where there is none, masked).
+
+  Args:
+    arrays: The split `rows` index into.
+    rows: The round's rows (`client_rows`).
+
+  Returns:
+    The round's batches, inputs and labels from `model_inputs`.
+  """
   index = np.maximum(rows.rows, 0)
   # Gather through the sorted distinct rows: one pass over memory-mapped data.
   unique, position = np.unique(index.reshape(-1), return_inverse=True)
@@ -254,6 +332,9 @@ def client_batches(arrays: client_arrays.ClientArrays,
       masked out. Fixed slot and batch counts keep one compiled round for all
       rounds and let the client axis divide evenly over devices.
     max_batches: batches per slot; default the most any client needs.
+
+  Returns:
+    The round's batches, [num_slots, max_batches, batch_size, ...].
 
   Raises:
     ValueError: a count is out of range, or a client needs more than
@@ -295,6 +376,12 @@ def slot_batch_counts(batches: RoundBatches | RoundRows) -> np.ndarray:
 
   A client's batches are a prefix of its slot; a client without examples
   takes one empty batch, so that its (zero) update is still counted.
+
+  Args:
+    batches: A round's batches or rows (`client_batches`, `client_rows`).
+
+  Returns:
+    The counts of the slots with client_mask > 0.
   """
   present = np.flatnonzero(batches.client_mask > 0)
   counts = (batches.example_mask[present].sum(axis=2) > 0).sum(axis=1)
@@ -303,7 +390,19 @@ def slot_batch_counts(batches: RoundBatches | RoundRows) -> np.ndarray:
 
 def packed_layout(batches: RoundBatches | RoundRows, lane_multiple: int = 1
                   ) -> tuple[list[list[int]], int]:
-  """(slots of each lane, lane length) of `packing.lane_layout` for a round."""
+  """(slots of each lane, lane length) of `packing.lane_layout` for a round.
+
+  Args:
+    batches: A round's batches or rows.
+    lane_multiple: The number of lanes is a multiple of this (e.g. the device
+      count), >= 1.
+
+  Returns:
+    (lanes, length): each lane's slots in `batches`, and the batches per lane.
+
+  Raises:
+    ValueError: `lane_multiple` < 1.
+  """
   present = np.flatnonzero(batches.client_mask > 0)
   lanes, length = packing.lane_layout(slot_batch_counts(batches),
                                       lane_multiple=lane_multiple)
@@ -344,6 +443,14 @@ def pack_batches(batches: RoundBatches, lanes: Sequence[Sequence[int]],
 
   lanes: the slots of each lane's clients, in order (`packed_layout`).
 
+  Args:
+    batches: The round's batches (`client_batches`).
+    lanes: The slots of each lane's clients, in order (`packed_layout`).
+    lane_batches: Batches per lane, >= 1.
+
+  Returns:
+    The packed batches, [len(lanes), lane_batches, batch_size, ...].
+
   Raises:
     ValueError: a lane's clients need more than `lane_batches` batches.
   """
@@ -377,6 +484,14 @@ class PackedRows:
 def pack_rows(rows: RoundRows, lanes: Sequence[Sequence[int]],
               lane_batches: int) -> PackedRows:
   """`pack_batches` of the round's rows (what a resident round uploads).
+
+  Args:
+    rows: The round's rows (`client_rows`).
+    lanes: The slots of each lane's clients, in order (`packed_layout`).
+    lane_batches: Batches per lane, >= 1.
+
+  Returns:
+    The packed rows, [len(lanes), lane_batches, batch_size].
 
   Raises:
     ValueError: a lane's clients need more than `lane_batches` batches.

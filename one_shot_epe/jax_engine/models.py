@@ -48,6 +48,14 @@ def glorot_uniform(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
   For a kernel of shape (..., fan_in_per_unit, fan_out_per_unit) the receptive
   field (the leading dimensions of a conv kernel) multiplies both fans.
+
+  Args:
+    key: PRNG key.
+    shape: Kernel shape, at least 2-D; the last two axes are (fan_in,
+      fan_out) per receptive-field position.
+
+  Returns:
+    float32 array of `shape`.
   """
   receptive = math.prod(shape[:-2])
   fan_in, fan_out = shape[-2] * receptive, shape[-1] * receptive
@@ -60,6 +68,13 @@ def orthogonal(key: jax.Array, shape: tuple[int, int]) -> jax.Array:
 
   The result has orthonormal rows (rows < columns) or columns (otherwise),
   Haar-distributed as in Keras.
+
+  Args:
+    key: PRNG key.
+    shape: (rows, cols) of the matrix.
+
+  Returns:
+    float32 [rows, cols] array.
   """
   rows, cols = shape
   normal = jax.random.normal(key, (max(rows, cols), min(rows, cols)),
@@ -141,7 +156,11 @@ class EmnistCnn:
                        f'pool); got {self.image_size}.')
 
   def param_shapes(self) -> Shapes:
-    """Shapes of the parameters, in Keras `get_weights()` order."""
+    """Shapes of the parameters, in Keras `get_weights()` order.
+
+    Returns:
+      One shape tuple per entry of `param_names`.
+    """
     pooled = (self.image_size - 4) // 2
     flat = pooled * pooled * self.conv2_filters
     return ((3, 3, 1, self.conv1_filters), (self.conv1_filters,),
@@ -151,11 +170,22 @@ class EmnistCnn:
             (self.num_classes,))
 
   def num_parameters(self) -> int:
-    """d, the number of trainable scalars."""
+    """d, the number of trainable scalars.
+
+    Returns:
+      The sum of the products of `param_shapes()`.
+    """
     return sum(math.prod(shape) for shape in self.param_shapes())
 
   def init(self, key: jax.Array) -> Params:
-    """Keras' initialisation: glorot-uniform kernels, zero biases."""
+    """Keras' initialisation: glorot-uniform kernels, zero biases.
+
+    Args:
+      key: PRNG key, split into one key per parameter.
+
+    Returns:
+      The parameters in `param_names` order, float32.
+    """
     shapes = self.param_shapes()
     keys = jax.random.split(key, len(shapes))
     return tuple(
@@ -163,12 +193,45 @@ class EmnistCnn:
         jnp.zeros(shape, jnp.float32) for k, shape in zip(keys, shapes))
 
   def from_keras_weights(self, weights: Sequence[np.ndarray]) -> Params:
-    """Parameters from the Keras model's `get_weights()` (numpy arrays)."""
+    """Parameters from the Keras model's `get_weights()` (numpy arrays).
+
+    Args:
+      weights: The list of `get_weights()`, one array per entry of
+        `param_names`, each of the shape in `param_shapes()`.
+
+    Returns:
+      The parameters, float32 jax arrays.
+
+    Raises:
+      TypeError: `weights` is not a sequence (a string included).
+      ValueError: it holds another number of arrays, or an array has another
+        shape than `param_shapes()`.
+    """
     return _check_keras_weights(weights, self.param_shapes(), self.param_names)
 
   def logits(self, params: Params, pixels: jax.Array,
              dropout_key: jax.Array | None = None) -> jax.Array:
-    """Pre-softmax outputs [batch, num_classes]; dropout iff dropout_key."""
+    """Pre-softmax outputs [batch, num_classes]; dropout iff dropout_key.
+
+    Args:
+      params: The parameters (`init`, `from_keras_weights`).
+      pixels: float [batch, image_size, image_size] images, or with a trailing
+        channel axis of 1.
+      dropout_key: PRNG key for the two dropout layers; None turns dropout off.
+
+    Returns:
+      float32 [batch, num_classes] logits.
+
+    Example:
+      >>> import jax
+      >>> from one_shot_epe.jax_engine import models
+      >>> model = models.EmnistCnn()
+      >>> model.num_parameters()
+      1206590
+      >>> params = model.init(jax.random.PRNGKey(0))
+      >>> model.logits(params, jax.numpy.zeros((2, 28, 28))).shape
+      (2, 62)
+    """
     (k1, b1, k2, b2, w3, b3, w4, b4) = params
     x = pixels[..., None] if pixels.ndim == 3 else pixels
     dims = ('NHWC', 'HWIO', 'NHWC')
@@ -192,13 +255,34 @@ class EmnistCnn:
     Keras' `SparseCategoricalCrossentropy()` on the softmax output uses the
     logits it keeps, so this is log-softmax cross entropy, averaged over the
     batch like Keras' SUM_OVER_BATCH_SIZE on the unpadded batch.
+
+    Args:
+      params: The parameters (`init`, `from_keras_weights`).
+      pixels: float [batch, image_size, image_size] images.
+      labels: int [batch] class ids in [0, num_classes).
+      mask: [batch] 1 for a valid example, 0 for padding.
+      dropout_key: PRNG key for dropout; None turns dropout off.
+
+    Returns:
+      float32 scalar; 0 when no example is valid.
     """
     logits = self.logits(params, pixels, dropout_key)
     return _masked_mean(_cross_entropy(logits, labels), mask)
 
   def correct(self, params: Params, pixels: jax.Array, labels: jax.Array,
               mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(correct, counted) of `SparseCategoricalAccuracy` over valid examples."""
+    """(correct, counted) of `SparseCategoricalAccuracy` over valid examples.
+
+    Args:
+      params: The parameters (`init`, `from_keras_weights`).
+      pixels: float [batch, image_size, image_size] images.
+      labels: int [batch] class ids.
+      mask: [batch] 1 for a valid example, 0 for padding.
+
+    Returns:
+      (correct, counted): scalars, the number of correct predictions
+      and the number of predictions counted.
+    """
     hits = jnp.argmax(self.logits(params, pixels), axis=-1) == labels
     return jnp.sum(hits * mask), jnp.sum(mask)
 
@@ -233,13 +317,21 @@ class WordLstm:
     return self.vocab_size + 3 + self.num_oov_buckets
 
   def param_shapes(self) -> Shapes:
-    """Shapes of the parameters, in Keras `get_weights()` order."""
+    """Shapes of the parameters, in Keras `get_weights()` order.
+
+    Returns:
+      One shape tuple per entry of `param_names`.
+    """
     v, e, u = self.num_tokens, self.embedding_size, self.lstm_size
     return ((v, e), (e, 4 * u), (u, 4 * u), (4 * u,), (u, e), (e,), (e, v),
             (v,))
 
   def num_parameters(self) -> int:
-    """d, the number of trainable scalars."""
+    """d, the number of trainable scalars.
+
+    Returns:
+      The sum of the products of `param_shapes()`.
+    """
     return sum(math.prod(shape) for shape in self.param_shapes())
 
   def init(self, key: jax.Array) -> Params:
@@ -248,6 +340,12 @@ class WordLstm:
     Embedding uniform(-0.05, 0.05); LSTM kernel glorot uniform, recurrent
     kernel orthogonal, bias zeros except ones for the forget gate
     (unit_forget_bias); dense kernels glorot uniform, biases zeros.
+
+    Args:
+      key: PRNG key, split into one key per randomly initialised parameter.
+
+    Returns:
+      The parameters in `param_names` order, float32.
     """
     v, e, u = self.num_tokens, self.embedding_size, self.lstm_size
     keys = jax.random.split(key, 5)
@@ -265,7 +363,20 @@ class WordLstm:
     )
 
   def from_keras_weights(self, weights: Sequence[np.ndarray]) -> Params:
-    """Parameters from the Keras model's `get_weights()` (numpy arrays)."""
+    """Parameters from the Keras model's `get_weights()` (numpy arrays).
+
+    Args:
+      weights: The list of `get_weights()`, one array per entry of
+        `param_names`, each of the shape in `param_shapes()`.
+
+    Returns:
+      The parameters, float32 jax arrays.
+
+    Raises:
+      TypeError: `weights` is not a sequence (a string included).
+      ValueError: it holds another number of arrays, or an array has another
+        shape than `param_shapes()`.
+    """
     return _check_keras_weights(weights, self.param_shapes(), self.param_names)
 
   def logits(self, params: Params, tokens: jax.Array,
@@ -275,6 +386,15 @@ class WordLstm:
     Keras' LSTM with the embedding's padding mask: at a padded step the state
     is carried over unchanged and the previous output is repeated
     (`zero_output_for_mask=False`). Gates are ordered i, f, c, o as in Keras.
+
+    Args:
+      params: The parameters (`init`, `from_keras_weights`).
+      tokens: int [batch, time] token ids in [0, num_tokens); `PAD_TOKEN` is
+        padding.
+      dropout_key: Ignored (accepted for the models' common signature).
+
+    Returns:
+      float32 [batch, time, num_tokens] logits.
     """
     del dropout_key  # The model has no dropout layer.
     embeddings, kernel, recurrent, bias, w1, b1, w2, b2 = params
@@ -313,6 +433,16 @@ class WordLstm:
     True)` averaged over every (example, position), padding included; the
     embedding's padding mask does not reach it. mask [batch] marks the valid
     examples of a padded batch.
+
+    Args:
+      params: The parameters (`init`, `from_keras_weights`).
+      tokens: int [batch, time] input token ids.
+      targets: int [batch, time] next-token ids.
+      mask: [batch] 1 for a valid example, 0 for padding.
+      dropout_key: Ignored (the model has no dropout).
+
+    Returns:
+      float32 scalar; 0 when no example is valid.
     """
     logits = self.logits(params, tokens, dropout_key)
     weights = jnp.broadcast_to(mask[:, None], tokens.shape)
@@ -320,7 +450,19 @@ class WordLstm:
 
   def correct(self, params: Params, tokens: jax.Array, targets: jax.Array,
               mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(correct, counted) of TFF's 'accuracy': targets other than padding."""
+    """(correct, counted) of TFF's 'accuracy': targets other than padding.
+
+    Args:
+      params: The parameters (`init`, `from_keras_weights`).
+      tokens: int [batch, time] input token ids.
+      targets: int [batch, time] next-token ids; `PAD_TOKEN` targets are not
+        counted.
+      mask: [batch] 1 for a valid example, 0 for padding.
+
+    Returns:
+      (correct, counted): scalars, the number of correct predictions
+      and the number of predictions counted.
+    """
     hits = jnp.argmax(self.logits(params, tokens), axis=-1) == targets
     weights = (targets != PAD_TOKEN) * mask[:, None]
     return jnp.sum(hits * weights), jnp.sum(weights)

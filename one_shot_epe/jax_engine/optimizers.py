@@ -55,7 +55,15 @@ class Optimizer:
     validation.check_real('epsilon', self.epsilon, 0.0)
 
   def init(self, params: Any) -> Any:
-    """The optimizer state for `params` (a pytree of float arrays)."""
+    """The optimizer state for `params` (a pytree of float arrays).
+
+    Args:
+      params: The model parameters.
+
+    Returns:
+      () for sgd; zeros like `params` (the momentum accumulator) for sgdm;
+      (step 0, first-moment zeros, second-moment zeros) for adam.
+    """
     if self.name == 'sgd':
       return ()
     zeros = _tree_map(jnp.zeros_like, params)
@@ -64,7 +72,16 @@ class Optimizer:
     return (jnp.zeros((), jnp.int32), zeros, _tree_map(jnp.zeros_like, params))
 
   def step(self, state: Any, params: Any, grads: Any) -> tuple[Any, Any]:
-    """One update with gradient `grads`; returns (new state, new params)."""
+    """One update with gradient `grads`; returns (new state, new params).
+
+    Args:
+      state: The state from `init` or the previous step.
+      params: The parameters, a pytree.
+      grads: Gradients, a pytree like `params`.
+
+    Returns:
+      (new state, new params).
+    """
     lr = self.learning_rate
     if self.name == 'sgd':
       return state, _tree_map(lambda w, g: w - lr * g, params, grads)

@@ -58,6 +58,7 @@ from jax.flatten_util import ravel_pytree
 from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe.stats import decorrelation
+from one_shot_epe.runtime import cosine_buffer
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.design import run_plan
@@ -78,16 +79,18 @@ _BATCH_BUCKETS = (0.25, 0.5, 1.0)
 
 
 class _CosineBuffer:
-  """Rounds' vectors, B at a time, scored against every tracked canary."""
+  """Rounds' vectors on the device, B at a time, scored against every canary.
+
+  Each scored block is folded into the run's `cosine_buffer.CosineBuffer`
+  (`folded`), which keeps the maxima, the projections and the summaries.
+  """
 
   def __init__(self, spec: canary_spec.CanarySpec, maxima: np.ndarray,
                rounds: int, projections: np.ndarray | None = None):
     self._spec = spec
     self._ids = spec.tracked_ids()
-    self.maxima = maxima
-    # [k + m, T]: each canary's projection <v_t, c> on round t's vector
-    # (cosine times |v_t|), kept for the decorrelated statistic; or None.
-    self.projections = projections
+    self.folded = cosine_buffer.CosineBuffer(spec.num_seen, spec.num_unseen,
+                                             maxima, projections)
     self._rounds = rounds
     self._vectors: list[jax.Array] = []
     self._round_nums: list[int] = []
@@ -104,23 +107,14 @@ class _CosineBuffer:
     if not self._vectors:
       return []
     # A fixed block shape compiles once: short blocks repeat their first row.
-    rows = self._vectors + [self._vectors[0]] * (self._rounds -
-                                                 len(self._vectors))
+    count = len(self._vectors)
+    rows = self._vectors + [self._vectors[0]] * (self._rounds - count)
     stacked = jnp.stack(rows)
     block = np.asarray(canaries.cosines(self._spec.seed, self._ids,
-                                        stacked))[:, :len(self._vectors)]
-    self.maxima = np.maximum(self.maxima, block.max(axis=1))
-    if self.projections is not None:
-      norms = np.asarray(jnp.linalg.norm(stacked, axis=1))[:len(self._vectors)]
-      self.projections[:, np.asarray(self._round_nums) - 1] = block * norms
-    k = self._spec.num_seen
-    nan = float('nan')
-    summaries = [
-        round_record.CanaryCosines(round_num, float(column[:k].mean()),
-                      float(column[:k].max()),
-                      float(column[k:].mean()) if column.size > k else nan,
-                      float(column[k:].max()) if column.size > k else nan)
-        for round_num, column in zip(self._round_nums, block.T)]
+                                        stacked))[:, :count]
+    norms = (None if self.folded.projections is None else
+             np.asarray(jnp.linalg.norm(stacked, axis=1))[:count])
+    summaries = self.folded.fold(self._round_nums, block, norms)
     self._vectors, self._round_nums = [], []
     return summaries
 
@@ -347,7 +341,7 @@ class _RunLoop:
                                          self.plan.total_rounds):
       self.observer.on_cosines(self.buffer.flush())
       self.store.save(checkpoints.TrainingState(
-          state, self.buffer.maxima, self.initial, self.buffer.projections),
+          state, self.buffer.folded.maxima, self.initial, self.buffer.folded.projections),
                       t + 1)
 
   def outcome(self, model: Any, test_data: client_arrays.ClientArrays | None
@@ -359,13 +353,13 @@ class _RunLoop:
               else final)
     final_cosines = np.asarray(canaries.cosines(
         spec.seed, spec.tracked_ids(), vector), np.float64)
-    maxima = np.asarray(self.buffer.maxima, np.float64)
+    maxima = np.asarray(self.buffer.folded.maxima, np.float64)
     accuracy = (evaluate(model, self.state.params, test_data)
                 if test_data is not None else float('nan'))
     seen = unseen = None
     if self.decorrelation is not None:
       seen, unseen = decorrelation.matched_filter_scores(
-          self.buffer.projections, self.decorrelation.strategy,
+          self.buffer.folded.projections, self.decorrelation.strategy,
           spec.schedule, spec.num_seen, self.decorrelation.noise_std)
     return canary_spec.CanaryOutcome(
         final_cosines=final_cosines[:spec.num_seen],

@@ -41,6 +41,17 @@ def auroc_against_cdf(null_cdf_at_seen: ArrayLike) -> float:
 
   P(null < S) for S drawn from the seen sample is the mean over the seen
   statistics s of F_null(s); `null_cdf_at_seen` holds those F_null(s).
+
+  Args:
+    null_cdf_at_seen: F_null(s) of each seen statistic s, a non-empty 1-D
+      array of probabilities in [0, 1].
+
+  Returns:
+    The AUROC, in [0, 1].
+
+  Raises:
+    ValueError: `null_cdf_at_seen` is empty, not 1-D, not finite, or has a
+      value outside [0, 1].
   """
   values = validation.check_sample('null_cdf_at_seen', null_cdf_at_seen,
                                    min_size=1)
@@ -55,6 +66,16 @@ def auroc_two_samples(seen: ArrayLike, unseen: ArrayLike) -> float:
 
   The Mann-Whitney U statistic over all k m pairs divided by k m, from the
   ranks of the pooled sample (average ranks for ties), in O((k + m) log(k + m)).
+
+  Args:
+    seen: Statistics of the inserted canaries, a non-empty 1-D array.
+    unseen: Statistics of the canaries never inserted, a non-empty 1-D array.
+
+  Returns:
+    The AUROC, in [0, 1]; 0.5 for two equal samples.
+
+  Raises:
+    ValueError: a sample is empty, not 1-D or holds NaN or infinities.
   """
   seen = validation.check_sample('seen', seen, min_size=1)
   unseen = validation.check_sample('unseen', unseen, min_size=1)
@@ -75,6 +96,18 @@ def empirical_threshold(unseen: ArrayLike, fpr: float) -> float:
   Flagging "statistic > t" then has empirical FPR at most `fpr` on the unseen
   sample (ties with t only lower it). With fewer than 1/fpr unseen
   statistics, t is their maximum.
+
+  Args:
+    unseen: Statistics of the canaries never inserted (the null), a non-empty
+      1-D array of m values.
+    fpr: Allowed false positive rate, in (0, 1).
+
+  Returns:
+    The threshold t, one of the values of `unseen`.
+
+  Raises:
+    ValueError: `unseen` is empty, not 1-D or not finite, or `fpr` is outside
+      (0, 1) (`validation.ArgumentTypeError` if it is not a number).
   """
   unseen = validation.check_sample('unseen', unseen, min_size=1)
   fpr = validation.check_probability('fpr', fpr)
@@ -89,7 +122,18 @@ def _empirical_threshold(unseen: np.ndarray, fpr: float) -> float:
 
 
 def tpr_above(seen: ArrayLike, threshold: float) -> float:
-  """Fraction of seen statistics strictly above `threshold` (a tie is a miss)."""
+  """Fraction of seen statistics strictly above `threshold` (a tie is a miss).
+
+  Args:
+    seen: Statistics of the inserted canaries, a non-empty 1-D array.
+    threshold: Detection threshold, e.g. from `empirical_threshold`.
+
+  Returns:
+    The true positive rate, in [0, 1].
+
+  Raises:
+    ValueError: `seen` is empty, not 1-D or holds NaN or infinities.
+  """
   return _tpr_above(validation.check_sample('seen', seen, min_size=1),
                     threshold)
 
@@ -100,7 +144,19 @@ def _tpr_above(seen: np.ndarray, threshold: float) -> float:
 
 
 def gdp_mu(seen_mean: float, null_mean: float, null_std: float) -> float:
-  """mu of Gaussian DP: the mean shift of the seen statistics in null stds."""
+  """mu of Gaussian DP: the mean shift of the seen statistics in null stds.
+
+  Args:
+    seen_mean: Mean statistic of the inserted canaries.
+    null_mean: Mean of the null (unseen) distribution.
+    null_std: Standard deviation of the null, > 0.
+
+  Returns:
+    mu, negative when the seen mean lies below the null mean.
+
+  Raises:
+    ValueError: `null_std` is not a finite number > 0.
+  """
   null_std = validation.check_real('null_std', null_std, 0.0, low_open=True)
   return (float(seen_mean) - float(null_mean)) / null_std
 
@@ -114,6 +170,17 @@ def gdp_mu_from_auroc(auroc: float, num_pairs: int) -> float:
   through ranks. An empirical AUROC of 0 or 1 over `num_pairs` (seen, unseen)
   pairs is moved half a pair inwards, 1/(2 num_pairs), so perfect separation
   gives the largest mu that many pairs can show rather than infinity.
+
+  Args:
+    auroc: The attack's AUROC, in [0, 1].
+    num_pairs: Number of (seen, unseen) pairs it was measured on, k m >= 1.
+
+  Returns:
+    mu, finite; negative when the AUROC is below 0.5.
+
+  Raises:
+    ValueError: `auroc` is outside [0, 1] or `num_pairs` < 1
+      (`validation.ArgumentTypeError` for a value of the wrong type).
   """
   auroc = validation.check_real('auroc', auroc, 0.0, 1.0)
   num_pairs = validation.check_int('num_pairs', num_pairs, 1)
@@ -127,6 +194,20 @@ def bootstrap_aurocs(seen: ArrayLike, unseen: ArrayLike, resamples: int,
   """AUROCs (`auroc_two_samples`) of `resamples` bootstrap resamples.
 
   Seen and unseen are resampled independently, each with replacement.
+
+  Args:
+    seen: Statistics of the inserted canaries, a non-empty 1-D array.
+    unseen: Statistics of the canaries never inserted, a non-empty 1-D array.
+    resamples: Number of bootstrap resamples, >= 1.
+    rng: Source of the resampling indices.
+
+  Returns:
+    The [resamples] AUROCs, float64.
+
+  Raises:
+    ValueError: a sample is empty, not 1-D or not finite, or `resamples` < 1.
+    TypeError: `rng` is not a `numpy.random.Generator`, or `resamples` is not
+      an int.
   """
   seen = validation.check_sample('seen', seen, min_size=1)
   unseen = validation.check_sample('unseen', unseen, min_size=1)
@@ -156,6 +237,19 @@ def bootstrap_means(sample: ArrayLike, resamples: int,
 
   Each resample draws len(sample) values with replacement; all resamples are
   drawn and summarised at once ([resamples, n] indices).
+
+  Args:
+    sample: The values to resample, a non-empty 1-D array.
+    resamples: Number of bootstrap resamples, >= 1.
+    rng: Source of the resampling indices.
+
+  Returns:
+    The [resamples] means, float64.
+
+  Raises:
+    ValueError: `sample` is empty, not 1-D or not finite, or `resamples` < 1.
+    TypeError: `rng` is not a `numpy.random.Generator`, or `resamples` is not
+      an int.
   """
   sample = validation.check_sample('sample', sample, min_size=1)
   resamples = validation.check_int('resamples', resamples, 1)
@@ -179,6 +273,17 @@ def percentile_bootstrap_interval(resampled: ArrayLike,
   statistic (a mean, an AUROC), for which the percentile interval is the
   interval of that statistic carried through the function: it respects the
   transformation, where the basic interval's reflection would not.
+
+  Args:
+    resampled: The estimate on each bootstrap resample, a non-empty 1-D array.
+    level: Coverage of the two-sided interval, in (0, 1).
+
+  Returns:
+    (low, high), the interval's end points.
+
+  Raises:
+    ValueError: `resampled` is empty, not 1-D or not finite, or `level` is
+      outside (0, 1).
   """
   level = validation.check_probability('level', level)
   resampled = validation.check_sample('resampled', resampled, min_size=1)

@@ -40,7 +40,18 @@ __all__ = ['matched_filter_scores', 'toeplitz_strategy']
 
 
 def toeplitz_strategy(coefs: ArrayLike) -> np.ndarray:
-  """The lower triangular Toeplitz C with first column `coefs` [n, n]."""
+  """The lower triangular Toeplitz C with first column `coefs` [n, n].
+
+  Args:
+    coefs: First column of C, a non-empty 1-D array [n] (coefs[0] on the
+      diagonal, coefs[l] on the l-th subdiagonal).
+
+  Returns:
+    C, float64 [n, n].
+
+  Raises:
+    ValueError: `coefs` is empty or not 1-D.
+  """
   coefs = np.asarray(coefs, np.float64)
   if coefs.ndim != 1 or not coefs.size:
     raise ValueError(f'coefs must be a non-empty vector; got shape '

@@ -70,6 +70,11 @@ def cosines_from_gaussians(gaussians: ArrayLike, noise: ArrayLike,
 
   Returns:
     The k cosines g_1..g_k as a float64 array.
+
+  Raises:
+    ValueError: `sigma` is not a finite number > 0, `gaussians` is not a
+      non-empty 2-D array, `noise` does not have shape (m,), a value is not
+      finite, or a row of `gaussians` is zero.
   """
   sigma = validation.check_real('sigma', sigma, 0.0, low_open=True)
   gaussians = np.asarray(gaussians, dtype=np.float64)
@@ -170,6 +175,18 @@ def stream_chunk_seeds(
 
   The seeds are spawned from entropy drawn from `rng`, so that each chunk can be
   regenerated identically in both passes of `_stream_cosines`.
+
+  Args:
+    dim: Dimension d of the simulated vectors, >= 1.
+    chunk_size: Coordinates per chunk, >= 1; the last chunk may be shorter.
+    rng: Source of the entropy the seeds are spawned from (four draws).
+
+  Returns:
+    ceil(dim / chunk_size) child seeds, one per chunk in coordinate order.
+
+  Raises:
+    ValueError: `dim` or `chunk_size` is < 1, or `rng` is not a
+      `numpy.random.Generator`.
   """
   dim = validation.check_int('dim', dim, 1)
   chunk_size = validation.check_int('chunk_size', chunk_size, 1)
@@ -192,6 +209,16 @@ def stream_chunk(
   Returns:
     (canary coordinates of shape (k, width), noise coordinates of shape (width,)
     or None when `with_noise` is False).
+
+  Args:
+    seed: The chunk's seed from `stream_chunk_seeds`.
+    num_canaries: Number k of canaries, >= 1.
+    width: Coordinates in this chunk, >= 1.
+    with_noise: Whether to also draw the chunk of the noise direction z.
+
+  Raises:
+    ValueError: `seed` is not a `numpy.random.SeedSequence`, or
+      `num_canaries` or `width` is < 1.
   """
   if not isinstance(seed, np.random.SeedSequence):
     raise ValueError(
@@ -234,7 +261,18 @@ def _stream_cosines(dim: int, num_canaries: int, sigma: float,
 
 
 def default_chunk_size(num_canaries: int) -> int:
-  """Coordinates per chunk keeping a chunk of canaries near 2^21 float64s."""
+  """Coordinates per chunk keeping a chunk of canaries near 2^21 float64s.
+
+  Args:
+    num_canaries: Number k of canaries, >= 1.
+
+  Returns:
+    max(1, 2^21 // k) coordinates.
+
+  Raises:
+    ValueError: `num_canaries` < 1 (`validation.ArgumentTypeError` if it is not
+      an int).
+  """
   num_canaries = validation.check_int('num_canaries', num_canaries, 1)
   return max(1, _STREAM_CHUNK_VALUES // num_canaries)
 
@@ -265,6 +303,25 @@ def simulate_cosines(dim: int,
 
   Returns:
     float64 array of the k cosines.
+
+  Raises:
+    ValueError: `dim` < 3, `num_canaries` < 1, `sigma` not a finite number
+      > 0, `rng` not a `numpy.random.Generator`, an unknown `method`, a
+      `chunk_size` given with 'gram', or a `chunk_size` < 1.
+
+  Example:
+    The Gaussian mechanism at sigma = 1 in d = 10^6 dimensions: the mean
+    cosine is about 1 / (sigma sqrt(d)).
+
+    >>> import numpy as np
+    >>> from one_shot_epe.stats import estimation, gaussian_simulation
+    >>> cosines = gaussian_simulation.simulate_cosines(
+    ...     dim=10**6, num_canaries=1000, sigma=1.0,
+    ...     rng=np.random.default_rng(0))
+    >>> cosines.shape
+    (1000,)
+    >>> round(float(cosines.mean()) * 1000, 2)
+    1.01
   """
   dim = validation.check_int('dim', dim, 3)
   num_canaries = validation.check_int('num_canaries', num_canaries, 1)

@@ -107,6 +107,16 @@ def null_logsf(tau: ArrayLike, dim: int) -> np.ndarray:
   used, and negative tau follow from P(T > tau) = 1 - P(T > -tau). Relative
   accuracy is about 1e-12 or better for d from 3 to 1e9, including tails far
   beyond double-precision underflow.
+
+  Args:
+    tau: Cosine(s), any shape; values beyond [-1, 1] give log 1 or log 0.
+    dim: Dimension d of the model delta, >= 3.
+
+  Returns:
+    log P(T > tau), float64 with the shape of `tau` (-inf for tau >= 1).
+
+  Raises:
+    ValueError: `dim` is not an int >= 3.
   """
   dim = validation.check_int('dim', dim, 3)
   tau = np.asarray(tau, dtype=np.float64)
@@ -137,6 +147,16 @@ def null_pdf(tau: ArrayLike, dim: int) -> np.ndarray:
 
   Theorem 3.1: f_d(tau) = Gamma(d/2) / (Gamma((d-1)/2) sqrt(pi)) (1-tau^2)^((d-3)/2)
   on [-1, 1].
+
+  Args:
+    tau: Cosine(s), any shape.
+    dim: Dimension d of the model delta, >= 3.
+
+  Returns:
+    f_d(tau), float64 with the shape of `tau`; 0 where |tau| >= 1.
+
+  Raises:
+    ValueError: `dim` is not an int >= 3.
   """
   dim = validation.check_int('dim', dim, 3)
   tau = np.asarray(tau, dtype=np.float64)
@@ -148,7 +168,18 @@ def null_pdf(tau: ArrayLike, dim: int) -> np.ndarray:
 
 
 def null_cdf(tau: ArrayLike, dim: int) -> np.ndarray:
-  """P(T <= tau) for the exact null cosine, by symmetry P(T > -tau)."""
+  """P(T <= tau) for the exact null cosine, by symmetry P(T > -tau).
+
+  Args:
+    tau: Cosine(s), any shape.
+    dim: Dimension d of the model delta, >= 3.
+
+  Returns:
+    P(T <= tau), float64 with the shape of `tau`.
+
+  Raises:
+    ValueError: `dim` is not an int >= 3.
+  """
   return np.exp(null_logsf(-np.asarray(tau, dtype=np.float64), dim))
 
 
@@ -158,6 +189,16 @@ def null_ppf(q: ArrayLike, dim: int) -> np.ndarray:
   Starts from 2 B^{-1}(q) - 1 for the Beta((d-1)/2, (d-1)/2) law and polishes
   it with Newton steps on the accurate `null_cdf` (the incomplete-beta inverse
   alone loses about six digits at d = 1e9).
+
+  Args:
+    q: Probabilities in [0, 1], any shape.
+    dim: Dimension d of the model delta, >= 3.
+
+  Returns:
+    The quantiles tau in [-1, 1], float64 with the shape of `q`.
+
+  Raises:
+    ValueError: `dim` is not an int >= 3, or a `q` is NaN or outside [0, 1].
   """
   dim = validation.check_int('dim', dim, 3)
   q = np.asarray(q, dtype=np.float64)
@@ -177,6 +218,16 @@ def null_ppf(q: ArrayLike, dim: int) -> np.ndarray:
 
 
 def null_gaussian_approximation(dim: int) -> stats.rv_continuous:
-  """N(0, 1/d): the limit law of Theorem 3.2 (and the exact null's mean/variance)."""
+  """N(0, 1/d): the limit law of Theorem 3.2 (and the exact null's mean/variance).
+
+  Args:
+    dim: Dimension d of the model delta, >= 3.
+
+  Returns:
+    The frozen `scipy.stats.norm` with mean 0 and std 1/sqrt(d).
+
+  Raises:
+    ValueError: `dim` is not an int >= 3.
+  """
   dim = validation.check_int('dim', dim, 3)
   return stats.norm(loc=0.0, scale=1.0 / math.sqrt(dim))

@@ -25,6 +25,12 @@ ACCELERATORS = run_options.ACCELERATORS
 def launcher_device(accelerator: str) -> str:
   """The TF device of the launcher's canary work for `accelerator`.
 
+  Args:
+    accelerator: The --accelerator value, one of `ACCELERATORS`.
+
+  Returns:
+    '/CPU:0' or '/GPU:0'.
+
   Raises:
     ValueError: naming --accelerator, for an unknown value or a GPU request
       in a process whose TensorFlow sees no GPU.

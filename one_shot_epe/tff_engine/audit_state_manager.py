@@ -83,7 +83,11 @@ class AuditingStateManager(tff.program.ProgramStateManager):
     self._release_managers = list(release_managers)
 
   async def get_versions(self) -> Sequence[int] | None:
-    """The inner manager's versions (None without one: nothing to resume)."""
+    """The inner manager's versions (None without one: nothing to resume).
+
+    Returns:
+      The saved versions, or None.
+    """
     if self._inner is None:
       return None
     return await self._inner.get_versions()

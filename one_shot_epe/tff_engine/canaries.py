@@ -54,7 +54,14 @@ _MAX_DEFAULT_CHUNK = 64
 
 
 def default_chunk_size(dim: int) -> int:
-  """Canaries regenerated at once by `cosines`: <= 256 MiB, <= 64 canaries."""
+  """Canaries regenerated at once by `cosines`: <= 256 MiB, <= 64 canaries.
+
+  Args:
+    dim: The dimensionality d of a canary (float32 values), >= 1.
+
+  Returns:
+    max(1, min(64, 2^26 // d)) canaries.
+  """
   return max(1, min(_MAX_DEFAULT_CHUNK, _DEFAULT_CHUNK_BYTES // (4 * dim)))
 
 
@@ -65,6 +72,9 @@ def gaussian(canary_seed: int, canary_id: Any, dim: int) -> tf.Tensor:
     canary_seed: The canary seed s, in [0, canary_spec.MAX_SEED].
     canary_id: A scalar int64 tensor or int, the canary id j.
     dim: The dimensionality d.
+
+  Returns:
+    float32 [dim] tensor.
 
   Raises:
     ValueError: if `canary_seed` is out of range (`canary_spec.check_seed`).
@@ -83,7 +93,19 @@ def _gaussian(canary_seed: int, canary_id: Any, dim: int) -> tf.Tensor:
 
 
 def canary(canary_seed: int, canary_id: Any, dim: int) -> tf.Tensor:
-  """c_j = u_j / ||u_j||: canary `canary_id`, unit norm, float32 [dim]."""
+  """c_j = u_j / ||u_j||: canary `canary_id`, unit norm, float32 [dim].
+
+  Args:
+    canary_seed: The canary seed s, in [0, canary_spec.MAX_SEED].
+    canary_id: A scalar int64 tensor or int, the canary id j.
+    dim: The dimensionality d.
+
+  Returns:
+    float32 [dim] tensor of norm 1.
+
+  Raises:
+    ValueError: if `canary_seed` is out of range (`canary_spec.check_seed`).
+  """
   direction = gaussian(canary_seed, canary_id, dim)
   return direction / tf.norm(direction)
 
@@ -94,6 +116,11 @@ def gaussians(canary_seed: int, canary_ids: Any,
 
   Each row is generated exactly as `gaussian` does, one canary at a time, so a
   canary's values do not depend on which other canaries share its chunk.
+
+  Args:
+    canary_seed: The canary seed s, in [0, canary_spec.MAX_SEED].
+    canary_ids: int64 vector (or list of ints) of canary ids.
+    dim: The dimensionality d.
 
   Returns:
     float32 [len(canary_ids), dim] rows and float32 [len(canary_ids)] norms.
@@ -182,12 +209,26 @@ def cosines(canary_seed: int, canary_ids: Sequence[int] | np.ndarray,
 
 
 def flat_size(specs: Any) -> int:
-  """Total number of elements d of a structure of fully defined TensorSpecs."""
+  """Total number of elements d of a structure of fully defined TensorSpecs.
+
+  Args:
+    specs: A tf.nest structure of `tf.TensorSpec`s with fully defined shapes.
+
+  Returns:
+    The sum of their element counts.
+  """
   return sum(math.prod(spec.shape.as_list()) for spec in tf.nest.flatten(specs))
 
 
 def flatten(structure: Any) -> tf.Tensor:
-  """Concatenates a structure's leaves (tf.nest order) into a float32 [d]."""
+  """Concatenates a structure's leaves (tf.nest order) into a float32 [d].
+
+  Args:
+    structure: A tf.nest structure of tensors (e.g. model weights).
+
+  Returns:
+    float32 [d] tensor, d the total element count.
+  """
   return tf.concat([
       tf.reshape(tf.cast(leaf, tf.float32), [-1])
       for leaf in tf.nest.flatten(structure)
@@ -195,7 +236,15 @@ def flatten(structure: Any) -> tf.Tensor:
 
 
 def unflatten(flat: tf.Tensor, specs: Any) -> Any:
-  """Inverse of `flatten`: packs a [d] vector into the structure of `specs`."""
+  """Inverse of `flatten`: packs a [d] vector into the structure of `specs`.
+
+  Args:
+    flat: [d] tensor with d = `flat_size(specs)`.
+    specs: A tf.nest structure of `tf.TensorSpec`s with fully defined shapes.
+
+  Returns:
+    A structure like `specs`, each leaf reshaped and cast to its spec's dtype.
+  """
   leaves = tf.nest.flatten(specs)
   sizes = [math.prod(spec.shape.as_list()) for spec in leaves]
   parts = tf.split(flat, sizes) if len(sizes) > 1 else [flat]
@@ -207,5 +256,18 @@ def unflatten(flat: tf.Tensor, specs: Any) -> Any:
 
 def canary_structure(canary_seed: int, canary_id: Any,
                      specs: Sequence[tf.TensorSpec] | Any) -> Any:
-  """Canary `canary_id` packed into the structure of `specs` (unit norm)."""
+  """Canary `canary_id` packed into the structure of `specs` (unit norm).
+
+  Args:
+    canary_seed: The canary seed s, in [0, canary_spec.MAX_SEED].
+    canary_id: A scalar int64 tensor or int, the canary id j.
+    specs: A tf.nest structure of `tf.TensorSpec`s (e.g. the model weights'),
+      fully defined shapes.
+
+  Returns:
+    The structure of `specs` holding c_j, norm 1 over all leaves together.
+
+  Raises:
+    ValueError: if `canary_seed` is out of range (`canary_spec.check_seed`).
+  """
   return unflatten(canary(canary_seed, canary_id, flat_size(specs)), specs)

@@ -43,7 +43,14 @@ CheckpointError = checkpoint_store.CheckpointError
 
 
 def versions(directory: str) -> list[int]:
-  """Complete versions in `directory`, ascending ([] if none or no directory)."""
+  """Complete versions in `directory`, ascending ([] if none or no directory).
+
+  Args:
+    directory: The run's checkpoint directory.
+
+  Returns:
+    The version numbers N of the `program_state_N` subdirectories.
+  """
   if not os.path.isdir(directory):
     return []
   found = []
@@ -55,7 +62,14 @@ def versions(directory: str) -> list[int]:
 
 
 def remove_partial(directory: str) -> list[str]:
-  """Deletes the `_temp` directories of interrupted saves; returns their names."""
+  """Deletes the `_temp` directories of interrupted saves; returns their names.
+
+  Args:
+    directory: The run's checkpoint directory (nothing is done if absent).
+
+  Returns:
+    The names of the removed `program_state_N_tempM` directories, sorted.
+  """
   if not os.path.isdir(directory):
     return []
   removed = []
@@ -67,7 +81,15 @@ def remove_partial(directory: str) -> list[str]:
 
 
 def verify(path: str) -> None:
-  """Reads the SavedModel at `path` completely; raises CheckpointError if damaged."""
+  """Reads the SavedModel at `path` completely; raises CheckpointError if damaged.
+
+  Args:
+    path: Directory of one saved version (`program_state_N`).
+
+  Raises:
+    CheckpointError: a file is missing or unreadable, the SavedModel proto
+      does not parse, or a variable cannot be read back.
+  """
   try:
     proto = os.path.join(path, 'saved_model.pb')
     with open(proto, 'rb') as stream:
@@ -91,7 +113,15 @@ _OLD_LAYOUT_KEYS = ('learning', 'tracker')
 
 
 def check_layout(path: str) -> None:
-  """Raises CheckpointError if the version at `path` has the 0.1 layout."""
+  """Raises CheckpointError if the version at `path` has the 0.1 layout.
+
+  Args:
+    path: Directory of one saved version (`program_state_N`).
+
+  Raises:
+    CheckpointError: its state's top-level keys include 'learning' or
+      'tracker' (the 0.1 layout).
+  """
   state = asyncio.run(file_utils.read_saved_model(path))
   if isinstance(state, Mapping) and set(state) & set(_OLD_LAYOUT_KEYS):
     raise CheckpointError(
@@ -103,6 +133,12 @@ def check_layout(path: str) -> None:
 
 def verify_latest(directory: str) -> int | None:
   """Verifies the newest complete version in `directory`; returns it (or None).
+
+  Args:
+    directory: The run's checkpoint directory.
+
+  Returns:
+    The newest complete version, or None when there is none.
 
   Raises:
     CheckpointError: the newest version is damaged. The message says which
@@ -150,11 +186,19 @@ class ProgramStateCheckpoints:
     return self._files
 
   def rounds(self) -> list[int]:
-    """The complete versions, ascending."""
+    """The complete versions, ascending.
+
+    Returns:
+      The round numbers N of the `program_state_N` directories (`versions`).
+    """
     return versions(self.directory)
 
   def latest(self) -> int | None:
-    """The newest complete version, None if there is none."""
+    """The newest complete version, None if there is none.
+
+    Returns:
+      The largest of `rounds()`, or None.
+    """
     found = self.rounds()
     return found[-1] if found else None
 
@@ -193,7 +237,11 @@ class ProgramStateCheckpoints:
     return asyncio.run(self._manager().load(round_num, template))
 
   def program_state_manager(self) -> tff.program.ProgramStateManager:
-    """These checkpoints as the manager TFF's training loops await."""
+    """These checkpoints as the manager TFF's training loops await.
+
+    Returns:
+      A `tff.program.ProgramStateManager` reading and writing this directory.
+    """
     return _AwaitedCheckpoints(self)
 
 

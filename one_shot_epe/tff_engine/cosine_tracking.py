@@ -237,7 +237,11 @@ class CosineTracker:
     return self.flush()
 
   def flush(self) -> list[round_record.CanaryCosines]:
-    """Processes the pending rounds now; returns their summaries."""
+    """Processes the pending rounds now; returns their summaries.
+
+    Returns:
+      One summary per pending round, in round order; [] when none is pending.
+    """
     if not self._pending:
       return []
     first = self._observed - self._pending + 1
@@ -247,7 +251,11 @@ class CosineTracker:
     return summaries
 
   def maxima(self) -> CosineMaxima:
-    """Exact maxima over all observed rounds (pending rounds included)."""
+    """Exact maxima over all observed rounds (pending rounds included).
+
+    Returns:
+      The seen and unseen canaries' maxima.
+    """
     maxima = self._folded.maxima
     if self._pending:
       maxima = np.maximum(maxima, self._pending_cosines().max(axis=1))
@@ -258,6 +266,10 @@ class CosineTracker:
 
     No side effect: the pending rounds are saved as raw aggregates, not
     processed, so a checkpoint does not change when their block is computed.
+
+    Returns:
+      The rounds observed, a copy of the folded maxima and the pending rounds'
+      buffered aggregates (numpy).
     """
     return TrackerState(rounds_observed=self._observed,
                         cosine_maxima=self._folded.maxima.copy(),

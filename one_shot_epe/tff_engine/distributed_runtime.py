@@ -228,6 +228,15 @@ def split_clients(value: Any, type_spec: Any, num_slices: int) -> list[Any]:
   blocks one client larger. Non-CLIENTS values are repeated in every slice.
   A value without per-client lists (or with zero clients) is one slice.
 
+  Args:
+    value: A TFF computation argument (a Python structure) whose CLIENTS
+      values are lists with one entry per client.
+    type_spec: The TFF type of `value` (the computation's parameter type).
+    num_slices: Upper bound on the number of slices, >= 1.
+
+  Returns:
+    The slices, each a value of type `type_spec` over its block of clients.
+
   Raises:
     ValueError: if `num_slices` < 1 or per-client lists in `value` differ in
       length.
@@ -272,6 +281,15 @@ class DistributedExecutionContext(tff.framework.SyncContext):
   """
 
   def __init__(self, worker_contexts: Sequence[tff.framework.SyncContext]):
+    """Makes a thread pool with one thread per worker context.
+
+    Args:
+      worker_contexts: One sync context per worker, at least one; context 0 also
+        runs the merge and the work after it.
+
+    Raises:
+      ValueError: if `worker_contexts` is empty.
+    """
     if not worker_contexts:
       raise ValueError('worker_contexts must hold at least one context.')
     self._workers = list(worker_contexts)
@@ -310,6 +328,13 @@ class DistributedExecutionContext(tff.framework.SyncContext):
 
     The result has the same bits as `comp` run in one process: the clients'
     records are merged in client order on worker 0.
+
+    Args:
+      comp: A TFF computation (compiled once to its mergeable form and cached).
+      arg: Its argument, None for a computation without parameter.
+
+    Returns:
+      What `comp` returns on `arg`.
 
     Raises:
       RuntimeError: if the context is closed.
@@ -379,6 +404,9 @@ def remote_cpp_context(
       argument does not determine it (as in `runtime.local_cpp_context`).
     connect_timeout_s: Seconds (> 0) to wait for every worker to accept a
       gRPC connection.
+
+  Yields:
+    The installed context.
 
   Raises:
     ValueError: for an argument out of range.

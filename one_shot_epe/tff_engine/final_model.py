@@ -82,6 +82,26 @@ def final_model_cosines(final_weights: Any,
 
   Returns:
     float64 array of cosines, one per canary id, in the order given.
+
+  Raises:
+    ValueError: `canary_seed` out of range, `canary_ids` not 1-D
+      non-negative integers, `model_moves_along` not -1.0 or 1.0, a weight
+      structure empty or not finite, 'delta' without `initial_weights` or with
+      another parameter count, an unknown `statistic`, or `chunk_size` not a
+      positive int.
+
+  Example:
+    A model that moved along -c_3 from theta_0 (as tff.learning moves along
+    an inserted canary) scores 1 for canary 3:
+
+    >>> import numpy as np
+    >>> from one_shot_epe.tff_engine import canaries, final_model
+    >>> theta_0 = [np.zeros(1000, np.float32)]
+    >>> theta_t = [-canaries.canary(7, 3, 1000).numpy()]
+    >>> final_model.final_model_cosines(
+    ...     theta_t, canary_seed=7, canary_ids=[3],
+    ...     initial_weights=theta_0).round(3)
+    array([1.])
   """
   canary_seed = canary_spec.check_seed(canary_seed)
   ids = np.asarray(canary_ids)

@@ -98,6 +98,9 @@ class IsolationError(OSError):
 def isolation_mode() -> str:
   """ONE_SHOT_EPE_NETWORK_ISOLATION: 'auto' (default), 'require' or 'off'.
 
+  Returns:
+    The mode, lower-cased; 'auto' when the variable is unset or blank.
+
   Raises:
     ValueError: naming the variable if it holds another value.
   """
@@ -131,14 +134,34 @@ def _set_interface_up(name: str) -> None:
 
 
 def namespace_interfaces(pid: int | str = 'self') -> list[str]:
-  """Names of the interfaces of the network namespace of process `pid`."""
+  """Names of the interfaces of the network namespace of process `pid`.
+
+  Args:
+    pid: A process id, or 'self' for the calling process.
+
+  Returns:
+    The interface names in /proc/<pid>/net/dev order.
+
+  Raises:
+    OSError: /proc/<pid>/net/dev cannot be read (e.g. the process is gone).
+  """
   with open(f'/proc/{pid}/net/dev', encoding='ascii') as f:
     lines = f.read().splitlines()[2:]  # Two header lines.
   return [line.split(':', 1)[0].strip() for line in lines]
 
 
 def in_private_network(pid: int | str = 'self') -> bool:
-  """True if the only interface of `pid`'s network namespace is loopback."""
+  """True if the only interface of `pid`'s network namespace is loopback.
+
+  Args:
+    pid: A process id, or 'self' for the calling process.
+
+  Returns:
+    Whether `LOOPBACK_INTERFACE` is the namespace's only interface.
+
+  Raises:
+    OSError: /proc/<pid>/net/dev cannot be read (e.g. the process is gone).
+  """
   return namespace_interfaces(pid) == [LOOPBACK_INTERFACE]
 
 
@@ -187,6 +210,14 @@ def remote_workers_requested(argv: Sequence[str],
   flag of `flagfile_flags` whose value is a flagfile (reproduce's --config,
   whose values the command line overrides), before the program's own flags
   are defined.
+
+  Args:
+    argv: The command line, program name first.
+    flagfile_flags: Names of further flags whose value is a flagfile.
+
+  Returns:
+    Whether --tff_worker_addresses is given a non-empty value; False also when
+    the command line does not parse.
   """
   try:
     values = command_line.known_string_flags(argv, ('tff_worker_addresses',),
@@ -201,6 +232,9 @@ def private_network_refusal() -> str | None:
 
   Asks a fresh (single-threaded) child interpreter to enter one, as
   `private_network_server` does, so the caller's own namespace never changes.
+
+  Returns:
+    The first line of the child's output when it fails, else None.
   """
   done = subprocess.run(
       [sys.executable, '-c', _CHILD.format('_probe_main'), _PACKAGE_ROOT],
@@ -220,6 +254,14 @@ def check_program(argv: Sequence[str],
   network namespace (`private_network_refusal`) to the local TFF workers the
   program may start. Changes nothing in this process; does nothing with
   remote workers (--tff_worker_addresses).
+
+  Args:
+    argv: The command line, program name first.
+    flagfile_flags: Names of further flags whose value is a flagfile
+      (`remote_workers_requested`).
+
+  Raises:
+    SystemExit: status 2, in the cases above.
   """
   try:
     mode = isolation_mode()
@@ -469,6 +511,15 @@ def listening_addresses(pid: int) -> list[str]:
 
   Read from /proc/<pid>/net, i.e. in the network namespace of `pid` itself
   (psutil reads the caller's namespace and misses sockets of another one).
+
+  Args:
+    pid: The process id.
+
+  Returns:
+    The addresses, sorted: 'a.b.c.d:port' for IPv4, '[v6]:port' for IPv6.
+
+  Raises:
+    OSError: /proc/<pid> cannot be read (FileNotFoundError once it exits).
   """
   inodes = _socket_inodes(pid)
   found = []
@@ -492,6 +543,15 @@ def exposed_listeners(pid: int) -> list[str]:
   A socket is exposed unless it is bound to a loopback address or its network
   namespace has no interface but loopback (`[::]:port` in a private namespace
   is reachable from nowhere else).
+
+  Args:
+    pid: The process id.
+
+  Returns:
+    The exposed 'host:port' addresses, sorted; [] in a private namespace.
+
+  Raises:
+    OSError: /proc/<pid> cannot be read (FileNotFoundError once it exits).
   """
   if in_private_network(pid):
     return []
@@ -503,6 +563,13 @@ def warn_if_exposed(pid: int, what: str) -> list[str]:
 
   Returns the exposed addresses (empty: nothing logged; also if the process
   has exited meanwhile, as it then listens on nothing).
+
+  Args:
+    pid: The process id.
+    what: What the process is, for the warning (e.g. 'TFF worker').
+
+  Returns:
+    The exposed 'host:port' addresses (`exposed_listeners`).
   """
   try:
     exposed = exposed_listeners(pid)

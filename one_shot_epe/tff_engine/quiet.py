@@ -44,7 +44,16 @@ _VERBOSITY_FLAG = re.compile(r'--?(v|verbosity)(=.*)?')
 
 
 def verbose_requested(argv: Sequence[str]) -> bool:
-  """True if the user asked for TensorFlow's start-up output (module doc)."""
+  """True if the user asked for TensorFlow's start-up output (module doc).
+
+  Args:
+    argv: The command line, program name first; -v/--v/--verbosity (with or
+      without a value) asks for the output.
+
+  Returns:
+    True if ONE_SHOT_EPE_VERBOSE is set to other than '' or '0', if
+    TF_CPP_MIN_LOG_LEVEL is set, or if `argv` has a verbosity flag.
+  """
   if os.environ.get(VERBOSE_ENV, '').strip() not in ('', '0'):
     return True
   if TF_LOG_LEVEL_ENV in os.environ:
@@ -57,6 +66,12 @@ def stderr_without(patterns: Sequence[str]) -> Iterator[None]:
   """Captures file descriptor 2; on exit writes back lines without `patterns`.
 
   Catches what C++ code writes, which `sys.stderr` redirection would not.
+
+  Args:
+    patterns: Substrings; a captured line containing any of them is dropped.
+
+  Yields:
+    None, with file descriptor 2 redirected to a temporary file.
   """
   sys.stderr.flush()
   saved = os.dup(2)
@@ -105,6 +120,9 @@ def worker_environment() -> dict[str, str]:
   This process's environment, plus TF_CPP_MIN_LOG_LEVEL=2 (the worker's C++
   INFO and WARNING lines off) unless the user asked for TensorFlow's output
   (`verbose_requested`).
+
+  Returns:
+    A copy of `os.environ`, possibly with TF_CPP_MIN_LOG_LEVEL added.
   """
   env = dict(os.environ)
   if not verbose_requested(sys.argv):
@@ -117,6 +135,15 @@ def quiet_startup(argv: Sequence[str], import_tensorflow: bool) -> None:
 
   Call before anything imports TensorFlow; `import_tensorflow` for programs
   that use it.
+
+  Quiet means TF_CPP_MIN_LOG_LEVEL=2 in this process's environment, Python's
+  DeprecationWarning and FutureWarning ignored, and (with `import_tensorflow`)
+  TensorFlow imported with its registration lines dropped and its Python
+  logger at ERROR.
+
+  Args:
+    argv: The command line, program name first.
+    import_tensorflow: Whether to import TensorFlow now.
   """
   if verbose_requested(argv):
     if import_tensorflow:

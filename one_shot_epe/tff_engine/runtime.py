@@ -63,7 +63,15 @@ _REAPER_POLL_S = 0.1
 
 
 def worker_processes(root_pid: int | None = None) -> list[psutil.Process]:
-  """Returns the live TFF worker processes descended from `root_pid` (default: us)."""
+  """Returns the live TFF worker processes descended from `root_pid` (default: us).
+
+  Args:
+    root_pid: The process whose descendants are searched; None for this one.
+
+  Returns:
+    The descendants named `WORKER_BINARY_NAME` that are not zombies; [] if
+    `root_pid` no longer exists.
+  """
   try:
     root = psutil.Process(os.getpid() if root_pid is None else root_pid)
     children = root.children(recursive=True)
@@ -88,11 +96,18 @@ def _has_exited(process: psutil.Process) -> bool:
 
 
 def shutdown_workers(timeout_s: float = 10.0) -> int:
-  """Stops every TFF worker started by this process; returns how many were running.
+  """Stops every TFF worker started by this process; returns how many were killed.
 
   Workers get SIGINT (TFF's own shutdown signal) and SIGKILL after `timeout_s`. The
   exited children are deliberately not reaped here: TFF's `Popen` object reaps them
   later, and reaping twice would make its finaliser fail.
+
+  Args:
+    timeout_s: Seconds to wait after SIGINT before SIGKILL.
+
+  Returns:
+    The number of workers still running at the deadline (and so killed); 0
+    when every worker stopped on SIGINT.
   """
   workers = worker_processes()
   for worker in workers:
@@ -156,6 +171,9 @@ def local_cpp_context(default_num_clients: int = 0,
       argument does not determine it.
     federated_program: The asynchronous context, wrapped for TFF programs.
     connect_timeout_s: Seconds (> 0) to wait for the worker's gRPC service.
+
+  Yields:
+    The installed context.
 
   Raises:
     isolation.IsolationError: ONE_SHOT_EPE_NETWORK_ISOLATION=require and the

@@ -42,7 +42,17 @@ _scopes: list[tf.Tensor] = []
 
 @contextlib.contextmanager
 def noise_seed_scope(seed: tf.Tensor) -> Iterator[None]:
-  """Makes `seed` (int64 [2]) the seed of seeded queries traced inside."""
+  """Makes `seed` (int64 [2]) the seed of seeded queries traced inside.
+
+  Args:
+    seed: int64 tensor of shape [2], e.g. `round_seed(...)`.
+
+  Yields:
+    None; the scopes nest, the innermost seed applies.
+
+  Raises:
+    ValueError: `seed` does not have shape [2].
+  """
   seed = tf.convert_to_tensor(seed, tf.int64)
   if seed.shape != (2,):
     raise ValueError(f'seed must be an int64 tensor of shape [2]; got shape '
@@ -55,7 +65,15 @@ def noise_seed_scope(seed: tf.Tensor) -> Iterator[None]:
 
 
 def round_seed(noise_seed: int, round_num: tf.Tensor) -> tf.Tensor:
-  """The seed of round `round_num` for a run with noise seed `noise_seed`."""
+  """The seed of round `round_num` for a run with noise seed `noise_seed`.
+
+  Args:
+    noise_seed: The run's noise seed.
+    round_num: The round number, a scalar tensor or int.
+
+  Returns:
+    int64 [2] tensor (noise_seed, round_num).
+  """
   return tf.stack([tf.constant(noise_seed, tf.int64),
                    tf.cast(round_num, tf.int64)])
 
@@ -72,11 +90,31 @@ class SeededGaussianSumQuery(tfp.GaussianSumQuery):
   """`tfp.GaussianSumQuery` whose noise comes from the scope's seed."""
 
   def __init__(self, l2_norm_clip: float, stddev: float, stream: int):
+    """Builds the query; noise is drawn from stream `stream`.
+
+    Args:
+      l2_norm_clip: Clipping norm of each record, > 0.
+      stddev: Standard deviation of the noise on each coordinate of the sum.
+      stream: Which stream of the scope's seed the noise comes from
+        (`UPDATE_STREAM` or `COUNT_STREAM`); seeds differ across streams.
+    """
     super().__init__(l2_norm_clip=l2_norm_clip, stddev=stddev)
     self._stream = stream
 
   def get_noised_result(self, sample_state, global_state):
-    """Adds N(0, stddev^2) noise to every coordinate of the summed records."""
+    """Adds N(0, stddev^2) noise to every coordinate of the summed records.
+
+    Args:
+      sample_state: The summed (clipped) records, a structure of tensors.
+      global_state: The query's global state (`stddev`, `l2_norm_clip`).
+
+    Returns:
+      (noised sum, `global_state` unchanged, the round's
+      `dp_accounting.GaussianDpEvent` with noise multiplier stddev / clip).
+
+    Raises:
+      RuntimeError: when traced outside `noise_seed_scope`.
+    """
     seed = tf.random.experimental.stateless_fold_in(_current_seed(),
                                                     self._stream)
     leaves = tf.nest.flatten(sample_state)
@@ -116,6 +154,20 @@ class SeededQuantileAdaptiveClipSumQuery(tfp.QuantileAdaptiveClipSumQuery):
                target_unclipped_quantile: float, learning_rate: float,
                clipped_count_stddev: float, expected_num_records: float,
                geometric_update: bool = True):
+    """Builds tensorflow_privacy's query, then swaps in the seeded sub-queries.
+
+    Args:
+      initial_l2_norm_clip: Clipping norm of round 1, > 0.
+      noise_multiplier: Noise std of the sum divided by the current clip.
+      target_unclipped_quantile: Fraction of records the clip should leave
+        unclipped, in [0, 1] (Andrew et al., 2021).
+      learning_rate: Step size of the clip update.
+      clipped_count_stddev: Noise std of the count of unclipped records.
+      expected_num_records: Expected records per round (the count's
+        denominator).
+      geometric_update: Whether the clip is updated geometrically (else
+        arithmetically).
+    """
     super().__init__(
         initial_l2_norm_clip=initial_l2_norm_clip,
         noise_multiplier=noise_multiplier,

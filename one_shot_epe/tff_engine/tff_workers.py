@@ -43,6 +43,12 @@ def worker_binary_path() -> str:
   """Path of the C++ worker shipped in the installed TFF package.
 
   Found without importing TFF (and TensorFlow), which takes seconds.
+
+  Returns:
+    <package dir>/data/worker_binary (not checked to exist).
+
+  Raises:
+    RuntimeError: tensorflow_federated is not installed.
   """
   spec = importlib.util.find_spec('tensorflow_federated')
   if spec is None or not spec.submodule_search_locations:
@@ -62,6 +68,13 @@ def parse_addresses(addresses: str | Sequence[str]) -> list[str]:
   An address is 'host:port', `host` a name, an IPv4 address or a bracketed
   IPv6 address ('[::1]'), or 'unix:<absolute path>' (a Unix-domain socket,
   as `local_workers` yields).
+
+  Args:
+    addresses: A comma-separated string (blanks around entries ignored) or a
+      sequence of addresses.
+
+  Returns:
+    The addresses in order, ports written without leading zeros.
 
   Raises:
     ValueError: naming `addresses` if it is empty or an entry is neither
@@ -106,6 +119,12 @@ def port_is_free(port: int) -> bool:
 
   Binds with SO_REUSEADDR, as servers (worker_binary's gRPC among them) do,
   so connections of a stopped worker lingering in TIME_WAIT do not count.
+
+  Args:
+    port: A TCP port number.
+
+  Returns:
+    Whether the bind succeeded (the probe socket is closed at once).
   """
   with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
     probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -240,6 +259,9 @@ def local_workers(num_workers: int, *,
       appended); None discards it, unless `inherit_output`.
     inherit_output: With no `log_dir`, the workers write to this process's
       stdout and stderr (as TFF's own local worker does).
+
+  Yields:
+    The workers' targets, 'unix:<path>' or '127.0.0.1:port', in order.
 
   Raises:
     ValueError: for an argument out of range, or a bad

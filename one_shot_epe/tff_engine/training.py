@@ -67,6 +67,12 @@ def compact_metrics(metrics: Any) -> collections.OrderedDict[str, Any]:
 
   Non-scalar values (none are expected; the aggregator reports summaries) are
   dropped so that no d-sized vector reaches the CSV or TensorBoard.
+
+  Args:
+    metrics: A round's metrics, nested mappings (or structures) of values.
+
+  Returns:
+    Name -> scalar, in traversal order.
   """
   flat = collections.OrderedDict()
 
@@ -172,6 +178,9 @@ def selection_fn(
     sampler: Selects each round's clients (`participation`).
     create_tf_dataset_for_client: Maps a client id to its preprocessed data.
     seed: The run's seed.
+
+  Returns:
+    round_num -> the round's client datasets.
   """
   select = participation.make_training_selection_fn(
       sampler, create_tf_dataset_for_client)
@@ -190,6 +199,13 @@ def evaluation_fn(
 
   The (bounded) test set is evaluated as one client; only this evaluation's
   metrics (`current_round_metrics`) are returned.
+
+  Args:
+    task: The task whose `model_fn` builds the evaluated model.
+    process: The learning process whose states are evaluated.
+
+  Returns:
+    test_metrics(state, test_data) -> the metric name -> value mapping.
   """
   evaluation = tff.learning.algorithms.build_fed_eval(task.model_fn)
   initial_state = evaluation.initialize()
@@ -206,7 +222,11 @@ def evaluation_fn(
 
 @contextlib.contextmanager
 def event_loop() -> Iterator[asyncio.AbstractEventLoop]:
-  """A fresh current asyncio loop (`run_training_process` runs on it)."""
+  """A fresh current asyncio loop (`run_training_process` runs on it).
+
+  Yields:
+    The new loop, closed (and unset) on exit.
+  """
   loop = asyncio.new_event_loop()
   asyncio.set_event_loop(loop)
   try:
@@ -224,6 +244,15 @@ def execution_context(num_workers: int = 1,
   One local C++ worker by default; `num_workers` local workers, or the
   running workers at `worker_addresses`, through `distributed_runtime` (same
   results, clients spread over the workers).
+
+  Args:
+    num_workers: Local C++ workers to start, >= 1 (ignored with
+      `worker_addresses`).
+    worker_addresses: Comma list of running workers' addresses
+      (`tff_workers.parse_addresses`); '' for local workers.
+
+  Yields:
+    None, with the context installed as TFF's default.
   """
   if worker_addresses:
     with distributed_runtime.remote_cpp_context(worker_addresses):
@@ -239,7 +268,18 @@ def execution_context(num_workers: int = 1,
 
 def optimizer(
     spec: run_plan.OptimizerSpec) -> tff.learning.optimizers.Optimizer:
-  """TFF's optimizer of `spec`: sgd, sgdm (with its momentum) or adam."""
+  """TFF's optimizer of `spec`: sgd, sgdm (with its momentum) or adam.
+
+  Args:
+    spec: The plan's optimizer: `name` in ('sgd', 'sgdm', 'adam'),
+      `learning_rate` and (sgdm) `momentum`.
+
+  Returns:
+    The TFF optimizer.
+
+  Raises:
+    KeyError: `spec.name` is another name (`run_plan` admits only these).
+  """
   builders = {
       'sgd': lambda: tff.learning.optimizers.build_sgdm(
           learning_rate=spec.learning_rate),
@@ -254,7 +294,17 @@ def optimizer(
 def plain_aggregator(
     dp: canary_spec.DPAggregation
 ) -> tff.aggregators.UnweightedAggregationFactory:
-  """TFF's own DP factory for `dp` (runs without canaries; unseeded noise)."""
+  """TFF's own DP factory for `dp` (runs without canaries; unseeded noise).
+
+  Args:
+    dp: The DP aggregation: fixed clip (`clip`) or adaptive clipping
+      (`initial_clip`, `target_unclipped_quantile`, `clip_learning_rate`,
+      `clipped_count_stddev`), with its noise multiplier and clients per round.
+
+  Returns:
+    `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed` or
+    `gaussian_adaptive` of those values.
+  """
   if not dp.adaptive:
     return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
         noise_multiplier=dp.noise_multiplier,
@@ -314,6 +364,10 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
 
   Calls `tf.keras.utils.set_random_seed(plan.seed)` once the aggregator is
   built, before the model is. Call it inside `execution_context`.
+
+  Returns:
+    The run's `canary_spec.CanaryOutcome`; its cosine arrays are empty for a
+    run without canaries.
   """
   audit = _audit(plan, task, device)
   rounds = _RoundReleases(observer)
