@@ -35,6 +35,7 @@ from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import audit
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import canary_aggregator
+from one_shot_epe.tff_engine import distributed_dp_aggregator
 from one_shot_epe.tff_engine import runtime
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,7 +107,7 @@ def test_overflowing_scale_is_refused():
 def test_decoded_noise_has_the_summed_discrete_gaussian_variance():
   dp = canary_spec.DPAggregation(noise_multiplier=2.0, clients_per_round=3.0,
                                  clip=1.0)
-  factory = canary_aggregator.CanaryDistributedDPFactory(
+  factory = distributed_dp_aggregator.CanaryDistributedDPFactory(
       dp, distributed_dp.DistributedDP(bits=16), _spec([[]] * 8),
       rotation_seed=1)
   process = factory.create(VALUE_TYPE)
@@ -126,7 +127,8 @@ def test_decoded_noise_has_the_summed_discrete_gaussian_variance():
 
 
 def test_discrete_gaussian_sampler_has_its_variance():
-  samples = canary_aggregator._discrete_gaussian(3, tf.constant([200_000]))
+  samples = distributed_dp_aggregator._discrete_gaussian(
+      3, tf.constant([200_000]))
   expected = distributed_dp.discrete_gaussian_variance(3)
   assert abs(np.var(samples.numpy()) - expected) < 5 * expected * math.sqrt(
       2.0 / 200_000)
@@ -136,7 +138,7 @@ def test_discrete_gaussian_sampler_has_its_variance():
 def test_canary_survives_rotation_discretization_and_modulus_without_noise():
   dp = canary_spec.DPAggregation(noise_multiplier=0.0, clients_per_round=3.0,
                                  clip=1.0)
-  factory = canary_aggregator.CanaryDistributedDPFactory(
+  factory = distributed_dp_aggregator.CanaryDistributedDPFactory(
       dp, distributed_dp.DistributedDP(bits=20), _spec([[0], [1]]),
       rotation_seed=5)
   process = factory.create(VALUE_TYPE)

@@ -10,6 +10,8 @@ Modules:
   canaries: canary directions in TensorFlow, a pure function of (seed, id).
   seeded_queries: tensorflow-privacy's Gaussian queries with seeded noise.
   canary_aggregator: the TFF aggregator: DP-FedAvg + canary injection.
+  distributed_dp_aggregator: distributed DP (secure sum of the clients'
+    noise shares) + canary injection.
   cosine_tracking: lazy, exact max-over-rounds canary cosines.
   final_model: canary cosines with the final model (Algorithm 2).
   audit: `CanaryAudit`, canaries for any `tff.learning` pipeline.

@@ -62,6 +62,7 @@ from one_shot_epe.accounting import tree_aggregation
 from one_shot_epe import validation
 from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe.tff_engine import cosine_tracking
+from one_shot_epe.tff_engine import distributed_dp_aggregator
 from one_shot_epe.tff_engine import final_model
 
 __all__ = ['CanaryAudit']
@@ -173,8 +174,8 @@ class CanaryAudit:
         the expected cohort, canaries included.
       distributed: With `dp` (a fixed clip): audit distributed DP with
         secure aggregation instead of the server's Gaussian noise
-        (`canary_aggregator.CanaryDistributedDPFactory`); None for the
-        Gaussian mechanism.
+        (`distributed_dp_aggregator.CanaryDistributedDPFactory`); None for
+        the Gaussian mechanism.
       tree_aggregation: With `dp` (a fixed clip): audit DP-FTRL's tree
         aggregation at `dp`'s noise multiplier and clip instead
         (`aggregator(record_specs)` builds `tree_aggregation`'s factory).
@@ -230,8 +231,8 @@ class CanaryAudit:
         raise ValueError('tree_aggregation needs the dp of a fixed clip and '
                          'no distributed DP.')
       self._tree_dp, self._aggregation = dp, _TREE_AGGREGATION
-    self._ddp_factory: (canary_aggregator.CanaryDistributedDPFactory |
-                        None) = None
+    self._ddp_factory: (
+        distributed_dp_aggregator.CanaryDistributedDPFactory | None) = None
     self._tracker: cosine_tracking.CosineTracker | None = None
     self._initial: np.ndarray | None = None
     self._latest: np.ndarray | None = None
@@ -288,7 +289,7 @@ class CanaryAudit:
   def aggregator(
       self, record_specs: Any = None
   ) -> (canary_aggregator.CanaryDPFactory |
-        canary_aggregator.CanaryDistributedDPFactory):
+        distributed_dp_aggregator.CanaryDistributedDPFactory):
     """The factory of the `dp` given to `from_spec`, canaries inserted.
 
     Args:
@@ -297,9 +298,9 @@ class CanaryAudit:
 
     Returns:
       `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`,
-      or with `distributed`, `canary_aggregator.CanaryDistributedDPFactory(
-      dp, distributed, spec, noise_seed)` (the noise seed seeds the
-      rotations), or with `tree_aggregation`, this audit's
+      or with `distributed`, `distributed_dp_aggregator.
+      CanaryDistributedDPFactory(dp, distributed, spec, noise_seed)` (the
+      noise seed seeds the rotations), or with `tree_aggregation`, this audit's
       `tree_aggregation` at dp's noise multiplier and clip (the noise seed
       seeds the tree's noise).
 
@@ -319,8 +320,10 @@ class CanaryAudit:
       raise ValueError('aggregator() needs the audit of from_spec(spec, dp); '
                        'otherwise call gaussian_fixed/gaussian_adaptive.')
     if self._distributed is not None:
-      self._ddp_factory = canary_aggregator.CanaryDistributedDPFactory(
-          self._aggregation, self._distributed, self.spec, self._noise_seed)
+      self._ddp_factory = (
+          distributed_dp_aggregator.CanaryDistributedDPFactory(
+              self._aggregation, self._distributed, self.spec,
+              self._noise_seed))
       return self._ddp_factory
     return canary_aggregator.CanaryDPFactory.from_spec(
         self._aggregation, self.spec, self._noise_seed)
