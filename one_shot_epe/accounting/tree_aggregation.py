@@ -54,7 +54,9 @@ The references of a run's report (`run_report.build_run_report`):
   earlier releases; for Gaussian noise an adaptive stream has the guarantee
   of the non-adaptive one (Denisov et al. 2022, "Improved Differential
   Privacy for SGD via Optimal Private Linear Operators on Adaptive
-  Streams"). The possible rounds: one shuffled epoch of R rounds, one round
+  Streams"; over several participations, Choquette-Choo et al. 2023,
+  "Multi-Epoch Matrix Factorization Mechanisms for Private Machine
+  Learning"). The possible rounds: one shuffled epoch of R rounds, one round
   anywhere (mu = sqrt(depth) / z, dp_accounting's
   `SingleEpochTreeAggregationDpEvent`, whose RDP conversion is looser);
   E > 1 shuffled epochs in one tree (no restart), one round in each block

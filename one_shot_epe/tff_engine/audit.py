@@ -404,7 +404,7 @@ class CanaryAudit:
     One tree over every round, never restarted. `report()` then takes its
     references from the tree (`tree_accounting`): the canary's analytical
     eps over every node it shifts, the final model's noised prefix sum and
-    a real client's eps from dp_accounting's tree event (RDP).
+    a real client's exact eps at its largest node shift.
 
     Args:
       noise_multiplier: Noise std per tree node over `l2_norm_clip`, >= 0.
@@ -657,7 +657,8 @@ class CanaryAudit:
       aggregation is Gaussian. Under tree aggregation the references are
       the tree's over the rounds observed (`tree_accounting`: the
       canary's eps over every node it shifts, the final model's noised
-      prefix sum, dp_accounting's tree event with its RDP accountant).
+      prefix sum, a real client's exact Gaussian eps at its largest node
+      shift).
 
     Raises:
       ValueError: if no training round was observed yet, or the noise
