@@ -15,7 +15,8 @@ Each round t (0-based count of `next` calls):
    clients per round (`NormalizedQuery`), as
    `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed/_adaptive` do;
    or DP-FTRL's tree aggregation (`tree_aggregation`, tensorflow_privacy's
-   `TreeResidualSumQuery`, as `DifferentiallyPrivateFactory.tree_aggregation`).
+   `TreeResidualSumQuery`, as `DifferentiallyPrivateFactory.tree_aggregation`;
+   `dp_queries` builds the queries).
    The clipped records are aggregated over clients by the process of
    `record_aggregation_factory` (default `tff.aggregators.SumFactory`; any
    factory that sums without raising the records' sensitivity, as in TFF).
@@ -70,7 +71,6 @@ inserted canaries have positive cosines.
 
 import collections
 import contextlib
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import dp_accounting
@@ -81,8 +81,8 @@ import tensorflow_privacy as tfp
 
 from one_shot_epe.plan import canary_spec
 from one_shot_epe.tff_engine import canaries
+from one_shot_epe.tff_engine import dp_queries
 from one_shot_epe.tff_engine import seeded_queries
-from one_shot_epe import validation
 
 __all__ = ['CANARY_MEASUREMENTS', 'CanaryAggregatorState', 'CanaryDPFactory',
            'check_value_type', 'extract_dp_event_from_state']
@@ -112,76 +112,6 @@ class CanaryAggregatorState(NamedTuple):
   is_init_state: Any
   round_num: Any
   aggregate: Any
-
-
-# TFF's names of the `canary_spec.DPAggregation` fields it names otherwise.
-_TFF_ARGUMENT_NAMES = (('initial_clip', 'initial_l2_norm_clip'),
-                       ('clip_learning_rate', 'learning_rate'))
-
-
-def _dp_aggregation(**fields: Any) -> canary_spec.DPAggregation:
-  """`canary_spec.DPAggregation(**fields)`, its errors naming TFF's arguments.
-
-  The dataclass is the one check of the DP arguments; the factory methods
-  take TFF's names, so its message is rewritten to name the argument given.
-  """
-  try:
-    return canary_spec.DPAggregation(**fields)
-  except ValueError as error:
-    message = str(error)
-    for field, argument in _TFF_ARGUMENT_NAMES:
-      if message.startswith(f'{field} '):
-        raise type(error)(argument + message[len(field):]) from None
-    raise
-
-
-def _fixed_query(dp: canary_spec.DPAggregation,
-                 seeded: bool) -> tfp.SumAggregationDPQuery:
-  """The normalised Gaussian sum query of a fixed clip (`dp` checked)."""
-  clip = float(dp.clip)
-  stddev = clip * float(dp.noise_multiplier)
-  if seeded:
-    sum_query = seeded_queries.SeededGaussianSumQuery(
-        l2_norm_clip=clip, stddev=stddev, stream=seeded_queries.UPDATE_STREAM)
-  else:
-    sum_query = tfp.GaussianSumQuery(l2_norm_clip=clip, stddev=stddev)
-  return tfp.NormalizedQuery(sum_query,
-                             denominator=float(dp.clients_per_round))
-
-
-def _adaptive_query(dp: canary_spec.DPAggregation,
-                    seeded: bool) -> tfp.SumAggregationDPQuery:
-  """The normalised adaptive-clip query of `dp` (checked), geometric update."""
-  query_class = (seeded_queries.SeededQuantileAdaptiveClipSumQuery if seeded
-                 else tfp.QuantileAdaptiveClipSumQuery)
-  clients_per_round = float(dp.clients_per_round)
-  # tensorflow_privacy's argument order: initial clip, noise multiplier,
-  # target quantile, learning rate, count stddev, expected records,
-  # geometric update.
-  return tfp.NormalizedQuery(
-      query_class(float(dp.initial_clip), dp.update_noise_multiplier,
-                  float(dp.target_unclipped_quantile),
-                  float(dp.clip_learning_rate), float(dp.count_stddev),
-                  clients_per_round, True),
-      denominator=clients_per_round)
-
-
-def _check_noise_and_cohort(noise_multiplier: float,
-                            clients_per_round: float) -> tuple[float, float]:
-  """Tree aggregation's z >= 0 and expected cohort > 0."""
-  return (validation.check_real('noise_multiplier', noise_multiplier, low=0.0),
-          validation.check_real('clients_per_round', clients_per_round,
-                                low=0.0, low_open=True))
-
-
-def _fixed_clip(params: Any) -> tf.Tensor:
-  """Clip norm in the sample params of NormalizedQuery(GaussianSumQuery)."""
-  return params
-
-
-def _adaptive_clip(params: Any) -> tf.Tensor:
-  """Clip norm in the sample params of NormalizedQuery(QuantileAdaptive...)."""
-  return params.sum_params
 
 
 class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -225,11 +155,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     """
     if not isinstance(dp, canary_spec.DPAggregation):
       raise TypeError(f'dp must be a canary_spec.DPAggregation; got {dp!r}.')
-    seeded = noise_seed is not None
-    if dp.adaptive:
-      query, clip_from_params = _adaptive_query(dp, seeded), _adaptive_clip
-    else:
-      query, clip_from_params = _fixed_query(dp, seeded), _fixed_clip
+    query, clip_from_params = dp_queries.gaussian_query(
+        dp, noise_seed is not None)
     return cls(query, clip_from_params, spec, noise_seed,
                record_aggregation_factory, dp=dp)
 
@@ -245,7 +172,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     `from_spec` of `canary_spec.DPAggregation(noise_multiplier,
     clients_per_round, clip=clip)`, with TFF's argument names; see there.
     """
-    dp = _dp_aggregation(noise_multiplier=noise_multiplier,
+    dp = dp_queries.dp_aggregation(noise_multiplier=noise_multiplier,
                          clients_per_round=clients_per_round, clip=clip)
     return cls.from_spec(dp, spec, noise_seed, record_aggregation_factory)
 
@@ -272,7 +199,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     noise_multiplier is 0). `from_spec` of the `canary_spec.DPAggregation` of
     these arguments (TFF's names); see there for the rest.
     """
-    dp = _dp_aggregation(
+    dp = dp_queries.dp_aggregation(
         noise_multiplier=noise_multiplier, clients_per_round=clients_per_round,
         initial_clip=initial_l2_norm_clip,
         target_unclipped_quantile=target_unclipped_quantile,
@@ -315,27 +242,24 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       use_efficient: Whether to use the efficient tree estimator.
       record_aggregation_factory: Sums the clipped records (default
         `tff.aggregators.SumFactory`; see `__init__`).
+
+    Returns:
+      The factory.
+
+    Raises:
+      TypeError: as `dp_queries.tree_query` and `__init__`.
+      ValueError: as `dp_queries.tree_query`.
     """
-    noise_multiplier, clients_per_round = _check_noise_and_cohort(
-        noise_multiplier, clients_per_round)
-    l2_norm_clip = validation.check_real(
-        'l2_norm_clip', l2_norm_clip, low=0.0, low_open=True)
-    if noise_seed is not None:
-      noise_seed = canary_spec.check_seed(noise_seed, 'noise_seed')
-    if not isinstance(use_efficient, bool):
-      raise TypeError(f'use_efficient must be a bool; got {use_efficient!r}.')
-    specs = tf.nest.flatten(record_specs)
-    if not specs or not all(isinstance(s, tf.TensorSpec) for s in specs):
-      raise TypeError('record_specs must be a structure of tf.TensorSpec; '
-                      f'got {record_specs!r}.')
-    sum_query = tfp.TreeResidualSumQuery.build_l2_gaussian_query(
-        l2_norm_clip, noise_multiplier, record_specs, noise_seed=noise_seed,
+    query, clip_from_params = dp_queries.tree_query(
+        noise_multiplier=noise_multiplier,
+        clients_per_round=clients_per_round, l2_norm_clip=l2_norm_clip,
+        record_specs=record_specs, noise_seed=noise_seed,
         use_efficient=use_efficient)
-    query = tfp.NormalizedQuery(sum_query, denominator=clients_per_round)
-    return cls(query, _fixed_clip, spec, None, record_aggregation_factory)
+    return cls(query, clip_from_params, spec, None,
+               record_aggregation_factory)
 
   def __init__(self, query: tfp.SumAggregationDPQuery,
-               clip_from_params: Callable[[Any], tf.Tensor],
+               clip_from_params: dp_queries.ClipFromParams,
                spec: canary_spec.CanarySpec, noise_seed: int | None = None,
                record_aggregation_factory: (
                    tff.aggregators.UnweightedAggregationFactory | None
