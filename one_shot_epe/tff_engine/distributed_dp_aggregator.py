@@ -12,6 +12,19 @@ accounting; the process's state is `canary_aggregator.
 CanaryAggregatorState` and its measurements are
 `canary_aggregator.CANARY_MEASUREMENTS`, as for
 `canary_aggregator.CanaryDPFactory`.
+
+The noise is calibrated to, and accounted as, n = round(expected cohort)
+shares (z_eff, `distributed_dp.calibrate`). With Bernoulli or Poisson
+sampling, or clients dropping out, a round may have m < n records (clients
+and canaries) and so only m shares: less noise than accounted. Here the
+server adds the n - m missing shares (each drawn as a client's) to the
+secure sum before decoding, so every round's aggregate carries at least the
+accounted noise, and a full round (m >= n) is unchanged. The released
+aggregate, every iterate and the final model, all the one-shot audit sees,
+then have at least z_eff's noise; against the server itself, which sees
+the secure sum before its own shares, a short round protects by the m
+shares that arrived (calibrating every share to the smallest cohort would
+cover that too, at the price of more noise in every round).
 """
 
 import collections
@@ -103,7 +116,9 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
   sum is centred to [-2^(b-1), 2^(b-1)), divided by s, rotated back,
   truncated to d and divided by the expected cohort (the DP-FedAvg mean of
   Algorithm 3, line 9). Canaries are `Proj(c_j; S)` (or 1e4 S c_j / ||c_j||
-  for `canary_clip='clip'`, clipped to S by the encoding).
+  for `canary_clip='clip'`, clipped to S by the encoding). A round of fewer
+  records than the n shares of the calibration gets the missing shares
+  from the server (`_server_shares`; the module docstring says why).
 
   The state is a `canary_aggregator.CanaryAggregatorState`: `query_state`
   holds the rotation seed, `dp_event` the Gaussian event of z_eff
@@ -147,7 +162,6 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
     self._ddp = ddp
     self._spec = spec
     self._rotation_seed = rotation_seed
-    self._calibration: distributed_dp.DdpCalibration | None = None
 
   @property
   def dp(self) -> canary_spec.DPAggregation:
@@ -243,12 +257,46 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
     inserted = tf.cast(tf.range(most) < count, tf.int64)[:, tf.newaxis]
     return tf.reduce_sum(residues * inserted, axis=0), count
 
+  def _server_shares(self, count: tf.Tensor,
+                     cal: distributed_dp.DdpCalibration) -> tf.Tensor:
+    """The sum of `count` local noise shares, each drawn as a record's.
+
+    int64 [d_pad]; zeros for `count` <= 0 (a round of at least n records).
+    """
+    shape = tf.constant([cal.padded_dim])
+
+    def add_share(i, total):
+      share = (_skellam(cal.local_stddev, shape) if cal.noise == 'skellam'
+               else _discrete_gaussian(cal.local_stddev, shape))
+      return i + 1, total + share
+
+    _, total = tf.while_loop(
+        lambda i, _: i < count, add_share,
+        (tf.constant(0, count.dtype), tf.zeros([cal.padded_dim], tf.int64)))
+    return total
+
   def create(self, value_type: Any) -> tff.templates.AggregationProcess:
-    """Builds the `tff.templates.AggregationProcess` for `value_type`."""
+    """Builds the `tff.templates.AggregationProcess` for `value_type`.
+
+    Clients encode their values (`_encode`) and count themselves; the
+    server adds the round's canaries and, when the records (clients and
+    canaries) number fewer than the calibration's n, the missing noise
+    shares, then decodes the modular sum.
+
+    Args:
+      value_type: The aggregated value's `tff.TensorType` or
+        `tff.StructType` (float32 tensors of fully defined shapes).
+
+    Returns:
+      The process.
+
+    Raises:
+      ValueError: for another value type, or one whose dimension the
+        modulus cannot hold (`distributed_dp.calibrate`).
+    """
     specs = canary_aggregator.check_value_type(value_type)
     dim = canaries.flat_size(specs)
     cal = self.calibration(dim)
-    self._calibration = cal
     event = dp_accounting.GaussianDpEvent(cal.noise_multiplier)
     fixed_seed = self._rotation_seed
 
@@ -275,13 +323,22 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
     def client_encode(seed, value):
       return self._encode(canaries.flatten(value)[tf.newaxis], seed, cal)[0]
 
+    @tff.tensorflow.computation(value_type)
+    def client_share(value):
+      del value  # Each reporting client adds one noise share.
+      return tf.constant(1, tf.int32)
+
     @tff.tensorflow.computation(client_encode.type_signature.result,
+                                client_share.type_signature.result,
                                 state_type)
-    def server_update(client_sum, state):
+    def server_update(client_sum, client_shares, state):
       seed = tf.stack([state.query_state, tf.cast(state.round_num, tf.int64)])
       canary_sum, inserted = self._canary_residues(state.round_num, seed,
                                                    cal, dim)
-      flat = self._decode(client_sum + canary_sum, seed, dim, cal)
+      missing = cal.records - client_shares - inserted
+      flat = self._decode(
+          client_sum + canary_sum + self._server_shares(missing, cal), seed,
+          dim, cal)
       new_state = canary_aggregator.CanaryAggregatorState(
           query_state=state.query_state, agg_state=state.agg_state,
           dp_event=state.dp_event, is_init_state=tf.constant(False),
@@ -300,8 +357,9 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
     def next_fn(state, value):
       seed = tff.federated_broadcast(tff.federated_map(round_seed, state))
       residues = tff.federated_map(client_encode, (seed, value))
+      shares = tff.federated_sum(tff.federated_map(client_share, value))
       new_state, result, measurements = tff.federated_map(
-          server_update, (tff.federated_sum(residues), state))
+          server_update, (tff.federated_sum(residues), shares, state))
       return tff.templates.MeasuredProcessOutput(
           state=new_state, result=result, measurements=measurements)
 
