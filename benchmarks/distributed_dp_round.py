@@ -7,7 +7,7 @@ factory needs), interleaved round by round, the order alternating:
 * stock: TFF's `DistributedDpSumFactory(mechanism='distributed_dgauss',
   rotation_type='hd')` at noise multiplier z, clip S, b bits, without
   canaries;
-* audited: `canary_aggregator.CanaryDistributedDPFactory` with the same
+* audited: `distributed_dp_aggregator.CanaryDistributedDPFactory` with the same
   parameters and `--canaries_per_round` canaries encoded as clients
   (rotation, scaling, rounding, local noise, modulus) and added to the
   modular sum, the expected cohort counting them.
@@ -45,7 +45,7 @@ from tensorflow_federated.python.aggregators import distributed_dp as tff_ddp
 
 from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
-from one_shot_epe.tff_engine import canary_aggregator
+from one_shot_epe.tff_engine import distributed_dp_aggregator
 
 _DIM = flags.DEFINE_integer('dim', 100_000, 'Update dimension d.',
                             lower_bound=1)
@@ -87,7 +87,7 @@ def main(argv: Sequence[str]) -> None:
   dp = canary_spec.DPAggregation(noise_multiplier=_NOISE,
                                  clients_per_round=float(clients + per_round),
                                  clip=_CLIP)
-  audited = canary_aggregator.CanaryDistributedDPFactory(
+  audited = distributed_dp_aggregator.CanaryDistributedDPFactory(
       dp, distributed_dp.DistributedDP(bits=_BITS.value), spec,
       rotation_seed=0).create(value_type)
   rng = np.random.default_rng(0)

@@ -2,10 +2,11 @@
 
 Independent truths: TFF's own `DistributedDpSumFactory` (its calibration,
 read from its measurements, and its argument checks), dp_accounting's RDP
-accountant (the accounted epsilon), the discrete Gaussian's variance summed
-over the integers (the simulated noise), and exact arithmetic with no noise
-(a canary decoded through rotation, discretization and the modulus), and
-the launcher's report against the calibration recomputed here.
+accountant (the accounted epsilon), the discrete Gaussian's and Skellam's
+variances (the simulated noise, short rounds' included), and exact
+arithmetic with no noise (a canary decoded through rotation, discretization
+and the modulus), and the launcher's report against the calibration
+recomputed here.
 """
 
 import dataclasses
@@ -36,6 +37,7 @@ from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import audit
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import canary_aggregator
+from one_shot_epe.tff_engine import distributed_dp_aggregator
 from one_shot_epe.tff_engine import runtime
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,7 +109,7 @@ def test_overflowing_scale_is_refused():
 def test_decoded_noise_has_the_summed_discrete_gaussian_variance():
   dp = canary_spec.DPAggregation(noise_multiplier=2.0, clients_per_round=3.0,
                                  clip=1.0)
-  factory = canary_aggregator.CanaryDistributedDPFactory(
+  factory = distributed_dp_aggregator.CanaryDistributedDPFactory(
       dp, distributed_dp.DistributedDP(bits=16), _spec([[]] * 8),
       rotation_seed=1)
   process = factory.create(VALUE_TYPE)
@@ -126,8 +128,55 @@ def test_decoded_noise_has_the_summed_discrete_gaussian_variance():
   np.testing.assert_allclose(cal.noise_multiplier, 2.0, rtol=0.02)
 
 
+@pytest.mark.parametrize('noise', distributed_dp.DDP_NOISES)
+def test_short_rounds_get_the_missing_shares_and_full_rounds_none(noise):
+  # n = 6 shares accounted. Short rounds: 2 clients (3 records with a
+  # canary); full rounds: 6 clients, and 7 (one more share than n). The
+  # decoded noise's variance over 4,096 coordinates a round estimates
+  # max(records, n) shares' variance within 2.2% a round (standard error).
+  dim, cohort, z = 4096, 6.0, 2.0
+  value_type = tff.TensorType(np.float32, [dim])
+  dp = canary_spec.DPAggregation(noise_multiplier=z, clients_per_round=cohort,
+                                 clip=1.0)
+  plan = [(2, []), (2, [0]), (2, []), (2, [1]), (6, []), (6, [0]), (7, [])]
+  factory = distributed_dp_aggregator.CanaryDistributedDPFactory(
+      dp, distributed_dp.DistributedDP(bits=20, noise=noise),
+      _spec([ids for _, ids in plan]), rotation_seed=2)
+  process = factory.create(value_type)
+  cal = factory.calibration(dim)
+  share = (distributed_dp.discrete_gaussian_variance(cal.local_stddev)
+           if noise == 'dgauss' else cal.local_stddev**2)
+  unit = share / (cal.scale * cohort)**2  # One share's, in the mean.
+  # The accounted noise: z_eff over the scaled bound, as 6 shares.
+  accounted = (cal.noise_multiplier * cal.scaled_l2_bound /
+               (cal.scale * cohort))**2
+  assert 6 * unit == pytest.approx(accounted, rel=1e-3)
+  state, short = process.initialize(), []
+  for t, (clients, ids) in enumerate(plan):
+    output = process.next(state, [np.zeros(dim, np.float32)] * clients)
+    state = output.state
+    # The canary's record Proj(c; S) / cohort, stochastic rounding aside.
+    signal = sum(canaries.canary(3, i, dim).numpy() for i in ids) / cohort
+    noise_sample = np.asarray(state.aggregate) - signal
+    shares = max(clients + len(ids), 6)
+    variance = np.mean(noise_sample**2)
+    assert abs(variance - shares * unit) < 5 * shares * unit * math.sqrt(
+        2.0 / dim), (t, variance / unit)
+    if clients == 2:
+      short.append(variance)
+  # Short rounds hold the accounted noise (2 or 3 shares: 1/3 or 1/2 of
+  # it), and the event accounted is z_eff's, as for full rounds.
+  assert np.mean(short) > 0.95 * accounted
+  event = canary_aggregator.extract_dp_event_from_state(state)
+  full = distributed_dp.calibrate(
+      z, 1.0, cohort, dim, distributed_dp.DistributedDP(bits=20, noise=noise))
+  assert event.noise_multiplier == pytest.approx(full.noise_multiplier,
+                                                 rel=1e-6)
+
+
 def test_discrete_gaussian_sampler_has_its_variance():
-  samples = canary_aggregator._discrete_gaussian(3, tf.constant([200_000]))
+  samples = distributed_dp_aggregator._discrete_gaussian(
+      3, tf.constant([200_000]))
   expected = distributed_dp.discrete_gaussian_variance(3)
   assert abs(np.var(samples.numpy()) - expected) < 5 * expected * math.sqrt(
       2.0 / 200_000)
@@ -137,7 +186,7 @@ def test_discrete_gaussian_sampler_has_its_variance():
 def test_canary_survives_rotation_discretization_and_modulus_without_noise():
   dp = canary_spec.DPAggregation(noise_multiplier=0.0, clients_per_round=3.0,
                                  clip=1.0)
-  factory = canary_aggregator.CanaryDistributedDPFactory(
+  factory = distributed_dp_aggregator.CanaryDistributedDPFactory(
       dp, distributed_dp.DistributedDP(bits=20), _spec([[0], [1]]),
       rotation_seed=5)
   process = factory.create(VALUE_TYPE)

@@ -25,7 +25,7 @@ import tiny_run
 from experiments import train_config
 from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
-from one_shot_epe.tff_engine import canary_aggregator
+from one_shot_epe.tff_engine import distributed_dp_aggregator
 from one_shot_epe.tff_engine import runtime
 
 DIM = 20
@@ -106,7 +106,8 @@ def test_calibration_and_epsilon_match_tffs_skellam_factory():
 
 
 def test_skellam_sampler_has_its_variance():
-  samples = canary_aggregator._skellam(7.3, tf.constant([200_000])).numpy()
+  samples = distributed_dp_aggregator._skellam(
+      7.3, tf.constant([200_000])).numpy()
   assert samples.dtype == np.int64
   expected = 7.3**2
   assert abs(np.var(samples) - expected) < 5 * expected * math.sqrt(
@@ -120,7 +121,7 @@ def test_decoded_skellam_noise_has_the_summed_variance():
   spec = canary_spec.CanarySpec(seed=3, num_seen=2, num_unseen=2,
                                 schedule=[[]] * 6, canary_clip='project',
                                 repetitions=1)
-  factory = canary_aggregator.CanaryDistributedDPFactory(
+  factory = distributed_dp_aggregator.CanaryDistributedDPFactory(
       dp, distributed_dp.DistributedDP(bits=16, noise='skellam'), spec,
       rotation_seed=1)
   with runtime.local_cpp_context():

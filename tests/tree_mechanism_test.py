@@ -1,15 +1,17 @@
 """Tests of `--mechanism=tree` (DP-FTRL tree aggregation, TFF engine).
 
 Independent truths: the tree's 0/1 node-by-round matrix built here by
-brute force (a record's node shift), the noise of the canary aggregator's own
+brute force (a record's node shift; a client's largest shift over its
+participation patterns, enumerated), the noise of the canary aggregator's own
 tree process measured over many coordinates (the final prefix sum's
 variance), the Gaussian mechanism's exact delta(eps) written out with
-scipy (the analytical epsilons), dp_accounting's RDP accountant composed
-here (the accounted epsilon), and the launcher's flags, exit status and
+scipy (the analytical epsilons), dp_accounting's PLD accountant of a
+Gaussian event and its RDP of the tree event (the accounted epsilon), and the launcher's flags, exit status and
 report.json.
 """
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -143,7 +145,7 @@ def test_analytical_epsilons_are_the_closed_form_gaussians():
   assert math.isinf(tree_aggregation.canary_epsilon(0.0, delta, tree).epsilon)
 
 
-# The accounted epsilon: dp_accounting's tree event, its RDP accountant.
+# The accounted epsilon: the exact Gaussian of a client's largest shift.
 
 
 def _rdp_epsilon(event: dp_accounting.DpEvent, delta: float,
@@ -154,32 +156,103 @@ def _rdp_epsilon(event: dp_accounting.DpEvent, delta: float,
   return accountant.get_epsilon(delta)
 
 
-def test_accounted_epsilon_is_dp_accountings_tree_event():
+def _pld_epsilon(noise_multiplier: float, delta: float) -> float:
+  """dp_accounting's PLD of one Gaussian event (sensitivity 1)."""
+  accountant = dp_accounting.pld.PLDAccountant(
+      value_discretization_interval=1e-5)
+  accountant.compose(dp_accounting.GaussianDpEvent(noise_multiplier))
+  return accountant.get_epsilon(delta)
+
+
+def _brute_force_shift(rounds: int, rounds_per_epoch: int) -> float:
+  """max ||A (e_t1 + ... + e_tE)|| over one round per epoch, enumerated."""
+  matrix = _tree_matrix(rounds)
+  epochs = [range(start, min(start + rounds_per_epoch, rounds))
+            for start in range(0, rounds, rounds_per_epoch)]
+  return max(np.linalg.norm(matrix[:, list(pattern)].sum(axis=1))
+             for pattern in itertools.product(*epochs))
+
+
+def test_worst_case_node_norm_is_the_brute_force_maximum():
+  checked = 0
+  for rounds in range(1, 17):
+    for per_epoch in range(1, rounds + 1):
+      if per_epoch ** math.ceil(rounds / per_epoch) > 3000:
+        continue
+      assert tree_aggregation.worst_case_node_norm(
+          rounds, per_epoch) == pytest.approx(
+              _brute_force_shift(rounds, per_epoch), rel=1e-12), (
+                  rounds, per_epoch)
+      checked += 1
+  assert checked > 80
+  # Two epochs of trees not a power of two (the last epoch partial).
+  for rounds in (21, 37, 50):
+    per_epoch = math.ceil(rounds / 2)
+    assert tree_aggregation.worst_case_node_norm(
+        rounds, per_epoch) == pytest.approx(
+            _brute_force_shift(rounds, per_epoch), rel=1e-12)
+  # One epoch: sqrt(depth); one round per epoch: every round's shift.
+  for rounds in (5, 64, 1000):
+    assert tree_aggregation.worst_case_node_norm(
+        rounds, rounds) == pytest.approx(math.sqrt(rounds.bit_length()))
+  assert tree_aggregation.worst_case_node_norm(24, 1) == pytest.approx(
+      np.linalg.norm(_tree_matrix(24).sum(axis=1)))
+  with pytest.raises(ValueError, match='rounds_per_epoch'):
+    tree_aggregation.worst_case_node_norm(8, 0)
+
+
+def test_one_epoch_is_dp_accountings_tree_event_converted_exactly():
   z, delta, num_clients, per_round = 1.3, 1e-6, 40, 5
-  # One shuffled epoch (8 rounds): the event's own assumption.
+  # One shuffled epoch (8 rounds, depth 4): dp_accounting's tree event has
+  # the RDP of one Gaussian at z / sqrt(4); the exact eps of that Gaussian
+  # is its PLD's, below the RDP conversion.
   one_epoch = dp_fedavg.Participation('shuffle', per_round, num_clients, 8)
   got = tree_aggregation.client_epsilon(z, delta, 8, one_epoch)
-  assert got.epsilon == pytest.approx(_rdp_epsilon(
+  tree_event = _rdp_epsilon(
       dp_accounting.SingleEpochTreeAggregationDpEvent(z, 8), delta,
-      _REPLACE_SPECIAL), rel=1e-9)
+      _REPLACE_SPECIAL)
+  assert _rdp_epsilon(dp_accounting.GaussianDpEvent(z / 2), delta,
+                      _REPLACE_SPECIAL) == pytest.approx(tree_event, rel=1e-9)
+  assert got.epsilon == pytest.approx(_pld_epsilon(z / 2, delta), rel=1e-3)
+  assert got.epsilon < tree_event
   assert 'SingleEpochTreeAggregationDpEvent' in got.mechanism
-  assert 'RDP' in got.mechanism
-  # Three epochs in one tree (24 rounds, depth 5): sensitivity <= 3 sqrt(5),
-  # the RDP of one Gaussian at z / (3 sqrt(5)).
+
+
+def test_epochs_are_accounted_at_their_worst_pattern():
+  z, delta, num_clients, per_round = 1.3, 1e-6, 40, 5
+  # Three epochs of 8 rounds in one tree of 24: the brute-force worst
+  # pattern, below the old bound 3 sqrt(depth) = 3 sqrt(5).
   three = dp_fedavg.Participation('shuffle', per_round, num_clients, 24)
   got = tree_aggregation.client_epsilon(z, delta, 24, three)
-  assert got.epsilon == pytest.approx(_rdp_epsilon(
-      dp_accounting.GaussianDpEvent(z / (3 * math.sqrt(5))), delta),
-                                      rel=1e-9)
-  assert 'upper bound' in got.mechanism
+  shift = _brute_force_shift(24, 8)
+  assert shift < 3 * math.sqrt(5)
+  assert got.epsilon == pytest.approx(_pld_epsilon(z / shift, delta),
+                                      rel=1e-3)
+  assert '3 shuffled epochs of 8 rounds' in got.mechanism
+  # The issue's settings: T = 8 and 16 rounds in 2 epochs, z = 1: shifts
+  # sqrt(10) and sqrt(12) (the root counts 2), RDP 19.1 and 21.4 where the
+  # old bound (the tree event at z / 2) gave 25.9 and 30.1.
+  for rounds, squares, rdp, old in ((8, 10, 19.05, 25.93),
+                                    (16, 12, 21.44, 30.13)):
+    two = dp_fedavg.Participation('shuffle', 1, rounds // 2, rounds)
+    got = tree_aggregation.client_epsilon(1.0, 1e-5, rounds, two)
+    assert _brute_force_shift(rounds, rounds // 2)**2 == pytest.approx(squares)
+    assert _rdp_epsilon(dp_accounting.GaussianDpEvent(squares**-0.5),
+                        1e-5) == pytest.approx(rdp, abs=0.01)
+    assert _rdp_epsilon(dp_accounting.SingleEpochTreeAggregationDpEvent(
+        0.5, rounds), 1e-5, _REPLACE_SPECIAL) == pytest.approx(old, abs=0.01)
+    assert got.epsilon == pytest.approx(_pld_epsilon(squares**-0.5, 1e-5),
+                                        rel=1e-3)
   # Poisson sampling: no amplification, a client in every round: the
   # all-ones column sum of the tree matrix.
   poisson = dp_fedavg.Participation('poisson', per_round, num_clients, 24)
   got = tree_aggregation.client_epsilon(z, delta, 24, poisson)
   every = np.linalg.norm(_tree_matrix(24).sum(axis=1))
-  assert got.epsilon == pytest.approx(_rdp_epsilon(
-      dp_accounting.GaussianDpEvent(z / every), delta), rel=1e-9)
+  assert got.epsilon == pytest.approx(_pld_epsilon(z / every, delta),
+                                      rel=1e-3)
   assert 'does not amplify' in got.mechanism
+  assert math.isinf(tree_aggregation.client_epsilon(0.0, delta, 24,
+                                                    poisson).epsilon)
 
 
 # CanaryAudit.report under tree aggregation.
@@ -252,9 +325,10 @@ def test_launcher_reports_the_trees_epsilons(tree_run):
   # Both rounds lie under 2 complete nodes ([t] and [0, 2)).
   assert _gaussian_delta(report['analytical_epsilon'],
                          math.sqrt(2) / z) == pytest.approx(delta, rel=1e-6)
-  assert report['accounted_epsilon'] == pytest.approx(_rdp_epsilon(
-      dp_accounting.SingleEpochTreeAggregationDpEvent(z, 2), delta,
-      _REPLACE_SPECIAL), rel=1e-9)
+  # A client once in the 2 rounds: the tree event's Gaussian at z / sqrt(2),
+  # converted exactly.
+  assert report['accounted_epsilon'] == pytest.approx(
+      _pld_epsilon(z / math.sqrt(2), delta), rel=1e-3)
   # The final model: the prefix at T = 2, one node, efficient weight 2 / 3.
   assert _gaussian_delta(report['last_iterate_epsilon'],
                          1 / (z * math.sqrt(2 / 3))) == pytest.approx(

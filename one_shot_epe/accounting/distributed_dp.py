@@ -24,7 +24,11 @@ L2 sensitivity after rounding, s times the inflated bound of Kairouz et al.
 z_eff = sqrt(n) sigma_l / (s S_inflated). This drops the tau term of their
 Theorem 1 (the sum of discrete Gaussians is not exactly one; tau <=
 10 sum_{k<n} exp(-2 pi^2 sigma_l^2 k / (k + 1)) is about 1e-8 at sigma_l = 1
-and smaller above), and it assumes that all n expected noise shares arrive.
+and smaller above). It needs at least n shares in every round: with
+Bernoulli or Poisson sampling or dropouts a round may have m < n records,
+and the TFF engine's server then adds the n - m missing shares
+(`tff_engine.distributed_dp_aggregator`), so the accounting holds in every
+round and is unchanged for full ones.
 The accounted and analytical epsilons of a distributed-DP run are those of
 z_eff; the one-shot estimates are of the decoded aggregates themselves.
 
@@ -63,8 +67,10 @@ __all__ = ['ACCOUNTING', 'DDP_MAX_BITS', 'DDP_NOISES', 'DistributedDP',
 ACCOUNTING = ('Gaussian approximation: the sum of n local discrete Gaussians '
               'of parameter sigma_l as one Gaussian of std sqrt(n) sigma_l, '
               'against the scaled inflated L2 bound (tau term of Kairouz et '
-              'al. 2021, Thm 1, dropped); rotation and discretization are '
-              'inside the mechanism, decoding is post-processing')
+              'al. 2021, Thm 1, dropped); a round of fewer than n records '
+              'gets the missing shares from the server; rotation and '
+              'discretization are inside the mechanism, decoding is '
+              'post-processing')
 # How a distributed Skellam run is accounted (the module docstring says more).
 SKELLAM_ACCOUNTING = (
     'accounted and analytical eps: Gaussian approximation z_eff = sqrt(n) '

@@ -282,8 +282,10 @@ class TreeAggregation:
       facts: The run's facts; `rounds` and `schedule` are needed.
 
     Returns:
-      The canary's eps over every node it shifts, a real client's eps from
-      dp_accounting's tree event (RDP), the final model's noised prefix sum.
+      The canary's eps over every node it shifts, a real client's exact eps
+      at its largest node shift over its participation patterns
+      (`tree_aggregation.client_epsilon`), the final model's noised prefix
+      sum.
 
     Raises:
       ValueError: if `facts.rounds` or `facts.schedule` is None.

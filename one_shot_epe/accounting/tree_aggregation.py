@@ -42,26 +42,35 @@ The references of a run's report (`run_report.build_run_report`):
   1 / (2 - 2^-l)). So mu = K / (z sqrt(v(T))). Exact for a linear loss and
   server SGD; a heuristic otherwise, like `dp_fedavg.last_iterate_epsilon`
   (which is this with v(T) = T for independent noise).
-* `client_epsilon`, a real client's accounted eps: dp_accounting's
-  `SingleEpochTreeAggregationDpEvent` with its RDP accountant (the only one
-  that supports it; neighbouring relation REPLACE_SPECIAL, a client's
-  records replaced by zeros). That event assumes each record at most once
-  in the tree, i.e. sensitivity sqrt(depth) S. A run of one shuffled epoch
-  is exactly that. Over E > 1 shuffled epochs (one tree, no restart: the
-  event's composition over several trees does not apply) a client's shift
-  is at most E sqrt(depth) S (at each of the depth levels the node counts
-  k_n sum to at most E, so sum_n k_n^2 <= E^2), accounted as the event at
-  noise multiplier z / E. Bernoulli or Poisson sampling: tree aggregation's
-  accounting claims no amplification by sampling, so the client is
-  accounted in every round (shift `tree_node_norm` of all T rounds, the
-  most any pattern can reach, as the event at z sqrt(depth) / that norm).
+* `client_epsilon`, a real client's accounted eps, exact. A client takes
+  part in rounds t_1..t_r with records of norm <= S (zeros when it is
+  replaced: REPLACE_SPECIAL, dp_accounting's relation for the tree) and
+  shifts node n by at most k_n S (k_n of its rounds under n; equality when
+  its records share one direction), so the nodes are one Gaussian mechanism
+  at mu = max over the client's possible rounds of sqrt(sum_n k_n^2) / z,
+  with the exact eps of `estimation.gaussian_epsilon` (Balle and Wang 2018;
+  the PLD of dp_accounting's Gaussian event is the same). The nodes are
+  released over the rounds and a client's later records may depend on
+  earlier releases; for Gaussian noise an adaptive stream has the guarantee
+  of the non-adaptive one (Denisov et al. 2022, "Improved Differential
+  Privacy for SGD via Optimal Private Linear Operators on Adaptive
+  Streams"; over several participations, Choquette-Choo et al. 2023,
+  "Multi-Epoch Matrix Factorization Mechanisms for Private Machine
+  Learning"). The possible rounds: one shuffled epoch of R rounds, one round
+  anywhere (mu = sqrt(depth) / z, dp_accounting's
+  `SingleEpochTreeAggregationDpEvent`, whose RDP conversion is looser);
+  E > 1 shuffled epochs in one tree (no restart), one round in each block
+  [e R, (e + 1) R) (`worst_case_node_norm`: the largest shift over these
+  patterns, by a dynamic program over the tree's nodes); Bernoulli or
+  Poisson sampling, which tree aggregation's accounting does not amplify:
+  every round (`tree_node_norm` of all T rounds, the most any pattern can
+  reach).
 """
 
 import dataclasses
 import math
 from collections.abc import Sequence
 
-import dp_accounting
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -71,7 +80,7 @@ from one_shot_epe import validation
 
 __all__ = ['TreeAggregation', 'canary_epsilon', 'client_epsilon',
            'final_model_epsilon', 'tree_depth', 'tree_node_norm',
-           'tree_prefix_variance']
+           'tree_prefix_variance', 'worst_case_node_norm']
 
 
 def tree_depth(rounds: int) -> int:
@@ -136,6 +145,101 @@ def tree_node_norm(record_rounds: ArrayLike, rounds: int) -> float:
   values = _check_record_rounds(record_rounds, rounds)
   return math.sqrt(float(_node_sum_of_squares(
       np.zeros(values.size, np.int64), values, rounds, 1)[0]))
+
+
+def _epoch_span(epoch: int, rounds: int, rounds_per_epoch: int
+                ) -> tuple[int, int]:
+  """The rounds [start, end) of a 0-based shuffled epoch, cut at T."""
+  return (epoch * rounds_per_epoch,
+          min((epoch + 1) * rounds_per_epoch, rounds))
+
+
+def _worst_node_sum_of_squares(rounds: int, rounds_per_epoch: int) -> int:
+  """max sum_n k_n^2 over one round per epoch (checked arguments).
+
+  A dynamic program over the nodes of the perfect binary tree over the next
+  power of two >= T leaves (the nodes not within T weigh 0). For node n,
+  the epochs meeting its rounds are those inside it, whose rounds must all
+  be under n, and at most two crossing its ends, whose round may lie under
+  n or not. best(n)[S] is the largest sum of k_m^2 over the complete nodes
+  m under n when S is the set of crossing epochs whose round lies under n;
+  a parent joins its children's tables, each epoch's round under at most
+  one child and, for an epoch inside the parent, under exactly one.
+  """
+  leaves = 1 << max(rounds - 1, 0).bit_length()
+
+  def crossing(start: int, end: int) -> tuple[frozenset[int], int]:
+    """The epochs crossing [start, end)'s ends, and the count inside it."""
+    end = min(end, rounds)
+    if start >= end:
+      return frozenset(), 0
+    first, last = start // rounds_per_epoch, (end - 1) // rounds_per_epoch
+    cross = frozenset(
+        epoch for epoch in {first, last}
+        if _epoch_span(epoch, rounds, rounds_per_epoch)[0] < start or
+        _epoch_span(epoch, rounds, rounds_per_epoch)[1] > end)
+    return cross, last - first + 1 - len(cross)
+
+  # Level 0: one table per leaf.
+  tables = []
+  for leaf in range(leaves):
+    cross, inside = crossing(leaf, leaf + 1)
+    if cross:
+      tables.append({frozenset(): 0, cross: 1})
+    else:
+      tables.append({frozenset(): inside})
+  size = 1
+  while len(tables) > 1:
+    size *= 2
+    parents = []
+    for index in range(len(tables) // 2):
+      start = index * size
+      cross, inside = crossing(start, start + size)
+      weight = 1 if start + size <= rounds else 0
+      child_cross = crossing(start, start + size // 2)[0] | crossing(
+          start + size // 2, start + size)[0]
+      must = child_cross - cross
+      table: dict[frozenset[int], int] = {}
+      for left, left_value in tables[2 * index].items():
+        for right, right_value in tables[2 * index + 1].items():
+          if left & right or not must <= (left | right):
+            continue
+          chosen = (left | right) & cross
+          value = (left_value + right_value +
+                   weight * (inside + len(chosen))**2)
+          if value > table.get(chosen, -1):
+            table[chosen] = value
+      parents.append(table)
+    tables = parents
+  (root,) = tables
+  return max(value for chosen, value in root.items()
+             if chosen == crossing(0, leaves)[0])
+
+
+def worst_case_node_norm(rounds: int, rounds_per_epoch: int) -> float:
+  """A client's largest shift of the tree over shuffled epochs, in clip norms.
+
+  The client takes part once in each epoch [e R, (e + 1) R) of the T rounds
+  (a last, partial epoch included); the largest `tree_node_norm` over those
+  patterns: sqrt(depth) for one epoch, `tree_node_norm` of every round for
+  R = 1. Exact, by a dynamic program over the tree (`tree_depth` levels,
+  O(T) nodes, each joining at most 4 x 4 states).
+
+  Args:
+    rounds: T >= 1, the tree's leaves.
+    rounds_per_epoch: R >= 1, the rounds of a shuffled epoch.
+
+  Returns:
+    max over (t_1, ..., t_E), t_e in epoch e, of sqrt(sum_n k_n^2).
+
+  Raises:
+    ValueError: if an argument is out of range.
+  """
+  rounds = validation.check_int('rounds', rounds, 1)
+  rounds_per_epoch = validation.check_int('rounds_per_epoch',
+                                          rounds_per_epoch, 1)
+  return math.sqrt(float(_worst_node_sum_of_squares(rounds,
+                                                    rounds_per_epoch)))
 
 
 def tree_prefix_variance(rounds: int, efficient: bool) -> float:
@@ -296,12 +400,12 @@ def client_epsilon(noise_multiplier: float, delta: float, rounds: int,
                    ) -> dp_fedavg.MechanismEpsilon:
   """Accounted eps of a real client under tree aggregation (module doc).
 
-  dp_accounting's `SingleEpochTreeAggregationDpEvent` over the T rounds,
-  with its `RdpAccountant` (REPLACE_SPECIAL), at z divided by the client's
-  sensitivity multiplier m: 1 for one shuffled epoch (the event's own
-  assumption), min(E, every round's) for E shuffled epochs, every round's
-  (`tree_node_norm` of all T rounds / sqrt(depth)) for Bernoulli or Poisson
-  sampling or when no participation is given.
+  The exact eps of one Gaussian mechanism at mu = m / z, m the client's
+  largest shift of the tree's nodes over S: `worst_case_node_norm` over the
+  shuffled epochs of `participation` (sqrt(depth) for one epoch, the
+  sensitivity of dp_accounting's `SingleEpochTreeAggregationDpEvent`), or
+  `tree_node_norm` of every round for Bernoulli or Poisson sampling or when
+  no participation is given.
 
   Args:
     noise_multiplier: z >= 0, each node's noise std over the clip.
@@ -321,41 +425,31 @@ def client_epsilon(noise_multiplier: float, delta: float, rounds: int,
   delta = validation.check_probability('delta', delta)
   rounds = validation.check_int('rounds', rounds, 1)
   depth = tree_depth(rounds)
-  every_round = tree_node_norm(np.arange(rounds), rounds) / math.sqrt(depth)
   if participation is None:
-    multiplier = every_round
-    shift = every_round * math.sqrt(depth)
-    how = (f'a client in every one of the {rounds} rounds (no sampling '
-           f'given): shift sqrt(sum_n k_n^2) = {shift:.4g} clip norms, as '
-           f'the event at z / {every_round:.4g}')
+    shift = tree_node_norm(np.arange(rounds), rounds)
+    how = f'a client in every one of the {rounds} rounds (no sampling given)'
   elif not isinstance(participation, dp_fedavg.Participation):
     raise TypeError('participation must be an dp_fedavg.Participation; got '
                     f'{type(participation).__name__}.')
   elif participation.sampling == 'shuffle':
+    rounds_per_epoch = math.ceil(participation.num_clients /
+                                 participation.clients_per_round)
     epochs = dataclasses.replace(participation, rounds=rounds).epochs
-    multiplier = 1.0 if epochs == 1 else min(float(epochs), every_round)
+    shift = worst_case_node_norm(rounds, rounds_per_epoch)
     how = ('one shuffled epoch: each client at most once in the tree, the '
-           "event's own assumption" if epochs == 1 else
-           f'{epochs} shuffled epochs in one tree (no restart): a client\'s '
-           f'shift at most {multiplier:.4g} sqrt(depth) clip norms, as the '
-           f'event at z / {multiplier:.4g} (an upper bound)')
+           'sensitivity sqrt(depth) of dp_accounting\'s '
+           'SingleEpochTreeAggregationDpEvent' if epochs == 1 else
+           f'{epochs} shuffled epochs of {rounds_per_epoch} rounds in one '
+           'tree (no restart): the largest shift over one round per epoch')
   else:
-    multiplier = every_round
+    shift = tree_node_norm(np.arange(rounds), rounds)
     how = (f'{participation.sampling} sampling, which tree aggregation\'s '
            'accounting does not amplify: a client accounted in every one of '
-           f'the {rounds} rounds, as the event at z / {every_round:.4g}')
+           f'the {rounds} rounds')
   description = (
-      f'a real client under tree aggregation: dp_accounting '
-      f'SingleEpochTreeAggregationDpEvent(z = {z:g}, {rounds} steps, depth '
-      f'{depth}), RDP accountant (its conversion to (eps, delta) is looser '
-      'than the exact Gaussian eps of the same shift), neighbours by '
-      f'replacement with zeros; {how}')
-  if z == 0:
-    return dp_fedavg.MechanismEpsilon(math.inf, description)
-  accountant = dp_accounting.rdp.RdpAccountant(
-      neighboring_relation=(
-          dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_SPECIAL))
-  accountant.compose(dp_accounting.SingleEpochTreeAggregationDpEvent(
-      z / multiplier, rounds))
-  return dp_fedavg.MechanismEpsilon(float(accountant.get_epsilon(delta)),
-                                     description)
+      f'a real client under tree aggregation ({rounds} leaves, depth '
+      f'{depth}, one tree): one Gaussian mechanism at mu = max '
+      f'sqrt(sum_n k_n^2) / z = {shift:.4g} / {z:g}, its exact eps, '
+      f'neighbours by replacement with zeros; {how}')
+  mu = math.inf if z == 0 else shift / z
+  return dp_fedavg.MechanismEpsilon(_gaussian(mu, delta), description)

@@ -10,6 +10,9 @@ Modules:
   canaries: canary directions in TensorFlow, a pure function of (seed, id).
   seeded_queries: tensorflow-privacy's Gaussian queries with seeded noise.
   canary_aggregator: the TFF aggregator: DP-FedAvg + canary injection.
+  dp_queries: the canary aggregator's tensorflow_privacy DP queries.
+  distributed_dp_aggregator: distributed DP (secure sum of the clients'
+    noise shares) + canary injection.
   cosine_tracking: the blocks of buffered rounds scored in TensorFlow and
     folded into `runtime.cosine_buffer` (exact max-over-rounds cosines).
   final_model: canary cosines with the final model (Algorithm 2).

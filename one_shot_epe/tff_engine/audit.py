@@ -64,6 +64,7 @@ from one_shot_epe.tff_engine import audit_state_manager
 from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe.tff_engine import canary_observer
 from one_shot_epe.tff_engine import cosine_tracking
+from one_shot_epe.tff_engine import distributed_dp_aggregator
 
 __all__ = ['CanaryAudit']
 
@@ -264,7 +265,7 @@ class CanaryAudit:
   def aggregator(
       self, record_specs: Any = None
   ) -> (canary_aggregator.CanaryDPFactory |
-        canary_aggregator.CanaryDistributedDPFactory):
+        distributed_dp_aggregator.CanaryDistributedDPFactory):
     """The factory of the `dp` and `mechanism` given to `from_spec`.
 
     Args:
@@ -273,9 +274,8 @@ class CanaryAudit:
 
     Returns:
       `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`;
-      under distributed DP `canary_aggregator.CanaryDistributedDPFactory(
-      dp, params, spec, noise_seed)` (the noise seed seeds the rotations);
-      under tree aggregation the tree's at dp's noise multiplier and clip.
+      under distributed DP `distributed_dp_aggregator`'s factory (the noise
+      seed seeds the rotations); under tree aggregation the tree's.
 
     Raises:
       ValueError: if the audit was not built from a `dp`, or tree
@@ -296,7 +296,7 @@ class CanaryAudit:
           spec=self.spec, noise_seed=self._noise_seed,
           use_efficient=mechanism.efficient)
     if isinstance(mechanism, mechanisms.DistributedDP):
-      return canary_aggregator.CanaryDistributedDPFactory(
+      return distributed_dp_aggregator.CanaryDistributedDPFactory(
           self._dp, mechanism.params, self.spec, self._noise_seed)
     return canary_aggregator.CanaryDPFactory.from_spec(
         self._dp, self.spec, self._noise_seed)

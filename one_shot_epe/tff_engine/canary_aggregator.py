@@ -15,7 +15,8 @@ Each round t (0-based count of `next` calls):
    clients per round (`NormalizedQuery`), as
    `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed/_adaptive` do;
    or DP-FTRL's tree aggregation (`tree_aggregation`, tensorflow_privacy's
-   `TreeResidualSumQuery`, as `DifferentiallyPrivateFactory.tree_aggregation`).
+   `TreeResidualSumQuery`, as `DifferentiallyPrivateFactory.tree_aggregation`;
+   `dp_queries` builds the queries).
    The clipped records are aggregated over clients by the process of
    `record_aggregation_factory` (default `tff.aggregators.SumFactory`; any
    factory that sums without raising the records' sensitivity, as in TFF).
@@ -57,13 +58,9 @@ The canaries' per-round measurements stay compact (no d-sized vectors): `clip`
 (||rho_bar_t||); the per-round cosine summaries come from the tracker
 (`CosineTracker.observe`).
 
-Distributed DP (`CanaryDistributedDPFactory`): the clients add the noise
-themselves, as discrete Gaussian shares, and a secure sum adds their rotated,
-discretized records modulo 2^b (TFF's `DistributedDpSumFactory`); the
-canaries are encoded by the same function as the clients' records and join
-the modular sum, so they meet the same rotation, scaling, rounding, noise
-shares and modulus, and their cosines are taken with the decoded mean
-(`one_shot_epe.accounting.distributed_dp` has the calibration and the accounting).
+Distributed DP (clients' noise shares summed by secure aggregation) is
+`distributed_dp_aggregator.CanaryDistributedDPFactory`, whose process has
+this module's state (`CanaryAggregatorState`) and measurements.
 
 Sign convention: the result is the noised mean *update* in the sense of
 `tff.learning` (client update = initial - trained weights), and the server
@@ -74,8 +71,6 @@ inserted canaries have positive cosines.
 
 import collections
 import contextlib
-import math
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import dp_accounting
@@ -83,16 +78,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
-from tensorflow_privacy.privacy.dp_query import discrete_gaussian_utils
 
 from one_shot_epe.design import canary_spec
-from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.tff_engine import canaries
+from one_shot_epe.tff_engine import dp_queries
 from one_shot_epe.tff_engine import seeded_queries
-from one_shot_epe import validation
 
 __all__ = ['CANARY_MEASUREMENTS', 'CanaryAggregatorState', 'CanaryDPFactory',
-           'CanaryDistributedDPFactory', 'extract_dp_event_from_state']
+           'check_value_type', 'extract_dp_event_from_state']
 
 # The measurements of the canaries, after TFF's `dp_query_metrics` and `dp`.
 CANARY_MEASUREMENTS = ('clip', 'canaries_inserted', 'aggregate_norm')
@@ -119,76 +112,6 @@ class CanaryAggregatorState(NamedTuple):
   is_init_state: Any
   round_num: Any
   aggregate: Any
-
-
-# TFF's names of the `canary_spec.DPAggregation` fields it names otherwise.
-_TFF_ARGUMENT_NAMES = (('initial_clip', 'initial_l2_norm_clip'),
-                       ('clip_learning_rate', 'learning_rate'))
-
-
-def _dp_aggregation(**fields: Any) -> canary_spec.DPAggregation:
-  """`canary_spec.DPAggregation(**fields)`, its errors naming TFF's arguments.
-
-  The dataclass is the one check of the DP arguments; the factory methods
-  take TFF's names, so its message is rewritten to name the argument given.
-  """
-  try:
-    return canary_spec.DPAggregation(**fields)
-  except ValueError as error:
-    message = str(error)
-    for field, argument in _TFF_ARGUMENT_NAMES:
-      if message.startswith(f'{field} '):
-        raise type(error)(argument + message[len(field):]) from None
-    raise
-
-
-def _fixed_query(dp: canary_spec.DPAggregation,
-                 seeded: bool) -> tfp.SumAggregationDPQuery:
-  """The normalised Gaussian sum query of a fixed clip (`dp` checked)."""
-  clip = float(dp.clip)
-  stddev = clip * float(dp.noise_multiplier)
-  if seeded:
-    sum_query = seeded_queries.SeededGaussianSumQuery(
-        l2_norm_clip=clip, stddev=stddev, stream=seeded_queries.UPDATE_STREAM)
-  else:
-    sum_query = tfp.GaussianSumQuery(l2_norm_clip=clip, stddev=stddev)
-  return tfp.NormalizedQuery(sum_query,
-                             denominator=float(dp.clients_per_round))
-
-
-def _adaptive_query(dp: canary_spec.DPAggregation,
-                    seeded: bool) -> tfp.SumAggregationDPQuery:
-  """The normalised adaptive-clip query of `dp` (checked), geometric update."""
-  query_class = (seeded_queries.SeededQuantileAdaptiveClipSumQuery if seeded
-                 else tfp.QuantileAdaptiveClipSumQuery)
-  clients_per_round = float(dp.clients_per_round)
-  # tensorflow_privacy's argument order: initial clip, noise multiplier,
-  # target quantile, learning rate, count stddev, expected records,
-  # geometric update.
-  return tfp.NormalizedQuery(
-      query_class(float(dp.initial_clip), dp.update_noise_multiplier,
-                  float(dp.target_unclipped_quantile),
-                  float(dp.clip_learning_rate), float(dp.count_stddev),
-                  clients_per_round, True),
-      denominator=clients_per_round)
-
-
-def _check_noise_and_cohort(noise_multiplier: float,
-                            clients_per_round: float) -> tuple[float, float]:
-  """Tree aggregation's z >= 0 and expected cohort > 0."""
-  return (validation.check_real('noise_multiplier', noise_multiplier, low=0.0),
-          validation.check_real('clients_per_round', clients_per_round,
-                                low=0.0, low_open=True))
-
-
-def _fixed_clip(params: Any) -> tf.Tensor:
-  """Clip norm in the sample params of NormalizedQuery(GaussianSumQuery)."""
-  return params
-
-
-def _adaptive_clip(params: Any) -> tf.Tensor:
-  """Clip norm in the sample params of NormalizedQuery(QuantileAdaptive...)."""
-  return params.sum_params
 
 
 class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -232,11 +155,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     """
     if not isinstance(dp, canary_spec.DPAggregation):
       raise TypeError(f'dp must be a canary_spec.DPAggregation; got {dp!r}.')
-    seeded = noise_seed is not None
-    if dp.adaptive:
-      query, clip_from_params = _adaptive_query(dp, seeded), _adaptive_clip
-    else:
-      query, clip_from_params = _fixed_query(dp, seeded), _fixed_clip
+    query, clip_from_params = dp_queries.gaussian_query(
+        dp, noise_seed is not None)
     return cls(query, clip_from_params, spec, noise_seed,
                record_aggregation_factory, dp=dp)
 
@@ -252,7 +172,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     `from_spec` of `canary_spec.DPAggregation(noise_multiplier,
     clients_per_round, clip=clip)`, with TFF's argument names; see there.
     """
-    dp = _dp_aggregation(noise_multiplier=noise_multiplier,
+    dp = dp_queries.dp_aggregation(noise_multiplier=noise_multiplier,
                          clients_per_round=clients_per_round, clip=clip)
     return cls.from_spec(dp, spec, noise_seed, record_aggregation_factory)
 
@@ -279,7 +199,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     noise_multiplier is 0). `from_spec` of the `canary_spec.DPAggregation` of
     these arguments (TFF's names); see there for the rest.
     """
-    dp = _dp_aggregation(
+    dp = dp_queries.dp_aggregation(
         noise_multiplier=noise_multiplier, clients_per_round=clients_per_round,
         initial_clip=initial_l2_norm_clip,
         target_unclipped_quantile=target_unclipped_quantile,
@@ -322,27 +242,24 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       use_efficient: Whether to use the efficient tree estimator.
       record_aggregation_factory: Sums the clipped records (default
         `tff.aggregators.SumFactory`; see `__init__`).
+
+    Returns:
+      The factory.
+
+    Raises:
+      TypeError: as `dp_queries.tree_query` and `__init__`.
+      ValueError: as `dp_queries.tree_query`.
     """
-    noise_multiplier, clients_per_round = _check_noise_and_cohort(
-        noise_multiplier, clients_per_round)
-    l2_norm_clip = validation.check_real(
-        'l2_norm_clip', l2_norm_clip, low=0.0, low_open=True)
-    if noise_seed is not None:
-      noise_seed = canary_spec.check_seed(noise_seed, 'noise_seed')
-    if not isinstance(use_efficient, bool):
-      raise TypeError(f'use_efficient must be a bool; got {use_efficient!r}.')
-    specs = tf.nest.flatten(record_specs)
-    if not specs or not all(isinstance(s, tf.TensorSpec) for s in specs):
-      raise TypeError('record_specs must be a structure of tf.TensorSpec; '
-                      f'got {record_specs!r}.')
-    sum_query = tfp.TreeResidualSumQuery.build_l2_gaussian_query(
-        l2_norm_clip, noise_multiplier, record_specs, noise_seed=noise_seed,
+    query, clip_from_params = dp_queries.tree_query(
+        noise_multiplier=noise_multiplier,
+        clients_per_round=clients_per_round, l2_norm_clip=l2_norm_clip,
+        record_specs=record_specs, noise_seed=noise_seed,
         use_efficient=use_efficient)
-    query = tfp.NormalizedQuery(sum_query, denominator=clients_per_round)
-    return cls(query, _fixed_clip, spec, None, record_aggregation_factory)
+    return cls(query, clip_from_params, spec, None,
+               record_aggregation_factory)
 
   def __init__(self, query: tfp.SumAggregationDPQuery,
-               clip_from_params: Callable[[Any], tf.Tensor],
+               clip_from_params: dp_queries.ClipFromParams,
                spec: canary_spec.CanarySpec, noise_seed: int | None = None,
                record_aggregation_factory: (
                    tff.aggregators.UnweightedAggregationFactory | None
@@ -524,7 +441,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     params, the record aggregation process sums them, and the server adds the
     canaries' records and calls `get_noised_result`.
     """
-    specs = _check_value_type(value_type)
+    specs = check_value_type(value_type)
     dim = canaries.flat_size(specs)
     core_fields = self._core_fields()
 
@@ -589,281 +506,6 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-def _fwht(x: tf.Tensor) -> tf.Tensor:
-  """The normalised Walsh-Hadamard transform of each row of x [m, n].
-
-  n is a power of two; H / sqrt(n) is symmetric and orthogonal, hence its
-  own inverse.
-  """
-  size = int(x.shape[1])
-  half = 1
-  y = x
-  while half < size:
-    pairs = tf.reshape(y, [-1, size // (2 * half), 2, half])
-    first, second = pairs[:, :, 0, :], pairs[:, :, 1, :]
-    y = tf.reshape(tf.stack([first + second, first - second], axis=2),
-                   [-1, size])
-    half *= 2
-  return y / math.sqrt(size)
-
-
-def _discrete_gaussian(sigma: int, shape: tf.Tensor) -> tf.Tensor:
-  """Samples of the discrete Gaussian N_Z(0, sigma^2), int64 of `shape`.
-
-  tensorflow_privacy's sampler, which `DistributedDiscreteGaussianSumQuery`
-  uses (Canonne et al. 2020: rejection from a discrete Laplace; its cost
-  does not grow with sigma).
-  """
-  if sigma == 0:
-    return tf.zeros(shape, tf.int64)
-  return discrete_gaussian_utils.sample_discrete_gaussian(
-      tf.constant(int(sigma), tf.int64), shape, dtype=tf.int64)
-
-
-def _skellam(stddev: float, shape: tf.Tensor) -> tf.Tensor:
-  """Samples of the symmetric Skellam of variance stddev^2, int64 of `shape`.
-
-  As tensorflow_privacy's `DistributedSkellamSumQuery`: the difference of
-  two Poisson(stddev^2 / 2) draws (Agarwal, Kairouz and Liu 2021).
-  """
-  if stddev == 0:
-    return tf.zeros(shape, tf.int64)
-  rate = 0.5 * float(stddev) ** 2
-  draws = tf.random.poisson(tf.concat([[2], shape], axis=0), rate,
-                            dtype=tf.float64)
-  return tf.cast(draws[0] - draws[1], tf.int64)
-
-
-def _random_signs(seed: tf.Tensor, size: int) -> tf.Tensor:
-  """Rademacher signs of the round's rotation, a pure function of `seed`."""
-  uniform = tf.random.stateless_uniform([size], seed=seed)
-  return tf.where(uniform < 0.5, -1.0, 1.0)
-
-
-class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
-  """Distributed discrete Gaussian aggregation, canaries as client records.
-
-  The distributed DP of TFF's `tff.aggregators.DistributedDpSumFactory(
-  mechanism='distributed_dgauss', rotation_type='hd')` at a fixed clip (with
-  `ddp.noise='skellam'`, `mechanism='distributed_skellam'`: Skellam shares,
-  and the L1 check of tensorflow_privacy's `DistributedSkellamSumQuery`),
-  with the parameters of `distributed_dp.calibrate`: every record is
-  encoded by one function (`_encode`): rotated by the round's randomized
-  Walsh-Hadamard transform (random signs, then H / sqrt(d_pad)), clipped to
-  S, scaled by s, stochastically rounded, noised with a local discrete
-  Gaussian (tensorflow_privacy's `DistributedDiscreteGaussianSumQuery`,
-  which also checks the record's norm against the inflated bound) and
-  reduced modulo 2^b. The clients' encodings are summed (the simulated
-  secure sum: `tff.federated_sum` of residues, reduced modulo 2^b); at the
-  server, the round's canaries are encoded by the same function (each with
-  its own rounding and noise share, as a client) and added modulo 2^b. The
-  sum is centred to [-2^(b-1), 2^(b-1)), divided by s, rotated back,
-  truncated to d and divided by the expected cohort (the DP-FedAvg mean of
-  Algorithm 3, line 9). Canaries are `Proj(c_j; S)` (or 1e4 S c_j / ||c_j||
-  for `canary_clip='clip'`, clipped to S by the encoding).
-
-  The state is a `CanaryAggregatorState`: `query_state` holds the rotation
-  seed, `dp_event` the Gaussian event of z_eff (`distributed_dp`), which
-  `extract_dp_event_from_state` returns as for `CanaryDPFactory`.
-  """
-
-  def __init__(self, dp: canary_spec.DPAggregation,
-               ddp: distributed_dp.DistributedDP,
-               spec: canary_spec.CanarySpec,
-               rotation_seed: int | None = None):
-    """Checks the arguments.
-
-    Args:
-      dp: The DP aggregation: a fixed clip S, z and the expected cohort
-        (`distributed_dp.calibrate` splits the noise into its rounded value
-        of shares).
-      ddp: The modulus and wrap-around probability.
-      spec: Canaries, schedule and tracking parameters.
-      rotation_seed: Seed of the rounds' rotations; None for one drawn by
-        `initialize`.
-
-    Raises:
-      TypeError: for an argument of the wrong type.
-      ValueError: for adaptive clipping (distributed DP here has a fixed
-        clip), or a `rotation_seed` out of [0, canary_spec.MAX_SEED].
-    """
-    if not isinstance(dp, canary_spec.DPAggregation):
-      raise TypeError(f'dp must be a canary_spec.DPAggregation; got {dp!r}.')
-    if not isinstance(ddp, distributed_dp.DistributedDP):
-      raise TypeError(f'ddp must be a distributed_dp.DistributedDP; got '
-                      f'{ddp!r}.')
-    if not isinstance(spec, canary_spec.CanarySpec):
-      raise TypeError(f'spec must be a canary_spec.CanarySpec; got {spec!r}.')
-    if dp.adaptive:
-      raise ValueError('distributed DP needs a fixed clip; got adaptive '
-                       'clipping (clip=None).')
-    if rotation_seed is not None:
-      rotation_seed = canary_spec.check_seed(rotation_seed, 'rotation_seed')
-    self._dp = dp
-    self._ddp = ddp
-    self._spec = spec
-    self._rotation_seed = rotation_seed
-    self._calibration: distributed_dp.DdpCalibration | None = None
-
-  @property
-  def dp(self) -> canary_spec.DPAggregation:
-    """The DP aggregation (clip, z, expected cohort)."""
-    return self._dp
-
-  @property
-  def ddp(self) -> distributed_dp.DistributedDP:
-    """The secure aggregation's modulus and wrap-around probability."""
-    return self._ddp
-
-  @property
-  def spec(self) -> canary_spec.CanarySpec:
-    """The canaries, schedule and tracking this factory was built with."""
-    return self._spec
-
-  def calibration(self, dim: int) -> distributed_dp.DdpCalibration:
-    """The mechanism's parameters for records of dimension `dim`."""
-    return distributed_dp.calibrate(
-        self._dp.noise_multiplier, self._dp.clip, self._dp.clients_per_round,
-        dim, self._ddp)
-
-  def _encode(self, records: tf.Tensor, seed: tf.Tensor,
-              cal: distributed_dp.DdpCalibration) -> tf.Tensor:
-    """Records' residues mod 2^b: rotate, clip, scale, round, noise.
-
-    `records` is float32 [m, d], one record a row, each encoded on its own
-    (its own rounding and noise share); returns int64 [m, d_pad].
-    """
-    dim = int(records.shape[1])
-    padded = tf.pad(records, [[0, 0], [0, cal.padded_dim - dim]])
-    rotated = _fwht(padded * _random_signs(seed, cal.padded_dim))
-    norms = tf.norm(rotated, axis=1, keepdims=True)
-    clipped = rotated * tf.minimum(
-        1.0, self._dp.clip / tf.maximum(norms, 1e-30))
-    scaled = clipped * cal.scale
-    floor = tf.floor(scaled)
-    rounded = floor + tf.cast(
-        tf.random.uniform(tf.shape(scaled)) < scaled - floor, tf.float32)
-    # As tensorflow_privacy's DistributedDiscreteGaussianSumQuery: the norm
-    # check against the inflated bound, then a local discrete Gaussian share
-    # per record.
-    checks = [tf.debugging.assert_less_equal(
-        tf.norm(rounded, axis=1), tf.cast(cal.scaled_l2_bound, tf.float32),
-        message='a rounded record exceeds the inflated norm bound')]
-    if cal.noise == 'skellam':
-      checks.append(tf.debugging.assert_less_equal(
-          tf.reduce_sum(tf.abs(rounded), axis=1),
-          tf.cast(cal.scaled_l1_bound, tf.float32),
-          message='a rounded record exceeds the L1 bound'))
-    with tf.control_dependencies(checks):
-      noise = (_skellam(cal.local_stddev, tf.shape(rounded))
-               if cal.noise == 'skellam' else
-               _discrete_gaussian(cal.local_stddev, tf.shape(rounded)))
-    return tf.math.floormod(tf.cast(rounded, tf.int64) + noise,
-                            2 ** cal.bits)
-
-  def _decode(self, residues: tf.Tensor, seed: tf.Tensor, dim: int,
-              cal: distributed_dp.DdpCalibration) -> tf.Tensor:
-    """The mean of the records from their summed residues (float32 [d])."""
-    modulus = 2 ** cal.bits
-    residues = tf.math.floormod(residues, modulus)
-    centred = tf.where(residues >= modulus // 2, residues - modulus, residues)
-    unscaled = tf.cast(centred, tf.float32)[tf.newaxis] / cal.scale
-    total = (_fwht(unscaled) * _random_signs(seed, cal.padded_dim))[0, :dim]
-    return total / float(self._dp.clients_per_round)
-
-  def _canary_residues(self, round_num: tf.Tensor, seed: tf.Tensor,
-                       cal: distributed_dp.DdpCalibration,
-                       dim: int) -> tuple[tf.Tensor, tf.Tensor]:
-    """Summed residues of the round's canaries (int64 [d_pad]), their count.
-
-    The round's canaries are encoded as one batch of the schedule's largest
-    round; the rows past the round's count are dropped.
-    """
-    ids_table, offsets = self._spec.schedule_table()
-    num_scheduled = len(offsets) - 1
-    most = max(int(np.max(np.diff(offsets))), 1) if num_scheduled else 1
-    start = tf.gather(offsets, tf.minimum(round_num, num_scheduled))
-    end = tf.gather(offsets, tf.minimum(round_num + 1, num_scheduled))
-    count = end - start
-    table = tf.constant(np.append(np.asarray(ids_table, np.int64),
-                                  np.zeros(most, np.int64)), tf.int64)
-    ids = table[start:start + most]
-    directions = tf.map_fn(
-        lambda i: canaries.gaussian(self._spec.seed, i, dim), ids,
-        fn_output_signature=tf.float32)
-    norm_scale = (1.0 if self._spec.canary_clip == 'project' else
-                  canary_spec.CLIPPED_CANARY_SCALE) * self._dp.clip
-    records = directions * (
-        norm_scale / tf.norm(directions, axis=1, keepdims=True))
-    residues = self._encode(records, seed, cal)
-    inserted = tf.cast(tf.range(most) < count, tf.int64)[:, tf.newaxis]
-    return tf.reduce_sum(residues * inserted, axis=0), count
-
-  def create(self, value_type: Any) -> tff.templates.AggregationProcess:
-    """Builds the `tff.templates.AggregationProcess` for `value_type`."""
-    specs = _check_value_type(value_type)
-    dim = canaries.flat_size(specs)
-    cal = self.calibration(dim)
-    self._calibration = cal
-    event = dp_accounting.GaussianDpEvent(cal.noise_multiplier)
-    fixed_seed = self._rotation_seed
-
-    @tff.tensorflow.computation
-    def initial_state():
-      if fixed_seed is None:
-        base = tf.random.uniform([], 0, canary_spec.MAX_SEED + 1, tf.int64)
-      else:
-        base = tf.constant(fixed_seed, tf.int64)
-      # The simulated secure sum keeps no state: agg_state is a constant 0.
-      return CanaryAggregatorState(
-          query_state=base, agg_state=tf.constant(0, tf.int32),
-          dp_event=event.to_named_tuple(), is_init_state=tf.constant(True),
-          round_num=tf.constant(0, tf.int32),
-          aggregate=tf.zeros([dim], tf.float32))
-
-    state_type = initial_state.type_signature.result
-
-    @tff.tensorflow.computation(state_type)
-    def round_seed(state):
-      return tf.stack([state.query_state, tf.cast(state.round_num, tf.int64)])
-
-    @tff.tensorflow.computation(round_seed.type_signature.result, value_type)
-    def client_encode(seed, value):
-      return self._encode(canaries.flatten(value)[tf.newaxis], seed, cal)[0]
-
-    @tff.tensorflow.computation(client_encode.type_signature.result,
-                                state_type)
-    def server_update(client_sum, state):
-      seed = tf.stack([state.query_state, tf.cast(state.round_num, tf.int64)])
-      canary_sum, inserted = self._canary_residues(state.round_num, seed,
-                                                   cal, dim)
-      flat = self._decode(client_sum + canary_sum, seed, dim, cal)
-      new_state = CanaryAggregatorState(
-          query_state=state.query_state, agg_state=state.agg_state,
-          dp_event=state.dp_event, is_init_state=tf.constant(False),
-          round_num=state.round_num + 1, aggregate=flat)
-      measurements = collections.OrderedDict(
-          clip=tf.constant(self._dp.clip, tf.float32),
-          canaries_inserted=inserted, aggregate_norm=tf.norm(flat))
-      return new_state, canaries.unflatten(flat, specs), measurements
-
-    @tff.federated_computation
-    def init_fn():
-      return tff.federated_eval(initial_state, tff.SERVER)
-
-    @tff.federated_computation(init_fn.type_signature.result,
-                               tff.FederatedType(value_type, tff.CLIENTS))
-    def next_fn(state, value):
-      seed = tff.federated_broadcast(tff.federated_map(round_seed, state))
-      residues = tff.federated_map(client_encode, (seed, value))
-      new_state, result, measurements = tff.federated_map(
-          server_update, (tff.federated_sum(residues), state))
-      return tff.templates.MeasuredProcessOutput(
-          state=new_state, result=result, measurements=measurements)
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
-
-
 def extract_dp_event_from_state(state: Any) -> dp_accounting.DpEvent:
   """The `DpEvent` of the round that produced `state`.
 
@@ -889,8 +531,18 @@ def extract_dp_event_from_state(state: Any) -> dp_accounting.DpEvent:
   return dp_accounting.DpEvent.from_named_tuple(state.dp_event)
 
 
-def _check_value_type(value_type: Any) -> Any:
-  """TensorSpecs of `value_type`: float32 tensors of fully defined shapes."""
+def check_value_type(value_type: Any) -> Any:
+  """The TensorSpecs of an aggregated value type (a factory's `create`).
+
+  Args:
+    value_type: The `tff.TensorType` or `tff.StructType` given to `create`.
+
+  Returns:
+    Its `tf.TensorSpec`s, in its structure.
+
+  Raises:
+    ValueError: unless it holds float32 tensors of fully defined shapes.
+  """
   if not isinstance(value_type, (tff.TensorType, tff.StructType)):
     raise ValueError('value_type must be a tff.TensorType or tff.StructType of '
                      f'float32 tensors; got {value_type!r}.')
