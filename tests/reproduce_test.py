@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 
+from absl import flags
 import matplotlib.image
 import pytest
 
@@ -352,13 +353,38 @@ def test_scale_shrinks_rounds_clients_and_canaries():
                                   train_epochs=15, num_canaries=1000,
                                   num_unseen_canaries=0)
   fifth = grid_lib.scale_config(real, 0.2)
+  # Real data in epochs: the clients per round stay (the population is fixed).
   assert (fifth.train_epochs, fifth.clients_per_round,
           fifth.synthetic_num_clients, fifth.num_canaries,
-          fifth.num_unseen_canaries) == (3, 20, 100, 200, 0)
+          fifth.num_unseen_canaries) == (3, 101, 100, 200, 0)
   assert grid_lib.scale_config(real, 1.0) == real
   for scale in (0.0, -0.5, 1.01, float('nan')):
     with pytest.raises(ValueError, match='--scale'):
       grid_lib.scale_config(real, scale)
+
+
+@pytest.mark.parametrize('config_name, clients', [
+    ('emnist.cfg', 3383), ('stackoverflow.cfg', 342_477),
+    ('demo_fashion_mnist.cfg', 1200)])
+@pytest.mark.parametrize('scale', [0.05, 0.1, 0.5])
+def test_a_scaled_paper_run_is_never_longer_than_the_full_one(config_name,
+                                                              clients, scale):
+  # The rounds as the launcher counts them (participation_plan) for the
+  # real data's number of clients, full and scaled.
+  flag_values = flags.FlagValues()
+  train_config.define_flags(flag_values)
+  flag_values(['x', f'--flagfile={os.path.join(_REPO, "configs", config_name)}'])
+  full = train_config.config_from_flags(flag_values)
+  ids = [str(i) for i in range(clients)]
+  _, full_rounds, _, _ = train_config.participation_plan(full, ids)
+  _, rounds, _, _ = train_config.participation_plan(
+      grid_lib.scale_config(full, scale), ids)
+  assert rounds <= full_rounds
+  if full.train_epochs is None:  # Rounds shrink as given.
+    assert rounds == max(1, round(scale * full_rounds))
+  else:  # Whole epochs of the full run's length shrink.
+    rounds_per_epoch = full_rounds // full.train_epochs
+    assert rounds == max(1, round(scale * full.train_epochs)) * rounds_per_epoch
 
 
 @pytest.mark.parametrize('flag, message', [
