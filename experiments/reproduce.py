@@ -260,6 +260,7 @@ def config_and_grid(
                for field in dataclasses.fields(train_config.TrainConfig)
                if flag_values[field.name].present}
   base = dataclasses.replace(base, **overrides)
+  _check_output_dir(flag_values['output_dir'].value)
   try:
     base = grid.scale_config(base, flag_values['scale'].value)
   except ValueError as error:
@@ -271,6 +272,23 @@ def config_and_grid(
                              'canary_repeats', 'repetitions',
                              base.canary_repeats, int)
   return base, noises, repetitions
+
+
+def _check_output_dir(output_dir: str) -> None:
+  """--output_dir must be a directory, or a path where one can be created.
+
+  Raises:
+    ConfigError: `output_dir` (or the nearest of its parents that exists) is
+      not a directory.
+  """
+  existing = os.path.abspath(output_dir)
+  while not os.path.lexists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    why = ('is a file' if existing == os.path.abspath(output_dir) else
+           f'cannot be created: {existing!r} is a file')
+    raise train_config.ConfigError(
+        f'--output_dir must name a directory; {output_dir!r} {why}.')
 
 
 def _executor(flag_values: flags.FlagValues) -> grid.Executor:

@@ -322,6 +322,20 @@ def test_bad_scale_exits_2_and_writes_nothing(tmp_path, scale):
   assert not output_dir.exists()
 
 
+@pytest.mark.parametrize('inside', [False, True])
+def test_an_output_dir_that_cannot_be_a_directory_exits_2(tmp_path, inside):
+  a_file = tmp_path / 'results.txt'
+  a_file.write_text('mine\n')
+  output_dir = a_file / 'grid' if inside else a_file
+  completed = _reproduce(*_TINY, f'--output_dir={output_dir}')
+  assert completed.returncode == 2
+  assert completed.stderr.startswith('error: --output_dir must name a directory')
+  assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr
+  assert 'rerun' not in completed.stderr
+  assert 'Running' not in completed.stdout
+  assert a_file.read_text() == 'mine\n'
+
+
 def test_parse_grid_reads_the_paper_grids(tmp_path):
   assert grid_lib.parse_grid(os.path.join(_REPO, 'configs', 'emnist.cfg')) == {
       'noise_multiplier': ['0', '0.0487', '0.0958', '0.2207'],
