@@ -76,7 +76,7 @@ def _table_rows(text: str) -> dict[str, dict[tuple[str, str], list[str]]]:
   {section: {(noise, repetitions): cells after the noise}}; sections are
   'paper', 'bounds' and 'attack'.
   """
-  openers = {"The paper's columns": 'paper', 'References,': 'bounds',
+  openers = {"The paper's own columns": 'paper', 'Estimates,': 'bounds',
              'The attack:': 'attack'}
   tables, repeats, section = {}, None, None
   for line in text.splitlines():
@@ -128,14 +128,15 @@ def test_privacy_table_equals_run_reports(grid):
   assert set(tables) == {'paper', 'bounds', 'attack'}
   for point, report in reports.items():
     # The paper's Table 3/4 columns hold the paper's statistics.
-    keys = ('analytical_epsilon', 'epsilon_lo_paper_all',
-            'epsilon_est_fitted_all', 'epsilon_lo_paper_final',
-            'epsilon_est_fitted_final', 'accuracy')
+    keys = ('epsilon_lo_paper_all', 'epsilon_est_fitted_all',
+            'epsilon_lo_paper_final', 'epsilon_est_fitted_final')
     for cell, key in zip(tables['paper'][point], keys):
       assert _close(cell, report[key]), (point, key, cell, report[key])
     # Headline estimates (with their interval) and the sound bounds.
     cells = tables['bounds'][point]
-    for model, offset in (('all', 2), ('final', 6)):
+    assert _close(cells[0], report['analytical_epsilon'])
+    assert _close(cells[-1], report['accuracy'])
+    for model, offset in (('all', 3), ('final', 7)):
       assert _close(cells[offset].split()[0], report[f'epsilon_est_{model}'])
       for index, key in enumerate(('epsilon_lo', 'epsilon_one_run',
                                    'epsilon_one_run_fdp'), start=offset + 1):
