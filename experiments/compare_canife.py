@@ -164,7 +164,14 @@ class RunResult:
 
 
 def load_data(setting: Setting) -> fashion_mnist.Dataset:
-  """Real Fashion-MNIST if requested/available, else the synthetic stand-in."""
+  """Real Fashion-MNIST if requested/available, else the synthetic stand-in.
+
+  Args:
+    setting: The comparison's setting (--data_dir, sizes, seed).
+
+  Returns:
+    The training and test data.
+  """
   if setting.data == 'real' or (setting.data == 'auto' and
                                 fashion_mnist.available(setting.data_dir)):
     return fashion_mnist.load(setting.data_dir)
@@ -184,7 +191,18 @@ def _poisson_cohorts(inputs: np.ndarray, labels: np.ndarray, rate: float):
 
 def run_once(setting: Setting, data: fashion_mnist.Dataset,
              auditor: canife.CanifeAuditor, run_index: int) -> RunResult:
-  """Trains once with canaries and CANIFE audits; returns both estimates."""
+  """Trains once with canaries and CANIFE audits; returns both estimates.
+
+  Args:
+    setting: The comparison's setting.
+    data: The training and test data.
+    auditor: The CANIFE auditor (its canaries designed per audit).
+    run_index: The run's index, which seeds it.
+
+  Returns:
+    The run's accuracy, CANIFE's audits and estimate, both threat models'
+    one-shot reports and each method's wall time.
+  """
   run_seed = int(np.random.SeedSequence([setting.seed, run_index])
                  .generate_state(1)[0])
   train_seed, pool_seed, audit_seed, bootstrap_seed = (
@@ -262,6 +280,13 @@ def analytical_epsilons(setting: Setting,
   dp_accounting's PLD; 32.5 there): RDP's conversion to (eps, delta) is
   loose. The third is the RDP accountant's bound for T Poisson-subsampled
   rounds at rate q, CANIFE's theoretical eps (valid for 'poisson' sampling).
+
+  Args:
+    setting: The comparison's setting (noise, batch size, rounds).
+    num_clients: N, the training examples (each its own client).
+
+  Returns:
+    The three epsilons, in that order.
   """
   config = setting.training
   delta = setting.delta if setting.delta is not None else 1.0 / num_clients
@@ -350,7 +375,18 @@ def _one_shot_rows(results: Sequence[RunResult], field: str,
 def format_report(setting: Setting, data: fashion_mnist.Dataset,
                   num_clients: int, results: Sequence[RunResult],
                   total_seconds: float) -> str:
-  """The Markdown report: summary table beside the paper, per-run table, notes."""
+  """The Markdown report: summary table beside the paper, per-run table, notes.
+
+  Args:
+    setting: The comparison's setting.
+    data: The data trained on (real or synthetic, named in the notes).
+    num_clients: N, the training examples.
+    results: Each run's results.
+    total_seconds: The comparison's wall time.
+
+  Returns:
+    The report.
+  """
   config = setting.training
   single, exact, composed = analytical_epsilons(setting, num_clients)
   delta = setting.delta if setting.delta is not None else 1.0 / num_clients
@@ -451,7 +487,16 @@ def _with_interval(report: privacy_report.PrivacyReport) -> str:
 
 def results_json(setting: Setting, num_clients: int,
                  results: Sequence[RunResult]) -> str:
-  """The setting (canary insertion included) and per-run numbers."""
+  """The setting (canary insertion included) and per-run numbers.
+
+  Args:
+    setting: The comparison's setting.
+    num_clients: N, the training examples.
+    results: Each run's results.
+
+  Returns:
+    The JSON text.
+  """
   single, exact, composed = analytical_epsilons(setting, num_clients)
 
   def audit_dict(a: canife.AuditResult) -> dict[str, object]:
@@ -488,7 +533,15 @@ def results_json(setting: Setting, num_clients: int,
 
 
 def run(setting: Setting, data: fashion_mnist.Dataset) -> tuple[str, str]:
-  """Runs the comparison; returns the Markdown report and the JSON details."""
+  """Runs the comparison; returns the Markdown report and the JSON details.
+
+  Args:
+    setting: The comparison's setting.
+    data: The training and test data.
+
+  Returns:
+    (the Markdown report, the JSON details).
+  """
   start = time.perf_counter()
   model = feedforward.FeedForward(fashion_mnist.IMAGE_SHAPE,
                                   setting.hidden_units,
@@ -512,6 +565,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
   Also the deprecated spellings of `DEPRECATED_FLAGS` (`setting_from_flags`
   reads them).
+
+  Args:
+    flag_values: The registry to define them in.
   """
   defaults = dpsgd.TrainingConfig()
   flags.DEFINE_enum('data', 'auto', ['auto', 'real', 'synthetic'],
@@ -699,7 +755,14 @@ def _renamed_flags(values: flags.FlagValues) -> dict[str, Any]:
 
 
 def setting_from_flags(values: flags.FlagValues) -> Setting:
-  """The validated Setting; exits with status 2 naming a bad flag."""
+  """The validated Setting; exits with status 2 naming a bad flag.
+
+  Args:
+    values: The parsed flags.
+
+  Returns:
+    The setting.
+  """
   if values.data == 'real' and not fashion_mnist.available(values.data_dir):
     _fail('data_dir', f'{values.data_dir!r} holds no Fashion-MNIST files '
           '(needed by --data=real).')
@@ -738,7 +801,12 @@ def setting_from_flags(values: flags.FlagValues) -> Setting:
 
 
 def check_sizes(setting: Setting, data: fashion_mnist.Dataset) -> None:
-  """Exits with status 2 if a size flag does not fit the loaded data."""
+  """Exits with status 2 if a size flag does not fit the loaded data.
+
+  Args:
+    setting: The comparison's setting.
+    data: The loaded data.
+  """
   num_train, num_test = len(data.train_images), len(data.test_images)
   if setting.num_train_examples != -1 and not (
       1 <= setting.num_train_examples <= num_train):
@@ -755,7 +823,11 @@ def check_sizes(setting: Setting, data: fashion_mnist.Dataset) -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-  """Runs the comparison at the flags' setting and prints the report."""
+  """Runs the comparison at the flags' setting and prints the report.
+
+  Args:
+    argv: The command line left after absl's flags (the program name only).
+  """
   if len(argv) > 1:
     sys.stderr.write(f'FATAL unexpected positional arguments: {argv[1:]}\n')
     sys.exit(2)

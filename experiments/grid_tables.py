@@ -28,6 +28,14 @@ def accuracy_table(runs: Sequence[grid.GridRun],
 
   One row per noise multiplier, one column per repetition count; the last
   column is the largest |accuracy change| over them, in percentage points.
+
+  Args:
+    runs: The grid's runs with canaries.
+    without_canaries: Noise multiplier -> final accuracy of its run without
+      canaries.
+
+  Returns:
+    The Markdown of accuracy.md.
   """
   by_point = {(run.noise_multiplier, run.canary_repeats): run for run in runs}
   repetitions = sorted({run.canary_repeats for run in runs})
@@ -119,6 +127,12 @@ def summary_table(runs: Sequence[grid.GridRun]) -> str:
 
   One row per run, at most 100 columns wide; `privacy_table` and each run's
   report.md hold the rest.
+
+  Args:
+    runs: The grid's runs.
+
+  Returns:
+    The table and its legend, as Markdown.
   """
   lines = [
       "**Privacy of the grid's runs**: estimates, and lower bounds that hold",
@@ -253,8 +267,17 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
 
 
 def anderson_table(runs: Sequence[grid.GridRun]) -> str:
-  """Table 6: A^2 of each cosine set (normality rejected above 0.656 at 10%,
-  1.092 at 1%, for about 1000 samples)."""
+  """Table 6: the Anderson-Darling A^2 of each cosine set.
+
+  Normality is rejected above 0.656 at 10% and 1.092 at 1%, for about 1000
+  samples.
+
+  Args:
+    runs: The grid's runs.
+
+  Returns:
+    The Markdown of anderson.md.
+  """
 
   def cell(value: float | None) -> str:
     return 'n/a' if value is None else f'{value:.3f}'

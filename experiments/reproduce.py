@@ -143,6 +143,17 @@ def write_outputs(runs: Sequence[grid.GridRun], noises: Sequence[float],
 
   The accuracy table is written when `without_canaries` (noise -> accuracy
   of the run without canaries) is given.
+
+  Args:
+    runs: The grid's runs.
+    noises: The grid's noise multipliers, in order.
+    repetitions: The grid's canary repetitions, in order.
+    output_dir: Where the files go.
+    title: The figures' title (the config's name).
+    without_canaries: Noise -> accuracy of its run without canaries, or None.
+
+  Returns:
+    File name -> path of each file written.
   """
   os.makedirs(output_dir, exist_ok=True)
   paths = {name: os.path.join(output_dir, name) for name in (
@@ -173,7 +184,11 @@ def write_outputs(runs: Sequence[grid.GridRun], noises: Sequence[float],
 # Command line.
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-  """Registers this program's flags and every `experiments.train` flag."""
+  """Registers this program's flags and every `experiments.train` flag.
+
+  Args:
+    flag_values: The registry to define them in.
+  """
   flags.DEFINE_string('config', None, 'Flagfile of the experiment, with '
                       '"# grid: --FLAG=V1,..." lines.', flag_values=flag_values)
   flags.DEFINE_float('scale', 1.0, 'Shrink factor in (0, 1] of rounds, '
@@ -234,7 +249,20 @@ def _grid_values(grid_lines: Mapping[str, list[str]],
 def config_and_grid(
     flag_values: flags.FlagValues
 ) -> tuple[train_config.TrainConfig, list[float], list[int]]:
-  """The scaled base config and the grid of parsed reproduce flags."""
+  """The scaled base config and the grid of parsed reproduce flags.
+
+  Args:
+    flag_values: The parsed flags of this program.
+
+  Returns:
+    (the base config: --config's flags, the command line's over them,
+    scaled by --scale; the grid's noise multipliers; its repetitions).
+
+  Raises:
+    train_config.ConfigError: naming the flag, for a missing or malformed
+      --config, an --output_dir that cannot be a directory, a bad --scale
+      or grid values.
+  """
   if not flag_values['config'].value:
     raise train_config.ConfigError('--config must name a flagfile; got none.')
   config_path = flag_values['config'].value
@@ -308,6 +336,12 @@ def main(argv: Sequence[str]) -> None:
   exits with status 2, and so do a run in use by another process and a
   failed write (`run_outputs.REPORTED_ERRORS`). Prints the tables and the paths
   written.
+
+  Args:
+    argv: The command line left after absl's flags (the program name only).
+
+  Raises:
+    app.UsageError: positional arguments were given (exit status 2).
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)

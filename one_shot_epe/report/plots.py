@@ -48,6 +48,13 @@ def x_tick_label_gaps(figure: plt.Figure, axis: plt.Axes) -> list[float]:
   """Pixel gaps between consecutive x tick labels of `axis` (negative: overlap).
 
   Measured on the renderer's bounding boxes of the drawn labels.
+
+  Args:
+    figure: The figure holding `axis` (drawn to measure).
+    axis: The panel.
+
+  Returns:
+    The gap between each label and the next, left to right.
   """
   figure.canvas.draw()
   renderer = figure.canvas.get_renderer()
@@ -97,7 +104,20 @@ def _x_range(curves: Mapping[str, ArrayLike],
 def cosine_density_figure(panels: Mapping[str, Mapping[str, ArrayLike]],
                           dim: int, title: str = '',
                           shared_x: bool = False) -> plt.Figure:
-  """The figure of `plot_cosine_densities` (the caller closes it)."""
+  """The figure of `plot_cosine_densities` (the caller closes it).
+
+  Args:
+    panels: Panel title -> (curve label -> cosines).
+    dim: The model's dimension d (the null is N(0, 1/d)).
+    title: The figure's title, if any.
+    shared_x: Whether every panel takes the union of the panels' x ranges.
+
+  Returns:
+    The matplotlib figure.
+
+  Raises:
+    ValueError: `panels` is empty or `dim` < 3.
+  """
   if not panels:
     raise ValueError('panels must name at least one panel.')
   if dim < 3:
@@ -145,6 +165,13 @@ def plot_cosine_densities(panels: Mapping[str, Mapping[str, ArrayLike]],
   beyond) and the null's +-4 standard deviations; with `shared_x` every panel
   takes the union of the ranges, so panels of different noise levels show
   how the separation shrinks. Writes a PNG to `path`.
+
+  Args:
+    panels: Panel title -> (curve label -> cosines).
+    dim: The model's dimension d.
+    path: Where to write the PNG (atomically).
+    title: The figure's title, if any.
+    shared_x: Whether every panel shows the same x range.
   """
   _save(cosine_density_figure(panels, dim, title, shared_x), path)
 
@@ -165,6 +192,19 @@ def plot_epsilon_bars(noise_multipliers: Sequence[float],
   noise) are left out. The y axis is logarithmic when the values drawn span
   more than a factor of 20, as they do between noise 0 and the largest
   noise, so that the small estimates stay readable beside the references.
+
+  Args:
+    noise_multipliers: The groups' noise multipliers (x axis).
+    repetitions: The canary repetitions r, one bar per group each.
+    epsilon_est: eps_est, shape (noise multipliers, repetitions).
+    epsilon_lo: The 95% lower bounds, same shape.
+    path: Where to write the PNG (atomically).
+    title: The figure's title, if any.
+    references: Label -> reference eps of the same shape (at most three).
+
+  Raises:
+    ValueError: a shape differs from (noise multipliers, repetitions), or
+      more than three references are given.
   """
   est = np.asarray(epsilon_est, dtype=np.float64)
   low = np.asarray(epsilon_lo, dtype=np.float64)
