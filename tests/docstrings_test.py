@@ -54,15 +54,6 @@ ARGUMENTS_INCOMPLETE = frozenset({
     'experiments/train.py',
     'experiments/train_config.py',
     'one_shot_epe/accounting/distributed_dp.py',
-    'one_shot_epe/baselines/canife.py',
-    'one_shot_epe/baselines/canife_accounting.py',
-    'one_shot_epe/baselines/canife_attack.py',
-    'one_shot_epe/baselines/canife_design.py',
-    'one_shot_epe/baselines/dpsgd.py',
-    'one_shot_epe/baselines/feedforward.py',
-    'one_shot_epe/baselines/per_example.py',
-    'one_shot_epe/data/client_arrays.py',
-    'one_shot_epe/data/fashion_mnist.py',
     'one_shot_epe/jax_engine/canaries.py',
     'one_shot_epe/jax_engine/checkpoints.py',
     'one_shot_epe/jax_engine/compat.py',
@@ -99,14 +90,6 @@ ARGUMENTS_INCOMPLETE = frozenset({
     'one_shot_epe/tff_engine/quiet.py',
     'one_shot_epe/tff_engine/runtime.py',
     'one_shot_epe/tff_engine/seeded_queries.py',
-    'one_shot_epe/tff_engine/tasks/base.py',
-    'one_shot_epe/tff_engine/tasks/determinism.py',
-    'one_shot_epe/tff_engine/tasks/emnist.py',
-    'one_shot_epe/tff_engine/tasks/export_arrays.py',
-    'one_shot_epe/tff_engine/tasks/fashion_mnist.py',
-    'one_shot_epe/tff_engine/tasks/stackoverflow.py',
-    'one_shot_epe/tff_engine/tasks/synthetic.py',
-    'one_shot_epe/tff_engine/tasks/tff_cache.py',
     'one_shot_epe/tff_engine/tff_workers.py',
     'one_shot_epe/tff_engine/training.py',
     'one_shot_epe/validation.py',
@@ -359,8 +342,7 @@ def test_checker_finds_exactly_the_missing_docstrings(source, expected):
 def test_the_tree_has_the_modules_it_is_expected_to_have():
   files = _source_files()
   for expected in ('one_shot_epe/__init__.py', 'one_shot_epe/stats/estimation.py',
-                   'one_shot_epe/tff_engine/tasks/base.py',
-                   'one_shot_epe/baselines/canife.py', 'experiments/train.py',
+                                  'one_shot_epe/baselines/canife.py', 'experiments/train.py',
                    'benchmarks/table2.py'):
     assert expected in files
   assert not any('__pycache__' in path for path in files)
@@ -464,8 +446,7 @@ def test_public_modules_are_the_expected_ones():
   modules = _public_modules()
   for expected in ('one_shot_epe/stats/estimation.py',
                    'one_shot_epe/tff_engine/audit.py',
-                   'one_shot_epe/tff_engine/tasks/emnist.py',
-                   'one_shot_epe/jax_engine/fedavg.py',
+                                  'one_shot_epe/jax_engine/fedavg.py',
                    'one_shot_epe/baselines/canife.py', 'experiments/train.py'):
     assert expected in modules
   assert not any(path.endswith('__init__.py') or path.startswith('benchmarks')
