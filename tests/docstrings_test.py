@@ -5,8 +5,8 @@ the paper where the math comes from) is checked here on the source itself,
 read with `ast`: no project module is imported, so the test needs neither
 TensorFlow nor TFF and sees modules that would fail to import.
 
-Checked, in every .py file under one_shot_epe/ (recursively), experiments/ and
-benchmarks/:
+Checked, in every .py file under one_shot_epe/ (recursively), experiments/,
+benchmarks/ and examples/:
   * the module has a docstring;
   * every public (name not starting with '_') function and class defined at
     module level has one (including definitions inside module-level `if` or
@@ -19,8 +19,8 @@ text.
 
 Also checked:
   * the public API of every module of one_shot_epe/ (the core, both engines,
-    the baselines) and experiments/ (ARGUMENT_ROOTS), less the modules of
-    the shrinking allowlist ARGUMENTS_INCOMPLETE, documents its
+    the baselines), experiments/ and examples/ (ARGUMENT_ROOTS), less the
+    modules of the shrinking allowlist ARGUMENTS_INCOMPLETE, documents its
     arguments, Google style: every public function, and every public method of
     a public class (properties apart), has an `Args:` section naming exactly
     its parameters (less self/cls), a `Returns:` (or `Yields:`) section when
@@ -39,11 +39,11 @@ import re
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-ROOTS = ('one_shot_epe', 'experiments', 'benchmarks')
+ROOTS = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
 # Folders whose modules' public API must document its arguments, returns
 # and raises (Google style: Args:, Returns:/Yields:, Raises:): the core, the
-# engines, the baselines and the programs.
-ARGUMENT_ROOTS = ('one_shot_epe', 'experiments')
+# engines, the baselines, the programs and the examples.
+ARGUMENT_ROOTS = ('one_shot_epe', 'experiments', 'examples')
 # Modules not complete yet, each with at least one gap (a test checks that
 # too, so the list only shrinks: remove a module once it is complete).
 ARGUMENTS_INCOMPLETE = frozenset({
