@@ -45,7 +45,8 @@ Names of other libraries (`tff.learning...`, `jax.devices()`) and of other
 local variables (`state.aggregator`, and `plan.seed` where no module of the
 package `plan` defines `seed`) are not checked. The checker is itself
 tested on small texts with planted wrong names. tests/docs_code_test.py
-runs the documents' Python code blocks.
+runs the documents' Python code blocks. Relative links between the
+documents must reach an existing file and heading.
 """
 
 import ast
@@ -946,6 +947,75 @@ def test_document_names_only_what_exists(path):
   with open(os.path.join(REPO, path), encoding='utf-8') as stream:
     problems = check_text(stream.read())
   assert not problems, f'{path}:\n  ' + '\n  '.join(problems)
+
+
+_LINK = re.compile(r'\]\((?P<target>[^)\s#]*)(?:#(?P<anchor>[^)\s]+))?\)')
+
+
+def heading_anchors(text: str) -> set[str]:
+  """GitHub's anchors of the Markdown headings of `text`.
+
+  Lowercase, punctuation other than '-' and '_' dropped, spaces to '-'.
+
+  Args:
+    text: A Markdown document.
+
+  Returns:
+    The anchors its headings get.
+  """
+  text = _FENCE.sub('', text)
+  return {re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
+          for heading in re.findall(r'^#{1,6} (.+)$', text, re.M)}
+
+
+def link_problems(path: str, text: str) -> list[str]:
+  """Relative links of the document at `path` whose file or heading is missing.
+
+  Args:
+    path: The document's repository-relative path.
+    text: Its Markdown.
+
+  Returns:
+    One message per broken link ("http..." links are not checked).
+  """
+  problems = []
+  for match in _LINK.finditer(_FENCE.sub('', text)):
+    target, anchor = match.group('target'), match.group('anchor')
+    if re.match(r'[a-z]+:', target):
+      continue
+    if not target:  # A heading of this document.
+      if anchor not in heading_anchors(text):
+        problems.append(f'link #{anchor}: no such heading')
+      continue
+    linked = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    full = os.path.join(REPO, linked)
+    if not os.path.exists(full):
+      problems.append(f'link {target}: no such file')
+      continue
+    if anchor and linked.endswith('.md'):
+      with open(full, encoding='utf-8') as stream:
+        if anchor not in heading_anchors(stream.read()):
+          problems.append(f'link {target}#{anchor}: no such heading')
+  return problems
+
+
+@pytest.mark.parametrize('path', _documents())
+def test_document_links_reach_their_files_and_headings(path):
+  with open(os.path.join(REPO, path), encoding='utf-8') as stream:
+    problems = link_problems(path, stream.read())
+  assert not problems, f'{path}:\n  ' + '\n  '.join(problems)
+
+
+def test_link_checker_finds_broken_links():
+  text = ('[a](docs/api.md) [b](docs/nope.md) [c](docs/reproducing.md#the-demo)'
+          ' [d](docs/reproducing.md#the-dem) [e](https://x.org/#y)\n\n'
+          '## A heading: with `code`, punctuation\n[f](#a-heading-with-code-'
+          'punctuation)')
+  assert link_problems('README.md', text) == [
+      'link docs/nope.md: no such file',
+      'link docs/reproducing.md#the-dem: no such heading']
+  assert 'the-jax-engine---backendjax-gpu-tpu-or-cpu' in heading_anchors(
+      '## The JAX engine (`--backend=jax`: GPU, TPU, or CPU)\n')
 
 
 @pytest.mark.parametrize('path', _docstring_sources())
