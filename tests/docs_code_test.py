@@ -124,3 +124,15 @@ def test_a_failing_block_fails(tmp_path):
       [sys.executable, '-c', python_blocks(_MARKED)[2][1]], cwd=tmp_path,
       capture_output=True, text=True, timeout=60, check=False)
   assert completed.returncode != 0 and 'NameError' in completed.stderr
+
+
+def test_the_example_runs_by_path_from_another_directory(tmp_path):
+  # README: `examples` is not installed; from outside the repository root
+  # the example runs by its path.
+  env = dict(os.environ, PYTHONPATH=REPO)
+  completed = subprocess.run(
+      [sys.executable, os.path.join(REPO, 'examples', 'canaries_in_fedavg.py')],
+      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
+      check=False)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert '| final model |' in completed.stdout
