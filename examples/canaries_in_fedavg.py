@@ -7,9 +7,12 @@ program state manager observe every round, print the report (Andrew et al.,
 ICLR 2024: Algorithm 2 for the final model, Algorithm 3 for all iterates).
 
 The model and data are stand-ins small enough to run in seconds (softmax
-regression on random points):
+regression on random points). From the repository root (`examples` is not an
+installed package):
 
   python -m examples.canaries_in_fedavg
+
+or from any directory, by path: `python <repo>/examples/canaries_in_fedavg.py`.
 """
 
 # The project first: it imports TensorFlow without its start-up noise.
@@ -23,7 +26,11 @@ NUM_CLIENTS, CLIENTS_PER_ROUND, ROUNDS, FEATURES, CLASSES = 50, 5, 10, 20, 4
 
 
 def model_fn() -> tff.learning.models.VariableModel:
-  """Softmax regression from FEATURES inputs to CLASSES classes."""
+  """Softmax regression from FEATURES inputs to CLASSES classes.
+
+  Returns:
+    A fresh TFF model (TFF calls this once per use).
+  """
   keras_model = tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=(FEATURES,)),
       tf.keras.layers.Dense(CLASSES, kernel_initializer='zeros')])
@@ -35,7 +42,14 @@ def model_fn() -> tff.learning.models.VariableModel:
 
 
 def client_dataset(client: int) -> tf.data.Dataset:
-  """Client `client`'s 16 random examples in batches of 8."""
+  """Client `client`'s 16 random examples in batches of 8.
+
+  Args:
+    client: The client's index, which seeds its examples.
+
+  Returns:
+    The client's dataset of (features, label) batches.
+  """
   rng = np.random.default_rng(client)
   x = rng.normal(size=(16, FEATURES)).astype(np.float32)
   y = rng.integers(0, CLASSES, size=16).astype(np.int32)
@@ -43,7 +57,14 @@ def client_dataset(client: int) -> tf.data.Dataset:
 
 
 def select_clients(round_num: int) -> list[tf.data.Dataset]:
-  """Round `round_num`'s cohort: CLIENTS_PER_ROUND clients, seeded by round."""
+  """Round `round_num`'s cohort: CLIENTS_PER_ROUND clients, seeded by round.
+
+  Args:
+    round_num: The round, as `tff.simulation.run_training_process` counts.
+
+  Returns:
+    The cohort's datasets.
+  """
   rng = np.random.default_rng(round_num)
   chosen = rng.choice(NUM_CLIENTS, CLIENTS_PER_ROUND, replace=False)
   return [client_dataset(int(client)) for client in chosen]

@@ -34,5 +34,5 @@ def reproduce() -> None:
 
 
 def estimate() -> None:
-  """one-shot-epe-estimate: a report from a CSV of cosines (one_shot_epe/reporting/epsilon_cli.py)."""
+  """one-shot-epe-estimate: a report from a CSV of cosines (epsilon_cli.py)."""
   _run_as_main(ESTIMATE_MODULE)

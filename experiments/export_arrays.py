@@ -44,7 +44,14 @@ _VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 10_000,
 
 
 def main(argv: Sequence[str]) -> None:
-  """Converts the flags' task and prints the directories written."""
+  """Converts the flags' task and prints the directories written.
+
+  Args:
+    argv: The command line left after absl's flags (the program name only).
+
+  Raises:
+    app.UsageError: positional arguments were given (exit status 2).
+  """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
   try:

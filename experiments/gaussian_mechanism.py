@@ -95,6 +95,9 @@ class Setting:
     """True at Table 2's d = 10^6, k = 10^3, delta = 10^-6 (Sec. 3).
 
     Only there are the paper's values a valid reference (`paper_row`).
+
+    Returns:
+      Whether this setting is Table 2's.
     """
     return (self.dim == 10**6 and self.num_canaries == 10**3 and
             self.delta == 1e-6)
@@ -140,7 +143,17 @@ class Row:
 
 def epsilon_estimates(setting: Setting, sigma: float,
                       rng: np.random.Generator) -> tuple[Estimates, Estimates]:
-  """(fitted, fixed-variance) eps_est of `setting.num_simulations` runs."""
+  """(fitted, fixed-variance) eps_est of `setting.num_simulations` runs.
+
+  Args:
+    setting: d, k, delta, the number of simulations and the method.
+    sigma: The Gaussian mechanism's noise.
+    rng: The generator the simulations draw from, in turn.
+
+  Returns:
+    The estimates with fitted variance (Algorithm 1 literally) and with the
+    variance fixed at 1/d.
+  """
   fitted = np.empty(setting.num_simulations)
   fixed_variance = np.empty(setting.num_simulations)
   for i in range(setting.num_simulations):
@@ -158,6 +171,14 @@ def run_row(setting: Setting, epsilon: float, index: int) -> Row:
 
   The generator of row `index` is default_rng([seed, index]); simulations draw
   from it in turn, so the first n estimates of a longer run equal a run of n.
+
+  Args:
+    setting: The simulation's setting.
+    epsilon: The target epsilon sigma is calibrated to (Balle and Wang).
+    index: The row's index, which seeds its generator.
+
+  Returns:
+    The row: sigma, the analytical epsilon and both estimates.
   """
   sigma = estimation.gaussian_sigma(epsilon, setting.delta)
   analytical_epsilon = estimation.gaussian_epsilon(sigma, setting.delta)
@@ -171,12 +192,28 @@ def run_row(setting: Setting, epsilon: float, index: int) -> Row:
 
 
 def run_table(setting: Setting, epsilons: Sequence[float]) -> list[Row]:
-  """One row per target epsilon, in order (row i is seeded by [seed, i])."""
+  """One row per target epsilon, in order (row i is seeded by [seed, i]).
+
+  Args:
+    setting: The simulation's setting.
+    epsilons: The target epsilons.
+
+  Returns:
+    The table's rows.
+  """
   return [run_row(setting, eps, index) for index, eps in enumerate(epsilons)]
 
 
 def paper_row(setting: Setting, epsilon: float) -> PaperRow | None:
-  """The paper's row for `epsilon`, or None outside the paper's setting."""
+  """The paper's row for `epsilon`, or None outside the paper's setting.
+
+  Args:
+    setting: The simulation's setting.
+    epsilon: A target epsilon.
+
+  Returns:
+    Table 2's published mean and standard deviation, where they apply.
+  """
   if not setting.is_paper_setting():
     return None
   for paper_epsilon, row in PAPER_TABLE2.items():
@@ -189,6 +226,13 @@ def z_versus_paper(estimates: Estimates, paper: PaperRow) -> float:
   """Welch z of our mean against the paper's (both means carry sampling error).
 
   z = (mean - paper.mean) / sqrt(std^2 / n + paper.std^2 / 50).
+
+  Args:
+    estimates: Our n estimates.
+    paper: The paper's row (50 simulations).
+
+  Returns:
+    The z statistic.
   """
   standard_error = math.sqrt(estimates.std**2 / estimates.values.size +
                              paper.std**2 / PAPER_NUM_SIMULATIONS)
@@ -197,7 +241,15 @@ def z_versus_paper(estimates: Estimates, paper: PaperRow) -> float:
 
 def z_versus_analytical(estimates: Estimates,
                         analytical_epsilon: float) -> float:
-  """z of our mean against the analytical eps: (mean - eps) / (std / sqrt n)."""
+  """z of our mean against the analytical eps: (mean - eps) / (std / sqrt n).
+
+  Args:
+    estimates: Our n estimates.
+    analytical_epsilon: The mechanism's exact epsilon.
+
+  Returns:
+    The z statistic.
+  """
   return (estimates.mean - analytical_epsilon) / (
       estimates.std / math.sqrt(estimates.values.size))
 
@@ -217,7 +269,16 @@ def _estimate_cells(estimates: Estimates, paper: PaperRow | None,
 
 def format_table(setting: Setting, rows: Sequence[Row],
                  total_wall_time_s: float) -> str:
-  """The Markdown report: a title line, the table and notes."""
+  """The Markdown report: a title line, the table and notes.
+
+  Args:
+    setting: The simulation's setting.
+    rows: The table's rows.
+    total_wall_time_s: Seconds the table took (printed).
+
+  Returns:
+    The report.
+  """
   lines = [
       f'Table 2: one-shot auditing of the Gaussian mechanism (d = '
       f'{setting.dim}, k = {setting.num_canaries}, delta = {setting.delta:g}, '
@@ -308,7 +369,14 @@ def _define_flags() -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-  """Runs the table at the flags' setting, prints it and maybe writes it."""
+  """Runs the table at the flags' setting, prints it and maybe writes it.
+
+  Args:
+    argv: The command line left after absl's flags (the program name only).
+
+  Raises:
+    app.UsageError: positional arguments were given (exit status 2).
+  """
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}', exitcode=2)
   flag_values = flags.FLAGS

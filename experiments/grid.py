@@ -53,7 +53,15 @@ Executor = Callable[[Callable[[Program], T], Sequence[Program]], list[T]]
 
 def sequential(task: Callable[[Program], T],
                programs: Sequence[Program]) -> list[T]:
-  """The default `Executor`: each program in turn, in this process."""
+  """The default `Executor`: each program in turn, in this process.
+
+  Args:
+    task: What to do with one program.
+    programs: The programs.
+
+  Returns:
+    `task`'s result for each program, in order.
+  """
   return [task(program) for program in programs]
 
 
@@ -64,6 +72,13 @@ def programs(configs: Sequence[train_config.TrainConfig],
   Runs share a program only if they share every flag but
   `train_config.PROGRAM_DIFFERENCES` (`train_config.program_key`); groups
   keep the configs' order and are cut into consecutive chunks.
+
+  Args:
+    configs: The runs' configs.
+    runs_per_program: The most runs one program may train.
+
+  Returns:
+    The programs, each a tuple of configs.
 
   Raises:
     train_config.ConfigError: `runs_per_program` is not an integer >= 1, or
@@ -84,6 +99,12 @@ def programs(configs: Sequence[train_config.TrainConfig],
 
 def parse_grid(path: str) -> dict[str, list[str]]:
   """The "# grid: --FLAG=V1,V2,..." lines of a flagfile: flag -> values.
+
+  Args:
+    path: The flagfile.
+
+  Returns:
+    Each grid flag's values, as written.
 
   Raises:
     ValueError: a grid line is malformed or names a flag twice.
@@ -108,7 +129,22 @@ def parse_grid(path: str) -> dict[str, list[str]]:
 
 def scale_config(config: train_config.TrainConfig,
                  scale: float) -> train_config.TrainConfig:
-  """Shrinks rounds, clients and canaries by `scale` (see module docstring).
+  """Shrinks rounds, clients and canaries by `scale`.
+
+  Rounds (--total_rounds or --train_epochs), clients per round, synthetic
+  clients and canaries are multiplied by `scale` and rounded (see
+  `experiments.reproduce`). One exception keeps the run shorter than the
+  full one: with real data and --train_epochs, the number of clients is
+  fixed, so fewer clients per round would make each epoch longer (EMNIST at
+  0.05: 677 rounds of 5 clients instead of 510 of 101); there the clients
+  per round are kept and only the epochs shrink.
+
+  Args:
+    config: The full run's config.
+    scale: The factor, in (0, 1].
+
+  Returns:
+    The scaled config.
 
   Raises:
     ValueError: `scale` is not in (0, 1].
@@ -120,8 +156,9 @@ def scale_config(config: train_config.TrainConfig,
   def times(value: int, minimum: int) -> int:
     return max(minimum, int(round(value * scale)))
 
-  changes: dict[str, Any] = {
-      'clients_per_round': times(config.clients_per_round, 1)}
+  changes: dict[str, Any] = {}
+  if config.use_synthetic_data or config.train_epochs is None:
+    changes['clients_per_round'] = times(config.clients_per_round, 1)
   if config.total_rounds is not None:
     changes['total_rounds'] = times(config.total_rounds, 1)
   if config.train_epochs is not None:
@@ -139,7 +176,17 @@ def grid_configs(base: train_config.TrainConfig,
                  noise_multipliers: Sequence[float],
                  repetitions: Sequence[int],
                  output_dir: str) -> list[train_config.TrainConfig]:
-  """One config per (noise, repetitions), noise-major, in its own run dir."""
+  """One config per (noise, repetitions), noise-major, in its own run dir.
+
+  Args:
+    base: The (scaled) config every grid point starts from.
+    noise_multipliers: The grid's noise multipliers.
+    repetitions: The grid's canary repetitions.
+    output_dir: The grid's directory; runs go to its runs/ folder.
+
+  Returns:
+    The grid points' configs.
+  """
   return [
       dataclasses.replace(base, noise_multiplier=noise, canary_repeats=repeats,
                           root_output_dir=os.path.join(output_dir, RUNS_DIR),
@@ -165,7 +212,14 @@ def _read_column(path: str, column: str) -> np.ndarray:
 
 
 def load_run(config: train_config.TrainConfig) -> GridRun:
-  """Reads a finished run's report.json and final cosines."""
+  """Reads a finished run's report.json and final cosines.
+
+  Args:
+    config: The run's config (its run directory).
+
+  Returns:
+    The run, read back.
+  """
   run_dir = config.run_dir
   report = run_report.RunReport.read(
       os.path.join(run_dir, run_directory.REPORT_JSON_FILE))
@@ -178,7 +232,11 @@ def load_run(config: train_config.TrainConfig) -> GridRun:
 
 
 def train_unless_reported(program: Program) -> None:
-  """Runs (or resumes) the program's runs whose report is not written."""
+  """Runs (or resumes) the program's runs whose report is not written.
+
+  Args:
+    program: The runs' configs.
+  """
   pending = [config for config in program if not os.path.exists(
       os.path.join(config.run_dir, run_directory.REPORT_JSON_FILE))]
   for config in pending:
@@ -188,7 +246,14 @@ def train_unless_reported(program: Program) -> None:
 
 
 def baseline_accuracy(program: Program) -> list[float]:
-  """Trains (or re-evaluates) runs without canaries; their final accuracy."""
+  """Trains (or re-evaluates) runs without canaries; their final accuracy.
+
+  Args:
+    program: The runs' configs (without canaries).
+
+  Returns:
+    Each run's final test accuracy, in order.
+  """
   for config in program:
     print(f'Running {config.run_dir}', flush=True)
   return [result.accuracy for result in train.run_program(program)]
@@ -208,6 +273,12 @@ def run_grid(
   re-evaluated, as it writes no report to read its accuracy from.
   `executor` runs them (`sequential`: in turn, in this process), in
   `programs` of at most `runs_per_program` runs (baselines: one each).
+
+  Args:
+    configs: The grid's runs with canaries.
+    baseline_configs: Runs without canaries, for the accuracy table.
+    executor: What runs the programs.
+    runs_per_program: The most runs one program trains.
 
   Returns:
     The grid's runs, and the final accuracy of each baseline by noise.
@@ -243,6 +314,14 @@ def run_table5(experiments: Sequence[table5.Experiment],
   `programs` of at most `runs_per_program` runs: an R-run experiment's
   runs, and the experiments of one arm, share their shapes.
 
+  Args:
+    experiments: Table 5's experiments (`table5.experiments`).
+    executor: What runs the programs.
+    runs_per_program: The most runs one program trains.
+
+  Returns:
+    The Markdown of table5.md.
+
   Raises:
     train_config.ConfigError: for an invalid config.
   """
@@ -262,7 +341,16 @@ def run_table5(experiments: Sequence[table5.Experiment],
 def accuracy_configs(base: train_config.TrainConfig,
                      noise_multipliers: Sequence[float],
                      output_dir: str) -> list[train_config.TrainConfig]:
-  """The accuracy baseline: each noise multiplier without any canaries."""
+  """The accuracy baseline: each noise multiplier without any canaries.
+
+  Args:
+    base: The grid's base config.
+    noise_multipliers: The grid's noise multipliers.
+    output_dir: The grid's directory; runs go to its runs/ folder.
+
+  Returns:
+    One config per noise multiplier, with --num_canaries=0.
+  """
   return [
       dataclasses.replace(base, noise_multiplier=noise, num_canaries=0,
                           num_unseen_canaries=0, canary_repeats=1,

@@ -37,7 +37,14 @@ def _epsilon_grid(runs: Sequence[grid.GridRun], noises: Sequence[float],
 
 def cosine_densities(runs: Sequence[grid.GridRun], noises: Sequence[float],
                      path: str, title: str) -> None:
-  """Figures 1 and 3: a panel per noise, a curve per repetition count."""
+  """Figures 1 and 3: a panel per noise, a curve per repetition count.
+
+  Args:
+    runs: The grid's runs.
+    noises: The noise multipliers, one panel each, in this order.
+    path: Where to write the PNG.
+    title: The figure's title (the config's name).
+  """
   panels = {}
   for noise in noises:
     panels[f'noise {noise:g}'] = {
@@ -49,7 +56,14 @@ def cosine_densities(runs: Sequence[grid.GridRun], noises: Sequence[float],
 
 
 def has_all_iterates(runs: Sequence[grid.GridRun]) -> bool:
-  """Whether every run has the all-iterates estimate (unseen canaries)."""
+  """Whether every run has the all-iterates estimate (unseen canaries).
+
+  Args:
+    runs: The grid's runs.
+
+  Returns:
+    True when every run's report has an all-iterates threat model.
+  """
   return all(run.report.all_iterates is not None for run in runs)
 
 
@@ -60,6 +74,17 @@ def epsilon_bars(runs: Sequence[grid.GridRun], noises: Sequence[float],
 
   Beside the analytical eps: the last-iterate heuristic (final model) or
   the accounted eps of a real client (all iterates).
+
+  Args:
+    runs: The grid's runs.
+    noises: The noise multipliers, one group of bars each.
+    repetitions: The canary repetitions, one bar per group each.
+    model: 'final' or 'all'.
+    path: Where to write the PNG.
+    title: The figure's title (the config's name).
+
+  Raises:
+    ValueError: `model` is neither 'final' nor 'all'.
   """
 
   if model not in ('final', 'all'):

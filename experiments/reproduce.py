@@ -44,8 +44,11 @@ config's value. --scale s in (0, 1] then multiplies, rounding to the nearest
 integer: --total_rounds or --train_epochs (at least 1), --clients_per_round
 (at least 1), --synthetic_num_clients (synthetic data only; at least the
 scaled clients per round), and --num_canaries and --num_unseen_canaries when
-nonzero (at least 2). With real data the number of clients is fixed, so there
-scaling the clients per round lengthens an epoch.
+nonzero (at least 2). With real data and --train_epochs the number of
+clients is fixed, so fewer clients per round would lengthen every epoch
+(EMNIST at --scale=0.05: 677 rounds of 5 clients, more than the full 510);
+there --clients_per_round is kept and only the epochs shrink (EMNIST at
+0.05: 1 epoch of 34 rounds of 101 clients).
 
 The run of grid point (N, R) lives in --output_dir/runs/noise<N>_rep<R>/
 (--root_output_dir and --run_name of the config are replaced); the whole grid
@@ -140,6 +143,17 @@ def write_outputs(runs: Sequence[grid.GridRun], noises: Sequence[float],
 
   The accuracy table is written when `without_canaries` (noise -> accuracy
   of the run without canaries) is given.
+
+  Args:
+    runs: The grid's runs.
+    noises: The grid's noise multipliers, in order.
+    repetitions: The grid's canary repetitions, in order.
+    output_dir: Where the files go.
+    title: The figures' title (the config's name).
+    without_canaries: Noise -> accuracy of its run without canaries, or None.
+
+  Returns:
+    File name -> path of each file written.
   """
   os.makedirs(output_dir, exist_ok=True)
   paths = {name: os.path.join(output_dir, name) for name in (
@@ -170,7 +184,11 @@ def write_outputs(runs: Sequence[grid.GridRun], noises: Sequence[float],
 # Command line.
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-  """Registers this program's flags and every `experiments.train` flag."""
+  """Registers this program's flags and every `experiments.train` flag.
+
+  Args:
+    flag_values: The registry to define them in.
+  """
   flags.DEFINE_string('config', None, 'Flagfile of the experiment, with '
                       '"# grid: --FLAG=V1,..." lines.', flag_values=flag_values)
   flags.DEFINE_float('scale', 1.0, 'Shrink factor in (0, 1] of rounds, '
@@ -231,7 +249,20 @@ def _grid_values(grid_lines: Mapping[str, list[str]],
 def config_and_grid(
     flag_values: flags.FlagValues
 ) -> tuple[train_config.TrainConfig, list[float], list[int]]:
-  """The scaled base config and the grid of parsed reproduce flags."""
+  """The scaled base config and the grid of parsed reproduce flags.
+
+  Args:
+    flag_values: The parsed flags of this program.
+
+  Returns:
+    (the base config: --config's flags, the command line's over them,
+    scaled by --scale; the grid's noise multipliers; its repetitions).
+
+  Raises:
+    train_config.ConfigError: naming the flag, for a missing or malformed
+      --config, an --output_dir that cannot be a directory, a bad --scale
+      or grid values.
+  """
   if not flag_values['config'].value:
     raise train_config.ConfigError('--config must name a flagfile; got none.')
   config_path = flag_values['config'].value
@@ -257,6 +288,7 @@ def config_and_grid(
                for field in dataclasses.fields(train_config.TrainConfig)
                if flag_values[field.name].present}
   base = dataclasses.replace(base, **overrides)
+  _check_output_dir(flag_values['output_dir'].value)
   try:
     base = grid.scale_config(base, flag_values['scale'].value)
   except ValueError as error:
@@ -268,6 +300,23 @@ def config_and_grid(
                              'canary_repeats', 'repetitions',
                              base.canary_repeats, int)
   return base, noises, repetitions
+
+
+def _check_output_dir(output_dir: str) -> None:
+  """--output_dir must be a directory, or a path where one can be created.
+
+  Raises:
+    ConfigError: `output_dir` (or the nearest of its parents that exists) is
+      not a directory.
+  """
+  existing = os.path.abspath(output_dir)
+  while not os.path.lexists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    why = ('is a file' if existing == os.path.abspath(output_dir) else
+           f'cannot be created: {existing!r} is a file')
+    raise train_config.ConfigError(
+        f'--output_dir must name a directory; {output_dir!r} {why}.')
 
 
 def _executor(flag_values: flags.FlagValues) -> grid.Executor:
@@ -287,6 +336,12 @@ def main(argv: Sequence[str]) -> None:
   exits with status 2, and so do a run in use by another process and a
   failed write (`run_outputs.REPORTED_ERRORS`). Prints the tables and the paths
   written.
+
+  Args:
+    argv: The command line left after absl's flags (the program name only).
+
+  Raises:
+    app.UsageError: positional arguments were given (exit status 2).
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)

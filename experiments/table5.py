@@ -56,6 +56,9 @@ def experiments(base: train_config.TrainConfig,
       least 2 canaries per run.
     output_dir: Runs go to output_dir/table5/noise<N>_<arm>_e<i>_r<j>/.
 
+  Returns:
+    Per noise level, E experiments of each arm, each with its runs' configs.
+
   Raises:
     train_config.ConfigError: naming the flag, for E, R or K out of range.
   """
@@ -97,14 +100,30 @@ def experiments(base: train_config.TrainConfig,
 
 def pooled_epsilon(final_cosines: Sequence[np.ndarray], dim: int,
                    delta: float) -> float:
-  """eps_est-final of the runs' final-model cosines pooled (Algorithm 2)."""
+  """eps_est-final of the runs' final-model cosines pooled (Algorithm 2).
+
+  Args:
+    final_cosines: Each run's seen canaries' final-model cosines.
+    dim: The model's dimension d.
+    delta: The runs' delta.
+
+  Returns:
+    The headline estimate of the pooled cosines.
+  """
   return estimation.epsilon_from_final_cosines(
       np.concatenate([np.asarray(c, np.float64) for c in final_cosines]),
       dim, delta)
 
 
 def table(estimates: Mapping[tuple[float, str], Sequence[float]]) -> str:
-  """Markdown Table 5: (noise, arm) -> the experiments' eps_est-final."""
+  """Markdown Table 5: quantiles of eps_est-final per noise level and arm.
+
+  Args:
+    estimates: (noise multiplier, arm) -> the experiments' eps_est-final.
+
+  Returns:
+    The Markdown of table5.md.
+  """
   lines = ['| noise | runs/canaries | ' + ' | '.join(
       f'q{q:g}' for q in QUANTILES) + ' | experiments |',
            '|---|---|' + '---|' * len(QUANTILES) + '---|']

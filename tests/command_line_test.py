@@ -75,6 +75,26 @@ def test_parse_flags_or_exit_exits_2_naming_the_flag():
   assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.parametrize('where', ['missing.cfg', 'outer.cfg', 'a_directory'])
+def test_an_unreadable_flagfile_is_one_clean_line_naming_it(tmp_path, where):
+  (tmp_path / 'outer.cfg').write_text(f'--flagfile={tmp_path / "inner.cfg"}\n')
+  (tmp_path / 'a_directory').mkdir()
+  script = textwrap.dedent("""
+      from absl import app
+      from one_shot_epe.runtime import command_line
+      app.run(lambda argv: None, flags_parser=command_line.parse_flags_or_exit)
+  """)
+  done = subprocess.run(
+      [sys.executable, '-c', script, f'--flagfile={tmp_path / where}'],
+      cwd=_REPO, capture_output=True, text=True, timeout=60, check=False)
+  unreadable = tmp_path / ('inner.cfg' if where == 'outer.cfg' else where)
+  reason = ('Is a directory' if where == 'a_directory' else
+            'No such file or directory')
+  assert done.returncode == 2
+  assert done.stderr == (f"error: --flagfile '{unreadable}' cannot be read: "
+                         f'{reason}.\n')
+
+
 def test_flagfile_flags_are_followed_and_the_command_line_wins(tmp_path):
   config = tmp_path / 'grid.cfg'
   config.write_text('# grid: --noise_multiplier=0,0.1\n--backend=jax\n')

@@ -1,6 +1,6 @@
-"""The documentation names only things that exist.
+"""The documentation names only things that exist, with the defaults they have.
 
-README.md, docs/*.md and the docstrings of every module of one_shot_epe/,
+README.md, every page under docs/ and the docstrings of every module of one_shot_epe/,
 experiments/, benchmarks/ and examples/ name modules, programs, flags, make
 targets, functions, classes and methods. Each such name is checked against
 the source tree itself, read statically (`ast` over the .py files, the
@@ -20,6 +20,11 @@ imported and the test needs neither TensorFlow nor JAX. What is checked:
     module's or a project module's it imports);
   * `--flag=value` (also `--flag=a|b`) for an enum flag whose values can be
     read statically: each value one of them;
+  * a default the text states for a flag ("`--num_canaries` (default
+    1000)", "`--f` defaults to x", "`--f=x`, the default", "(default
+    `--f=x`)", "by default (`--f=x`)"): the default of the flag's
+    `flags.DEFINE_*` (or of its dataclass field), read statically; a
+    default of None is computed at run time and any description passes;
   * `make T`: T must be a rule of the Makefile;
   * a dotted name in backticks or in a code block whose first part is a
     project package (`one_shot_epe.tff_engine.audit.CanaryAudit`), the end of
@@ -37,13 +42,17 @@ imported and the test needs neither TensorFlow nor JAX. What is checked:
   * a `Modules:` list in a package's docstring names exactly the package's
     modules.
 Names of other libraries (`tff.learning...`, `jax.devices()`) and of other
-local variables (`state.aggregator`) are not checked. The checker is itself
-tested on small texts with planted wrong names.
+local variables (`state.aggregator`, and `plan.seed` where no module of the
+package `plan` defines `seed`) are not checked. The checker is itself
+tested on small texts with planted wrong names. tests/docs_code_test.py
+runs the documents' Python code blocks. Relative links between the
+documents must reach an existing file and heading.
 """
 
 import ast
 import functools
 import glob
+import math
 import os
 import re
 
@@ -214,6 +223,9 @@ class Index:
       for name, node in module.classes.items():
         self.classes.setdefault(name, []).append(node)
     self.flag_values: dict[str, frozenset[str] | None] = {}
+    # Flag -> the default of each of its definitions (_UNREADABLE if that
+    # default cannot be read statically).
+    self.flag_defaults: dict[str, list[object]] = {}
     self.flags, self.bool_flags = self._flags()
     self._program_flags: dict[str, tuple[set[str], set[str]]] = {}
     self.make_targets = self._make_targets()
@@ -242,6 +254,8 @@ class Index:
         module = next(m for m in self.modules.values()
                       if m.path == relative)
         enums = self._enum_values(module)
+        for found, default in _flag_defaults(module).items():
+          self.flag_defaults.setdefault(found, []).append(default)
         for found, is_bool in _defined_flags(module.tree):
           names.add(found)
           if is_bool:
@@ -418,6 +432,61 @@ class Index:
     return False
 
 
+# A flag default that cannot be read statically (not checked).
+_UNREADABLE = object()
+
+
+def _literal(node: ast.expr | None, module: Module) -> object:
+  """The value of `node` if it is a literal or a module-level literal name."""
+  if node is None:
+    return _UNREADABLE
+  if isinstance(node, ast.Name) and node.id in module.assignments:
+    node = module.assignments[node.id]
+  try:
+    return ast.literal_eval(node)
+  except (ValueError, TypeError, SyntaxError, RecursionError):
+    return _UNREADABLE
+
+
+def _flag_defaults(module: Module) -> dict[str, object]:
+  """Flag -> its default, for each flag `module` defines (as _defined_flags).
+
+  `flags.DEFINE_*(name, default, ...)` (or `default=`), and for flags
+  defined per dataclass field, the field's default (`x: int = 3` or
+  `dataclasses.field(default=3)`).
+  """
+  found = {}
+  classes = {node.name: node for node in module.tree.body
+             if isinstance(node, ast.ClassDef)}
+  for node in ast.walk(module.tree):
+    if not isinstance(node, ast.Call):
+      continue
+    function = node.func
+    name = function.attr if isinstance(function, ast.Attribute) else getattr(
+        function, 'id', '')
+    if name.startswith('DEFINE_'):
+      literal = node.args[0] if node.args else next(
+          (k.value for k in node.keywords if k.arg == 'name'), None)
+      if isinstance(literal, ast.Constant) and isinstance(literal.value, str):
+        default = node.args[1] if len(node.args) > 1 else next(
+            (k.value for k in node.keywords if k.arg == 'default'), None)
+        found[literal.value] = _literal(default, module)
+    elif (name == 'fields' and node.args and
+          isinstance(node.args[0], ast.Name) and
+          node.args[0].id in classes):
+      for field in classes[node.args[0].id].body:
+        if not (isinstance(field, ast.AnnAssign) and
+                isinstance(field.target, ast.Name)):
+          continue
+        value = field.value
+        if (isinstance(value, ast.Call) and
+            ast.unparse(value.func).endswith('field')):
+          value = next((k.value for k in value.keywords
+                        if k.arg == 'default'), None)
+        found[field.target.id] = _literal(value, module)
+  return found
+
+
 def _defined_flags(tree: ast.Module) -> list[tuple[str, bool]]:
   """(name, is_bool) of each `flags.DEFINE_*` in `tree` with a literal name.
 
@@ -529,6 +598,9 @@ def _check_dotted(index: Index, dotted: str) -> str | None:
     if candidates:
       if any(index.resolves_in_module(m, parts[end:]) for m in candidates):
         return None
+      if (end == 1 and parts[0] not in PACKAGES and
+          _names_a_variable(index, candidates, parts[1])):
+        return None
       where = ', '.join(sorted(m.path for m in candidates))
       return f'{dotted}: {".".join(parts[end:])} is not defined in {where}'
   if parts[0] in PACKAGES:
@@ -539,6 +611,23 @@ def _check_dotted(index: Index, dotted: str) -> str | None:
       return None
     return f'{dotted}: class {parts[0]} has no attribute {parts[1]}'
   return None
+
+
+def _names_a_variable(index: Index, packages: list[Module],
+                      attribute: str) -> bool:
+  """Whether `x.attribute`, x a bare package name, is rather a variable's.
+
+  A wing's name is also a natural variable name (`plan.seed` for a RunPlan
+  `plan`). It is taken for a variable when every candidate is a package none
+  of whose modules defines `attribute` (a module that does suggests a name
+  that moved, which is reported).
+  """
+  if not all(m.path.endswith('__init__.py') for m in packages):
+    return False
+  return not any(
+      attribute in module.names for package in packages
+      for name, module in index.modules.items()
+      if name.startswith(package.name + '.'))
 
 
 def check_text(text: str, index: Index | None = None) -> list[str]:
@@ -562,6 +651,7 @@ def check_text(text: str, index: Index | None = None) -> list[str]:
       problems.append(f'python -m {target}: no such module')
   other_flags = {f for flags in OTHER_PROGRAMS_FLAGS.values() for f in flags}
   problems += _command_line_flag_problems(text, index, other_flags)
+  problems += default_problems(text, index)
   for match in _FLAG.finditer(text):
     flag = match.group(1)
     known = (flag.isupper() or  # A placeholder: --FLAG=V1,V2.
@@ -704,6 +794,70 @@ def _call_problems(code: str, aliases: dict[str, str],
   return problems
 
 
+# Ways a text states a flag's default: "`--f` (default 3)", "`--f` defaults to
+# 3", "`--f=x`, the default", "(default `--f=x`)", "by default (`--f=x`)".
+_STATED_DEFAULTS = tuple(re.compile(pattern, re.I) for pattern in (
+    r'`--(?P<flag>[a-z]\w*)`\s*\((?:the\s+|by\s+)?default:?\s+'
+    r'`?(?P<value>\d[\d,_]*\d|[^`),;\s]+)',
+    r'`--(?P<flag>[a-z]\w*)`\s+defaults\s+to\s+'
+    r'`?(?P<value>\d[\d,_]*\d|[^`),;\s]+)',
+    r'`--(?P<flag>[a-z]\w*)=(?P<value>[^`\s]+)`\s*[,(]\s*(?:the\s+)?'
+    r'default\b(?!:?\s*`)',
+    r'\(default:?\s+`--(?P<flag>[a-z]\w*)=(?P<value>[^`\s]+)`',
+    r'by\s+default\s*\(`--(?P<flag>[a-z]\w*)=(?P<value>[^`\s]+)`\)',
+))
+
+
+def _states(stated: str, default: object) -> bool:
+  """Whether the text `stated` is the flag default `default`.
+
+  A default of None is computed at run time (`--delta`: m^-1.1), so any
+  description of it is accepted; numbers compare as numbers ("1,000" is
+  1000), booleans by name, strings and lists as written.
+  """
+  if default is None:
+    return True
+  if isinstance(default, bool):
+    return stated.lower() == str(default).lower()
+  if isinstance(default, (int, float)):
+    try:
+      number = float(stated.replace(',', '').replace('_', ''))
+    except ValueError:
+      return False
+    return math.isclose(number, default, rel_tol=1e-9, abs_tol=1e-12)
+  if isinstance(default, (list, tuple)):
+    return stated.strip('\'"') == ','.join(str(item) for item in default)
+  return stated.strip('\'"') == str(default)
+
+
+def default_problems(text: str, index: Index) -> list[str]:
+  """Flags whose default the text states wrongly (against every definition).
+
+  A flag several programs define may have several defaults: the text must
+  state one of them. Defaults that cannot be read statically are left out.
+
+  Args:
+    text: Markdown or a docstring.
+    index: The repository.
+
+  Returns:
+    One message per wrongly stated default.
+  """
+  problems = []
+  for pattern in _STATED_DEFAULTS:
+    for match in pattern.finditer(text):
+      flag, stated = match.group('flag'), match.group('value').rstrip('.')
+      defaults = [d for d in index.flag_defaults.get(flag, [])
+                  if d is not _UNREADABLE]
+      if not defaults or stated.isupper():
+        continue
+      if not any(_states(stated, default) for default in defaults):
+        shown = ', '.join(sorted({repr(d) for d in defaults}))
+        problems.append(f'--{flag}: the text says its default is {stated}; '
+                        f'it is {shown}')
+  return problems
+
+
 def _command_line_flag_problems(text: str, index: Index,
                                 other_flags: set[str]) -> list[str]:
   """Flags of a `python -m program` command line that the program lacks."""
@@ -758,9 +912,11 @@ def check_modules_lists(text: str, index: Index,
 
 
 def _documents() -> list[str]:
+  """README.md and every Markdown page under docs/ (at any depth)."""
   return ['README.md'] + sorted(
       os.path.relpath(p, REPO)
-      for p in glob.glob(os.path.join(REPO, 'docs', '*.md')))
+      for p in glob.glob(os.path.join(REPO, 'docs', '**', '*.md'),
+                         recursive=True))
 
 
 def _docstring_sources() -> list[str]:
@@ -793,6 +949,75 @@ def test_document_names_only_what_exists(path):
   assert not problems, f'{path}:\n  ' + '\n  '.join(problems)
 
 
+_LINK = re.compile(r'\]\((?P<target>[^)\s#]*)(?:#(?P<anchor>[^)\s]+))?\)')
+
+
+def heading_anchors(text: str) -> set[str]:
+  """GitHub's anchors of the Markdown headings of `text`.
+
+  Lowercase, punctuation other than '-' and '_' dropped, spaces to '-'.
+
+  Args:
+    text: A Markdown document.
+
+  Returns:
+    The anchors its headings get.
+  """
+  text = _FENCE.sub('', text)
+  return {re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
+          for heading in re.findall(r'^#{1,6} (.+)$', text, re.M)}
+
+
+def link_problems(path: str, text: str) -> list[str]:
+  """Relative links of the document at `path` whose file or heading is missing.
+
+  Args:
+    path: The document's repository-relative path.
+    text: Its Markdown.
+
+  Returns:
+    One message per broken link ("http..." links are not checked).
+  """
+  problems = []
+  for match in _LINK.finditer(_FENCE.sub('', text)):
+    target, anchor = match.group('target'), match.group('anchor')
+    if re.match(r'[a-z]+:', target):
+      continue
+    if not target:  # A heading of this document.
+      if anchor not in heading_anchors(text):
+        problems.append(f'link #{anchor}: no such heading')
+      continue
+    linked = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    full = os.path.join(REPO, linked)
+    if not os.path.exists(full):
+      problems.append(f'link {target}: no such file')
+      continue
+    if anchor and linked.endswith('.md'):
+      with open(full, encoding='utf-8') as stream:
+        if anchor not in heading_anchors(stream.read()):
+          problems.append(f'link {target}#{anchor}: no such heading')
+  return problems
+
+
+@pytest.mark.parametrize('path', _documents())
+def test_document_links_reach_their_files_and_headings(path):
+  with open(os.path.join(REPO, path), encoding='utf-8') as stream:
+    problems = link_problems(path, stream.read())
+  assert not problems, f'{path}:\n  ' + '\n  '.join(problems)
+
+
+def test_link_checker_finds_broken_links():
+  text = ('[a](docs/api.md) [b](docs/nope.md) [c](docs/reproducing.md#the-demo)'
+          ' [d](docs/reproducing.md#the-dem) [e](https://x.org/#y)\n\n'
+          '## A heading: with `code`, punctuation\n[f](#a-heading-with-code-'
+          'punctuation)')
+  assert link_problems('README.md', text) == [
+      'link docs/nope.md: no such file',
+      'link docs/reproducing.md#the-dem: no such heading']
+  assert 'the-jax-engine---backendjax-gpu-tpu-or-cpu' in heading_anchors(
+      '## The JAX engine (`--backend=jax`: GPU, TPU, or CPU)\n')
+
+
 @pytest.mark.parametrize('path', _docstring_sources())
 def test_docstrings_name_only_what_exists(path):
   problems = docstring_problems(path)
@@ -813,6 +1038,12 @@ def test_the_index_sees_the_project():
           'config', 'canary_insertion'} <= index.flags
   assert 'seeded_noise' in index.bool_flags
   assert {'demo', 'test', 'test-jax', 'bazel-build'} <= index.make_targets
+  # Defaults: a DEFINE_* call's and a dataclass field's; None when computed.
+  assert 1000 in index.flag_defaults['num_canaries']
+  assert 'sequential' in index.flag_defaults['executor']
+  assert None in index.flag_defaults['delta']
+  assert default_problems('`--delta` defaults to m^-1.1 for m clients.',
+                          index) == []
 
 
 _GOOD = '''
@@ -887,6 +1118,28 @@ _PLANTED = [
      "--backend=torch: not one of --backend's values (jax, tff)"),
     ('Run `make demos`.', 'Run `make demo`.',
      'make demos: no such Makefile rule'),
+    ('Canaries: `--num_canaries` (default 100).',
+     'Canaries: `--num_canaries` (default 1,000).',
+     '--num_canaries: the text says its default is 100; it is 10, 1000'),
+    ('`--seeded_noise` (default false) draws...',
+     '`--seeded_noise` (default true) draws...',
+     '--seeded_noise: the text says its default is false; it is True'),
+    ('`--clip_learning_rate` defaults to 0.1.',
+     '`--clip_learning_rate` defaults to 0.2.',
+     '--clip_learning_rate: the text says its default is 0.1; it is 0.2'),
+    ('Engines: `--backend=jax`, the default.',
+     'Engines: `--backend=tff`, the default.',
+     "--backend: the text says its default is jax; it is 'tff'"),
+    ('Executors (default `--executor=ray`).',
+     'Executors (default `--executor=sequential`).',
+     "--executor: the text says its default is ray; it is 'sequential'"),
+    ('By default (`--threshold_strategy=split`) half the canaries choose.',
+     'By default (`--threshold_strategy=bonferroni`) a family is fixed.',
+     "--threshold_strategy: the text says its default is split; it is "
+     "'bonferroni'"),
+    ('The run: `plan.seeds` of `plan.RunPlan`.',
+     'The run: `plan.seed` of `run_plan.RunPlan`.',
+     'plan.RunPlan: RunPlan is not defined in one_shot_epe/design/__init__.py'),
     ('The bound: `lower_bound.epsilon_lower_bond`.',
      'The bound: `lower_bound.epsilon_lower_bound`.',
      'lower_bound.epsilon_lower_bond: epsilon_lower_bond is not defined in '

@@ -5,8 +5,8 @@ the paper where the math comes from) is checked here on the source itself,
 read with `ast`: no project module is imported, so the test needs neither
 TensorFlow nor TFF and sees modules that would fail to import.
 
-Checked, in every .py file under one_shot_epe/ (recursively), experiments/ and
-benchmarks/:
+Checked, in every .py file under one_shot_epe/ (recursively), experiments/,
+benchmarks/ and examples/:
   * the module has a docstring;
   * every public (name not starting with '_') function and class defined at
     module level has one (including definitions inside module-level `if` or
@@ -18,7 +18,9 @@ A docstring is a string literal as the first statement with some non-blank
 text.
 
 Also checked:
-  * the public API of the estimation core (ARGUMENT_DOCUMENTED) documents its
+  * the public API of every module of one_shot_epe/ (the core, both engines,
+    the baselines), experiments/ and examples/ (ARGUMENT_ROOTS), less the
+    modules of the shrinking allowlist ARGUMENTS_INCOMPLETE, documents its
     arguments, Google style: every public function, and every public method of
     a public class (properties apart), has an `Args:` section naming exactly
     its parameters (less self/cls), a `Returns:` (or `Yields:`) section when
@@ -37,13 +39,61 @@ import re
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-ROOTS = ('one_shot_epe', 'experiments', 'benchmarks')
-# Modules whose public API must document its arguments, returns and raises.
-ARGUMENT_DOCUMENTED = ('one_shot_epe/design/canary_spec.py',
-                       'one_shot_epe/reporting/privacy_report.py',
-                       'one_shot_epe/stats/lower_bound.py', 'one_shot_epe/stats/one_run.py',
-                       'one_shot_epe/stats/estimation.py',
-                       'one_shot_epe/accounting/dp_fedavg.py')
+ROOTS = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
+# Folders whose modules' public API must document its arguments, returns
+# and raises (Google style: Args:, Returns:/Yields:, Raises:): the core, the
+# engines, the baselines, the programs and the examples.
+ARGUMENT_ROOTS = ('one_shot_epe', 'experiments', 'examples')
+# Modules not complete yet, each with at least one gap (a test checks that
+# too, so the list only shrinks: remove a module once it is complete).
+ARGUMENTS_INCOMPLETE = frozenset({
+    'experiments/backend_jax.py',
+    'experiments/backend_tff.py',
+    'experiments/engine.py',
+    'experiments/run_outputs.py',
+    'experiments/train.py',
+    'experiments/train_config.py',
+    'one_shot_epe/accounting/distributed_dp.py',
+    'one_shot_epe/jax_engine/canaries.py',
+    'one_shot_epe/jax_engine/checkpoints.py',
+    'one_shot_epe/jax_engine/compat.py',
+    'one_shot_epe/jax_engine/correlated_noise.py',
+    'one_shot_epe/jax_engine/data.py',
+    'one_shot_epe/jax_engine/fedavg.py',
+    'one_shot_epe/jax_engine/models.py',
+    'one_shot_epe/jax_engine/optimizers.py',
+    'one_shot_epe/jax_engine/packing.py',
+    'one_shot_epe/jax_engine/training.py',
+    'one_shot_epe/design/participation.py',
+    'one_shot_epe/reporting/epsilon_cli.py',
+    'one_shot_epe/reporting/run_report.py',
+    'one_shot_epe/runtime/atomic_io.py',
+    'one_shot_epe/runtime/checkpoint_store.py',
+    'one_shot_epe/runtime/command_line.py',
+    'one_shot_epe/runtime/round_progress.py',
+    'one_shot_epe/runtime/round_record.py',
+    'one_shot_epe/runtime/run_directory.py',
+    'one_shot_epe/runtime/run_lock.py',
+    'one_shot_epe/runtime/write_failures.py',
+    'one_shot_epe/stats/attack_metrics.py',
+    'one_shot_epe/stats/decorrelation.py',
+    'one_shot_epe/stats/gaussian_simulation.py',
+    'one_shot_epe/stats/null_distribution.py',
+    'one_shot_epe/tff_engine/accelerators.py',
+    'one_shot_epe/tff_engine/canaries.py',
+    'one_shot_epe/tff_engine/canary_aggregator.py',
+    'one_shot_epe/tff_engine/checkpoints.py',
+    'one_shot_epe/tff_engine/cosine_tracking.py',
+    'one_shot_epe/tff_engine/distributed_runtime.py',
+    'one_shot_epe/tff_engine/final_model.py',
+    'one_shot_epe/tff_engine/isolation.py',
+    'one_shot_epe/tff_engine/quiet.py',
+    'one_shot_epe/tff_engine/runtime.py',
+    'one_shot_epe/tff_engine/seeded_queries.py',
+    'one_shot_epe/tff_engine/tff_workers.py',
+    'one_shot_epe/tff_engine/training.py',
+    'one_shot_epe/validation.py',
+})
 # Folders whose public modules must have an `__all__`.
 ALL_ROOTS = ('one_shot_epe', 'experiments')
 
@@ -292,8 +342,7 @@ def test_checker_finds_exactly_the_missing_docstrings(source, expected):
 def test_the_tree_has_the_modules_it_is_expected_to_have():
   files = _source_files()
   for expected in ('one_shot_epe/__init__.py', 'one_shot_epe/stats/estimation.py',
-                   'one_shot_epe/tff_engine/tasks/base.py',
-                   'one_shot_epe/baselines/canife.py', 'experiments/train.py',
+                                  'one_shot_epe/baselines/canife.py', 'experiments/train.py',
                    'benchmarks/table2.py'):
     assert expected in files
   assert not any('__pycache__' in path for path in files)
@@ -341,11 +390,38 @@ def test_argument_checker_finds_exactly_the_gaps(source, expected):
   assert missing_argument_docs(source) == expected
 
 
-@pytest.mark.parametrize('path', ARGUMENT_DOCUMENTED)
-def test_core_public_api_documents_its_arguments(path):
+def _argument_documented() -> list[str]:
+  """The modules whose public API must document its arguments (less the
+  incomplete ones)."""
+  return [path for path in _source_files()
+          if path.split('/')[0] in ARGUMENT_ROOTS and
+          path not in ARGUMENTS_INCOMPLETE]
+
+
+def test_argument_documented_modules_span_the_core_and_the_engines():
+  modules = _argument_documented()
+  for expected in ('one_shot_epe/stats/lower_bound.py',
+                   'one_shot_epe/reporting/privacy_report.py',
+                   'one_shot_epe/tff_engine/audit.py',
+                   'one_shot_epe/reporting/plots.py',
+                   'experiments/grid.py'):
+    assert expected in modules
+
+
+@pytest.mark.parametrize('path', _argument_documented())
+def test_public_api_documents_its_arguments(path):
   with open(os.path.join(REPO, path), encoding='utf-8') as stream:
     gaps = missing_argument_docs(stream.read())
   assert not gaps, f'{path}:\n  ' + '\n  '.join(gaps)
+
+
+@pytest.mark.parametrize('path', sorted(ARGUMENTS_INCOMPLETE))
+def test_an_incomplete_module_still_has_gaps(path):
+  # Keeps the allowlist exact: a completed module must leave it.
+  assert os.path.exists(os.path.join(REPO, path)), f'{path}: no such module'
+  with open(os.path.join(REPO, path), encoding='utf-8') as stream:
+    assert missing_argument_docs(stream.read()), (
+        f'{path} is complete: remove it from ARGUMENTS_INCOMPLETE')
 
 
 _ALL_CASES = [
@@ -370,8 +446,7 @@ def test_public_modules_are_the_expected_ones():
   modules = _public_modules()
   for expected in ('one_shot_epe/stats/estimation.py',
                    'one_shot_epe/tff_engine/audit.py',
-                   'one_shot_epe/tff_engine/tasks/emnist.py',
-                   'one_shot_epe/jax_engine/fedavg.py',
+                                  'one_shot_epe/jax_engine/fedavg.py',
                    'one_shot_epe/baselines/canife.py', 'experiments/train.py'):
     assert expected in modules
   assert not any(path.endswith('__init__.py') or path.startswith('benchmarks')

@@ -83,22 +83,41 @@ def test_summary_table_shows_each_report_field():
       _g(report.last_iterate_epsilon), '0.25']
 
 
-def test_privacy_table_holds_the_papers_columns_and_the_bounds():
+def test_privacy_table_puts_the_sound_columns_first_and_labels_the_papers():
   runs = _runs()
   text = grid_tables.privacy_table(runs)
   report = runs[3].report
   all_it, final = report.all_iterates, report.final
-  assert (f'| 1 | {_g(report.analytical_epsilon)} | '
-          f'{_g(all_it.epsilon_lo_paper)} | {_g(all_it.epsilon_est_fitted)} | '
-          f'{_g(final.epsilon_lo_paper)} | {_g(final.epsilon_est_fitted)} | '
-          '0.25 |') in text
+  all_low, all_high = all_it.epsilon_est_interval
   low, high = final.epsilon_est_interval
-  assert (f'| {_g(final.epsilon_est)} [{_g(low)}, {_g(high)}] | '
-          f'{_g(final.epsilon_lo)} | n/a | n/a |') in text
+  # The first table of a block: references, estimates, sound bounds.
+  sound_row = (
+      f'| 1 | {_g(report.analytical_epsilon)} | '
+      f'{_g(report.accounted_epsilon)} | {_g(report.last_iterate_epsilon)} | '
+      f'{_g(all_it.epsilon_est)} [{_g(all_low)}, {_g(all_high)}] | '
+      f'{_g(all_it.epsilon_lo)} | {_g(all_it.epsilon_one_run)} | '
+      f'{_g(all_it.epsilon_one_run_fdp)} | '
+      f'{_g(final.epsilon_est)} [{_g(low)}, {_g(high)}] | '
+      f'{_g(final.epsilon_lo)} | n/a | n/a | 0.25 |')
+  assert sound_row in text
+  paper_row = (f'| 1 | {_g(all_it.epsilon_lo_paper)} | '
+               f'{_g(all_it.epsilon_est_fitted)} | '
+               f'{_g(final.epsilon_lo_paper)} | '
+               f'{_g(final.epsilon_est_fitted)} |')
+  assert paper_row in text
   final_only = runs[2].report.final
   assert (f'| 1 | n/a | n/a | n/a | n/a | {_g(final_only.epsilon_gdp)} | '
           f'{_g(final_only.auroc)} | ') in text
   assert text.count('canary repetition') == 2  # One block per r.
+  # In each block the sound table comes first, the paper's last, labelled.
+  for block in text.split('canary repetition')[1:]:
+    sound = block.index('lower bounds that hold')
+    attack = block.index('The attack:')
+    paper = block.index("The paper's own columns")
+    assert sound < attack < paper
+  assert "paper's ε_lo-final (nominal)" in text
+  assert "paper's ε_est-all (fitted)" in text
+  assert text.index(sound_row) < text.index(paper_row)
 
 
 def test_anderson_table_shows_each_cosine_sets_statistic():

@@ -113,3 +113,38 @@ def test_tick_gap_measure_sees_matplotlib_default_overlap():
     assert min(plots.x_tick_label_gaps(figure, axes[0])) < 0
   finally:
     plt.close(figure)
+
+
+def test_density_panels_show_every_curve_whole_with_labelled_axes():
+  # The demo's case: at noise 0 the cosines sit far from the null, and a
+  # range ending at the extreme cosines cut their density curve off.
+  rng = np.random.default_rng(3)
+  dim = 10**6
+  panels = {'noise 0': {'1 rep.': rng.normal(0.02, 0.004, 50)},
+            'noise 0.2': {'1 rep.': rng.normal(0.002, 0.001, 50)}}
+  for shared_x in (False, True):
+    figure = plots.cosine_density_figure(panels, dim, shared_x=shared_x)
+    try:
+      for axis in figure.axes:
+        assert axis.get_xlabel() == 'cosine'
+        assert axis.get_ylabel() == 'density'
+        for line in axis.get_lines():
+          heights = np.asarray(line.get_ydata())
+          assert max(heights[0], heights[-1]) < 1e-3 * heights.max(), (
+              axis.get_title(), line.get_label())
+    finally:
+      plt.close(figure)
+
+
+def test_epsilon_bars_say_what_they_show(tmp_path, monkeypatch):
+  drawn = []
+  monkeypatch.setattr(plots, '_save', lambda figure, path: drawn.append(figure))
+  est = np.array([[4.6], [1.97]])
+  plots.plot_epsilon_bars([0.0, 0.05], [1], est, est / 2,
+                          str(tmp_path / 'bars.png'))
+  try:
+    labels = [text.get_text()
+              for text in drawn[0].axes[0].get_legend().get_texts()]
+  finally:
+    plt.close(drawn[0])
+  assert sorted(labels) == ['ε_est, r = 1 canary repetition', 'ε_lo (95%)']

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 
+from absl import flags
 import matplotlib.image
 import pytest
 
@@ -75,7 +76,7 @@ def _table_rows(text: str) -> dict[str, dict[tuple[str, str], list[str]]]:
   {section: {(noise, repetitions): cells after the noise}}; sections are
   'paper', 'bounds' and 'attack'.
   """
-  openers = {"The paper's columns": 'paper', 'References,': 'bounds',
+  openers = {"The paper's own columns": 'paper', 'Estimates,': 'bounds',
              'The attack:': 'attack'}
   tables, repeats, section = {}, None, None
   for line in text.splitlines():
@@ -127,14 +128,15 @@ def test_privacy_table_equals_run_reports(grid):
   assert set(tables) == {'paper', 'bounds', 'attack'}
   for point, report in reports.items():
     # The paper's Table 3/4 columns hold the paper's statistics.
-    keys = ('analytical_epsilon', 'epsilon_lo_paper_all',
-            'epsilon_est_fitted_all', 'epsilon_lo_paper_final',
-            'epsilon_est_fitted_final', 'accuracy')
+    keys = ('epsilon_lo_paper_all', 'epsilon_est_fitted_all',
+            'epsilon_lo_paper_final', 'epsilon_est_fitted_final')
     for cell, key in zip(tables['paper'][point], keys):
       assert _close(cell, report[key]), (point, key, cell, report[key])
     # Headline estimates (with their interval) and the sound bounds.
     cells = tables['bounds'][point]
-    for model, offset in (('all', 2), ('final', 6)):
+    assert _close(cells[0], report['analytical_epsilon'])
+    assert _close(cells[-1], report['accuracy'])
+    for model, offset in (('all', 3), ('final', 7)):
       assert _close(cells[offset].split()[0], report[f'epsilon_est_{model}'])
       for index, key in enumerate(('epsilon_lo', 'epsilon_one_run',
                                    'epsilon_one_run_fdp'), start=offset + 1):
@@ -321,6 +323,20 @@ def test_bad_scale_exits_2_and_writes_nothing(tmp_path, scale):
   assert not output_dir.exists()
 
 
+@pytest.mark.parametrize('inside', [False, True])
+def test_an_output_dir_that_cannot_be_a_directory_exits_2(tmp_path, inside):
+  a_file = tmp_path / 'results.txt'
+  a_file.write_text('mine\n')
+  output_dir = a_file / 'grid' if inside else a_file
+  completed = _reproduce(*_TINY, f'--output_dir={output_dir}')
+  assert completed.returncode == 2
+  assert completed.stderr.startswith('error: --output_dir must name a directory')
+  assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr
+  assert 'rerun' not in completed.stderr
+  assert 'Running' not in completed.stdout
+  assert a_file.read_text() == 'mine\n'
+
+
 def test_parse_grid_reads_the_paper_grids(tmp_path):
   assert grid_lib.parse_grid(os.path.join(_REPO, 'configs', 'emnist.cfg')) == {
       'noise_multiplier': ['0', '0.0487', '0.0958', '0.2207'],
@@ -352,13 +368,38 @@ def test_scale_shrinks_rounds_clients_and_canaries():
                                   train_epochs=15, num_canaries=1000,
                                   num_unseen_canaries=0)
   fifth = grid_lib.scale_config(real, 0.2)
+  # Real data in epochs: the clients per round stay (the population is fixed).
   assert (fifth.train_epochs, fifth.clients_per_round,
           fifth.synthetic_num_clients, fifth.num_canaries,
-          fifth.num_unseen_canaries) == (3, 20, 100, 200, 0)
+          fifth.num_unseen_canaries) == (3, 101, 100, 200, 0)
   assert grid_lib.scale_config(real, 1.0) == real
   for scale in (0.0, -0.5, 1.01, float('nan')):
     with pytest.raises(ValueError, match='--scale'):
       grid_lib.scale_config(real, scale)
+
+
+@pytest.mark.parametrize('config_name, clients', [
+    ('emnist.cfg', 3383), ('stackoverflow.cfg', 342_477),
+    ('demo_fashion_mnist.cfg', 1200)])
+@pytest.mark.parametrize('scale', [0.05, 0.1, 0.5])
+def test_a_scaled_paper_run_is_never_longer_than_the_full_one(config_name,
+                                                              clients, scale):
+  # The rounds as the launcher counts them (participation_plan) for the
+  # real data's number of clients, full and scaled.
+  flag_values = flags.FlagValues()
+  train_config.define_flags(flag_values)
+  flag_values(['x', f'--flagfile={os.path.join(_REPO, "configs", config_name)}'])
+  full = train_config.config_from_flags(flag_values)
+  ids = [str(i) for i in range(clients)]
+  _, full_rounds, _, _ = train_config.participation_plan(full, ids)
+  _, rounds, _, _ = train_config.participation_plan(
+      grid_lib.scale_config(full, scale), ids)
+  assert rounds <= full_rounds
+  if full.train_epochs is None:  # Rounds shrink as given.
+    assert rounds == max(1, round(scale * full_rounds))
+  else:  # Whole epochs of the full run's length shrink.
+    rounds_per_epoch = full_rounds // full.train_epochs
+    assert rounds == max(1, round(scale * full.train_epochs)) * rounds_per_epoch
 
 
 @pytest.mark.parametrize('flag, message', [

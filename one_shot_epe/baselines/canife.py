@@ -84,7 +84,11 @@ class CanifeConfig:
                        f'{self.epsilon_threshold!r}.')
 
   def delta(self) -> float:
-    """The delta of eps_hat_r: attack_delta, or 1/num_mock_rounds."""
+    """The delta of eps_hat_r: attack_delta, or 1/num_mock_rounds.
+
+    Returns:
+      The delta each audit's eps_hat_r is measured at.
+    """
     if self.attack_delta is not None:
       return float(self.attack_delta)
     return 1.0 / self.num_mock_rounds
@@ -146,6 +150,10 @@ class CanifeAuditor:
       clip: Clip norm C of training.
       noise_multiplier: sigma of training (noise std sigma C per coordinate).
       seed: Seeds the canary initialisation, insertions, noise and cohorts.
+
+    Returns:
+      The audit's eps_hat_r (and capped), attack accuracy and the canary's
+      design figures.
     """
     clip = per_example.check_clip(clip)
     noise_multiplier = validation.check_real('noise_multiplier',

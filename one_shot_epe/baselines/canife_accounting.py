@@ -61,6 +61,9 @@ def per_round_epsilon(noise_multiplier: float, delta: float,
     noise_multiplier: sigma in [0, inf]; 0 gives inf, inf gives 0.
     delta: Target delta in (0, 1).
     orders: RDP orders (default: dp_accounting's).
+
+  Returns:
+    eps_r at `delta`.
   """
   sigma = validation.check_real('noise_multiplier', noise_multiplier, 0.0,
                                 allow_infinite=True)
@@ -82,8 +85,19 @@ def noise_from_epsilon(epsilon: float, delta: float,
   does its conversion), continuously except for the jump to 0 at the
   accountant's floor (module docstring), so bisection and then Brent's method
   on log sigma find the crossing: where the map is continuous,
-  per_round_epsilon(sigma_hat) = epsilon. Returns 0 for epsilon = inf and inf
-  for epsilon = 0.
+  per_round_epsilon(sigma_hat) = epsilon.
+
+  Args:
+    epsilon: A per-round epsilon in [0, inf].
+    delta: Its delta, in (0, 1).
+    orders: RDP orders (default: dp_accounting's).
+
+  Returns:
+    sigma_hat: 0 for epsilon = inf, inf for epsilon = 0.
+
+  Raises:
+    ValueError: `epsilon` exceeds the per-round epsilon of the smallest
+      noise multiplier searched.
   """
   epsilon = validation.check_real('epsilon', epsilon, 0.0, allow_infinite=True)
   delta = validation.check_probability('delta', delta)
@@ -113,7 +127,15 @@ def noise_from_epsilon(epsilon: float, delta: float,
 
 
 def audit_rounds(num_rounds: int, interval: int) -> list[int]:
-  """Rounds audited by Algorithm 2 (0-based): 0, s, 2s, ... below num_rounds."""
+  """Rounds audited by Algorithm 2 (0-based): 0, s, 2s, ... below num_rounds.
+
+  Args:
+    num_rounds: Training rounds T.
+    interval: s, rounds between audits.
+
+  Returns:
+    The audited rounds.
+  """
   num_rounds = validation.check_int('num_rounds', num_rounds, 1)
   interval = validation.check_int('interval', interval, 1)
   return list(range(0, num_rounds, interval))
@@ -123,6 +145,13 @@ def rounds_covered(rounds: Sequence[int], num_rounds: int) -> list[int]:
   """How many training rounds each audit's estimate stands for.
 
   Audit i at round t_i covers [t_i, t_{i+1}); the last covers [t_last, T).
+
+  Args:
+    rounds: The audited rounds.
+    num_rounds: Training rounds T.
+
+  Returns:
+    The number of rounds each audit covers; they sum to T.
 
   Raises:
     ValueError: unless the rounds start at 0, increase strictly and lie in
@@ -149,6 +178,19 @@ def cumulative_epsilon(noise_multipliers: Sequence[float],
   Composes round_counts[i] rounds of PoissonSampledDpEvent(sampling_rate,
   GaussianDpEvent(noise_multipliers[i])) for every i and returns the epsilon
   at `delta`. Infinite noise adds nothing; zero noise gives inf.
+
+  Args:
+    noise_multipliers: Each group of rounds' (estimated) noise multiplier.
+    round_counts: The rounds of each group.
+    sampling_rate: The Poisson sampling rate q.
+    delta: Target delta.
+    orders: RDP orders (default: dp_accounting's).
+
+  Returns:
+    The composed epsilon.
+
+  Raises:
+    ValueError: the two sequences differ in length.
   """
   if len(noise_multipliers) != len(round_counts):
     raise ValueError('noise_multipliers and round_counts must have the same '
@@ -208,6 +250,13 @@ def canife_epsilon(per_round_epsilons: Sequence[float],
       `delta`, as Algorithm 2 writes GetNoise(eps_hat_r, delta); the other
       reading, the delta = 1/n at which eps_hat_r was measured (Sec. 3.4),
       gives smaller sigma_hat_r and a larger eps_hat.
+
+  Returns:
+    eps_hat with the sigma_hat_r it composed.
+
+  Raises:
+    ValueError: `per_round_epsilons` and `rounds` differ in length, or the
+      rounds are not valid audit rounds (`rounds_covered`).
   """
   if len(per_round_epsilons) != len(rounds):
     raise ValueError('per_round_epsilons and rounds must have the same length; '

@@ -78,6 +78,12 @@ def mock_round_scores(clipped_sum: Callable[[int], Any], canary_update: Any, *,
     num_rounds: n >= 2.
     rng: Draws the insertions and the noise.
     insertion_probability: Probability that the canary joins a round.
+
+  Returns:
+    Each round's score <u_c, noised sum> and whether it held the canary.
+
+  Raises:
+    ValueError: `clipped_sum` returns a vector of the wrong shape.
   """
   num_rounds = validation.check_int('num_rounds', num_rounds, 2)
   noise_std = validation.check_real('noise_std', noise_std, 0.0)
@@ -111,7 +117,16 @@ def threshold_rates(scores: Any,
                     inserted: Any) -> tuple[np.ndarray, np.ndarray]:
   """FPR and FNR of "inserted iff score >= gamma" for every observed gamma.
 
-  Returns arrays aligned with the sorted distinct scores.
+  Args:
+    scores: The rounds' attack scores.
+    inserted: Whether each round held the canary.
+
+  Returns:
+    (FPR, FNR), arrays aligned with the sorted distinct scores.
+
+  Raises:
+    ValueError: the arrays differ in length, a score is not finite, or no
+      round (or every round) held the canary.
   """
   scores = np.asarray(scores, np.float64).reshape(-1)
   inserted = np.asarray(inserted, bool).reshape(-1)
@@ -147,6 +162,9 @@ def epsilon_from_scores(scores: Any, inserted: Any, delta: float,
     threshold: 'best' (the supremum over thresholds) or 'max_accuracy' (the
       bound at the threshold of best balanced accuracy, the first such in
       ascending order, as CANIFE's reference code).
+
+  Returns:
+    eps_hat_r.
   """
   delta = validation.check_probability('delta', delta)
   validation.check_choice('perfect', perfect, ('inf', 'cap'))
@@ -171,6 +189,13 @@ def attack_accuracy(scores: Any, inserted: Any) -> float:
 
   CANIFE reports the attack's accuracy at its best ("calibrated") threshold;
   with insertion probability 1/2 the balanced accuracy is its expectation.
+
+  Args:
+    scores: The rounds' attack scores.
+    inserted: Whether each round held the canary.
+
+  Returns:
+    The best balanced accuracy, in [1/2, 1].
   """
   fpr, fnr = threshold_rates(scores, inserted)
   return float(np.max(1.0 - 0.5 * (fpr + fnr)))

@@ -79,6 +79,13 @@ class DesignedCanary:
 def canary_health(initial_loss: float, final_loss: float) -> float:
   """(L_0 - L_T) / L_0; 1 for a loss driven to 0, 0 for no progress.
 
+  Args:
+    initial_loss: L_0, the design loss before optimisation.
+    final_loss: L_T, after it.
+
+  Returns:
+    The canary's health.
+
   Raises:
     ValueError: unless L_0 > 0 and L_T >= 0 are finite.
   """
@@ -185,6 +192,12 @@ class CanaryDesigner:
       learning_rate: Adam's learning rate beta (> 0).
       seed: Seed of the random initialisation: pixels ~ N(0, 1) in model input
         space (the scale of standardised images) and label logits ~ N(0, 1).
+
+    Returns:
+      The canary: its input, label, gradient, clipped update and losses.
+
+    Raises:
+      ValueError: `params` or `mock_updates` has the wrong shape.
     """
     norm_target = validation.check_real('norm_target', norm_target, 0.0,
                                         low_open=True)
@@ -224,6 +237,16 @@ def mean_abs_cosine(vector: Any, updates: Any) -> float:
 
   The orthogonality figure of a canary: its gradient against held-out clipped
   updates.
+
+  Args:
+    vector: The canary's gradient, [d].
+    updates: The clipped updates, [m, d].
+
+  Returns:
+    The mean |cosine| over the non-zero rows.
+
+  Raises:
+    ValueError: `updates` is not [m, d], `vector` is zero, or every row is.
   """
   vector = np.asarray(vector, np.float64).reshape(-1)
   updates = np.asarray(updates, np.float64)

@@ -136,11 +136,25 @@ class TrainingConfig:
                        f'{self.statistic!r}.')
 
   def num_rounds(self, num_clients: int) -> int:
-    """epochs * ceil(N / B) rounds."""
+    """epochs * ceil(N / B) rounds.
+
+    Args:
+      num_clients: N, the training examples.
+
+    Returns:
+      T.
+    """
     return self.epochs * math.ceil(num_clients / self.batch_size)
 
   def sampling_rate(self, num_clients: int) -> float:
-    """q = B / N."""
+    """q = B / N.
+
+    Args:
+      num_clients: N, the training examples.
+
+    Returns:
+      The sampling rate q.
+    """
     return self.batch_size / num_clients
 
 
@@ -190,6 +204,18 @@ def canary_schedule(config: TrainingConfig, num_clients: int,
   'poisson' and 'shuffle' are the canary schedules of the same-named client
   samplers at the clients' rate q = B / N (module docstring). A pure function
   of (config, num_clients, seed).
+
+  Args:
+    config: The training configuration (canaries, insertion, epochs).
+    num_clients: N, the training examples.
+    seed: Seed of the schedule.
+
+  Returns:
+    The seen canaries' rounds.
+
+  Raises:
+    TypeError: `config` is not a TrainingConfig.
+    ValueError: there are no seen canaries, or N < the batch size.
   """
   if not isinstance(config, TrainingConfig):
     raise TypeError(f'config must be a TrainingConfig; got {config!r}.')
@@ -224,6 +250,15 @@ def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
     hook_rounds: Rounds (0-based) at which the hook is called.
     oracle: The model's compiled gradients, if already built (saves
       recompiling them for every run).
+
+  Returns:
+    theta_0 and theta_T, the canaries' cosines (final and per-round maxima)
+    and the run's bookkeeping.
+
+  Raises:
+    ValueError: `config` is not a TrainingConfig, the data's sizes disagree
+      or are smaller than a batch, a hook round is out of range, or
+      `oracle` was built for another model.
   """
   if not isinstance(config, TrainingConfig):
     raise ValueError(f'config must be a TrainingConfig; got {config!r}.')

@@ -57,6 +57,12 @@ class FeedForward:
     """Glorot-uniform weights and zero biases, as Keras's Dense, float32 [d].
 
     A pure function of `seed` (numpy's default generator).
+
+    Args:
+      seed: The generator's seed.
+
+    Returns:
+      The flat parameters.
     """
     rng = np.random.default_rng(seed)
     parts = []
@@ -69,12 +75,27 @@ class FeedForward:
     return np.concatenate(parts).astype(np.float32)
 
   def unflatten(self, flat_params: tf.Tensor) -> list[tf.Tensor]:
-    """[W1, b1, W2, b2] from the flat vector (differentiable)."""
+    """[W1, b1, W2, b2] from the flat vector (differentiable).
+
+    Args:
+      flat_params: float32 [d].
+
+    Returns:
+      The layers' weights and biases.
+    """
     parts = tf.split(flat_params, self._sizes)
     return [tf.reshape(part, shape) for part, shape in zip(parts, self._shapes)]
 
   def logits(self, flat_params: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
-    """Logits [n, K] of a batch of inputs [n, *input_shape]."""
+    """Logits [n, K] of a batch of inputs [n, *input_shape].
+
+    Args:
+      flat_params: float32 [d].
+      inputs: The batch.
+
+    Returns:
+      The logits.
+    """
     w1, b1, w2, b2 = self.unflatten(flat_params)
     features = tf.reshape(tf.cast(inputs, tf.float32), [-1, self.num_features])
     hidden = tf.nn.relu(tf.matmul(features, w1) + b1)

@@ -30,7 +30,18 @@ __all__ = ['GradientOracle', 'check_clip', 'clip_rows', 'one_hot',
 
 
 def one_hot(labels: Any, num_classes: int) -> np.ndarray:
-  """float32 [n, K] one-hot rows for integer labels in [0, K)."""
+  """float32 [n, K] one-hot rows for integer labels in [0, K).
+
+  Args:
+    labels: Integer labels, 1-D.
+    num_classes: K.
+
+  Returns:
+    The one-hot rows.
+
+  Raises:
+    ValueError: `labels` is not a 1-D integer array in [0, K).
+  """
   labels = np.asarray(labels)
   if labels.ndim != 1 or labels.dtype.kind not in 'iu' or (
       labels.size and (labels.min() < 0 or labels.max() >= num_classes)):
@@ -40,19 +51,44 @@ def one_hot(labels: Any, num_classes: int) -> np.ndarray:
 
 
 def check_clip(clip: Any) -> float:
-  """The clip norm C as a float > 0 (`validation.check_real`)."""
+  """The clip norm C as a float > 0 (`validation.check_real`).
+
+  Args:
+    clip: The clip norm as given.
+
+  Returns:
+    C as a float.
+  """
   return validation.check_real('clip', clip, 0.0, low_open=True)
 
 
 def clip_rows(matrix: tf.Tensor, clip: float) -> tf.Tensor:
-  """Scales each row g to g min(1, C / ||g||) (rows of norm 0 stay 0)."""
+  """Scales each row g to g min(1, C / ||g||) (rows of norm 0 stay 0).
+
+  Args:
+    matrix: Rows g, [n, d].
+    clip: C > 0.
+
+  Returns:
+    The clipped rows.
+  """
   norms = tf.norm(matrix, axis=1, keepdims=True)
   return matrix * tf.minimum(1.0, clip / tf.maximum(norms, 1e-30))
 
 
 def soft_label_loss(model: Any, flat_params: tf.Tensor, inputs: tf.Tensor,
                     label_probs: tf.Tensor) -> tf.Tensor:
-  """Per-example cross-entropy -sum_k p_k log softmax(logits)_k, shape [n]."""
+  """Per-example cross-entropy -sum_k p_k log softmax(logits)_k, shape [n].
+
+  Args:
+    model: The model (`logits(flat_params, inputs)`).
+    flat_params: float32 [d].
+    inputs: The batch, [n, *input_shape].
+    label_probs: Label distributions p, [n, K].
+
+  Returns:
+    The losses.
+  """
   return tf.nn.softmax_cross_entropy_with_logits(
       labels=label_probs, logits=model.logits(flat_params, inputs))
 
@@ -110,20 +146,58 @@ class GradientOracle:
         tf.cast(predicted == tf.argmax(label_probs, axis=1), tf.float32))
 
   def gradients(self, flat_params, inputs, label_probs) -> tf.Tensor:
-    """Per-example gradients g_i, float32 [n, d]."""
+    """Per-example gradients g_i, float32 [n, d].
+
+    Args:
+      flat_params: float32 [d].
+      inputs: The batch, [n, *input_shape].
+      label_probs: Label distributions, [n, K].
+
+    Returns:
+      The gradients.
+    """
     return self._gradients(flat_params, inputs, label_probs)
 
   def clipped(self, flat_params, inputs, label_probs, clip: float) -> tf.Tensor:
-    """Clipped updates u_i = g_i min(1, C/||g_i||), float32 [n, d]."""
+    """Clipped updates u_i = g_i min(1, C/||g_i||), float32 [n, d].
+
+    Args:
+      flat_params: float32 [d].
+      inputs: The batch, [n, *input_shape].
+      label_probs: Label distributions, [n, K].
+      clip: C > 0.
+
+    Returns:
+      The clipped updates.
+    """
     return self._clipped(flat_params, inputs, label_probs,
                          tf.constant(check_clip(clip), tf.float32))
 
   def clipped_sum(self, flat_params, inputs, label_probs,
                   clip: float) -> tf.Tensor:
-    """sum_i u_i over the batch, float32 [d] (zeros for an empty batch)."""
+    """sum_i u_i over the batch, float32 [d] (zeros for an empty batch).
+
+    Args:
+      flat_params: float32 [d].
+      inputs: The batch, [n, *input_shape].
+      label_probs: Label distributions, [n, K].
+      clip: C > 0.
+
+    Returns:
+      The sum of the clipped updates.
+    """
     return self._clipped_sum(flat_params, inputs, label_probs,
                              tf.constant(check_clip(clip), tf.float32))
 
   def accuracy(self, flat_params, inputs, label_probs) -> float:
-    """Fraction of examples whose arg-max logit is the arg-max label."""
+    """Fraction of examples whose arg-max logit is the arg-max label.
+
+    Args:
+      flat_params: float32 [d].
+      inputs: The batch, [n, *input_shape].
+      label_probs: Label distributions, [n, K].
+
+    Returns:
+      The accuracy.
+    """
     return float(self._accuracy(flat_params, inputs, label_probs))

@@ -60,7 +60,15 @@ class SpecialTokens:
 
 
 def special_tokens(vocab_size: int, num_oov_buckets: int = 1) -> SpecialTokens:
-  """TFF's special token ids for a vocabulary of `vocab_size` words."""
+  """TFF's special token ids for a vocabulary of `vocab_size` words.
+
+  Args:
+    vocab_size: The number of words in the vocabulary.
+    num_oov_buckets: The out-of-vocabulary buckets.
+
+  Returns:
+    The pad, oov, bos and eos ids.
+  """
   vocab_size = validation.check_int('vocab_size', vocab_size, low=1)
   num_oov_buckets = validation.check_int('num_oov_buckets', num_oov_buckets,
                                          low=1)
@@ -76,6 +84,14 @@ def encode_sentence(word_ids: Sequence[int], tokens: SpecialTokens,
 
   `word_ids` are the words' ids (rank + 1, or an oov id); the first
   `sequence_length` are kept, and [eos] follows when fewer.
+
+  Args:
+    word_ids: The sentence's word ids.
+    tokens: The vocabulary's special tokens.
+    sequence_length: The model's sequence length.
+
+  Returns:
+    [bos], the words, [eos] if room, padding: sequence_length + 1 ids.
   """
   kept = list(word_ids[:sequence_length])
   if len(kept) < sequence_length:
@@ -125,11 +141,19 @@ class ClientArrays:
     return len(self.client_ids)
 
   def client_sizes(self) -> np.ndarray:
-    """Number of examples of every client, int64 [clients]."""
+    """Number of examples of every client, int64 [clients].
+
+    Returns:
+      The differences of consecutive offsets.
+    """
     return np.diff(self.offsets)
 
   def save(self, directory: str) -> None:
-    """Writes the split as .npy files plus a manifest into `directory`."""
+    """Writes the split as .npy files plus a manifest into `directory`.
+
+    Args:
+      directory: Created if missing.
+    """
     os.makedirs(directory, exist_ok=True)
     np.save(os.path.join(directory, 'offsets.npy'),
             np.asarray(self.offsets, np.int64))
@@ -144,6 +168,13 @@ class ClientArrays:
   @classmethod
   def load(cls, directory: str, mmap: bool = True) -> 'ClientArrays':
     """Reads a split written by `save`; features memory-mapped if `mmap`.
+
+    Args:
+      directory: The directory `save` wrote.
+      mmap: Whether to memory-map the features instead of reading them.
+
+    Returns:
+      The split.
 
     Raises:
       FileNotFoundError: the directory or one of its files is missing.
@@ -188,6 +219,16 @@ def client_sizes(kind: str, num_clients: int, examples_per_client: int,
   'equal': `examples_per_client` each; 'realistic': the kind's real law (see
   EMNIST_WRITER_SIZES and STACKOVERFLOW_USER_SIZES above), rescaled to a mean
   of `examples_per_client`.
+
+  Args:
+    kind: 'emnist' or 'stackoverflow' (whose real law 'realistic' follows).
+    num_clients: The number of clients.
+    examples_per_client: The mean client size.
+    law: 'equal' or 'realistic'.
+    seed: Seed of the 'realistic' draw.
+
+  Returns:
+    Each client's number of examples.
   """
   validation.check_choice('kind', kind, KINDS)
   num_clients = validation.check_int('num_clients', num_clients, low=1)
@@ -219,6 +260,15 @@ def synthetic_emnist(num_clients: int, examples_per_client: int,
   [0.6, 1] plus N(0, 0.2^2) pixel noise on a white (1.0) background, clipped to
   [0, 1]; labels uniform over the 62 classes. `sizes`: the law of the
   clients' sizes (`client_sizes`), of mean `examples_per_client`.
+
+  Args:
+    num_clients: The number of clients.
+    examples_per_client: The mean client size.
+    seed: Seed of every draw.
+    sizes: 'equal' or 'realistic'.
+
+  Returns:
+    The clients' 28 x 28 images and labels.
   """
   counts = client_sizes('emnist', num_clients, examples_per_client, sizes,
                         seed)
@@ -262,6 +312,17 @@ def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
   has id r + 1, and sentences are encoded as TFF does (`encode_sentence`).
   `sizes`: the law of the clients' sizes (`client_sizes`), of mean
   `examples_per_client`.
+
+  Args:
+    num_clients: The number of clients.
+    examples_per_client: The mean number of sentences per client.
+    vocab_size: The vocabulary's size.
+    seed: Seed of every draw.
+    sequence_length: The model's sequence length.
+    sizes: 'equal' or 'realistic'.
+
+  Returns:
+    The clients' encoded sentences.
   """
   counts = client_sizes('stackoverflow', num_clients, examples_per_client,
                         sizes, seed)
@@ -294,6 +355,15 @@ def fashion_mnist_arrays(
   labels (each client's examples in index order, ids '000', '001', ... as
   `tasks.fashion_mnist.ArrayClientData`); the test split is one client of
   every test image in file order. Pixels are uint8 / 255 in float32.
+
+  Args:
+    dataset: Fashion-MNIST (`fashion_mnist.load` or a stand-in).
+    num_clients: The number of training clients.
+    shards_per_client: Label shards per client (at most that many classes).
+    seed: Seed of the partition.
+
+  Returns:
+    (the training clients, the test split as one client).
   """
   partition = fashion_mnist.partition_by_label_shards(
       dataset.train_labels, num_clients, shards_per_client, seed)

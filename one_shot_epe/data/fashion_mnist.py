@@ -91,7 +91,17 @@ class Dataset:
 
 
 def read_idx(path: str) -> np.ndarray:
-  """Reads an unsigned-byte IDX file (gzipped if its name ends in .gz)."""
+  """Reads an unsigned-byte IDX file (gzipped if its name ends in .gz).
+
+  Args:
+    path: The file.
+
+  Returns:
+    Its array, uint8, of the header's shape.
+
+  Raises:
+    ValueError: the file is not unsigned-byte IDX, or is truncated.
+  """
   opener = gzip.open if path.endswith('.gz') else open
   with opener(path, 'rb') as stream:
     data = stream.read()
@@ -120,7 +130,14 @@ def _idx_path(directory: str, name: str) -> str | None:
 
 
 def available(directory: str) -> bool:
-  """Whether `directory` holds the four IDX files or fashion_mnist.npz."""
+  """Whether `directory` holds the four IDX files or fashion_mnist.npz.
+
+  Args:
+    directory: Where to look.
+
+  Returns:
+    True if `load` would find a format there.
+  """
   if not directory or not os.path.isdir(directory):
     return False
   if os.path.isfile(os.path.join(directory, NPZ_NAME)):
@@ -130,6 +147,12 @@ def available(directory: str) -> bool:
 
 def load(directory: str) -> Dataset:
   """Fashion-MNIST from `directory` (see the module docstring for the formats).
+
+  Args:
+    directory: Holds the four IDX files (gzipped or not) or fashion_mnist.npz.
+
+  Returns:
+    The training and test images and labels.
 
   Raises:
     ValueError: if the directory holds neither format, or a file is malformed.
@@ -164,6 +187,17 @@ def synthetic(seed: int, num_train: int = 60000,
   uniform values upsampled 4x (B shared by all classes). An example of class
   c is clip(b P_c + N(0, 0.4^2), 0, 1) at brightness b ~ U(0.5, 1), quantised
   to uint8. Labels are uniform over the 10 classes.
+
+  Args:
+    seed: Seed of every draw.
+    num_train: Training images.
+    num_test: Test images.
+
+  Returns:
+    The stand-in dataset.
+
+  Raises:
+    ValueError: a count is not an integer >= 1.
   """
   for name, value in (('num_train', num_train), ('num_test', num_test)):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -188,7 +222,14 @@ def synthetic(seed: int, num_train: int = 60000,
 
 
 def standardise(images: np.ndarray) -> np.ndarray:
-  """uint8 images to float32 (x / 255 - PIXEL_MEAN) / PIXEL_STD."""
+  """uint8 images to float32 (x / 255 - PIXEL_MEAN) / PIXEL_STD.
+
+  Args:
+    images: uint8 images.
+
+  Returns:
+    The standardised images, float32, of the same shape.
+  """
   return ((np.asarray(images, np.float32) / 255.0 - PIXEL_MEAN) /
           PIXEL_STD).astype(np.float32)
 
@@ -243,6 +284,15 @@ def synthetic_clients(num_clients: int, examples_per_client: int,
   """The loader's synthetic stand-in sized for num_clients x examples_per_client.
 
   The test split has max(1, train size // 6) images (Fashion-MNIST's ratio).
+
+  Args:
+    num_clients: The number of clients.
+    examples_per_client: Images per client.
+    seed: Seed of every draw.
+
+  Returns:
+    The stand-in dataset with num_clients x examples_per_client training
+    images.
 
   Raises:
     ValueError: a count is not an integer >= 1, or examples_per_client is

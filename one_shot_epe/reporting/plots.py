@@ -5,8 +5,9 @@
   repetitions, against the null N(0, 1/d). Cosines are small (about 1/sqrt(d)),
   so the x axis writes a common power of ten once (an offset such as
   "1e-2") and takes as many ticks as fit without overlapping labels.
-* `plot_epsilon_bars`: Figures 2 and 4 -- eps_est as bars and the 95% lower bound
-  eps_lo as red ticks, grouped by noise multiplier, one bar per repetition count,
+* `plot_epsilon_bars`: Figures 2 and 4 -- eps_est as bars (labelled with the
+  canary repetitions r they are for) and the 95% lower bound eps_lo as red
+  ticks, grouped by noise multiplier, one bar per repetition count,
   with the references a reader compares them against (analytical, accounted,
   last-iterate eps) as markers.
 """
@@ -75,13 +76,28 @@ def _fit_x_ticks(figure: plt.Figure, axis: plt.Axes) -> None:
       return
 
 
+def _kde_reach(sample: np.ndarray) -> float:
+  """How far beyond its extreme points a set's density curve is visible.
+
+  Four bandwidths of scipy's Gaussian KDE (Scott's rule): there the curve has
+  fallen below e^-8 of an extreme point's kernel height, so the range does
+  not cut it off.
+  """
+  if sample.size < 2 or np.std(sample) == 0:
+    return 0.0
+  kde = stats.gaussian_kde(sample)
+  return 4.0 * float(np.sqrt(kde.covariance[0, 0]))
+
+
 def _x_range(curves: Mapping[str, ArrayLike],
              null_std: float) -> tuple[float, float]:
-  """The panel's x range: every set and the null's +-4 standard deviations."""
+  """The panel's x range: every density curve whole, and the null's +-4 sd."""
   values = [np.asarray(v, dtype=np.float64) for v in curves.values()]
-  lo = min([-4 * null_std] + [float(v.min()) for v in values if v.size])
-  hi = max([4 * null_std] + [float(v.max()) for v in values if v.size])
-  pad = 0.05 * (hi - lo)
+  lo = min([-4 * null_std] + [float(v.min()) - _kde_reach(v)
+                              for v in values if v.size])
+  hi = max([4 * null_std] + [float(v.max()) + _kde_reach(v)
+                             for v in values if v.size])
+  pad = 0.02 * (hi - lo)
   return lo - pad, hi + pad
 
 
@@ -112,6 +128,7 @@ def cosine_density_figure(panels: Mapping[str, Mapping[str, ArrayLike]],
   rows = math.ceil(len(panels) / columns)
   figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows),
                               squeeze=False)
+  figure.subplots_adjust(wspace=0.35, hspace=0.45)  # Room for the y labels.
   null_std = 1.0 / math.sqrt(dim)
   ranges = [_x_range(curves, null_std) for curves in panels.values()]
   if shared_x:
@@ -128,6 +145,7 @@ def cosine_density_figure(panels: Mapping[str, Mapping[str, ArrayLike]],
         axis.plot(grid, stats.gaussian_kde(sample)(grid), label=label)
     axis.set_title(panel_title)
     axis.set_xlabel('cosine')
+    axis.set_ylabel('density')
     axis.legend(fontsize='small')
   for axis in list(axes.flat)[len(panels):]:
     axis.set_visible(False)
@@ -144,8 +162,9 @@ def plot_cosine_densities(panels: Mapping[str, Mapping[str, ArrayLike]],
   """One panel per key of `panels`; each maps a curve label to its cosines.
 
   Each panel also draws the null density N(0, 1/d) (the exact null of
-  Theorem 3.1 is indistinguishable at the paper's d). The x range covers every
-  set and the null's +-4 standard deviations; with `shared_x` every panel
+  Theorem 3.1 is indistinguishable at the paper's d). The x range covers
+  every density curve whole (each set's extremes and four KDE bandwidths
+  beyond) and the null's +-4 standard deviations; with `shared_x` every panel
   takes the union of the ranges, so panels of different noise levels show
   how the separation shrinks. Writes a PNG to `path`.
 
@@ -213,7 +232,8 @@ def plot_epsilon_bars(noise_multipliers: Sequence[float],
   centres = np.arange(shape[0])
   for j, repeats in enumerate(repetitions):
     x = centres - 0.4 + width * (j + 0.5)
-    axis.bar(x, est[:, j], width=width * 0.92, label=f'{repeats} repetition'
+    axis.bar(x, est[:, j], width=width * 0.92,
+             label=f'ε_est, r = {repeats} canary repetition'
              f'{"s" if repeats != 1 else ""}')
     axis.plot(x, low[:, j], linestyle='none', marker='_', markersize=14,
               markeredgewidth=2.5, color='red',

@@ -4,6 +4,7 @@ Bad input is answered with exit status 2 and a message naming the flag, never
 a traceback (absl's own parser exits with status 1).
 """
 
+import re
 import sys
 from collections.abc import Sequence
 
@@ -15,22 +16,34 @@ __all__ = ['known_string_flags', 'parse_flags_or_exit', 'requested_backend']
 def parse_flags_or_exit(argv: list[str]) -> list[str]:
   """absl `flags_parser`: parses `argv`; a bad flag prints one line and exits 2.
 
-  The line names the flag (absl's own message) and where to read about it.
+  The line names the flag (absl's own message) and where to read about it; a
+  flagfile that cannot be read is named with the reason.
 
   Args:
-    argv: the command line, program name first (as `absl.app.run` passes it).
+    argv: The program's command line, program name first.
 
   Returns:
-    The arguments left after the flags, program name first.
-
-  Raises:
-    SystemExit: with status 2, after printing the error, if a flag is bad.
+    The arguments absl leaves unparsed, program name first.
   """
   try:
     return flags.FLAGS(argv)
   except flags.Error as error:
-    sys.stderr.write(f'error: {error} (--helpshort lists the flags)\n')
+    sys.stderr.write(f'error: {_error_line(error)}\n')
     sys.exit(2)
+
+
+# absl's message for a flagfile it cannot open (also one named inside another).
+_UNREADABLE_FLAGFILE = re.compile(
+    r"Unable to open flagfile: \[Errno \d+\] (?P<reason>[^:]+): '(?P<path>.*)'")
+
+
+def _error_line(error: flags.Error) -> str:
+  """One line for absl's `error`: the flag, or the flagfile, and what is wrong."""
+  unreadable = _UNREADABLE_FLAGFILE.search(str(error))
+  if unreadable:
+    return (f"--flagfile '{unreadable['path']}' cannot be read: "
+            f"{unreadable['reason']}.")
+  return f'{error} (--helpshort lists the flags)'
 
 
 def known_string_flags(argv: Sequence[str], names: Sequence[str],
@@ -41,16 +54,6 @@ def known_string_flags(argv: Sequence[str], names: Sequence[str],
   each flag of `flagfile_flags` whose value is a flagfile (reproduce's
   --config, whose values the command line overrides). Imports nothing beyond
   absl, so a program can read these before it imports numpy or TensorFlow.
-
-  Args:
-    argv: the command line, program name first.
-    names: the string flags to read.
-    flagfile_flags: flags whose value is a flagfile to follow (also read,
-      whether or not listed in `names`).
-
-  Returns:
-    A fresh absl FlagValues holding `names` and `flagfile_flags` (None where
-    absent); the global flags are untouched.
 
   Raises:
     flags.Error: if `argv` cannot be parsed (the full parse then reports it).
@@ -78,15 +81,6 @@ def requested_backend(argv: Sequence[str],
   (flagfiles followed as `known_string_flags`). An unparsable command line
   counts as 'tff', whose full parse then reports the error; so does a value
   that is not a backend.
-
-  Args:
-    argv: the command line, program name first.
-    flagfile_flags: flags whose value is a flagfile to follow (as
-      `known_string_flags`).
-
-  Returns:
-    The --backend value as given (not checked against the backends), or
-    'tff' when it is absent or the command line cannot be parsed.
   """
   try:
     backend = known_string_flags(argv, ('backend',), flagfile_flags).backend

@@ -33,6 +33,12 @@ def client_spec(
     max_examples_per_client: cap on examples a client uses per round, applied
       after repeating for the epochs (TFF's `ClientSpec.max_elements`); `None` or
       -1 means no cap.
+
+  Returns:
+    TFF's client spec.
+
+  Raises:
+    ValueError: naming the argument that is out of range.
   """
   if max_examples_per_client == -1:
     max_examples_per_client = None
@@ -53,7 +59,14 @@ def client_spec(
 
 def count_trainable_parameters(
     model_fn: Callable[[], tff.learning.models.VariableModel]) -> int:
-  """Number of trainable scalars of the model `model_fn` builds (the paper's d)."""
+  """Number of trainable scalars of the model `model_fn` builds (the paper's d).
+
+  Args:
+    model_fn: Builds a fresh TFF model.
+
+  Returns:
+    d, the sum of the trainable weights' sizes.
+  """
   with tf.Graph().as_default():
     model = model_fn()
     return int(sum(np.prod(v.shape.as_list()) for v in model.trainable_variables))
@@ -77,7 +90,16 @@ class Task:
   @classmethod
   def from_baseline(cls, name: str, baseline: tff.simulation.baselines.BaselineTask,
                     data_source: str) -> 'Task':
-    """A `Task` of TFF's `baseline`, with d counted from its model."""
+    """A `Task` of TFF's `baseline`, with d counted from its model.
+
+    Args:
+      name: The task's registry name.
+      baseline: TFF's baseline task (model and datasets).
+      data_source: 'synthetic' or the data directory, recorded in the task.
+
+    Returns:
+      The task.
+    """
     return cls(name=name, baseline=baseline,
                num_parameters=count_trainable_parameters(baseline.model_fn),
                data_source=data_source)
@@ -127,6 +149,13 @@ class Task:
     The examples come client by client, clients in a fixed pseudo-random order
     (seed 0), so a cap keeps whole clients' examples rather than a uniform
     sample of examples.
+
+    Args:
+      max_examples: The most examples to keep; None (or -1) for all.
+
+    Returns:
+      The test set, preprocessed and batched by the baseline's evaluation
+      preprocessing.
     """
     test_data = self.baseline.datasets.test_data
     dataset = test_data.create_tf_dataset_from_all_clients(seed=0)

@@ -45,7 +45,14 @@ def input_keyed_dropout(model: tf.keras.Model, seed: int = 0) -> tf.keras.Model:
   """Makes every `Dropout` layer of `model` draw reproducible masks (in place).
 
   Layer i (in `model.layers` order) uses layer seed `seed + i`, so two dropout
-  layers never share masks even on equal inputs. Returns `model`.
+  layers never share masks even on equal inputs.
+
+  Args:
+    model: A Keras model; its `Dropout` layers are changed in place.
+    seed: The first dropout layer's seed.
+
+  Returns:
+    `model` itself.
   """
   for index, layer in enumerate(model.layers):
     if isinstance(layer, tf.keras.layers.Dropout):

@@ -40,6 +40,12 @@ def load_client_data(
 ) -> tuple[tff.simulation.datasets.ClientData, tff.simulation.datasets.ClientData]:
   """Loads EMNIST-62 (train, test) from `<data_dir>/emnist_all.sqlite`, offline.
 
+  Args:
+    data_dir: The directory holding emnist_all.sqlite (never downloads).
+
+  Returns:
+    (train, test) federated data, TFF's writers as clients.
+
   Raises:
     FileNotFoundError / ValueError: see `tff_cache.verify_sqlite`.
   """
@@ -68,6 +74,9 @@ def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
       e.g. `fashion_mnist`, reuse this model and preprocessing).
     num_classes: 62 (EMNIST-62) or 10 (TFF's digits-only head, 1,199,882
       parameters).
+
+  Returns:
+    The task: model, preprocessing, data and d.
 
   Raises:
     ValueError: `num_classes` is neither 10 nor 62.

@@ -37,7 +37,14 @@ _to_ids_fn = (tff.simulation.baselines.stackoverflow.word_prediction_preprocessi
 
 def emnist_arrays(client_data: tff.simulation.datasets.ClientData
                   ) -> client_arrays.ClientArrays:
-  """Every client's EMNIST examples as one `ClientArrays` split."""
+  """Every client's EMNIST examples as one `ClientArrays` split.
+
+  Args:
+    client_data: TFF's EMNIST federated data (one split).
+
+  Returns:
+    The split: pixels and labels, each client's examples in TFF's order.
+  """
   pixels, labels, offsets = [], [], [0]
   for client_id in client_data.client_ids:
     for element in client_data.create_tf_dataset_for_client(client_id):
@@ -58,7 +65,16 @@ def stackoverflow_arrays(client_data: tff.simulation.datasets.ClientData,
                          vocab: list[str],
                          sequence_length: int = client_arrays.SEQUENCE_LENGTH
                          ) -> client_arrays.ClientArrays:
-  """Every client's sentences as token rows (TFF's `to_ids`, 0-padded)."""
+  """Every client's sentences as token rows (TFF's `to_ids`, 0-padded).
+
+  Args:
+    client_data: TFF's StackOverflow federated data (one split).
+    vocab: The vocabulary, most frequent word first.
+    sequence_length: The model's sequence length.
+
+  Returns:
+    The split: one int32 row of sequence_length + 1 ids per sentence.
+  """
   to_ids = _to_ids_fn(vocab, sequence_length,
                       stackoverflow.NUM_OUT_OF_VOCAB_BUCKETS)
   rows, offsets = [], [0]
@@ -78,6 +94,15 @@ def stackoverflow_arrays(client_data: tff.simulation.datasets.ClientData,
 def export(task: str, data_dir: str, output_dir: str,
            vocab_size: int = stackoverflow.VOCAB_SIZE) -> list[str]:
   """Converts `task`'s train and test splits; returns the directories written.
+
+  Args:
+    task: 'emnist_character' or 'stackoverflow_word'.
+    data_dir: Holds TFF's SQLite files (and StackOverflow's word counts).
+    output_dir: Where the splits' directories go.
+    vocab_size: StackOverflow's vocabulary size.
+
+  Returns:
+    The directories written, one per split.
 
   Raises:
     ValueError: `task` is not 'emnist_character' or 'stackoverflow_word'.

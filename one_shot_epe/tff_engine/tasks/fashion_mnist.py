@@ -105,7 +105,17 @@ class ArrayClientData(tff.simulation.datasets.ClientData):
     return list(self._client_ids)
 
   def client_arrays(self, client_id: str) -> tuple[np.ndarray, np.ndarray]:
-    """The client's (uint8 images [k, 28, 28], int32 labels [k])."""
+    """The client's (uint8 images [k, 28, 28], int32 labels [k]).
+
+    Args:
+      client_id: One of `client_ids`.
+
+    Returns:
+      The client's images and labels, in index order.
+
+    Raises:
+      ValueError: `client_id` is not a client of this data.
+    """
     if client_id not in self._client_ids:
       raise ValueError(f'client_id must be one of the {len(self._client_ids)} '
                        f'client ids; got {client_id!r}.')
@@ -114,7 +124,15 @@ class ArrayClientData(tff.simulation.datasets.ClientData):
     return self._images[start:end], self._labels[start:end]
 
   def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
-    """The client's examples as a dataset holding only its own images."""
+    """The client's examples as a dataset holding only its own images.
+
+    Args:
+      client_id: One of `client_ids`.
+
+    Returns:
+      Elements {'label', 'pixels': float32 [28, 28] in [0, 1]}, EMNIST's
+      structure.
+    """
     images, labels = self.client_arrays(client_id)
     return _examples(tf.data.Dataset.from_tensor_slices((labels, images)))
 
@@ -155,6 +173,9 @@ def client_data(
     num_clients: train clients (`partition_by_label_shards`).
     shards_per_client: label shards per train client.
     seed: partition seed.
+
+  Returns:
+    (the train clients, the test split as one client).
   """
   train = ArrayClientData(
       data.train_images, data.train_labels,
@@ -167,6 +188,12 @@ def client_data(
 
 def load(data_dir: str | None) -> fashion_mnist.Dataset:
   """Reads Fashion-MNIST from `data_dir` (never downloads).
+
+  Args:
+    data_dir: The directory of the four IDX files or fashion_mnist.npz.
+
+  Returns:
+    The images and labels of both splits.
 
   Raises:
     FileNotFoundError: `data_dir` is not a directory (with how to install it).
@@ -189,6 +216,9 @@ def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
     data: Fashion-MNIST (real or synthetic).
     num_clients: train clients; each gets SHARDS_PER_CLIENT label shards.
     data_source: recorded in the task ('synthetic' or the data directory).
+
+  Returns:
+    The task: EMNIST's CNN with a 10-class head, the clients, d.
   """
   train, test = client_data(data, num_clients)
   return emnist.create_task(train_client_spec, train, test, data_source,

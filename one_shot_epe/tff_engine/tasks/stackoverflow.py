@@ -44,6 +44,13 @@ def load_client_data(
   The vocabulary is the `vocab_size` most frequent words of
   `stackoverflow.word_count`; the clients come from `stackoverflow.sqlite`.
 
+  Args:
+    data_dir: Holds stackoverflow.sqlite and the word counts.
+    vocab_size: The vocabulary's size.
+
+  Returns:
+    (train, heldout, test, the vocabulary, most frequent first).
+
   Raises:
     FileNotFoundError / ValueError: see `tff_cache.verify_sqlite` and
       `tff_cache.read_word_counts`.
@@ -73,6 +80,9 @@ def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
     test_data: the test split; evaluated centrally in batches of 64.
     vocab: the vocabulary, most frequent word first.
     data_source: recorded in the returned task ('synthetic' or a directory).
+
+  Returns:
+    The task: TFF's LSTM, its preprocessing, the data and d.
   """
   baseline = word_prediction_tasks.create_word_prediction_task_from_datasets(
       train_client_spec=train_client_spec,

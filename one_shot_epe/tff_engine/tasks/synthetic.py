@@ -58,7 +58,14 @@ def _client_seed(seed: int, split: str, client_id) -> tf.Tensor:
 
 
 def emnist_templates(seed: int) -> np.ndarray:
-  """The 62 class templates: ink (1) / no ink (0) images of three random strokes."""
+  """The 62 class templates: ink (1) / no ink (0) images of three random strokes.
+
+  Args:
+    seed: Seed of the strokes.
+
+  Returns:
+    float32 [62, 28, 28] templates.
+  """
   rng = np.random.default_rng([seed, _EMNIST_CLASSES])
   templates = np.zeros((_EMNIST_CLASSES, _IMAGE_SIZE, _IMAGE_SIZE), np.float32)
   for label in range(_EMNIST_CLASSES):
@@ -126,6 +133,9 @@ def emnist(num_clients: int, examples_per_client: int, seed: int = 0,
     sizes: the law of the train clients' sizes, of mean
       `examples_per_client` (`client_arrays.client_sizes`: 'equal', or the
       writers' 'realistic' law; the JAX engine's stand-in has the same).
+
+  Returns:
+    (train, test) federated data.
   """
   num_clients = validation.check_int('num_clients', num_clients, low=1)
   examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
@@ -139,7 +149,14 @@ def emnist(num_clients: int, examples_per_client: int, seed: int = 0,
 
 
 def stackoverflow_vocab(vocab_size: int) -> list[str]:
-  """The synthetic vocabulary, most frequent first: 'w0', 'w1', ..."""
+  """The synthetic vocabulary, most frequent first: 'w0', 'w1', ...
+
+  Args:
+    vocab_size: The number of words.
+
+  Returns:
+    The words.
+  """
   return [f'w{rank}' for rank in range(vocab_size)]
 
 
@@ -206,6 +223,9 @@ def stackoverflow(num_clients: int, examples_per_client: int,
       `examples_per_client` (`client_arrays.client_sizes`: 'equal', or the
       users' heavy-tailed 'realistic' law; the JAX engine's stand-in has the
       same).
+
+  Returns:
+    (train, heldout, test, the vocabulary).
   """
   num_clients = validation.check_int('num_clients', num_clients, low=1)
   examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
@@ -234,6 +254,20 @@ def write_data_dir(task_name: str, data_dir: str, num_clients: int,
   (the vocabulary in order, with pseudo-counts V, V-1, ..., 1) into the existing
   directory `data_dir`, so the real loading path
   (`get_task(..., data_dir=data_dir)`) can be exercised end to end offline.
+
+  Args:
+    task_name: 'emnist_character' or 'stackoverflow_word'.
+    data_dir: An existing directory.
+    num_clients: The number of clients.
+    examples_per_client: Examples (sentences) per client.
+    seed: Seed of every draw.
+    vocab_size: StackOverflow's vocabulary size.
+
+  Returns:
+    The SQLite file's path.
+
+  Raises:
+    ValueError: `task_name` is neither task.
   """
   if task_name == 'emnist_character':
     train, test = emnist(num_clients, examples_per_client, seed)

@@ -203,6 +203,13 @@ def read_word_counts(data_dir: str | None, vocab_size: int) -> list[str]:
   archive's SHA-256 differs from the published one, so it cannot be made
   offline.
 
+  Args:
+    data_dir: The data directory (--data_dir).
+    vocab_size: The number of words to read.
+
+  Returns:
+    The words, most frequent first.
+
   Raises:
     FileNotFoundError: no word-count file or archive in `data_dir`.
     ValueError: malformed lines or fewer than `vocab_size` words.
@@ -266,6 +273,9 @@ def no_download() -> Iterator[None]:
   `get_compressed_file` downloads only through `download._fetch_lzma_file`, which
   it looks up at call time, so replacing that attribute closes the download path
   even if a verified file disappears before TFF opens it.
+
+  Yields:
+    None, while downloads are closed.
   """
   original = download._fetch_lzma_file  # pylint: disable=protected-access
   download._fetch_lzma_file = _refuse_download  # pylint: disable=protected-access
@@ -321,7 +331,12 @@ def write_sqlite(path: str,
 
 
 def write_word_counts(path: str, word_counts: Mapping[str, int]) -> None:
-  """Writes `word_counts` (most frequent first) as TFF's word-count file."""
+  """Writes `word_counts` (most frequent first) as TFF's word-count file.
+
+  Args:
+    path: The file to write.
+    word_counts: Word -> count, in the file's order.
+  """
   with open(path, 'w', encoding='utf-8') as f:
     for word, count in word_counts.items():
       f.write(f'{word} {count}\n')
@@ -330,7 +345,14 @@ def write_word_counts(path: str, word_counts: Mapping[str, int]) -> None:
 def client_data_to_examples(
     client_data: tff.simulation.datasets.ClientData
 ) -> dict[str, list[dict[str, np.ndarray]]]:
-  """Materialises every client of a `ClientData` as a list of numpy examples."""
+  """Materialises every client of a `ClientData` as a list of numpy examples.
+
+  Args:
+    client_data: Federated data.
+
+  Returns:
+    Client id -> its examples, each feature name -> numpy value.
+  """
   return {
       client_id: [{name: value.numpy() for name, value in element.items()}
                   for element in client_data.create_tf_dataset_for_client(client_id)]
