@@ -17,10 +17,11 @@ seen and as many unseen canaries, delta = --delta:
   statistic is each canary's maximum over rounds.
 
 For every statistic the report labels a bound at 1 - alpha (epsilon_lo,
-epsilon_one_run, epsilon_one_run_fdp) it prints the share of runs in which
-it exceeds the true eps, with its binomial standard error, and whether that
-share is within alpha + 2 standard errors; the paper's nominal
-epsilon_lo_paper is printed beside them. For every estimate (epsilon_est,
+epsilon_one_run, epsilon_one_run_fdp, epsilon_lo_tight_any,
+epsilon_lo_tight_gdp) it prints the share of runs in which it exceeds the
+true eps, with its binomial standard error, whether that share is within
+alpha + 2 standard errors, and the mean bound and its ratio to the truth;
+the paper's nominal epsilon_lo_paper is printed beside them. For every estimate (epsilon_est,
 epsilon_est_fitted, epsilon_gdp) it prints the mean and 95th percentile of
 estimate / eps. For all iterates the true eps is that of an adversary who
 knows each canary's round; the maximum over rounds is a weaker attack, so
@@ -56,11 +57,20 @@ Gaussian mechanism of the cell's eps; the truth of both threat models is the
 exact eps of the seen canary with the largest rounded norm, from the
 discrete Gaussian's privacy loss distribution (dp_accounting).
 
+With --mechanism=laplace or mixture, out of the Gaussian family: a canary's
+score is 1 + noise when inserted and noise when not (one release), the
+noise Laplace or a half-half mixture of N(0, s^2) and N(0, (3 s)^2), scaled
+so that the mechanism is exactly (eps, delta)-DP (`laplace_scale`,
+`mixture_scale`); the all-iterates report (empirical null) scores them.
+Bounds that assume a Gaussian mechanism (epsilon_lo_tight_gdp,
+epsilon_one_run_fdp) may fail there; the others must hold.
+
   python -m benchmarks.coverage                   # 200 runs per cell, ~10 min
   python -m benchmarks.coverage --runs=20 --json=/tmp/coverage.json
   .venv-jax/bin/python -m benchmarks.coverage --mechanism=blt --runs=50
   python -m benchmarks.coverage --mechanism=discrete_gaussian --dim=20000 \
       --canaries=250 --runs=100
+  python -m benchmarks.coverage --mechanism=laplace --epsilons=1,3,10 --runs=100
 """
 
 import json
