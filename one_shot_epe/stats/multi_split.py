@@ -31,7 +31,7 @@ from scipy import stats
 from one_shot_epe import validation
 from one_shot_epe.stats import one_run
 
-# Checked values go to `one_run`'s unchecked helpers (its math, one threshold at a time).
+# Checked values go to `one_run`'s unchecked helpers (its math per threshold).
 # pylint: disable=protected-access
 
 __all__ = ['BOUNDS', 'Bound', 'DEFAULT_SPLITS', 'epsilon_multi_split',
