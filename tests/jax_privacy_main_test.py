@@ -88,7 +88,8 @@ def test_two_sided_clopper_pearson_multi_split():
   for seen, unseen, alpha, delta, seed in _cases(4, 12):
     # Scores of the seen canaries lower: only the reversed test finds them.
     strategy = auditing.MultiSplit(num_samples=10, seed=seed)
-    expected = auditing.CanaryScoreAuditor(-seen, unseen).epsilon_clopper_pearson(
+    auditor = auditing.CanaryScoreAuditor(-seen, unseen)
+    expected = auditor.epsilon_clopper_pearson(
         alpha, delta, one_sided=False, threshold_strategy=strategy)
     got = multi_split.epsilon_multi_split(
         -seen, unseen, bound='clopper_pearson', delta=delta, alpha=alpha,

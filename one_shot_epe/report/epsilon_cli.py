@@ -89,7 +89,7 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
   first = [cell.strip() for cell in rows[0]] if rows else []
   headerless = len(first) == 1 and _is_number(first[0])
   if headerless:
-    rows = [['cosine']] + rows  # One column without a header: every row is data.
+    rows = [['cosine']] + rows  # No header: every row is data.
   elif any(_is_number(cell) for cell in first):
     raise ValueError(f'--cosines: {path!r} has {len(first)} columns and no '
                      'header row; name them `cosine,unseen` or `seen,unseen`.')

@@ -1,4 +1,4 @@
-"""Bias-corrected and accelerated (BCa) bootstrap quantiles of a canary statistic.
+"""Bias-corrected and accelerated (BCa) bootstrap quantiles of a statistic.
 
 A statistic of the seen and unseen scores (an AUROC, a TPR at a fixed FPR,
 an eps estimate) is recomputed on resamples: each set is drawn again with

@@ -182,7 +182,7 @@ def _split(scores: np.ndarray, rng: np.random.Generator,
 def _split_bound(kind: str, seen: np.ndarray, unseen: np.ndarray,
                  fraction: float, level: float, delta: float, one_sided: bool,
                  seed: int) -> float:
-  """One split: the threshold chosen on the first parts, the bound on the rest."""
+  """One split: the threshold chosen on the first parts, bounded on the rest."""
   rng = np.random.default_rng(seed)
   seen_choose, seen_test = _split(seen, rng, fraction)
   unseen_choose, unseen_test = _split(unseen, rng, fraction)

@@ -50,8 +50,8 @@ from scipy import stats
 from one_shot_epe import validation
 from one_shot_epe.stats import estimation
 
-__all__ = ['DESIGNS', 'Design', 'FAMILIES', 'Family', 'GUESS_FRACTIONS', 'MAX_IMBALANCE_SDS',
-           'MIN_CANARIES', 'MIN_GUESSES', 'QUADRATURE_NODES', 'check_design',
+__all__ = ['DESIGNS', 'Design', 'FAMILIES', 'Family', 'GUESS_FRACTIONS',
+           'MAX_IMBALANCE_SDS', 'MIN_CANARIES', 'MIN_GUESSES', 'QUADRATURE_NODES', 'check_design',
            'epsilon_lo_tight', 'guess_grid', 'mean_map_error', 'mistakes',
            'tight_p_value']
 
