@@ -17,10 +17,11 @@ seen and as many unseen canaries, delta = --delta:
   statistic is each canary's maximum over rounds.
 
 For every statistic the report labels a bound at 1 - alpha (epsilon_lo,
-epsilon_one_run, epsilon_one_run_fdp) it prints the share of runs in which
-it exceeds the true eps, with its binomial standard error, and whether that
-share is within alpha + 2 standard errors; the paper's nominal
-epsilon_lo_paper is printed beside them. For every estimate (epsilon_est,
+epsilon_one_run, epsilon_one_run_fdp, epsilon_lo_tight_any,
+epsilon_lo_tight_gdp) it prints the share of runs in which it exceeds the
+true eps, with its binomial standard error, whether that share is within
+alpha + 2 standard errors, and the mean bound and its ratio to the truth;
+the paper's nominal epsilon_lo_paper is printed beside them. For every estimate (epsilon_est,
 epsilon_est_fitted, epsilon_gdp) it prints the mean and 95th percentile of
 estimate / eps. For all iterates the true eps is that of an adversary who
 knows each canary's round; the maximum over rounds is a weaker attack, so
@@ -56,11 +57,20 @@ Gaussian mechanism of the cell's eps; the truth of both threat models is the
 exact eps of the seen canary with the largest rounded norm, from the
 discrete Gaussian's privacy loss distribution (dp_accounting).
 
+With --mechanism=laplace or mixture, out of the Gaussian family: a canary's
+score is 1 + noise when inserted and noise when not (one release), the
+noise Laplace or a half-half mixture of N(0, s^2) and N(0, (3 s)^2), scaled
+so that the mechanism is exactly (eps, delta)-DP (`laplace_scale`,
+`mixture_scale`); the all-iterates report (empirical null) scores them.
+Bounds that assume a Gaussian mechanism (epsilon_lo_tight_gdp,
+epsilon_one_run_fdp) may fail there; the others must hold.
+
   python -m benchmarks.coverage                   # 200 runs per cell, ~10 min
   python -m benchmarks.coverage --runs=20 --json=/tmp/coverage.json
   .venv-jax/bin/python -m benchmarks.coverage --mechanism=blt --runs=50
   python -m benchmarks.coverage --mechanism=discrete_gaussian --dim=20000 \
       --canaries=250 --runs=100
+  python -m benchmarks.coverage --mechanism=laplace --epsilons=1,3,10 --runs=100
 """
 
 import json
@@ -71,6 +81,7 @@ from collections.abc import Sequence
 import numpy as np
 from absl import app
 from absl import flags
+from scipy import stats
 
 from benchmarks import discrete_gaussian
 from one_shot_epe.runtime import command_line
@@ -99,18 +110,135 @@ _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the simulations.',
 _JSON = flags.DEFINE_string('json', None, 'Also write the table as JSON here.')
 _MECHANISM = flags.DEFINE_enum(
     'mechanism', 'gaussian', ['gaussian', 'blt', 'banded',
-                              'discrete_gaussian'],
+                              'discrete_gaussian', 'laplace', 'mixture'],
     'Independent noise, or correlated noise with a BLT or a 4-band banded '
     'strategy for --rounds rounds (needs jax-privacy), or the distributed '
-    'discrete Gaussian (canaries rounded to integers, --dg_scale).')
+    'discrete Gaussian (canaries rounded to integers, --dg_scale), or a '
+    "canary's score with heavier-tailed noise than Gaussian: Laplace, or a "
+    'half-half mixture of two Gaussians of scales 1 and 3.')
 _DG_SCALE = flags.DEFINE_float(
     'dg_scale', 4.0, 'With --mechanism=discrete_gaussian: a unit canary is '
     'scaled by dg_scale * sqrt(d) before rounding, so its coordinates have '
     'std dg_scale integer units.', lower_bound=0.0)
 
-BOUNDS = ('epsilon_lo', 'epsilon_one_run', 'epsilon_one_run_fdp')
+BOUNDS = ('epsilon_lo', 'epsilon_one_run', 'epsilon_one_run_fdp',
+          'epsilon_lo_tight_any', 'epsilon_lo_tight_gdp')
 NOMINAL = ('epsilon_lo_paper',)
 ESTIMATES = ('epsilon_est', 'epsilon_est_fitted', 'epsilon_gdp')
+# The mixture noise: N(0, scale^2) or N(0, (MIXTURE_RATIO scale)^2), each
+# with probability 1/2.
+MIXTURE_RATIO = 3.0
+
+
+def laplace_scale(epsilon: float, delta: float) -> float:
+  """b of the sensitivity-1 Laplace mechanism that is exactly (eps, delta)-DP.
+
+  Its privacy profile is delta(eps) = 1 - exp((eps - 1/b) / 2) for eps <=
+  1/b, so 1/b = eps - 2 log(1 - delta).
+  """
+  return 1.0 / (epsilon - 2.0 * math.log1p(-delta))
+
+
+def _mixture_logpdf(x: np.ndarray, scale: float, ratio: float) -> np.ndarray:
+  wide = ratio * scale
+  return np.logaddexp(
+      stats.norm.logpdf(x, scale=scale), stats.norm.logpdf(x, scale=wide)
+  ) - math.log(2.0)
+
+
+def mixture_epsilon(scale: float, delta: float,
+                    ratio: float = MIXTURE_RATIO) -> float:
+  """Exact eps at delta of the sensitivity-1 mechanism with mixture noise.
+
+  delta(eps) = integral of max(p - e^eps q, 0) for p the noise density
+  shifted by 1 and q unshifted (the noise is symmetric, so the other
+  direction gives the same), by the midpoint rule on a grid of step
+  min(scale, 1)/200 over +-(14 ratio scale + 2), beyond which the densities
+  are below 1e-40; eps is the root of delta(eps) = delta (bisection, 1e-10).
+  With ratio 1 it is the Gaussian mechanism's eps.
+  """
+  wide = ratio * scale
+  step = min(scale, 1.0) / 200.0
+  grid = np.arange(-14.0 * wide - 2.0, 14.0 * wide + 2.0, step)
+  log_p = _mixture_logpdf(grid - 1.0, scale, ratio)
+  log_q = _mixture_logpdf(grid, scale, ratio)
+
+  def profile(epsilon: float) -> float:
+    return float(np.sum(np.maximum(np.exp(log_p) - np.exp(log_q + epsilon),
+                                   0.0)) * step)
+
+  low, high = 0.0, 1.0
+  while profile(high) > delta:
+    low, high = high, 2.0 * high
+  while high - low > 1e-10:
+    middle = 0.5 * (low + high)
+    low, high = (middle, high) if profile(middle) > delta else (low, middle)
+  return high
+
+
+def mixture_scale(epsilon: float, delta: float) -> float:
+  """The mixture's scale whose exact eps at delta is `epsilon` (bisection)."""
+  low, high = 1e-3, 1e3  # eps falls as the scale grows.
+  for _ in range(60):
+    middle = math.sqrt(low * high)
+    if mixture_epsilon(middle, delta) > epsilon:
+      low = middle
+    else:
+      high = middle
+  return math.sqrt(low * high)
+
+
+def heavy_tailed_scores(rng: np.random.Generator, mechanism: str,
+                        canaries: int, scale: float,
+                        dim: int) -> tuple[np.ndarray, np.ndarray]:
+  """A canary's score: 1 + noise if inserted, noise if not, over sqrt(d).
+
+  The noise is Laplace(scale) or the Gaussian mixture of `scale`; dividing
+  by sqrt(d) keeps the scores inside [-1, 1] without changing any bound (all
+  are invariant to scaling the scores).
+  """
+  if mechanism == 'laplace':
+    noise = rng.laplace(0.0, scale, 2 * canaries)
+  else:
+    noise = scale * rng.standard_normal(2 * canaries) * np.where(
+        rng.random(2 * canaries) < 0.5, 1.0, MIXTURE_RATIO)
+  noise[:canaries] += 1.0
+  scores = noise / math.sqrt(dim)
+  return scores[:canaries], scores[canaries:]
+
+
+def simulate_heavy_tailed(mechanism: str, epsilons: Sequence[float],
+                          runs: int, dim: int, canaries: int, delta: float,
+                          alpha: float, seed: int) -> dict[str, dict[str, dict]]:
+  """{mechanism: {eps: cell}}: the seen/unseen bounds on 1-D scores.
+
+  The report is the all-iterates one (empirical null from the unseen
+  scores); the mechanism is exactly (eps, delta)-DP (Laplace: b from
+  `laplace_scale`, the truth from dp_accounting's privacy loss distribution;
+  mixture: `mixture_scale`), but not Gaussian, so the 'gdp' bounds and the
+  f-DP one-run certificate lose their premise.
+  """
+  # Imported here: only these cells need it.
+  from dp_accounting.pld import privacy_loss_distribution  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  table: dict[str, dict[str, dict]] = {mechanism: {}}
+  for epsilon in epsilons:
+    if mechanism == 'laplace':
+      scale = laplace_scale(epsilon, delta)
+      truth = privacy_loss_distribution.from_laplace_mechanism(
+          scale, sensitivity=1.0,
+          value_discretization_interval=1e-5).get_epsilon_for_delta(delta)
+    else:
+      scale = mixture_scale(epsilon, delta)
+      truth = mixture_epsilon(scale, delta)
+    reports = []
+    for _ in range(runs):
+      seen, unseen = heavy_tailed_scores(rng, mechanism, canaries, scale, dim)
+      reports.append(privacy_report.all_iterates_report(
+          seen, unseen, delta, alpha, bootstrap_resamples=20))
+    table[mechanism][f'{epsilon:g}'] = dict(
+        cell(reports, truth, alpha), truth={'epsilon': truth, 'scale': scale})
+  return table
 
 
 def final_model_scores(rng: np.random.Generator, dim: int, canaries: int,
@@ -290,6 +418,7 @@ def cell(reports: Sequence[privacy_report.PrivacyReport], epsilon: float,
     error = math.sqrt(alpha * (1 - alpha) / runs)
     result[name] = {'share_above_truth': share, 'standard_error': error,
                     'mean': float(np.mean(values)),
+                    'mean_ratio': float(np.mean(values)) / epsilon,
                     'holds': share <= alpha + 2 * error}
   for name in ESTIMATES:
     ratios = np.array([getattr(r, name) for r in reports]) / epsilon
@@ -325,14 +454,16 @@ def format_table(table: dict[str, dict[str, dict]], runs: int,
   estimates' mean / 95th-percentile ratios to the truth."""
   names = {'epsilon_lo': 'ε_lo', 'epsilon_one_run': 'one-run',
            'epsilon_one_run_fdp': 'one-run f-DP',
+           'epsilon_lo_tight_any': 'tight, any (ε, δ)',
+           'epsilon_lo_tight_gdp': 'tight, μ-GDP',
            'epsilon_lo_paper': "paper's ε_lo (nominal)",
            'epsilon_est': 'ε_est', 'epsilon_est_fitted': "paper's ε_est",
            'epsilon_gdp': 'ε_gdp'}
   lines = [
       f'Share of {runs} runs in which a {1 - alpha:.0%} lower bound exceeds '
       f'the true ε (a bound holds when the share is at most {alpha:g} + 2 '
-      'standard errors; mean bound in brackets), and estimate / true ε '
-      '(mean, 95th percentile):',
+      'standard errors; mean bound and mean bound / true ε in brackets), '
+      'and estimate / true ε (mean, 95th percentile):',
       '',
       '| threat model | ε | ' + ' | '.join(
           names[n] for n in BOUNDS + NOMINAL) + ' | ' + ' | '.join(
@@ -340,12 +471,14 @@ def format_table(table: dict[str, dict[str, dict]], runs: int,
       '|---|---|' + '---|' * (len(BOUNDS + NOMINAL) + len(ESTIMATES)),
   ]
   titles = {'final': 'final model', 'all': 'all iterates',
-            'all_decorrelated': 'all iterates, decorrelated'}
+            'all_decorrelated': 'all iterates, decorrelated',
+            'laplace': 'Laplace noise', 'mixture': 'Gaussian mixture noise'}
   for threat in table:
     title = titles[threat]
     for epsilon, row in table[threat].items():
       bounds = ' | '.join(
-          f'{row[n]["share_above_truth"]:.3f} ({row[n]["mean"]:.3g})'
+          f'{row[n]["share_above_truth"]:.3f} ({row[n]["mean"]:.3g}, '
+          f'{row[n]["mean_ratio"]:.2f})'
           + ('' if row[n]['holds'] or n in NOMINAL else ' ✗')
           for n in BOUNDS + NOMINAL)
       estimates = ' | '.join(
@@ -375,6 +508,10 @@ def main(argv: Sequence[str]) -> None:
   if _MECHANISM.value == 'gaussian':
     table = simulate(epsilons, _RUNS.value, _DIM.value, _CANARIES.value,
                      _ROUNDS.value, _DELTA.value, _ALPHA.value, _SEED.value)
+  elif _MECHANISM.value in ('laplace', 'mixture'):
+    table = simulate_heavy_tailed(
+        _MECHANISM.value, epsilons, _RUNS.value, _DIM.value, _CANARIES.value,
+        _DELTA.value, _ALPHA.value, _SEED.value)
   elif _MECHANISM.value == 'discrete_gaussian':
     if not _DG_SCALE.value > 0:
       raise app.UsageError(

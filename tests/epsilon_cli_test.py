@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from one_shot_epe.reporting import epsilon_cli
 from one_shot_epe.reporting import privacy_report
 
 
@@ -106,3 +107,94 @@ def test_missing_file_and_bad_delta(tmp_path):
   done = _run(f'--cosines={path}', '--dim=100', '--delta=1.5')
   assert done.returncode == 2 and 'delta' in done.stderr
   assert 'Traceback' not in done.stderr
+
+
+def _column(values):
+  return '\n'.join(f'{v!r}' for v in values) + '\n'
+
+
+@pytest.mark.parametrize('header', [None, 'cosine', 'score'])
+def test_one_column_loses_no_row(tmp_path, header):
+  # 200 values, with or without a header row of any name: all 200 are read.
+  values = np.random.default_rng(3).normal(2e-3, 1e-3, 200)
+  path = tmp_path / 'one.csv'
+  path.write_text(('' if header is None else header + '\n') + _column(values))
+  assert epsilon_cli.read_cosine_columns(str(path)) == {
+      'cosine': list(values)}
+  done = _run(f'--cosines={path}', '--dim=1000000', '--delta=1e-6',
+              '--format=json')
+  assert done.returncode == 0, done.stderr
+  assert json.loads(done.stdout)['num_seen'] == 200
+
+
+@pytest.mark.parametrize('header', ['cosine,unseen', 'seen,unseen'])
+def test_two_columns_lose_no_row(tmp_path, header):
+  rng = np.random.default_rng(4)
+  first, second = rng.normal(0.1, 0.01, 40), rng.normal(0.0, 0.01, 37)
+  lines = [header] + [
+      f'{a!r},{second[i]!r}' if i < second.size else f'{a!r},'
+      for i, a in enumerate(first)]
+  path = tmp_path / 'two.csv'
+  path.write_text('\n'.join(lines) + '\n')
+  names = header.split(',')
+  assert epsilon_cli.read_cosine_columns(str(path)) == {
+      names[0]: list(first), names[1]: list(second)}
+
+
+def test_headerless_rows_are_numbered_as_in_the_file(tmp_path):
+  path = tmp_path / 'bad.csv'
+  path.write_text('0.1\n0.2\nabc\n')
+  with pytest.raises(ValueError, match='row 3'):
+    epsilon_cli.read_cosine_columns(str(path))
+
+
+def test_headerless_two_columns_are_refused(tmp_path):
+  path = tmp_path / 'two.csv'
+  path.write_text('0.1,0.2\n0.3,0.4\n')
+  done = _run(f'--cosines={path}', '--delta=1e-5')
+  assert done.returncode == 2 and 'no header row' in done.stderr
+
+
+def test_dim_is_an_error_for_seen_and_unseen(tmp_path):
+  path = tmp_path / 'maxima.csv'
+  path.write_text('seen,unseen\n0.3,0.1\n0.2,0.05\n0.25,0.0\n')
+  done = _run(f'--cosines={path}', '--delta=1e-5', '--dim=1000')
+  assert done.returncode == 2
+  assert '--dim applies to final-model cosines' in done.stderr
+
+
+@pytest.mark.parametrize('flags,name', [(['--delta=1e-5'], '--cosines'),
+                                        (['--cosines=x.csv'], '--delta')])
+def test_a_missing_flag_is_one_line(flags, name):
+  done = _run(*flags)
+  assert done.returncode == 2
+  assert done.stderr.strip().splitlines() == [
+      f'error: {name} is required (--helpshort lists the flags).']
+
+
+def test_a_closed_pipe_ends_quietly(final_csv):
+  # The reader is gone before the report is written (`| head` that exited).
+  path, _ = final_csv
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'one_shot_epe.reporting.epsilon_cli',
+       f'--cosines={path}', '--dim=1000000', '--delta=1e-6', '--format=json'],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  process.stdout.close()
+  _, errors = process.communicate(timeout=120)
+  assert process.returncode == 0
+  assert errors == b''
+
+
+def test_report_offers_the_tight_bounds(tmp_path):
+  rng = np.random.default_rng(5)
+  seen, unseen = rng.normal(0.3, 0.1, 100), rng.normal(0.0, 0.1, 100)
+  lines = ['seen,unseen'] + [f'{s!r},{u!r}' for s, u in zip(seen, unseen)]
+  path = tmp_path / 'maxima.csv'
+  path.write_text('\n'.join(lines) + '\n')
+  done = _run(f'--cosines={path}', '--delta=1e-5', '--format=json')
+  assert done.returncode == 0, done.stderr
+  report = json.loads(done.stdout)
+  expected = privacy_report.all_iterates_report(seen, unseen, 1e-5)
+  assert report['epsilon_lo_tight_any'] == expected.epsilon_lo_tight_any
+  assert report['epsilon_lo_tight_gdp'] == expected.epsilon_lo_tight_gdp
+  assert expected.epsilon_lo_tight_gdp > 0.5

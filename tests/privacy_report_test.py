@@ -5,6 +5,7 @@ simulation in attack_metrics_test.py; the bounds' coverage in
 lower_bound_test.py and one_run_test.py.
 """
 
+import dataclasses
 import json
 import math
 
@@ -16,6 +17,7 @@ from one_shot_epe.stats import estimation as est
 from one_shot_epe.stats import gaussian_simulation
 from one_shot_epe.stats import lower_bound
 from one_shot_epe.stats import one_run
+from one_shot_epe.stats import tight_audit
 from one_shot_epe.reporting import privacy_report
 
 
@@ -124,3 +126,44 @@ def test_final_headline_is_unbiased_on_the_gaussian_mechanism():
 def test_bad_input_names_the_argument(call, message):
   with pytest.raises(ValueError, match=message):
     call()
+
+
+def test_tight_bounds_in_both_threat_models():
+  rng = np.random.default_rng(11)
+  dim = 10**5
+  seen = rng.normal(2.0, 1.0, 400) / math.sqrt(dim)
+  unseen = rng.normal(0.0, 1.0, 400) / math.sqrt(dim)
+  expected = [tight_audit.epsilon_lo_tight(seen, unseen, delta=1e-6,
+                                           family=family, seed=3)
+              for family in ('channel', 'gdp')]
+  assert 0.3 < expected[0] < expected[1]
+  for report in (
+      privacy_report.final_model_report(seen, dim, 1e-6, unseen=unseen,
+                                        bootstrap_resamples=20, seed=3),
+      privacy_report.all_iterates_report(seen, unseen, 1e-6,
+                                         bootstrap_resamples=20, seed=3)):
+    assert [report.epsilon_lo_tight_any,
+            report.epsilon_lo_tight_gdp] == expected
+  without_unseen = privacy_report.final_model_report(seen, dim, 1e-6,
+                                                     bootstrap_resamples=20)
+  assert without_unseen.epsilon_lo_tight_any is None
+  assert without_unseen.epsilon_lo_tight_gdp is None
+  # 400 seen and 40 unseen cannot come from inserting each with
+  # probability 1/2: no tight bound, the rest of the report as before.
+  lopsided = privacy_report.all_iterates_report(seen, unseen[:40], 1e-6,
+                                                bootstrap_resamples=20)
+  assert lopsided.epsilon_lo_tight_gdp is None
+  assert lopsided.epsilon_one_run is not None
+
+
+def test_reports_written_before_the_tight_bounds_still_load():
+  rng = np.random.default_rng(12)
+  report = privacy_report.all_iterates_report(
+      rng.normal(0.3, 0.1, 50), rng.normal(0.0, 0.1, 50), 1e-6,
+      bootstrap_resamples=20)
+  fields = json.loads(report.to_json())
+  del fields['epsilon_lo_tight_any'], fields['epsilon_lo_tight_gdp']
+  old = privacy_report.PrivacyReport.from_dict(fields)
+  assert old.epsilon_lo_tight_any is None
+  assert old == dataclasses.replace(report, epsilon_lo_tight_any=None,
+                                    epsilon_lo_tight_gdp=None)

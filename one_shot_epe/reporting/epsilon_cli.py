@@ -3,22 +3,33 @@ r"""Command line: privacy report from a CSV of canary cosines.
   python -m one_shot_epe.reporting.epsilon_cli --cosines=final.csv --dim=1206590 --delta=1e-6
   python -m one_shot_epe.reporting.epsilon_cli --cosines=maxima.csv --delta=1e-6
 
-The CSV has a header row. A column named `cosine` (or a single unnamed column)
-holds observed canaries' cosines with the final model and gives the
-final-model report (Algorithm 2; needs --dim); an `unseen` column beside it
-holds never-inserted canaries' cosines with the final model, for the one-run
-certificates. Columns `seen` and `unseen` hold max-over-rounds cosines and give
-the all-iterates report (Algorithm 3). Columns may differ in length (leave
-trailing cells empty). Prints the report (`privacy_report.PrivacyReport`:
-estimates, bounds that hold at 1 - alpha, the paper's nominal eps_lo, attack
-summaries) as JSON (--format=json) or a Markdown table (default). Bad input
-exits with status 2 and a message naming the problem.
+The CSV's accepted forms, every data row read:
+
+* one column with no header (the first row is a number): observed canaries'
+  cosines with the final model;
+* one column under any header (`cosine`, or any name but `seen`/`unseen`):
+  the same;
+* `cosine` and `unseen`: the final model, with never-inserted canaries'
+  cosines, for the one-run certificates and the tight one-run bounds;
+* `seen` and `unseen`: max-over-rounds cosines, the all-iterates report
+  (Algorithm 3).
+
+Final-model cosines give the final-model report (Algorithm 2) and need --dim;
+the all-iterates report has no use for --dim, which is then an error.
+Columns may differ in length (leave trailing cells empty). Prints the report
+(`privacy_report.PrivacyReport`: estimates, bounds that hold at 1 - alpha,
+the paper's nominal eps_lo, the tight one-run bounds epsilon_lo_tight_any
+and epsilon_lo_tight_gdp, attack summaries) as JSON (--format=json) or a
+Markdown table (default). Bad input exits with status 2 and one line naming
+the problem; a reader that closes the pipe early (`| head`) ends it quietly.
 """
 
 import csv
 import math
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from absl import app
 from absl import flags
@@ -29,9 +40,11 @@ from one_shot_epe.reporting import privacy_report
 
 __all__ = ['build_report', 'format_markdown', 'main', 'read_cosine_columns']
 
+_NAMES = ('cosine', 'seen', 'unseen')
 _COSINES = flags.DEFINE_string('cosines', None, 'CSV file of canary cosines.')
 _DIM = flags.DEFINE_integer(
-    'dim', None, 'Model dimensionality d (>= 3); required for a `cosine` column.')
+    'dim', None, 'Model dimensionality d (>= 3); required for final-model '
+    'cosines, an error for `seen`/`unseen` columns.')
 _DELTA = flags.DEFINE_float('delta', None, 'Target delta, in (0, 1).')
 _ALPHA = flags.DEFINE_float('alpha', 0.05,
                             'Confidence level of eps_lo is 1 - alpha; in (0, 0.5).')
@@ -44,8 +57,27 @@ _FORMAT = flags.DEFINE_enum('format', 'markdown', ['markdown', 'json'],
                             'Output format.')
 
 
+def _is_number(cell: str) -> bool:
+  try:
+    float(cell)
+  except ValueError:
+    return False
+  return True
+
+
 def read_cosine_columns(path: str) -> dict[str, list[float]]:
-  """Reads named numeric columns; raises ValueError naming the row and column."""
+  """Reads the CSV's columns (the accepted forms of the module docstring).
+
+  Args:
+    path: The CSV file.
+
+  Returns:
+    {'cosine'} or {'cosine', 'unseen'} or {'seen', 'unseen'}: each column's
+    values, empty cells skipped.
+
+  Raises:
+    ValueError: naming the file, row and column of what cannot be read.
+  """
   try:
     with open(path, newline='', encoding='utf-8') as handle:
       rows = list(csv.reader(handle))
@@ -54,10 +86,17 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
   except UnicodeDecodeError:
     raise ValueError(f'--cosines: {path!r} is not a text CSV file.') from None
   rows = [row for row in rows if any(cell.strip() for cell in row)]
+  first = [cell.strip() for cell in rows[0]] if rows else []
+  headerless = len(first) == 1 and _is_number(first[0])
+  if headerless:
+    rows = [['cosine']] + rows  # No header: every row is data.
+  elif any(_is_number(cell) for cell in first):
+    raise ValueError(f'--cosines: {path!r} has {len(first)} columns and no '
+                     'header row; name them `cosine,unseen` or `seen,unseen`.')
   if len(rows) < 2:
     raise ValueError(f'--cosines: {path!r} needs a header row and data rows.')
   header = [name.strip() for name in rows[0]]
-  if len(header) == 1 and header[0] not in ('cosine', 'seen', 'unseen'):
+  if len(header) == 1 and header[0] not in _NAMES:
     header = ['cosine']  # A single column of any name is final-model cosines.
   allowed = ({'cosine'}, {'cosine', 'unseen'}, {'seen', 'unseen'})
   if set(header) not in allowed or len(set(header)) != len(header):
@@ -66,7 +105,8 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
         '`cosine` and `unseen` (final model, with never-inserted canaries) or '
         '`seen` and `unseen` (maxima over rounds).')
   columns: dict[str, list[float]] = {name: [] for name in header}
-  for number, row in enumerate(rows[1:], start=2):
+  # Row numbers as a reader counts them in the file (blank rows aside).
+  for number, row in enumerate(rows[1:], start=1 if headerless else 2):
     if len(row) != len(header):
       raise ValueError(f'--cosines: row {number} has {len(row)} fields; '
                        f'expected {len(header)}.')
@@ -89,7 +129,21 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
 def build_report(columns: dict[str, list[float]], dim: int | None, delta: float,
                  alpha: float,
                  threshold_strategy: str) -> privacy_report.PrivacyReport:
-  """Chooses the threat model from the columns present."""
+  """The report of the threat model the columns hold.
+
+  Args:
+    columns: `read_cosine_columns`'s result.
+    dim: --dim: required for final-model cosines, refused for seen/unseen.
+    delta: --delta.
+    alpha: --alpha.
+    threshold_strategy: --threshold_strategy.
+
+  Returns:
+    The final-model report for a `cosine` column, else the all-iterates one.
+
+  Raises:
+    ValueError: naming the flag or column at fault.
+  """
   if 'cosine' in columns:
     if dim is None:
       raise ValueError('--dim is required for final-model cosines.')
@@ -101,8 +155,12 @@ def build_report(columns: dict[str, list[float]], dim: int | None, delta: float,
       # The cosines sit that many null standard deviations (1/sqrt(d)) out.
       raise ValueError(f'--dim={dim}: {error}; is --dim the number of model '
                        'parameters?') from None
+  if dim is not None:
+    raise ValueError('--dim applies to final-model cosines (a `cosine` '
+                     'column); the all-iterates report of `seen` and `unseen` '
+                     'columns does not use it.')
   return privacy_report.all_iterates_report(
-      columns['seen'], columns['unseen'], delta, alpha, dim=dim,
+      columns['seen'], columns['unseen'], delta, alpha,
       threshold_strategy=threshold_strategy)
 
 
@@ -122,6 +180,12 @@ def format_markdown(report: privacy_report.PrivacyReport) -> str:
   """The report as a two-column Markdown table, floats to 6 digits.
 
   tpr_at_fpr shows as "FPR: TPR" pairs, the bootstrap interval as [low, high].
+
+  Args:
+    report: The report.
+
+  Returns:
+    The table's lines joined by newlines.
   """
   lines = ['| quantity | value |', '|---|---|']
   for key, value in report.to_dict().items():
@@ -129,23 +193,49 @@ def format_markdown(report: privacy_report.PrivacyReport) -> str:
   return '\n'.join(lines)
 
 
+def _fail(message: str) -> NoReturn:
+  """One line on stderr, exit status 2."""
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _print_quietly(text: str) -> None:
+  """Prints `text`; a reader that closed the pipe (`| head`) ends it quietly.
+
+  Python's advice for SIGPIPE: stdout is pointed at /dev/null so that the
+  interpreter's final flush cannot raise again, and the program exits 0 (the
+  reader had what it wanted).
+  """
+  try:
+    print(text)
+    sys.stdout.flush()
+  except BrokenPipeError:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(0)
+
+
 def main(argv: Sequence[str]) -> None:
-  """Reads --cosines, prints the report; bad input exits with status 2."""
+  """Reads --cosines, prints the report; bad input exits with status 2.
+
+  Args:
+    argv: The command line left after the flags (the program name only).
+  """
   if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
-  if _COSINES.value is None or _DELTA.value is None:
-    raise app.UsageError('--cosines and --delta are required.', exitcode=2)
+    _fail(f'unexpected arguments: {argv[1:]} (--helpshort lists the flags)')
+  for flag in (_COSINES, _DELTA):
+    if flag.value is None:
+      _fail(f'--{flag.name} is required (--helpshort lists the flags).')
   try:
     columns = read_cosine_columns(_COSINES.value)
     report = build_report(columns, _DIM.value, _DELTA.value, _ALPHA.value,
                           _THRESHOLD.value)
   except ValueError as error:
-    print(f'error: {error}', file=sys.stderr)
-    sys.exit(2)
+    _fail(str(error))
   if _FORMAT.value == 'json':
-    print(report.to_json())
+    _print_quietly(report.to_json())
   else:
-    print(format_markdown(report))
+    _print_quietly(format_markdown(report))
 
 
 if __name__ == '__main__':

@@ -14,8 +14,12 @@ seen against unseen canaries) bundle, from the same canary scores:
 * lower bounds that hold at 1 - alpha: `epsilon_lo` (`lower_bound`,
   Bonferroni over a fixed family of thresholds) and the one-run certificates
   `epsilon_one_run` (Steinke, Nasr and Jagielski, 2023) and
-  `epsilon_one_run_fdp` (Mahloujifar et al., 2024) of `one_run`, which need
-  unseen canaries; and the paper's nominal bound `epsilon_lo_paper`;
+  `epsilon_one_run_fdp` (Mahloujifar et al., 2024) of `one_run`, and the
+  tight one-run bounds of Xiang et al. (2025, `tight_audit`),
+  `epsilon_lo_tight_any` (valid for every (eps, delta)-DP mechanism) and
+  `epsilon_lo_tight_gdp` (valid when the mechanism is Gaussian in the
+  canary's direction), which need unseen canaries; and the paper's nominal
+  bound `epsilon_lo_paper`;
 * the Anderson-Darling statistics of Table 6 and the attack's summaries
   (mean-shift Gaussian-DP eps, AUROC, TPR at fixed FPRs, `attack_metrics`).
 numpy/scipy only.
@@ -35,6 +39,7 @@ from one_shot_epe.stats import estimation
 from one_shot_epe.stats import lower_bound
 from one_shot_epe.stats import null_distribution
 from one_shot_epe.stats import one_run
+from one_shot_epe.stats import tight_audit
 from one_shot_epe import validation
 
 # The report is the public boundary of its call path: its arguments are
@@ -74,7 +79,13 @@ class PrivacyReport:
       'final', the unseen sample's fit for 'all'.
   Lower bounds at 1 - alpha: epsilon_lo (`lower_bound`, 'bonferroni');
     epsilon_one_run and epsilon_one_run_fdp (`one_run`; None without unseen
-    canaries). Nominal only: epsilon_lo_paper (the paper's Sec. 5.1 bound).
+    canaries); epsilon_lo_tight_any and epsilon_lo_tight_gdp (`tight_audit`,
+    the (eps, delta) channel family, valid for any (eps, delta)-DP mechanism,
+    and the mu-GDP family, valid for a mechanism Gaussian in the canary's
+    direction; both assume each canary was inserted with probability 1/2,
+    docs/bounds.md; None without unseen canaries or when the seen and unseen
+    counts cannot come from that design, `tight_audit.check_design`).
+    Nominal only: epsilon_lo_paper (the paper's Sec. 5.1 bound).
   Attack summaries: auroc, P(null statistic < seen statistic), ties one half,
     against the exact null (Theorem 3.1) for 'final', the unseen sample for
     'all'; tpr_at_fpr, the fraction of seen statistics above the threshold
@@ -107,6 +118,8 @@ class PrivacyReport:
   gdp_mu: float
   auroc: float
   tpr_at_fpr: dict[str, float]
+  epsilon_lo_tight_any: float | None = None
+  epsilon_lo_tight_gdp: float | None = None
 
   def to_dict(self) -> dict[str, object]:
     """The fields by name (None for a statistic not computed).
@@ -139,10 +152,12 @@ class PrivacyReport:
 
     Raises:
       ValueError: if a field is missing or unknown, or the interval does not
-        have two elements.
+        have two elements. The tight bounds may be missing (reports written
+        before they existed): they read as None.
     """
     names = [field.name for field in dataclasses.fields(cls)]
-    missing = [name for name in names if name not in fields]
+    missing = [name for name in names
+               if name not in fields and name not in _OPTIONAL_FIELDS]
     unknown = sorted(set(fields) - set(names))
     if missing or unknown:
       raise ValueError(f'a privacy report needs exactly the fields {names}; '
@@ -155,6 +170,10 @@ class PrivacyReport:
     values['epsilon_est_interval'] = interval
     values['tpr_at_fpr'] = dict(values['tpr_at_fpr'])
     return cls(**values)
+
+
+# Fields added after reports were first written; `from_dict` defaults them.
+_OPTIONAL_FIELDS = ('epsilon_lo_tight_any', 'epsilon_lo_tight_gdp')
 
 
 def _anderson_or_none(sample: np.ndarray) -> float | None:
@@ -175,6 +194,21 @@ def _one_run_bounds(seen: np.ndarray, unseen: np.ndarray | None, delta: float,
   # are not all one value.
   return (one_run._epsilon_one_run(seen, unseen, delta, alpha),
           one_run._epsilon_one_run_fdp(seen, unseen, delta, alpha))
+
+
+def _tight_bounds(seen: np.ndarray, unseen: np.ndarray | None, delta: float,
+                  alpha: float, seed: int) -> dict[str, float | None]:
+  """epsilon_lo_tight_any and _gdp; None without unseen scores or a 1/2 design."""
+  names = {'epsilon_lo_tight_any': 'channel', 'epsilon_lo_tight_gdp': 'gdp'}
+  if unseen is None:
+    return dict.fromkeys(names)
+  try:
+    tight_audit.check_design(seen.size, unseen.size)
+  except ValueError:
+    return dict.fromkeys(names)
+  return {name: tight_audit._epsilon_lo_tight(seen, unseen, delta, family,
+                                              alpha, 'bernoulli', seed)
+          for name, family in names.items()}
 
 
 def _lower_bounds(seen: np.ndarray, delta: float, alpha: float,
@@ -208,13 +242,14 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
     delta: The delta of every eps, in (0, 1).
     alpha: The lower bounds hold with probability 1 - alpha; in (0, 0.5).
     unseen: Optional never-inserted canaries' cosines (their law is the
-      exact null, so only the one-run certificates, which compare the two
-      sets, use them).
+      exact null, so only the one-run certificates and the tight one-run
+      bounds, which compare the two sets, use them).
     threshold_strategy: epsilon_lo's sound threshold choice, 'bonferroni' or
       'split' (`lower_bound.epsilon_lower_bound`); the paper's is always
       reported as epsilon_lo_paper.
     bootstrap_resamples: Resamples (>= 20) of the headline's interval.
-    seed: Makes the bootstrap (and the 'split' halves) reproducible.
+    seed: Makes the bootstrap (and the 'split' halves, and the tight bounds'
+      tie-breaking) reproducible.
 
   Returns:
     The `PrivacyReport` with threat_model 'final'.
@@ -268,7 +303,8 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
           _fpr_key(fpr): attack_metrics._tpr_above(
               sample, float(-null_distribution.null_ppf(fpr, dim)))
           for fpr in TPR_FPRS
-      })
+      },
+      **_tight_bounds(sample, unseen, delta, alpha, seed))
 
 
 def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
@@ -286,8 +322,8 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
     dim: Optional d >= 3, recorded in the report.
     threshold_strategy: As for `final_model_report`.
     bootstrap_resamples: Resamples (>= 20) of the headline's interval.
-    seed: Makes the bootstrap (seen and unseen resampled independently) and
-      the 'split' halves reproducible.
+    seed: Makes the bootstrap (seen and unseen resampled independently), the
+      'split' halves and the tight bounds' tie-breaking reproducible.
 
   Returns:
     The `PrivacyReport` with threat_model 'all'.
@@ -342,4 +378,5 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
           _fpr_key(fpr): attack_metrics._tpr_above(
               seen, attack_metrics._empirical_threshold(unseen, fpr))
           for fpr in TPR_FPRS
-      })
+      },
+      **_tight_bounds(seen, unseen, delta, alpha, seed))

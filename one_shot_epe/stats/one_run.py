@@ -137,7 +137,9 @@ def _fdp_excess(canaries: int, guesses: int, correct: int, alpha: float,
   right = alpha * correct / canaries
   wrong = alpha * (guesses - correct) / canaries
   for i in range(correct - 1, -1, -1):
-    raised = max(wrong, float(stats.norm.cdf(stats.norm.ppf(right) - shift)))
+    # special.ndtr/ndtri are what norm.cdf/ppf compute, without their
+    # per-call overhead (this loop runs once per correct guess).
+    raised = max(wrong, float(special.ndtr(special.ndtri(right) - shift)))
     if raised == wrong:
       break
     right = min(right + i / (guesses - i) * (raised - wrong), 1.0)

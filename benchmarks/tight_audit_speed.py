@@ -1,0 +1,73 @@
+"""How long the tight one-run bounds take beside the one-run certificate.
+
+Simulated Gaussian-mechanism scores (seen N(mu, 1), unseen N(0, 1), mu of
+eps = --epsilon at delta = 1e-6), --canaries per side; times
+`tight_audit.epsilon_lo_tight` for both families and, as the baseline
+measured in the same run on the same scores, `one_run.epsilon_one_run`
+(Steinke, Nasr and Jagielski, the report's existing one-run certificate).
+Each time is the best of --repeats; the ratio is tight / baseline.
+
+  python -m benchmarks.tight_audit_speed                 # 10,000 per side
+  python -m benchmarks.tight_audit_speed --canaries=1000
+"""
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from absl import app
+from absl import flags
+
+from one_shot_epe.runtime import command_line
+from one_shot_epe.stats import estimation
+from one_shot_epe.stats import one_run
+from one_shot_epe.stats import tight_audit
+
+_CANARIES = flags.DEFINE_integer('canaries', 10_000,
+                                 'Seen canaries (and as many unseen).',
+                                 lower_bound=10)
+_EPSILON = flags.DEFINE_float('epsilon', 3.0, 'True eps of the scores.',
+                              lower_bound=0.01)
+_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timings per method (best).',
+                                lower_bound=1)
+_DELTA = 1e-6
+
+
+def best_time(function: Callable[[], float], repeats: int) -> tuple[float,
+                                                                    float]:
+  """(value, best wall time in s) of `repeats` calls."""
+  times, value = [], 0.0
+  for _ in range(repeats):
+    start = time.perf_counter()
+    value = function()
+    times.append(time.perf_counter() - start)
+  return value, min(times)
+
+
+def main(argv: Sequence[str]) -> None:
+  """Times the bounds and prints each with its ratio to the baseline."""
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
+  rng = np.random.default_rng(0)
+  mu = 1.0 / estimation.gaussian_sigma(_EPSILON.value, _DELTA)
+  seen = rng.normal(mu, 1.0, _CANARIES.value)
+  unseen = rng.normal(0.0, 1.0, _CANARIES.value)
+  baseline, baseline_time = best_time(
+      lambda: one_run.epsilon_one_run(seen, unseen, delta=_DELTA),
+      _REPEATS.value)
+  print(f'{_CANARIES.value} seen + {_CANARIES.value} unseen canaries, true '
+        f'eps {_EPSILON.value:g}, delta {_DELTA:g}; best of '
+        f'{_REPEATS.value}.')
+  print(f'  one_run.epsilon_one_run (baseline): {baseline_time:.3f} s, '
+        f'eps_lo {baseline:.3f}')
+  for family in tight_audit.FAMILIES:
+    value, seconds = best_time(
+        lambda family=family: tight_audit.epsilon_lo_tight(
+            seen, unseen, delta=_DELTA, family=family), _REPEATS.value)
+    print(f'  tight_audit.epsilon_lo_tight({family}): {seconds:.3f} s '
+          f'({seconds / baseline_time:.2f}x the baseline), eps_lo '
+          f'{value:.3f}')
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -1,0 +1,366 @@
+"""Tight one-run lower bounds on epsilon (Xiang et al., 2025, arXiv 2509.08704).
+
+The game: each of n canaries is inserted with probability 1/2, independently;
+from the trained model the auditor ranks the canaries by confidence, guesses
+in/out for its r most confident ones and makes u mistakes. For a family of
+mechanisms indexed by theta, Xiang et al. show that the number of mistakes T
+of any mechanism in the family is stochastically no smaller than that of the
+family's worst case, for which
+
+  P[T <= u] = E_W[BinCDF(u; r, gbar_theta(W))],  W ~ Beta(n - r, r + 1),
+
+where W is the (n - r)-th of n uniform confidence quantiles (the cut below
+the r released guesses) and gbar_theta(w) is the mean error of the optimal
+(MAP) guess over the most confident fraction 1 - w of the mixture (P + Q)/2
+of the family's pair of output laws, ranked by their likelihood ratio. That
+is the p-value of "the mechanism is no more private than theta"; the bound is
+the largest theta rejected at level alpha, by bisection (the p-value grows
+with theta: a more private mechanism errs more), converted to eps at delta.
+
+Two families (`FAMILIES`), derivations in docs/bounds.md:
+
+* 'channel': the four-atom (eps, delta) channel, the worst case of every
+  (eps, delta)-DP mechanism at the given delta: a fraction delta of the
+  mixture is certain (error 0), the rest errs with probability 1/(1 + e^eps),
+  so gbar(w) = max(s - delta, 0) / (s (1 + e^eps)) with s = 1 - w.
+* 'gdp': mu-Gaussian DP, N(mu/2, 1) against N(-mu/2, 1): the most confident
+  fraction s is |x| >= c with s = Phi-bar(c - mu/2) + Phi-bar(c + mu/2) and
+  its mean error is Phi-bar(c + mu/2) / s. It holds when the mechanism is
+  Gaussian in the canary's direction; eps is that of mu-GDP at delta.
+
+The auditor's guesses use the scores only: "in" above the pooled median of
+all n scores, "out" below, most confident = farthest from that median (the
+MAP rule of a location family symmetric about the midpoint of its two laws,
+which the pooled median estimates without labels); ties are broken by a
+seeded permutation, so their order cannot depend on the labels. The number
+of guesses r is not chosen on the data: every r of a fixed halving grid
+(n, n/2, n/4, ... >= `MIN_GUESSES`) is tested at alpha / (grid size) and the
+largest bound kept (union bound). numpy/scipy only.
+"""
+
+import math
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import optimize
+from scipy import special
+from scipy import stats
+
+from one_shot_epe import validation
+from one_shot_epe.stats import estimation
+
+__all__ = ['DESIGNS', 'Design', 'FAMILIES', 'Family', 'GUESS_FRACTIONS',
+           'MAX_IMBALANCE_SDS', 'MIN_CANARIES', 'MIN_GUESSES', 'QUADRATURE_NODES', 'check_design',
+           'epsilon_lo_tight', 'guess_grid', 'mean_map_error', 'mistakes',
+           'tight_p_value']
+
+Family = Literal['channel', 'gdp']
+FAMILIES = ('channel', 'gdp')
+# 'bernoulli': each canary inserted with probability 1/2 independently (the
+# paper's game). 'fixed_count': a uniformly random subset of the observed
+# size was inserted, the Bernoulli design conditioned on its count; its
+# p-value is the Bernoulli one divided by P[Bin(n, 1/2) = seen], which holds
+# exactly (docs/bounds.md) but costs that factor in the level.
+Design = Literal['bernoulli', 'fixed_count']
+DESIGNS = ('bernoulli', 'fixed_count')
+# The game needs this many canaries in all, and seen and unseen counts no
+# further than this many binomial standard deviations sqrt(n)/2 from n/2.
+MIN_CANARIES = 20
+MAX_IMBALANCE_SDS = 4.0
+# The fractions of the n canaries guessed, fixed before seeing the data (the
+# bound pays for the best of them with a union bound). On simulated Gaussian
+# mechanisms at eps = 1 to 10 (n = 2000, benchmarks/coverage.py) the 'gdp'
+# bound is largest at r = n/2 and the channel's at n/16 to n/4 (it needs
+# guesses with almost no mistakes).
+GUESS_FRACTIONS = {'channel': (1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32),
+                   'gdp': (1 / 2, 1 / 4, 1 / 8)}
+# The smallest number of guesses on a grid.
+MIN_GUESSES = 8
+# Gauss-Legendre nodes of the expectation over W.
+QUADRATURE_NODES = 96
+_NORMAL_RANGE = 8.5
+# The largest theta searched (eps for 'channel', mu for 'gdp').
+_THETA_CEILING = 1e3
+_THETA_TOLERANCE = 1e-9
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _gdp_cut(half_mu: float, top: np.ndarray) -> np.ndarray:
+  """c >= 0 with Phi-bar(c - a) + Phi-bar(c + a) = s, a = mu/2, s = `top`.
+
+  Newton on log S(c) = log s, kept inside the bracket
+  [max(0, a + Phi-bar^-1(s)), a + Phi-bar^-1(s/2)] (S(c) lies between
+  Phi-bar(c - a) and 2 Phi-bar(c - a)); a step that leaves it is a bisection.
+  """
+  log_top = np.log(top)
+  lo = np.maximum(0.0, half_mu + special.ndtri(1.0 - top))
+  hi = half_mu - special.ndtri(0.5 * top)
+  cut = 0.5 * (lo + hi)
+  for _ in range(60):
+    log_s = np.logaddexp(special.log_ndtr(half_mu - cut),
+                         special.log_ndtr(-half_mu - cut))
+    error = log_s - log_top
+    lo = np.where(error > 0.0, cut, lo)  # S decreases in c.
+    hi = np.where(error < 0.0, cut, hi)
+    log_density = np.logaddexp(-0.5 * (cut - half_mu)**2,
+                               -0.5 * (cut + half_mu)**2) - _LOG_SQRT_2PI
+    stepped = cut + error * np.exp(log_s - log_density)
+    stepped = np.where((stepped > lo) & (stepped < hi), stepped,
+                       0.5 * (lo + hi))
+    if np.all(np.abs(stepped - cut) <= 1e-13 * (1.0 + np.abs(cut))):
+      return stepped
+    cut = stepped
+  return cut
+
+
+def _mean_map_error(family: str, theta: float, delta: float,
+                    top: np.ndarray) -> np.ndarray:
+  """`mean_map_error` of checked arguments."""
+  if family == 'channel':
+    return np.maximum(top - delta, 0.0) / (top * (1.0 + math.exp(theta)))
+  half_mu = 0.5 * theta
+  cut = _gdp_cut(half_mu, top)
+  return np.exp(special.log_ndtr(-cut - half_mu) - np.log(top))
+
+
+def mean_map_error(family: str, theta: float, delta: float,
+                   top: ArrayLike) -> np.ndarray:
+  """gbar: the MAP guess's mean error over the most confident fraction `top`.
+
+  Args:
+    family: 'channel' ((eps, delta) four-atom channel, theta = eps) or 'gdp'
+      (mu-GDP, theta = mu; delta unused).
+    theta: The family's parameter, >= 0.
+    delta: The channel's delta, in (0, 1).
+    top: s = 1 - w, fractions of the mixture (P + Q)/2 in (0, 1].
+
+  Returns:
+    The mean errors, in [0, 1/2], of the shape of `top`.
+
+  Raises:
+    ValueError: if an argument is out of range.
+  """
+  validation.check_choice('family', family, FAMILIES)
+  theta = validation.check_real('theta', theta, 0.0)
+  delta = validation.check_probability('delta', delta)
+  top = np.asarray(top, dtype=np.float64)
+  if np.any(~(top > 0.0) | ~(top <= 1.0)):
+    raise ValueError('top must be fractions in (0, 1].')
+  return _mean_map_error(family, theta, delta, top)
+
+
+def _quadrature(guesses: int, canaries: int) -> tuple[np.ndarray, np.ndarray]:
+  """Nodes s = 1 - W (W ~ Beta(n - r, r + 1)) and weights of E over W.
+
+  Gauss-Legendre on the normal scores z in [-_NORMAL_RANGE, _NORMAL_RANGE] of
+  W's probability scale (weights phi(z), renormalised; the mass left out is
+  1e-17): smooth where the probability scale is not. Each tail is inverted
+  on its own side, s = betaincinv(r + 1, n - r, Phi(z)) below the median and
+  1 - betaincinv(n - r, r + 1, Phi(-z)) above, so neither loses digits. All
+  guesses (r = n): W = 0, a single node s = 1.
+  """
+  if guesses >= canaries:
+    return np.ones(1), np.ones(1)
+  nodes, weights = np.polynomial.legendre.leggauss(QUADRATURE_NODES)
+  scores = _NORMAL_RANGE * nodes
+  weights = weights * np.exp(-0.5 * scores**2)
+  lower = special.ndtr(-np.abs(scores))
+  top = np.where(
+      scores <= 0.0,
+      special.betaincinv(guesses + 1.0, canaries - guesses, lower),
+      1.0 - special.betaincinv(canaries - guesses, guesses + 1.0, lower))
+  return (np.clip(top, np.finfo(np.float64).tiny, 1.0),
+          weights / np.sum(weights))
+
+
+def _p_value(family: str, theta: float, delta: float, mistakes_made: int,
+             guesses: int, nodes: tuple[np.ndarray, np.ndarray]) -> float:
+  """E_W[BinCDF(u; r, gbar_theta(W))] on the quadrature `nodes`."""
+  top, weights = nodes
+  errors = _mean_map_error(family, theta, delta, top)
+  return float(np.clip(
+      weights @ special.bdtr(mistakes_made, guesses, errors), 0.0, 1.0))
+
+
+def tight_p_value(mistakes_made: int, guesses: int, canaries: int,
+                  family: str, theta: float, delta: float) -> float:
+  """P[T <= u] of the family's worst case at theta (module docstring).
+
+  Args:
+    mistakes_made: u, the mistakes among the r guesses, in [0, r].
+    guesses: r, the released guesses, in [1, n].
+    canaries: n, the canaries of the game.
+    family: 'channel' or 'gdp' (`mean_map_error`).
+    theta: eps ('channel') or mu ('gdp'), >= 0.
+    delta: The channel's delta, in (0, 1).
+
+  Returns:
+    The p-value of "the mechanism is no more private than theta", in [0, 1].
+
+  Raises:
+    ValueError: if an argument is out of range.
+  """
+  canaries = validation.check_int('canaries', canaries, 1)
+  guesses = validation.check_int('guesses', guesses, 1, canaries)
+  mistakes_made = validation.check_int('mistakes_made', mistakes_made, 0,
+                                       guesses)
+  validation.check_choice('family', family, FAMILIES)
+  theta = validation.check_real('theta', theta, 0.0)
+  delta = validation.check_probability('delta', delta)
+  return _p_value(family, theta, delta, mistakes_made, guesses,
+                  _quadrature(guesses, canaries))
+
+
+def guess_grid(canaries: int, family: str) -> np.ndarray:
+  """The numbers of guesses r tested: n times the family's `GUESS_FRACTIONS`.
+
+  Args:
+    canaries: n >= 2 MIN_GUESSES.
+    family: 'channel' or 'gdp'.
+
+  Returns:
+    Distinct decreasing integers >= MIN_GUESSES (rounded n f).
+
+  Raises:
+    ValueError: if an argument is out of range.
+  """
+  canaries = validation.check_int('canaries', canaries, 2 * MIN_GUESSES)
+  validation.check_choice('family', family, FAMILIES)
+  return _guess_grid(canaries, family)
+
+
+def _guess_grid(canaries: int, family: str) -> np.ndarray:
+  grid = np.round(canaries * np.array(GUESS_FRACTIONS[family]))
+  grid = np.unique(np.maximum(grid, MIN_GUESSES).astype(np.int64))
+  return grid[::-1]
+
+
+def mistakes(seen: ArrayLike, unseen: ArrayLike, seed: int = 0) -> np.ndarray:
+  """Cumulative mistakes of the label-free guesses, most confident first.
+
+  Args:
+    seen: Scores of the inserted canaries (higher means "inserted").
+    unseen: Scores of the canaries never inserted.
+    seed: Seed of the permutation that breaks ties (and of the coin for a
+      score equal to the median).
+
+  Returns:
+    m with m[r - 1] the mistakes among the r most confident guesses,
+    r = 1 ... n.
+
+  Raises:
+    ValueError: if a set is not a 1-D sample of at least 2 finite numbers.
+  """
+  seen = validation.check_sample('seen', seen)
+  unseen = validation.check_sample('unseen', unseen)
+  return _mistakes(seen, unseen, seed)
+
+
+def _mistakes(seen: np.ndarray, unseen: np.ndarray, seed: int) -> np.ndarray:
+  """`mistakes` of checked samples."""
+  rng = np.random.default_rng(seed)
+  scores = np.concatenate([seen, unseen])
+  inserted = np.arange(scores.size) < seen.size
+  order = rng.permutation(scores.size)
+  scores, inserted = scores[order], inserted[order]
+  median = np.median(scores)
+  guess_in = np.where(scores == median, rng.random(scores.size) < 0.5,
+                      scores > median)
+  ranking = np.argsort(-np.abs(scores - median), kind='stable')
+  return np.cumsum(guess_in[ranking] != inserted[ranking])
+
+
+def _largest_rejected(p_value, level: float) -> float:
+  """sup{theta >= 0 : p_value(theta) <= level}; p_value increases in theta."""
+  if p_value(0.0) > level:
+    return 0.0
+  low, high = 0.0, 1.0
+  while p_value(high) <= level:
+    if high >= _THETA_CEILING:
+      return high
+    low, high = high, 2.0 * high
+  return optimize.brentq(lambda theta: p_value(theta) - level, low, high,
+                         xtol=_THETA_TOLERANCE)
+
+
+def check_design(seen_size: int, unseen_size: int) -> None:
+  """Refuses score sets that cannot come from a random 1/2 assignment.
+
+  Args:
+    seen_size: Inserted canaries.
+    unseen_size: Canaries never inserted.
+
+  Raises:
+    ValueError: with fewer than MIN_CANARIES canaries, or seen and unseen
+      counts more than MAX_IMBALANCE_SDS binomial standard deviations apart
+      from n/2.
+  """
+  total = seen_size + unseen_size
+  if total < MIN_CANARIES:
+    raise ValueError(f'the one-run game needs at least {MIN_CANARIES} '
+                     f'canaries; got {seen_size} seen + {unseen_size} unseen.')
+  if abs(seen_size - total / 2.0) > MAX_IMBALANCE_SDS * math.sqrt(total) / 2.0:
+    raise ValueError(
+        f'{seen_size} seen and {unseen_size} unseen canaries cannot come from '
+        'inserting each with probability 1/2 (more than '
+        f'{MAX_IMBALANCE_SDS:g} standard deviations from an even split); the '
+        'tight one-run bound assumes that design.')
+
+
+def epsilon_lo_tight(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
+                     family: str, alpha: float = 0.05,
+                     design: str = 'bernoulli', seed: int = 0) -> float:
+  """1 - alpha lower bound on eps from the tight one-run audit.
+
+  Args:
+    seen: Scores of the inserted canaries (higher means "inserted").
+    unseen: Scores of the canaries never inserted.
+    delta: The delta of the reported eps (and of the 'channel' family), in
+      (0, 1).
+    family: 'channel' (holds for every (eps, delta)-DP mechanism) or 'gdp'
+      (holds when the mechanism is Gaussian in the canary's direction).
+    alpha: 1 - confidence, in (0, 0.5).
+    design: 'bernoulli' (each canary inserted with probability 1/2, the
+      paper's game) or 'fixed_count' (a uniformly random subset of the
+      observed size; the level is multiplied by P[Bin(n, 1/2) = seen]).
+    seed: Seed of the tie-breaking permutation (`mistakes`).
+
+  Returns:
+    eps_lo >= 0, the best over the guess grid, each r at alpha / (grid size).
+
+  Raises:
+    ValueError: if an argument is out of range or the score sets fail
+      `check_design`.
+  """
+  seen = validation.check_sample('seen', seen)
+  unseen = validation.check_sample('unseen', unseen)
+  check_design(seen.size, unseen.size)
+  delta = validation.check_probability('delta', delta)
+  validation.check_choice('family', family, FAMILIES)
+  alpha = validation.check_real('alpha', alpha, 0.0, 0.5, low_open=True,
+                                high_open=True)
+  validation.check_choice('design', design, DESIGNS)
+  return _epsilon_lo_tight(seen, unseen, delta, family, alpha, design, seed)
+
+
+def _epsilon_lo_tight(seen: np.ndarray, unseen: np.ndarray, delta: float,
+                      family: str, alpha: float, design: str,
+                      seed: int) -> float:
+  """`epsilon_lo_tight` of checked arguments."""
+  canaries = seen.size + unseen.size
+  cumulative = _mistakes(seen, unseen, seed)
+  grid = _guess_grid(canaries, family)
+  level = alpha / grid.size
+  if design == 'fixed_count':
+    level *= float(stats.binom.pmf(seen.size, canaries, 0.5))
+  best = 0.0
+  for guesses in grid:
+    made = int(cumulative[guesses - 1])
+    nodes = _quadrature(int(guesses), canaries)
+    best = max(best, _largest_rejected(
+        lambda theta, r=int(guesses), u=made, q=nodes: _p_value(
+            family, theta, delta, u, r, q), level))
+  if family == 'gdp':
+    return estimation._epsilon_of_gdp(best, delta)  # pylint: disable=protected-access
+  return best
