@@ -1137,9 +1137,9 @@ _PLANTED = [
      'By default (`--threshold_strategy=bonferroni`) a family is fixed.',
      "--threshold_strategy: the text says its default is split; it is "
      "'bonferroni'"),
-    ('The run: `plan.seeds` of `plan.RunPlan`.',
+    ('The run: `plan.seeds` of `design.RunPlan`.',
      'The run: `plan.seed` of `run_plan.RunPlan`.',
-     'plan.RunPlan: RunPlan is not defined in one_shot_epe/design/__init__.py'),
+     'design.RunPlan: RunPlan is not defined in one_shot_epe/design/__init__.py'),
     ('The bound: `lower_bound.epsilon_lower_bond`.',
      'The bound: `lower_bound.epsilon_lower_bound`.',
      'lower_bound.epsilon_lower_bond: epsilon_lower_bond is not defined in '
