@@ -137,9 +137,9 @@ def summary_table(runs: Sequence[grid.GridRun]) -> str:
   lines = [
       "**Privacy of the grid's runs**: estimates, and lower bounds that hold",
       '',
-      '| noise | r | analytical | accounted | est-all | lo-all | est-final | '
-      'lo-final | last-iter | acc. |',
-      '|---|---|---|---|---|---|---|---|---|---|',
+      '| z | r | analyt. | acct. | est-all | lo-all | est-fin | lo-fin | '
+      'tight any/gdp | last-it | acc. |',
+      '|---|---|---|---|---|---|---|---|---|---|---|',
   ]
   for _, block in _blocks(runs):
     for run in block:
@@ -152,18 +152,24 @@ def summary_table(runs: Sequence[grid.GridRun]) -> str:
           f'{_cell(_field(report, "all", "epsilon_lo"))} | '
           f'{_estimate_cell(report, "final")} | '
           f'{_cell(report.final.epsilon_lo)} | '
+          f'{_cell(report.final.epsilon_lo_tight_any)}/'
+          f'{_cell(report.final.epsilon_lo_tight_gdp)} | '
           f'{_last_iterate_cell(report)} | {_cell(report.accuracy)} |')
   lines += [
       '',
       _setting_line(runs),
-      'analytical: ε of a canary presented r times in known rounds; '
-      'accounted: a real client,',
-      'whole run (dp_accounting); last-iter: the last-iterate heuristic, '
-      'reference for est-final.',
+      'z: noise multiplier; analyt.: ε of a canary presented r times in known '
+      'rounds; acct.: a real',
+      'client, whole run (dp_accounting); last-it: the last-iterate '
+      'heuristic, reference for est-fin.',
       'est-*: ε estimates (not bounds; ≥: the most the canaries can show); '
-      'lo-*: lower bounds.',
-      "acc.: accuracy. table.md adds the bounds' intervals and the paper's "
-      'nominal columns.',
+      'lo-*: lower bounds;',
+      'tight: the final model\'s tight one-run lower bounds (Xiang et al. '
+      '2025) for any (ε, δ)-DP',
+      'mechanism / for one Gaussian in the canary\'s direction. acc.: '
+      'accuracy.',
+      "table.md adds both threat models' bounds, their intervals and the "
+      "paper's nominal columns.",
   ]
   return '\n'.join(lines) + '\n'
 
@@ -190,7 +196,8 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
   for repeats, block in _blocks(runs):
     bound_header = ' | '.join(
         f'ε_est-{model} 95% CI | ε_lo-{model} | one-run-{model} | '
-        f'one-run f-DP-{model}' for model in _MODELS)
+        f'one-run f-DP-{model} (Gaussian) | tight-any-{model} | '
+        f'tight-gdp-{model} (Gaussian)' for model in _MODELS)
     lines += [
         f'**{repeats} canary repetition{"s" if repeats != 1 else ""}**',
         '',
@@ -198,7 +205,7 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
         '',
         f'| noise | analytical ε (r = {repeats}) | accounted ε | '
         f'last-iterate ε | {bound_header} | accuracy |',
-        '|---|---|---|---|' + '---|' * 4 * len(_MODELS) + '---|',
+        '|---|---|---|---|' + '---|' * 6 * len(_MODELS) + '---|',
     ]
     for run in block:
       cells = ' | '.join(
@@ -206,7 +213,9 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
           f'{_interval_cell(run.report, model)} | '
           f'{_cell(_field(run.report, model, "epsilon_lo"))} | '
           f'{_cell(_field(run.report, model, "epsilon_one_run"))} | '
-          f'{_cell(_field(run.report, model, "epsilon_one_run_fdp"))}'
+          f'{_cell(_field(run.report, model, "epsilon_one_run_fdp"))} | '
+          f'{_cell(_field(run.report, model, "epsilon_lo_tight_any"))} | '
+          f'{_cell(_field(run.report, model, "epsilon_lo_tight_gdp"))}'
           for model in _MODELS)
       lines.append(f'| {run.noise_multiplier:g} | '
                    f'{_number(run.report.analytical_epsilon)} | '

@@ -52,7 +52,7 @@ def _rows(text: str) -> dict[tuple[str, str], list[str]]:
   """The summary table's data rows by (noise, r)."""
   rows = {}
   for line in text.splitlines():
-    if line.startswith('| ') and not line.startswith('| noise'):
+    if line.startswith('| ') and not line.startswith(('| noise', '| z ')):
       cells = [cell.strip() for cell in line.strip('|').split('|')]
       rows[(cells[0], cells[1])] = cells[2:]
   return rows
@@ -62,24 +62,31 @@ def _g(value: float) -> str:
   return f'{value:.4g}'
 
 
+def _cell(value):
+  """A table cell of the report's: n/a for None."""
+  return 'n/a' if value is None else _g(value)
+
+
 def test_summary_table_shows_each_report_field():
   runs = _runs()
   rows = _rows(grid_tables.summary_table(runs))
   assert set(rows) == {('0', '1'), ('0', '2'), ('1', '1'), ('1', '2')}
   assert rows[('0', '1')][0:2] == ['∞', '∞']  # analytical, accounted
-  assert rows[('0', '1')][6:] == ['∞', '0.75']  # last-iterate, accuracy
+  assert rows[('0', '1')][7:] == ['∞', '0.75']  # last-iterate, accuracy
   saturated = runs[1].report.all_iterates
   assert saturated.epsilon_est_saturated
   assert rows[('0', '2')][2] == '≥' + _g(saturated.epsilon_est)
   assert rows[('1', '1')] == [
       _g(runs[2].report.analytical_epsilon), 'n/a', 'n/a', 'n/a',
       _g(runs[2].report.final.epsilon_est),
-      _g(runs[2].report.final.epsilon_lo), 'n/a', 'n/a']
+      _g(runs[2].report.final.epsilon_lo), 'n/a/n/a', 'n/a', 'n/a']
   report = runs[3].report
   assert rows[('1', '2')] == [
       _g(report.analytical_epsilon), _g(report.accounted_epsilon),
       _g(report.all_iterates.epsilon_est), _g(report.all_iterates.epsilon_lo),
       _g(report.final.epsilon_est), _g(report.final.epsilon_lo),
+      f'{_cell(report.final.epsilon_lo_tight_any)}/'
+      f'{_cell(report.final.epsilon_lo_tight_gdp)}',
       _g(report.last_iterate_epsilon), '0.25']
 
 
@@ -97,8 +104,12 @@ def test_privacy_table_puts_the_sound_columns_first_and_labels_the_papers():
       f'{_g(all_it.epsilon_est)} [{_g(all_low)}, {_g(all_high)}] | '
       f'{_g(all_it.epsilon_lo)} | {_g(all_it.epsilon_one_run)} | '
       f'{_g(all_it.epsilon_one_run_fdp)} | '
+      f'{_cell(all_it.epsilon_lo_tight_any)} | '
+      f'{_cell(all_it.epsilon_lo_tight_gdp)} | '
       f'{_g(final.epsilon_est)} [{_g(low)}, {_g(high)}] | '
-      f'{_g(final.epsilon_lo)} | n/a | n/a | 0.25 |')
+      f'{_g(final.epsilon_lo)} | n/a | n/a | '
+      f'{_cell(final.epsilon_lo_tight_any)} | '
+      f'{_cell(final.epsilon_lo_tight_gdp)} | 0.25 |')
   assert sound_row in text
   paper_row = (f'| 1 | {_g(all_it.epsilon_lo_paper)} | '
                f'{_g(all_it.epsilon_est_fitted)} | '
