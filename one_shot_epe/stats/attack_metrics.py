@@ -36,28 +36,30 @@ __all__ = ['auroc_against_cdf', 'auroc_two_samples', 'bootstrap_aurocs',
            'gdp_mu_from_auroc', 'percentile_bootstrap_interval', 'tpr_above']
 
 
+# Attack statistics: one value is a sample here.
+_STATISTICS = validation.Sample(min_size=1)
+
+
+@validation.arguments(null_cdf_at_seen=_STATISTICS)
 def auroc_against_cdf(null_cdf_at_seen: ArrayLike) -> float:
   """AUROC of "seen statistic is larger" against a continuous null.
 
   P(null < S) for S drawn from the seen sample is the mean over the seen
   statistics s of F_null(s); `null_cdf_at_seen` holds those F_null(s).
   """
-  values = validation.check_sample('null_cdf_at_seen', null_cdf_at_seen,
-                                   min_size=1)
-  if np.any((values < 0.0) | (values > 1.0)):
+  if np.any((null_cdf_at_seen < 0.0) | (null_cdf_at_seen > 1.0)):
     raise ValueError('null_cdf_at_seen are probabilities and must lie in '
                      '[0, 1].')
-  return float(np.mean(values))
+  return float(np.mean(null_cdf_at_seen))
 
 
+@validation.arguments(seen=_STATISTICS, unseen=_STATISTICS)
 def auroc_two_samples(seen: ArrayLike, unseen: ArrayLike) -> float:
   """AUROC of "seen statistic is larger": P(unseen < seen) + P(tie) / 2.
 
   The Mann-Whitney U statistic over all k m pairs divided by k m, from the
   ranks of the pooled sample (average ranks for ties), in O((k + m) log(k + m)).
   """
-  seen = validation.check_sample('seen', seen, min_size=1)
-  unseen = validation.check_sample('unseen', unseen, min_size=1)
   return _auroc_two_samples(seen, unseen)
 
 
@@ -69,6 +71,7 @@ def _auroc_two_samples(seen: np.ndarray, unseen: np.ndarray) -> float:
   return u_statistic / (k * m)
 
 
+@validation.arguments(unseen=_STATISTICS, fpr=validation.Probability())
 def empirical_threshold(unseen: ArrayLike, fpr: float) -> float:
   """The smallest order statistic t of `unseen` with #{unseen > t} <= fpr m.
 
@@ -76,8 +79,6 @@ def empirical_threshold(unseen: ArrayLike, fpr: float) -> float:
   sample (ties with t only lower it). With fewer than 1/fpr unseen
   statistics, t is their maximum.
   """
-  unseen = validation.check_sample('unseen', unseen, min_size=1)
-  fpr = validation.check_probability('fpr', fpr)
   return _empirical_threshold(unseen, fpr)
 
 
@@ -88,10 +89,10 @@ def _empirical_threshold(unseen: np.ndarray, fpr: float) -> float:
   return float(unseen[unseen.size - allowed - 1])
 
 
+@validation.arguments(seen=_STATISTICS)
 def tpr_above(seen: ArrayLike, threshold: float) -> float:
   """Fraction of seen statistics strictly above `threshold` (a tie is a miss)."""
-  return _tpr_above(validation.check_sample('seen', seen, min_size=1),
-                    threshold)
+  return _tpr_above(seen, threshold)
 
 
 def _tpr_above(seen: np.ndarray, threshold: float) -> float:
@@ -99,12 +100,14 @@ def _tpr_above(seen: np.ndarray, threshold: float) -> float:
   return float(np.mean(seen > threshold))
 
 
+@validation.arguments(null_std=validation.Real(0.0, low_open=True))
 def gdp_mu(seen_mean: float, null_mean: float, null_std: float) -> float:
   """mu of Gaussian DP: the mean shift of the seen statistics in null stds."""
-  null_std = validation.check_real('null_std', null_std, 0.0, low_open=True)
   return (float(seen_mean) - float(null_mean)) / null_std
 
 
+@validation.arguments(auroc=validation.Real(0.0, 1.0),
+                      num_pairs=validation.Int(1))
 def gdp_mu_from_auroc(auroc: float, num_pairs: int) -> float:
   """mu = sqrt(2) Phi^-1(AUROC): the Gaussian-DP mu whose optimal test has this AUROC.
 
@@ -115,22 +118,18 @@ def gdp_mu_from_auroc(auroc: float, num_pairs: int) -> float:
   pairs is moved half a pair inwards, 1/(2 num_pairs), so perfect separation
   gives the largest mu that many pairs can show rather than infinity.
   """
-  auroc = validation.check_real('auroc', auroc, 0.0, 1.0)
-  num_pairs = validation.check_int('num_pairs', num_pairs, 1)
   margin = 0.5 / num_pairs
   return math.sqrt(2.0) * float(
       stats.norm.ppf(min(max(auroc, margin), 1.0 - margin)))
 
 
+@validation.arguments('resamples', seen=_STATISTICS, unseen=_STATISTICS)
 def bootstrap_aurocs(seen: ArrayLike, unseen: ArrayLike, resamples: int,
                      rng: np.random.Generator) -> np.ndarray:
   """AUROCs (`auroc_two_samples`) of `resamples` bootstrap resamples.
 
   Seen and unseen are resampled independently, each with replacement.
   """
-  seen = validation.check_sample('seen', seen, min_size=1)
-  unseen = validation.check_sample('unseen', unseen, min_size=1)
-  resamples = validation.check_int('resamples', resamples, 1)
   _check_rng(rng)
   return _bootstrap_aurocs(seen, unseen, resamples, rng)
 
@@ -150,6 +149,7 @@ def _bootstrap_aurocs(seen: np.ndarray, unseen: np.ndarray, resamples: int,
   ])
 
 
+@validation.arguments('resamples', sample=_STATISTICS)
 def bootstrap_means(sample: ArrayLike, resamples: int,
                     rng: np.random.Generator) -> np.ndarray:
   """Means of `resamples` bootstrap resamples of `sample`.
@@ -157,8 +157,6 @@ def bootstrap_means(sample: ArrayLike, resamples: int,
   Each resample draws len(sample) values with replacement; all resamples are
   drawn and summarised at once ([resamples, n] indices).
   """
-  sample = validation.check_sample('sample', sample, min_size=1)
-  resamples = validation.check_int('resamples', resamples, 1)
   _check_rng(rng)
   return _bootstrap_means(sample, resamples, rng)
 
@@ -170,6 +168,7 @@ def _bootstrap_means(sample: np.ndarray, resamples: int,
   return drawn.mean(axis=1)
 
 
+@validation.arguments(resampled=_STATISTICS, level=validation.Probability())
 def percentile_bootstrap_interval(resampled: ArrayLike,
                                   level: float = 0.95) -> tuple[float, float]:
   """Percentile bootstrap interval (Efron; Davison and Hinkley, 1997, Sec. 5.3).
@@ -180,8 +179,6 @@ def percentile_bootstrap_interval(resampled: ArrayLike,
   interval of that statistic carried through the function: it respects the
   transformation, where the basic interval's reflection would not.
   """
-  level = validation.check_probability('level', level)
-  resampled = validation.check_sample('resampled', resampled, min_size=1)
   return _percentile_interval(resampled, level)
 
 
