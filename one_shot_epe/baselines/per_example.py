@@ -40,8 +40,8 @@ def one_hot(labels: Any, num_classes: int) -> np.ndarray:
 
 
 def check_clip(clip: Any) -> float:
-  """The clip norm C as a float > 0 (`validation.check_real`)."""
-  return validation.check_real('clip', clip, 0.0, low_open=True)
+  """The clip norm C as a float > 0 (its rule in `validation.PARAMETERS`)."""
+  return validation.PARAMETERS['clip']('clip', clip)
 
 
 def clip_rows(matrix: tf.Tensor, clip: float) -> tf.Tensor:
