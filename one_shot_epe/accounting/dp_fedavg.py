@@ -82,6 +82,8 @@ class CorrelatedNoise:
   canary_column_norm: float
 
 
+@validation.fields('clients_per_round', 'num_clients', 'rounds',
+                   sampling=validation.Choice(SAMPLINGS))
 @dataclasses.dataclass(frozen=True)
 class Participation:
   """How real clients take part in the run (`participation` samplers).
@@ -105,13 +107,9 @@ class Participation:
   rounds: int
 
   def __post_init__(self):
-    if self.sampling not in SAMPLINGS:
-      raise ValueError(f'sampling must be one of {SAMPLINGS}; got '
-                       f'{self.sampling!r}.')
-    validation.check_int('num_clients', self.num_clients, 1)
-    validation.check_int('rounds', self.rounds, 1)
-    validation.check_real('clients_per_round', self.clients_per_round, 0.0,
-                          self.num_clients, low_open=True)
+    if self.clients_per_round > self.num_clients:
+      raise ValueError('clients_per_round must be <= num_clients = '
+                       f'{self.num_clients}; got {self.clients_per_round}.')
 
   @property
   def sampling_probability(self) -> float:
@@ -128,6 +126,7 @@ class Participation:
     return math.ceil(self.rounds / rounds_per_epoch)
 
 
+@validation.arguments('noise_multiplier', 'delta', count=validation.Int(1))
 def composed_gaussian_epsilon(noise_multiplier: float, delta: float,
                               count: int) -> float:
   """Exact eps of `count` compositions of the Gaussian mechanism (sensitivity 1).
@@ -145,14 +144,20 @@ def composed_gaussian_epsilon(noise_multiplier: float, delta: float,
   Raises:
     ValueError: if an argument is out of range.
   """
-  noise_multiplier = validation.check_real('noise_multiplier', noise_multiplier,
-                                           0.0)
-  count = validation.check_int('count', count, 1)
+  return _composed_gaussian_epsilon(noise_multiplier, delta, count)
+
+
+def _composed_gaussian_epsilon(noise_multiplier: float, delta: float,
+                               count: int) -> float:
+  """`composed_gaussian_epsilon` of checked arguments."""
   if noise_multiplier == 0:
     return math.inf
-  return estimation.gaussian_epsilon(noise_multiplier / math.sqrt(count), delta)
+  return estimation._gaussian_epsilon(noise_multiplier / math.sqrt(count),
+                                      delta)
 
 
+@validation.arguments('noise_multiplier', 'delta',
+                      presentations=validation.Int(1))
 def canary_epsilon(noise_multiplier: float, delta: float,
                    presentations: int) -> MechanismEpsilon:
   """Analytical eps of one canary presented `presentations` = r times.
@@ -176,16 +181,17 @@ def canary_epsilon(noise_multiplier: float, delta: float,
   Raises:
     ValueError: if an argument is out of range.
   """
-  z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
-  presentations = validation.check_int('presentations', presentations, 1)
+  z = noise_multiplier
   return MechanismEpsilon(
-      composed_gaussian_epsilon(z, delta, presentations),
+      _composed_gaussian_epsilon(z, delta, presentations),
       f'a canary presented r = {presentations} time(s) in known rounds: '
       f'{presentations}-fold Gaussian mechanism at noise multiplier {z:g} '
       f'(= one Gaussian at {z / math.sqrt(presentations):.4g}), no '
       'amplification')
 
 
+@validation.arguments('noise_multiplier', 'delta', 'sensitivity',
+                      column_norm=validation.Real(0.0, low_open=True))
 def matrix_factorization_canary_epsilon(
     noise_multiplier: float, delta: float, column_norm: float,
     sensitivity: float, mechanism: str) -> MechanismEpsilon:
@@ -214,14 +220,10 @@ def matrix_factorization_canary_epsilon(
   Raises:
     ValueError: if an argument is out of range.
   """
-  z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
-  column_norm = validation.check_real('column_norm', column_norm, 0.0,
-                                      low_open=True)
-  sensitivity = validation.check_real('sensitivity', sensitivity, 0.0,
-                                      low_open=True)
+  z = noise_multiplier
   mu = math.inf if z == 0 else column_norm / (z * sensitivity)
   epsilon = (math.inf if z == 0 else
-             estimation.gaussian_epsilon(1.0 / mu, delta))
+             estimation._gaussian_epsilon(1.0 / mu, delta))
   return MechanismEpsilon(
       epsilon,
       f'a canary in known rounds under {mechanism} correlated noise: one '
@@ -281,6 +283,7 @@ def _merged_gaussians(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
   return event
 
 
+@validation.arguments('delta', 'rounds')
 def client_epsilon_of_event(round_event: dp_accounting.DpEvent, delta: float,
                             participation: Participation | None,
                             rounds: int) -> MechanismEpsilon:
@@ -308,8 +311,6 @@ def client_epsilon_of_event(round_event: dp_accounting.DpEvent, delta: float,
     ValueError: if `delta` or `rounds` is out of range, or the PLD
       accountant cannot account the event (e.g. tree aggregation).
   """
-  delta = validation.check_probability('delta', delta)
-  rounds = validation.check_int('rounds', rounds, 1)
   if not isinstance(round_event, dp_accounting.DpEvent):
     raise TypeError('round_event must be a dp_accounting.DpEvent; got '
                     f'{type(round_event).__name__}.')
@@ -340,6 +341,7 @@ def client_epsilon_of_event(round_event: dp_accounting.DpEvent, delta: float,
   return MechanismEpsilon(epsilon, description)
 
 
+@validation.arguments('noise_multiplier', 'delta')
 def client_epsilon(noise_multiplier: float, delta: float,
                    participation: Participation) -> MechanismEpsilon:
   """Accounted eps of one real client over the whole run (see module doc).
@@ -356,15 +358,14 @@ def client_epsilon(noise_multiplier: float, delta: float,
     TypeError: if `participation` is not a `Participation`.
     ValueError: if `noise_multiplier` or `delta` is out of range.
   """
-  z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
-  delta = validation.check_probability('delta', delta)
+  z = noise_multiplier
   if not isinstance(participation, Participation):
     raise TypeError('participation must be an accounting.Participation; got '
                     f'{type(participation).__name__}.')
   if participation.sampling == 'shuffle':
     epochs = participation.epochs
     return MechanismEpsilon(
-        composed_gaussian_epsilon(z, delta, epochs),
+        _composed_gaussian_epsilon(z, delta, epochs),
         f'a real client at most once in each of {epochs} shuffled epoch(s): '
         f'{epochs}-fold Gaussian mechanism at noise multiplier {z:g}, no '
         'amplification by shuffling claimed')
@@ -429,6 +430,7 @@ def _mixture_log_delta(epsilon: float, scale: float, counts: np.ndarray,
   return max(forward, backward)
 
 
+@validation.arguments('noise_multiplier', 'delta', 'rounds')
 def last_iterate_epsilon(noise_multiplier: float, delta: float, rounds: int,
                          presentations: ArrayLike) -> MechanismEpsilon:
   """The last-iterate heuristic eps of a canary (Steinke et al., 2025).
@@ -451,9 +453,7 @@ def last_iterate_epsilon(noise_multiplier: float, delta: float, rounds: int,
     ValueError: if an argument is out of range or `presentations` is not a
       non-empty 1-D array of integers in [0, rounds].
   """
-  z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
-  delta = validation.check_probability('delta', delta)
-  rounds = validation.check_int('rounds', rounds, 1)
+  z = noise_multiplier
   counts = np.asarray(presentations)
   if (counts.ndim != 1 or counts.size == 0 or
       not np.issubdtype(counts.dtype, np.integer) or np.any(counts < 0) or
@@ -477,7 +477,7 @@ def last_iterate_epsilon(noise_multiplier: float, delta: float, rounds: int,
   scale = z * math.sqrt(rounds)
   if len(tally) == 1:
     (only,) = tally
-    return MechanismEpsilon(estimation.gaussian_epsilon(scale / only, delta),
+    return MechanismEpsilon(estimation._gaussian_epsilon(scale / only, delta),
                             description)
   values = np.array(sorted(tally), dtype=np.float64)
   weights = np.array([tally[int(k)] for k in values], dtype=np.float64)

@@ -170,6 +170,8 @@ class Gaussian:
     return _gaussian_references(facts.noise_multiplier, facts)
 
 
+@validation.fields(strategy=validation.Choice(('blt', 'banded')),
+                   num_bands=validation.Optional(validation.Int(1)))
 @dataclasses.dataclass(frozen=True)
 class MatrixFactorization:
   """DP-FTRL's correlated noise C^-1 Z from a BLT or banded strategy.
@@ -189,13 +191,10 @@ class MatrixFactorization:
       'the correlated noise of different rounds must share one scale')
 
   def __post_init__(self):
-    validation.check_choice('strategy', self.strategy, ('blt', 'banded'))
     if (self.strategy == 'banded') != (self.num_bands is not None):
       raise ValueError('num_bands is needed with the banded strategy and only '
                        f'there; got strategy={self.strategy!r}, num_bands='
                        f'{self.num_bands}.')
-    if self.num_bands is not None:
-      validation.check_int('num_bands', self.num_bands, 1)
 
   @property
   def name(self) -> str:

@@ -43,6 +43,13 @@ DEFAULT_NUM_MOCK_ROUNDS = 100
 CohortSampler = Callable[[np.random.Generator], tuple[np.ndarray, np.ndarray]]
 
 
+@validation.fields(
+    design_steps=validation.Int(0), num_mock_rounds=validation.Int(2),
+    design_learning_rate=validation.Real(0.0, low_open=True),
+    insertion_probability=validation.Probability(),
+    attack_delta=validation.Optional(validation.Probability()),
+    norm_target=validation.Optional(validation.Real(0.0, low_open=True)),
+    epsilon_threshold=validation.Choice(canife_attack.THRESHOLDS))
 @dataclasses.dataclass(frozen=True)
 class CanifeConfig:
   """Parameters of one audit (defaults: CANIFE's, as used in Sec. 5.4).
@@ -66,22 +73,6 @@ class CanifeConfig:
   norm_target: float | None = None
   epsilon_threshold: str = 'best'
 
-  def __post_init__(self):
-    validation.check_int('design_steps', self.design_steps, 0)
-    validation.check_int('num_mock_rounds', self.num_mock_rounds, 2)
-    validation.check_real('design_learning_rate', self.design_learning_rate,
-                          0.0, low_open=True)
-    validation.check_probability('insertion_probability',
-                                 self.insertion_probability)
-    if self.attack_delta is not None:
-      validation.check_probability('attack_delta', self.attack_delta)
-    if self.norm_target is not None:
-      validation.check_real('norm_target', self.norm_target, 0.0,
-                            low_open=True)
-    if self.epsilon_threshold not in canife_attack.THRESHOLDS:
-      raise ValueError(f'epsilon_threshold must be one of '
-                       f'{canife_attack.THRESHOLDS}; got '
-                       f'{self.epsilon_threshold!r}.')
 
   def delta(self) -> float:
     """The delta of eps_hat_r: attack_delta, or 1/num_mock_rounds.
@@ -137,6 +128,7 @@ class CanifeAuditor:
     self.oracle = per_example.GradientOracle(model)
     self.designer = canife_design.CanaryDesigner(model)
 
+  @validation.arguments('clip', 'noise_multiplier')
   def audit(self, params: Any, *, design_inputs: Any, design_labels: Any,
             sample_cohort: CohortSampler, clip: float,
             noise_multiplier: float, seed: int) -> AuditResult:
@@ -155,9 +147,6 @@ class CanifeAuditor:
       The audit's eps_hat_r (and capped), attack accuracy and the canary's
       design figures.
     """
-    clip = per_example.check_clip(clip)
-    noise_multiplier = validation.check_real('noise_multiplier',
-                                             noise_multiplier, 0.0)
     config = self.config
     design_seed, attack_seed = np.random.SeedSequence(seed).generate_state(2)
     params = tf.constant(np.asarray(params, np.float32))

@@ -53,6 +53,11 @@ def _accountant(
       None if orders is None else list(orders))
 
 
+# A noise multiplier or epsilon that may be infinite (no noise, no privacy).
+_UNBOUNDED = validation.Real(0.0, allow_infinite=True)
+
+
+@validation.arguments('delta', noise_multiplier=_UNBOUNDED)
 def per_round_epsilon(noise_multiplier: float, delta: float,
                       orders: Sequence[float] | None = None) -> float:
   """eps_r: RDP epsilon of one unsampled Gaussian mechanism (Appendix C.1).
@@ -65,9 +70,12 @@ def per_round_epsilon(noise_multiplier: float, delta: float,
   Returns:
     eps_r at `delta`.
   """
-  sigma = validation.check_real('noise_multiplier', noise_multiplier, 0.0,
-                                allow_infinite=True)
-  delta = validation.check_probability('delta', delta)
+  return _per_round_epsilon(noise_multiplier, delta, orders)
+
+
+def _per_round_epsilon(sigma: float, delta: float,
+                       orders: Sequence[float] | None) -> float:
+  """`per_round_epsilon` of checked arguments."""
   if sigma == 0.0:
     return math.inf
   if math.isinf(sigma):
@@ -77,6 +85,7 @@ def per_round_epsilon(noise_multiplier: float, delta: float,
   return float(accountant.get_epsilon(delta))
 
 
+@validation.arguments('delta', epsilon=_UNBOUNDED)
 def noise_from_epsilon(epsilon: float, delta: float,
                        orders: Sequence[float] | None = None) -> float:
   """GetNoise: the least sigma_hat with per_round_epsilon(sigma_hat) <= epsilon.
@@ -99,15 +108,13 @@ def noise_from_epsilon(epsilon: float, delta: float,
     ValueError: `epsilon` exceeds the per-round epsilon of the smallest
       noise multiplier searched.
   """
-  epsilon = validation.check_real('epsilon', epsilon, 0.0, allow_infinite=True)
-  delta = validation.check_probability('delta', delta)
   if math.isinf(epsilon):
     return 0.0
   if epsilon == 0.0:
     return math.inf
 
   def excess(log_sigma: float) -> float:
-    return per_round_epsilon(math.exp(log_sigma), delta, orders) - epsilon
+    return _per_round_epsilon(math.exp(log_sigma), delta, orders) - epsilon
 
   if excess(_LOG_SIGMA_MAX) >= 0.0:
     return math.inf
@@ -126,6 +133,7 @@ def noise_from_epsilon(epsilon: float, delta: float,
                                   maxiter=200))
 
 
+@validation.arguments('num_rounds', interval=validation.Int(1))
 def audit_rounds(num_rounds: int, interval: int) -> list[int]:
   """Rounds audited by Algorithm 2 (0-based): 0, s, 2s, ... below num_rounds.
 
@@ -136,11 +144,10 @@ def audit_rounds(num_rounds: int, interval: int) -> list[int]:
   Returns:
     The audited rounds.
   """
-  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
-  interval = validation.check_int('interval', interval, 1)
   return list(range(0, num_rounds, interval))
 
 
+@validation.arguments('num_rounds')
 def rounds_covered(rounds: Sequence[int], num_rounds: int) -> list[int]:
   """How many training rounds each audit's estimate stands for.
 
@@ -157,7 +164,6 @@ def rounds_covered(rounds: Sequence[int], num_rounds: int) -> list[int]:
     ValueError: unless the rounds start at 0, increase strictly and lie in
       [0, num_rounds).
   """
-  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
   rounds = [validation.check_int('audit round', r, 0) for r in rounds]
   if not rounds or rounds[0] != 0:
     raise ValueError('audit rounds must start at round 0 so that every round '
@@ -169,6 +175,8 @@ def rounds_covered(rounds: Sequence[int], num_rounds: int) -> list[int]:
   return [b - a for a, b in zip(rounds, rounds[1:] + [num_rounds])]
 
 
+@validation.arguments('delta', sampling_rate=validation.Real(0.0, 1.0,
+                                                            low_open=True))
 def cumulative_epsilon(noise_multipliers: Sequence[float],
                        round_counts: Sequence[int], sampling_rate: float,
                        delta: float,
@@ -196,13 +204,9 @@ def cumulative_epsilon(noise_multipliers: Sequence[float],
     raise ValueError('noise_multipliers and round_counts must have the same '
                      f'length; got {len(noise_multipliers)} and '
                      f'{len(round_counts)}.')
-  rate = validation.check_real('sampling_rate', sampling_rate, 0.0, 1.0,
-                               low_open=True)
-  delta = validation.check_probability('delta', delta)
   accountant = _accountant(orders)
   for sigma, count in zip(noise_multipliers, round_counts):
-    sigma = validation.check_real('noise multiplier', sigma, 0.0,
-                                  allow_infinite=True)
+    sigma = _UNBOUNDED('noise multiplier', sigma)
     count = validation.check_int('round count', count, 0)
     if count == 0 or math.isinf(sigma):
       continue
@@ -210,7 +214,7 @@ def cumulative_epsilon(noise_multipliers: Sequence[float],
       return math.inf
     accountant.compose(
         dp_accounting.PoissonSampledDpEvent(
-            rate, dp_accounting.GaussianDpEvent(sigma)), count)
+            sampling_rate, dp_accounting.GaussianDpEvent(sigma)), count)
   return float(accountant.get_epsilon(delta))
 
 

@@ -64,6 +64,9 @@ class AttackScores:
   inserted: np.ndarray
 
 
+@validation.arguments(noise_std=validation.Real(0.0),
+                      num_rounds=validation.Int(2),
+                      insertion_probability=validation.Probability())
 def mock_round_scores(clipped_sum: Callable[[int], Any], canary_update: Any, *,
                       noise_std: float, num_rounds: int,
                       rng: np.random.Generator,
@@ -85,10 +88,6 @@ def mock_round_scores(clipped_sum: Callable[[int], Any], canary_update: Any, *,
   Raises:
     ValueError: `clipped_sum` returns a vector of the wrong shape.
   """
-  num_rounds = validation.check_int('num_rounds', num_rounds, 2)
-  noise_std = validation.check_real('noise_std', noise_std, 0.0)
-  insertion_probability = validation.check_probability('insertion_probability',
-                                                       insertion_probability)
   update = np.asarray(canary_update, np.float64).reshape(-1)
   update_norm_sq = float(update @ update)
   scores = np.empty(num_rounds)
@@ -149,6 +148,8 @@ def threshold_rates(scores: Any,
 THRESHOLDS = ('best', 'max_accuracy')
 
 
+@validation.arguments('delta', perfect=validation.Choice(('inf', 'cap')),
+                      threshold=validation.Choice(THRESHOLDS))
 def epsilon_from_scores(scores: Any, inserted: Any, delta: float,
                         perfect: str = 'inf', threshold: str = 'best') -> float:
   """eps_hat_r (module docstring), >= 0.
@@ -166,9 +167,6 @@ def epsilon_from_scores(scores: Any, inserted: Any, delta: float,
   Returns:
     eps_hat_r.
   """
-  delta = validation.check_probability('delta', delta)
-  validation.check_choice('perfect', perfect, ('inf', 'cap'))
-  validation.check_choice('threshold', threshold, THRESHOLDS)
   fpr, fnr = threshold_rates(scores, inserted)
   if threshold == 'max_accuracy':
     best = int(np.argmax(1.0 - 0.5 * (fpr + fnr)))

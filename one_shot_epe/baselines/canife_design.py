@@ -177,6 +177,9 @@ class CanaryDesigner:
     final_loss = self._loss(params, updates, x, a, norm_target)
     return x, a, losses.write(steps, final_loss).stack()
 
+  @validation.arguments('seed', norm_target=validation.Real(0.0, low_open=True),
+                        steps=validation.Int(0),
+                        learning_rate=validation.Real(0.0, low_open=True))
   def design(self, params: Any, mock_updates: Any, *, norm_target: float,
              steps: int = 2500, learning_rate: float = 1.0,
              seed: int = 0) -> DesignedCanary:
@@ -199,12 +202,6 @@ class CanaryDesigner:
     Raises:
       ValueError: `params` or `mock_updates` has the wrong shape.
     """
-    norm_target = validation.check_real('norm_target', norm_target, 0.0,
-                                        low_open=True)
-    steps = validation.check_int('steps', steps, 0)
-    learning_rate = validation.check_real('learning_rate', learning_rate, 0.0,
-                                          low_open=True)
-    seed = validation.check_int('seed', seed, 0)
     updates = np.asarray(mock_updates, np.float32)
     if updates.ndim != 2 or updates.shape[1] != self.model.dim or (
         updates.shape[0] < 1):

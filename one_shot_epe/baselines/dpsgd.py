@@ -77,6 +77,14 @@ STATISTICS = ('update', 'model_delta')
 CANARY_INSERTIONS = ('once',) + SAMPLINGS
 
 
+@validation.fields(
+    'clip', 'noise_multiplier', 'learning_rate', 'num_unseen', 'seed',
+    batch_size=validation.Int(1), epochs=validation.Int(1),
+    num_seen=validation.Int(0), buffer_rounds=validation.Int(1),
+    sampling=validation.Choice(SAMPLINGS),
+    canary_insertion=validation.Choice(CANARY_INSERTIONS),
+    server_momentum=validation.Real(0.0, 1.0, high_open=True),
+    statistic=validation.Choice(STATISTICS))
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
   """DP-SGD and canary parameters (defaults: Sec. 5.4 where it says).
@@ -115,25 +123,8 @@ class TrainingConfig:
   statistic: str = 'update'
 
   def __post_init__(self):
-    for name, low in (('batch_size', 1), ('epochs', 1), ('num_seen', 0),
-                      ('num_unseen', 0), ('buffer_rounds', 1), ('seed', 0)):
-      validation.check_int(name, getattr(self, name), low)
-    per_example.check_clip(self.clip)
-    for name in ('noise_multiplier', 'learning_rate'):
-      validation.check_real(name, getattr(self, name), 0.0)
-    if self.sampling not in SAMPLINGS:
-      raise ValueError(f'sampling must be one of {SAMPLINGS}; got '
-                       f'{self.sampling!r}.')
-    if self.canary_insertion not in CANARY_INSERTIONS:
-      raise ValueError(f'canary_insertion must be one of {CANARY_INSERTIONS}; '
-                       f'got {self.canary_insertion!r}.')
     if self.num_seen == 0 and self.num_unseen > 0:
       raise ValueError('num_unseen must be 0 when num_seen is 0.')
-    validation.check_real('server_momentum', self.server_momentum, 0.0, 1.0,
-                          high_open=True)
-    if self.statistic not in STATISTICS:
-      raise ValueError(f'statistic must be one of {STATISTICS}; got '
-                       f'{self.statistic!r}.')
 
   def num_rounds(self, num_clients: int) -> int:
     """epochs * ceil(N / B) rounds.
@@ -196,6 +187,7 @@ def _sampler(sampling: str, num_clients: int, batch_size: int,
   return participation.ShuffledEpochs(num_clients, batch_size, seed)
 
 
+@validation.arguments('num_clients')
 def canary_schedule(config: TrainingConfig, num_clients: int,
                     seed: int) -> participation.CanarySchedule:
   """The rounds at which each seen canary is inserted (`canary_insertion`).
@@ -222,7 +214,6 @@ def canary_schedule(config: TrainingConfig, num_clients: int,
   if config.num_seen < 1:
     raise ValueError('config.num_seen must be >= 1 for a canary schedule; got '
                      f'{config.num_seen}.')
-  num_clients = validation.check_int('num_clients', num_clients)
   if num_clients < config.batch_size:
     raise ValueError(f'num_clients must be >= batch_size = {config.batch_size}'
                      f'; got {num_clients}.')

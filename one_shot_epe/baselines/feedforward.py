@@ -35,6 +35,8 @@ class FeedForward:
     dim: Number d of parameters.
   """
 
+  @validation.arguments(hidden_units=validation.Int(1),
+                        num_classes=validation.Int(2))
   def __init__(self, input_shape: Sequence[int] = (28, 28),
                hidden_units: int = 100, num_classes: int = 10):
     if isinstance(input_shape, (str, bytes)) or not isinstance(
@@ -43,10 +45,8 @@ class FeedForward:
                        f'>= 1; got {input_shape!r}.')
     self.input_shape = tuple(
         validation.check_int('input_shape entries', s, low=1) for s in input_shape)
-    self.hidden_units = validation.check_int('hidden_units', hidden_units, low=1)
-    self.num_classes = validation.check_int('num_classes', num_classes, low=1)
-    if self.num_classes < 2:
-      raise ValueError(f'num_classes must be >= 2; got {num_classes!r}.')
+    self.hidden_units = hidden_units
+    self.num_classes = num_classes
     self.num_features = math.prod(self.input_shape)
     h, k, p = self.hidden_units, self.num_classes, self.num_features
     self._shapes = ((p, h), (h,), (h, k), (k,))

@@ -51,7 +51,7 @@ def one_hot(labels: Any, num_classes: int) -> np.ndarray:
 
 
 def check_clip(clip: Any) -> float:
-  """The clip norm C as a float > 0 (`validation.check_real`).
+  """The clip norm C as a float > 0 (its rule in `validation.PARAMETERS`).
 
   Args:
     clip: The clip norm as given.
@@ -59,7 +59,7 @@ def check_clip(clip: Any) -> float:
   Returns:
     C as a float.
   """
-  return validation.check_real('clip', clip, 0.0, low_open=True)
+  return validation.PARAMETERS['clip']('clip', clip)
 
 
 def clip_rows(matrix: tf.Tensor, clip: float) -> tf.Tensor:

@@ -59,6 +59,7 @@ class SpecialTokens:
   eos: int
 
 
+@validation.arguments('vocab_size', num_oov_buckets=validation.Int(1))
 def special_tokens(vocab_size: int, num_oov_buckets: int = 1) -> SpecialTokens:
   """TFF's special token ids for a vocabulary of `vocab_size` words.
 
@@ -69,9 +70,6 @@ def special_tokens(vocab_size: int, num_oov_buckets: int = 1) -> SpecialTokens:
   Returns:
     The pad, oov, bos and eos ids.
   """
-  vocab_size = validation.check_int('vocab_size', vocab_size, low=1)
-  num_oov_buckets = validation.check_int('num_oov_buckets', num_oov_buckets,
-                                         low=1)
   return SpecialTokens(
       pad=0, oov=tuple(vocab_size + 1 + n for n in range(num_oov_buckets)),
       bos=vocab_size + num_oov_buckets + 1,
@@ -102,6 +100,7 @@ def encode_sentence(word_ids: Sequence[int], tokens: SpecialTokens,
   return row
 
 
+@validation.fields(kind=validation.Choice(KINDS))
 @dataclasses.dataclass(frozen=True, eq=False)
 class ClientArrays:
   """One split of federated data: every client's examples, contiguous.
@@ -118,7 +117,6 @@ class ClientArrays:
   features: Mapping[str, np.ndarray]
 
   def __post_init__(self):
-    validation.check_choice('kind', self.kind, KINDS)
     offsets = np.asarray(self.offsets)
     if (offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or
         np.any(np.diff(offsets) < 0)):
@@ -212,6 +210,9 @@ STACKOVERFLOW_USER_SIZES = dict(mean=396.6, median=60.0)
 CLIENT_SIZE_LAWS = ('equal', 'realistic')
 
 
+@validation.arguments('num_clients', 'examples_per_client',
+                      kind=validation.Choice(KINDS),
+                      law=validation.Choice(CLIENT_SIZE_LAWS))
 def client_sizes(kind: str, num_clients: int, examples_per_client: int,
                  law: str = 'equal', seed: int = 0) -> np.ndarray:
   """int64 [num_clients] examples per client of a synthetic stand-in.
@@ -230,11 +231,6 @@ def client_sizes(kind: str, num_clients: int, examples_per_client: int,
   Returns:
     Each client's number of examples.
   """
-  validation.check_choice('kind', kind, KINDS)
-  num_clients = validation.check_int('num_clients', num_clients, low=1)
-  examples_per_client = validation.check_int('examples_per_client',
-                                             examples_per_client, low=1)
-  validation.check_choice('law', law, CLIENT_SIZE_LAWS)
   if law == 'equal':
     return np.full(num_clients, examples_per_client, np.int64)
   rng = np.random.default_rng([seed, 2])

@@ -234,6 +234,7 @@ def standardise(images: np.ndarray) -> np.ndarray:
           PIXEL_STD).astype(np.float32)
 
 
+@validation.arguments('num_clients', shards_per_client=validation.Int(1))
 def partition_by_label_shards(labels: np.ndarray, num_clients: int,
                               shards_per_client: int,
                               seed: int) -> list[np.ndarray]:
@@ -264,8 +265,6 @@ def partition_by_label_shards(labels: np.ndarray, num_clients: int,
     raise TypeError(f'labels must be integers; got dtype {labels.dtype}.')
   if labels.ndim != 1:
     raise ValueError(f'labels must be 1-D; got shape {labels.shape}.')
-  num_clients = validation.check_int('num_clients', num_clients, low=1)
-  shards_per_client = validation.check_int('shards_per_client', shards_per_client, low=1)
   num_shards = num_clients * shards_per_client
   if labels.size < num_shards:
     raise ValueError(
@@ -279,6 +278,7 @@ def partition_by_label_shards(labels: np.ndarray, num_clients: int,
   return [np.sort(np.concatenate([shards[s] for s in row])) for row in owners]
 
 
+@validation.arguments('num_clients', 'examples_per_client')
 def synthetic_clients(num_clients: int, examples_per_client: int,
                       seed: int) -> Dataset:
   """The loader's synthetic stand-in sized for num_clients x examples_per_client.
@@ -298,8 +298,6 @@ def synthetic_clients(num_clients: int, examples_per_client: int,
     ValueError: a count is not an integer >= 1, or examples_per_client is
       below SHARDS_PER_CLIENT (each client needs one example per shard).
   """
-  num_clients = validation.check_int('num_clients', num_clients, low=1)
-  examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
   if examples_per_client < SHARDS_PER_CLIENT:
     raise ValueError(
         f'examples_per_client must be >= {SHARDS_PER_CLIENT} (one example per '

@@ -28,7 +28,7 @@ from one_shot_epe import validation
 
 __all__ = ['ALL_ITERATES_STATISTICS', 'CANARY_CLIPS', 'CLIPPED_CANARY_SCALE',
            'COUNT_STDDEV_PER_CLIENT', 'CanaryOutcome', 'CanarySpec',
-           'DPAggregation', 'FINAL_MODEL_STATISTICS', 'MAX_SEED',
+           'DPAggregation', 'FINAL_MODEL_STATISTICS', 'MAX_SEED', 'SEED',
            'UNSEEN_ID_OFFSET', 'check_seed', 'default_buffer_rounds',
            'seen_ids', 'tracked_ids', 'unseen_ids', 'value_noise_multiplier']
 
@@ -59,6 +59,15 @@ _MAX_BUFFER_ROUNDS = 128
 COUNT_STDDEV_PER_CLIENT = 0.05
 
 
+# What a canary seed, a seen count and an unseen count allow: ids must stay
+# apart (UNSEEN_ID_OFFSET) and fit an int32 id table.
+SEED = validation.Int(0, MAX_SEED)
+_NUM_SEEN = validation.Int(1, UNSEEN_ID_OFFSET)
+_NUM_UNSEEN = validation.Int(0, 2**31 - 1)
+_POSITIVE = validation.Real(0.0, low_open=True)
+_NON_NEGATIVE = validation.Real(0.0)
+
+
 def check_seed(seed: object, name: str = 'canary_seed') -> int:
   """A canary seed as an int in [0, MAX_SEED].
 
@@ -72,9 +81,10 @@ def check_seed(seed: object, name: str = 'canary_seed') -> int:
   Raises:
     ValueError: if `seed` is not an integer in [0, MAX_SEED].
   """
-  return validation.check_int(name, seed, 0, MAX_SEED)
+  return SEED(name, seed)
 
 
+@validation.arguments('dim')
 def default_buffer_rounds(dim: int) -> int:
   """B, the rounds buffered per cosine block: <= 768 MiB and <= 128 rounds.
 
@@ -91,10 +101,10 @@ def default_buffer_rounds(dim: int) -> int:
   Raises:
     ValueError: if `dim` is not an integer >= 1.
   """
-  dim = validation.check_int('dim', dim, 1)
   return max(1, min(_MAX_BUFFER_ROUNDS, _BUFFER_BYTES // (4 * dim)))
 
 
+@validation.arguments(num_seen=validation.Int(0, UNSEEN_ID_OFFSET))
 def seen_ids(num_seen: int) -> np.ndarray:
   """Ids of the seen canaries: 0..num_seen-1 (int64).
 
@@ -107,10 +117,10 @@ def seen_ids(num_seen: int) -> np.ndarray:
   Raises:
     ValueError: if `num_seen` is out of range.
   """
-  num_seen = validation.check_int('num_seen', num_seen, 0, UNSEEN_ID_OFFSET)
   return np.arange(num_seen, dtype=np.int64)
 
 
+@validation.arguments(num_unseen=_NUM_UNSEEN)
 def unseen_ids(num_unseen: int) -> np.ndarray:
   """Ids of the unseen canaries: UNSEEN_ID_OFFSET + 0..num_unseen-1 (int64).
 
@@ -123,7 +133,6 @@ def unseen_ids(num_unseen: int) -> np.ndarray:
   Raises:
     ValueError: if `num_unseen` is out of range.
   """
-  num_unseen = validation.check_int('num_unseen', num_unseen, 0, 2**31 - 1)
   return UNSEEN_ID_OFFSET + np.arange(num_unseen, dtype=np.int64)
 
 
@@ -162,6 +171,13 @@ def _check_schedule(schedule: object, num_seen: int
   return tuple(rounds)
 
 
+@validation.fields(
+    'repetitions', seed=SEED, num_seen=_NUM_SEEN, num_unseen=_NUM_UNSEEN,
+    canary_clip=validation.Choice(CANARY_CLIPS),
+    all_iterates_statistic=validation.Choice(ALL_ITERATES_STATISTICS),
+    final_model_statistic=validation.Choice(FINAL_MODEL_STATISTICS),
+    buffer_rounds=validation.Optional(validation.Int(1, 2**16)),
+    chunk_size=validation.Optional(validation.Int(1, 2**20)))
 @dataclasses.dataclass(frozen=True, eq=False)
 class CanarySpec:
   """Which canaries exist, when the seen ones are inserted, how they are seen.
@@ -202,20 +218,6 @@ class CanarySpec:
   chunk_size: int | None = None
 
   def __post_init__(self):
-    check_seed(self.seed, 'seed')
-    validation.check_int('num_seen', self.num_seen, 1, UNSEEN_ID_OFFSET)
-    validation.check_int('num_unseen', self.num_unseen, 0, 2**31 - 1)
-    validation.check_choice('canary_clip', self.canary_clip, CANARY_CLIPS)
-    validation.check_int('repetitions', self.repetitions, 1)
-    validation.check_choice('all_iterates_statistic',
-                            self.all_iterates_statistic,
-                            ALL_ITERATES_STATISTICS)
-    validation.check_choice('final_model_statistic',
-                            self.final_model_statistic, FINAL_MODEL_STATISTICS)
-    if self.buffer_rounds is not None:
-      validation.check_int('buffer_rounds', self.buffer_rounds, 1, 2**16)
-    if self.chunk_size is not None:
-      validation.check_int('chunk_size', self.chunk_size, 1, 2**20)
     object.__setattr__(self, 'schedule',
                        _check_schedule(self.schedule, self.num_seen))
 
@@ -285,6 +287,12 @@ def value_noise_multiplier(noise_multiplier: float,
   return (noise_multiplier**-2 - (2.0 * clipped_count_stddev)**-2)**-0.5
 
 
+@validation.fields(
+    'noise_multiplier', 'clients_per_round', clip=validation.Optional(_POSITIVE),
+    initial_clip=_POSITIVE,
+    target_unclipped_quantile=validation.Probability(),
+    clip_learning_rate=_NON_NEGATIVE,
+    clipped_count_stddev=validation.Optional(_NON_NEGATIVE))
 @dataclasses.dataclass(frozen=True)
 class DPAggregation:
   """DP-FedAvg's aggregation: a fixed clip if `clip` is set, else adaptive.
@@ -314,19 +322,6 @@ class DPAggregation:
   clipped_count_stddev: float | None = None
 
   def __post_init__(self):
-    validation.check_real('noise_multiplier', self.noise_multiplier, 0.0)
-    validation.check_real('clients_per_round', self.clients_per_round, 0.0,
-                          low_open=True)
-    if self.clip is not None:
-      validation.check_real('clip', self.clip, 0.0, low_open=True)
-    validation.check_real('initial_clip', self.initial_clip, 0.0,
-                          low_open=True)
-    validation.check_probability('target_unclipped_quantile',
-                                 self.target_unclipped_quantile)
-    validation.check_real('clip_learning_rate', self.clip_learning_rate, 0.0)
-    if self.clipped_count_stddev is not None:
-      validation.check_real('clipped_count_stddev', self.clipped_count_stddev,
-                            0.0)
     if self.adaptive:
       value_noise_multiplier(self.noise_multiplier, self.count_stddev)
 

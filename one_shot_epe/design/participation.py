@@ -181,6 +181,7 @@ def _place_once_per_period(num_canaries: int, lengths: Sequence[int],
   return rounds
 
 
+@validation.fields('num_canaries')
 @dataclasses.dataclass(frozen=True, eq=False)
 class CanarySchedule:
   """Which canaries (ids `0..num_canaries-1`) are presented in each round.
@@ -198,7 +199,7 @@ class CanarySchedule:
   rounds: tuple[np.ndarray, ...]
 
   def __post_init__(self):
-    num_canaries = validation.check_int('num_canaries', self.num_canaries, 1)
+    num_canaries = self.num_canaries
     rounds = []
     for t, ids in enumerate(self.rounds):
       given = np.asarray(ids)
@@ -213,7 +214,6 @@ class CanarySchedule:
       rounds.append(ids)
     if not rounds:
       raise ValueError('rounds must cover at least one round; got none')
-    object.__setattr__(self, 'num_canaries', num_canaries)
     object.__setattr__(self, 'rounds', tuple(rounds))
 
   @property
@@ -262,6 +262,7 @@ class CanarySchedule:
     return tuple(tuple(int(i) for i in ids) for ids in self.rounds)
 
 
+@validation.arguments('num_rounds')
 def period_lengths(num_rounds: int, repetitions: int) -> np.ndarray:
   """Lengths of `repetitions` consecutive periods covering `num_rounds` rounds.
 
@@ -278,11 +279,11 @@ def period_lengths(num_rounds: int, repetitions: int) -> np.ndarray:
   Raises:
     ValueError: an argument is not an int in its range.
   """
-  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
   repetitions = validation.check_int('repetitions', repetitions, 1, num_rounds)
   return _even_split(num_rounds, repetitions)
 
 
+@validation.arguments('num_canaries', 'seed')
 def periodic_canary_schedule(num_canaries: int, num_rounds: int,
                              repetitions: int, seed: int) -> CanarySchedule:
   """Every canary exactly once in each of `repetitions` periods (Sec. 5.2).
@@ -303,13 +304,13 @@ def periodic_canary_schedule(num_canaries: int, num_rounds: int,
   Raises:
     ValueError: an argument is not an int in its range.
   """
-  num_canaries = validation.check_int('num_canaries', num_canaries, 1)
   lengths = period_lengths(num_rounds, repetitions)
   return CanarySchedule(
-      num_canaries,
-      tuple(_place_once_per_period(num_canaries, lengths, validation.check_int('seed', seed, 0))))
+      num_canaries, tuple(_place_once_per_period(num_canaries, lengths, seed)))
 
 
+@validation.arguments('clients_per_round', 'num_rounds',
+                      num_canaries=validation.Int(0))
 def expected_cohort(clients_per_round: float, num_canaries: int,
                     repetitions: int, num_rounds: int) -> float:
   """Expected participants per round: real clients plus k r / T canaries.
@@ -330,15 +331,13 @@ def expected_cohort(clients_per_round: float, num_canaries: int,
   Raises:
     ValueError: an argument is not a number in its range.
   """
-  clients_per_round = validation.check_real('clients_per_round',
-                                            clients_per_round, 0.0,
-                                            low_open=True)
-  num_canaries = validation.check_int('num_canaries', num_canaries, 0)
-  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
   repetitions = validation.check_int('repetitions', repetitions, 1, num_rounds)
   return clients_per_round + num_canaries * repetitions / num_rounds
 
 
+@validation.arguments('num_canaries', 'num_rounds',
+                      max_canaries_per_round=validation.Optional(
+                          validation.Int(1)))
 def last_rounds_canary_schedule(
     num_canaries: int, num_rounds: int, repetitions: int,
     max_canaries_per_round: int | None = None) -> CanarySchedule:
@@ -365,13 +364,10 @@ def last_rounds_canary_schedule(
     ValueError: if the `L` rounds needed exceed `num_rounds`, or an argument
       is not an int in its range.
   """
-  num_canaries = validation.check_int('num_canaries', num_canaries, 1)
-  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
   repetitions = validation.check_int('repetitions', repetitions, 1, num_rounds)
   cap = num_canaries
   if max_canaries_per_round is not None:
-    cap = min(cap, validation.check_int('max_canaries_per_round',
-                                        max_canaries_per_round, 1))
+    cap = min(cap, max_canaries_per_round)
   presentations = num_canaries * repetitions
   used_rounds = math.ceil(presentations / cap)
   if used_rounds > num_rounds:
@@ -401,6 +397,7 @@ class ClientSampler(abc.ABC):
   """
   sampling: str
 
+  @validation.arguments('seed')
   def __init__(self, clients: int | Sequence[str], seed: int):
     """Checks and stores the population and the seed.
 
@@ -414,7 +411,7 @@ class ClientSampler(abc.ABC):
         sequence of distinct strings, or `seed` is not an int >= 0.
     """
     self.num_clients, self.client_ids = _check_client_ids(clients)
-    self.seed = validation.check_int('seed', seed, 0)
+    self.seed = seed
 
   @property
   @abc.abstractmethod
@@ -430,6 +427,7 @@ class ClientSampler(abc.ABC):
                      seed: int) -> Sequence[np.ndarray]:
     """The canary ids of each round (arguments already validated)."""
 
+  @validation.arguments('num_canaries', 'num_rounds', 'seed')
   def canary_schedule(self, num_canaries: int, num_rounds: int,
                       seed: int) -> CanarySchedule:
     """Canaries selected by this sampler's rule at its per-client rate.
@@ -445,11 +443,10 @@ class ClientSampler(abc.ABC):
     Raises:
       ValueError: an argument is not an int in its range.
     """
-    num_canaries = validation.check_int('num_canaries', num_canaries, 1)
-    num_rounds = validation.check_int('num_rounds', num_rounds, 1)
     return CanarySchedule(num_canaries, tuple(self._canary_rounds(
-        num_canaries, num_rounds, validation.check_int('seed', seed, 0))))
+        num_canaries, num_rounds, seed)))
 
+  @validation.arguments('round_index')
   def indices(self, round_index: int) -> np.ndarray:
     """Sorted int64 population indices of round `round_index`'s cohort.
 
@@ -463,7 +460,7 @@ class ClientSampler(abc.ABC):
     Raises:
       ValueError: `round_index` is not an int >= 0.
     """
-    return self._select(validation.check_int('round_index', round_index, 0))
+    return self._select(round_index)
 
   def ids(self, round_index: int) -> list[str]:
     """Client ids of round `round_index`'s cohort, in index order.
@@ -494,6 +491,7 @@ class ShuffledEpochs(ClientSampler):
   """
   sampling = 'shuffle'
 
+  @validation.arguments(remainder=validation.Choice(_REMAINDER_MODES))
   def __init__(self, clients: int | Sequence[str], clients_per_round: int,
                seed: int, remainder: str = 'spread'):
     """Checks the arguments and fixes the epoch's cohort sizes.
@@ -514,9 +512,6 @@ class ShuffledEpochs(ClientSampler):
     super().__init__(clients, seed)
     self.clients_per_round = validation.check_int(
         'clients_per_round', clients_per_round, 1, self.num_clients)
-    if remainder not in _REMAINDER_MODES:
-      raise ValueError(f'remainder must be one of {_REMAINDER_MODES}; got '
-                       f'{remainder!r}')
     self.rounds_per_epoch = math.ceil(self.num_clients /
                                       self.clients_per_round)
     if remainder == 'spread':
@@ -534,6 +529,7 @@ class ShuffledEpochs(ClientSampler):
     """m / R: the mean cohort size over the R rounds of an epoch."""
     return self.num_clients / self.rounds_per_epoch
 
+  @validation.arguments(epoch=validation.Int(0))
   def epoch_permutation(self, epoch: int) -> np.ndarray:
     """All clients in their order in `epoch`: pure in (seed, epoch).
 
@@ -546,7 +542,6 @@ class ShuffledEpochs(ClientSampler):
     Raises:
       ValueError: `epoch` is not an int >= 0.
     """
-    epoch = validation.check_int('epoch', epoch, 0)
     if self._epoch_cache[0] != epoch:
       permutation = _rng(self.seed, _SHUFFLE_TAG, epoch).permutation(
           self.num_clients).astype(np.int64)
@@ -676,16 +671,17 @@ def make_training_selection_fn(
     raise ValueError('create_tf_dataset_for_client must be callable; got '
                      f'{create_tf_dataset_for_client!r}')
 
+  @validation.arguments(round_num=validation.Int(1))
   def training_selection_fn(round_num: int) -> list[Any]:
-    round_index = validation.check_int('round_num', round_num, 1) - 1
     return [
         create_tf_dataset_for_client(client_id)
-        for client_id in sampler.ids(round_index)
+        for client_id in sampler.ids(round_num - 1)
     ]
 
   return training_selection_fn
 
 
+@validation.arguments('num_rounds', num_canaries=validation.Int(0))
 def canary_plan(sampler: ClientSampler, num_canaries: int, num_rounds: int,
                 repetitions: int, seed: int
                 ) -> tuple[CanarySchedule | None, float]:
@@ -722,8 +718,6 @@ def canary_plan(sampler: ClientSampler, num_canaries: int, num_rounds: int,
   Raises:
     ValueError: an argument is not an int in its range.
   """
-  num_canaries = validation.check_int('num_canaries', num_canaries, 0)
-  num_rounds = validation.check_int('num_rounds', num_rounds, 1)
   clients = sampler.expected_clients_per_round
   if isinstance(sampler, ShuffledEpochs):
     schedule = (periodic_canary_schedule(num_canaries, num_rounds,

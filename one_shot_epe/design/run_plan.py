@@ -25,6 +25,7 @@ from one_shot_epe.design import run_options
 __all__ = ['OptimizerSpec', 'RunPlan']
 
 
+@validation.fields('learning_rate', 'momentum')
 @dataclasses.dataclass(frozen=True)
 class OptimizerSpec:
   """A client or server optimizer: one of TFF's sgd, sgdm or adam.
@@ -45,8 +46,6 @@ class OptimizerSpec:
   def __post_init__(self):
     validation.check_choice('optimizer name', self.name,
                             run_options.OPTIMIZERS)
-    validation.check_real('learning_rate', self.learning_rate, 0.0)
-    validation.check_real('momentum', self.momentum, 0.0, 1.0)
     if self.name != 'sgdm' and self.momentum != 0.0:
       raise ValueError(f'momentum applies to sgdm only; got {self.momentum} '
                        f'for {self.name!r}.')
@@ -57,6 +56,8 @@ class OptimizerSpec:
     return run_options.OPTIMIZER_SLOTS[self.name]
 
 
+@validation.fields('total_rounds', 'rounds_per_checkpoint',
+                   rounds_per_evaluation=validation.Int(1))
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
   """A run, for either engine.
@@ -102,11 +103,6 @@ class RunPlan:
   mechanism: mechanisms.Mechanism = mechanisms.Gaussian()
 
   def __post_init__(self):
-    validation.check_int('total_rounds', self.total_rounds, 1)
-    validation.check_int('rounds_per_checkpoint', self.rounds_per_checkpoint,
-                         1)
-    validation.check_int('rounds_per_evaluation', self.rounds_per_evaluation,
-                         1)
     if self.spec is not None and len(self.spec.schedule) < self.total_rounds:
       raise ValueError(f'spec.schedule must cover the {self.total_rounds} '
                        f'rounds; got {len(self.spec.schedule)}.')

@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
 
+from one_shot_epe import validation
 from one_shot_epe.runtime import atomic_io
 
 __all__ = ['cosine_density_figure', 'plot_cosine_densities',
@@ -101,6 +102,7 @@ def _x_range(curves: Mapping[str, ArrayLike],
   return lo - pad, hi + pad
 
 
+@validation.arguments(dim=validation.Int(3))
 def cosine_density_figure(panels: Mapping[str, Mapping[str, ArrayLike]],
                           dim: int, title: str = '',
                           shared_x: bool = False) -> plt.Figure:
@@ -122,8 +124,6 @@ def cosine_density_figure(panels: Mapping[str, Mapping[str, ArrayLike]],
   """
   if not panels:
     raise ValueError('panels must name at least one panel.')
-  if dim < 3:
-    raise ValueError(f'dim must be >= 3; got {dim}.')
   columns = min(len(panels), 4)
   rows = math.ceil(len(panels) / columns)
   figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows),

@@ -36,6 +36,11 @@ __all__ = ['auroc_against_cdf', 'auroc_two_samples', 'bootstrap_aurocs',
            'gdp_mu_from_auroc', 'percentile_bootstrap_interval', 'tpr_above']
 
 
+# Attack statistics: one value is a sample here.
+_STATISTICS = validation.Sample(min_size=1)
+
+
+@validation.arguments(null_cdf_at_seen=_STATISTICS)
 def auroc_against_cdf(null_cdf_at_seen: ArrayLike) -> float:
   """AUROC of "seen statistic is larger" against a continuous null.
 
@@ -53,14 +58,13 @@ def auroc_against_cdf(null_cdf_at_seen: ArrayLike) -> float:
     ValueError: `null_cdf_at_seen` is empty, not 1-D, not finite, or has a
       value outside [0, 1].
   """
-  values = validation.check_sample('null_cdf_at_seen', null_cdf_at_seen,
-                                   min_size=1)
-  if np.any((values < 0.0) | (values > 1.0)):
+  if np.any((null_cdf_at_seen < 0.0) | (null_cdf_at_seen > 1.0)):
     raise ValueError('null_cdf_at_seen are probabilities and must lie in '
                      '[0, 1].')
-  return float(np.mean(values))
+  return float(np.mean(null_cdf_at_seen))
 
 
+@validation.arguments(seen=_STATISTICS, unseen=_STATISTICS)
 def auroc_two_samples(seen: ArrayLike, unseen: ArrayLike) -> float:
   """AUROC of "seen statistic is larger": P(unseen < seen) + P(tie) / 2.
 
@@ -77,8 +81,6 @@ def auroc_two_samples(seen: ArrayLike, unseen: ArrayLike) -> float:
   Raises:
     ValueError: a sample is empty, not 1-D or holds NaN or infinities.
   """
-  seen = validation.check_sample('seen', seen, min_size=1)
-  unseen = validation.check_sample('unseen', unseen, min_size=1)
   return _auroc_two_samples(seen, unseen)
 
 
@@ -90,6 +92,7 @@ def _auroc_two_samples(seen: np.ndarray, unseen: np.ndarray) -> float:
   return u_statistic / (k * m)
 
 
+@validation.arguments(unseen=_STATISTICS, fpr=validation.Probability())
 def empirical_threshold(unseen: ArrayLike, fpr: float) -> float:
   """The smallest order statistic t of `unseen` with #{unseen > t} <= fpr m.
 
@@ -109,8 +112,6 @@ def empirical_threshold(unseen: ArrayLike, fpr: float) -> float:
     ValueError: `unseen` is empty, not 1-D or not finite, or `fpr` is outside
       (0, 1) (`validation.ArgumentTypeError` if it is not a number).
   """
-  unseen = validation.check_sample('unseen', unseen, min_size=1)
-  fpr = validation.check_probability('fpr', fpr)
   return _empirical_threshold(unseen, fpr)
 
 
@@ -121,6 +122,7 @@ def _empirical_threshold(unseen: np.ndarray, fpr: float) -> float:
   return float(unseen[unseen.size - allowed - 1])
 
 
+@validation.arguments(seen=_STATISTICS)
 def tpr_above(seen: ArrayLike, threshold: float) -> float:
   """Fraction of seen statistics strictly above `threshold` (a tie is a miss).
 
@@ -134,8 +136,7 @@ def tpr_above(seen: ArrayLike, threshold: float) -> float:
   Raises:
     ValueError: `seen` is empty, not 1-D or holds NaN or infinities.
   """
-  return _tpr_above(validation.check_sample('seen', seen, min_size=1),
-                    threshold)
+  return _tpr_above(seen, threshold)
 
 
 def _tpr_above(seen: np.ndarray, threshold: float) -> float:
@@ -143,6 +144,7 @@ def _tpr_above(seen: np.ndarray, threshold: float) -> float:
   return float(np.mean(seen > threshold))
 
 
+@validation.arguments(null_std=validation.Real(0.0, low_open=True))
 def gdp_mu(seen_mean: float, null_mean: float, null_std: float) -> float:
   """mu of Gaussian DP: the mean shift of the seen statistics in null stds.
 
@@ -157,10 +159,11 @@ def gdp_mu(seen_mean: float, null_mean: float, null_std: float) -> float:
   Raises:
     ValueError: `null_std` is not a finite number > 0.
   """
-  null_std = validation.check_real('null_std', null_std, 0.0, low_open=True)
   return (float(seen_mean) - float(null_mean)) / null_std
 
 
+@validation.arguments(auroc=validation.Real(0.0, 1.0),
+                      num_pairs=validation.Int(1))
 def gdp_mu_from_auroc(auroc: float, num_pairs: int) -> float:
   """mu = sqrt(2) Phi^-1(AUROC): the Gaussian-DP mu whose optimal test has this AUROC.
 
@@ -182,13 +185,12 @@ def gdp_mu_from_auroc(auroc: float, num_pairs: int) -> float:
     ValueError: `auroc` is outside [0, 1] or `num_pairs` < 1
       (`validation.ArgumentTypeError` for a value of the wrong type).
   """
-  auroc = validation.check_real('auroc', auroc, 0.0, 1.0)
-  num_pairs = validation.check_int('num_pairs', num_pairs, 1)
   margin = 0.5 / num_pairs
   return math.sqrt(2.0) * float(
       stats.norm.ppf(min(max(auroc, margin), 1.0 - margin)))
 
 
+@validation.arguments('resamples', seen=_STATISTICS, unseen=_STATISTICS)
 def bootstrap_aurocs(seen: ArrayLike, unseen: ArrayLike, resamples: int,
                      rng: np.random.Generator) -> np.ndarray:
   """AUROCs (`auroc_two_samples`) of `resamples` bootstrap resamples.
@@ -209,9 +211,6 @@ def bootstrap_aurocs(seen: ArrayLike, unseen: ArrayLike, resamples: int,
     TypeError: `rng` is not a `numpy.random.Generator`, or `resamples` is not
       an int.
   """
-  seen = validation.check_sample('seen', seen, min_size=1)
-  unseen = validation.check_sample('unseen', unseen, min_size=1)
-  resamples = validation.check_int('resamples', resamples, 1)
   _check_rng(rng)
   return _bootstrap_aurocs(seen, unseen, resamples, rng)
 
@@ -231,6 +230,7 @@ def _bootstrap_aurocs(seen: np.ndarray, unseen: np.ndarray, resamples: int,
   ])
 
 
+@validation.arguments('resamples', sample=_STATISTICS)
 def bootstrap_means(sample: ArrayLike, resamples: int,
                     rng: np.random.Generator) -> np.ndarray:
   """Means of `resamples` bootstrap resamples of `sample`.
@@ -251,8 +251,6 @@ def bootstrap_means(sample: ArrayLike, resamples: int,
     TypeError: `rng` is not a `numpy.random.Generator`, or `resamples` is not
       an int.
   """
-  sample = validation.check_sample('sample', sample, min_size=1)
-  resamples = validation.check_int('resamples', resamples, 1)
   _check_rng(rng)
   return _bootstrap_means(sample, resamples, rng)
 
@@ -264,6 +262,7 @@ def _bootstrap_means(sample: np.ndarray, resamples: int,
   return drawn.mean(axis=1)
 
 
+@validation.arguments(resampled=_STATISTICS, level=validation.Probability())
 def percentile_bootstrap_interval(resampled: ArrayLike,
                                   level: float = 0.95) -> tuple[float, float]:
   """Percentile bootstrap interval (Efron; Davison and Hinkley, 1997, Sec. 5.3).
@@ -285,8 +284,6 @@ def percentile_bootstrap_interval(resampled: ArrayLike,
     ValueError: `resampled` is empty, not 1-D or not finite, or `level` is
       outside (0, 1).
   """
-  level = validation.check_probability('level', level)
-  resampled = validation.check_sample('resampled', resampled, min_size=1)
   return _percentile_interval(resampled, level)
 
 

@@ -61,6 +61,7 @@ def toeplitz_strategy(coefs: ArrayLike) -> np.ndarray:
   return np.where(lags >= 0, coefs[np.clip(lags, 0, n - 1)], 0.0)
 
 
+@validation.arguments('num_seen')
 def matched_filter_scores(
     projections: ArrayLike, strategy: ArrayLike,
     schedule: Sequence[Sequence[int]], num_seen: int, noise_std: float
@@ -86,7 +87,6 @@ def matched_filter_scores(
   """
   projections = np.asarray(projections, np.float64)
   strategy = np.asarray(strategy, np.float64)
-  num_seen = validation.check_int('num_seen', num_seen, low=1)
   if projections.ndim != 2 or projections.shape[0] < num_seen:
     raise ValueError('projections must be [k + m, T] with k = num_seen = '
                      f'{num_seen}; got shape {projections.shape}.')

@@ -49,6 +49,9 @@ class EpsilonOverflowError(ValueError):
   """The two Gaussians are so far apart that eps exceeds 1e12."""
 
 
+# A standard deviation (`epsilon_two_gaussians`).
+_STD = validation.Real(0.0, low_open=True)
+
 _LOG_TINY = -700.0  # Below this, exp() underflows double precision.
 
 
@@ -211,6 +214,8 @@ def _epsilon_one_direction(mu_p: float, std_p: float, mu_q: float,
                          xtol=1e-12, rtol=1e-12, maxiter=500)
 
 
+@validation.arguments('delta', mu0=validation.Real(), std0=_STD,
+                      mu1=validation.Real(), std1=_STD)
 def epsilon_two_gaussians(mu0: float, std0: float, mu1: float, std1: float,
                           delta: float) -> float:
   """Optimal eps such that N(mu0, std0^2) and N(mu1, std1^2) are (eps, delta)-close.
@@ -237,11 +242,6 @@ def epsilon_two_gaussians(mu0: float, std0: float, mu1: float, std1: float,
       apart to compare in double precision.
     EpsilonOverflowError: if eps exceeds 1e12.
   """
-  mu0 = validation.check_real('mu0', mu0)
-  std0 = validation.check_real('std0', std0, 0.0, low_open=True)
-  mu1 = validation.check_real('mu1', mu1)
-  std1 = validation.check_real('std1', std1, 0.0, low_open=True)
-  delta = validation.check_probability('delta', delta)
   return _epsilon_two_gaussians(mu0, std0, mu1, std1, delta)
 
 
@@ -270,6 +270,7 @@ def _gaussian_log_delta(eps: float, sigma: float) -> float:
       eps + _log_prob_below(-0.5 / sigma - eps * sigma))
 
 
+@validation.arguments('sigma', 'delta')
 def gaussian_epsilon(sigma: float, delta: float) -> float:
   """Exact eps of one Gaussian mechanism N(f(D), sigma^2), sensitivity 1.
 
@@ -287,9 +288,7 @@ def gaussian_epsilon(sigma: float, delta: float) -> float:
   Raises:
     ValueError: if `sigma` <= 0 or `delta` is not in (0, 1).
   """
-  sigma = validation.check_real('sigma', sigma, 0.0, low_open=True)
-  return _gaussian_epsilon(sigma,
-                           validation.check_probability('delta', delta))
+  return _gaussian_epsilon(sigma, delta)
 
 
 def _gaussian_epsilon(sigma: float, delta: float) -> float:
@@ -304,6 +303,7 @@ def _gaussian_epsilon(sigma: float, delta: float) -> float:
                          0.0, hi, xtol=1e-13, rtol=1e-13, maxiter=500)
 
 
+@validation.arguments('epsilon', 'delta')
 def gaussian_sigma(epsilon: float, delta: float) -> float:
   """Smallest noise std giving (epsilon, delta)-DP at sensitivity 1 (Balle & Wang).
 
@@ -320,8 +320,7 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
   Raises:
     ValueError: if `epsilon` <= 0 or `delta` is not in (0, 1).
   """
-  epsilon = validation.check_real('epsilon', epsilon, 0.0, low_open=True)
-  log_delta = math.log(validation.check_probability('delta', delta))
+  log_delta = math.log(delta)
 
   def excess(log_sigma: float) -> float:
     return _gaussian_log_delta(epsilon, math.exp(log_sigma)) - log_delta
@@ -338,6 +337,8 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
 # Algorithms 1-3: epsilon estimates.
 
 
+@validation.arguments('cosines', 'delta', dim=validation.Int(3),
+                      variance=validation.Choice(('fitted', 'null')))
 def epsilon_from_final_cosines(cosines: ArrayLike, dim: int, delta: float,
                                variance: VarianceModel = 'fitted') -> float:
   """Algorithm 2 (and 1): eps between N(0, 1/d) and a Gaussian fit of the cosines.
@@ -387,18 +388,15 @@ def epsilon_from_final_cosines(cosines: ArrayLike, dim: int, delta: float,
     >>> round(estimation.gaussian_epsilon(1.0, 1e-5), 2)
     4.38
   """
-  sample = validation.check_cosines('cosines', cosines)
-  dim = validation.check_int('dim', dim, 3)
   null_std = 1.0 / math.sqrt(dim)
-  mean, std = fit_gaussian(sample, 'cosines')
+  mean, std = fit_gaussian(cosines, 'cosines')
   if variance == 'null':
     std = null_std
-  elif variance != 'fitted':
-    raise ValueError(f"variance must be 'fitted' or 'null'; got {variance!r}.")
-  delta = validation.check_probability('delta', delta)
   return _epsilon_two_gaussians(0.0, null_std, mean, std, delta)
 
 
+@validation.arguments('delta', seen=validation.Cosines(),
+                      unseen=validation.Cosines())
 def epsilon_from_seen_unseen(seen: ArrayLike, unseen: ArrayLike,
                              delta: float) -> float:
   """Algorithm 3: eps between Gaussian fits of unseen and seen max-over-rounds cosines.
@@ -433,11 +431,8 @@ def epsilon_from_seen_unseen(seen: ArrayLike, unseen: ArrayLike,
     >>> round(estimation.epsilon_from_seen_unseen(seen, unseen, delta=1e-5), 2)
     5.58
   """
-  seen = validation.check_cosines('seen', seen)
-  unseen = validation.check_cosines('unseen', unseen)
   mu_seen, std_seen = fit_gaussian(seen, 'seen')
   mu_unseen, std_unseen = fit_gaussian(unseen, 'unseen')
-  delta = validation.check_probability('delta', delta)
   return _epsilon_two_gaussians(mu_unseen, std_unseen, mu_seen, std_seen,
                                 delta)
 
@@ -446,6 +441,7 @@ def epsilon_from_seen_unseen(seen: ArrayLike, unseen: ArrayLike,
 # Appendix B / Table 6: normality of the cosine samples.
 
 
+@validation.arguments(sample=validation.Sample(min_size=8))
 def anderson_darling(sample: ArrayLike) -> float:
   """Anderson-Darling A^2 for normality with mean and variance estimated.
 
@@ -463,10 +459,9 @@ def anderson_darling(sample: ArrayLike) -> float:
   Raises:
     ValueError: if `sample` has fewer than 8 finite numbers or zero spread.
   """
-  values = validation.check_sample('sample', sample, min_size=8)
-  if float(np.std(values, ddof=1)) <= 0.0:
+  if float(np.std(sample, ddof=1)) <= 0.0:
     raise ValueError('sample has zero spread.')
-  return _anderson_darling(values)
+  return _anderson_darling(sample)
 
 
 def _anderson_darling(values: np.ndarray) -> float:
@@ -483,6 +478,7 @@ def _anderson_darling(values: np.ndarray) -> float:
 # Robust summary beside eps_est (see `privacy_report`).
 
 
+@validation.arguments('mu', 'delta')
 def epsilon_of_gdp(mu: float, delta: float) -> float:
   """eps at delta of mu-Gaussian DP: the Gaussian mechanism at sigma = 1/mu.
 
@@ -497,8 +493,7 @@ def epsilon_of_gdp(mu: float, delta: float) -> float:
   Returns:
     eps >= 0; 0 for mu <= 0 (no shift towards the seen side).
   """
-  mu = validation.check_real('mu', mu)
-  return _epsilon_of_gdp(mu, validation.check_probability('delta', delta))
+  return _epsilon_of_gdp(mu, delta)
 
 
 def _epsilon_of_gdp(mu: float, delta: float) -> float:

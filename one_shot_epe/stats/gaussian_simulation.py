@@ -51,6 +51,7 @@ def _check_rng(rng) -> np.random.Generator:
   return rng
 
 
+@validation.arguments('sigma')
 def cosines_from_gaussians(gaussians: ArrayLike, noise: ArrayLike,
                            sigma: float) -> np.ndarray:
   """Algorithm 1, lines 2-8, given the Gaussian vectors behind canaries, noise.
@@ -76,7 +77,6 @@ def cosines_from_gaussians(gaussians: ArrayLike, noise: ArrayLike,
       non-empty 2-D array, `noise` does not have shape (m,), a value is not
       finite, or a row of `gaussians` is zero.
   """
-  sigma = validation.check_real('sigma', sigma, 0.0, low_open=True)
   gaussians = np.asarray(gaussians, dtype=np.float64)
   noise = np.asarray(noise, dtype=np.float64)
   if gaussians.ndim != 2 or gaussians.shape[0] < 1 or gaussians.shape[1] < 1:
@@ -105,6 +105,7 @@ def _strict_lower_indices(rows: int,
   return indices
 
 
+@validation.arguments('dim', num_vectors=validation.Int(1))
 def bartlett_factor(dim: int, num_vectors: int,
                     rng: np.random.Generator) -> np.ndarray:
   """Exact coordinates of `num_vectors` i.i.d. N(0, I_d) vectors in their span.
@@ -140,8 +141,6 @@ def bartlett_factor(dim: int, num_vectors: int,
   Returns:
     The (n, min(d, n)) lower-trapezoidal float64 matrix L.
   """
-  dim = validation.check_int('dim', dim, 1)
-  num_vectors = validation.check_int('num_vectors', num_vectors, 1)
   rng = _check_rng(rng)
   rank = min(dim, num_vectors)
   factor = np.zeros((num_vectors, rank))
@@ -168,6 +167,7 @@ def _gram_cosines(dim: int, num_canaries: int, sigma: float,
                                 coordinates[num_canaries], sigma)
 
 
+@validation.arguments('dim', 'chunk_size')
 def stream_chunk_seeds(
     dim: int, chunk_size: int,
     rng: np.random.Generator) -> list[np.random.SeedSequence]:
@@ -188,14 +188,13 @@ def stream_chunk_seeds(
     ValueError: `dim` or `chunk_size` is < 1, or `rng` is not a
       `numpy.random.Generator`.
   """
-  dim = validation.check_int('dim', dim, 1)
-  chunk_size = validation.check_int('chunk_size', chunk_size, 1)
   rng = _check_rng(rng)
   entropy = [int(word) for word in rng.integers(0, 2**63, size=4)]
   num_chunks = -(-dim // chunk_size)
   return np.random.SeedSequence(entropy).spawn(num_chunks)
 
 
+@validation.arguments('num_canaries', width=validation.Int(1))
 def stream_chunk(
     seed: np.random.SeedSequence,
     num_canaries: int,
@@ -223,8 +222,6 @@ def stream_chunk(
   if not isinstance(seed, np.random.SeedSequence):
     raise ValueError(
         f'seed must be a numpy.random.SeedSequence, got {type(seed).__name__}.')
-  num_canaries = validation.check_int('num_canaries', num_canaries, 1)
-  width = validation.check_int('width', width, 1)
   generator = np.random.default_rng(seed)
   gaussians = generator.standard_normal((num_canaries, width))
   noise = generator.standard_normal(width) if with_noise else None
@@ -260,6 +257,7 @@ def _stream_cosines(dim: int, num_canaries: int, sigma: float,
   return inner_products / math.sqrt(rho_squared_norm)
 
 
+@validation.arguments('num_canaries')
 def default_chunk_size(num_canaries: int) -> int:
   """Coordinates per chunk keeping a chunk of canaries near 2^21 float64s.
 
@@ -273,10 +271,11 @@ def default_chunk_size(num_canaries: int) -> int:
     ValueError: `num_canaries` < 1 (`validation.ArgumentTypeError` if it is not
       an int).
   """
-  num_canaries = validation.check_int('num_canaries', num_canaries, 1)
   return max(1, _STREAM_CHUNK_VALUES // num_canaries)
 
 
+@validation.arguments('num_canaries', 'sigma', dim=validation.Int(3),
+                      chunk_size=validation.Optional(validation.Int(1)))
 def simulate_cosines(dim: int,
                      num_canaries: int,
                      sigma: float,
@@ -323,9 +322,6 @@ def simulate_cosines(dim: int,
     >>> round(float(cosines.mean()) * 1000, 2)
     1.01
   """
-  dim = validation.check_int('dim', dim, 3)
-  num_canaries = validation.check_int('num_canaries', num_canaries, 1)
-  sigma = validation.check_real('sigma', sigma, 0.0, low_open=True)
   rng = _check_rng(rng)
   if method not in METHODS:
     raise ValueError(f'method must be one of {METHODS}, got {method!r}.')
@@ -336,5 +332,4 @@ def simulate_cosines(dim: int,
     return _gram_cosines(dim, num_canaries, sigma, rng)
   if chunk_size is None:
     chunk_size = default_chunk_size(num_canaries)
-  chunk_size = validation.check_int('chunk_size', chunk_size, 1)
   return _stream_cosines(dim, num_canaries, sigma, rng, chunk_size)

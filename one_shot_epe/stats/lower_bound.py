@@ -34,9 +34,9 @@ from scipy import stats
 from one_shot_epe.stats import null_distribution
 from one_shot_epe import validation
 
-__all__ = ['CLOSED_FORM_LOG10_FPRS', 'EMPIRICAL_MAX_RANK_FRACTION',
+__all__ = ['ALPHA', 'CLOSED_FORM_LOG10_FPRS', 'EMPIRICAL_MAX_RANK_FRACTION',
            'EMPIRICAL_RANK_COUNT', 'NullKind', 'SOUND_STRATEGIES',
-           'THRESHOLD_STRATEGIES', 'ThresholdStrategy', 'UpperBound',
+           'NULLS', 'THRESHOLD_STRATEGIES', 'ThresholdStrategy', 'UpperBound',
            'check_alpha', 'check_sound_strategy', 'clopper_pearson_upper',
            'epsilon_lower_bound', 'jeffreys_upper']
 
@@ -57,8 +57,13 @@ EMPIRICAL_RANK_COUNT = 24
 EMPIRICAL_MAX_RANK_FRACTION = 0.3
 
 
+# The bound's level 1 - alpha needs alpha in (0, 0.5).
+ALPHA = validation.Real(0.0, 0.5, low_open=True, high_open=True)
+NULLS = ('exact', 'gaussian')
+
+
 def check_alpha(alpha: float) -> float:
-  """The bound's level 1 - alpha needs alpha in (0, 0.5).
+  """`alpha` checked by `ALPHA`, for callers that take it from users.
 
   Args:
     alpha: The bound's error probability.
@@ -69,8 +74,7 @@ def check_alpha(alpha: float) -> float:
   Raises:
     ValueError: if `alpha` is not in (0, 0.5).
   """
-  return validation.check_real('alpha', alpha, 0.0, 0.5, low_open=True,
-                               high_open=True)
+  return ALPHA('alpha', alpha)
 
 
 def check_sound_strategy(strategy: str) -> str:
@@ -90,8 +94,7 @@ def check_sound_strategy(strategy: str) -> str:
     raise ValueError("threshold_strategy='paper' is only nominal; reports "
                      'always carry it as epsilon_lo_paper beside the sound '
                      f'epsilon_lo (one of {list(SOUND_STRATEGIES)}).')
-  return validation.check_choice('threshold_strategy', strategy,
-                                 SOUND_STRATEGIES)
+  return validation.Choice(SOUND_STRATEGIES)('threshold_strategy', strategy)
 
 
 def _beta_quantile(a: np.ndarray, b: np.ndarray, prob: float) -> np.ndarray:
@@ -128,6 +131,7 @@ def _beta_quantile(a: np.ndarray, b: np.ndarray, prob: float) -> np.ndarray:
   return q
 
 
+@validation.arguments('trials', 'alpha')
 def jeffreys_upper(failures: ArrayLike, trials: int,
                    alpha: float) -> np.ndarray:
   """One-sided 1-alpha Jeffreys upper confidence bound on a binomial rate.
@@ -152,8 +156,6 @@ def jeffreys_upper(failures: ArrayLike, trials: int,
     ValueError: if `trials` < 1, `alpha` is not a probability or a count is
       not an integer in [0, trials].
   """
-  trials = validation.check_int('trials', trials, 1)
-  alpha = validation.check_probability('alpha', alpha)
   return _jeffreys_upper(_check_failures(failures, trials), trials, alpha)
 
 
@@ -172,6 +174,7 @@ def _check_failures(failures: ArrayLike, trials: int) -> np.ndarray:
   return x
 
 
+@validation.arguments('trials', 'alpha')
 def clopper_pearson_upper(failures: ArrayLike, trials: int,
                           alpha: float) -> np.ndarray:
   """One-sided exact (Clopper-Pearson, 1934) 1-alpha upper bound on a rate.
@@ -182,20 +185,16 @@ def clopper_pearson_upper(failures: ArrayLike, trials: int,
   quantile of the mirrored Beta(n - x, x + 1).
 
   Args:
-    failures: x, the observed failure counts (integers in [0, trials]); any
-      shape.
-    trials: n, the number of trials, >= 1.
-    alpha: The bound's error probability, in (0, 1).
+    failures: x, counts as in `jeffreys_upper`.
+    trials: n >= 1.
+    alpha: The error probability, in (0, 1).
 
   Returns:
-    The upper bounds, float64, of the shape of `failures`.
+    float64 upper bounds, one per count.
 
   Raises:
-    ValueError: if `trials` < 1, `alpha` is not a probability or a count is
-      not an integer in [0, trials].
+    ValueError: for the arguments `jeffreys_upper` refuses.
   """
-  trials = validation.check_int('trials', trials, 1)
-  alpha = validation.check_probability('alpha', alpha)
   return _clopper_pearson_upper(_check_failures(failures, trials), trials,
                                 alpha)
 
@@ -367,6 +366,12 @@ def _split_bound(seen: np.ndarray, *, dim: int | None,
   return bound
 
 
+@validation.arguments('delta', seen=validation.Cosines(),
+                      dim=validation.Optional(validation.Int(3)),
+                      unseen=validation.Optional(validation.Cosines()),
+                      alpha=ALPHA, null=validation.Choice(NULLS),
+                      threshold_strategy=validation.Choice(
+                          THRESHOLD_STRATEGIES))
 def epsilon_lower_bound(seen: ArrayLike,
                         *,
                         delta: float,
@@ -438,19 +443,9 @@ def epsilon_lower_bound(seen: ArrayLike,
     ...       2)
     2.85
   """
-  seen = validation.check_cosines('seen', seen)
-  delta = validation.check_probability('delta', delta)
-  alpha = check_alpha(alpha)
   if (dim is None) == (unseen is None):
     raise ValueError('give exactly one of dim (exact/Gaussian null) or unseen '
                      '(empirical null).')
-  if dim is not None:
-    dim = validation.check_int('dim', dim, 3)
-  if unseen is not None:
-    unseen = validation.check_cosines('unseen', unseen)
-  validation.check_choice('null', null, ('exact', 'gaussian'))
-  validation.check_choice('threshold_strategy', threshold_strategy,
-                          THRESHOLD_STRATEGIES)
   return _epsilon_lower_bound(seen, delta=delta, dim=dim, unseen=unseen,
                               alpha=alpha, null=null,
                               threshold_strategy=threshold_strategy, seed=seed)

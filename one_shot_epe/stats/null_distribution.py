@@ -98,6 +98,7 @@ def _half_mass_centre(tau: np.ndarray, a: float) -> np.ndarray:
   return np.abs(tau) * np.exp(log_front) * total
 
 
+@validation.arguments(dim=validation.Int(3))
 def null_logsf(tau: ArrayLike, dim: int) -> np.ndarray:
   """log P(T > tau) for the exact null cosine T (Theorem 3.1), accurate in the tails.
 
@@ -118,7 +119,6 @@ def null_logsf(tau: ArrayLike, dim: int) -> np.ndarray:
   Raises:
     ValueError: `dim` is not an int >= 3.
   """
-  dim = validation.check_int('dim', dim, 3)
   tau = np.asarray(tau, dtype=np.float64)
   a = 0.5 * (dim - 1)
   out = np.empty_like(tau)
@@ -142,6 +142,7 @@ def null_logsf(tau: ArrayLike, dim: int) -> np.ndarray:
   return out
 
 
+@validation.arguments(dim=validation.Int(3))
 def null_pdf(tau: ArrayLike, dim: int) -> np.ndarray:
   """Density of the cosine between a uniform unit vector and a fixed vector.
 
@@ -158,7 +159,6 @@ def null_pdf(tau: ArrayLike, dim: int) -> np.ndarray:
   Raises:
     ValueError: `dim` is not an int >= 3.
   """
-  dim = validation.check_int('dim', dim, 3)
   tau = np.asarray(tau, dtype=np.float64)
   log_norm = _log_gamma_ratio_half(0.5 * (dim - 1)) - 0.5 * math.log(math.pi)
   inside = np.abs(tau) < 1.0
@@ -183,6 +183,7 @@ def null_cdf(tau: ArrayLike, dim: int) -> np.ndarray:
   return np.exp(null_logsf(-np.asarray(tau, dtype=np.float64), dim))
 
 
+@validation.arguments(dim=validation.Int(3))
 def null_ppf(q: ArrayLike, dim: int) -> np.ndarray:
   """Quantile function of the exact null cosine.
 
@@ -200,7 +201,6 @@ def null_ppf(q: ArrayLike, dim: int) -> np.ndarray:
   Raises:
     ValueError: `dim` is not an int >= 3, or a `q` is NaN or outside [0, 1].
   """
-  dim = validation.check_int('dim', dim, 3)
   q = np.asarray(q, dtype=np.float64)
   if np.any((q < 0.0) | (q > 1.0)) or np.any(np.isnan(q)):
     raise ValueError('q must lie in [0, 1].')
@@ -217,6 +217,7 @@ def null_ppf(q: ArrayLike, dim: int) -> np.ndarray:
   return tau
 
 
+@validation.arguments(dim=validation.Int(3))
 def null_gaussian_approximation(dim: int) -> stats.rv_continuous:
   """N(0, 1/d): the limit law of Theorem 3.2 (and the exact null's mean/variance).
 
@@ -229,5 +230,4 @@ def null_gaussian_approximation(dim: int) -> stats.rv_continuous:
   Raises:
     ValueError: `dim` is not an int >= 3.
   """
-  dim = validation.check_int('dim', dim, 3)
   return stats.norm(loc=0.0, scale=1.0 / math.sqrt(dim))

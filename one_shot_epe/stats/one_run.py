@@ -41,15 +41,11 @@ __all__ = ['epsilon_one_run', 'epsilon_one_run_fdp', 'hull_counts']
 _EPSILON_TOLERANCE = 1e-9
 
 
-def _check_scores(seen: ArrayLike,
-                  unseen: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-  """Two samples of at least 2 finite scores that are not all one value."""
-  seen = validation.check_sample('seen', seen)
-  unseen = validation.check_sample('unseen', unseen)
+def _check_separable(seen: np.ndarray, unseen: np.ndarray) -> None:
+  """Raises ValueError when the checked scores are all one value."""
   if np.all(seen == seen[0]) and np.all(unseen == seen[0]):
     raise ValueError('seen and unseen scores are all equal; no threshold '
                      'tells them apart.')
-  return seen, unseen
 
 
 def _upper_hull(points: np.ndarray) -> np.ndarray:
@@ -161,18 +157,23 @@ def _largest_rejected(rejects: Callable[[float], float], floor: float) -> float:
   return optimize.brentq(rejects, low, high, xtol=_EPSILON_TOLERANCE)
 
 
-def _best_over_thresholds(
-    correct: np.ndarray, wrong: np.ndarray, level: float,
-    bound: Callable[[float, int, int], float]) -> float:
-  """The largest bound over the hull's thresholds, each at `level`.
+_Bound = Callable[[int, float, float, int, int], float]
 
-  `correct` and `wrong` are `hull_counts`, `level` alpha / (thresholds), and
-  `bound(floor, guesses, correct)` is a threshold's bound, or `floor` when it
-  does not exceed it. Thresholds are tried in order of decreasing
-  Clopper-Pearson lower bound on their precision, and one whose raw precision
-  is at most e^eps / (1 + e^eps) of the best eps so far is skipped: its
-  right guesses cannot reject that eps.
+
+def _best_over_thresholds(seen: np.ndarray, unseen: np.ndarray, alpha: float,
+                          bound: _Bound) -> float:
+  """The largest bound over the hull's thresholds, each at a shared level.
+
+  The level is alpha / (number of `hull_counts` thresholds), and
+  `bound(canaries, level, floor, guesses, correct)` is a threshold's bound,
+  or `floor` when it does not exceed it. Thresholds are tried in order of
+  decreasing Clopper-Pearson lower bound on their precision, and one whose
+  raw precision is at most e^eps / (1 + e^eps) of the best eps so far is
+  skipped: its right guesses cannot reject that eps.
   """
+  canaries = seen.size + unseen.size
+  correct, wrong = hull_counts(seen, unseen)
+  level = alpha / correct.size
   guesses = correct + wrong
   wrong_upper = np.where(
       wrong < guesses,
@@ -183,17 +184,41 @@ def _best_over_thresholds(
     n_guess, n_correct = int(guesses[index]), int(correct[index])
     if n_guess == 0 or n_correct / n_guess <= best_precision:
       continue
-    candidate = bound(best, n_guess, n_correct)
+    candidate = bound(canaries, level, best, n_guess, n_correct)
     if candidate > best:
       best, best_precision = candidate, float(special.expit(candidate))
   return best
 
 
-def _check_levels(delta: float, alpha: float) -> tuple[float, float]:
-  return (validation.check_probability('delta', delta),
-          validation.check_probability('alpha', alpha))
+def _epsilon_one_run(seen: np.ndarray, unseen: np.ndarray, delta: float,
+                     alpha: float) -> float:
+  """`epsilon_one_run` of checked, separable scores (the kernel)."""
+
+  def bound(canaries: int, level: float, floor: float, guesses: int,
+            correct: int) -> float:
+    if _steinke_p_value(canaries, guesses, correct, floor, 0.0) > level:
+      return floor  # Not rejected even without delta's share.
+    return _largest_rejected(
+        lambda eps: level - _steinke_p_value(canaries, guesses, correct, eps,
+                                             delta), floor)
+
+  return _best_over_thresholds(seen, unseen, alpha, bound)
 
 
+def _epsilon_one_run_fdp(seen: np.ndarray, unseen: np.ndarray, delta: float,
+                         alpha: float) -> float:
+  """`epsilon_one_run_fdp` of checked arguments (as `_epsilon_one_run`)."""
+
+  def bound(canaries: int, level: float, floor: float, guesses: int,
+            correct: int) -> float:
+    return _largest_rejected(
+        lambda eps: _fdp_excess(canaries, guesses, correct, level, eps, delta),
+        floor)
+
+  return _best_over_thresholds(seen, unseen, alpha, bound)
+
+
+@validation.arguments('seen', 'unseen', 'delta', 'alpha')
 def epsilon_one_run(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
                     alpha: float = 0.05) -> float:
   """1 - alpha lower bound on eps of Steinke, Nasr and Jagielski (2023).
@@ -212,64 +237,31 @@ def epsilon_one_run(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
     ValueError: if a set of scores is not a 1-D sample of at least 2 finite
       numbers, all scores are equal, or `delta` or `alpha` is not in (0, 1).
   """
-  seen, unseen = _check_scores(seen, unseen)
-  delta, alpha = _check_levels(delta, alpha)
+  _check_separable(seen, unseen)
   return _epsilon_one_run(seen, unseen, delta, alpha)
 
 
-def _epsilon_one_run(seen: np.ndarray, unseen: np.ndarray, delta: float,
-                     alpha: float) -> float:
-  """`epsilon_one_run` of arguments `_check_scores`/`_check_levels` passed."""
-  canaries = seen.size + unseen.size
-  true_pos, false_pos = hull_counts(seen, unseen)
-  level = alpha / true_pos.size
-
-  def bound(floor: float, guesses: int, correct: int) -> float:
-    if _steinke_p_value(canaries, guesses, correct, floor, 0.0) > level:
-      return floor  # Not rejected even without delta's share.
-    return _largest_rejected(
-        lambda eps: level - _steinke_p_value(canaries, guesses, correct, eps,
-                                             delta), floor)
-
-  return _best_over_thresholds(true_pos, false_pos, level, bound)
-
-
+@validation.arguments('seen', 'unseen', 'delta', 'alpha')
 def epsilon_one_run_fdp(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
                         alpha: float = 0.05) -> float:
   """1 - alpha lower bound on eps of Mahloujifar et al. (2024), Gaussian f-DP.
 
   The claim tested at each eps is that the mechanism is as private as the
-  Gaussian mechanism that is exactly (eps, delta)-DP.
+  Gaussian mechanism that is exactly (eps, delta)-DP; the arguments and their
+  checks are those of `epsilon_one_run`.
 
   Args:
-    seen: Scores of the inserted canaries (higher means "inserted").
-    unseen: Scores of the canaries never inserted.
-    delta: The delta of the (eps, delta) claim tested, in (0, 1).
-    alpha: 1 - confidence, in (0, 1).
+    seen: The inserted canaries' scores.
+    unseen: The never-inserted canaries' scores.
+    delta: The delta of the Gaussian mechanism each claim names.
+    alpha: 1 - confidence.
 
   Returns:
     The largest eps whose Gaussian f-DP claim the best threshold's guesses
     reject at level alpha / (number of hull thresholds); 0 if none.
 
   Raises:
-    ValueError: if a set of scores is not a 1-D sample of at least 2 finite
-      numbers, all scores are equal, or `delta` or `alpha` is not in (0, 1).
+    ValueError: as `epsilon_one_run`.
   """
-  seen, unseen = _check_scores(seen, unseen)
-  delta, alpha = _check_levels(delta, alpha)
+  _check_separable(seen, unseen)
   return _epsilon_one_run_fdp(seen, unseen, delta, alpha)
-
-
-def _epsilon_one_run_fdp(seen: np.ndarray, unseen: np.ndarray, delta: float,
-                         alpha: float) -> float:
-  """`epsilon_one_run_fdp` of checked arguments (as `_epsilon_one_run`)."""
-  canaries = seen.size + unseen.size
-  true_pos, false_pos = hull_counts(seen, unseen)
-  level = alpha / true_pos.size
-
-  def bound(floor: float, guesses: int, correct: int) -> float:
-    return _largest_rejected(
-        lambda eps: _fdp_excess(canaries, guesses, correct, level, eps, delta),
-        floor)
-
-  return _best_over_thresholds(true_pos, false_pos, level, bound)

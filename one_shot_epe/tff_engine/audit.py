@@ -120,6 +120,7 @@ class CanaryAudit:
       method chose it.
   """
 
+  @validation.arguments('delta')
   def __init__(self, *, delta: float, num_canaries: int | None = None,
                rounds: int | None = None,
                clients_per_round: float | None = None,
@@ -212,7 +213,7 @@ class CanaryAudit:
     self.spec = spec
     self.expected_cohort = expected_cohort
     self.mechanism = mechanism
-    self._delta = validation.check_probability('delta', delta)
+    self._delta = delta
     self._noise_seed = noise_seed
     self._client_participation = client_participation
     # The audited aggregation: None before the first factory.
@@ -477,6 +478,8 @@ class CanaryAudit:
     """
     self._observer.restore(state, learning_state)
 
+  @validation.arguments('rounds_per_checkpoint',
+                        final_round=validation.Optional(validation.Int(0)))
   def program_state_manager(
       self, inner: tff.program.ProgramStateManager | None = None,
       rounds_per_checkpoint: int = 1, final_round: int | None = None,
@@ -504,12 +507,7 @@ class CanaryAudit:
       ValueError: if `rounds_per_checkpoint` < 1 or `final_round` < 0.
     """
     return audit_state_manager.AuditingStateManager(
-        self, inner,
-        validation.check_int('rounds_per_checkpoint', rounds_per_checkpoint,
-                             1),
-        (None if final_round is None else
-         validation.check_int('final_round', final_round, 0)),
-        release_managers)
+        self, inner, rounds_per_checkpoint, final_round, release_managers)
 
   # -- 3. One call at the end. ------------------------------------------------
 

@@ -383,6 +383,8 @@ def _contiguous_blocks(items: Sequence[Any], num_blocks: int) -> list[list[Any]]
 
 
 @contextlib.contextmanager
+@validation.arguments(default_num_clients=validation.Int(0),
+                      connect_timeout_s=validation.Real(0.0, low_open=True))
 def remote_cpp_context(
     addresses: str | Sequence[str], *, default_num_clients: int = 0,
     connect_timeout_s: float = 60.0
@@ -419,9 +421,6 @@ def remote_cpp_context(
   workers keep running.
   """
   addresses = tff_workers.parse_addresses(addresses)
-  validation.check_int('default_num_clients', default_num_clients, 0)
-  validation.check_real('connect_timeout_s', connect_timeout_s, 0.0,
-                        low_open=True)
   channels, factories, context = [], [], None
   try:
     for address in addresses:

@@ -222,6 +222,10 @@ def _direct_worker(index: int, max_concurrent_computation_calls: int,
 
 
 @contextlib.contextmanager
+@validation.arguments(num_workers=validation.Int(1, 256),
+                      max_concurrent_computation_calls=validation.Int(),
+                      startup_timeout_s=validation.Real(0.0, low_open=True),
+                      shutdown_timeout_s=validation.Real(0.0, low_open=True))
 def local_workers(num_workers: int, *,
                   max_concurrent_computation_calls: int = -1,
                   startup_timeout_s: float = 60.0,
@@ -270,13 +274,6 @@ def local_workers(num_workers: int, *,
       host grants no network namespace.
     RuntimeError: if a worker cannot start.
   """
-  validation.check_int('num_workers', num_workers, 1, 256)
-  validation.check_real('startup_timeout_s', startup_timeout_s, 0.0,
-                        low_open=True)
-  validation.check_real('shutdown_timeout_s', shutdown_timeout_s, 0.0,
-                        low_open=True)
-  validation.check_int('max_concurrent_computation_calls',
-                       max_concurrent_computation_calls)
   if log_dir is not None and not os.path.isdir(log_dir):
     raise ValueError(f'log_dir must be an existing directory; got {log_dir!r}.')
   mode = isolation.isolation_mode()

@@ -21,7 +21,6 @@ Modules:
 import os
 
 from one_shot_epe.design import run_options
-from one_shot_epe import validation
 from one_shot_epe.tff_engine.tasks import base
 from one_shot_epe.tff_engine.tasks import emnist
 from one_shot_epe.tff_engine.tasks import fashion_mnist
@@ -79,7 +78,6 @@ def get_task(name: str,
     raise ValueError(f'task must be one of {list(TASK_NAMES)}; got {name!r}.')
   spec = base.client_spec(client_epochs_per_round, client_batch_size,
                           max_examples_per_client)
-  vocab_size = validation.check_int('vocab_size', vocab_size, low=1)
   if use_synthetic_data and data_dir:
     raise ValueError(
         f'pass either --data_dir ({data_dir!r}) or --use_synthetic_data, not '

@@ -21,6 +21,8 @@ from one_shot_epe import validation
 __all__ = ['Task', 'client_spec', 'count_trainable_parameters']
 
 
+@validation.arguments(client_epochs_per_round=validation.Int(1),
+                      client_batch_size=validation.Int(1))
 def client_spec(
     client_epochs_per_round: int, client_batch_size: int,
     max_examples_per_client: int | None
@@ -51,8 +53,8 @@ def client_spec(
           f'examples; got {max_examples_per_client!r}.')
     max_examples_per_client = int(max_examples_per_client)
   return tff.simulation.baselines.ClientSpec(
-      num_epochs=validation.check_int('client_epochs_per_round', client_epochs_per_round, low=1),
-      batch_size=validation.check_int('client_batch_size', client_batch_size, low=1),
+      num_epochs=client_epochs_per_round,
+      batch_size=client_batch_size,
       max_elements=max_examples_per_client,
   )
 
@@ -143,6 +145,7 @@ class Task:
     """m, the number of real training clients (Section 5.1 sets delta = m^-1.1)."""
     return len(self.train_data.client_ids)
 
+  @validation.arguments(max_examples=validation.Optional(validation.Int(1)))
   def test_dataset(self, max_examples: int | None = None) -> tf.data.Dataset:
     """The centralized, batched test set; its first `max_examples` if given.
 
@@ -160,5 +163,5 @@ class Task:
     test_data = self.baseline.datasets.test_data
     dataset = test_data.create_tf_dataset_from_all_clients(seed=0)
     if max_examples is not None:
-      dataset = dataset.take(validation.check_int('max_examples', max_examples, low=1))
+      dataset = dataset.take(max_examples)
     return self.baseline.datasets.eval_preprocess_fn(dataset)

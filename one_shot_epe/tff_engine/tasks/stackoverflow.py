@@ -35,6 +35,7 @@ SEQUENCE_LENGTH = tff.simulation.baselines.stackoverflow.DEFAULT_SEQUENCE_LENGTH
 NUM_OUT_OF_VOCAB_BUCKETS = 1
 
 
+@validation.arguments('vocab_size')
 def load_client_data(
     data_dir: str | None, vocab_size: int = VOCAB_SIZE
 ) -> tuple[tff.simulation.datasets.ClientData, tff.simulation.datasets.ClientData,
@@ -55,7 +56,6 @@ def load_client_data(
     FileNotFoundError / ValueError: see `tff_cache.verify_sqlite` and
       `tff_cache.read_word_counts`.
   """
-  vocab_size = validation.check_int('vocab_size', vocab_size, low=1)
   cache_dir = tff_cache.verify_sqlite(data_dir, tff_cache.STACKOVERFLOW)
   vocab = tff_cache.read_word_counts(cache_dir, vocab_size)
   with tff_cache.no_download():

@@ -115,6 +115,9 @@ def _emnist_split(sizes: np.ndarray, seed: int,
       _client_ids(len(sizes)), dataset_fn)
 
 
+@validation.arguments('num_clients', 'examples_per_client',
+                      test_examples_per_client=validation.Optional(
+                          validation.Int(1)))
 def emnist(num_clients: int, examples_per_client: int, seed: int = 0,
            test_examples_per_client: int | None = None, sizes: str = 'equal'
            ) -> tuple[tff.simulation.datasets.ClientData,
@@ -137,11 +140,8 @@ def emnist(num_clients: int, examples_per_client: int, seed: int = 0,
   Returns:
     (train, test) federated data.
   """
-  num_clients = validation.check_int('num_clients', num_clients, low=1)
-  examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
   if test_examples_per_client is None:
     test_examples_per_client = max(1, examples_per_client // 8)
-  test_examples_per_client = validation.check_int('test_examples_per_client', test_examples_per_client, low=1)
   return (_emnist_split(client_arrays.client_sizes(
       'emnist', num_clients, examples_per_client, sizes, seed), seed, 'train'),
           _emnist_split(np.full(num_clients, test_examples_per_client), seed,
@@ -199,6 +199,9 @@ def _stackoverflow_split(sizes: np.ndarray, vocab_size: int, seed: int,
       _client_ids(len(sizes)), dataset_fn)
 
 
+@validation.arguments('num_clients', 'examples_per_client', 'vocab_size',
+                      eval_examples_per_client=validation.Optional(
+                          validation.Int(1)))
 def stackoverflow(num_clients: int, examples_per_client: int,
                   vocab_size: int = 10_000, seed: int = 0,
                   eval_examples_per_client: int | None = None,
@@ -227,12 +230,8 @@ def stackoverflow(num_clients: int, examples_per_client: int,
   Returns:
     (train, heldout, test, the vocabulary).
   """
-  num_clients = validation.check_int('num_clients', num_clients, low=1)
-  examples_per_client = validation.check_int('examples_per_client', examples_per_client, low=1)
-  vocab_size = validation.check_int('vocab_size', vocab_size, low=1)
   if eval_examples_per_client is None:
     eval_examples_per_client = max(1, examples_per_client // 8)
-  eval_examples_per_client = validation.check_int('eval_examples_per_client', eval_examples_per_client, low=1)
   train_sizes = client_arrays.client_sizes(
       'stackoverflow', num_clients, examples_per_client, sizes, seed)
   eval_sizes = np.full(num_clients, eval_examples_per_client)
