@@ -132,8 +132,8 @@ import numpy as np
 from experiments import engine
 from experiments import run_outputs
 from experiments import train_config
+from one_shot_epe.design import canary_schedules
 from one_shot_epe.design import canary_spec
-from one_shot_epe.design import participation
 from one_shot_epe.runtime import checkpoint_store
 from one_shot_epe.runtime import command_line
 from one_shot_epe.accounting import mechanisms
@@ -314,7 +314,7 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
     raise train_config.ConfigError(
         f'--num_bands must be in [1, {total_rounds}] (the run\'s rounds); '
         f'got {config.num_bands}.')
-  share = participation.canary_share_warning(
+  share = canary_schedules.canary_share_warning(
       sampler.expected_clients_per_round, cohort)
   if share is not None:
     logging.warning('%s', share)

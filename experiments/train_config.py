@@ -27,6 +27,7 @@ from typing import Any
 from absl import flags
 import numpy as np
 
+from one_shot_epe.design import canary_schedules
 from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import command_line
 from one_shot_epe.data import client_arrays
@@ -629,7 +630,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS
 
 def participation_plan(
     config: TrainConfig, client_ids: Sequence[str]
-) -> tuple[participation.ClientSampler, int, participation.CanarySchedule
+) -> tuple[participation.ClientSampler, int, canary_schedules.CanarySchedule
            | None, float]:
   """Who takes part in each round, for either engine.
 

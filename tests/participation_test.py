@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from one_shot_epe.design import canary_schedules
 from one_shot_epe.design import participation as pt
 
 ALPHA = 0.001
@@ -171,9 +172,9 @@ def test_canary_stream_independent_of_real_stream_with_same_seed(index):
 
 
 def test_periodic_canaries_depend_on_seed_only():
-  a = pt.periodic_canary_schedule(30, 20, 4, seed=2).as_round_lists()
-  assert pt.periodic_canary_schedule(30, 20, 4, seed=2).as_round_lists() == a
-  assert pt.periodic_canary_schedule(30, 20, 4, seed=3).as_round_lists() != a
+  a = canary_schedules.periodic_canary_schedule(30, 20, 4, seed=2).as_round_lists()
+  assert canary_schedules.periodic_canary_schedule(30, 20, 4, seed=2).as_round_lists() == a
+  assert canary_schedules.periodic_canary_schedule(30, 20, 4, seed=3).as_round_lists() != a
 
 
 # ------------------------------------------------------- canary schedules
@@ -189,19 +190,19 @@ def test_periodic_canaries_depend_on_seed_only():
     (4, 11, 2),
 ])
 def test_periodic_canaries_once_per_period(k, num_rounds, r):
-  schedule = pt.periodic_canary_schedule(k, num_rounds, r, seed=1)
+  schedule = canary_schedules.periodic_canary_schedule(k, num_rounds, r, seed=1)
   assert schedule.num_rounds == num_rounds
   assert np.array_equal(schedule.appearance_counts(), np.full(k, r))
   starts = _boundaries(num_rounds, r)
-  assert list(pt.period_lengths(num_rounds, r)) == list(np.diff(starts))
+  assert list(canary_schedules.period_lengths(num_rounds, r)) == list(np.diff(starts))
   _assert_once_per_period(schedule, starts)
   assert schedule.round_counts().sum() == k * r
 
 
 def test_period_lengths_put_longer_periods_first():
-  assert list(pt.period_lengths(10, 4)) == [3, 3, 2, 2]
-  assert list(pt.period_lengths(16, 4)) == [4, 4, 4, 4]
-  assert list(pt.period_lengths(5, 5)) == [1] * 5
+  assert list(canary_schedules.period_lengths(10, 4)) == [3, 3, 2, 2]
+  assert list(canary_schedules.period_lengths(16, 4)) == [4, 4, 4, 4]
+  assert list(canary_schedules.period_lengths(5, 5)) == [1] * 5
 
 
 def test_periodic_canary_round_is_uniform_within_period():
@@ -210,7 +211,7 @@ def test_periodic_canary_round_is_uniform_within_period():
   num_seeds = 2000
   rounds = [
       next(t for t, ids in enumerate(
-          pt.periodic_canary_schedule(3, 10, 1, seed).rounds) if 0 in ids)
+          canary_schedules.periodic_canary_schedule(3, 10, 1, seed).rounds) if 0 in ids)
       for seed in range(num_seeds)
   ]
   observed = np.bincount(rounds, minlength=10)
@@ -222,7 +223,7 @@ def test_periodic_canary_round_is_uniform_within_period():
        seed=st.integers(0, 2**32))
 def test_periodic_canaries_property(k, num_rounds, data, seed):
   r = data.draw(st.integers(1, num_rounds), label='r')
-  schedule = pt.periodic_canary_schedule(k, num_rounds, r, seed)
+  schedule = canary_schedules.periodic_canary_schedule(k, num_rounds, r, seed)
   assert schedule.num_rounds == num_rounds
   assert np.array_equal(schedule.appearance_counts(), np.full(k, r))
   _assert_once_per_period(schedule, _boundaries(num_rounds, r))
@@ -230,7 +231,7 @@ def test_periodic_canaries_property(k, num_rounds, data, seed):
 
 @pytest.mark.parametrize('k,num_rounds,r', [(5, 10, 2), (1, 1, 1), (8, 9, 9)])
 def test_last_rounds_uncapped_uses_exactly_last_r_rounds(k, num_rounds, r):
-  schedule = pt.last_rounds_canary_schedule(k, num_rounds, r)
+  schedule = canary_schedules.last_rounds_canary_schedule(k, num_rounds, r)
   used = {t for t in range(num_rounds) if schedule.canaries(t).size}
   assert used == set(range(num_rounds - r, num_rounds))
   for t in used:
@@ -246,7 +247,7 @@ def test_last_rounds_uncapped_uses_exactly_last_r_rounds(k, num_rounds, r):
 ])
 def test_last_rounds_capped_uses_fewest_final_rounds(k, num_rounds, r, cap,
                                                       used_rounds):
-  schedule = pt.last_rounds_canary_schedule(k, num_rounds, r, cap)
+  schedule = canary_schedules.last_rounds_canary_schedule(k, num_rounds, r, cap)
   used = {t for t in range(num_rounds) if schedule.canaries(t).size}
   assert used == set(range(num_rounds - used_rounds, num_rounds))
   assert np.array_equal(schedule.appearance_counts(), np.full(k, r))
@@ -260,7 +261,7 @@ def test_last_rounds_capped_uses_fewest_final_rounds(k, num_rounds, r, cap,
 def test_last_rounds_property(k, r, cap, slack):
   fewest = max(r, -(-k * r // cap))  # Lower bound: r rounds, <= cap per round.
   num_rounds = fewest + slack
-  schedule = pt.last_rounds_canary_schedule(k, num_rounds, r, cap)
+  schedule = canary_schedules.last_rounds_canary_schedule(k, num_rounds, r, cap)
   used = {t for t in range(num_rounds) if schedule.canaries(t).size}
   assert used == set(range(slack, num_rounds))
   assert np.array_equal(schedule.appearance_counts(), np.full(k, r))
@@ -278,7 +279,7 @@ def test_shuffled_epochs_canaries_once_per_epoch_and_truncated():
 
 
 def test_as_round_lists_is_plain_python_ints():
-  schedule = pt.periodic_canary_schedule(4, 6, 2, seed=0)
+  schedule = canary_schedules.periodic_canary_schedule(4, 6, 2, seed=0)
   lists = schedule.as_round_lists()
   assert len(lists) == 6
   assert all(type(i) is int for ids in lists for i in ids)
@@ -287,7 +288,7 @@ def test_as_round_lists_is_plain_python_ints():
 
 
 def test_custom_schedule_counts():
-  schedule = pt.CanarySchedule(3, ([0, 2], [], [2]))
+  schedule = canary_schedules.CanarySchedule(3, ([0, 2], [], [2]))
   assert schedule.appearance_counts().tolist() == [1, 0, 2]
   assert schedule.round_counts().tolist() == [2, 0, 1]
   with pytest.raises(ValueError):
@@ -460,21 +461,21 @@ def _selection_fn_call(round_num):
     (lambda: pt.PoissonSampling(10, -1.0, 0),
      r'expected_clients_per_round must be a number in \(0, num_clients=10\]'),
     (lambda: pt.PoissonSampling(10, 10.5, 0), r'expected_clients_per_round'),
-    (lambda: pt.periodic_canary_schedule(0, 10, 1, 0),
+    (lambda: canary_schedules.periodic_canary_schedule(0, 10, 1, 0),
      r'num_canaries must be >= 1'),
-    (lambda: pt.periodic_canary_schedule(5, 0, 1, 0),
+    (lambda: canary_schedules.periodic_canary_schedule(5, 0, 1, 0),
      r'num_rounds must be >= 1'),
-    (lambda: pt.periodic_canary_schedule(5, 10, 0, 0),
+    (lambda: canary_schedules.periodic_canary_schedule(5, 10, 0, 0),
      r'repetitions must be in \[1, 10\]'),
-    (lambda: pt.periodic_canary_schedule(5, 10, 11, 0),
+    (lambda: canary_schedules.periodic_canary_schedule(5, 10, 11, 0),
      r'repetitions must be in \[1, 10\]'),
-    (lambda: pt.periodic_canary_schedule(5, 10, 2, -2),
+    (lambda: canary_schedules.periodic_canary_schedule(5, 10, 2, -2),
      r'seed must be >= 0'),
-    (lambda: pt.last_rounds_canary_schedule(5, 10, 11),
+    (lambda: canary_schedules.last_rounds_canary_schedule(5, 10, 11),
      r'repetitions must be in \[1, 10\]'),
-    (lambda: pt.last_rounds_canary_schedule(5, 10, 2, 0),
+    (lambda: canary_schedules.last_rounds_canary_schedule(5, 10, 2, 0),
      r'max_canaries_per_round must be >= 1'),
-    (lambda: pt.last_rounds_canary_schedule(10, 5, 2, 3),
+    (lambda: canary_schedules.last_rounds_canary_schedule(10, 5, 2, 3),
      r'max_canaries_per_round=3 needs 7 rounds .* at least 4'),
     (lambda: pt.ShuffledEpochs(5, 2, 0).canary_schedule(0, 5, 0),
      r'num_canaries must be >= 1'),
@@ -482,16 +483,16 @@ def _selection_fn_call(round_num):
      r'num_rounds must be >= 1'),
     (lambda: pt.PoissonSampling(5, 2, 0).canary_schedule(3, 4, -1),
      r'seed must be >= 0'),
-    (lambda: pt.CanarySchedule(3, ([0, 3],)),
+    (lambda: canary_schedules.CanarySchedule(3, ([0, 3],)),
      r'rounds\[0\] must hold sorted distinct canary ids in \[0, 2\]'),
-    (lambda: pt.CanarySchedule(3, ([], [1, 1])),
+    (lambda: canary_schedules.CanarySchedule(3, ([], [1, 1])),
      r'rounds\[1\] must hold sorted distinct'),
-    (lambda: pt.CanarySchedule(3, ([0.5],)),
+    (lambda: canary_schedules.CanarySchedule(3, ([0.5],)),
      r'rounds\[0\] must hold sorted distinct'),
-    (lambda: pt.CanarySchedule(3, ([[0, 1]],)),
+    (lambda: canary_schedules.CanarySchedule(3, ([[0, 1]],)),
      r'rounds\[0\] must hold sorted distinct'),
-    (lambda: pt.CanarySchedule(3, ()), r'rounds must cover at least one round'),
-    (lambda: pt.CanarySchedule(3, ([0],)).canaries(1),
+    (lambda: canary_schedules.CanarySchedule(3, ()), r'rounds must cover at least one round'),
+    (lambda: canary_schedules.CanarySchedule(3, ([0],)).canaries(1),
      r'round_index must be in \[0, 0\]'),
     (lambda: pt.make_training_selection_fn(pt.ShuffledEpochs(5, 2, 0), str),
      r'sampler must be built from client ids'),
@@ -530,11 +531,11 @@ def test_canary_plan_cohort_counts_canaries_as_clients(sampler):
 
 def test_canaries_as_a_large_share_of_each_round_are_warned_about():
   # 1,000 canaries over 10 rounds beside 100 clients: half of each round.
-  cohort = pt.expected_cohort(100, 1000, 1, 10)
+  cohort = canary_schedules.expected_cohort(100, 1000, 1, 10)
   assert cohort == 200
-  line = pt.canary_share_warning(100, cohort)
+  line = canary_schedules.canary_share_warning(100, cohort)
   assert line.startswith('100 of the 200 expected participants per round '
                          '(50%) are canaries')
   # The demo's 50 canaries over 20 rounds beside 40 clients: 6%.
-  demo = pt.expected_cohort(40, 50, 1, 20)
-  assert pt.canary_share_warning(40, demo) is None
+  demo = canary_schedules.expected_cohort(40, 50, 1, 20)
+  assert canary_schedules.canary_share_warning(40, demo) is None

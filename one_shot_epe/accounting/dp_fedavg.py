@@ -440,7 +440,7 @@ def last_iterate_epsilon(noise_multiplier: float, delta: float, rounds: int,
     delta: The delta of the eps, in (0, 1).
     rounds: T, the rounds summed into the final model.
     presentations: How many times each seen canary was presented (the run's
-      schedule, `participation.CanarySchedule.appearance_counts()`); their
+      schedule, `canary_schedules.CanarySchedule.appearance_counts()`); their
       empirical law is the mixture's K.
 
   Returns:

@@ -24,7 +24,7 @@ The seen canaries c_j (`one_shot_epe.tff_engine.canaries`, identical to those of
 pipeline for the same seed and d) are inserted by `canary_insertion`
 (`canary_schedule`):
   'once' (default): every seen canary exactly once in the whole run, at a
-    uniformly random round (`participation.periodic_canary_schedule` with one
+    uniformly random round (`canary_schedules.periodic_canary_schedule` with one
     period; per-round counts differ by at most one). Each canary is then one
     unamplified Gaussian release, the mechanism of the paper's "analytical
     eps" of Sec. 5.4 (34.5).
@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from one_shot_epe.design import canary_schedules
 from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import cosine_tracking
@@ -189,10 +190,10 @@ def _sampler(sampling: str, num_clients: int, batch_size: int,
 
 @validation.arguments('num_clients')
 def canary_schedule(config: TrainingConfig, num_clients: int,
-                    seed: int) -> participation.CanarySchedule:
+                    seed: int) -> canary_schedules.CanarySchedule:
   """The rounds at which each seen canary is inserted (`canary_insertion`).
 
-  'once' is `participation.periodic_canary_schedule(k, T, 1, seed)`;
+  'once' is `canary_schedules.periodic_canary_schedule(k, T, 1, seed)`;
   'poisson' and 'shuffle' are the canary schedules of the same-named client
   samplers at the clients' rate q = B / N (module docstring). A pure function
   of (config, num_clients, seed).
@@ -219,7 +220,7 @@ def canary_schedule(config: TrainingConfig, num_clients: int,
                      f'; got {num_clients}.')
   num_rounds = config.num_rounds(num_clients)
   if config.canary_insertion == 'once':
-    return participation.periodic_canary_schedule(config.num_seen, num_rounds,
+    return canary_schedules.periodic_canary_schedule(config.num_seen, num_rounds,
                                                   1, seed)
   return _sampler(config.canary_insertion, num_clients, config.batch_size,
                   seed).canary_schedule(config.num_seen, num_rounds, seed)

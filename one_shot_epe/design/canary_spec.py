@@ -188,7 +188,7 @@ class CanarySpec:
     num_seen: k >= 1 seen canaries (ids 0..k-1).
     num_unseen: m >= 0 unseen canaries (ids UNSEEN_ID_OFFSET + 0..m-1).
     schedule: Entry t lists the distinct seen ids inserted in 0-based round t
-      (e.g. `participation.CanarySchedule.rounds`); rounds past its end insert
+      (e.g. `canary_schedules.CanarySchedule.rounds`); rounds past its end insert
       none. Empty for a tracker that inserts nothing.
     canary_clip: 'project' or 'clip' (see CANARY_CLIPS above).
     repetitions: r >= 1, the presentations of each seen canary that the

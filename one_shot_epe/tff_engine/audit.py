@@ -56,8 +56,8 @@ import tensorflow_federated as tff
 from one_shot_epe import validation
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
+from one_shot_epe.design import canary_schedules
 from one_shot_epe.design import canary_spec
-from one_shot_epe.design import participation as participation_lib
 from one_shot_epe.reporting import run_report
 from one_shot_epe.runtime import round_record
 from one_shot_epe.tff_engine import audit_state_manager
@@ -80,7 +80,7 @@ def _plan(*, num_canaries: int, rounds: int, clients_per_round: float,
   """
   repetitions = 1 if repetitions is None else repetitions
   canary_seed = 0 if canary_seed is None else canary_seed
-  schedule = participation_lib.periodic_canary_schedule(
+  schedule = canary_schedules.periodic_canary_schedule(
       num_canaries, rounds, repetitions, canary_seed)
   spec = canary_spec.CanarySpec(
       seed=canary_seed, num_seen=num_canaries,
@@ -89,7 +89,7 @@ def _plan(*, num_canaries: int, rounds: int, clients_per_round: float,
       schedule=schedule.as_round_lists(),
       canary_clip='project' if canary_clip is None else canary_clip,
       repetitions=repetitions)
-  return spec, participation_lib.expected_cohort(
+  return spec, canary_schedules.expected_cohort(
       clients_per_round, num_canaries, repetitions, rounds)
 
 
@@ -185,7 +185,7 @@ class CanaryAudit:
         raise TypeError('mechanism goes with spec and dp; otherwise the '
                         'factory method called chooses it.')
       spec, expected_cohort = _plan(**plan)
-      share = participation_lib.canary_share_warning(clients_per_round,
+      share = canary_schedules.canary_share_warning(clients_per_round,
                                                      expected_cohort)
       if share is not None:
         warnings.warn(share, stacklevel=2)
