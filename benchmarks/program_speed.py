@@ -33,6 +33,7 @@ from absl import flags
 from experiments import grid
 from experiments import train
 from experiments import train_config
+from experiments import train_flags
 from one_shot_epe.jax_engine import round_engine
 
 _CONFIG = flags.DEFINE_string('config', 'configs/demo.cfg', 'Flagfile of the '
@@ -61,10 +62,10 @@ def run_configs(config_path: str, scale: float, runs: int,
     The runs' configs.
   """
   values = flags.FlagValues()
-  train_config.define_flags(values)
+  train_flags.define_flags(values)
   values(['program_speed', f'--flagfile={config_path}'])
   base = grid.scale_config(dataclasses.replace(
-      train_config.config_from_flags(values), backend='jax',
+      train_flags.config_from_flags(values), backend='jax',
       progress_bar=False), scale)
   noises = [float(z) for z in grid.parse_grid(config_path).get(
       'noise_multiplier', [base.noise_multiplier])]

@@ -163,7 +163,7 @@ def run_jax(run: LauncherRun, cost_round: int = 1) -> JaxRun:
   from absl import flags
   from experiments import backend_jax
   from experiments import train
-  from experiments import train_config
+  from experiments import train_flags
   from one_shot_epe.runtime import round_record
   from one_shot_epe.runtime import run_directory
   from one_shot_epe.jax_engine import data
@@ -185,9 +185,9 @@ def run_jax(run: LauncherRun, cost_round: int = 1) -> JaxRun:
 
   with tempfile.TemporaryDirectory() as root:
     values = flags.FlagValues()
-    train_config.define_flags(values)
+    train_flags.define_flags(values)
     values(['train', '--backend=jax', *run.flags(root)])
-    prepared = train.prepare(train_config.config_from_flags(values))
+    prepared = train.prepare(train_flags.config_from_flags(values))
     stats = run_stats.RunStats()
     rounds = RoundSeconds()
     backend_jax.train(prepared, backend_jax.checkpoints(os.path.join(

@@ -116,6 +116,7 @@ from experiments import run_outputs
 from experiments import table5
 from experiments import train
 from experiments import train_config
+from experiments import train_flags
 from one_shot_epe.runtime import atomic_io
 from one_shot_epe.runtime import command_line
 from one_shot_epe.tff_engine import quiet
@@ -225,7 +226,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                        'runs) as one program with a run axis, each in its own '
                        'run directory (experiments.grid.programs).',
                        flag_values=flag_values)
-  train_config.define_flags(flag_values)
+  train_flags.define_flags(flag_values)
 
 
 def _grid_values(grid_lines: Mapping[str, list[str]],
@@ -278,12 +279,12 @@ def config_and_grid(
                                    f'{list(grid.GRID_FLAGS)}; got '
                                    f'{sorted(unknown)}.')
   from_file = flags.FlagValues()
-  train_config.define_flags(from_file)
+  train_flags.define_flags(from_file)
   try:
     from_file(['reproduce', f'--flagfile={config_path}'])
   except flags.Error as error:
     raise train_config.ConfigError(f'--config: {error}') from None
-  base = train_config.config_from_flags(from_file)
+  base = train_flags.config_from_flags(from_file)
   overrides = {field.name: flag_values[field.name].value
                for field in dataclasses.fields(train_config.TrainConfig)
                if flag_values[field.name].present}

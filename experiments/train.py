@@ -65,7 +65,7 @@ write are removed, everything written before is intact, and rerunning the
 same command resumes from the last checkpoint.
 
 The flags are defined only when this module runs as a program (or by
-`train_config.define_flags`), so the launcher is also a library:
+`train_flags.define_flags`), so the launcher is also a library:
 
   run_training(TrainConfig(...)) -> RunResult   train or resume, write outputs
   prepare(TrainConfig(...)) -> PreparedRun      validate only, write nothing
@@ -102,14 +102,14 @@ if __name__ == '__main__':
   # network isolation mode's checks (exit 2) and a quiet TensorFlow import.
   from one_shot_epe.runtime import command_line as _cli
   if _cli.requested_backend(sys.argv) == 'jax':
-    from experiments import train_config as _train_config
-    _train_config.check_flags_or_exit(sys.argv)
+    from experiments import train_flags as _train_flags
+    _train_flags.check_flags_or_exit(sys.argv)
   else:
     from one_shot_epe.tff_engine import isolation
     from one_shot_epe.tff_engine import quiet
     isolation.check_program(sys.argv)
-    from experiments import train_config as _train_config
-    _train_config.check_flags_or_exit(sys.argv)
+    from experiments import train_flags as _train_flags
+    _train_flags.check_flags_or_exit(sys.argv)
     try:
       quiet.quiet_startup(sys.argv, import_tensorflow=True)
     except ImportError as _error:
@@ -132,6 +132,7 @@ import numpy as np
 from experiments import engine
 from experiments import run_outputs
 from experiments import train_config
+from experiments import train_flags
 from one_shot_epe.design import canary_schedules
 from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import checkpoint_store
@@ -497,7 +498,7 @@ def main(argv: Sequence[str]) -> None:
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # TFF logs every round at INFO.
   try:
-    result = run_training(train_config.config_from_flags())
+    result = run_training(train_flags.config_from_flags())
   except REPORTED_ERRORS as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)
@@ -512,5 +513,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  flags.adopt_module_key_flags(train_config)  # Listed by --helpshort.
+  flags.adopt_module_key_flags(train_flags)  # Listed by --helpshort.
   app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -23,6 +23,7 @@ import pytest
 from experiments import grid as grid_lib
 from experiments import reproduce
 from experiments import train_config
+from experiments import train_flags
 from one_shot_epe.stats import estimation
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.reporting import run_report
@@ -387,9 +388,9 @@ def test_a_scaled_paper_run_is_never_longer_than_the_full_one(config_name,
   # The rounds as the launcher counts them (participation_plan) for the
   # real data's number of clients, full and scaled.
   flag_values = flags.FlagValues()
-  train_config.define_flags(flag_values)
+  train_flags.define_flags(flag_values)
   flag_values(['x', f'--flagfile={os.path.join(_REPO, "configs", config_name)}'])
-  full = train_config.config_from_flags(flag_values)
+  full = train_flags.config_from_flags(flag_values)
   ids = [str(i) for i in range(clients)]
   _, full_rounds, _, _ = train_config.participation_plan(full, ids)
   _, rounds, _, _ = train_config.participation_plan(

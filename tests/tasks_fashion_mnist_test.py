@@ -20,6 +20,7 @@ import tensorflow as tf
 from experiments import grid
 from experiments import train
 from experiments import train_config
+from experiments import train_flags
 from one_shot_epe.data import client_arrays
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import tasks
@@ -249,9 +250,9 @@ def test_real_test_set_is_all_10000_file_images_in_order():
 @_needs_data
 def test_demo_config_is_valid_real_and_light_on_canaries():
   flag_values = train_config.flags.FlagValues()
-  train_config.define_flags(flag_values)
+  train_flags.define_flags(flag_values)
   flag_values(['train', f'--flagfile={_DEMO_CONFIG}'])
-  config = train_config.config_from_flags(flag_values).validate()
+  config = train_flags.config_from_flags(flag_values).validate()
   assert (config.task, config.data_dir, config.use_synthetic_data) == (
       'fashion_mnist', _DATA_DIR, False)
   assert config.num_unseen_canaries == config.num_canaries >= 50
@@ -296,7 +297,7 @@ def test_demo_pipeline_prints_the_same_digits_twice_on_one_machine(tmp_path):
   reports = []
   for name in ('first', 'second'):
     flag_values = train_config.flags.FlagValues()
-    train_config.define_flags(flag_values)
+    train_flags.define_flags(flag_values)
     flag_values(['train', f'--flagfile={_DEMO_CONFIG}',
                  '--noise_multiplier=0.2207', '--total_rounds=2',
                  '--clients_per_round=3', '--num_canaries=4',
@@ -304,7 +305,7 @@ def test_demo_pipeline_prints_the_same_digits_twice_on_one_machine(tmp_path):
                  '--rounds_per_checkpoint=2', '--max_eval_examples=64',
                  f'--root_output_dir={tmp_path / name}'])
     result = train.run_training(
-        train_config.config_from_flags(flag_values).validate())
+        train_flags.config_from_flags(flag_values).validate())
     with open(os.path.join(result.run_dir,
                            run_directory.REPORT_JSON_FILE)) as stream:
       reports.append((json.load(stream), result.accuracy))

@@ -18,6 +18,7 @@ import tensorflow as tf
 from experiments import grid
 from experiments import train
 from experiments import train_config
+from experiments import train_flags
 from one_shot_epe.design import canary_spec
 import programs
 import tiny_run
@@ -163,10 +164,10 @@ def test_reference_code_conventions_parse_from_flags():
 
 def _parse_flagfile(name: str, *extra: str) -> train_config.TrainConfig:
   flag_values = flags.FlagValues()
-  train_config.define_flags(flag_values)
+  train_flags.define_flags(flag_values)
   flag_values(['train', f'--flagfile={os.path.join(_REPO, "configs", name)}',
                *extra])
-  return train_config.config_from_flags(flag_values).validate()
+  return train_flags.config_from_flags(flag_values).validate()
 
 
 def _grid(name: str) -> dict[str, list[str]]:

@@ -49,7 +49,7 @@ _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
 _PAUSING_LAUNCHER = r'''
 import os, sys, time
 from absl import app
-from experiments import train, train_config
+from experiments import train, train_config, train_flags
 from one_shot_epe.runtime import command_line
 from one_shot_epe.runtime import run_lock
 
@@ -63,7 +63,7 @@ def acquire(directory):
   return lock
 
 run_lock.acquire = acquire
-train_config.define_flags()
+train_flags.define_flags()
 app.run(train.main, flags_parser=command_line.parse_flags_or_exit)
 '''
 

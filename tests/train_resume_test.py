@@ -51,7 +51,7 @@ _CRASHING_LAUNCHER = r'''
 import glob, os, signal, sys
 import tensorflow as tf
 from absl import app
-from experiments import train, train_config
+from experiments import train, train_config, train_flags
 from one_shot_epe.runtime import atomic_io
 from one_shot_epe.runtime import command_line
 from one_shot_epe.runtime import run_directory
@@ -76,7 +76,7 @@ elif mode == 'report':
       die()
     real_replace(source, target)
   atomic_io.os.replace = replace
-train_config.define_flags()
+train_flags.define_flags()
 app.run(train.main, flags_parser=command_line.parse_flags_or_exit)
 '''
 
