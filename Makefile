@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup data demo test test-jax test-install device-wheels device-check device-check-cpu bench table2 table2-quick canife clean bazel-build bazel-test
+.PHONY: setup data demo test test-jax test-flower test-install device-wheels device-check device-check-cpu bench table2 table2-quick canife clean bazel-build bazel-test
 
 # The demo: DP-FedAvg with canaries on real images, Fashion-MNIST split into
 # non-IID clients (configs/demo_fashion_mnist.cfg), at the three noise
@@ -102,18 +102,44 @@ $(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py pyproject.toml
 test-jax: $(JAX_STAMP)
 	$(JAX_PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(JAX_TESTS)
 
+# The Flower engine's environment (one_shot_epe/flower_engine, docs/flower.md):
+# Python 3.12 with the [flower] extra (flwr 1.42 and Ray, its simulation
+# runtime; no TensorFlow, no JAX), pytest and psutil (tests/conftest.py),
+# resolved under the pins of requirements-flower.txt, the project installed
+# editable; its tests (tests/flower_engine_*_test.py, skipped where flwr is
+# absent) and the layers' import check, Flower's layer included.
+FLOWER_VENV ?= .venv-flower
+FLOWER_PY := $(FLOWER_VENV)/bin/python
+FLOWER_STAMP := $(FLOWER_VENV)/.installed
+FLOWER_TESTS = $(wildcard tests/flower_engine_*_test.py) tests/one_shot_epe_test.py
+
+$(FLOWER_STAMP): requirements-flower.txt pyproject.toml
+	@test -n "$(JAX_PYTHON)" || { echo 'make test-flower needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }
+	test -x $(FLOWER_PY) || $(JAX_PYTHON) -m venv $(FLOWER_VENV)
+	$(FLOWER_PY) -m pip install --quiet --disable-pip-version-check -c requirements-flower.txt -e '.[flower]' pytest psutil
+	$(FLOWER_PY) -m pip check
+	touch $(FLOWER_STAMP)
+
+test-flower: $(FLOWER_STAMP)
+	$(FLOWER_PY) -m pytest -q $(FLOWER_TESTS)
+
 # The package as users install it: pip resolves `.[jax]` from the package
 # index in a fresh Python 3.12 venv (with requirements-jax.txt as constraints)
 # and a fresh 3.13 venv (unconstrained), and the core alone (`pip install .`)
-# in a fresh $(PYTHON) venv; then the installed console scripts run
-# (scripts/test_install.py; 65-95 s on 2 cores, downloads included). [tff] is not
+# in a fresh $(PYTHON) venv, and `.[flower]` in fresh 3.12 (with
+# requirements-flower.txt), 3.13 and $(PYTHON) venvs (flwr and Ray: about 4.5
+# min per venv on a loaded 2-core machine, downloads included); then the
+# installed console scripts and a 2-round audited Flower run
+# (scripts/test_install.py; 65-95 s on 2 cores without [flower]). [tff] is not
 # among them: it cannot be resolved (pyproject.toml), `make setup` installs it.
 INSTALL_PYTHON313 ?= $(call find_python,3.13)
 
 test-install:
 	@test -n "$(JAX_PYTHON)" -a -n "$(INSTALL_PYTHON313)" || { echo 'make test-install needs Python 3.12 and 3.13: put python3.12 and python3.13 on PATH or set JAX_PYTHON and INSTALL_PYTHON313' >&2; exit 2; }
 	$(PYTHON) scripts/test_install.py --jax=$(JAX_PYTHON),requirements-jax.txt \
-	  --jax=$(INSTALL_PYTHON313) --core=$(PYTHON)
+	  --jax=$(INSTALL_PYTHON313) --core=$(PYTHON) \
+	  --flower=$(JAX_PYTHON),requirements-flower.txt --flower=$(INSTALL_PYTHON313) \
+	  --flower=$(PYTHON)
 
 # A lent accelerator machine (Python 3.12, jax with CUDA, no TensorFlow, no
 # network; docs/accelerators.md): `make device-wheels` here downloads the
@@ -172,4 +198,4 @@ bazel-test: $(STAMP) bazel-build
 	$(BAZEL) test //tests:fast
 
 clean:
-	rm -rf $(VENV) $(JAX_VENV) $(DEVICE_ENV) $(DEVICE_WHEELS) .pytest_cache output
+	rm -rf $(VENV) $(JAX_VENV) $(FLOWER_VENV) $(DEVICE_ENV) $(DEVICE_WHEELS) .pytest_cache output

@@ -38,7 +38,6 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from one_shot_epe import validation
 from one_shot_epe.design import canary_spec
 
 __all__ = ['RNG_ALGORITHM', 'canary', 'canary_structure', 'cosines',
@@ -66,7 +65,6 @@ def default_chunk_size(dim: int) -> int:
   return max(1, min(_MAX_DEFAULT_CHUNK, _DEFAULT_CHUNK_BYTES // (4 * dim)))
 
 
-@validation.arguments(canary_seed=canary_spec.SEED)
 def gaussian(canary_seed: int, canary_id: Any, dim: int) -> tf.Tensor:
   """u_j ~ N(0, I_d): canary `canary_id` before normalisation, float32 [dim].
 
@@ -79,9 +77,9 @@ def gaussian(canary_seed: int, canary_id: Any, dim: int) -> tf.Tensor:
     float32 [dim] tensor.
 
   Raises:
-    ValueError: if `canary_seed` is out of range (`canary_spec.SEED`).
+    ValueError: if `canary_seed` is out of range (`canary_spec.check_seed`).
   """
-  return _gaussian(canary_seed, canary_id, dim)
+  return _gaussian(canary_spec.check_seed(canary_seed), canary_id, dim)
 
 
 def _gaussian(canary_seed: int, canary_id: Any, dim: int) -> tf.Tensor:
@@ -112,7 +110,6 @@ def canary(canary_seed: int, canary_id: Any, dim: int) -> tf.Tensor:
   return direction / tf.norm(direction)
 
 
-@validation.arguments(canary_seed=canary_spec.SEED)
 def gaussians(canary_seed: int, canary_ids: Any,
               dim: int) -> tuple[tf.Tensor, tf.Tensor]:
   """Rows u_j for the int64 vector `canary_ids`, and their norms ||u_j||.
@@ -129,9 +126,9 @@ def gaussians(canary_seed: int, canary_ids: Any,
     float32 [len(canary_ids), dim] rows and float32 [len(canary_ids)] norms.
 
   Raises:
-    ValueError: if `canary_seed` is out of range (`canary_spec.SEED`).
+    ValueError: if `canary_seed` is out of range (`canary_spec.check_seed`).
   """
-  return _gaussians(canary_seed, canary_ids, dim)
+  return _gaussians(canary_spec.check_seed(canary_seed), canary_ids, dim)
 
 
 def _gaussians(canary_seed: int, canary_ids: Any,
@@ -160,7 +157,6 @@ def _row_norms(matrix: tf.Tensor) -> tf.Tensor:
   return norms.stack()
 
 
-@validation.arguments(canary_seed=canary_spec.SEED)
 def cosines(canary_seed: int, canary_ids: Sequence[int] | np.ndarray,
             vectors: tf.Tensor, chunk_size: int) -> tf.Tensor:
   """cos(c_j, v_b) for every canary id j and every row v_b of `vectors`.
@@ -180,8 +176,9 @@ def cosines(canary_seed: int, canary_ids: Sequence[int] | np.ndarray,
     float32 [n, B] cosines.
 
   Raises:
-    ValueError: if `canary_seed` is out of range (`canary_spec.SEED`).
+    ValueError: if `canary_seed` is out of range (`canary_spec.check_seed`).
   """
+  canary_seed = canary_spec.check_seed(canary_seed)
   canary_ids = np.asarray(canary_ids, np.int64).reshape(-1)
   vectors = tf.convert_to_tensor(vectors, tf.float32)
   dim = vectors.shape[1]

@@ -1,0 +1,326 @@
+"""Flower's strategies with canaries: where the canaries enter the round.
+
+`CanaryAudit.wrap` (`audit`) nests a Flower strategy as: `AuditedStrategy`
+(seeds each round, observes the released aggregate, checkpoints) around the
+user's server-side DP wrapper, around `CanaryStrategy` (FedAvg with the
+round's canary replies added, inside the noise), around the user's FedAvg.
+`check_strategy` refuses, by name, what cannot be audited soundly.
+"""
+
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from flwr.app import (Array, ArrayRecord, ConfigRecord, Message, MessageType,
+                      MetricRecord, RecordDict)
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import (
+    DifferentialPrivacyClientSideAdaptiveClipping,
+    DifferentialPrivacyClientSideFixedClipping,
+    DifferentialPrivacyServerSideAdaptiveClipping,
+    DifferentialPrivacyServerSideFixedClipping, FedAvg, Result, Strategy)
+
+if TYPE_CHECKING:  # The audit imports this module.
+  from one_shot_epe.flower_engine import audit  # pylint: disable=g-bad-import-order
+
+__all__ = ['AuditRefused', 'AuditedStrategy', 'CanaryStrategy', 'check_strategy',
+           'flat']
+
+_SERVER_SIDE = (DifferentialPrivacyServerSideFixedClipping,
+                DifferentialPrivacyServerSideAdaptiveClipping)
+_CLIENT_SIDE = (DifferentialPrivacyClientSideFixedClipping,
+                DifferentialPrivacyClientSideAdaptiveClipping)
+
+
+class AuditRefused(ValueError):
+  """A strategy the audit cannot audit soundly; the message names it."""
+
+
+def flat(arrays: ArrayRecord) -> np.ndarray:
+  """The arrays of `arrays`, in order, as one float64 vector."""
+  return np.concatenate([np.asarray(a, np.float64).ravel()
+                         for a in arrays.to_numpy_ndarrays()])
+
+
+def check_strategy(strategy: object) -> Strategy:
+  """The server-side DP wrapper around FedAvg, or AuditRefused naming why."""
+  name = type(strategy).__name__
+  if isinstance(strategy, _CLIENT_SIDE):
+    raise AuditRefused(
+        f'{name}: client-side clipping happens on the clients (Flower\'s '
+        'fixedclipping_mod/adaptiveclipping_mod), where a canary could not be '
+        'clipped like a client\'s update; use the server-side wrapper '
+        '(DifferentialPrivacyServerSideFixedClipping or '
+        'DifferentialPrivacyServerSideAdaptiveClipping).')
+  if not isinstance(strategy, _SERVER_SIDE):
+    raise AuditRefused(
+        f'{name}: the audit needs Flower\'s server-side DP wrapper '
+        '(DifferentialPrivacyServerSideFixedClipping or '
+        'DifferentialPrivacyServerSideAdaptiveClipping) around FedAvg; a '
+        'strategy without DP noise has nothing to audit.')
+  inner = strategy.strategy
+  if isinstance(inner, CanaryStrategy):
+    raise AuditRefused(f'{name} already holds the canaries of an audit.')
+  if not isinstance(inner, FedAvg) or (
+      type(inner).aggregate_train is not FedAvg.aggregate_train):
+    raise AuditRefused(
+        f'{name} wraps {type(inner).__name__}, whose aggregate_train is not '
+        'FedAvg\'s mean: the wrapper\'s noise is scaled to the mean of the '
+        'clipped updates, which a server optimizer (FedAvgM, FedAdam, ...) '
+        'or a robust aggregate (FedMedian, Krum, ...) moves; wrap FedAvg '
+        '(FedProx too: its aggregation is FedAvg\'s) and apply a server '
+        'optimizer to the noised model instead.')
+  if getattr(strategy, 'accountant', None) is not None:
+    raise AuditRefused(
+        f'{name} has Flower\'s privacy accountant: the audit accounts the '
+        'run itself (dp_accounting, for the noise it sets), so build the '
+        'wrapper without accountant=.')
+  return strategy
+
+
+def _metric_record(reply: Message) -> tuple[str, MetricRecord | None]:
+  """A reply's first MetricRecord and its name (None if it has none).
+
+  Read from the record dict's items: its `metric_records` view rebuilds a
+  synchronised dict on every access, which costs more than the round's
+  canaries.
+  """
+  for name, record in reply.content.items():
+    if isinstance(record, MetricRecord):
+      return name, record
+  return '', None
+
+
+def _equal_weight(records: list[MetricRecord | None], key: str) -> float:
+  """The replies' common FedAvg weight, or AuditRefused naming the weights."""
+  weights = []
+  for record in records:
+    weight = None if record is None else record.get(key)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+      raise AuditRefused(f'a reply has no number under FedAvg\'s '
+                         f'weighted_by_key {key!r}; got {weight!r}.')
+    weights.append(weight)
+  if any(w != weights[0] for w in weights):
+    raise AuditRefused(
+        f'FedAvg\'s weighted_by_key {key!r} gives the replies unequal weights '
+        f'{sorted(set(weights))}: a weighted mean changes a client\'s '
+        'sensitivity, so the DP wrapper\'s noise is no longer z S / N; '
+        f'report equal {key!r} (e.g. 1) from every client.')
+  return weights[0]
+
+
+def _metric_means(records: list[MetricRecord], key: str) -> dict[str, Any]:
+  """The first record's keys with the records' mean values (lists: its own)."""
+  means = {}
+  for name, value in records[0].items():
+    values = [r[name] for r in records]
+    if name != key and all(isinstance(v, (int, float)) for v in values):
+      means[name] = float(np.mean(values))
+    else:
+      means[name] = value
+  return means
+
+
+class CanaryStrategy(Strategy):
+  """FedAvg with the round's canary replies added (inside the DP wrapper)."""
+
+  def __init__(self, audit: 'audit.CanaryAudit', fedavg: FedAvg, dp: Strategy):
+    super().__init__()
+    self._audit = audit
+    self.fedavg = fedavg
+    self._dp = dp
+    self._divisor = dp.num_sampled_clients
+    self.clip = float(dp.clipping_norm)
+    self._current: ArrayRecord | None = None
+    # The last aggregated round's real replies, canaries and noise std.
+    self.round_stats: dict[str, float] = {}
+
+  def summary(self) -> None:
+    """Logs FedAvg's summary."""
+    self.fedavg.summary()
+
+  def configure_train(self, server_round: int, arrays: ArrayRecord,
+                      config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    """FedAvg's messages; notes the clip the replies will be clipped to."""
+    self._dp.num_sampled_clients = self._divisor
+    self.clip = float(self._dp.clipping_norm)
+    self._current = arrays
+    return self.fedavg.configure_train(server_round, arrays, config, grid)
+
+  def _canary_reply(self, ids: np.ndarray, template: Message,
+                    metrics_name: str, metrics: dict[str, Any],
+                    weight: float) -> Message:
+    """The round's canaries as one reply of weight k_t w.
+
+    FedAvg's mean is linear: a reply theta + (S_t / k_t) sum_j c_j weighing
+    k_t w adds to the weighted sum exactly what k_t replies theta + S_t c_j
+    of weight w would, at the cost of one message.
+    """
+    record_name = next(name for name, record in template.content.items()
+                       if isinstance(record, ArrayRecord))
+    update = (self.clip / ids.size) * self._audit.bank.seen(ids).astype(
+        np.float64).sum(axis=0)
+    arrays, start = {}, 0
+    for key, base in zip(self._current.keys(),
+                         self._current.to_numpy_ndarrays()):
+      part = update[start:start + base.size].reshape(base.shape)
+      arrays[key] = Array(np.asarray(base + part, base.dtype))
+      start += base.size
+    metrics = MetricRecord({**metrics, self.fedavg.weighted_by_key:
+                            weight * ids.size})
+    return Message(content=RecordDict({record_name: ArrayRecord(arrays),
+                                       metrics_name: metrics}),
+                   dst_node_id=0, message_type=MessageType.TRAIN)
+
+  def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                      ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    """FedAvg over the clipped replies and the round's canaries."""
+    replies = list(replies)
+    valid = [reply for reply in replies if not reply.has_error()]
+    if not valid:
+      return self.fedavg.aggregate_train(server_round, replies)
+    key = self.fedavg.weighted_by_key
+    named = [_metric_record(reply) for reply in valid]
+    records = [record for _, record in named]
+    weight = _equal_weight(records, key)
+    schedule = self._audit.spec.schedule
+    ids = (np.asarray(schedule[server_round - 1], np.int64)
+           if server_round <= len(schedule) else np.zeros(0, np.int64))
+    added = []
+    if ids.size:
+      added.append(self._canary_reply(ids, valid[0], named[0][0],
+                                      _metric_means(records, key), weight))
+    count = len(valid) + ids.size
+    # The noise std z S_{t+1} / divisor becomes z S_t / N_t.
+    self._dp.num_sampled_clients = (count * float(self._dp.clipping_norm) /
+                                    self.clip)
+    self.round_stats = {
+        'num_clients': len(valid), 'canaries_inserted': int(ids.size),
+        'noise_std': float(self._dp.noise_multiplier) * self.clip / count}
+    return self.fedavg.aggregate_train(server_round, replies + added)
+
+  def configure_evaluate(self, server_round: int, arrays: ArrayRecord,
+                         config: ConfigRecord,
+                         grid: Grid) -> Iterable[Message]:
+    """FedAvg's evaluation messages."""
+    return self.fedavg.configure_evaluate(server_round, arrays, config, grid)
+
+  def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                         ) -> MetricRecord | None:
+    """FedAvg's evaluation metrics."""
+    return self.fedavg.aggregate_evaluate(server_round, replies)
+
+
+class AuditedStrategy(Strategy):
+  """The DP wrapper, observed: seeds, cosines, checkpoints, run directory."""
+
+  def __init__(self, audit: 'audit.CanaryAudit', dp: Strategy,
+               inner: CanaryStrategy):
+    super().__init__()
+    self._audit = audit
+    self.dp = dp
+    self._inner = inner
+    self._offset = 0
+    self._current = np.zeros(0)
+    # The last round's release and its flat copy (the next round's theta).
+    self._released: tuple[ArrayRecord | None, np.ndarray] = (None,
+                                                              np.zeros(0))
+    self._started = 0.0
+
+  def summary(self) -> None:
+    """Logs the DP wrapper's summary."""
+    self.dp.summary()
+
+  def configure_train(self, server_round: int, arrays: ArrayRecord,
+                      config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    """The DP wrapper's messages for training round `server_round` + offset."""
+    t = server_round + self._offset
+    self._audit.seed_round(t, 0)
+    released, flat = self._released
+    self._current = flat if arrays is released else flat(arrays)
+    self._started = time.perf_counter()
+    return self.dp.configure_train(t, arrays, config, grid)
+
+  def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                      ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    """The noised aggregate; scores, records and checkpoints the round."""
+    t = server_round + self._offset
+    self._audit.seed_round(t, 1)
+    arrays, metrics = self.dp.aggregate_train(t, replies)
+    if arrays is None:
+      raise RuntimeError(
+          f'round {t}: {type(self.dp).__name__} aggregated nothing (a client '
+          'reported an error, or no reply came back); the audit needs every '
+          'round released.')
+    self._released = (arrays, flat(arrays))
+    self._audit.on_round(t, self._released[1] - self._current,
+                         time.perf_counter() - self._started,
+                         self._inner, arrays, self.dp)
+    return arrays, metrics
+
+  def configure_evaluate(self, server_round: int, arrays: ArrayRecord,
+                         config: ConfigRecord,
+                         grid: Grid) -> Iterable[Message]:
+    """The DP wrapper's evaluation messages."""
+    return self.dp.configure_evaluate(server_round + self._offset, arrays,
+                                      config, grid)
+
+  def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                         ) -> MetricRecord | None:
+    """The DP wrapper's evaluation metrics."""
+    return self.dp.aggregate_evaluate(server_round + self._offset, replies)
+
+  def start(self, grid: Grid, initial_arrays: ArrayRecord,
+            num_rounds: int = 3, timeout: float = 3600,
+            train_config: ConfigRecord | None = None,
+            evaluate_config: ConfigRecord | None = None,
+            evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None]
+            | None = None) -> Result:
+    """Flower's start of a strategy, resumed from the run's newest checkpoint.
+
+    Trains the rounds after the checkpoint (none if the run is complete),
+    then writes the run's results (`CanaryAudit.report` holds the report).
+
+    Args:
+      grid: Flower's Grid.
+      initial_arrays: theta_0 (ignored when resuming but for its layout).
+      num_rounds: T; must be the audit's `rounds`.
+      timeout, train_config, evaluate_config: as Flower's.
+      evaluate_fn: As Flower's (rounds numbered from the run's start); a
+        'accuracy' in its last MetricRecord is the report's accuracy.
+
+    Returns:
+      Flower's `Result`, its `arrays` theta_T.
+
+    Raises:
+      ValueError: `num_rounds` is not the audit's rounds.
+      run_directory.RunDirectoryError: the run directory holds another run.
+    """
+    audit = self._audit
+    if num_rounds != audit.rounds:
+      raise ValueError(f'num_rounds must be the audit\'s rounds '
+                       f'({audit.rounds}); got {num_rounds!r}.')
+    arrays = audit.open_run(initial_arrays, self.dp)
+    self._offset = audit.resumed_from
+    last = {}
+
+    def offset_evaluate(server_round: int, model: ArrayRecord
+                        ) -> MetricRecord | None:
+      metrics = evaluate_fn(server_round + self._offset, model)
+      if metrics is not None:
+        last['metrics'] = metrics
+      return metrics
+
+    with audit.owned():
+      result = super().start(
+          grid, arrays, num_rounds - self._offset, timeout, train_config,
+          evaluate_config, offset_evaluate if evaluate_fn else None)
+      if self._offset == num_rounds:
+        result.arrays = arrays
+      accuracy = last.get('metrics', {}).get('accuracy')
+      audit.finish(result.arrays, self.dp,
+                   None if accuracy is None else float(accuracy))
+    return result
+
+
