@@ -1,0 +1,288 @@
+"""Canaries in a Flower simulation: DP-FedAvg on Fashion-MNIST, audited.
+
+A plain Flower app (`flwr` 1.42): a ClientApp whose clients train softmax
+regression (numpy, hand-written gradients) on their non-IID shard of
+Fashion-MNIST (`one_shot_epe.data.fashion_mnist`: Debian's files in
+/usr/share/datasets/fashion-mnist, else its synthetic stand-in), and a
+ServerApp that runs FedAvg under Flower's server-side DP wrapper at a few
+noise multipliers. Auditing it takes three lines of the ServerApp
+(`one_shot_epe.flower_engine.audit.CanaryAudit`): plan the canaries, wrap the
+DP strategy, print the report. Flower's simulation runtime
+(`flwr.simulation.run_simulation`, Ray) runs the clients; `--runtime=local`
+calls them in this process instead (`flower_engine.local_grid`).
+
+  python -m examples.flower_fashion_mnist --output_dir=/tmp/flower_demo
+"""
+
+import argparse
+import dataclasses
+import functools
+import os
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import (
+    DifferentialPrivacyServerSideAdaptiveClipping,
+    DifferentialPrivacyServerSideFixedClipping, FedAvg)
+
+from one_shot_epe.data import fashion_mnist
+from one_shot_epe.flower_engine import audit as audit_lib
+from one_shot_epe.flower_engine import local_grid
+
+FEATURES, CLASSES = 28 * 28, fashion_mnist.NUM_CLASSES
+DEFAULT_DATA_DIR = '/usr/share/datasets/fashion-mnist'
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """The demo's federated task and DP-FedAvg run.
+
+  Attributes:
+    num_clients: Clients (Flower nodes), each a label-shard partition.
+    clients_per_round: The cohort FedAvg samples each round.
+    rounds: T.
+    local_epochs, batch_size, learning_rate: A client's SGD.
+    clip: The server-side fixed clip S (0: adaptive clipping).
+    num_canaries: k seen canaries (and k unseen).
+    data_dir: Fashion-MNIST's files; synthetic stand-in where absent.
+  """
+  num_clients: int = 200
+  clients_per_round: int = 20
+  rounds: int = 50
+  local_epochs: int = 1
+  batch_size: int = 32
+  learning_rate: float = 0.1
+  clip: float = 1.0
+  num_canaries: int = 500
+  data_dir: str = DEFAULT_DATA_DIR
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """Standardised images [n, 784] and labels, per client and for testing."""
+  client_x: list[np.ndarray]
+  client_y: list[np.ndarray]
+  test_x: np.ndarray
+  test_y: np.ndarray
+  source: str
+
+
+@functools.lru_cache(maxsize=2)
+def load_task(setting: Setting) -> Task:
+  """The clients' shards and the test set (synthetic where files are absent).
+
+  Cached: each Ray actor of the simulation loads it once.
+
+  Args:
+    setting: The demo's setting.
+
+  Returns:
+    The task.
+  """
+  if fashion_mnist.available(setting.data_dir):
+    data = fashion_mnist.load(setting.data_dir)
+  else:
+    data = fashion_mnist.synthetic_clients(setting.num_clients, 60, seed=0)
+  x = fashion_mnist.standardise(data.train_images).reshape(-1, FEATURES)
+  parts = fashion_mnist.partition_by_label_shards(
+      data.train_labels, setting.num_clients,
+      fashion_mnist.SHARDS_PER_CLIENT, fashion_mnist.PARTITION_SEED)
+  y = data.train_labels.astype(np.int64)
+  return Task([x[p] for p in parts], [y[p] for p in parts],
+              fashion_mnist.standardise(data.test_images).reshape(
+                  -1, FEATURES), data.test_labels.astype(np.int64),
+              data.source)
+
+
+def initial_arrays() -> ArrayRecord:
+  """Softmax regression's weights [784, 10] and bias [10], zero."""
+  return ArrayRecord({'w': Array(np.zeros((FEATURES, CLASSES), np.float32)),
+                      'b': Array(np.zeros(CLASSES, np.float32))})
+
+
+def _logits(w: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+  return x @ w + b
+
+
+def local_sgd(w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray,
+              setting: Setting, rng: np.random.Generator
+              ) -> tuple[np.ndarray, np.ndarray, float]:
+  """Minibatch SGD on the softmax cross-entropy; the new weights, mean loss.
+
+  The gradient of the mean cross-entropy of a batch is x^T (p - onehot(y)) / n
+  for w and the column sums of (p - onehot(y)) / n for b.
+
+  Args:
+    w, b: The starting weights.
+    x, y: The client's examples and labels.
+    setting: Its epochs, batch size and learning rate.
+    rng: Shuffles the examples.
+
+  Returns:
+    (w, b, the mean batch loss).
+  """
+  w, b = w.copy(), b.copy()
+  losses = []
+  for _ in range(setting.local_epochs):
+    order = rng.permutation(y.size)
+    for start in range(0, y.size, setting.batch_size):
+      batch = order[start:start + setting.batch_size]
+      logits = _logits(w, b, x[batch])
+      logits -= logits.max(axis=1, keepdims=True)
+      p = np.exp(logits)
+      p /= p.sum(axis=1, keepdims=True)
+      losses.append(-np.mean(np.log(p[np.arange(batch.size), y[batch]] +
+                                    1e-12)))
+      p[np.arange(batch.size), y[batch]] -= 1.0
+      p /= batch.size
+      w -= setting.learning_rate * (x[batch].T @ p).astype(np.float32)
+      b -= setting.learning_rate * p.sum(axis=0).astype(np.float32)
+  return w, b, float(np.mean(losses))
+
+
+def accuracy(arrays: ArrayRecord, task: Task) -> float:
+  """The model's accuracy on the test set.
+
+  Args:
+    arrays: The model ('w', 'b').
+    task: The task.
+
+  Returns:
+    The fraction of test images classified right.
+  """
+  w, b = (arrays[name].numpy() for name in ('w', 'b'))
+  return float(np.mean(_logits(w, b, task.test_x).argmax(axis=1) ==
+                       task.test_y))
+
+
+def train_reply(task: Task, setting: Setting, client: int, round_num: int,
+                message: Message) -> RecordDict:
+  """A client's reply to a training message: its model and equal weight.
+
+  Every client reports num-examples = 1: FedAvg's weights stay equal, as
+  DP-FedAvg's sensitivity S / N assumes (the audit refuses unequal ones).
+
+  Args:
+    task: The task.
+    setting: The run.
+    client: The client's index (its shard).
+    round_num: The server round (seeds its shuffles).
+    message: The training message (the global model).
+
+  Returns:
+    The reply's content.
+  """
+  arrays = message.content['arrays']
+  w, b, loss = local_sgd(arrays['w'].numpy(), arrays['b'].numpy(),
+                         task.client_x[client], task.client_y[client],
+                         setting, np.random.default_rng([client, round_num]))
+  return RecordDict({'arrays': ArrayRecord({'w': Array(w), 'b': Array(b)}),
+                     'metrics': MetricRecord({'num-examples': 1,
+                                              'train_loss': loss})})
+
+
+def dp_strategy(setting: Setting, noise_multiplier: float):
+  """FedAvg under Flower's server-side DP wrapper (fixed or adaptive clip).
+
+  Args:
+    setting: The run.
+    noise_multiplier: z.
+
+  Returns:
+    The DP wrapper.
+  """
+  fedavg = FedAvg(fraction_train=setting.clients_per_round /
+                  setting.num_clients, fraction_evaluate=0.0,
+                  min_train_nodes=setting.clients_per_round)
+  if setting.clip:
+    return DifferentialPrivacyServerSideFixedClipping(
+        fedavg, noise_multiplier, setting.clip, setting.clients_per_round)
+  return DifferentialPrivacyServerSideAdaptiveClipping(
+      fedavg, noise_multiplier, setting.clients_per_round)
+
+
+def audited_run(grid: Grid, task: Task, setting: Setting,
+                noise_multiplier: float, run_dir: str,
+                seed: int = 0) -> audit_lib.CanaryAudit:
+  """One audited DP-FedAvg run on `grid` (resumed if `run_dir` holds it).
+
+  Args:
+    grid: Flower's grid.
+    task: The task (for the central accuracy).
+    setting: The run.
+    noise_multiplier: z.
+    run_dir: The run directory.
+    seed: Seeds the sampling and noise of each round.
+
+  Returns:
+    The audit, its report done.
+  """
+  audit = audit_lib.CanaryAudit(  # 1. Plan the canaries.
+      run_dir=run_dir, num_canaries=setting.num_canaries,
+      rounds=setting.rounds, delta=setting.num_clients**-1.1, seed=seed)
+  strategy = audit.wrap(dp_strategy(setting, noise_multiplier))  # 2. Wrap.
+  strategy.start(grid, initial_arrays(), num_rounds=setting.rounds,
+                 evaluate_fn=lambda _, arrays: MetricRecord(
+                     {'accuracy': accuracy(arrays, task)}))
+  return audit
+
+
+def main() -> None:
+  """Runs the demo at each noise multiplier and prints the reports."""
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--output_dir', default='output/flower_demo')
+  parser.add_argument('--noise_multipliers', default='0.5,1,2')
+  parser.add_argument('--rounds', type=int, default=Setting.rounds)
+  parser.add_argument('--num_canaries', type=int,
+                      default=Setting.num_canaries)
+  parser.add_argument('--data_dir', default=DEFAULT_DATA_DIR)
+  parser.add_argument('--runtime', choices=('simulation', 'local'),
+                      default='simulation')
+  args = parser.parse_args()
+  setting = Setting(rounds=args.rounds, num_canaries=args.num_canaries,
+                    data_dir=args.data_dir)
+  noises = [float(z) for z in args.noise_multipliers.split(',')]
+  task = load_task(setting)
+  reports = []
+
+  def run_all(grid: Grid) -> None:
+    for z in noises:
+      audit = audited_run(grid, task, setting, z,
+                          os.path.join(args.output_dir, f'noise_{z:g}'))
+      reports.append(audit.report)  # 3. The report.
+
+  if args.runtime == 'local':
+    run_all(local_grid.LocalGrid(
+        setting.num_clients, lambda node, message: train_reply(
+            task, setting, node - 1, message.content['config'][
+                'server-round'], message)))
+  else:
+    client_app, server_app = ClientApp(), ServerApp()
+
+    @client_app.train()
+    def train(message: Message, context: Context) -> Message:
+      client = int(context.node_config['partition-id'])
+      return Message(content=train_reply(
+          load_task(setting), setting, client, message.content['config']['server-round'],
+          message), reply_to=message)
+
+    @server_app.main()
+    def serve(grid: Grid, context: Context) -> None:
+      del context
+      run_all(grid)
+
+    # pylint: disable=g-import-not-at-top
+    from flwr.simulation import run_simulation
+    run_simulation(server_app=server_app, client_app=client_app,
+                   num_supernodes=setting.num_clients,
+                   backend_config={'client_resources': {'num_cpus': 1}})
+  print(f'Data: {task.source}; {setting.num_clients} clients, '
+        f'{setting.clients_per_round} per round, {setting.rounds} rounds.')
+  for report in reports:
+    print(report.to_markdown().split('\n\n')[0] + '\n')
+
+
+if __name__ == '__main__':
+  main()

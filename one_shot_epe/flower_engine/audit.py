@@ -1,0 +1,738 @@
+"""Canaries in Flower's DP-FedAvg: one object from strategy to privacy report.
+
+Flower (`flwr.serverapp.strategy`, 1.42) makes FedAvg differentially private
+with a wrapper: `DifferentialPrivacyServerSideFixedClipping` or
+`...ServerSideAdaptiveClipping` clips each reply's difference from the
+current model inside `aggregate_train`, calls the inner strategy, then adds
+Gaussian noise of std z C / num_sampled_clients. `CanaryAudit.wrap` audits
+such a strategy (Andrew et al., ICLR 2024, Sections 3-4):
+
+    outer  _AuditedStrategy   seeds, times and observes every round
+    DP     the user's wrapper clips the replies, adds the noise
+    inner  _CanaryStrategy    adds the round's canary replies (Sec. 4)
+    FedAvg the user's FedAvg  averages
+
+so the canaries enter inside the noise. Canary j's reply is the current model
+plus S_t c_j, with S_t the clip the round's replies were clipped to (an
+unclipped client of norm exactly S_t: 'project', Algorithm 2 line 7), the
+real replies' weight and metric means (FedAvg's averages of the metrics do
+not move). The seen canaries are inserted on
+`participation.periodic_canary_schedule` (each once in each of r periods,
+Sec. 5.2), the unseen ones never.
+
+The noise's scale. The mean of N_t records has sensitivity S_t / N_t; the
+accounting assumes noise std z S_t / N_t. Flower divides by its fixed
+`num_sampled_clients` (wrong with canaries, and with replies missing) and
+its adaptive wrapper multiplies by the clip after its update S_{t+1} (the
+replies were clipped to S_t). The canary strategy sets the wrapper's
+divisor to N_t S_{t+1} / S_t for the round, so the noise std is exactly
+z S_t / N_t, and restores it when the next round is configured.
+
+What is refused (`AuditRefused`, naming it): client-side clipping (the
+canary could not be clipped like a client's update), any other strategy
+than a server-side DP wrapper around FedAvg's own aggregation (FedAvgM,
+FedAdam, FedMedian, ... move or replace the mean the noise is scaled to),
+Flower's own accountant (the audit accounts), and, at aggregation, unequal
+client weights (a weighted mean changes the sensitivity).
+
+Each round the outer strategy takes every canary's cosine with the released
+aggregate rho_bar_t = theta_t - theta_{t-1} (Algorithm 3, the max over rounds
+kept), B rounds at a time; at the end each canary's
+cosine with theta_T - theta_0 (Algorithm 2). It checkpoints every
+`rounds_per_checkpoint` rounds (`checkpoints.NpzCheckpoints`) and writes the
+project's run directory (`runtime.run_directory`): config.json, metrics.csv,
+canary_cosines.csv, final_cosines.csv, max_cosines.csv, report.json,
+report.md (`report.run_report.build_run_report`) and the density plot. A
+rerun of `start` on the same directory resumes from the newest checkpoint.
+
+The report's references: the canary's analytical eps at the update's noise
+multiplier (an r-fold Gaussian mechanism), and a real client's eps accounted
+with dp_accounting (PLD) for Flower's actual noise: each round a Gaussian at
+z (fixed clip), or at the update's z_v composed with the clipped count's
+Gaussian of std sigma_b (adaptive: Flower counts clipped replies, a query of
+sensitivity 1, so the round's overall multiplier is (z_v^-2 + sigma_b^-2)^-1/2,
+not Flower's (z_v^-2 + (2 sigma_b)^-2)^-1/2); composed over every round: Flower's
+FedAvg samples a fixed-size cohort without replacement, and no amplification
+is claimed.
+
+Example (examples/flower_fashion_mnist.py runs it):
+
+  audit = CanaryAudit(run_dir='out/run', num_canaries=500, rounds=T,
+                      delta=1e-5)
+  strategy = audit.wrap(DifferentialPrivacyServerSideFixedClipping(
+      FedAvg(fraction_train=0.1), noise_multiplier=1.0, clipping_norm=1.0,
+      num_sampled_clients=10))
+  strategy.start(grid, initial_arrays, num_rounds=T)
+  print(audit.report.to_markdown())
+"""
+
+import contextlib
+import dataclasses
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import dp_accounting
+import numpy as np
+from flwr.app import (Array, ArrayRecord, ConfigRecord, Message, MessageType,
+                      MetricRecord, RecordDict)
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import (
+    DifferentialPrivacyClientSideAdaptiveClipping,
+    DifferentialPrivacyClientSideFixedClipping,
+    DifferentialPrivacyServerSideAdaptiveClipping,
+    DifferentialPrivacyServerSideFixedClipping, FedAvg, Result, Strategy)
+
+from one_shot_epe import validation
+from one_shot_epe.flower_engine import canaries
+from one_shot_epe.flower_engine import checkpoints
+from one_shot_epe.plan import canary_spec
+from one_shot_epe.plan import participation
+from one_shot_epe.report import plots
+from one_shot_epe.report import run_report
+from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import run_directory
+
+__all__ = ['AuditRefused', 'CSV_FORMAT', 'CanaryAudit']
+
+# The run directory's per-round CSVs: columns as reported, LF (as JAX's).
+CSV_FORMAT = run_directory.CsvFormat(sort_new_columns=False,
+                                     line_terminator='\n')
+_SERVER_SIDE = (DifferentialPrivacyServerSideFixedClipping,
+                DifferentialPrivacyServerSideAdaptiveClipping)
+_CLIENT_SIDE = (DifferentialPrivacyClientSideFixedClipping,
+                DifferentialPrivacyClientSideAdaptiveClipping)
+
+
+class AuditRefused(ValueError):
+  """A strategy the audit cannot audit soundly; the message names it."""
+
+
+def _flat(arrays: ArrayRecord) -> np.ndarray:
+  """The arrays of `arrays`, in order, as one float64 vector."""
+  return np.concatenate([np.asarray(a, np.float64).ravel()
+                         for a in arrays.to_numpy_ndarrays()])
+
+
+def _check_strategy(strategy: object) -> Strategy:
+  """The server-side DP wrapper around FedAvg, or AuditRefused naming why."""
+  name = type(strategy).__name__
+  if isinstance(strategy, _CLIENT_SIDE):
+    raise AuditRefused(
+        f'{name}: client-side clipping happens on the clients (Flower\'s '
+        'fixedclipping_mod/adaptiveclipping_mod), where a canary could not be '
+        'clipped like a client\'s update; use the server-side wrapper '
+        '(DifferentialPrivacyServerSideFixedClipping or '
+        'DifferentialPrivacyServerSideAdaptiveClipping).')
+  if not isinstance(strategy, _SERVER_SIDE):
+    raise AuditRefused(
+        f'{name}: the audit needs Flower\'s server-side DP wrapper '
+        '(DifferentialPrivacyServerSideFixedClipping or '
+        'DifferentialPrivacyServerSideAdaptiveClipping) around FedAvg; a '
+        'strategy without DP noise has nothing to audit.')
+  inner = strategy.strategy
+  if isinstance(inner, _CanaryStrategy):
+    raise AuditRefused(f'{name} already holds the canaries of an audit.')
+  if not isinstance(inner, FedAvg) or (
+      type(inner).aggregate_train is not FedAvg.aggregate_train):
+    raise AuditRefused(
+        f'{name} wraps {type(inner).__name__}, whose aggregate_train is not '
+        'FedAvg\'s mean: the wrapper\'s noise is scaled to the mean of the '
+        'clipped updates, which a server optimizer (FedAvgM, FedAdam, ...) '
+        'or a robust aggregate (FedMedian, Krum, ...) moves; wrap FedAvg '
+        '(FedProx too: its aggregation is FedAvg\'s) and apply a server '
+        'optimizer to the noised model instead.')
+  if getattr(strategy, 'accountant', None) is not None:
+    raise AuditRefused(
+        f'{name} has Flower\'s privacy accountant: the audit accounts the '
+        'run itself (dp_accounting, for the noise it sets), so build the '
+        'wrapper without accountant=.')
+  return strategy
+
+
+def _equal_weight(replies: list[Message], key: str) -> float:
+  """The replies' common FedAvg weight, or AuditRefused naming the weights."""
+  weights = []
+  for reply in replies:
+    record = next(iter(reply.content.metric_records.values()), None)
+    weight = None if record is None else record.get(key)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+      raise AuditRefused(f'a reply has no number under FedAvg\'s '
+                         f'weighted_by_key {key!r}; got {weight!r}.')
+    weights.append(weight)
+  if any(w != weights[0] for w in weights):
+    raise AuditRefused(
+        f'FedAvg\'s weighted_by_key {key!r} gives the replies unequal weights '
+        f'{sorted(set(weights))}: a weighted mean changes a client\'s '
+        'sensitivity, so the DP wrapper\'s noise is no longer z S / N; '
+        f'report equal {key!r} (e.g. 1) from every client.')
+  return weights[0]
+
+
+def _metric_means(record: MetricRecord, replies: list[Message],
+                  key: str) -> MetricRecord:
+  """`record`'s keys with the replies' mean values (lists: `record`'s own)."""
+  records = [next(iter(reply.content.metric_records.values()))
+             for reply in replies]
+  means = {}
+  for name, value in record.items():
+    values = [r[name] for r in records]
+    if name != key and all(isinstance(v, (int, float)) for v in values):
+      means[name] = float(np.mean(values))
+    else:
+      means[name] = value
+  return MetricRecord(means)
+
+
+class _CanaryStrategy(Strategy):
+  """FedAvg with the round's canary replies added (inside the DP wrapper)."""
+
+  def __init__(self, audit: 'CanaryAudit', fedavg: FedAvg, dp: Strategy):
+    super().__init__()
+    self._audit = audit
+    self.fedavg = fedavg
+    self._dp = dp
+    self._divisor = dp.num_sampled_clients
+    self.clip = float(dp.clipping_norm)
+    self._current: ArrayRecord | None = None
+    # The last aggregated round's real replies, canaries and noise std.
+    self.round_stats: dict[str, float] = {}
+
+  def summary(self) -> None:
+    """Logs FedAvg's summary."""
+    self.fedavg.summary()
+
+  def configure_train(self, server_round: int, arrays: ArrayRecord,
+                      config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    """FedAvg's messages; notes the clip the replies will be clipped to."""
+    self._dp.num_sampled_clients = self._divisor
+    self.clip = float(self._dp.clipping_norm)
+    self._current = arrays
+    return self.fedavg.configure_train(server_round, arrays, config, grid)
+
+  def _canary_replies(self, ids: np.ndarray, template: Message,
+                      metrics: MetricRecord) -> list[Message]:
+    """Canary j's reply: the current model plus S_t c_j, as a client's."""
+    record_name = next(iter(template.content.array_records))
+    metrics_name = next(iter(template.content.metric_records))
+    current = self._current.to_numpy_ndarrays()
+    keys = list(self._current.keys())
+    bank = self._audit.bank
+    replies = []
+    for direction in bank.seen(ids):
+      update = self.clip * direction.astype(np.float64)
+      arrays, start = {}, 0
+      for key, base in zip(keys, current):
+        part = update[start:start + base.size].reshape(base.shape)
+        arrays[key] = Array(np.asarray(base + part, base.dtype))
+        start += base.size
+      replies.append(Message(
+          content=RecordDict({record_name: ArrayRecord(arrays),
+                              metrics_name: metrics}),
+          dst_node_id=0, message_type=MessageType.TRAIN))
+    return replies
+
+  def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                      ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    """FedAvg over the clipped replies and the round's canaries."""
+    replies = list(replies)
+    valid = [reply for reply in replies if not reply.has_error()]
+    if not valid:
+      return self.fedavg.aggregate_train(server_round, replies)
+    key = self.fedavg.weighted_by_key
+    _equal_weight(valid, key)
+    schedule = self._audit.spec.schedule
+    ids = (np.asarray(schedule[server_round - 1], np.int64)
+           if server_round <= len(schedule) else np.zeros(0, np.int64))
+    metrics = _metric_means(next(iter(valid[0].content.metric_records
+                                       .values())), valid, key)
+    added = self._canary_replies(ids, valid[0], metrics)
+    records = len(valid) + len(added)
+    # The noise std z S_{t+1} / divisor becomes z S_t / N_t.
+    self._dp.num_sampled_clients = (records * float(self._dp.clipping_norm) /
+                                    self.clip)
+    self.round_stats = {
+        'num_clients': len(valid), 'canaries_inserted': len(added),
+        'noise_std': float(self._dp.noise_multiplier) * self.clip / records}
+    return self.fedavg.aggregate_train(server_round, replies + added)
+
+  def configure_evaluate(self, server_round: int, arrays: ArrayRecord,
+                         config: ConfigRecord,
+                         grid: Grid) -> Iterable[Message]:
+    """FedAvg's evaluation messages."""
+    return self.fedavg.configure_evaluate(server_round, arrays, config, grid)
+
+  def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                         ) -> MetricRecord | None:
+    """FedAvg's evaluation metrics."""
+    return self.fedavg.aggregate_evaluate(server_round, replies)
+
+
+class _AuditedStrategy(Strategy):
+  """The DP wrapper, observed: seeds, cosines, checkpoints, run directory."""
+
+  def __init__(self, audit: 'CanaryAudit', dp: Strategy,
+               inner: _CanaryStrategy):
+    super().__init__()
+    self._audit = audit
+    self.dp = dp
+    self._inner = inner
+    self._offset = 0
+    self._current = np.zeros(0)
+    self._started = 0.0
+
+  def summary(self) -> None:
+    """Logs the DP wrapper's summary."""
+    self.dp.summary()
+
+  def configure_train(self, server_round: int, arrays: ArrayRecord,
+                      config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    """The DP wrapper's messages for training round `server_round` + offset."""
+    t = server_round + self._offset
+    self._audit.seed_round(t, 0)
+    self._current = _flat(arrays)
+    self._started = time.perf_counter()
+    return self.dp.configure_train(t, arrays, config, grid)
+
+  def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                      ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    """The noised aggregate; scores, records and checkpoints the round."""
+    t = server_round + self._offset
+    self._audit.seed_round(t, 1)
+    arrays, metrics = self.dp.aggregate_train(t, replies)
+    if arrays is None:
+      raise RuntimeError(
+          f'round {t}: {type(self.dp).__name__} aggregated nothing (a client '
+          'reported an error, or no reply came back); the audit needs every '
+          'round released.')
+    self._audit.on_round(t, _flat(arrays) - self._current,
+                         time.perf_counter() - self._started,
+                         self._inner, arrays, self.dp)
+    return arrays, metrics
+
+  def configure_evaluate(self, server_round: int, arrays: ArrayRecord,
+                         config: ConfigRecord,
+                         grid: Grid) -> Iterable[Message]:
+    """The DP wrapper's evaluation messages."""
+    return self.dp.configure_evaluate(server_round + self._offset, arrays,
+                                      config, grid)
+
+  def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                         ) -> MetricRecord | None:
+    """The DP wrapper's evaluation metrics."""
+    return self.dp.aggregate_evaluate(server_round + self._offset, replies)
+
+  def start(self, grid: Grid, initial_arrays: ArrayRecord,
+            num_rounds: int = 3, timeout: float = 3600,
+            train_config: ConfigRecord | None = None,
+            evaluate_config: ConfigRecord | None = None,
+            evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None]
+            | None = None) -> Result:
+    """Flower's `Strategy.start`, resumed from the run's newest checkpoint.
+
+    Trains the rounds after the checkpoint (none if the run is complete),
+    then writes the run's results (`CanaryAudit.report` holds the report).
+
+    Args:
+      grid: Flower's Grid.
+      initial_arrays: theta_0 (ignored when resuming but for its layout).
+      num_rounds: T; must be the audit's `rounds`.
+      timeout, train_config, evaluate_config: as Flower's.
+      evaluate_fn: As Flower's (rounds numbered from the run's start); a
+        'accuracy' in its last MetricRecord is the report's accuracy.
+
+    Returns:
+      Flower's `Result`, its `arrays` theta_T.
+
+    Raises:
+      ValueError: `num_rounds` is not the audit's rounds.
+      run_directory.RunDirectoryError: the run directory holds another run.
+    """
+    audit = self._audit
+    if num_rounds != audit.rounds:
+      raise ValueError(f'num_rounds must be the audit\'s rounds '
+                       f'({audit.rounds}); got {num_rounds!r}.')
+    arrays = audit.open_run(initial_arrays, self.dp)
+    self._offset = audit.resumed_from
+    last = {}
+
+    def offset_evaluate(server_round: int, model: ArrayRecord
+                        ) -> MetricRecord | None:
+      metrics = evaluate_fn(server_round + self._offset, model)
+      if metrics is not None:
+        last['metrics'] = metrics
+      return metrics
+
+    with audit.owned():
+      result = super().start(
+          grid, arrays, num_rounds - self._offset, timeout, train_config,
+          evaluate_config, offset_evaluate if evaluate_fn else None)
+      if self._offset == num_rounds:
+        result.arrays = arrays
+      accuracy = last.get('metrics', {}).get('accuracy')
+      audit.finish(result.arrays, self.dp,
+                   None if accuracy is None else float(accuracy))
+    return result
+
+
+@dataclasses.dataclass
+class _Rounds:
+  """The per-round CSVs' rows so far and the rounds awaiting their cosines."""
+  metrics: list[dict[str, object]]
+  cosines: list[dict[str, object]]
+  vectors: list[np.ndarray]
+  round_nums: list[int]
+
+
+class CanaryAudit:
+  """The canaries of one Flower training run, from strategy to report.
+
+  Attributes:
+    spec: The canary plan (`canary_spec.CanarySpec`).
+    rounds: T.
+    run_dir: The run directory.
+    report: The run's `run_report.RunReport` once `start` has finished.
+    outcome: What the run measured (`canary_spec.CanaryOutcome`), then.
+    resumed_from: The checkpoint the last `start` resumed from.
+    bank: The tracked canaries (`canaries.CanaryBank`), once started.
+  """
+
+  def __init__(self, *, run_dir: str, num_canaries: int, rounds: int,
+               delta: float, num_unseen_canaries: int | None = None,
+               repetitions: int = 1, canary_seed: int = 0,
+               seed: int | None = None, alpha: float = 0.05,
+               rounds_per_checkpoint: int = 10,
+               cache_bytes: int = canaries.DEFAULT_CACHE_BYTES):
+    """Plans the canaries of a run of `rounds` rounds.
+
+    Args:
+      run_dir: Where the run's files go (its parent is created as needed).
+      num_canaries: k >= 1 seen canaries, inserted `repetitions` times each.
+      rounds: T >= 1 training rounds.
+      delta: The delta of every epsilon of the report, in (0, 1).
+      num_unseen_canaries: m >= 0 canaries tracked, never inserted (default
+        k); the all-iterates report needs m >= 2.
+      repetitions: r in [1, T]: each seen canary once in each of r periods.
+      canary_seed: Canary j is a pure function of (canary_seed, j).
+      seed: None for unpredictable sampling and noise (deployments); an int
+        in [0, canary_spec.MAX_SEED] seeds Python's and numpy's global
+        generators, which Flower's sampling and DP noise draw from, at each
+        round (simulations: a resumed run repeats an uninterrupted one).
+      alpha: 1 - the confidence of the report's lower bounds, in (0, 1).
+      rounds_per_checkpoint: Checkpoint (and score the buffered rounds)
+        every this many rounds, and after the last.
+      cache_bytes: Memory the tracked canaries may take as a matrix
+        (`canaries.CanaryBank`).
+
+    Raises:
+      ValueError: if an argument is out of range.
+    """
+    self.run_dir = os.path.abspath(run_dir)
+    self.rounds = validation.check_int('rounds', rounds, 1)
+    self.delta = validation.check_probability('delta', delta)
+    self.alpha = validation.check_probability('alpha', alpha)
+    self.rounds_per_checkpoint = validation.check_int(
+        'rounds_per_checkpoint', rounds_per_checkpoint, 1)
+    self._cache_bytes = validation.check_int('cache_bytes', cache_bytes, 0)
+    self._seed = (None if seed is None else
+                  canary_spec.check_seed(seed, 'seed'))
+    canary_seed = canary_spec.check_seed(canary_seed)
+    schedule = participation.periodic_canary_schedule(
+        validation.check_int('num_canaries', num_canaries, 1), self.rounds,
+        validation.check_int('repetitions', repetitions, 1, self.rounds),
+        canary_seed)
+    self.spec = canary_spec.CanarySpec(
+        seed=canary_seed, num_seen=num_canaries,
+        num_unseen=(num_canaries if num_unseen_canaries is None else
+                    num_unseen_canaries),
+        schedule=schedule.as_round_lists(), repetitions=repetitions)
+    self.store = checkpoints.NpzCheckpoints(
+        os.path.join(self.run_dir, run_directory.CHECKPOINT_DIR))
+    self.report: run_report.RunReport | None = None
+    self.outcome: canary_spec.CanaryOutcome | None = None
+    self.resumed_from = 0
+    self.bank: canaries.CanaryBank | None = None
+    self._wrapped = False
+    self._config: dict[str, Any] = {}
+    self._initial = np.zeros(0)
+    self._maxima = np.zeros(0)
+    self._rows = _Rounds([], [], [], [])
+
+  def wrap(self, strategy: Strategy) -> Strategy:
+    """The strategy to start instead of `strategy`, canaries inside its noise.
+
+    Args:
+      strategy: Flower's `DifferentialPrivacyServerSideFixedClipping` or
+        `DifferentialPrivacyServerSideAdaptiveClipping` around `FedAvg`;
+        its inner strategy is replaced by the canaries' around the FedAvg.
+
+    Returns:
+      A `Strategy` whose `start` trains (or resumes) the run and writes its
+      results.
+
+    Raises:
+      AuditRefused: a strategy the audit cannot audit soundly (see the
+        module docstring), naming it.
+      RuntimeError: this audit already wrapped a strategy.
+    """
+    if self._wrapped:
+      raise RuntimeError('a CanaryAudit audits one strategy; make another.')
+    dp = _check_strategy(strategy)
+    inner = _CanaryStrategy(self, dp.strategy, dp)
+    dp.strategy = inner
+    self._wrapped = True
+    return _AuditedStrategy(self, dp, inner)
+
+  def seed_round(self, round_num: int, stage: int) -> None:
+    """Seeds Python's and numpy's generators for a stage of a round.
+
+    Args:
+      round_num: The training round.
+      stage: 0 before the round's sampling, 1 before its noise.
+    """
+    if self._seed is None:
+      return
+    state = np.random.SeedSequence(
+        self._seed, spawn_key=(round_num, stage)).generate_state(2)
+    random.seed(int(state[0]))
+    np.random.seed(int(state[1]))
+
+  def _run_config(self, dim: int, dp: Strategy) -> dict[str, Any]:
+    """What config.json holds: the plan and Flower's DP settings."""
+    spec = self.spec
+    config = {
+        'engine': 'flower', 'dp_wrapper': type(dp).__name__, 'dim': dim,
+        'rounds': self.rounds, 'num_canaries': spec.num_seen,
+        'num_unseen_canaries': spec.num_unseen,
+        'canary_repeats': spec.repetitions, 'canary_seed': spec.seed,
+        'seed': self._seed, 'delta': self.delta, 'alpha': self.alpha,
+        'rounds_per_checkpoint': self.rounds_per_checkpoint,
+        'noise_multiplier': float(dp.noise_multiplier),
+        'num_sampled_clients': self._inner(dp)._divisor}
+    if isinstance(dp, DifferentialPrivacyServerSideAdaptiveClipping):
+      config.update(
+          clipped_count_stddev=float(dp.clipped_count_stddev),
+          target_clipped_quantile=float(dp.target_clipped_quantile),
+          clip_norm_lr=float(dp.clip_norm_lr),
+          initial_clipping_norm=self._inner(dp).clip)
+    else:
+      config['clipping_norm'] = float(dp.clipping_norm)
+    return config
+
+  @staticmethod
+  def _inner(dp: Strategy) -> _CanaryStrategy:
+    return dp.strategy
+
+  def _accept(self, saved: Mapping[str, Any]) -> None:
+    """Raises RunDirectoryError unless `saved` is this run's config."""
+    differ = sorted(key for key in set(saved) | set(self._config)
+                    if saved.get(key) != self._config.get(key))
+    if differ:
+      raise run_directory.RunDirectoryError(
+          f'{self.run_dir!r} holds another run: its config.json differs in '
+          f'{differ}; use another run_dir.', flag='run_dir')
+
+  def _recheck(self) -> None:
+    run_directory.check(self.run_dir, accept_config=self._accept,
+                        checkpoints=self.store)
+
+  def open_run(self, initial_arrays: ArrayRecord,
+               dp: Strategy) -> ArrayRecord:
+    """Checks the run directory; the arrays to start from (resumed or not).
+
+    Args:
+      initial_arrays: theta_0 (its layout also that of a resumed model).
+      dp: The audited DP wrapper (its clip is restored on resume).
+
+    Returns:
+      theta_0, or the newest checkpoint's model.
+
+    Raises:
+      run_directory.RunDirectoryError: the directory holds another run.
+    """
+    initial = _flat(initial_arrays)
+    self._config = self._run_config(initial.size, dp)
+    self._recheck()
+    self.bank = canaries.CanaryBank(self.spec, initial.size,
+                                    cache_bytes=self._cache_bytes)
+    latest = self.store.latest()
+    self.resumed_from = latest or 0
+    self._rows = _Rounds([], [], [], [])
+    if latest is None:
+      self._initial = initial
+      self._maxima = np.full(self.spec.tracked_ids().size, -np.inf)
+      return initial_arrays
+    saved = self.store.load(latest, None)
+    self._initial, self._maxima = saved['initial'], saved['maxima']
+    dp.clipping_norm = float(saved['clip'])
+    for name, rows in (('metrics', self._rows.metrics),
+                       ('cosines', self._rows.cosines)):
+      rows.extend(run_directory.read_rounds(
+          os.path.join(self.run_dir, _CSV[name]), latest)[1])
+    keys = list(initial_arrays.keys())
+    return ArrayRecord({key: Array(saved[f'array_{i}'])
+                        for i, key in enumerate(keys)})
+
+  @contextlib.contextmanager
+  def owned(self) -> Iterator[None]:
+    """The block in which this process alone writes the run directory.
+
+    `run_directory.owned` (the run lock held, the directory checked again),
+    config.json written.
+
+    Yields:
+      None.
+    """
+    with run_directory.owned(self.run_dir, recheck=self._recheck,
+                             checkpoints=self.store):
+      run_directory.write_config(self.run_dir, self._config)
+      yield
+
+  def _save(self, round_num: int, arrays: ArrayRecord | None,
+            dp: Strategy) -> None:
+    """Scores the buffered rounds, writes the CSVs, saves the checkpoint."""
+    self._flush()
+    for name, rows in (('metrics', self._rows.metrics),
+                       ('cosines', self._rows.cosines)):
+      columns = (list(run_directory.COSINE_FIELDS) if name == 'cosines' else
+                 list(dict.fromkeys(c for row in rows for c in row)))
+      run_directory.write_rounds(os.path.join(self.run_dir, _CSV[name]),
+                                 columns or ['round'], rows, CSV_FORMAT)
+    if arrays is not None:
+      state = {f'array_{i}': a
+               for i, a in enumerate(arrays.to_numpy_ndarrays())}
+      state.update(initial=self._initial, maxima=self._maxima,
+                   clip=np.float64(dp.clipping_norm))
+      self.store.save(state, round_num)
+
+  def _flush(self) -> None:
+    """Scores the buffered rounds' vectors against every tracked canary."""
+    rows = self._rows
+    if not rows.vectors:
+      return
+    block = self.bank.cosines(np.stack(rows.vectors))
+    self._maxima = np.maximum(self._maxima, block.max(axis=1))
+    k, nan = self.spec.num_seen, float('nan')
+    for round_num, column in zip(rows.round_nums, block.T):
+      unseen = column[k:]
+      rows.cosines.append(dict(zip(run_directory.COSINE_FIELDS, (
+          round_num, float(column[:k].mean()), float(column[:k].max()),
+          float(unseen.mean()) if unseen.size else nan,
+          float(unseen.max()) if unseen.size else nan))))
+    rows.vectors, rows.round_nums = [], []
+
+  def on_round(self, round_num: int, vector: np.ndarray, seconds: float,
+               inner: _CanaryStrategy, arrays: ArrayRecord,
+               dp: Strategy) -> None:
+    """Records training round `round_num`; checkpoints on its rounds.
+
+    Args:
+      round_num: The training round (1-based).
+      vector: rho_bar_t = theta_t - theta_{t-1}, the released aggregate.
+      seconds: The round's time (clients' training included).
+      inner: The canary strategy (its round's counts and noise std).
+      arrays: theta_t.
+      dp: The DP wrapper (its clip).
+    """
+    rows = self._rows
+    rows.metrics.append({
+        'round': round_num, 'clip': inner.clip,
+        'aggregate_norm': float(np.linalg.norm(vector)),
+        **inner.round_stats, 'training_time_in_seconds': seconds})
+    rows.vectors.append(vector)
+    rows.round_nums.append(round_num)
+    if len(rows.vectors) >= canary_spec.default_buffer_rounds(vector.size):
+      self._flush()
+    if run_directory.is_checkpoint_round(round_num,
+                                         self.rounds_per_checkpoint,
+                                         self.rounds):
+      self._save(round_num, arrays, dp)
+
+  def _round_event(self, dp: Strategy) -> tuple[float, Any, dict[str, Any]]:
+    """The update's noise multiplier, a round's DpEvent, the DP setting."""
+    z = float(dp.noise_multiplier)
+    if isinstance(dp, DifferentialPrivacyServerSideAdaptiveClipping):
+      sigma = float(dp.clipped_count_stddev)
+      event = dp_accounting.ComposedDpEvent([
+          dp_accounting.GaussianDpEvent(z),
+          dp_accounting.GaussianDpEvent(sigma)])
+      return z, event, {'clipping': 'adaptive',
+                        'update_noise_multiplier': z,
+                        'clipped_count_stddev': sigma,
+                        'final_clip': float(dp.clipping_norm)}
+    return z, dp_accounting.GaussianDpEvent(z), {
+        'clipping': float(dp.clipping_norm), 'noise_multiplier': z}
+
+  def finish(self, final_arrays: ArrayRecord, dp: Strategy,
+             accuracy: float | None) -> run_report.RunReport:
+    """Algorithm 2's cosines, the report and the result files.
+
+    Args:
+      final_arrays: theta_T.
+      dp: The audited DP wrapper.
+      accuracy: The final model's accuracy, or None.
+
+    Returns:
+      The report (also `self.report`).
+    """
+    self._flush()
+    spec, k = self.spec, self.spec.num_seen
+    final = self.bank.cosines((_flat(final_arrays) - self._initial)[None])[:, 0]
+    maxima = self._maxima
+    self.outcome = canary_spec.CanaryOutcome(
+        final_cosines=final[:k], final_unseen_cosines=final[k:],
+        seen_maxima=maxima[:k], unseen_maxima=maxima[k:],
+        accuracy=float('nan') if accuracy is None else accuracy,
+        dim=self.bank.dim, resumed_from_round=self.resumed_from,
+        rounds_trained=self.rounds - self.resumed_from)
+    z, event, dp_setting = self._round_event(dp)
+    setting = {'engine': 'flower', 'dp_wrapper': type(dp).__name__,
+               'rounds': self.rounds,
+               'num_sampled_clients': self._inner(dp)._divisor,
+               **dp_setting, 'num_canaries': k,
+               'num_unseen_canaries': spec.num_unseen,
+               'canary_repeats': spec.repetitions, 'seed': self._seed,
+               'canary_seed': spec.seed}
+    has_unseen = spec.num_unseen >= 2
+    self.report = run_report.build_run_report(
+        final_cosines=final[:k], dim=self.bank.dim, delta=self.delta,
+        noise_multiplier=z, alpha=self.alpha,
+        final_unseen_cosines=final[k:] if has_unseen else None,
+        seen_maxima=maxima[:k] if has_unseen else None,
+        unseen_maxima=maxima[k:] if has_unseen else None,
+        accuracy=accuracy, setting=setting,
+        canary_presentations=spec.repetitions, rounds=self.rounds,
+        presentation_counts=spec.presentation_counts(), round_event=event)
+    self._write_results()
+    return self.report
+
+  def _write_results(self) -> None:
+    """The cosine CSVs, report.json, report.md and the density plot."""
+    outcome, run_dir = self.outcome, self.run_dir
+    columns = {'cosine': outcome.final_cosines}
+    if outcome.final_unseen_cosines.size:
+      columns['unseen'] = outcome.final_unseen_cosines
+    atomic_io.write_columns_csv(
+        os.path.join(run_dir, run_directory.FINAL_COSINES_FILE), columns)
+    panels = {'final model': {'seen canaries': outcome.final_cosines}}
+    if outcome.unseen_maxima.size:
+      atomic_io.write_columns_csv(
+          os.path.join(run_dir, run_directory.MAX_COSINES_FILE),
+          {'seen': outcome.seen_maxima, 'unseen': outcome.unseen_maxima})
+      panels['max over rounds'] = {'seen canaries': outcome.seen_maxima,
+                                   'unseen canaries': outcome.unseen_maxima}
+    self.report.write(
+        os.path.join(run_dir, run_directory.REPORT_JSON_FILE),
+        os.path.join(run_dir, run_directory.REPORT_MARKDOWN_FILE))
+    plots.plot_cosine_densities(
+        panels, outcome.dim,
+        os.path.join(run_dir, run_directory.DENSITY_PLOT_FILE),
+        title=f'Flower, noise {self.report.noise_multiplier:g}, '
+        f'{self.spec.repetitions} repetition(s)')
+
+
+_CSV = {'metrics': run_directory.METRICS_FILE,
+        'cosines': run_directory.CANARY_COSINES_FILE}
+
