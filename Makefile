@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup data demo test test-jax test-install bench table2 table2-quick canife clean bazel-build bazel-test
+.PHONY: setup data demo test test-jax test-flower test-install bench table2 table2-quick canife clean bazel-build bazel-test
 
 # The demo: DP-FedAvg with canaries on real images, Fashion-MNIST split into
 # non-IID clients (configs/demo_fashion_mnist.cfg), at the three noise
@@ -102,6 +102,27 @@ $(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py pyproject.toml
 test-jax: $(JAX_STAMP)
 	$(JAX_PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(JAX_TESTS)
 
+# The Flower engine's environment (one_shot_epe/flower_engine, docs/flower.md):
+# Python 3.12 with the [flower] extra (flwr 1.42 and Ray, its simulation
+# runtime; no TensorFlow, no JAX) and pytest, resolved under the pins of
+# requirements-flower.txt, the project installed editable; its tests
+# (tests/flower_engine_*_test.py, skipped where flwr is absent) and the core
+# layers' import check.
+FLOWER_VENV ?= .venv-flower
+FLOWER_PY := $(FLOWER_VENV)/bin/python
+FLOWER_STAMP := $(FLOWER_VENV)/.installed
+FLOWER_TESTS = $(wildcard tests/flower_engine_*_test.py) tests/one_shot_epe_test.py
+
+$(FLOWER_STAMP): requirements-flower.txt pyproject.toml
+	@test -n "$(JAX_PYTHON)" || { echo 'make test-flower needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }
+	test -x $(FLOWER_PY) || $(JAX_PYTHON) -m venv $(FLOWER_VENV)
+	$(FLOWER_PY) -m pip install --quiet --disable-pip-version-check -c requirements-flower.txt -e '.[flower]' pytest
+	$(FLOWER_PY) -m pip check
+	touch $(FLOWER_STAMP)
+
+test-flower: $(FLOWER_STAMP)
+	$(FLOWER_PY) -m pytest -q $(FLOWER_TESTS)
+
 # The package as users install it: pip resolves `.[jax]` from the package
 # index in a fresh Python 3.12 venv (with requirements-jax.txt as constraints)
 # and a fresh 3.13 venv (unconstrained), and the core alone (`pip install .`)
@@ -113,7 +134,9 @@ INSTALL_PYTHON313 ?= $(call find_python,3.13)
 test-install:
 	@test -n "$(JAX_PYTHON)" -a -n "$(INSTALL_PYTHON313)" || { echo 'make test-install needs Python 3.12 and 3.13: put python3.12 and python3.13 on PATH or set JAX_PYTHON and INSTALL_PYTHON313' >&2; exit 2; }
 	$(PYTHON) scripts/test_install.py --jax=$(JAX_PYTHON),requirements-jax.txt \
-	  --jax=$(INSTALL_PYTHON313) --core=$(PYTHON)
+	  --jax=$(INSTALL_PYTHON313) --core=$(PYTHON) \
+	  --flower=$(JAX_PYTHON),requirements-flower.txt --flower=$(INSTALL_PYTHON313) \
+	  --flower=$(PYTHON)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.table2
@@ -138,4 +161,4 @@ bazel-test: $(STAMP) bazel-build
 	$(BAZEL) test //tests:fast
 
 clean:
-	rm -rf $(VENV) $(JAX_VENV) .pytest_cache output
+	rm -rf $(VENV) $(JAX_VENV) $(FLOWER_VENV) .pytest_cache output

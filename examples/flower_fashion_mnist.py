@@ -263,10 +263,13 @@ def main() -> None:
 
     @client_app.train()
     def train(message: Message, context: Context) -> Message:
+      # Ray's actors import the module by name (this file is __main__ here).
+      from examples import flower_fashion_mnist as demo
       client = int(context.node_config['partition-id'])
-      return Message(content=train_reply(
-          load_task(setting), setting, client, message.content['config']['server-round'],
-          message), reply_to=message)
+      return Message(content=demo.train_reply(
+          demo.load_task(setting), setting, client,
+          message.content['config']['server-round'], message),
+                     reply_to=message)
 
     @server_app.main()
     def serve(grid: Grid, context: Context) -> None:

@@ -11,6 +11,10 @@ resolved from the package index (pip's download cache keeps this quick):
   importable (Python 3.12+), no TensorFlow, then the installed console
   scripts: `one-shot-epe-estimate` on a CSV of cosines whose estimate has a
   closed form, and a 2-round `one-shot-epe-train --backend=jax` run;
+* --flower=PYTHON[,CONSTRAINTS]: `pip install '.[flower]'` (with `-c
+  CONSTRAINTS` when given), a clean `pip check`, neither TensorFlow nor JAX,
+  and a 2-round audited Flower run (`one_shot_epe.flower_engine`, in
+  process) whose report has an accounted eps;
 * --core=PYTHON: `pip install .` (the core alone), a clean `pip check`,
   every top-level module of one_shot_epe imports with neither TensorFlow nor
   JAX installed, the same estimate, and `one-shot-epe-train` asked for
@@ -21,7 +25,9 @@ sys.path and the installed package is what runs. Prints one line per check and
 a final 'N passed, M failed'; exits 1 if any check failed.
 
   python scripts/test_install.py --jax=python3.12,requirements-jax.txt \
-      --jax=python3.13 --core=python3.11
+      --jax=python3.13 --core=python3.11 \
+      --flower=python3.12,requirements-flower.txt --flower=python3.13 \
+      --flower=python3.11
 """
 
 import argparse
@@ -287,6 +293,47 @@ def _jax_checks(env: Environment) -> list[tuple[str, Callable[[], str | None]]]:
            lambda: _check_train_jax(env))]
 
 
+# A 2-round audited DP-FedAvg run in Flower, clients that send the model
+# back moved by 0.01; prints the report's accounted eps.
+_FLOWER_RUN = """
+import tempfile
+import numpy as np
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+from flwr.serverapp.strategy import (
+    DifferentialPrivacyServerSideFixedClipping, FedAvg)
+from one_shot_epe.flower_engine import audit, local_grid
+def client(node, message):
+  arrays = ArrayRecord({'w': Array(message.content['arrays']['w'].numpy()
+                                   + np.float32(0.01))})
+  return RecordDict({'arrays': arrays,
+                     'metrics': MetricRecord({'num-examples': 1})})
+run = audit.CanaryAudit(run_dir=tempfile.mkdtemp() + '/run', num_canaries=5,
+                        rounds=2, delta=1e-5, seed=0)
+strategy = run.wrap(DifferentialPrivacyServerSideFixedClipping(
+    FedAvg(fraction_train=0.5, fraction_evaluate=0.0), 1.0, 1.0, 2))
+strategy.start(local_grid.LocalGrid(4, client),
+               ArrayRecord({'w': Array(np.zeros(100, np.float32))}),
+               num_rounds=2)
+print(run.report.accounted_epsilon)
+"""
+
+
+def _check_flower_run(env: Environment) -> str | None:
+  done = env.python_code(_FLOWER_RUN)
+  if done.returncode != 0:
+    return _tail(done)
+  epsilon = float(done.stdout.strip().splitlines()[-1])
+  return None if 0 < epsilon < math.inf else done.stdout
+
+
+def _flower_checks(env: Environment
+                   ) -> list[tuple[str, Callable[[], str | None]]]:
+  return [('pip check', lambda: _check_pip(env)),
+          ('neither TensorFlow nor JAX', lambda: _check_absent(
+              env, ('tensorflow', 'tensorflow_federated', 'jax', 'jaxlib'))),
+          ('a 2-round audited Flower run', lambda: _check_flower_run(env))]
+
+
 def _core_checks(env: Environment) -> list[tuple[str, Callable[[], str | None]]]:
   return [('pip check', lambda: _check_pip(env)),
           ('neither TensorFlow nor JAX', lambda: _check_absent(
@@ -307,10 +354,13 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                       help="an interpreter to install '.[jax]' with")
   parser.add_argument('--core', action='append', default=[], metavar='PYTHON',
                       help="an interpreter to install '.' (the core) with")
+  parser.add_argument('--flower', action='append', default=[],
+                      metavar='PYTHON[,CONSTRAINTS]',
+                      help="an interpreter to install '.[flower]' with")
   args = parser.parse_args(argv)
-  if not args.jax and not args.core:
-    parser.error('give at least one --jax or --core interpreter')
-  for value in args.jax + args.core:
+  if not args.jax and not args.core and not args.flower:
+    parser.error('give at least one --jax, --core or --flower interpreter')
+  for value in args.jax + args.core + args.flower:
     python = value.split(',')[0]
     if not python or not shutil.which(python):
       parser.error(f'{value!r}: no executable interpreter {python!r}')
@@ -330,6 +380,12 @@ def main(argv: Sequence[str]) -> int:
           f'jax{index}', python, f'{REPO}[jax]',
           os.path.abspath(constraints) if constraints else None, root),
                     _jax_checks))
+    for index, value in enumerate(args.flower):
+      python, _, constraints = value.partition(',')
+      plans.append((Environment(
+          f'flower{index}', python, f'{REPO}[flower]',
+          os.path.abspath(constraints) if constraints else None, root),
+                    _flower_checks))
     for index, python in enumerate(args.core):
       plans.append((Environment(f'core{index}', python, REPO, None, root),
                     _core_checks))
@@ -337,7 +393,8 @@ def main(argv: Sequence[str]) -> int:
     with concurrent.futures.ThreadPoolExecutor(len(plans)) as pool:
       installed = list(pool.map(lambda plan: plan[0].install(), plans))
     for (env, make_checks), problem in zip(plans, installed):
-      what = 'pip install ' + ("'.[jax]'" if env.spec.endswith(']') else '.') + (
+      extra = env.spec[len(REPO):]
+      what = 'pip install ' + (f"'.{extra}'" if extra else '.') + (
           f' -c {os.path.relpath(env.constraints, REPO)}'
           if env.constraints else '')
       if not checks.record(f'{env.python}: {what} ({env.seconds:.0f} s)',

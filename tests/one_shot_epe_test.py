@@ -5,7 +5,9 @@
     reports, plots, run directory, numpy data files; no TensorFlow, no JAX;
   * `tff_engine/`: everything that imports TensorFlow or TFF;
   * `jax_engine/`: everything that imports JAX;
-  * `baselines/`: CANIFE and DP-SGD (TensorFlow allowed); no engine imports it.
+  * `baselines/`: CANIFE and DP-SGD (TensorFlow allowed); no engine imports it;
+  * `flower_engine/`: everything that imports Flower (`flwr`); neither
+    TensorFlow nor JAX nor another engine, and no other layer imports flwr.
 
 Two independent checks. Statically, every import statement of every module
 (also those inside functions) is read with `ast` and held against its folder's
@@ -27,16 +29,20 @@ REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 PACKAGE = 'one_shot_epe'
 TF = ('tensorflow', 'tensorflow_federated', 'tensorflow_privacy')
 JAX = ('jax', 'jaxlib', 'flax', 'optax')
+FLOWER = ('flwr',)
 TFF_ENGINE = f'{PACKAGE}.tff_engine'
 JAX_ENGINE = f'{PACKAGE}.jax_engine'
 BASELINES = f'{PACKAGE}.baselines'
+FLOWER_ENGINE = f'{PACKAGE}.flower_engine'
 # Layer -> the top-level packages and project folders its modules may not
 # import.
 FORBIDDEN = {
-    'core': TF + JAX + (TFF_ENGINE, JAX_ENGINE, BASELINES),
-    'tff_engine': JAX + (JAX_ENGINE, BASELINES),
-    'jax_engine': TF + (TFF_ENGINE, BASELINES),
-    'baselines': JAX + (JAX_ENGINE,),
+    'core': TF + JAX + FLOWER + (TFF_ENGINE, JAX_ENGINE, BASELINES,
+                                 FLOWER_ENGINE),
+    'tff_engine': JAX + FLOWER + (JAX_ENGINE, BASELINES, FLOWER_ENGINE),
+    'jax_engine': TF + FLOWER + (TFF_ENGINE, BASELINES, FLOWER_ENGINE),
+    'baselines': JAX + FLOWER + (JAX_ENGINE, FLOWER_ENGINE),
+    'flower_engine': TF + JAX + (TFF_ENGINE, JAX_ENGINE, BASELINES),
 }
 # What the dynamic check blocks for each layer's interpreter.
 BLOCKED = {
@@ -44,6 +50,7 @@ BLOCKED = {
     'tff_engine': (JAX_ENGINE, BASELINES),
     'jax_engine': FORBIDDEN['jax_engine'],
     'baselines': (JAX_ENGINE,) + JAX[2:],
+    'flower_engine': FORBIDDEN['flower_engine'],
 }
 
 _IMPORT_BLOCKED = '''
@@ -61,7 +68,8 @@ print('imported', len(modules))
 def layer_of(module: str) -> str:
   """The layer of a module of the package, from its folder."""
   for layer, folder in (('tff_engine', TFF_ENGINE), ('jax_engine', JAX_ENGINE),
-                        ('baselines', BASELINES)):
+                        ('baselines', BASELINES),
+                        ('flower_engine', FLOWER_ENGINE)):
     if module == folder or module.startswith(folder + '.'):
       return layer
   if module == PACKAGE or module.count('.') == 1:
@@ -121,6 +129,7 @@ def test_every_module_lies_in_a_layer_and_each_layer_is_populated():
   assert 'one_shot_epe.tff_engine.canary_aggregator' in _layer_modules(
       'tff_engine')
   assert 'one_shot_epe.jax_engine.fedavg' in _layer_modules('jax_engine')
+  assert 'one_shot_epe.flower_engine.audit' in _layer_modules('flower_engine')
 
 
 def test_no_module_imports_across_its_layer():
@@ -145,6 +154,11 @@ def test_the_static_check_sees_a_crossing_at_any_depth():
                     'from jax import numpy') == ['jax', 'jax.numpy']
   assert violations('one_shot_epe.tff_engine.audit',
                     'from one_shot_epe import estimation') == []
+  assert violations('one_shot_epe.stats.estimation',
+                    'from flwr.app import Message') == ['flwr.app',
+                                                        'flwr.app.Message']
+  assert violations('one_shot_epe.flower_engine.audit',
+                    'import jax.numpy') == ['jax.numpy']
   with pytest.raises(ValueError, match='no layer'):
     layer_of('one_shot_epe.new_folder.module')
 
@@ -159,6 +173,10 @@ def test_each_layer_imports_with_the_others_blocked(layer):
   if layer in ('tff_engine', 'baselines') and not importlib.util.find_spec(
       'tensorflow'):
     pytest.skip('TensorFlow is not installed here (the JAX environment).')
+  if layer == 'flower_engine' and not importlib.util.find_spec('flwr'):
+    pytest.skip('Flower is not installed here (make test-flower has it).')
+  if layer == 'jax_engine' and not importlib.util.find_spec('jax'):
+    pytest.skip('JAX is not installed here (the Flower environment).')
   # A module of an optional extra is imported where that extra is installed
   # (jax-privacy's [mf]: in .venv-jax, `make test-jax`).
   modules = [module for module in _layer_modules(layer)
