@@ -8,18 +8,21 @@ ServerApp that runs FedAvg under Flower's server-side DP wrapper at a few
 noise multipliers. Auditing it takes three lines of the ServerApp
 (`one_shot_epe.flower_engine.audit.CanaryAudit`): plan the canaries, wrap the
 DP strategy, print the report. Flower's simulation runtime
-(`flwr.simulation.run_simulation`, Ray) runs the clients; `--runtime=local`
-calls them in this process instead (`flower_engine.local_grid`).
+(`flwr.simulation.run_simulation`, Ray) runs the clients, or, with the
+flag runtime set to local, this process calls them
+(`flower_engine.local_grid`):
 
   python -m examples.flower_fashion_mnist --output_dir=/tmp/flower_demo
 """
 
-import argparse
 import dataclasses
 import functools
 import os
+from collections.abc import Sequence
 
 import numpy as np
+from absl import app as absl_app
+from absl import flags
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
@@ -229,31 +232,40 @@ def audited_run(grid: Grid, task: Task, setting: Setting,
   return audit
 
 
-def main() -> None:
-  """Runs the demo at each noise multiplier and prints the reports."""
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--output_dir', default='output/flower_demo')
-  parser.add_argument('--noise_multipliers', default='0.5,1,2')
-  parser.add_argument('--rounds', type=int, default=Setting.rounds)
-  parser.add_argument('--num_canaries', type=int,
-                      default=Setting.num_canaries)
-  parser.add_argument('--data_dir', default=DEFAULT_DATA_DIR)
-  parser.add_argument('--runtime', choices=('simulation', 'local'),
-                      default='simulation')
-  args = parser.parse_args()
-  setting = Setting(rounds=args.rounds, num_canaries=args.num_canaries,
-                    data_dir=args.data_dir)
-  noises = [float(z) for z in args.noise_multipliers.split(',')]
+_OUTPUT_DIR = flags.DEFINE_string('output_dir', 'output/flower_demo',
+                                  'Where the run directories go.')
+_NOISE_MULTIPLIERS = flags.DEFINE_list('noise_multipliers', ['0.5', '1', '2'],
+                                       'The noise multipliers z to run.')
+_ROUNDS = flags.DEFINE_integer('rounds', Setting.rounds, 'T, the rounds.')
+_NUM_CANARIES = flags.DEFINE_integer('num_canaries', Setting.num_canaries,
+                                     'k seen (and k unseen) canaries.')
+_DATA_DIR = flags.DEFINE_string('data_dir', DEFAULT_DATA_DIR,
+                                'Fashion-MNIST\'s files (synthetic if absent).')
+_RUNTIME = flags.DEFINE_enum(
+    'runtime', 'simulation', ['simulation', 'local'],
+    'Flower\'s simulation runtime (Ray), or the clients called in-process.')
+
+
+def main(argv: Sequence[str]) -> None:
+  """Runs the demo at each noise multiplier and prints the reports.
+
+  Args:
+    argv: absl's leftover arguments (none expected).
+  """
+  del argv
+  setting = Setting(rounds=_ROUNDS.value, num_canaries=_NUM_CANARIES.value,
+                    data_dir=_DATA_DIR.value)
+  noises = [float(z) for z in _NOISE_MULTIPLIERS.value]
   task = load_task(setting)
   reports = []
 
   def run_all(grid: Grid) -> None:
     for z in noises:
       audit = audited_run(grid, task, setting, z,
-                          os.path.join(args.output_dir, f'noise_{z:g}'))
+                          os.path.join(_OUTPUT_DIR.value, f'noise_{z:g}'))
       reports.append(audit.report)  # 3. The report.
 
-  if args.runtime == 'local':
+  if _RUNTIME.value == 'local':
     run_all(local_grid.LocalGrid(
         setting.num_clients, lambda node, message: train_reply(
             task, setting, node - 1, message.content['config'][
@@ -288,4 +300,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-  main()
+  absl_app.run(main)

@@ -12,7 +12,7 @@ core first). A module whose third-party requirement is not installed here is
 skipped (named in the output). What the frameworks themselves change at
 their import (TensorFlow and JAX set environment variables, TFF adds a root
 logging handler), measured in another interpreter, is not the project's and
-is allowed.
+is allowed (Flower's too: flwr sets GRPC_VERBOSITY).
 """
 
 import json
@@ -79,7 +79,8 @@ _RECORDER = textwrap.dedent("""
 """ % (_PROJECT_ROOTS,))
 # What the frameworks the project uses change when they are imported (e.g.
 # TensorFlow sets TF2_BEHAVIOR, TFF adds a root handler): not the project's.
-_FRAMEWORKS = ('tensorflow', 'tensorflow_federated', 'jax', 'jax.numpy')
+_FRAMEWORKS = ('tensorflow', 'tensorflow_federated', 'jax', 'jax.numpy',
+               'flwr.serverapp', 'flwr.simulation')
 
 
 def _modules(package: str) -> list[str]:

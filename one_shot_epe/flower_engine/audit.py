@@ -57,13 +57,13 @@ is claimed.
 
 Example (examples/flower_fashion_mnist.py runs it):
 
-  audit = CanaryAudit(run_dir='out/run', num_canaries=500, rounds=T,
-                      delta=1e-5)
-  strategy = audit.wrap(DifferentialPrivacyServerSideFixedClipping(
+  auditor = CanaryAudit(run_dir='out/run', num_canaries=500, rounds=T,
+                        delta=1e-5)
+  strategy = auditor.wrap(DifferentialPrivacyServerSideFixedClipping(
       FedAvg(fraction_train=0.1), noise_multiplier=1.0, clipping_norm=1.0,
       num_sampled_clients=10))
   strategy.start(grid, initial_arrays, num_rounds=T)
-  print(audit.report.to_markdown())
+  print(auditor.report.to_markdown())
 """
 
 import contextlib
@@ -330,7 +330,7 @@ class _AuditedStrategy(Strategy):
             evaluate_config: ConfigRecord | None = None,
             evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None]
             | None = None) -> Result:
-    """Flower's `Strategy.start`, resumed from the run's newest checkpoint.
+    """Flower's start of a strategy, resumed from the run's newest checkpoint.
 
     Trains the rounds after the checkpoint (none if the run is complete),
     then writes the run's results (`CanaryAudit.report` holds the report).
