@@ -295,8 +295,10 @@ def main(argv: Sequence[str]) -> None:
                    backend_config={'client_resources': {'num_cpus': 1}})
   print(f'Data: {task.source}; {setting.num_clients} clients, '
         f'{setting.clients_per_round} per round, {setting.rounds} rounds.')
-  for report in reports:
-    print(report.to_markdown().split('\n\n')[0] + '\n')
+  # One table: the reports' headline rows (report.md has the rest).
+  rows = [report.to_markdown().split('\n')[:3] for report in reports]
+  print('\n'.join(rows[0][:2] + [row[2] for row in rows]))
+  print(f'Run directories (report.md, CSVs, plot): {_OUTPUT_DIR.value}/')
 
 
 if __name__ == '__main__':

@@ -12,11 +12,14 @@ such a strategy (Andrew et al., ICLR 2024, Sections 3-4):
     inner  _CanaryStrategy    adds the round's canary replies (Sec. 4)
     FedAvg the user's FedAvg  averages
 
-so the canaries enter inside the noise. Canary j's reply is the current model
-plus S_t c_j, with S_t the clip the round's replies were clipped to (an
-unclipped client of norm exactly S_t: 'project', Algorithm 2 line 7), the
-real replies' weight and metric means (FedAvg's averages of the metrics do
-not move). The seen canaries are inserted on
+so the canaries enter inside the noise. Canary j is a client whose update is
+S_t c_j, with S_t the clip the round's replies were clipped to (an unclipped
+client of norm exactly S_t: 'project', Algorithm 2 line 7), of the real
+replies' weight w. FedAvg's mean being linear, the round's k_t canaries are
+sent as one reply, theta + (S_t / k_t) sum_j c_j of weight k_t w, which adds
+exactly what k_t such clients would (one message instead of k_t), with the
+real replies' metric means (FedAvg's averages of the metrics do not move).
+The seen canaries are inserted on
 `participation.periodic_canary_schedule` (each once in each of r periods,
 Sec. 5.2), the unseen ones never.
 
@@ -152,11 +155,23 @@ def _check_strategy(strategy: object) -> Strategy:
   return strategy
 
 
-def _equal_weight(replies: list[Message], key: str) -> float:
+def _metric_record(reply: Message) -> tuple[str, MetricRecord | None]:
+  """A reply's first MetricRecord and its name (None if it has none).
+
+  Read from the record dict's items: its `metric_records` view rebuilds a
+  synchronised dict on every access, which costs more than the round's
+  canaries.
+  """
+  for name, record in reply.content.items():
+    if isinstance(record, MetricRecord):
+      return name, record
+  return '', None
+
+
+def _equal_weight(records: list[MetricRecord | None], key: str) -> float:
   """The replies' common FedAvg weight, or AuditRefused naming the weights."""
   weights = []
-  for reply in replies:
-    record = next(iter(reply.content.metric_records.values()), None)
+  for record in records:
     weight = None if record is None else record.get(key)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)):
       raise AuditRefused(f'a reply has no number under FedAvg\'s '
@@ -171,19 +186,16 @@ def _equal_weight(replies: list[Message], key: str) -> float:
   return weights[0]
 
 
-def _metric_means(record: MetricRecord, replies: list[Message],
-                  key: str) -> MetricRecord:
-  """`record`'s keys with the replies' mean values (lists: `record`'s own)."""
-  records = [next(iter(reply.content.metric_records.values()))
-             for reply in replies]
+def _metric_means(records: list[MetricRecord], key: str) -> dict[str, Any]:
+  """The first record's keys with the records' mean values (lists: its own)."""
   means = {}
-  for name, value in record.items():
+  for name, value in records[0].items():
     values = [r[name] for r in records]
     if name != key and all(isinstance(v, (int, float)) for v in values):
       means[name] = float(np.mean(values))
     else:
       means[name] = value
-  return MetricRecord(means)
+  return means
 
 
 class _CanaryStrategy(Strategy):
@@ -212,27 +224,30 @@ class _CanaryStrategy(Strategy):
     self._current = arrays
     return self.fedavg.configure_train(server_round, arrays, config, grid)
 
-  def _canary_replies(self, ids: np.ndarray, template: Message,
-                      metrics: MetricRecord) -> list[Message]:
-    """Canary j's reply: the current model plus S_t c_j, as a client's."""
-    record_name = next(iter(template.content.array_records))
-    metrics_name = next(iter(template.content.metric_records))
-    current = self._current.to_numpy_ndarrays()
-    keys = list(self._current.keys())
-    bank = self._audit.bank
-    replies = []
-    for direction in bank.seen(ids):
-      update = self.clip * direction.astype(np.float64)
-      arrays, start = {}, 0
-      for key, base in zip(keys, current):
-        part = update[start:start + base.size].reshape(base.shape)
-        arrays[key] = Array(np.asarray(base + part, base.dtype))
-        start += base.size
-      replies.append(Message(
-          content=RecordDict({record_name: ArrayRecord(arrays),
-                              metrics_name: metrics}),
-          dst_node_id=0, message_type=MessageType.TRAIN))
-    return replies
+  def _canary_reply(self, ids: np.ndarray, template: Message,
+                    metrics_name: str, metrics: dict[str, Any],
+                    weight: float) -> Message:
+    """The round's canaries as one reply of weight k_t w.
+
+    FedAvg's mean is linear: a reply theta + (S_t / k_t) sum_j c_j weighing
+    k_t w adds to the weighted sum exactly what k_t replies theta + S_t c_j
+    of weight w would, at the cost of one message.
+    """
+    record_name = next(name for name, record in template.content.items()
+                       if isinstance(record, ArrayRecord))
+    update = (self.clip / ids.size) * self._audit.bank.seen(ids).astype(
+        np.float64).sum(axis=0)
+    arrays, start = {}, 0
+    for key, base in zip(self._current.keys(),
+                         self._current.to_numpy_ndarrays()):
+      part = update[start:start + base.size].reshape(base.shape)
+      arrays[key] = Array(np.asarray(base + part, base.dtype))
+      start += base.size
+    metrics = MetricRecord({**metrics, self.fedavg.weighted_by_key:
+                            weight * ids.size})
+    return Message(content=RecordDict({record_name: ArrayRecord(arrays),
+                                       metrics_name: metrics}),
+                   dst_node_id=0, message_type=MessageType.TRAIN)
 
   def aggregate_train(self, server_round: int, replies: Iterable[Message]
                       ) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -242,20 +257,23 @@ class _CanaryStrategy(Strategy):
     if not valid:
       return self.fedavg.aggregate_train(server_round, replies)
     key = self.fedavg.weighted_by_key
-    _equal_weight(valid, key)
+    named = [_metric_record(reply) for reply in valid]
+    records = [record for _, record in named]
+    weight = _equal_weight(records, key)
     schedule = self._audit.spec.schedule
     ids = (np.asarray(schedule[server_round - 1], np.int64)
            if server_round <= len(schedule) else np.zeros(0, np.int64))
-    metrics = _metric_means(next(iter(valid[0].content.metric_records
-                                       .values())), valid, key)
-    added = self._canary_replies(ids, valid[0], metrics)
-    records = len(valid) + len(added)
+    added = []
+    if ids.size:
+      added.append(self._canary_reply(ids, valid[0], named[0][0],
+                                      _metric_means(records, key), weight))
+    count = len(valid) + ids.size
     # The noise std z S_{t+1} / divisor becomes z S_t / N_t.
-    self._dp.num_sampled_clients = (records * float(self._dp.clipping_norm) /
+    self._dp.num_sampled_clients = (count * float(self._dp.clipping_norm) /
                                     self.clip)
     self.round_stats = {
-        'num_clients': len(valid), 'canaries_inserted': len(added),
-        'noise_std': float(self._dp.noise_multiplier) * self.clip / records}
+        'num_clients': len(valid), 'canaries_inserted': int(ids.size),
+        'noise_std': float(self._dp.noise_multiplier) * self.clip / count}
     return self.fedavg.aggregate_train(server_round, replies + added)
 
   def configure_evaluate(self, server_round: int, arrays: ArrayRecord,
@@ -281,6 +299,9 @@ class _AuditedStrategy(Strategy):
     self._inner = inner
     self._offset = 0
     self._current = np.zeros(0)
+    # The last round's release and its flat copy (the next round's theta).
+    self._released: tuple[ArrayRecord | None, np.ndarray] = (None,
+                                                              np.zeros(0))
     self._started = 0.0
 
   def summary(self) -> None:
@@ -292,7 +313,8 @@ class _AuditedStrategy(Strategy):
     """The DP wrapper's messages for training round `server_round` + offset."""
     t = server_round + self._offset
     self._audit.seed_round(t, 0)
-    self._current = _flat(arrays)
+    released, flat = self._released
+    self._current = flat if arrays is released else _flat(arrays)
     self._started = time.perf_counter()
     return self.dp.configure_train(t, arrays, config, grid)
 
@@ -307,7 +329,8 @@ class _AuditedStrategy(Strategy):
           f'round {t}: {type(self.dp).__name__} aggregated nothing (a client '
           'reported an error, or no reply came back); the audit needs every '
           'round released.')
-    self._audit.on_round(t, _flat(arrays) - self._current,
+    self._released = (arrays, _flat(arrays))
+    self._audit.on_round(t, self._released[1] - self._current,
                          time.perf_counter() - self._started,
                          self._inner, arrays, self.dp)
     return arrays, metrics
