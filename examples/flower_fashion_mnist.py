@@ -18,7 +18,7 @@ flag runtime set to local, this process calls them
 import dataclasses
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from absl import app as absl_app
@@ -232,6 +232,40 @@ def audited_run(grid: Grid, task: Task, setting: Setting,
   return audit
 
 
+def simulate(setting: Setting, serve: Callable[[Grid], None]) -> None:
+  """Runs `serve(grid)` as the ServerApp of a Flower simulation (Ray).
+
+  The ClientApp's nodes are the setting's clients (node partition i holds
+  shard i); each Ray actor loads the task once (`load_task`).
+
+  Args:
+    setting: The clients and their training.
+    serve: The ServerApp's work, given Flower's grid.
+  """
+  # pylint: disable=g-import-not-at-top
+  from flwr.simulation import run_simulation
+  client_app, server_app = ClientApp(), ServerApp()
+
+  @client_app.train()
+  def train(message: Message, context: Context) -> Message:
+    # Ray's actors import the module by name (it may be __main__ here).
+    from examples import flower_fashion_mnist as demo
+    client = int(context.node_config['partition-id'])
+    return Message(content=demo.train_reply(
+        demo.load_task(setting), setting, client,
+        message.content['config']['server-round'], message),
+                   reply_to=message)
+
+  @server_app.main()
+  def main_app(grid: Grid, context: Context) -> None:
+    del context
+    serve(grid)
+
+  run_simulation(server_app=server_app, client_app=client_app,
+                 num_supernodes=setting.num_clients,
+                 backend_config={'client_resources': {'num_cpus': 1}})
+
+
 _OUTPUT_DIR = flags.DEFINE_string('output_dir', 'output/flower_demo',
                                   'Where the run directories go.')
 _NOISE_MULTIPLIERS = flags.DEFINE_list('noise_multipliers', ['0.5', '1', '2'],
@@ -271,28 +305,7 @@ def main(argv: Sequence[str]) -> None:
             task, setting, node - 1, message.content['config'][
                 'server-round'], message)))
   else:
-    client_app, server_app = ClientApp(), ServerApp()
-
-    @client_app.train()
-    def train(message: Message, context: Context) -> Message:
-      # Ray's actors import the module by name (this file is __main__ here).
-      from examples import flower_fashion_mnist as demo
-      client = int(context.node_config['partition-id'])
-      return Message(content=demo.train_reply(
-          demo.load_task(setting), setting, client,
-          message.content['config']['server-round'], message),
-                     reply_to=message)
-
-    @server_app.main()
-    def serve(grid: Grid, context: Context) -> None:
-      del context
-      run_all(grid)
-
-    # pylint: disable=g-import-not-at-top
-    from flwr.simulation import run_simulation
-    run_simulation(server_app=server_app, client_app=client_app,
-                   num_supernodes=setting.num_clients,
-                   backend_config={'client_resources': {'num_cpus': 1}})
+    simulate(setting, run_all)
   print(f'Data: {task.source}; {setting.num_clients} clients, '
         f'{setting.clients_per_round} per round, {setting.rounds} rounds.')
   # One table: the reports' headline rows (report.md has the rest).

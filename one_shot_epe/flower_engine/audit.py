@@ -426,7 +426,7 @@ class CanaryAudit:
                delta: float, num_unseen_canaries: int | None = None,
                repetitions: int = 1, canary_seed: int = 0,
                seed: int | None = None, alpha: float = 0.05,
-               rounds_per_checkpoint: int = 10,
+               rounds_per_checkpoint: int = 25,
                cache_bytes: int = canaries.DEFAULT_CACHE_BYTES):
     """Plans the canaries of a run of `rounds` rounds.
 
