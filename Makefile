@@ -104,10 +104,10 @@ test-jax: $(JAX_STAMP)
 
 # The Flower engine's environment (one_shot_epe/flower_engine, docs/flower.md):
 # Python 3.12 with the [flower] extra (flwr 1.42 and Ray, its simulation
-# runtime; no TensorFlow, no JAX) and pytest, resolved under the pins of
-# requirements-flower.txt, the project installed editable; its tests
-# (tests/flower_engine_*_test.py, skipped where flwr is absent) and the core
-# layers' import check.
+# runtime; no TensorFlow, no JAX), pytest and psutil (tests/conftest.py),
+# resolved under the pins of requirements-flower.txt, the project installed
+# editable; its tests (tests/flower_engine_*_test.py, skipped where flwr is
+# absent) and the layers' import check, Flower's layer included.
 FLOWER_VENV ?= .venv-flower
 FLOWER_PY := $(FLOWER_VENV)/bin/python
 FLOWER_STAMP := $(FLOWER_VENV)/.installed
@@ -116,7 +116,7 @@ FLOWER_TESTS = $(wildcard tests/flower_engine_*_test.py) tests/one_shot_epe_test
 $(FLOWER_STAMP): requirements-flower.txt pyproject.toml
 	@test -n "$(JAX_PYTHON)" || { echo 'make test-flower needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }
 	test -x $(FLOWER_PY) || $(JAX_PYTHON) -m venv $(FLOWER_VENV)
-	$(FLOWER_PY) -m pip install --quiet --disable-pip-version-check -c requirements-flower.txt -e '.[flower]' pytest
+	$(FLOWER_PY) -m pip install --quiet --disable-pip-version-check -c requirements-flower.txt -e '.[flower]' pytest psutil
 	$(FLOWER_PY) -m pip check
 	touch $(FLOWER_STAMP)
 
