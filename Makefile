@@ -126,8 +126,11 @@ test-flower: $(FLOWER_STAMP)
 # The package as users install it: pip resolves `.[jax]` from the package
 # index in a fresh Python 3.12 venv (with requirements-jax.txt as constraints)
 # and a fresh 3.13 venv (unconstrained), and the core alone (`pip install .`)
-# in a fresh $(PYTHON) venv; then the installed console scripts run
-# (scripts/test_install.py; 65-95 s on 2 cores, downloads included). [tff] is not
+# in a fresh $(PYTHON) venv, and `.[flower]` in fresh 3.12 (with
+# requirements-flower.txt), 3.13 and $(PYTHON) venvs (flwr and Ray: about 4.5
+# min per venv on a loaded 2-core machine, downloads included); then the
+# installed console scripts and a 2-round audited Flower run
+# (scripts/test_install.py; 65-95 s on 2 cores without [flower]). [tff] is not
 # among them: it cannot be resolved (pyproject.toml), `make setup` installs it.
 INSTALL_PYTHON313 ?= $(call find_python,3.13)
 
