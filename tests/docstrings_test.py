@@ -50,6 +50,7 @@ ARGUMENTS_INCOMPLETE = frozenset({
     'examples/flower_fashion_mnist.py',
     'one_shot_epe/accounting/distributed_dp.py',
     'one_shot_epe/flower_engine/canaries.py',
+    'one_shot_epe/flower_engine/strategies.py',
     'one_shot_epe/jax_engine/fedavg.py',
     'one_shot_epe/jax_engine/packing.py',
     'one_shot_epe/jax_engine/round_engine.py',

@@ -278,7 +278,7 @@ class CanaryAudit:
     Raises:
       run_directory.RunDirectoryError: the directory holds another run.
     """
-    initial = strategies.flat(initial_arrays)
+    initial = strategies.flatten(initial_arrays)
     self._config = self._run_config(initial.size, dp)
     self._recheck()
     self.bank = canaries.CanaryBank(self.spec, initial.size,
@@ -403,7 +403,7 @@ class CanaryAudit:
     self._flush()
     spec, k = self.spec, self.spec.num_seen
     final = self.bank.cosines(
-        (strategies.flat(final_arrays) - self._initial)[None])[:, 0]
+        (strategies.flatten(final_arrays) - self._initial)[None])[:, 0]
     maxima = self._folded.maxima.astype(np.float64)
     self.outcome = canary_spec.CanaryOutcome(
         final_cosines=final[:k], final_unseen_cosines=final[k:],

@@ -24,8 +24,8 @@ from flwr.serverapp.strategy import (
 if TYPE_CHECKING:  # The audit imports this module.
   from one_shot_epe.flower_engine import audit  # pylint: disable=g-bad-import-order
 
-__all__ = ['AuditRefused', 'AuditedStrategy', 'CanaryStrategy', 'check_strategy',
-           'flat']
+__all__ = ['AuditRefused', 'AuditedStrategy', 'CanaryStrategy',
+           'check_strategy', 'flatten']
 
 _SERVER_SIDE = (DifferentialPrivacyServerSideFixedClipping,
                 DifferentialPrivacyServerSideAdaptiveClipping)
@@ -37,7 +37,7 @@ class AuditRefused(ValueError):
   """A strategy the audit cannot audit soundly; the message names it."""
 
 
-def flat(arrays: ArrayRecord) -> np.ndarray:
+def flatten(arrays: ArrayRecord) -> np.ndarray:
   """The arrays of `arrays`, in order, as one float64 vector."""
   return np.concatenate([np.asarray(a, np.float64).ravel()
                          for a in arrays.to_numpy_ndarrays()])
@@ -238,7 +238,7 @@ class AuditedStrategy(Strategy):
     t = server_round + self._offset
     self._audit.seed_round(t, 0)
     released, flat = self._released
-    self._current = flat if arrays is released else flat(arrays)
+    self._current = flat if arrays is released else flatten(arrays)
     self._started = time.perf_counter()
     return self.dp.configure_train(t, arrays, config, grid)
 
@@ -253,7 +253,7 @@ class AuditedStrategy(Strategy):
           f'round {t}: {type(self.dp).__name__} aggregated nothing (a client '
           'reported an error, or no reply came back); the audit needs every '
           'round released.')
-    self._released = (arrays, flat(arrays))
+    self._released = (arrays, flatten(arrays))
     self._audit.on_round(t, self._released[1] - self._current,
                          time.perf_counter() - self._started,
                          self._inner, arrays, self.dp)
