@@ -142,6 +142,8 @@ def test_unknown_steps_and_budgets_are_refused(capsys):
   assert '--steps' in capsys.readouterr().err
   with pytest.raises(SystemExit):
     device_check.parse_args(['--out=x', '--budget_s=0'])
+  with pytest.raises(SystemExit):
+    device_check.parse_args(['--out=x', '--cap_scale=-1'])
 
 
 def test_the_table_puts_each_measured_round_beside_its_prediction():
