@@ -217,7 +217,7 @@ class ProgramRun:
   """One run of `train_program`: its plan and where its outputs go.
 
   Attributes:
-    plan: The run (`plan.spec` must not be None).
+    plan: The run (its canary spec must not be None).
     store: The run's checkpoints (as `train`'s).
     observer: Told of the run's rounds (as `train`'s), or None.
     noise_rows: The run's correlated noise (as `train`'s), or None.
@@ -391,12 +391,12 @@ def train(plan: run_plan.RunPlan, model: Any,
   """Trains (or resumes from `store`'s newest checkpoint); returns the outcome.
 
   Args:
-    plan: The run (`plan.spec` must not be None).
+    plan: The run (its canary spec must not be None).
     model: A `models.EmnistCnn` or `models.WordLstm` (loss, init, correct).
     train_data: The training clients (the sampler's indices).
     test_data: The evaluation examples (all clients pooled), or None.
     store: The run's checkpoints: written after round 0 (the initial state),
-      every `plan.rounds_per_checkpoint` rounds and after the last round.
+      every `RunPlan.rounds_per_checkpoint` rounds and after the last round.
     observer: Told of every round trained now (`on_round`) and of the
       rounds' canary cosines as their block is scored (`on_cosines`, always
       before a checkpoint).
