@@ -76,7 +76,8 @@ CAPS = {'tests': 200, 'cosines': 90, 'paper_scale': 150, 'program': 100}
 # The 3-round launcher run of the cosine step: synthetic EMNIST-shaped
 # clients, the real CNN.
 COSINE_RUN = ('--task=emnist_character', '--use_synthetic_data',
-              '--synthetic_num_clients=24', '--synthetic_examples_per_client=16',
+              '--synthetic_num_clients=24',
+              '--synthetic_examples_per_client=16',
               '--synthetic_client_sizes=realistic', '--clients_per_round=6',
               '--total_rounds=3', '--num_canaries=6',
               '--num_unseen_canaries=6', '--noise_multiplier=0.5',
@@ -89,7 +90,8 @@ TIME_COLUMNS = ('training_time_in_seconds',)
 # Where the device's peak memory of a step is written (`_PEAK_WRAPPER`).
 _PEAK_ENV = 'DEVICE_CHECK_PEAK_FILE'
 # Runs `python -m MODULE ARGS` and, at exit, writes the first local device's
-# peak bytes in use (XLA's memory_stats; null on a CPU) to $DEVICE_CHECK_PEAK_FILE.
+# peak bytes in use (XLA's memory_stats; null on a CPU) to the file named by
+# $DEVICE_CHECK_PEAK_FILE.
 _PEAK_WRAPPER = """
 import atexit, json, os, runpy, sys
 def _peak():
@@ -339,12 +341,13 @@ def markdown(figures: Mapping[str, Any]) -> str:
         f'{_number(task_figures.get("padding_ratio_vmap"), "", 4)} | '
         f'{_number(task_figures.get("h2d_bytes_per_round"), "MiB")} |')
   cosines = figures['steps'].get('cosines', {})
+  cosine_peak = cosines.get('runs', {}).get('device', {}).get('peak_bytes')
   program = figures['steps'].get('program', {})
   lines += ['', f'Cosines, device vs CPU: max |difference| '
             f'{_number(cosines.get("max_abs_diff"))} over '
             f'{cosines.get("values")} values (tolerance {cosines.get("atol")}'
             f' + {cosines.get("rtol")} x |cpu|); peak device memory '
-            f'{_number(cosines.get("runs", {}).get("device", {}).get("peak_bytes"), "MiB")}.',
+            f'{_number(cosine_peak, "MiB")}.',
             f'Program of {program.get("runs")} runs: '
             f'{_number(program.get("program_s"))} s against '
             f'{_number(program.get("sequence_s"))} s in sequence '

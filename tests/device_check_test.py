@@ -97,7 +97,8 @@ def test_only_wheels_of_missing_distributions_are_installed(tmp_path):
   found = device_check.install_wheels(str(wheels), str(site))
   assert found == {'installed': [missing], 'present': [present]}
   completed = subprocess.run(
-      [sys.executable, '-c', 'import carried_probe; print(carried_probe.VALUE)'],
+      [sys.executable, '-c',
+       'import carried_probe; print(carried_probe.VALUE)'],
       env=dict(os.environ, PYTHONPATH=str(site)), capture_output=True,
       text=True, check=True)
   assert completed.stdout.strip() == '42'
