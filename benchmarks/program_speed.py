@@ -70,7 +70,8 @@ def run_configs(config_path: str, scale: float, runs: int,
   noises = [float(z) for z in grid.parse_grid(config_path).get(
       'noise_multiplier', [base.noise_multiplier])]
   return [dataclasses.replace(
-      base, noise_multiplier=noises[r % len(noises)], root_output_dir=output_dir, run_name=f'run{r}') for r in range(runs)]
+      base, noise_multiplier=noises[r % len(noises)],
+      root_output_dir=output_dir, run_name=f'run{r}') for r in range(runs)]
 
 
 def time_both(configs: Sequence[train_config.TrainConfig],

@@ -11,8 +11,9 @@ each (a run whose report.json exists is finished) and reads each back as a
 
 The unit of work is a program (`programs`): one run, or with
 --runs_per_program=R on the JAX engine up to R runs that share every shape
-(`train_config.program_key`) trained as one computation with a run axis
-(`experiments.train.run_program`); each run still has its own run
+(`train_config.program_key`) trained as one program (a run axis on
+accelerators, the runs in turn on a CPU: `experiments.train.run_program`);
+each run still has its own run
 directory. Who runs the programs is an `Executor`: `sequential` (one after
 the other, in this process) or `experiments.ray_executor.RayExecutor` (Ray
 tasks, on one machine or a cluster sharing the output directory). Either

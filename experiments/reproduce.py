@@ -82,8 +82,8 @@ With --backend=jax (on the command line or in the config) the program imports
 neither TensorFlow nor TFF, so the grid runs on a machine with JAX alone (the
 JAX engine's limits: `experiments.backend_jax`), and --runs_per_program=R
 trains up to R runs that share every shape (the grid's points, Table 5's
-runs of one arm) as one program with a run axis
-(`experiments.grid.programs`): the same run directories, reports and tables
+runs of one arm) as one program, with a run axis on accelerators and the
+runs in turn on a CPU (`experiments.grid.programs`): the same run directories, reports and tables
 as one run at a time, up to float rounding.
 """
 
@@ -223,8 +223,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                        flag_values=flag_values)
   flags.DEFINE_integer('runs_per_program', 1, '--backend=jax: train up to R '
                        'runs that share every shape (grid points, Table 5\'s '
-                       'runs) as one program with a run axis, each in its own '
-                       'run directory (experiments.grid.programs).',
+                       'runs) as one program (a run axis on accelerators, '
+                       'the runs in turn on a CPU), each in its own run '
+                       'directory (experiments.grid.programs).',
                        flag_values=flag_values)
   train_flags.define_flags(flag_values)
 

@@ -413,7 +413,8 @@ def run_program(configs: Sequence[train_config.TrainConfig]
   """Trains (or resumes) R runs as one program; writes each run's outputs.
 
   One config is `run_training`. Several run on the JAX engine as one
-  computation with a run axis (`jax_engine.training.train_program`): they
+  program (`jax_engine.training.train_program`: one computation with a run
+  axis on accelerators, the runs' rounds in turn on a CPU): they
   may differ only in `train_config.PROGRAM_DIFFERENCES` (seeds, canaries,
   noise multiplier, where they are written), and each run has its own run
   directory, lock, checkpoints, CSVs and report, as if run alone (a run

@@ -21,6 +21,8 @@ from experiments import train_config
 from experiments import train
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.jax_engine import canaries
+from one_shot_epe.jax_engine import memory
+from one_shot_epe.jax_engine import round_engine
 
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 FLAGS = ['--backend=jax', '--task=emnist_character', '--use_synthetic_data',

@@ -97,7 +97,8 @@ def test_only_wheels_of_missing_distributions_are_installed(tmp_path):
   found = device_check.install_wheels(str(wheels), str(site))
   assert found == {'installed': [missing], 'present': [present]}
   completed = subprocess.run(
-      [sys.executable, '-c', 'import carried_probe; print(carried_probe.VALUE)'],
+      [sys.executable, '-c',
+       'import carried_probe; print(carried_probe.VALUE)'],
       env=dict(os.environ, PYTHONPATH=str(site)), capture_output=True,
       text=True, check=True)
   assert completed.stdout.strip() == '42'
@@ -142,6 +143,8 @@ def test_unknown_steps_and_budgets_are_refused(capsys):
   assert '--steps' in capsys.readouterr().err
   with pytest.raises(SystemExit):
     device_check.parse_args(['--out=x', '--budget_s=0'])
+  with pytest.raises(SystemExit):
+    device_check.parse_args(['--out=x', '--cap_scale=-1'])
 
 
 def test_the_table_puts_each_measured_round_beside_its_prediction():

@@ -175,10 +175,10 @@ def test_a_run_resumed_later_sits_the_programs_first_rounds_out(
         assert event.clip == pytest.approx(clips[event.round_num])
 
 
-def test_a_cpu_program_runs_its_runs_in_turn_as_they_run_alone(tmp_path):
-  # 'auto' on a CPU: the platform's strategy, 'loop', for the run axis too,
-  # so the program processes exactly the examples of its runs alone and
-  # ends where they end.
+def test_a_loop_program_runs_its_runs_in_turn_as_they_run_alone(tmp_path):
+  # 'loop' (the CPU's strategy, `round_engine.default_local_training`) for
+  # the run axis too: the program processes exactly the examples of its
+  # runs alone and ends where they end.
   arrays = tiny_jax.arrays()
   alone, padded = [], 0
   for run in range(2):
@@ -186,13 +186,13 @@ def test_a_cpu_program_runs_its_runs_in_turn_as_they_run_alone(tmp_path):
     alone.append(training.train(
         _plan(run), tiny_jax.MODEL, arrays, None,
         checkpoints.NpzCheckpoints(str(tmp_path / f'alone{run}')),
-        stats=stats))
+        local_training='loop', stats=stats))
     padded += stats.padded_examples
   stats = run_stats.RunStats()
   together = training.train_program(
       [training.ProgramRun(_plan(run), checkpoints.NpzCheckpoints(
           str(tmp_path / f'program{run}'))) for run in range(2)],
-      tiny_jax.MODEL, arrays, None, stats=stats)
+      tiny_jax.MODEL, arrays, None, local_training='loop', stats=stats)
   assert stats.padded_examples == padded
   assert stats.padded_examples < stats.vmap_padded_examples
   for ours, theirs in zip(together, alone):

@@ -71,7 +71,7 @@ def device_memory(plan: run_plan.RunPlan, model: Any,
   Computed from shapes only (nothing is compiled or uploaded): the split's
   bytes, d = the model's parameters, the run's largest cohort spread over
   `jax.local_devices()` ('loop': one device, one lane) and the jaxpr of one
-  local step on a batch of `plan.batch_size` examples.
+  local step on a batch of the plan's batch size.
 
   Args:
     plan: the run.

@@ -52,9 +52,9 @@ class RoundEngine:
   `tests/jax_engine_fedavg_test.py` checks one against the other):
 
   * 'vmap' (accelerators): `packed_round` as one jit: the clients packed
-    back to back into lanes (`packing`, at most 1.15x the real local steps
-    on realistic client sizes, against 1.8-2.9x for one client per slot
-    padded to the largest), lanes vmapped and sharded over a 1-D mesh of
+    back to back into lanes (`packing`: over a run, at most 1.15x the real
+    examples on realistic client sizes, against 1.8-2.9x for one client per
+    slot padded to the largest), lanes vmapped and sharded over a 1-D mesh of
     `devices` (default `jax.devices()`), local steps a loop. The number of
     client slots must be a multiple of the number of devices (`num_slots`).
     One computation per (lanes, lane length) layout: `fix_layout` sets one

@@ -3,22 +3,23 @@
 The run of `experiments.train` (Andrew et al., ICLR 2024, Section 5) without
 TensorFlow: each round t samples its clients with the same
 `one_shot_epe.design.participation` sampler, builds their batches, inserts the
-scheduled seen canaries and runs `round_engine.RoundEngine`. As Algorithm 3 (lines
-10-16) asks, every canary's cosine with each round's vector is taken and its
-running maximum kept; as on the TFF engine, the vectors of B rounds are
+scheduled seen canaries and runs `round_engine.RoundEngine`. As Algorithm 3
+(lines 10-16) asks, every canary's cosine with each round's vector is taken
+and its running maximum kept; as on the TFF engine, the vectors of B rounds are
 buffered and each canary is regenerated once per block (`jax_engine.canaries`
 on a [B, d] block), so the maxima are exact and only the per-round summaries
 lag. At the end the canaries' cosines with the final model (Algorithm 2) are
 taken the same way.
 
 The round's computations are compiled once for the run: the client slots are
-fixed to the run's largest cohort and, for 'vmap' local training, the lanes
-to one layout chosen from all the run's rounds before the first
+fixed to the run's largest cohort and, for 'vmap' local training, the lanes to
+one layout chosen from all the run's rounds before the first
 (`packing.run_lanes`, `round_engine.RoundEngine.fix_layout`), each round
-looping only over the batches it needs; `run_stats.RunStats` counts the compilations, their seconds, the padding and the bytes
-sent to the device. With 'vmap' local training the training split is put on
-the device once (`RoundEngine.upload`) and a round sends only its examples'
-rows (`data.client_rows`), unless `resident_data` is False.
+looping only over the batches it needs; `run_stats.RunStats` counts the
+compilations, their seconds, the padding and the bytes sent to the device. With
+'vmap' local training the training split is put on the device once
+(`RoundEngine.upload`) and a round sends only its examples' rows
+(`data.client_rows`), unless `resident_data` is False.
 
 Determinism: round t's client sample depends on (seed, t) (the sampler), its
 batch shuffles on numpy's generator seeded by (seed, t), and its dropout and
@@ -211,7 +212,7 @@ class ProgramRun:
   """One run of `train_program`: its plan and where its outputs go.
 
   Attributes:
-    plan: The run (`plan.spec` must not be None).
+    plan: The run (its canary spec must not be None).
     store: The run's checkpoints (as `train`'s).
     observer: Told of the run's rounds (as `train`'s), or None.
     noise_rows: The run's correlated noise (as `train`'s), or None.
@@ -229,7 +230,8 @@ class ProgramRun:
 class _RunLoop:
   """The host side of one run: its state, resume point, canaries and outputs."""
 
-  def __init__(self, run: ProgramRun, engine: round_engine.RoundEngine, model: Any,
+  def __init__(self, run: ProgramRun, engine: round_engine.RoundEngine,
+               model: Any,
                train_data: client_arrays.ClientArrays):
     self.plan = plan = run.plan
     self.spec = spec = plan.spec
@@ -385,12 +387,12 @@ def train(plan: run_plan.RunPlan, model: Any,
   """Trains (or resumes from `store`'s newest checkpoint); returns the outcome.
 
   Args:
-    plan: The run (`plan.spec` must not be None).
+    plan: The run (its canary spec must not be None).
     model: A `models.EmnistCnn` or `models.WordLstm` (loss, init, correct).
     train_data: The training clients (the sampler's indices).
     test_data: The evaluation examples (all clients pooled), or None.
     store: The run's checkpoints: written after round 0 (the initial state),
-      every `plan.rounds_per_checkpoint` rounds and after the last round.
+      every `RunPlan.rounds_per_checkpoint` rounds and after the last round.
     observer: Told of every round trained now (`on_round`) and of the
       rounds' canary cosines as their block is scored (`on_cosines`, always
       before a checkpoint).
@@ -425,10 +427,11 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
   shape, and differ in their seeds, canaries, noise multiplier and canary
   schedule: each round of all R is one call of
   `round_engine.RoundEngine.run_rounds` (a run axis with 'vmap' local
-  training, the runs in turn with 'loop'), and each run keeps its own checkpoints, observer and outcome, as if trained alone (up
-  to float rounding). Runs resumed from different rounds start together
-  from the earliest; a run sits out the rounds before its own (its state is
-  kept, nothing is reported).
+  training, the runs in turn with 'loop'), and each run keeps its own
+  checkpoints, observer and outcome, as if trained alone (up to float
+  rounding). Runs resumed from different rounds start together from the
+  earliest; a run sits out the rounds before its own (its state is kept,
+  nothing is reported).
 
   Args:
     runs: The runs (`ProgramRun`); their plans must have the same rounds,
