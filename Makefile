@@ -126,9 +126,9 @@ test-flower: $(FLOWER_STAMP)
 # The package as users install it: pip resolves `.[jax]` from the package
 # index in a fresh Python 3.12 venv (with requirements-jax.txt as constraints)
 # and a fresh 3.13 venv (unconstrained), and the core alone (`pip install .`)
-# in a fresh $(PYTHON) venv, and `.[flower]` in fresh 3.12 (with
-# requirements-flower.txt), 3.13 and $(PYTHON) venvs (flwr and Ray: about 4.5
-# min per venv on a loaded 2-core machine, downloads included); then the
+# in a fresh $(PYTHON) venv, and `.[flower]` in fresh 3.13 and $(PYTHON)
+# venvs (3.12: make test-flower; flwr and Ray: about 4.5 min per venv on a
+# loaded 2-core machine, downloads included); then the
 # installed console scripts and a 2-round audited Flower run
 # (scripts/test_install.py; 65-95 s on 2 cores without [flower]). [tff] is not
 # among them: it cannot be resolved (pyproject.toml), `make setup` installs it.
@@ -138,8 +138,7 @@ test-install:
 	@test -n "$(JAX_PYTHON)" -a -n "$(INSTALL_PYTHON313)" || { echo 'make test-install needs Python 3.12 and 3.13: put python3.12 and python3.13 on PATH or set JAX_PYTHON and INSTALL_PYTHON313' >&2; exit 2; }
 	$(PYTHON) scripts/test_install.py --jax=$(JAX_PYTHON),requirements-jax.txt \
 	  --jax=$(INSTALL_PYTHON313) --core=$(PYTHON) \
-	  --flower=$(JAX_PYTHON),requirements-flower.txt --flower=$(INSTALL_PYTHON313) \
-	  --flower=$(PYTHON)
+	  --flower=$(INSTALL_PYTHON313) --flower=$(PYTHON)
 
 # A lent accelerator machine (Python 3.12, jax with CUDA, no TensorFlow, no
 # network; docs/accelerators.md): `make device-wheels` here downloads the
