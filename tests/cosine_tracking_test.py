@@ -175,14 +175,6 @@ def test_tracker_fed_aggregates_directly_equals_fed_states(export_run):
                                 from_states.maxima().unseen)
 
 
-def test_block_cosines_are_each_canarys_cosine_with_each_row():
-  rng = np.random.default_rng(4)
-  block = rng.normal(size=(4, _DIM)).astype(np.float32)
-  got = tf.function(lambda b: cosine_tracking.block_cosines(
-      _SEED, _NUM_SEEN, _NUM_UNSEEN, 3, b))(tf.constant(block))
-  np.testing.assert_allclose(got.numpy(), _cosines(block).T, atol=1e-6)
-
-
 def test_default_chunk_fits_256_mib():
   assert canaries.default_chunk_size(4_050_000) == 16
 

@@ -12,12 +12,13 @@ product (`canaries.cosines`). The maxima are exact; only their update lags.
 `CosineTracker` is the TFF engine's tracker: it owns the buffer of vectors
 (in this process's memory, not in the TFF state, which TFF's runtime would
 move between Python and its worker every round at ~25-40 ns per byte) and
-the block cosines (`block_cosines`), and folds each scored block into the
-framework-free `runtime.cosine_buffer.CosineBuffer`, which keeps the maxima
-and makes the per-round summaries for both engines. The canary aggregator only exposes
+the block cosines (`canaries.cosines` of every tracked canary with the
+buffered rows), and folds each scored block into the framework-free
+`runtime.cosine_buffer.CosineBuffer`, which keeps the maxima and makes the
+per-round summaries for every engine. The canary aggregator only exposes
 each round's aggregate (`CanaryAggregatorState.aggregate`, fed with
 `observe`); other trainers feed their aggregates directly
-(`observe_aggregate`, e.g. `baselines.dpsgd`). `block_cosines` is the TF
+(`observe_aggregate`, e.g. `baselines.dpsgd`). `canaries.cosines` is the TF
 routine it runs per block (see benchmarks/canary_tracking.py for its cost).
 
 Per-round summaries: for each processed round, the mean and max cosine over
@@ -35,30 +36,11 @@ from one_shot_epe.runtime import cosine_buffer
 from one_shot_epe.runtime import round_record
 from one_shot_epe.tff_engine import canaries
 
-__all__ = ['CosineMaxima', 'CosineTracker', 'TrackerState', 'block_cosines']
+__all__ = ['CosineMaxima', 'CosineTracker', 'TrackerState']
 
 
 
 CosineMaxima = cosine_buffer.CosineMaxima
-
-
-def block_cosines(canary_seed: int, num_seen: int, num_unseen: int,
-                  chunk_size: int, block: tf.Tensor) -> tf.Tensor:
-  """Every tracked canary's cosine with each row of `block`.
-
-  Args:
-    canary_seed: The canary seed.
-    num_seen: k, seen canaries (ids 0..k-1).
-    num_unseen: m, unseen canaries.
-    chunk_size: Canaries regenerated at once.
-    block: float32 [B, d] vectors.
-
-  Returns:
-    float32 [k + m, B] cosines (seen canaries first).
-  """
-  return canaries.cosines(canary_seed,
-                          canary_spec.tracked_ids(num_seen, num_unseen),
-                          block, chunk_size)
 
 
 class TrackerState(NamedTuple):
@@ -79,7 +61,7 @@ class CosineTracker:
 
   Feed it the aggregator state after every round (or the round's aggregate,
   `observe_aggregate`); it buffers the round's noised aggregate in memory and
-  every B rounds scores the block (`block_cosines`) and folds it into its
+  every B rounds scores the block (`canaries.cosines`) and folds it into its
   `cosine_buffer.CosineBuffer`. Usage with a
   `tff.learning` process:
 
@@ -138,9 +120,10 @@ class CosineTracker:
           updates=row[tf.newaxis])
 
     self._write = write
-    self._cosines = tf.function(
-        lambda: block_cosines(self._seed, self._num_seen, self._num_unseen,
-                              chunk_size, self._buffer))
+    # The ids are made here, eagerly: traced code calls only TensorFlow's.
+    ids = canary_spec.tracked_ids(self._num_seen, self._num_unseen)
+    self._cosines = tf.function(lambda: canaries.cosines(
+        self._seed, ids, self._buffer, chunk_size))
     num_tracked = self._num_seen + self._num_unseen
     if state is None:
       self._observed = 0
