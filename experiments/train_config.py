@@ -382,7 +382,7 @@ _FLAG_HELP = {
                'JAX engine, one_shot_epe/jax_engine: GPU, TPU or CPU; no '
                'TensorFlow needed).',
     'task': 'Task: emnist_character (CNN, 1,206,590 parameters), '
-            'stackoverflow_word (LSTM, 4,050,748 parameters) or fashion_mnist '
+            'stackoverflow_word (LSTM, 4,050,748 parameters), fashion_mnist '
             '(1,200 non-IID clients, CNN with 10 classes, 1,199,882 parameters) '
             'or shakespeare (next word by speaking role, the StackOverflow '
             'LSTM).',
@@ -398,7 +398,8 @@ _FLAG_HELP = {
                               'StackOverflow clients: equal, or realistic '
                               "(the real data's law: EMNIST's writers, "
                               "StackOverflow's heavy-tailed users).",
-    'vocab_size': 'StackOverflow vocabulary size (>= 1; the paper: 10000).',
+    'vocab_size': 'StackOverflow or Shakespeare vocabulary size (>= 1; the '
+                  'paper: 10000).',
     'client_optimizer': 'Client optimizer: sgd, sgdm (with --client_momentum) '
                         'or adam.',
     'client_learning_rate': 'Client learning rate (> 0).',
