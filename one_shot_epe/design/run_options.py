@@ -12,8 +12,10 @@ __all__ = ['ACCELERATORS', 'BACKENDS', 'CANARY_CLIPS', 'COMPRESSIONS',
 # Training engines: TensorFlow Federated (CPU), or the JAX engine
 # (one_shot_epe/jax_engine; GPU, TPU, or CPU).
 BACKENDS = ('tff', 'jax')
-# The tasks of Section 5 and the demo's (one_shot_epe/tff_engine/tasks).
-TASK_NAMES = ('emnist_character', 'stackoverflow_word', 'fashion_mnist')
+# The tasks of Section 5, the demo's, and Shakespeare by speaking role
+# (one_shot_epe/tff_engine/tasks; one_shot_epe/data/shakespeare).
+TASK_NAMES = ('emnist_character', 'stackoverflow_word', 'fashion_mnist',
+              'shakespeare')
 # How an inserted canary meets the clip S_t (one_shot_epe/tff_engine/canary_aggregator).
 CANARY_CLIPS = ('project', 'clip')
 # Client and server optimizers (TFF's sgd, momentum sgd, adam), each with

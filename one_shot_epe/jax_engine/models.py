@@ -16,7 +16,9 @@ the code must run on jax 0.4.14 and on the newest jax), with
 * `logits` with an optional dropout key (None: dropout off, deterministic);
 * `loss`: the batch loss TFF's `from_keras_model` minimises, with a mask of
   valid examples (padded batches, `data.client_batches`);
-* `correct`: the numerator and denominator of the task's accuracy metric.
+* `correct`: the numerator and denominator of the task's accuracy metric
+  (`InVocabWordLstm`: the word tasks' reported accuracy, in-vocabulary
+  targets only).
 
 Widths are arguments so tests can use tiny models; the defaults are the paper's.
 """
@@ -31,8 +33,8 @@ import numpy as np
 
 from one_shot_epe import validation
 
-__all__ = ['EMBEDDING_INIT_RANGE', 'EmnistCnn', 'PAD_TOKEN', 'Params', 'Shapes',
-           'WordLstm', 'glorot_uniform', 'orthogonal']
+__all__ = ['EMBEDDING_INIT_RANGE', 'EmnistCnn', 'InVocabWordLstm', 'PAD_TOKEN',
+           'Params', 'Shapes', 'WordLstm', 'glorot_uniform', 'orthogonal']
 
 Params = tuple[jax.Array, ...]
 Shapes = tuple[tuple[int, ...], ...]
@@ -465,4 +467,23 @@ class WordLstm:
     """
     hits = jnp.argmax(self.logits(params, tokens), axis=-1) == targets
     weights = (targets != PAD_TOKEN) * mask[:, None]
+    return jnp.sum(hits * weights), jnp.sum(weights)
+
+
+@dataclasses.dataclass(frozen=True)
+class InVocabWordLstm(WordLstm):
+  """`WordLstm` whose accuracy counts in-vocabulary word targets only.
+
+  TFF's 'accuracy_without_out_of_vocab_or_end_of_sentence', the accuracy the
+  reports of the word tasks give (Reddi et al. 2020): targets that are
+  padding, an out-of-vocabulary bucket or end of sentence are not counted
+  (beginning of sentence is never a target). Word ids are 1..vocab_size.
+  """
+
+  def correct(self, params: Params, tokens: jax.Array, targets: jax.Array,
+              mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(correct, counted) over the in-vocabulary targets of valid examples."""
+    hits = jnp.argmax(self.logits(params, tokens), axis=-1) == targets
+    in_vocab = (targets > PAD_TOKEN) & (targets <= self.vocab_size)
+    weights = in_vocab * mask[:, None]
     return jnp.sum(hits * weights), jnp.sum(weights)

