@@ -41,7 +41,7 @@ Only the standard library is imported here: the project's dependencies may
 be among the wheels. Exit status: 0 if every step passed, 1 otherwise.
 
   python3 scripts/device_check.py --out=DIR [--wheels=device_wheels]
-      [--tiny] [--paper_tasks=emnist,stackoverflow] [--budget_s=480]
+      [--tiny] [--paper_tasks=emnist,stackoverflow,shakespeare] [--budget_s=480]
 """
 
 import argparse
@@ -377,7 +377,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                       help='Toy sizes (the CPU rehearsal).')
   parser.add_argument('--accelerator', default='gpu', choices=('cpu', 'gpu'),
                       help="benchmarks.paper_scale's --accelerator.")
-  parser.add_argument('--paper_tasks', default='emnist,stackoverflow',
+  parser.add_argument('--paper_tasks', default='emnist,stackoverflow,shakespeare',
                       help="benchmarks.paper_scale's --tasks.")
   parser.add_argument('--stackoverflow_clients', type=int, default=24,
                       help='Clients of the measured StackOverflow round.')
