@@ -50,6 +50,7 @@ documents must reach an existing file and heading.
 """
 
 import ast
+import copy
 import functools
 import glob
 import math
@@ -251,8 +252,8 @@ class Index:
     for pattern in FLAG_SOURCES:
       for path in sorted(glob.glob(os.path.join(self.repo, pattern))):
         relative = os.path.relpath(path, self.repo)
-        module = next(m for m in self.modules.values()
-                      if m.path == relative)
+        module = self._with_imported_tables(next(
+            m for m in self.modules.values() if m.path == relative))
         enums = self._enum_values(module)
         for found, default in _flag_defaults(module).items():
           self.flag_defaults.setdefault(found, []).append(default)
@@ -265,6 +266,48 @@ class Index:
           self.flag_values[found] = (
               None if known is None or values is None else known | values)
     return names, bools
+
+  def _with_imported_tables(self, module: Module) -> Module:
+    """`module`, with `m.X` of an imported project module `m` read as `X`.
+
+    A launcher may define its flags from another module's dataclass and
+    tables (`dataclasses.fields(train_config.TrainConfig)`,
+    `train_config.ENUMS[field.name]`): the copy's tree has each such
+    attribute replaced by a name, and that module's class or assignment
+    added, so the flags read as if defined in one module.
+    """
+    tree = copy.deepcopy(module.tree)
+    added = []
+
+    def resolved(value: ast.AST) -> ast.AST:
+      """A Name for `m.X` of another project module, recording X's node."""
+      if not (isinstance(value, ast.Attribute) and
+              isinstance(value.value, ast.Name)):
+        return value
+      owner = self.modules.get(module.imports.get(value.value.id, ''))
+      if owner is None or owner is module:
+        return value
+      if value.attr in owner.classes:
+        added.append(owner.classes[value.attr])
+      elif value.attr in owner.assignments:
+        added.append(ast.Assign(targets=[ast.Name(value.attr)],
+                                value=owner.assignments[value.attr]))
+      else:
+        return value
+      return ast.Name(value.attr, ast.Load())
+
+    for node in ast.walk(tree):
+      for field, value in ast.iter_fields(node):
+        if isinstance(value, list):
+          setattr(node, field, [resolved(item) for item in value])
+        else:
+          setattr(node, field, resolved(value))
+    if not added:
+      return module
+    tree.body = list(tree.body) + added
+    merged = Module(module.name, module.path, tree)
+    merged.imports.update(module.imports)
+    return merged
 
   def _enum_values(self, module: Module) -> dict[str, frozenset[str] | None]:
     """Flag -> the values its `DEFINE_enum` allows.
