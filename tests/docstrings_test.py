@@ -47,15 +47,11 @@ ARGUMENT_ROOTS = ('one_shot_epe', 'experiments', 'examples')
 # Modules not complete yet, each with at least one gap (a test checks that
 # too, so the list only shrinks: remove a module once it is complete).
 ARGUMENTS_INCOMPLETE = frozenset({
-    'one_shot_epe/accounting/distributed_dp.py',
     'one_shot_epe/jax_engine/fedavg.py',
     'one_shot_epe/jax_engine/packing.py',
     'one_shot_epe/jax_engine/round_engine.py',
     'one_shot_epe/jax_engine/run_stats.py',
     'one_shot_epe/jax_engine/training.py',
-    'one_shot_epe/runtime/command_line.py',
-    'one_shot_epe/tff_engine/canary_aggregator.py',
-    'one_shot_epe/tff_engine/distributed_dp_aggregator.py',
 })
 # Folders whose public modules must have an `__all__`.
 ALL_ROOTS = ('one_shot_epe', 'experiments')

@@ -391,9 +391,9 @@ def final_model_epsilon(noise_multiplier: float, delta: float,
   """Final-model eps of a canary under tree aggregation (module doc).
 
   Args:
-    noise_multiplier: z >= 0, each node's noise std over the clip.
+    noise_multiplier: z >= 0, as for `canary_epsilon`.
     delta: The delta, in (0, 1).
-    tree: The run's tree and canaries.
+    tree: The run's tree (its leaves T and estimator give v(T)) and K.
 
   Returns:
     The eps of one Gaussian mechanism at mu = K / (z sqrt(v(T))), K the
