@@ -140,7 +140,8 @@ def test_decoded_skellam_noise_has_the_summed_variance():
 
 
 def test_bad_noise_is_refused_naming_it(tmp_path):
-  with pytest.raises(ValueError, match='noise must be one of dgauss, skellam'):
+  with pytest.raises(ValueError,
+                     match=r"noise must be one of \['dgauss', 'skellam'\]"):
     distributed_dp.DistributedDP(noise='laplace')
   with pytest.raises(train_config.ConfigError, match='--ddp_noise=skellam'):
     tiny_run.config(str(tmp_path), ddp_noise='skellam').validate()

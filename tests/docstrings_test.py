@@ -48,7 +48,6 @@ ARGUMENT_ROOTS = ('one_shot_epe', 'experiments', 'examples')
 # too, so the list only shrinks: remove a module once it is complete).
 ARGUMENTS_INCOMPLETE = frozenset({
     'examples/flower_fashion_mnist.py',
-    'one_shot_epe/accounting/distributed_dp.py',
     'one_shot_epe/data/shakespeare.py',
     'one_shot_epe/flower_engine/canaries.py',
     'one_shot_epe/flower_engine/strategies.py',
@@ -58,9 +57,6 @@ ARGUMENTS_INCOMPLETE = frozenset({
     'one_shot_epe/jax_engine/round_engine.py',
     'one_shot_epe/jax_engine/run_stats.py',
     'one_shot_epe/jax_engine/training.py',
-    'one_shot_epe/runtime/command_line.py',
-    'one_shot_epe/tff_engine/canary_aggregator.py',
-    'one_shot_epe/tff_engine/distributed_dp_aggregator.py',
     'one_shot_epe/tff_engine/tasks/shakespeare.py',
 })
 # Folders whose public modules must have an `__all__`.

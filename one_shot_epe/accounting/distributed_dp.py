@@ -95,6 +95,9 @@ _FLOAT32_EXACT = 2.0 ** 24
 _NORM_LEEWAY = 1e-5
 
 
+@validation.fields(bits=validation.Int(1, DDP_MAX_BITS),
+                   modclip_prob=validation.Probability(),
+                   noise=validation.Choice(DDP_NOISES))
 @dataclasses.dataclass(frozen=True)
 class DistributedDP:
   """The secure-aggregation parameters of distributed DP.
@@ -109,14 +112,6 @@ class DistributedDP:
   bits: int = 16
   modclip_prob: float = 1e-4
   noise: str = 'dgauss'
-
-  def __post_init__(self):
-    validation.check_int('bits', self.bits, 1, DDP_MAX_BITS)
-    validation.check_real('modclip_prob', self.modclip_prob, 0.0, 1.0,
-                          low_open=True, high_open=True)
-    if self.noise not in DDP_NOISES:
-      raise ValueError(f'noise must be one of {", ".join(DDP_NOISES)}; got '
-                       f'{self.noise!r}.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +147,13 @@ class DdpCalibration:
                                       self.scaled_l2_bound)
 
   def setting(self) -> dict[str, Any]:
-    """The report's setting entries of the mechanism and its accounting."""
+    """The report's setting entries of the mechanism and its accounting.
+
+    Returns:
+      'mechanism', the 'ddp_*' parameters of the calibration and
+      'ddp_accounting' (`ACCOUNTING`, or `SKELLAM_ACCOUNTING` with the
+      Skellam entries for noise='skellam').
+    """
     setting = {'mechanism': 'distributed_dp', 'ddp_bits': self.bits,
                'ddp_scale': self.scale, 'ddp_local_stddev': self.local_stddev,
                'ddp_scaled_l2_bound': self.scaled_l2_bound,
@@ -174,11 +175,22 @@ def _num_stddevs(modclip_prob: float) -> float:
 def inflated_l2_bound(clip: float, gamma: float, dim: int) -> float:
   """The L2 bound after stochastic rounding to the grid gamma (beta = 0).
 
-  Kairouz et al. (2021), Theorem 1 at beta = 0: S + gamma sqrt(d).
+  Kairouz et al. (2021), Theorem 1 at beta = 0: S + gamma sqrt(d). Its
+  callers pass checked values (`calibrate`).
+
+  Args:
+    clip: S, the L2 clip of a record.
+    gamma: The rounding grid's step (1 / scale).
+    dim: d, the (padded) dimension.
+
+  Returns:
+    S + gamma sqrt(d).
   """
   return clip + gamma * math.sqrt(dim)
 
 
+@validation.arguments('noise_multiplier', 'clip', 'dim',
+                      cohort=validation.Real(0.0, low_open=True))
 def calibrate(noise_multiplier: float, clip: float, cohort: float, dim: int,
               ddp: DistributedDP) -> DdpCalibration:
   """The DDG parameters of TFF's `DistributedDpSumFactory` (fixed clip).
@@ -201,16 +213,12 @@ def calibrate(noise_multiplier: float, clip: float, cohort: float, dim: int,
     The calibration.
 
   Raises:
-    ValueError: naming `bits` when the modulus cannot hold the sum of n
+    TypeError: if `ddp` is not a `DistributedDP`.
+    ValueError: if an argument is out of range; naming `bits` when the modulus cannot hold the sum of n
       records (2^b < n, or 2^(2b) < n k^2, as TFF), or when the scale makes
       the scaled norm bound overflow float32's exact integers.
   """
-  noise_multiplier = validation.check_real('noise_multiplier',
-                                           noise_multiplier, 0.0)
-  clip = validation.check_real('clip', clip, 0.0, low_open=True)
-  cohort = validation.check_real('cohort', cohort, 0.0, low_open=True)
   records = max(1, round(cohort))
-  dim = validation.check_int('dim', dim, 1)
   if not isinstance(ddp, DistributedDP):
     raise TypeError(f'ddp must be a DistributedDP; got {ddp!r}.')
   k = _num_stddevs(ddp.modclip_prob)
@@ -244,6 +252,9 @@ def calibrate(noise_multiplier: float, clip: float, cohort: float, dim: int,
       scaled_l1_bound=float(scaled_l1))
 
 
+@validation.arguments(local_stddev=validation.Real(0.0),
+                      records=validation.Int(1),
+                      scaled_l2_bound=validation.Real(0.0, low_open=True))
 def effective_noise_multiplier(local_stddev: float, records: int,
                                scaled_l2_bound: float) -> float:
   """z_eff = sqrt(n) sigma_l / Delta: n local shares as one Gaussian.
@@ -259,13 +270,10 @@ def effective_noise_multiplier(local_stddev: float, records: int,
   Raises:
     ValueError: if an argument is out of range.
   """
-  local_stddev = validation.check_real('local_stddev', local_stddev, 0.0)
-  records = validation.check_int('records', records, 1)
-  scaled_l2_bound = validation.check_real('scaled_l2_bound', scaled_l2_bound,
-                                          0.0, low_open=True)
   return math.sqrt(records) * local_stddev / scaled_l2_bound
 
 
+@validation.arguments('sigma')
 def discrete_gaussian_variance(sigma: float) -> float:
   """The variance of the discrete Gaussian N_Z(0, sigma^2) on the integers.
 
@@ -281,7 +289,6 @@ def discrete_gaussian_variance(sigma: float) -> float:
   Raises:
     ValueError: if sigma <= 0.
   """
-  sigma = validation.check_real('sigma', sigma, 0.0, low_open=True)
   x = np.arange(-math.ceil(40 * sigma) - 1, math.ceil(40 * sigma) + 2,
                 dtype=np.float64)
   weights = np.exp(-x ** 2 / (2.0 * sigma ** 2))
@@ -331,6 +338,7 @@ def skellam_rdp(calibration: DdpCalibration,
   return alphas * l2**2 / (2 * variance) + correction
 
 
+@validation.arguments('delta', compositions=validation.Int(1))
 def skellam_epsilon(calibration: DdpCalibration, delta: float,
                     compositions: int = 1) -> float:
   """eps at delta of `compositions` rounds of distributed Skellam, by RDP.
@@ -345,9 +353,12 @@ def skellam_epsilon(calibration: DdpCalibration, delta: float,
 
   Returns:
     eps (inf without noise).
+
+  Raises:
+    TypeError: if `calibration` is not a DdpCalibration.
+    ValueError: if `delta` or `compositions` is out of range, or for a
+      discrete Gaussian calibration (`skellam_rdp`).
   """
-  delta = validation.check_probability('delta', delta)
-  compositions = validation.check_int('compositions', compositions, 1)
   rdp = skellam_rdp(calibration) * compositions
   if not np.all(np.isfinite(rdp)):
     return math.inf

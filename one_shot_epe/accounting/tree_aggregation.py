@@ -83,6 +83,7 @@ __all__ = ['TreeAggregation', 'canary_epsilon', 'client_epsilon',
            'tree_prefix_variance', 'worst_case_node_norm']
 
 
+@validation.arguments('rounds')
 def tree_depth(rounds: int) -> int:
   """Levels of the tree over `rounds` = T leaves whose nodes are ever drawn.
 
@@ -98,14 +99,14 @@ def tree_depth(rounds: int) -> int:
   Raises:
     ValueError: if `rounds` < 1.
   """
-  return validation.check_int('rounds', rounds, 1).bit_length()
+  return rounds.bit_length()
 
 
 def _node_sum_of_squares(ids: np.ndarray, record_rounds: np.ndarray,
                          rounds: int, num_ids: int) -> np.ndarray:
   """sum_n k_n^2 per id over the complete nodes (k_n: the id's rounds in n)."""
   total = np.zeros(num_ids, np.int64)
-  for level in range(tree_depth(rounds)):
+  for level in range(rounds.bit_length()):  # The levels of `tree_depth`.
     blocks = record_rounds >> level
     complete = ((blocks + 1) << level) <= rounds
     keys = ids[complete] * (rounds + 1) + blocks[complete]
@@ -125,6 +126,7 @@ def _check_record_rounds(record_rounds: ArrayLike, rounds: int) -> np.ndarray:
   return values.astype(np.int64)
 
 
+@validation.arguments('rounds')
 def tree_node_norm(record_rounds: ArrayLike, rounds: int) -> float:
   """sqrt(sum_n k_n^2): a record's shift of the tree's nodes, in clip norms.
 
@@ -141,10 +143,13 @@ def tree_node_norm(record_rounds: ArrayLike, rounds: int) -> float:
   Raises:
     ValueError: if an argument is out of range.
   """
-  rounds = validation.check_int('rounds', rounds, 1)
-  values = _check_record_rounds(record_rounds, rounds)
+  return _tree_node_norm(_check_record_rounds(record_rounds, rounds), rounds)
+
+
+def _tree_node_norm(record_rounds: np.ndarray, rounds: int) -> float:
+  """`tree_node_norm` of checked arguments."""
   return math.sqrt(float(_node_sum_of_squares(
-      np.zeros(values.size, np.int64), values, rounds, 1)[0]))
+      np.zeros(record_rounds.size, np.int64), record_rounds, rounds, 1)[0]))
 
 
 def _epoch_span(epoch: int, rounds: int, rounds_per_epoch: int
@@ -216,6 +221,7 @@ def _worst_node_sum_of_squares(rounds: int, rounds_per_epoch: int) -> int:
              if chosen == crossing(0, leaves)[0])
 
 
+@validation.arguments('rounds', rounds_per_epoch=validation.Int(1))
 def worst_case_node_norm(rounds: int, rounds_per_epoch: int) -> float:
   """A client's largest shift of the tree over shuffled epochs, in clip norms.
 
@@ -235,13 +241,11 @@ def worst_case_node_norm(rounds: int, rounds_per_epoch: int) -> float:
   Raises:
     ValueError: if an argument is out of range.
   """
-  rounds = validation.check_int('rounds', rounds, 1)
-  rounds_per_epoch = validation.check_int('rounds_per_epoch',
-                                          rounds_per_epoch, 1)
   return math.sqrt(float(_worst_node_sum_of_squares(rounds,
                                                     rounds_per_epoch)))
 
 
+@validation.arguments('rounds')
 def tree_prefix_variance(rounds: int, efficient: bool) -> float:
   """v(T): the noise variance of the prefix sum at T, in (z S)^2.
 
@@ -256,13 +260,18 @@ def tree_prefix_variance(rounds: int, efficient: bool) -> float:
   Raises:
     ValueError: if `rounds` < 1.
   """
-  rounds = validation.check_int('rounds', rounds, 1)
+  return _tree_prefix_variance(rounds, efficient)
+
+
+def _tree_prefix_variance(rounds: int, efficient: bool) -> float:
+  """`tree_prefix_variance` of a checked `rounds`."""
   levels = [l for l in range(rounds.bit_length()) if rounds >> l & 1]
   if not efficient:
     return float(len(levels))
   return math.fsum(1.0 / (2.0 - 0.5**l) for l in levels)
 
 
+@validation.fields('rounds', canary_node_norm=validation.Real(0.0))
 @dataclasses.dataclass(frozen=True)
 class TreeAggregation:
   """A run's tree-aggregation noise as the numbers its references need.
@@ -282,14 +291,19 @@ class TreeAggregation:
   canary_presentations: int
 
   def __post_init__(self):
-    validation.check_int('rounds', self.rounds, 1)
+    """The checks no field's rule carries (see `validation.fields`).
+
+    Raises:
+      TypeError: if `efficient` is not a bool.
+      ValueError: if `canary_presentations` is not in [0, rounds].
+    """
     if not isinstance(self.efficient, bool):
       raise TypeError(f'efficient must be a bool; got {self.efficient!r}.')
-    validation.check_real('canary_node_norm', self.canary_node_norm, 0.0)
     validation.check_int('canary_presentations', self.canary_presentations,
                          0, self.rounds)
 
   @classmethod
+  @validation.arguments('rounds')
   def of_schedule(cls, schedule: Sequence[ArrayLike], rounds: int,
                   efficient: bool = True) -> 'TreeAggregation':
     """The numbers of a canary schedule's first `rounds` rounds.
@@ -306,7 +320,6 @@ class TreeAggregation:
     Raises:
       ValueError: if `rounds` < 1.
     """
-    rounds = validation.check_int('rounds', rounds, 1)
     entries = [np.asarray(ids, np.int64).reshape(-1)
                for ids in list(schedule)[:rounds]]
     ids = (np.concatenate(entries) if entries else np.zeros(0, np.int64))
@@ -335,6 +348,17 @@ def _gaussian(mu: float, delta: float) -> float:
   return estimation.gaussian_epsilon(1.0 / mu, delta)
 
 
+def _tree_epsilon(noise_multiplier: float, shift: float, delta: float,
+                  description: str) -> dp_fedavg.MechanismEpsilon:
+  """One Gaussian mechanism at mu = shift / z (0 or inf at z = 0), checked."""
+  if noise_multiplier == 0:
+    mu = 0.0 if shift == 0 else math.inf
+  else:
+    mu = shift / noise_multiplier
+  return dp_fedavg.MechanismEpsilon(_gaussian(mu, delta), description)
+
+
+@validation.arguments('noise_multiplier', 'delta')
 def canary_epsilon(noise_multiplier: float, delta: float,
                    tree: TreeAggregation) -> dp_fedavg.MechanismEpsilon:
   """Analytical eps of a seen canary under tree aggregation (module doc).
@@ -351,26 +375,25 @@ def canary_epsilon(noise_multiplier: float, delta: float,
   Raises:
     ValueError: if an argument is out of range.
   """
-  z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
-  delta = validation.check_probability('delta', delta)
   norm = tree.canary_node_norm
-  mu = (0.0 if norm == 0 else math.inf) if z == 0 else norm / z
-  return dp_fedavg.MechanismEpsilon(
-      _gaussian(mu, delta),
+  return _tree_epsilon(
+      noise_multiplier, norm, delta,
       f'a canary presented up to {tree.canary_presentations} time(s) in '
       f'known rounds under tree aggregation ({tree.rounds} leaves, one '
       'tree): every node it shifts seen, one Gaussian mechanism at mu = '
-      f'sqrt(sum_n k_n^2) / z = {norm:.4g} / {z:g}, no amplification')
+      f'sqrt(sum_n k_n^2) / z = {norm:.4g} / {noise_multiplier:g}, no '
+      'amplification')
 
 
+@validation.arguments('noise_multiplier', 'delta')
 def final_model_epsilon(noise_multiplier: float, delta: float,
                         tree: TreeAggregation) -> dp_fedavg.MechanismEpsilon:
   """Final-model eps of a canary under tree aggregation (module doc).
 
   Args:
-    noise_multiplier: z >= 0, each node's noise std over the clip.
+    noise_multiplier: z >= 0, as for `canary_epsilon`.
     delta: The delta, in (0, 1).
-    tree: The run's tree and canaries.
+    tree: The run's tree (its leaves T and estimator give v(T)) and K.
 
   Returns:
     The eps of one Gaussian mechanism at mu = K / (z sqrt(v(T))), K the
@@ -380,21 +403,18 @@ def final_model_epsilon(noise_multiplier: float, delta: float,
   Raises:
     ValueError: if an argument is out of range.
   """
-  z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
-  delta = validation.check_probability('delta', delta)
-  variance = tree_prefix_variance(tree.rounds, tree.efficient)
+  variance = _tree_prefix_variance(tree.rounds, tree.efficient)
   presented = tree.canary_presentations
-  mu = ((0.0 if presented == 0 else math.inf) if z == 0 else
-        presented / (z * math.sqrt(variance)))
-  return dp_fedavg.MechanismEpsilon(
-      _gaussian(mu, delta),
+  return _tree_epsilon(
+      noise_multiplier, presented / math.sqrt(variance), delta,
       f'heuristic beyond a linear loss and server SGD: the final model as '
       f'the noised prefix sum at T = {tree.rounds} under tree aggregation '
       f'({tree.estimator}, noise variance {variance:.4g} (z S)^2), a canary '
       f'presented {presented} time(s): one Gaussian mechanism at mu = '
-      f'{presented} / ({z:g} sqrt({variance:.4g}))')
+      f'{presented} / ({noise_multiplier:g} sqrt({variance:.4g}))')
 
 
+@validation.arguments('noise_multiplier', 'delta', 'rounds')
 def client_epsilon(noise_multiplier: float, delta: float, rounds: int,
                    participation: dp_fedavg.Participation | None
                    ) -> dp_fedavg.MechanismEpsilon:
@@ -421,12 +441,8 @@ def client_epsilon(noise_multiplier: float, delta: float, rounds: int,
     TypeError: if `participation` is not an `dp_fedavg.Participation`.
     ValueError: if an argument is out of range.
   """
-  z = validation.check_real('noise_multiplier', noise_multiplier, 0.0)
-  delta = validation.check_probability('delta', delta)
-  rounds = validation.check_int('rounds', rounds, 1)
-  depth = tree_depth(rounds)
   if participation is None:
-    shift = tree_node_norm(np.arange(rounds), rounds)
+    shift = _tree_node_norm(np.arange(rounds), rounds)
     how = f'a client in every one of the {rounds} rounds (no sampling given)'
   elif not isinstance(participation, dp_fedavg.Participation):
     raise TypeError('participation must be an dp_fedavg.Participation; got '
@@ -435,21 +451,21 @@ def client_epsilon(noise_multiplier: float, delta: float, rounds: int,
     rounds_per_epoch = math.ceil(participation.num_clients /
                                  participation.clients_per_round)
     epochs = dataclasses.replace(participation, rounds=rounds).epochs
-    shift = worst_case_node_norm(rounds, rounds_per_epoch)
+    shift = math.sqrt(float(_worst_node_sum_of_squares(rounds,
+                                                       rounds_per_epoch)))
     how = ('one shuffled epoch: each client at most once in the tree, the '
            'sensitivity sqrt(depth) of dp_accounting\'s '
            'SingleEpochTreeAggregationDpEvent' if epochs == 1 else
            f'{epochs} shuffled epochs of {rounds_per_epoch} rounds in one '
            'tree (no restart): the largest shift over one round per epoch')
   else:
-    shift = tree_node_norm(np.arange(rounds), rounds)
+    shift = _tree_node_norm(np.arange(rounds), rounds)
     how = (f'{participation.sampling} sampling, which tree aggregation\'s '
            'accounting does not amplify: a client accounted in every one of '
            f'the {rounds} rounds')
   description = (
       f'a real client under tree aggregation ({rounds} leaves, depth '
-      f'{depth}, one tree): one Gaussian mechanism at mu = max '
-      f'sqrt(sum_n k_n^2) / z = {shift:.4g} / {z:g}, its exact eps, '
-      f'neighbours by replacement with zeros; {how}')
-  mu = math.inf if z == 0 else shift / z
-  return dp_fedavg.MechanismEpsilon(_gaussian(mu, delta), description)
+      f'{rounds.bit_length()}, one tree): one Gaussian mechanism at mu = max '
+      f'sqrt(sum_n k_n^2) / z = {shift:.4g} / {noise_multiplier:g}, its '
+      f'exact eps, neighbours by replacement with zeros; {how}')
+  return _tree_epsilon(noise_multiplier, shift, delta, description)

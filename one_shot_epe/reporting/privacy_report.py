@@ -228,6 +228,22 @@ def _lower_bounds(seen: np.ndarray, delta: float, alpha: float,
   }
 
 
+def _sound_strategy(name: str, strategy: object) -> str:
+  """The rule of `threshold_strategy` (`lower_bound.check_sound_strategy`)."""
+  del name  # The strategy's check names the argument itself.
+  return lower_bound.check_sound_strategy(strategy)
+
+
+# The rules of the reports' arguments narrower than validation.PARAMETERS.
+_RESAMPLES = validation.Int(20)
+_DIM = validation.Int(3)
+
+
+@validation.arguments('cosines', 'delta', 'seed', dim=_DIM,
+                      alpha=lower_bound.ALPHA,
+                      unseen=validation.Optional(validation.Cosines()),
+                      threshold_strategy=_sound_strategy,
+                      bootstrap_resamples=_RESAMPLES)
 def final_model_report(cosines: ArrayLike, dim: int, delta: float,
                        alpha: float = 0.05,
                        unseen: ArrayLike | None = None,
@@ -258,15 +274,6 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
     ValueError: if an argument is out of range (also 'paper' as
       `threshold_strategy`) or the cosines have zero spread.
   """
-  sample = validation.check_cosines('cosines', cosines)
-  dim = validation.check_int('dim', dim, 3)
-  delta = validation.check_probability('delta', delta)
-  alpha = lower_bound.check_alpha(alpha)
-  threshold_strategy = lower_bound.check_sound_strategy(threshold_strategy)
-  if unseen is not None:
-    unseen = validation.check_cosines('unseen', unseen)
-  resamples = validation.check_int('bootstrap_resamples',
-                                   bootstrap_resamples, 20)
   null_std = 1.0 / math.sqrt(dim)
 
   def headline(mean: float) -> float:
@@ -274,39 +281,45 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
     return estimation._epsilon_two_gaussians(0.0, null_std, mean, null_std,
                                              delta)
 
-  mean, std = estimation.fit_gaussian(sample, 'cosines')
+  mean, std = estimation.fit_gaussian(cosines, 'cosines')
   epsilon_est = headline(mean)
   rng = np.random.default_rng(seed)
   # The headline increases with |mean|: its percentile interval is that of
   # |mean| carried through it.
   low, high = attack_metrics._percentile_interval(
-      np.abs(attack_metrics._bootstrap_means(sample, resamples, rng)))
+      np.abs(attack_metrics._bootstrap_means(cosines, bootstrap_resamples,
+                                             rng)))
   mu = attack_metrics.gdp_mu(mean, 0.0, null_std)
-  one_run_bound, one_run_fdp = _one_run_bounds(sample, unseen, delta, alpha)
+  one_run_bound, one_run_fdp = _one_run_bounds(cosines, unseen, delta, alpha)
   return PrivacyReport(
       threat_model='final', dim=dim, delta=delta, alpha=alpha,
-      num_seen=sample.size, num_unseen=0 if unseen is None else unseen.size,
+      num_seen=cosines.size, num_unseen=0 if unseen is None else unseen.size,
       seen_mean=mean, seen_std=std, null_mean=0.0, null_std=null_std,
       epsilon_est=epsilon_est, epsilon_est_method=FINAL_ESTIMATE,
       epsilon_est_saturated=False,
       epsilon_est_interval=(headline(low), headline(high)),
       epsilon_est_fitted=estimation._epsilon_two_gaussians(
           0.0, null_std, mean, std, delta),
-      **_lower_bounds(sample, delta, alpha, threshold_strategy, seed,
+      **_lower_bounds(cosines, delta, alpha, threshold_strategy, seed,
                       dim=dim, unseen=None),
       epsilon_one_run=one_run_bound, epsilon_one_run_fdp=one_run_fdp,
-      anderson_seen=_anderson_or_none(sample), anderson_unseen=None,
+      anderson_seen=_anderson_or_none(cosines), anderson_unseen=None,
       epsilon_gdp=estimation._epsilon_of_gdp(mu, delta), gdp_mu=mu,
       auroc=attack_metrics.auroc_against_cdf(
-          null_distribution.null_cdf(sample, dim)),
+          null_distribution.null_cdf(cosines, dim)),
       tpr_at_fpr={  # The null is symmetric: its upper-fpr point is -ppf(fpr).
           _fpr_key(fpr): attack_metrics._tpr_above(
-              sample, float(-null_distribution.null_ppf(fpr, dim)))
+              cosines, float(-null_distribution.null_ppf(fpr, dim)))
           for fpr in TPR_FPRS
       },
-      **_tight_bounds(sample, unseen, delta, alpha, seed))
+      **_tight_bounds(cosines, unseen, delta, alpha, seed))
 
 
+@validation.arguments('delta', 'seed', seen=validation.Cosines(),
+                      unseen=validation.Cosines(), alpha=lower_bound.ALPHA,
+                      dim=validation.Optional(_DIM),
+                      threshold_strategy=_sound_strategy,
+                      bootstrap_resamples=_RESAMPLES)
 def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
                         alpha: float = 0.05, dim: int | None = None,
                         threshold_strategy: str = 'bonferroni',
@@ -332,15 +345,6 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
     ValueError: if an argument is out of range (also 'paper' as
       `threshold_strategy`) or a sample has zero spread.
   """
-  seen = validation.check_cosines('seen', seen)
-  unseen = validation.check_cosines('unseen', unseen)
-  delta = validation.check_probability('delta', delta)
-  alpha = lower_bound.check_alpha(alpha)
-  threshold_strategy = lower_bound.check_sound_strategy(threshold_strategy)
-  resamples = validation.check_int('bootstrap_resamples',
-                                   bootstrap_resamples, 20)
-  if dim is not None:
-    dim = validation.check_int('dim', dim, 3)
   pairs = seen.size * unseen.size
 
   def headline(auroc: float) -> float:
@@ -355,7 +359,8 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
   # The headline increases with the AUROC: its percentile interval is the
   # AUROC's carried through it.
   low, high = attack_metrics._percentile_interval(
-      attack_metrics._bootstrap_aurocs(seen, unseen, resamples, rng))
+      attack_metrics._bootstrap_aurocs(seen, unseen, bootstrap_resamples,
+                                       rng))
   mu = attack_metrics.gdp_mu(mu_seen, mu_unseen, std_unseen)
   one_run_bound, one_run_fdp = _one_run_bounds(seen, unseen, delta, alpha)
   return PrivacyReport(

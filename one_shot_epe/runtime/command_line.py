@@ -55,6 +55,16 @@ def known_string_flags(argv: Sequence[str], names: Sequence[str],
   --config, whose values the command line overrides). Imports nothing beyond
   absl, so a program can read these before it imports numpy or TensorFlow.
 
+  Args:
+    argv: The program's command line, program name first.
+    names: The string flags to read.
+    flagfile_flags: Flags whose value names a flagfile to follow (read
+      before the command line, which overrides them); they are read too.
+
+  Returns:
+    A `flags.FlagValues` holding the flags of `names` and `flagfile_flags`
+    (None where the command line does not set one).
+
   Raises:
     flags.Error: if `argv` cannot be parsed (the full parse then reports it).
   """
@@ -79,8 +89,16 @@ def requested_backend(argv: Sequence[str],
 
   Lets a program pick its engine before importing numpy or TensorFlow
   (flagfiles followed as `known_string_flags`). An unparsable command line
-  counts as 'tff', whose full parse then reports the error; so does a value
-  that is not a backend.
+  counts as 'tff', whose full parse then reports the error; a value that is
+  not a backend is returned as given, for the full parse to refuse.
+
+  Args:
+    argv: The program's command line, program name first.
+    flagfile_flags: Flags whose value names a flagfile to follow.
+
+  Returns:
+    The value of --backend, or 'tff' when it is unset or `argv` cannot be
+    parsed.
   """
   try:
     backend = known_string_flags(argv, ('backend',), flagfile_flags).backend

@@ -35,6 +35,19 @@ __all__ = ['Statistic', 'bca_levels', 'bca_quantiles', 'jackknife_values',
 Statistic = Callable[[np.ndarray, np.ndarray], float]
 
 
+def _check_levels(name: str, quantiles: ArrayLike) -> np.ndarray:
+  """The rule of `quantiles`: a non-empty array of levels in (0, 1)."""
+  levels = np.asarray(quantiles, dtype=np.float64)
+  if levels.size == 0 or np.any(~((levels > 0.0) & (levels < 1.0))):
+    raise ValueError(f'{name} must be levels in (0, 1); got {quantiles}.')
+  return levels
+
+
+# Resampled and leave-one-out values need only one score each.
+_VALUES = validation.Sample(min_size=1)
+
+
+@validation.arguments('resamples', 'seed', seen=_VALUES, unseen=_VALUES)
 def resampled_values(seen: ArrayLike, unseen: ArrayLike,
                      statistic: Statistic, resamples: int,
                      seed: int) -> np.ndarray:
@@ -51,12 +64,9 @@ def resampled_values(seen: ArrayLike, unseen: ArrayLike,
     The values, in the order of their seeds.
 
   Raises:
-    ValueError: if a set is not a 1-D sample of finite numbers or
-      `resamples` < 1.
+    ValueError: if a set is not a 1-D sample of finite numbers,
+      `resamples` < 1 or `seed` < 0.
   """
-  seen = validation.check_sample('seen', seen, min_size=1)
-  unseen = validation.check_sample('unseen', unseen, min_size=1)
-  resamples = validation.check_int('resamples', resamples, 1)
   return _resampled_values(seen, unseen, statistic, resamples, seed)
 
 
@@ -74,6 +84,7 @@ def _resampled_values(seen: np.ndarray, unseen: np.ndarray,
   return np.asarray(values, dtype=np.float64)
 
 
+@validation.arguments('seen', 'unseen')
 def jackknife_values(seen: ArrayLike, unseen: ArrayLike,
                      statistic: Statistic) -> np.ndarray:
   """The statistic with each seen, then each unseen score left out.
@@ -89,8 +100,6 @@ def jackknife_values(seen: ArrayLike, unseen: ArrayLike,
   Raises:
     ValueError: if a set is not a 1-D sample of at least 2 finite numbers.
   """
-  seen = validation.check_sample('seen', seen)
-  unseen = validation.check_sample('unseen', unseen)
   return _jackknife_values(seen, unseen, statistic)
 
 
@@ -103,6 +112,9 @@ def _jackknife_values(seen: np.ndarray, unseen: np.ndarray,
       dtype=np.float64)
 
 
+@validation.arguments(resampled=_VALUES, estimate=validation.Real(),
+                      quantiles=_check_levels,
+                      jackknife=validation.Optional(_VALUES))
 def bca_levels(resampled: ArrayLike, estimate: float, quantiles: ArrayLike,
                jackknife: ArrayLike | None = None) -> np.ndarray:
   """The BCa-corrected quantile levels (module docstring).
@@ -120,19 +132,7 @@ def bca_levels(resampled: ArrayLike, estimate: float, quantiles: ArrayLike,
   Raises:
     ValueError: if a level is not in (0, 1) or a sample is not finite.
   """
-  resampled = validation.check_sample('resampled', resampled, min_size=1)
-  estimate = validation.check_real('estimate', estimate)
-  levels = _check_levels(quantiles)
-  if jackknife is not None:
-    jackknife = validation.check_sample('jackknife', jackknife, min_size=1)
-  return _bca_levels(resampled, estimate, levels, jackknife)
-
-
-def _check_levels(quantiles: ArrayLike) -> np.ndarray:
-  levels = np.asarray(quantiles, dtype=np.float64)
-  if levels.size == 0 or np.any(~((levels > 0.0) & (levels < 1.0))):
-    raise ValueError(f'quantiles must be levels in (0, 1); got {quantiles}.')
-  return levels
+  return _bca_levels(resampled, estimate, quantiles, jackknife)
 
 
 def _bca_levels(resampled: np.ndarray, estimate: float, levels: np.ndarray,
@@ -149,6 +149,8 @@ def _bca_levels(resampled: np.ndarray, estimate: float, levels: np.ndarray,
   return stats.norm.cdf(bias + shifted / (1.0 - acceleration * shifted))
 
 
+@validation.arguments('seen', 'unseen', 'resamples', 'seed',
+                      quantiles=_check_levels)
 def bca_quantiles(seen: ArrayLike, unseen: ArrayLike, statistic: Statistic, *,
                   quantiles: ArrayLike = (0.025, 0.975),
                   resamples: int = 1000, bias_correction: bool = True,
@@ -173,10 +175,7 @@ def bca_quantiles(seen: ArrayLike, unseen: ArrayLike, statistic: Statistic, *,
     ValueError: if an argument is out of range, or `acceleration` without
       `bias_correction`.
   """
-  seen = validation.check_sample('seen', seen)
-  unseen = validation.check_sample('unseen', unseen)
-  levels = _check_levels(quantiles)
-  resamples = validation.check_int('resamples', resamples, 1)
+  levels = np.asarray(quantiles, dtype=np.float64)  # Default unconverted.
   if acceleration and not bias_correction:
     raise ValueError('acceleration needs bias_correction.')
   values = _resampled_values(seen, unseen, statistic, resamples, seed)

@@ -29,6 +29,7 @@ from scipy import special
 from scipy import stats
 
 from one_shot_epe import validation
+from one_shot_epe.stats import lower_bound
 from one_shot_epe.stats import one_run
 
 # Checked values go to `one_run`'s unchecked helpers (its math per threshold).
@@ -196,16 +197,9 @@ def _split_bound(kind: str, seen: np.ndarray, unseen: np.ndarray,
   return _one_run_at(kind, seen_test, unseen_test, threshold, level, delta)
 
 
-def _check(seen: ArrayLike, unseen: ArrayLike, bound: str, delta: float,
-           alpha: float, splits: int, fraction: float, one_sided: bool):
-  seen = validation.check_sample('seen', seen)
-  unseen = validation.check_sample('unseen', unseen)
-  validation.check_choice('bound', bound, BOUNDS)
-  delta = validation.check_probability('delta', delta)
-  alpha = validation.check_real('alpha', alpha, 0.0, 0.5, low_open=True,
-                                high_open=True)
-  splits = validation.check_int('splits', splits, 1)
-  fraction = validation.check_probability('fraction', fraction)
+def _check_parts(seen: np.ndarray, unseen: np.ndarray, bound: str,
+                 fraction: float, one_sided: bool) -> None:
+  """The checks that combine checked arguments (no signature carries them)."""
   if min(math.floor(seen.size * fraction),
          math.floor(unseen.size * fraction)) < 1 or min(
              seen.size - math.floor(seen.size * fraction),
@@ -214,9 +208,12 @@ def _check(seen: ArrayLike, unseen: ArrayLike, bound: str, delta: float,
                      'unseen scores empty.')
   if not one_sided and bound != 'clopper_pearson':
     raise ValueError('the one-run certificates are one-sided only.')
-  return seen, unseen, delta, alpha, splits, fraction
 
 
+@validation.arguments('seen', 'unseen', 'delta', 'seed',
+                      bound=validation.Choice(BOUNDS), alpha=lower_bound.ALPHA,
+                      splits=validation.Int(1),
+                      fraction=validation.Probability())
 def split_bounds(seen: ArrayLike, unseen: ArrayLike, *, bound: str,
                  delta: float, alpha: float = 0.05,
                  splits: int = DEFAULT_SPLITS, fraction: float = 0.5,
@@ -241,8 +238,7 @@ def split_bounds(seen: ArrayLike, unseen: ArrayLike, *, bound: str,
   Raises:
     ValueError: if an argument is out of range or a part would be empty.
   """
-  seen, unseen, delta, alpha, splits, fraction = _check(
-      seen, unseen, bound, delta, alpha, splits, fraction, one_sided)
+  _check_parts(seen, unseen, bound, fraction, one_sided)
   return _split_bounds(bound, seen, unseen, delta, alpha, splits, fraction,
                        one_sided, seed)
 

@@ -49,6 +49,7 @@ from scipy import stats
 
 from one_shot_epe import validation
 from one_shot_epe.stats import estimation
+from one_shot_epe.stats import lower_bound
 
 __all__ = ['DESIGNS', 'Design', 'FAMILIES', 'Family', 'GUESS_FRACTIONS',
            'MAX_IMBALANCE_SDS', 'MIN_CANARIES', 'MIN_GUESSES', 'QUADRATURE_NODES', 'check_design',
@@ -84,6 +85,9 @@ _NORMAL_RANGE = 8.5
 _THETA_CEILING = 1e3
 _THETA_TOLERANCE = 1e-9
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+# The rules of this module's own parameters (validation.arguments).
+_FAMILY = validation.Choice(FAMILIES)
+_THETA = validation.Real(0.0)
 
 
 def _gdp_cut(half_mu: float, top: np.ndarray) -> np.ndarray:
@@ -124,6 +128,7 @@ def _mean_map_error(family: str, theta: float, delta: float,
   return np.exp(special.log_ndtr(-cut - half_mu) - np.log(top))
 
 
+@validation.arguments('delta', family=_FAMILY, theta=_THETA)
 def mean_map_error(family: str, theta: float, delta: float,
                    top: ArrayLike) -> np.ndarray:
   """gbar: the MAP guess's mean error over the most confident fraction `top`.
@@ -141,9 +146,6 @@ def mean_map_error(family: str, theta: float, delta: float,
   Raises:
     ValueError: if an argument is out of range.
   """
-  validation.check_choice('family', family, FAMILIES)
-  theta = validation.check_real('theta', theta, 0.0)
-  delta = validation.check_probability('delta', delta)
   top = np.asarray(top, dtype=np.float64)
   if np.any(~(top > 0.0) | ~(top <= 1.0)):
     raise ValueError('top must be fractions in (0, 1].')
@@ -183,6 +185,10 @@ def _p_value(family: str, theta: float, delta: float, mistakes_made: int,
       weights @ special.bdtr(mistakes_made, guesses, errors), 0.0, 1.0))
 
 
+@validation.arguments('delta', canaries=validation.Int(1),
+                      guesses=validation.Int(1),
+                      mistakes_made=validation.Int(0), family=_FAMILY,
+                      theta=_THETA)
 def tight_p_value(mistakes_made: int, guesses: int, canaries: int,
                   family: str, theta: float, delta: float) -> float:
   """P[T <= u] of the family's worst case at theta (module docstring).
@@ -201,17 +207,14 @@ def tight_p_value(mistakes_made: int, guesses: int, canaries: int,
   Raises:
     ValueError: if an argument is out of range.
   """
-  canaries = validation.check_int('canaries', canaries, 1)
-  guesses = validation.check_int('guesses', guesses, 1, canaries)
-  mistakes_made = validation.check_int('mistakes_made', mistakes_made, 0,
-                                       guesses)
-  validation.check_choice('family', family, FAMILIES)
-  theta = validation.check_real('theta', theta, 0.0)
-  delta = validation.check_probability('delta', delta)
+  validation.check_int('guesses', guesses, 1, canaries)
+  validation.check_int('mistakes_made', mistakes_made, 0, guesses)
   return _p_value(family, theta, delta, mistakes_made, guesses,
                   _quadrature(guesses, canaries))
 
 
+@validation.arguments(canaries=validation.Int(2 * MIN_GUESSES),
+                      family=_FAMILY)
 def guess_grid(canaries: int, family: str) -> np.ndarray:
   """The numbers of guesses r tested: n times the family's `GUESS_FRACTIONS`.
 
@@ -225,8 +228,6 @@ def guess_grid(canaries: int, family: str) -> np.ndarray:
   Raises:
     ValueError: if an argument is out of range.
   """
-  canaries = validation.check_int('canaries', canaries, 2 * MIN_GUESSES)
-  validation.check_choice('family', family, FAMILIES)
   return _guess_grid(canaries, family)
 
 
@@ -236,6 +237,7 @@ def _guess_grid(canaries: int, family: str) -> np.ndarray:
   return grid[::-1]
 
 
+@validation.arguments('seen', 'unseen', 'seed')
 def mistakes(seen: ArrayLike, unseen: ArrayLike, seed: int = 0) -> np.ndarray:
   """Cumulative mistakes of the label-free guesses, most confident first.
 
@@ -250,10 +252,9 @@ def mistakes(seen: ArrayLike, unseen: ArrayLike, seed: int = 0) -> np.ndarray:
     r = 1 ... n.
 
   Raises:
-    ValueError: if a set is not a 1-D sample of at least 2 finite numbers.
+    ValueError: if a set is not a 1-D sample of at least 2 finite numbers,
+      or `seed` is not an int >= 0.
   """
-  seen = validation.check_sample('seen', seen)
-  unseen = validation.check_sample('unseen', unseen)
   return _mistakes(seen, unseen, seed)
 
 
@@ -308,6 +309,9 @@ def check_design(seen_size: int, unseen_size: int) -> None:
         'tight one-run bound assumes that design.')
 
 
+@validation.arguments('seen', 'unseen', 'delta', 'seed', family=_FAMILY,
+                      alpha=lower_bound.ALPHA,
+                      design=validation.Choice(DESIGNS))
 def epsilon_lo_tight(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
                      family: str, alpha: float = 0.05,
                      design: str = 'bernoulli', seed: int = 0) -> float:
@@ -333,14 +337,7 @@ def epsilon_lo_tight(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
     ValueError: if an argument is out of range or the score sets fail
       `check_design`.
   """
-  seen = validation.check_sample('seen', seen)
-  unseen = validation.check_sample('unseen', unseen)
   check_design(seen.size, unseen.size)
-  delta = validation.check_probability('delta', delta)
-  validation.check_choice('family', family, FAMILIES)
-  alpha = validation.check_real('alpha', alpha, 0.0, 0.5, low_open=True,
-                                high_open=True)
-  validation.check_choice('design', design, DESIGNS)
   return _epsilon_lo_tight(seen, unseen, delta, family, alpha, design, seed)
 
 

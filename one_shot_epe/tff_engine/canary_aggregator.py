@@ -79,6 +79,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
+from one_shot_epe import validation
 from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import dp_queries
@@ -171,6 +172,22 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
     `from_spec` of `canary_spec.DPAggregation(noise_multiplier,
     clients_per_round, clip=clip)`, with TFF's argument names; see there.
+
+    Args:
+      noise_multiplier: z >= 0, the noise std over the clip.
+      clients_per_round: The expected records per round (> 0), the
+        denominator of the mean.
+      clip: The fixed L2 clip S > 0.
+      spec: Canaries, schedule and tracking parameters.
+      noise_seed: As `from_spec`.
+      record_aggregation_factory: As `from_spec`.
+
+    Returns:
+      The factory.
+
+    Raises:
+      TypeError: as `from_spec`.
+      ValueError: as `canary_spec.DPAggregation` and `from_spec`.
     """
     dp = dp_queries.dp_aggregation(noise_multiplier=noise_multiplier,
                          clients_per_round=clients_per_round, clip=clip)
@@ -198,6 +215,29 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     `clipped_count_stddev` defaults to 0.05 * clients_per_round (0 when
     noise_multiplier is 0). `from_spec` of the `canary_spec.DPAggregation` of
     these arguments (TFF's names); see there for the rest.
+
+    Args:
+      noise_multiplier: z >= 0, the overall noise multiplier.
+      clients_per_round: The expected records per round (> 0), the
+        denominator of the mean and of the clipped fraction b.
+      spec: Canaries, schedule and tracking parameters.
+      initial_l2_norm_clip: The first round's clip S_0 > 0.
+      target_unclipped_quantile: The targeted fraction of unclipped records,
+        in (0, 1).
+      learning_rate: The geometric update's rate, >= 0.
+      clipped_count_stddev: The noise std of the unclipped count, > z / 2
+        when set; None for TFF's default (above).
+      noise_seed: If set, each round's noise (of the sum and of the count)
+        is a pure function of (noise_seed, t); see `from_spec`.
+      record_aggregation_factory: Sums the clipped records (`from_spec`).
+
+    Returns:
+      The factory, its clip adapting each round.
+
+    Raises:
+      ValueError: as `canary_spec.DPAggregation` (naming TFF's arguments)
+        and `from_spec`.
+      TypeError: as `from_spec`.
     """
     dp = dp_queries.dp_aggregation(
         noise_multiplier=noise_multiplier, clients_per_round=clients_per_round,
@@ -258,6 +298,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     return cls(query, clip_from_params, spec, None,
                record_aggregation_factory)
 
+  @validation.arguments(noise_seed=validation.Optional(canary_spec.SEED))
   def __init__(self, query: tfp.SumAggregationDPQuery,
                clip_from_params: dp_queries.ClipFromParams,
                spec: canary_spec.CanarySpec, noise_seed: int | None = None,
@@ -299,8 +340,6 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       raise TypeError('record_aggregation_factory must be a '
                       'tff.aggregators.UnweightedAggregationFactory or None; '
                       f'got {record_aggregation_factory!r}.')
-    if noise_seed is not None:
-      noise_seed = canary_spec.check_seed(noise_seed, 'noise_seed')
     self._query = query
     self._record_aggregation_factory = record_aggregation_factory
     self._noise_seed = noise_seed
@@ -440,6 +479,16 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     create`: clients preprocess (clip) their values with the query's sample
     params, the record aggregation process sums them, and the server adds the
     canaries' records and calls `get_noised_result`.
+
+    Args:
+      value_type: The `tff.TensorType` or `tff.StructType` of the aggregated
+        value: float32 tensors of fully defined shapes.
+
+    Returns:
+      The aggregation process, its state a `CanaryAggregatorState`.
+
+    Raises:
+      ValueError: for a `value_type` that `check_value_type` refuses.
     """
     specs = check_value_type(value_type)
     dim = canaries.flat_size(specs)
@@ -515,6 +564,13 @@ def extract_dp_event_from_state(state: Any) -> dp_accounting.DpEvent:
   DP query's `get_noised_result` reported for that round, which covers the
   canaries too (they are records of the same query). Compose the events of
   all rounds in a `dp_accounting` accountant for the run's guarantee.
+
+  Args:
+    state: A state returned by the process's `next()`, or an object with its
+      fields `dp_event` and `is_init_state`.
+
+  Returns:
+    The round's `dp_accounting.DpEvent`.
 
   Raises:
     ValueError: for the state of `initialize()`, whose event is a placeholder

@@ -37,6 +37,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_privacy.privacy.dp_query import discrete_gaussian_utils
 
+from one_shot_epe import validation
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canaries
@@ -126,6 +127,8 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
   returns as for `canary_aggregator.CanaryDPFactory`.
   """
 
+  @validation.arguments(
+      rotation_seed=validation.Optional(canary_spec.SEED))
   def __init__(self, dp: canary_spec.DPAggregation,
                ddp: distributed_dp.DistributedDP,
                spec: canary_spec.CanarySpec,
@@ -156,8 +159,6 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
     if dp.adaptive:
       raise ValueError('distributed DP needs a fixed clip; got adaptive '
                        'clipping (clip=None).')
-    if rotation_seed is not None:
-      rotation_seed = canary_spec.check_seed(rotation_seed, 'rotation_seed')
     self._dp = dp
     self._ddp = ddp
     self._spec = spec
@@ -179,7 +180,19 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
     return self._spec
 
   def calibration(self, dim: int) -> distributed_dp.DdpCalibration:
-    """The mechanism's parameters for records of dimension `dim`."""
+    """The mechanism's parameters for records of dimension `dim`.
+
+    Args:
+      dim: d >= 1, the records' dimension (that of the aggregated value).
+
+    Returns:
+      `distributed_dp.calibrate` of this factory's DP aggregation and
+      secure-aggregation parameters at `dim`.
+
+    Raises:
+      ValueError: as `distributed_dp.calibrate` (a `dim` < 1, or a modulus
+        too small for the cohort or the scale).
+    """
     return distributed_dp.calibrate(
         self._dp.noise_multiplier, self._dp.clip, self._dp.clients_per_round,
         dim, self._ddp)

@@ -124,6 +124,10 @@ def gaussian_query(dp: canary_spec.DPAggregation, seeded: bool
   return _fixed_query(dp, seeded), _fixed_clip
 
 
+@validation.arguments(
+    'noise_multiplier', 'clients_per_round',
+    l2_norm_clip=validation.Real(0.0, low_open=True),
+    noise_seed=validation.Optional(canary_spec.SEED))
 def tree_query(*, noise_multiplier: float, clients_per_round: float,
                l2_norm_clip: float, record_specs: Any, noise_seed: int | None,
                use_efficient: bool
@@ -148,16 +152,9 @@ def tree_query(*, noise_multiplier: float, clients_per_round: float,
   Raises:
     TypeError: for a `use_efficient` that is not a bool or `record_specs`
       that are not a structure of `tf.TensorSpec`.
-    ValueError: for a number out of range.
+    ValueError: for a number out of range (a `noise_seed` outside [0,
+      canary_spec.MAX_SEED] included).
   """
-  noise_multiplier = validation.check_real('noise_multiplier',
-                                           noise_multiplier, low=0.0)
-  clients_per_round = validation.check_real(
-      'clients_per_round', clients_per_round, low=0.0, low_open=True)
-  l2_norm_clip = validation.check_real(
-      'l2_norm_clip', l2_norm_clip, low=0.0, low_open=True)
-  if noise_seed is not None:
-    noise_seed = canary_spec.check_seed(noise_seed, 'noise_seed')
   if not isinstance(use_efficient, bool):
     raise TypeError(f'use_efficient must be a bool; got {use_efficient!r}.')
   specs = tf.nest.flatten(record_specs)
