@@ -278,6 +278,7 @@ class Index:
     """
     tree = copy.deepcopy(module.tree)
     added = []
+    owners = []
 
     def resolved(value: ast.AST) -> ast.AST:
       """A Name for `m.X` of another project module, recording X's node."""
@@ -287,6 +288,7 @@ class Index:
       owner = self.modules.get(module.imports.get(value.value.id, ''))
       if owner is None or owner is module:
         return value
+      owners.append(owner)
       if value.attr in owner.classes:
         added.append(owner.classes[value.attr])
       elif value.attr in owner.assignments:
@@ -306,6 +308,8 @@ class Index:
       return module
     tree.body = list(tree.body) + added
     merged = Module(module.name, module.path, tree)
+    for owner in owners:  # The added definitions name what their module imports.
+      merged.imports.update(owner.imports)
     merged.imports.update(module.imports)
     return merged
 
@@ -406,7 +410,8 @@ class Index:
           stack += [self._module_of(f'{base}.{a.name}') for a in node.names]
     names, bools = set(), set()
     for module in sorted(seen):
-      for found, is_bool in _defined_flags(self.modules[module].tree):
+      tree = self._with_imported_tables(self.modules[module]).tree
+      for found, is_bool in _defined_flags(tree):
         names.add(found)
         if is_bool:
           bools.add(found)
@@ -530,6 +535,23 @@ def _flag_defaults(module: Module) -> dict[str, object]:
   return found
 
 
+def _defines_flags_per_field(tree: ast.Module) -> bool:
+  """Whether `tree` calls a `DEFINE_*` whose flag name is not a literal.
+
+  Only such a module defines one flag per dataclass field; another that
+  merely lists a dataclass's fields (`dataclasses.fields(C)`) defines none.
+  """
+  for node in ast.walk(tree):
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr.startswith('DEFINE_')):
+      continue
+    name = node.args[0] if node.args else next(
+        (k.value for k in node.keywords if k.arg == 'name'), None)
+    if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+      return True
+  return False
+
+
 def _defined_flags(tree: ast.Module) -> list[tuple[str, bool]]:
   """(name, is_bool) of each `flags.DEFINE_*` in `tree` with a literal name.
 
@@ -540,6 +562,8 @@ def _defined_flags(tree: ast.Module) -> list[tuple[str, bool]]:
   found = []
   classes = {node.name: node for node in tree.body
              if isinstance(node, ast.ClassDef)}
+  if not _defines_flags_per_field(tree):
+    classes = {}
   for node in ast.walk(tree):
     if not isinstance(node, ast.Call):
       continue
@@ -620,6 +644,8 @@ def _check_path(index: Index, path: str) -> str | None:
   if any(c in path for c in '<>$'):
     return None
   top = path.split('/')[0]
+  if top == 'output':  # What the programs write; absent until they run.
+    return None
   if os.path.exists(os.path.join(index.repo, top)) and '/' in path:
     if glob.glob(os.path.join(index.repo, path)):
       return None
@@ -1135,9 +1161,9 @@ _PLANTED = [
      '    --threshold_strategy=split\n```\n',
      'python -m one_shot_epe.reporting.epsilon_cli --noise_multiplier: the program does '
      'not define this flag'),
-    ('`CanaryAudit.from_spec(canaries, dp, dleta=1e-6)`',
-     '`CanaryAudit.from_spec(canaries, dp, delta=1e-6)`',
-     'CanaryAudit.from_spec(): no parameter dleta'),
+    ('`tff_engine.audit.CanaryAudit.from_spec(canaries, dp, dleta=1e-6)`',
+     '`tff_engine.audit.CanaryAudit.from_spec(canaries, dp, delta=1e-6)`',
+     'tff_engine.audit.CanaryAudit.from_spec(): no parameter dleta'),
     ('```python\nfrom one_shot_epe.reporting import privacy_report\n'
      'privacy_report.final_model_report(c, 10, 1e-6, 0.05, u, "split", 20, '
      '0, 1)\n```\n',
