@@ -33,15 +33,9 @@ Each round t (0-based count of `next` calls):
    query's own clipping scales down to norm S_t, so it contributes the same
    vector (up to float32 rounding) but counts as a clipped update.
 3. The noised average rho_bar_t (Algorithm 3, line 9) is the process result.
-   The state exposes it (`CanaryAggregatorState.aggregate`): its cosine with
-   every seen and every unseen canary (Algorithm 3, lines 10-12) enters a
-   running maximum per canary (lines 14-16) in
-   `cosine_tracking.CosineTracker`, which the training loop feeds each
-   round's state (`tracker.observe(learning_state.aggregator)`). The tracker
-   buffers aggregates in the training process and computes the cosines of B
-   rounds at once, exactly; its `state()` joins the TFF state in checkpoints.
-   (Keeping that buffer in the TFF state instead would make TFF's runtime move
-   it between Python and its worker every round, ~25-40 ns per byte.)
+   The state exposes it (`CanaryAggregatorState.aggregate`) for
+   `cosine_tracking.CosineTracker`, which keeps every canary's running
+   maximum cosine with it (Algorithm 3, lines 10-16) outside the TFF state.
 
 Conformance with `tff.aggregators.DifferentiallyPrivateFactory` (TFF 0.87).
 The state carries TFF's fields `query_state`, `agg_state` (the record
@@ -55,8 +49,7 @@ record aggregation's measurements).
 
 The canaries' per-round measurements stay compact (no d-sized vectors): `clip`
 (S_t, the clip applied this round), `canaries_inserted` and `aggregate_norm`
-(||rho_bar_t||); the per-round cosine summaries come from the tracker
-(`CosineTracker.observe`).
+(||rho_bar_t||).
 
 Distributed DP (clients' noise shares summed by secure aggregation) is
 `distributed_dp_aggregator.CanaryDistributedDPFactory`, whose process has
