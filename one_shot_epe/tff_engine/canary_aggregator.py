@@ -55,11 +55,9 @@ Distributed DP (clients' noise shares summed by secure aggregation) is
 `distributed_dp_aggregator.CanaryDistributedDPFactory`, whose process has
 this module's state (`CanaryAggregatorState`) and measurements.
 
-Sign convention: the result is the noised mean *update* in the sense of
-`tff.learning` (client update = initial - trained weights), and the server
-optimizer subtracts it, so an inserted canary moves the model along -c. The
-cosines tracked here are with the aggregate itself, which contains +c, so
-inserted canaries have positive cosines.
+Sign convention: the result is the noised mean *update* of `tff.learning`
+(initial - trained weights), which the server optimizer subtracts; it
+contains +c, so inserted canaries have positive cosines with it.
 """
 
 import collections
