@@ -51,9 +51,8 @@ The canaries' per-round measurements stay compact (no d-sized vectors): `clip`
 (S_t, the clip applied this round), `canaries_inserted` and `aggregate_norm`
 (||rho_bar_t||).
 
-Distributed DP (clients' noise shares summed by secure aggregation) is
-`distributed_dp_aggregator.CanaryDistributedDPFactory`, whose process has
-this module's state (`CanaryAggregatorState`) and measurements.
+Distributed DP is `distributed_dp_aggregator.CanaryDistributedDPFactory`,
+with this module's state (`CanaryAggregatorState`) and measurements.
 
 Sign convention: the result is the noised mean *update* of `tff.learning`
 (initial - trained weights), which the server optimizer subtracts; it
