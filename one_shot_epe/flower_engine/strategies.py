@@ -9,7 +9,7 @@ round's canary replies added, inside the noise), around the user's FedAvg.
 
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from flwr.app import (Array, ArrayRecord, ConfigRecord, Message, MessageType,
@@ -21,11 +21,32 @@ from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideAdaptiveClipping,
     DifferentialPrivacyServerSideFixedClipping, FedAvg, Result, Strategy)
 
-if TYPE_CHECKING:  # The audit imports this module.
-  from one_shot_epe.flower_engine import audit  # pylint: disable=g-bad-import-order
-
-__all__ = ['AuditRefused', 'AuditedStrategy', 'CanaryStrategy',
+__all__ = ['Audit', 'AuditRefused', 'AuditedStrategy', 'CanaryStrategy',
            'check_strategy', 'flatten']
+
+
+class Audit(Protocol):
+  """What the strategies ask of `audit.CanaryAudit` (which imports them)."""
+  spec: Any
+  bank: Any
+  rounds: int
+  resumed_from: int
+
+  def seed_round(self, round_num: int, stage: int) -> None:
+    """Seeds the round's random draws."""
+
+  def on_round(self, round_num: int, vector: Any, seconds: float,
+               inner: Any, arrays: Any, dp: Any) -> None:
+    """Records a trained round."""
+
+  def open_run(self, initial_arrays: Any, dp: Any) -> Any:
+    """Checks or resumes the run directory; the arrays to start from."""
+
+  def owned(self) -> Any:
+    """The run directory, held for the run."""
+
+  def finish(self, final_arrays: Any, dp: Any, accuracy: Any) -> Any:
+    """Writes the run's results."""
 
 _SERVER_SIDE = (DifferentialPrivacyServerSideFixedClipping,
                 DifferentialPrivacyServerSideAdaptiveClipping)
@@ -125,7 +146,7 @@ def _metric_means(records: list[MetricRecord], key: str) -> dict[str, Any]:
 class CanaryStrategy(Strategy):
   """FedAvg with the round's canary replies added (inside the DP wrapper)."""
 
-  def __init__(self, audit: 'audit.CanaryAudit', fedavg: FedAvg, dp: Strategy):
+  def __init__(self, audit: Audit, fedavg: FedAvg, dp: Strategy):
     super().__init__()
     self._audit = audit
     self.fedavg = fedavg
@@ -215,7 +236,7 @@ class CanaryStrategy(Strategy):
 class AuditedStrategy(Strategy):
   """The DP wrapper, observed: seeds, cosines, checkpoints, run directory."""
 
-  def __init__(self, audit: 'audit.CanaryAudit', dp: Strategy,
+  def __init__(self, audit: Audit, dp: Strategy,
                inner: CanaryStrategy):
     super().__init__()
     self._audit = audit
