@@ -201,7 +201,9 @@ def _fashion_mnist(
   return train, _first_examples(test, config.max_eval_examples), source
 
 
-def _shakespeare(config: train_config.TrainConfig) -> Data:
+def _shakespeare(
+    config: train_config.TrainConfig
+) -> tuple[client_arrays.ClientArrays, client_arrays.ClientArrays, str]:
   """The plays' roles as the TFF engine splits them (tasks.shakespeare)."""
   try:
     corpus = shakespeare.load(config.data_dir, vocab_size=config.vocab_size)
@@ -211,8 +213,7 @@ def _shakespeare(config: train_config.TrainConfig) -> Data:
         message if message.startswith('--') else f'--data_dir: {message}'
     ) from None
   train, test = shakespeare.client_arrays_of(corpus)
-  return Data(train, _first_examples(test, config.max_eval_examples),
-              corpus.source)
+  return train, _first_examples(test, config.max_eval_examples), corpus.source
 
 
 def _first_examples(arrays: client_arrays.ClientArrays,

@@ -268,7 +268,7 @@ class TrainConfig:
     except ValueError as error:
       message = str(error)
       for argument, flag in _MECHANISM_FLAGS.items():
-        if message.startswith(argument + ' '):
+        if message.startswith((argument + ' ', argument + '=')):
           raise ConfigError(f'--{flag}{message[len(argument):]}') from None
       raise ConfigError(f'--mechanism={self.mechanism}: {message}') from None
 

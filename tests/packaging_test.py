@@ -167,8 +167,8 @@ def test_metadata_requires_python_admits_3_11_to_3_13(wheel):
                   f'{sys.version_info.micro}'):
     assert requires_python.specifier.contains(version), version
   assert not requires_python.specifier.contains('3.10.12')
-  assert set(metadata.get_all('Provides-Extra')) == {'flower', 'jax', 'ray',
-                                                      'test', 'tff'}
+  assert set(metadata.get_all('Provides-Extra')) == {
+      'flower', 'jax', 'ray', 'shakespeare', 'test', 'tff'}
   # [tff] is TFF 0.87's, on Python 3.11 only: on 3.12 it adds nothing.
   tff = [Requirement(line) for line in metadata.get_all('Requires-Dist')
          if 'extra == "tff"' in line]
@@ -196,7 +196,7 @@ def test_metadata_covers_every_third_party_import_at_tested_versions(wheel):
   metadata = _metadata(archive)
   core = _requirements(metadata, None)
   extras = {extra: _requirements(metadata, extra)
-            for extra in ('tff', 'jax', 'ray', 'test', 'flower')}
+            for extra in ('tff', 'jax', 'ray', 'test', 'flower', 'shakespeare')}
   # Each range of the core and of every extra installed here admits the
   # version installed (and tested) here.
   for name, requirement in [*core.items(),

@@ -102,7 +102,7 @@ def _close(cell: str, value: float | None) -> bool:
   """A 4-significant-digit cell shows `value` (None: infinity; a saturated
   estimate's '≥' ignored)."""
   if value is None:
-    return cell == '∞'
+    return cell in ('∞', 'n/a')
   return abs(float(cell.lstrip('≥')) - value) <= 5e-4 * abs(value)
 
 
@@ -137,25 +137,30 @@ def test_privacy_table_equals_run_reports(grid):
     cells = tables['bounds'][point]
     assert _close(cells[0], report['analytical_epsilon'])
     assert _close(cells[-1], report['accuracy'])
-    for model, offset in (('all', 3), ('final', 7)):
+    for model, offset in (('all', 3), ('final', 9)):
       assert _close(cells[offset].split()[0], report[f'epsilon_est_{model}'])
       for index, key in enumerate(('epsilon_lo', 'epsilon_one_run',
-                                   'epsilon_one_run_fdp'), start=offset + 1):
+                                   'epsilon_one_run_fdp',
+                                   'epsilon_lo_tight_any',
+                                   'epsilon_lo_tight_gdp'), start=offset + 1):
         assert _close(cells[index], report[f'{key}_{model}']), (point, key)
   # The terminal gets the compact table: every line fits 100 columns.
   printed = _summary(stdout)
   assert printed and max(len(line) for line in printed) <= 100
   rows = {(cells[0], cells[1]): cells[2:] for cells in (
       [c.strip() for c in line.strip('|').split('|')] for line in printed
-      if line.startswith('| ') and not line.startswith('| noise'))}
+      if line.startswith('| ') and not line.startswith('| z '))}
   assert set(rows) == set(reports)
   for point, report in reports.items():
     keys = ('analytical_epsilon', None, 'epsilon_est_all', 'epsilon_lo_all',
-            'epsilon_est_final', 'epsilon_lo_final', 'last_iterate_epsilon',
-            'accuracy')
+            'epsilon_est_final', 'epsilon_lo_final', None,
+            'last_iterate_epsilon', 'accuracy')
     for cell, key in zip(rows[point], keys):
       if key is not None:
         assert _close(cell, report[key]), (point, key, cell, report[key])
+    tight_any, tight_gdp = rows[point][6].split('/')
+    assert _close(tight_any, report['epsilon_lo_tight_any_final'])
+    assert _close(tight_gdp, report['epsilon_lo_tight_gdp_final'])
   # Noise 0: analytical eps is infinite; noise 0.2 is the Gaussian mechanism.
   assert reports[('0', '1')]['analytical_epsilon'] is None
   assert reports[('0.2', '1')]['analytical_epsilon'] == pytest.approx(

@@ -249,7 +249,7 @@ def test_real_test_set_is_all_10000_file_images_in_order():
 
 @_needs_data
 def test_demo_config_is_valid_real_and_light_on_canaries():
-  flag_values = train_config.flags.FlagValues()
+  flag_values = train_flags.flags.FlagValues()
   train_flags.define_flags(flag_values)
   flag_values(['train', f'--flagfile={_DEMO_CONFIG}'])
   config = train_flags.config_from_flags(flag_values).validate()
@@ -296,7 +296,7 @@ def test_demo_pipeline_prints_the_same_digits_twice_on_one_machine(tmp_path):
   # the digits differ (README, "What make demo printed").
   reports = []
   for name in ('first', 'second'):
-    flag_values = train_config.flags.FlagValues()
+    flag_values = train_flags.flags.FlagValues()
     train_flags.define_flags(flag_values)
     flag_values(['train', f'--flagfile={_DEMO_CONFIG}',
                  '--noise_multiplier=0.2207', '--total_rounds=2',

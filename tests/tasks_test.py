@@ -5,6 +5,7 @@ import pytest
 from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine.tasks import emnist
 from one_shot_epe.tff_engine.tasks import fashion_mnist
+from one_shot_epe.tff_engine.tasks import shakespeare
 from one_shot_epe.tff_engine.tasks import stackoverflow
 
 
@@ -19,14 +20,15 @@ def test_task_names_are_the_task_modules_own():
   # run_options names the tasks without importing them (for the flags of
   # both engines); each task module holds its own name.
   assert tasks.TASK_NAMES == (emnist.TASK_NAME, stackoverflow.TASK_NAME,
-                              fashion_mnist.TASK_NAME)
+                              fashion_mnist.TASK_NAME, shakespeare.TASK_NAME)
   assert tasks.TASK_NAMES == ('emnist_character', 'stackoverflow_word',
-                              'fashion_mnist')
+                              'fashion_mnist', 'shakespeare')
 
 
 def test_unknown_task_name_lists_the_allowed_names():
   with pytest.raises(ValueError, match=r"one of \['emnist_character', "
-                     r"'stackoverflow_word', 'fashion_mnist'\]; got 'emnist'"):
+                     r"'stackoverflow_word', 'fashion_mnist', 'shakespeare'\]; "
+                     r"got 'emnist'"):
     _synthetic('emnist')
 
 

@@ -410,6 +410,6 @@ def from_name(name: str, *, num_bands: int | None = None,
     return DistributedDP(distributed_dp.DistributedDP(bits=ddp_bits,
                                                       noise=ddp_noise))
   if ddp_noise != 'dgauss':
-    raise ValueError(f'ddp_noise applies to distributed_dp only; got '
-                     f'mechanism {name!r}.')
+    raise ValueError(f'ddp_noise={ddp_noise} applies to distributed_dp only; '
+                     f'got mechanism {name!r}.')
   return TreeAggregation() if name == 'tree' else Gaussian()

@@ -38,23 +38,50 @@ from one_shot_epe.runtime import command_line
 from one_shot_epe.stats import estimation
 from one_shot_epe.reporting import privacy_report
 
-__all__ = ['build_report', 'format_markdown', 'main', 'read_cosine_columns']
+__all__ = ['build_report', 'define_flags', 'format_markdown', 'main',
+           'read_cosine_columns']
 
 _NAMES = ('cosine', 'seen', 'unseen')
-_COSINES = flags.DEFINE_string('cosines', None, 'CSV file of canary cosines.')
-_DIM = flags.DEFINE_integer(
-    'dim', None, 'Model dimensionality d (>= 3); required for final-model '
-    'cosines, an error for `seen`/`unseen` columns.')
-_DELTA = flags.DEFINE_float('delta', None, 'Target delta, in (0, 1).')
-_ALPHA = flags.DEFINE_float('alpha', 0.05,
-                            'Confidence level of eps_lo is 1 - alpha; in (0, 0.5).')
-_THRESHOLD = flags.DEFINE_enum(
-    'threshold_strategy', 'bonferroni', ['bonferroni', 'split'],
-    'How the sound eps_lo pays for its threshold: a fixed family with a '
-    "Bonferroni correction, or a split; the paper's nominal eps_lo is always "
-    'reported as epsilon_lo_paper.')
-_FORMAT = flags.DEFINE_enum('format', 'markdown', ['markdown', 'json'],
-                            'Output format.')
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags on `flag_values` (when it runs).
+
+  Defined only when the module runs as a program, so importing it leaves
+  absl's flags as they were (other programs define --dim and --delta too).
+
+  Args:
+    flag_values: Where to define them.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'cosines': flags.DEFINE_string(
+          'cosines', None, 'CSV file of canary cosines.',
+          flag_values=flag_values),
+      'dim': flags.DEFINE_integer(
+          'dim', None, 'Model dimensionality d (>= 3); required for '
+          'final-model cosines, an error for `seen`/`unseen` columns.',
+          flag_values=flag_values),
+      'delta': flags.DEFINE_float('delta', None, 'Target delta, in (0, 1).',
+                                  flag_values=flag_values),
+      'alpha': flags.DEFINE_float(
+          'alpha', 0.05,
+          'Confidence level of eps_lo is 1 - alpha; in (0, 0.5).',
+          flag_values=flag_values),
+      'threshold_strategy': flags.DEFINE_enum(
+          'threshold_strategy', 'bonferroni', ['bonferroni', 'split'],
+          'How the sound eps_lo pays for its threshold: a fixed family with '
+          "a Bonferroni correction, or a split; the paper's nominal eps_lo is "
+          'always reported as epsilon_lo_paper.', flag_values=flag_values),
+      'format': flags.DEFINE_enum('format', 'markdown', ['markdown', 'json'],
+                                  'Output format.', flag_values=flag_values),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS: dict[str, flags.FlagHolder] = {}
 
 
 def _is_number(cell: str) -> bool:
@@ -223,20 +250,22 @@ def main(argv: Sequence[str]) -> None:
   """
   if len(argv) > 1:
     _fail(f'unexpected arguments: {argv[1:]} (--helpshort lists the flags)')
-  for flag in (_COSINES, _DELTA):
-    if flag.value is None:
-      _fail(f'--{flag.name} is required (--helpshort lists the flags).')
+  values = {name: holder.value for name, holder in _FLAGS.items()}
+  for name in ('cosines', 'delta'):
+    if values[name] is None:
+      _fail(f'--{name} is required (--helpshort lists the flags).')
   try:
-    columns = read_cosine_columns(_COSINES.value)
-    report = build_report(columns, _DIM.value, _DELTA.value, _ALPHA.value,
-                          _THRESHOLD.value)
+    columns = read_cosine_columns(values['cosines'])
+    report = build_report(columns, values['dim'], values['delta'],
+                          values['alpha'], values['threshold_strategy'])
   except ValueError as error:
     _fail(str(error))
-  if _FORMAT.value == 'json':
+  if values['format'] == 'json':
     _print_quietly(report.to_json())
   else:
     _print_quietly(format_markdown(report))
 
 
 if __name__ == '__main__':
+  _FLAGS.update(define_flags())
   app.run(main, flags_parser=command_line.parse_flags_or_exit)
