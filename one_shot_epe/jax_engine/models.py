@@ -129,8 +129,37 @@ def _check_keras_weights(weights: Sequence[np.ndarray], shapes: Shapes,
   return tuple(params)
 
 
+class _Model:
+  """What both models derive from their `param_shapes()` and `param_names`."""
+
+  def num_parameters(self) -> int:
+    """d, the number of trainable scalars.
+
+    Returns:
+      The sum of the products of `param_shapes()`.
+    """
+    return sum(math.prod(shape) for shape in self.param_shapes())
+
+  def from_keras_weights(self, weights: Sequence[np.ndarray]) -> Params:
+    """Parameters from the Keras model's `get_weights()` (numpy arrays).
+
+    Args:
+      weights: The list of `get_weights()`, one array per entry of
+        `param_names`, each of the shape in `param_shapes()`.
+
+    Returns:
+      The parameters, float32 jax arrays.
+
+    Raises:
+      TypeError: `weights` is not a sequence (a string included).
+      ValueError: it holds another number of arrays, or an array has another
+        shape than `param_shapes()`.
+    """
+    return _check_keras_weights(weights, self.param_shapes(), self.param_names)
+
+
 @dataclasses.dataclass(frozen=True)
-class EmnistCnn:
+class EmnistCnn(_Model):
   """TFF's EMNIST `cnn_dropout` (`emnist_models.create_conv_dropout_model`).
 
   conv 3x3 valid relu (conv1_filters), conv 3x3 valid relu (conv2_filters),
@@ -171,14 +200,6 @@ class EmnistCnn:
             (self.dense_units,), (self.dense_units, self.num_classes),
             (self.num_classes,))
 
-  def num_parameters(self) -> int:
-    """d, the number of trainable scalars.
-
-    Returns:
-      The sum of the products of `param_shapes()`.
-    """
-    return sum(math.prod(shape) for shape in self.param_shapes())
-
   def init(self, key: jax.Array) -> Params:
     """Keras' initialisation: glorot-uniform kernels, zero biases.
 
@@ -193,23 +214,6 @@ class EmnistCnn:
     return tuple(
         glorot_uniform(k, shape) if len(shape) > 1 else
         jnp.zeros(shape, jnp.float32) for k, shape in zip(keys, shapes))
-
-  def from_keras_weights(self, weights: Sequence[np.ndarray]) -> Params:
-    """Parameters from the Keras model's `get_weights()` (numpy arrays).
-
-    Args:
-      weights: The list of `get_weights()`, one array per entry of
-        `param_names`, each of the shape in `param_shapes()`.
-
-    Returns:
-      The parameters, float32 jax arrays.
-
-    Raises:
-      TypeError: `weights` is not a sequence (a string included).
-      ValueError: it holds another number of arrays, or an array has another
-        shape than `param_shapes()`.
-    """
-    return _check_keras_weights(weights, self.param_shapes(), self.param_names)
 
   def logits(self, params: Params, pixels: jax.Array,
              dropout_key: jax.Array | None = None) -> jax.Array:
@@ -290,7 +294,7 @@ class EmnistCnn:
 
 
 @dataclasses.dataclass(frozen=True)
-class WordLstm:
+class WordLstm(_Model):
   """TFF's StackOverflow next-word LSTM (`create_recurrent_model`).
 
   Embedding (num_tokens x embedding_size, token 0 = padding is masked), LSTM
@@ -328,14 +332,6 @@ class WordLstm:
     return ((v, e), (e, 4 * u), (u, 4 * u), (4 * u,), (u, e), (e,), (e, v),
             (v,))
 
-  def num_parameters(self) -> int:
-    """d, the number of trainable scalars.
-
-    Returns:
-      The sum of the products of `param_shapes()`.
-    """
-    return sum(math.prod(shape) for shape in self.param_shapes())
-
   def init(self, key: jax.Array) -> Params:
     """Keras' initialisation (Embedding, LSTM and Dense defaults).
 
@@ -363,23 +359,6 @@ class WordLstm:
         glorot_uniform(keys[4], (e, v)),
         jnp.zeros((v,), jnp.float32),
     )
-
-  def from_keras_weights(self, weights: Sequence[np.ndarray]) -> Params:
-    """Parameters from the Keras model's `get_weights()` (numpy arrays).
-
-    Args:
-      weights: The list of `get_weights()`, one array per entry of
-        `param_names`, each of the shape in `param_shapes()`.
-
-    Returns:
-      The parameters, float32 jax arrays.
-
-    Raises:
-      TypeError: `weights` is not a sequence (a string included).
-      ValueError: it holds another number of arrays, or an array has another
-        shape than `param_shapes()`.
-    """
-    return _check_keras_weights(weights, self.param_shapes(), self.param_names)
 
   def logits(self, params: Params, tokens: jax.Array,
              dropout_key: jax.Array | None = None) -> jax.Array:
