@@ -38,6 +38,7 @@ and predicted_h100_round_s (or measured_round_s on an accelerator).
 
 import json
 import sys
+import types
 from collections.abc import Sequence
 
 from absl import app
@@ -61,52 +62,73 @@ _SETTINGS = {
                     '--server_momentum=0.9'],
 }
 
-_TASKS = flags.DEFINE_list('tasks', ['emnist', 'stackoverflow'],
-                           'Tasks to time: emnist, stackoverflow, '
-                           'shakespeare.')
-_ROUNDS = flags.DEFINE_integer('rounds', 4, 'Measured rounds per engine (one '
-                               'more runs first and compiles).', lower_bound=1)
-_CLIENTS = flags.DEFINE_integer('clients', 10, 'Clients per round.',
-                                lower_bound=1)
-_EMNIST_EXAMPLES = flags.DEFINE_integer(
-    'emnist_examples', 198, 'Mean examples per EMNIST client (the data: 197.5).',
-    lower_bound=1)
-_SO_EXAMPLES = flags.DEFINE_integer(
-    'so_examples', 397, 'Mean sentences per StackOverflow client (the data: '
-    '396.6).', lower_bound=1)
-_SO_CAP = flags.DEFINE_integer(
-    'so_cap', 256, 'Sentences a StackOverflow client uses per round.',
-    lower_bound=1)
-_SHAKESPEARE_CAP = flags.DEFINE_integer(
-    'shakespeare_cap', 64, 'Examples a Shakespeare role uses per round '
-    '(configs/shakespeare.cfg: 64).', lower_bound=1)
-_NUM_CANARIES = flags.DEFINE_integer(
-    'num_canaries', 10, 'Seen (and as many unseen) canaries: 10 over the 5 '
-    "rounds insert 2 a round, about the paper's rate (1,000 over 510 to "
-    '2,048 rounds).', lower_bound=2)
-_NOISE = flags.DEFINE_float('noise_multiplier', 0.1, 'Noise multiplier z.',
-                            lower_bound=0.0)
-_ENGINES = flags.DEFINE_list('engines', ['jax', 'tff'],
-                             'Engines to time: jax, tff.')
-_JAX_PYTHON = flags.DEFINE_string(
-    'jax_python', None, 'Python of the JAX engine (default: .venv-jax\'s if '
-    'present, else this one).')
-_JSON = flags.DEFINE_string('json', None, 'Write the figures here (JSON).')
-_CHILD = flags.DEFINE_string('child', None, 'Internal: run the JAX engine on '
-                             'this task and print its figures as JSON.')
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'tasks': flags.DEFINE_list(
+          'tasks', ['emnist', 'stackoverflow'], 'Tasks to time: emnist, '
+          'stackoverflow, shakespeare.'),
+      'rounds': flags.DEFINE_integer(
+          'rounds', 4, 'Measured rounds per engine (one more runs first and '
+          'compiles).', lower_bound=1),
+      'clients': flags.DEFINE_integer(
+          'clients', 10, 'Clients per round.', lower_bound=1),
+      'emnist_examples': flags.DEFINE_integer(
+          'emnist_examples', 198, 'Mean examples per EMNIST client (the data: '
+          '197.5).', lower_bound=1),
+      'so_examples': flags.DEFINE_integer(
+          'so_examples', 397, 'Mean sentences per StackOverflow client (the '
+          'data: 396.6).', lower_bound=1),
+      'so_cap': flags.DEFINE_integer(
+          'so_cap', 256, 'Sentences a StackOverflow client uses per round.',
+          lower_bound=1),
+      'shakespeare_cap': flags.DEFINE_integer(
+          'shakespeare_cap', 64, 'Examples a Shakespeare role uses per round '
+          '(configs/shakespeare.cfg: 64).', lower_bound=1),
+      'num_canaries': flags.DEFINE_integer(
+          'num_canaries', 10, 'Seen (and as many unseen) canaries: 10 over the '
+          "5 rounds insert 2 a round, about the paper's rate (1,000 over 510 "
+          'to 2,048 rounds).', lower_bound=2),
+      'noise_multiplier': flags.DEFINE_float(
+          'noise_multiplier', 0.1, 'Noise multiplier z.', lower_bound=0.0),
+      'engines': flags.DEFINE_list(
+          'engines', ['jax', 'tff'], 'Engines to time: jax, tff.'),
+      'jax_python': flags.DEFINE_string(
+          'jax_python', None, "Python of the JAX engine (default: .venv-jax's "
+          'if present, else this one).'),
+      'json': flags.DEFINE_string(
+          'json', None, 'Write the figures here (JSON).'),
+      'child': flags.DEFINE_string(
+          'child', None, 'Internal: run the JAX engine on this task and print '
+          'its figures as JSON.'),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 
 
 def launcher_run(task: str) -> round_timing.LauncherRun:
   """The run both engines make of `task` (one compiling round, then more)."""
-  caps = {'stackoverflow': _SO_CAP.value,
-          'shakespeare': _SHAKESPEARE_CAP.value}
+  caps = {
+      'stackoverflow': _FLAGS.so_cap.value,
+      'shakespeare': _FLAGS.shakespeare_cap.value
+  }
   return round_timing.LauncherRun(
-      task_flags=tuple(_SETTINGS[task]), kind=task, clients=_CLIENTS.value,
-      rounds=_ROUNDS.value + 1,
-      examples_per_client=(_EMNIST_EXAMPLES.value if task == 'emnist' else
-                           _SO_EXAMPLES.value),
+      task_flags=tuple(_SETTINGS[task]),
+      kind=task,
+      clients=_FLAGS.clients.value,
+      rounds=_FLAGS.rounds.value + 1,
+      examples_per_client=(_FLAGS.emnist_examples.value
+                           if task == 'emnist' else _FLAGS.so_examples.value),
       max_examples=caps.get(task, -1),
-      num_canaries=_NUM_CANARIES.value, noise_multiplier=_NOISE.value,
+      num_canaries=_FLAGS.num_canaries.value,
+      noise_multiplier=_FLAGS.noise_multiplier.value,
       synthetic=task != 'shakespeare')
 
 
@@ -115,7 +137,8 @@ def time_jax(task: str) -> dict[str, object]:
   argv = [arg for arg in sys.argv[1:] if not arg.startswith(
       ('--json', '--child', '--tasks', '--engines'))]
   return round_timing.jax_child('benchmarks.accelerator_round',
-                                [f'--child={task}', *argv], _JAX_PYTHON.value)
+                                [f'--child={task}', *argv],
+                                _FLAGS.jax_python.value)
 
 
 def run_child(task: str) -> dict[str, object]:
@@ -145,33 +168,36 @@ def run_child(task: str) -> dict[str, object]:
 def main(argv: Sequence[str]) -> None:
   """Times each task on both engines; prints (and writes) the figures."""
   del argv
-  if _CHILD.value:
-    print(json.dumps(run_child(_CHILD.value)))
+  if _FLAGS.child.value:
+    print(json.dumps(run_child(_FLAGS.child.value)))
     return
-  for task in _TASKS.value:
+  for task in _FLAGS.tasks.value:
     if task not in _SETTINGS:
       raise app.UsageError(f'--tasks: each must be one of {list(_SETTINGS)}; '
                            f'got {task!r}.', exitcode=2)
-  for name in _ENGINES.value:
+  for name in _FLAGS.engines.value:
     if name not in ('jax', 'tff'):
       raise app.UsageError(f"--engines: each must be 'jax' or 'tff'; got "
                            f'{name!r}.', exitcode=2)
   results = {}
-  for task in _TASKS.value:
-    figures = time_jax(task) if 'jax' in _ENGINES.value else {}
-    if 'tff' in _ENGINES.value:
+  for task in _FLAGS.tasks.value:
+    figures = time_jax(task) if 'jax' in _FLAGS.engines.value else {}
+    if 'tff' in _FLAGS.engines.value:
       figures['tff_round_s'] = round_timing.median_after_first(
           round_timing.time_tff(launcher_run(task)))
     if 'jax_round_s' in figures and 'tff_round_s' in figures:
       figures['ratio'] = figures['jax_round_s'] / figures['tff_round_s']
     results[task] = figures
     round_timing.print_figures(
-        f'{task}, {_CLIENTS.value} clients per round, '
-        f'{_NUM_CANARIES.value} + {_NUM_CANARIES.value} canaries:', figures,
-        {'predicted_h100_round_s':
-         ' (prediction: roofline from XLA cost analysis)'})
-  round_timing.write_json(_JSON.value, results)
+        f'{task}, {_FLAGS.clients.value} clients per round, '
+        f'{_FLAGS.num_canaries.value} + {_FLAGS.num_canaries.value} canaries:',
+        figures, {
+            'predicted_h100_round_s':
+                ' (prediction: roofline from XLA cost analysis)'
+        })
+  round_timing.write_json(_FLAGS.json.value, results)
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main)

@@ -43,27 +43,41 @@ import json
 import os
 import subprocess
 import time
+import types
 from collections.abc import Sequence
 
 from absl import app
 from absl import flags
 
-_DIMS = flags.DEFINE_list('dims', ['1206590', '4050000'],
-                          'Model dimensionalities d to time.')
-_BUFFER_ROUNDS = flags.DEFINE_integer(
-    'buffer_rounds', None,
-    'B; default: canary_spec.default_buffer_rounds(d).', lower_bound=1)
-_NUM_SEEN = flags.DEFINE_integer('num_seen', 1000, 'Seen canaries.',
-                                 lower_bound=1)
-_NUM_UNSEEN = flags.DEFINE_integer('num_unseen', 1000, 'Unseen canaries.',
-                                   lower_bound=0)
-_BASELINE_CANARIES = flags.DEFINE_integer(
-    'baseline_canaries', 500,
-    'Canaries the baseline is timed on (scaled linearly to all of them).',
-    lower_bound=1)
-_CHILD = flags.DEFINE_enum('child', None, ['baseline', 'tracker'],
-                           'Internal: run one measurement and print it.')
-_DIM = flags.DEFINE_integer('dim', None, 'Internal: d of a child run.')
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'dims': flags.DEFINE_list(
+          'dims', ['1206590', '4050000'], 'Model dimensionalities d to time.'),
+      'buffer_rounds': flags.DEFINE_integer(
+          'buffer_rounds', None, 'B; default: '
+          'canary_spec.default_buffer_rounds(d).', lower_bound=1),
+      'num_seen': flags.DEFINE_integer(
+          'num_seen', 1000, 'Seen canaries.', lower_bound=1),
+      'num_unseen': flags.DEFINE_integer(
+          'num_unseen', 1000, 'Unseen canaries.', lower_bound=0),
+      'baseline_canaries': flags.DEFINE_integer(
+          'baseline_canaries', 500, 'Canaries the baseline is timed on (scaled '
+          'linearly to all of them).', lower_bound=1),
+      'child': flags.DEFINE_enum(
+          'child', None, ['baseline', 'tracker'], 'Internal: run one '
+          'measurement and print it.'),
+      'dim': flags.DEFINE_integer('dim', None, 'Internal: d of a child run.'),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 
 _SEED = 12345
 _GOALS_S = {1206590: 2.0, 4050000: 4.0}  # From the issue.
@@ -101,9 +115,11 @@ def _child_tracker(dim: int) -> dict[str, float]:
   from one_shot_epe.tff_engine import cosine_tracking  # pylint: disable=g-import-not-at-top
   from one_shot_epe.tff_engine import runtime  # pylint: disable=g-import-not-at-top
 
-  spec = canary_spec.CanarySpec(seed=_SEED, num_seen=_NUM_SEEN.value,
-                                num_unseen=_NUM_UNSEEN.value, schedule=[[0]],
-                                buffer_rounds=_BUFFER_ROUNDS.value)
+  spec = canary_spec.CanarySpec(seed=_SEED,
+                                num_seen=_FLAGS.num_seen.value,
+                                num_unseen=_FLAGS.num_unseen.value,
+                                schedule=[[0]],
+                                buffer_rounds=_FLAGS.buffer_rounds.value)
   value_type = tff.StructWithPythonType([tff.TensorType(np.float32, [dim])],
                                         list)
   factory = ca.CanaryDPFactory.gaussian_fixed(spec=spec, **_DP_ARGS)
@@ -161,9 +177,11 @@ def _child_baseline(dim: int) -> dict[str, float]:
   from one_shot_epe import canary_spec  # pylint: disable=g-import-not-at-top
   from one_shot_epe.tff_engine import canaries  # pylint: disable=g-import-not-at-top
 
-  ids = np.concatenate([canary_spec.seen_ids(_NUM_SEEN.value),
-                        canary_spec.unseen_ids(_NUM_UNSEEN.value)])
-  timed_ids = ids[:_BASELINE_CANARIES.value]
+  ids = np.concatenate([
+      canary_spec.seen_ids(_FLAGS.num_seen.value),
+      canary_spec.unseen_ids(_FLAGS.num_unseen.value)
+  ])
+  timed_ids = ids[:_FLAGS.baseline_canaries.value]
   chunk = canaries.default_chunk_size(dim)
   aggregate = tf.random.stateless_normal([1, dim], seed=[0, 1])
 
@@ -181,12 +199,14 @@ def _child_baseline(dim: int) -> dict[str, float]:
 
 
 def _run_child(kind: str, dim: int) -> dict[str, float]:
-  args = [sys.executable, '-m', 'benchmarks.canary_tracking', f'--child={kind}',
-          f'--dim={dim}', f'--num_seen={_NUM_SEEN.value}',
-          f'--num_unseen={_NUM_UNSEEN.value}',
-          f'--baseline_canaries={_BASELINE_CANARIES.value}']
-  if _BUFFER_ROUNDS.value is not None:
-    args.append(f'--buffer_rounds={_BUFFER_ROUNDS.value}')
+  args = [
+      sys.executable, '-m', 'benchmarks.canary_tracking', f'--child={kind}',
+      f'--dim={dim}', f'--num_seen={_FLAGS.num_seen.value}',
+      f'--num_unseen={_FLAGS.num_unseen.value}',
+      f'--baseline_canaries={_FLAGS.baseline_canaries.value}'
+  ]
+  if _FLAGS.buffer_rounds.value is not None:
+    args.append(f'--buffer_rounds={_FLAGS.buffer_rounds.value}')
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
   done = subprocess.run(args, capture_output=True, text=True, check=False,
                         env=env, timeout=1800)
@@ -204,16 +224,16 @@ def main(argv: Sequence[str]) -> None:
   """
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}', exitcode=2)
-  if _CHILD.value is not None:
-    if _CHILD.value == 'baseline':
-      result = _child_baseline(_DIM.value)
+  if _FLAGS.child.value is not None:
+    if _FLAGS.child.value == 'baseline':
+      result = _child_baseline(_FLAGS.dim.value)
     else:
-      result = _child_tracker(_DIM.value)
+      result = _child_tracker(_FLAGS.dim.value)
     print('RESULT ' + json.dumps(result), flush=True)
     return
-  print(f'Canary cosine tracking, {_NUM_SEEN.value} seen + '
-        f'{_NUM_UNSEEN.value} unseen canaries, seconds per round:')
-  for dim in (int(d) for d in _DIMS.value):
+  print(f'Canary cosine tracking, {_FLAGS.num_seen.value} seen + '
+        f'{_FLAGS.num_unseen.value} unseen canaries, seconds per round:')
+  for dim in (int(d) for d in _FLAGS.dims.value):
     baseline = _run_child('baseline', dim)
     print(f'd = {dim:,}')
     print(f'  baseline, regenerate all canaries every round: '
@@ -242,4 +262,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main)

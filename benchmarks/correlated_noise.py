@@ -18,6 +18,7 @@ import json
 import os
 import statistics
 import tempfile
+import types
 from collections.abc import Sequence
 
 import jax
@@ -29,23 +30,45 @@ from experiments import train
 from experiments import train_config
 from one_shot_epe.jax_engine import correlated_noise
 
-_ROUNDS = flags.DEFINE_integer('rounds', 12, 'Rounds of each timed run.')
-_CLIENTS = flags.DEFINE_integer('clients_per_round', 4, 'Clients per round.')
-_REPEATS = flags.DEFINE_integer(
-    'repeats', 2, 'Runs per mechanism, interleaved (gaussian, blt, banded, '
-    'gaussian, ...) so that a busy spell of the machine hits all alike.')
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'rounds': flags.DEFINE_integer('rounds', 12, 'Rounds of each timed run.'),
+      'clients_per_round': flags.DEFINE_integer(
+          'clients_per_round', 4, 'Clients per round.'),
+      'repeats': flags.DEFINE_integer(
+          'repeats', 2, 'Runs per mechanism, interleaved (gaussian, blt, '
+          'banded, gaussian, ...) so that a busy spell of the machine hits '
+          'all alike.'),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 
 
 def _round_seconds(root: str, **overrides) -> list[float]:
   """Per-round seconds of one launcher run (the first round left out)."""
-  settings = dict(backend='jax', task='emnist_character',
-                  use_synthetic_data=True, synthetic_num_clients=40,
+  settings = dict(backend='jax',
+                  task='emnist_character',
+                  use_synthetic_data=True,
+                  synthetic_num_clients=40,
                   synthetic_examples_per_client=16,
-                  clients_per_round=_CLIENTS.value,
-                  total_rounds=_ROUNDS.value, num_canaries=10,
-                  num_unseen_canaries=10, noise_multiplier=1.0,
-                  clipping_norm=1.0, rounds_per_checkpoint=_ROUNDS.value,
-                  progress_bar=False, root_output_dir=root, run_name='run')
+                  clients_per_round=_FLAGS.clients_per_round.value,
+                  total_rounds=_FLAGS.rounds.value,
+                  num_canaries=10,
+                  num_unseen_canaries=10,
+                  noise_multiplier=1.0,
+                  clipping_norm=1.0,
+                  rounds_per_checkpoint=_FLAGS.rounds.value,
+                  progress_bar=False,
+                  root_output_dir=root,
+                  run_name='run')
   settings.update(overrides)
   result = train.run_training(train_config.TrainConfig(**settings))
   with open(os.path.join(result.run_dir, 'metrics.csv'), newline='') as f:
@@ -66,13 +89,16 @@ def _state_bytes(mechanism: str, rounds: int, dim: int) -> int:
 def main(argv: Sequence[str]) -> None:
   """Times the three mechanisms, measures the noise state, prints JSON."""
   del argv
-  result = {'rounds': _ROUNDS.value, 'clients_per_round': _CLIENTS.value,
-            'device': str(jax.devices()[0])}
+  result = {
+      'rounds': _FLAGS.rounds.value,
+      'clients_per_round': _FLAGS.clients_per_round.value,
+      'device': str(jax.devices()[0])
+  }
   mechanisms = (('gaussian', {}), ('blt', dict(mechanism='blt')),
                 ('banded', dict(mechanism='banded', num_bands=4)))
   seconds: dict[str, list[float]] = {name: [] for name, _ in mechanisms}
   with tempfile.TemporaryDirectory() as root:
-    for repeat in range(_REPEATS.value):
+    for repeat in range(_FLAGS.repeats.value):
       for name, overrides in mechanisms:
         seconds[name] += _round_seconds(
             os.path.join(root, f'{name}{repeat}'), **overrides)
@@ -94,4 +120,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main)

@@ -76,6 +76,7 @@ epsilon_one_run_fdp) may fail there; the others must hold.
 import json
 import math
 import time
+import types
 from collections.abc import Sequence
 
 import numpy as np
@@ -90,36 +91,56 @@ from one_shot_epe.stats import estimation
 from one_shot_epe.stats import gaussian_simulation
 from one_shot_epe.reporting import privacy_report
 
-_EPSILONS = flags.DEFINE_list('epsilons', ['0.5', '1', '3', '10'],
-                              'True epsilons of the simulated mechanisms.')
-_RUNS = flags.DEFINE_integer('runs', 200, 'Simulated runs per cell.',
-                             lower_bound=1)
-_DIM = flags.DEFINE_integer('dim', 10**5, 'Model dimension d.', lower_bound=3)
-_CANARIES = flags.DEFINE_integer('canaries', 1000,
-                                 'Seen canaries k (and as many unseen).',
-                                 lower_bound=8)
-_ROUNDS = flags.DEFINE_integer('rounds', 20,
-                               'Rounds T of the all-iterates simulation.',
-                               lower_bound=1)
-_DELTA = flags.DEFINE_float('delta', 1e-6, 'delta of every epsilon.',
-                            lower_bound=0.0, upper_bound=1.0)
-_ALPHA = flags.DEFINE_float('alpha', 0.05, 'Bounds hold at 1 - alpha.',
-                            lower_bound=0.0, upper_bound=0.5)
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the simulations.',
-                             lower_bound=0)
-_JSON = flags.DEFINE_string('json', None, 'Also write the table as JSON here.')
-_MECHANISM = flags.DEFINE_enum(
-    'mechanism', 'gaussian', ['gaussian', 'blt', 'banded',
-                              'discrete_gaussian', 'laplace', 'mixture'],
-    'Independent noise, or correlated noise with a BLT or a 4-band banded '
-    'strategy for --rounds rounds (needs jax-privacy), or the distributed '
-    'discrete Gaussian (canaries rounded to integers, --dg_scale), or a '
-    "canary's score with heavier-tailed noise than Gaussian: Laplace, or a "
-    'half-half mixture of two Gaussians of scales 1 and 3.')
-_DG_SCALE = flags.DEFINE_float(
-    'dg_scale', 4.0, 'With --mechanism=discrete_gaussian: a unit canary is '
-    'scaled by dg_scale * sqrt(d) before rounding, so its coordinates have '
-    'std dg_scale integer units.', lower_bound=0.0)
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'epsilons': flags.DEFINE_list(
+          'epsilons', ['0.5', '1', '3', '10'], 'True epsilons of the simulated '
+          'mechanisms.'),
+      'runs': flags.DEFINE_integer(
+          'runs', 200, 'Simulated runs per cell.', lower_bound=1),
+      'dim': flags.DEFINE_integer(
+          'dim', 10 ** 5, 'Model dimension d.', lower_bound=3),
+      'canaries': flags.DEFINE_integer(
+          'canaries', 1000, 'Seen canaries k (and as many unseen).',
+          lower_bound=8),
+      'rounds': flags.DEFINE_integer(
+          'rounds', 20, 'Rounds T of the all-iterates simulation.',
+          lower_bound=1),
+      'delta': flags.DEFINE_float(
+          'delta', 1e-06, 'delta of every epsilon.', lower_bound=0.0,
+          upper_bound=1.0),
+      'alpha': flags.DEFINE_float(
+          'alpha', 0.05, 'Bounds hold at 1 - alpha.', lower_bound=0.0,
+          upper_bound=0.5),
+      'seed': flags.DEFINE_integer(
+          'seed', 0, 'Seed of the simulations.', lower_bound=0),
+      'json': flags.DEFINE_string(
+          'json', None, 'Also write the table as JSON here.'),
+      'mechanism': flags.DEFINE_enum(
+          'mechanism', 'gaussian',
+          ['gaussian', 'blt', 'banded', 'discrete_gaussian', 'laplace',
+           'mixture'],
+          'Independent noise, or correlated noise with a BLT or a 4-band '
+          'banded strategy for --rounds rounds (needs jax-privacy), or the '
+          'distributed discrete Gaussian (canaries rounded to integers, '
+          "--dg_scale), or a canary's score with heavier-tailed noise than "
+          'Gaussian: Laplace, or a half-half mixture of two Gaussians of '
+          'scales 1 and 3.'),
+      'dg_scale': flags.DEFINE_float(
+          'dg_scale', 4.0, 'With --mechanism=discrete_gaussian: a unit canary '
+          'is scaled by dg_scale * sqrt(d) before rounding, so its '
+          'coordinates have std dg_scale integer units.', lower_bound=0.0),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 
 BOUNDS = ('epsilon_lo', 'epsilon_one_run', 'epsilon_one_run_fdp',
           'epsilon_lo_tight_any', 'epsilon_lo_tight_gdp')
@@ -497,37 +518,49 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
   try:
-    epsilons = [float(text) for text in _EPSILONS.value]
+    epsilons = [float(text) for text in _FLAGS.epsilons.value]
   except ValueError:
-    raise app.UsageError('--epsilons must list numbers; got '
-                         f'{_EPSILONS.value}.', exitcode=2) from None
+    raise app.UsageError(
+        '--epsilons must list numbers; got '
+        f'{_FLAGS.epsilons.value}.',
+        exitcode=2) from None
   if not epsilons or min(epsilons) <= 0:
-    raise app.UsageError('--epsilons must list positive numbers; got '
-                         f'{_EPSILONS.value}.', exitcode=2)
+    raise app.UsageError(
+        '--epsilons must list positive numbers; got '
+        f'{_FLAGS.epsilons.value}.',
+        exitcode=2)
   start = time.perf_counter()
-  if _MECHANISM.value == 'gaussian':
-    table = simulate(epsilons, _RUNS.value, _DIM.value, _CANARIES.value,
-                     _ROUNDS.value, _DELTA.value, _ALPHA.value, _SEED.value)
-  elif _MECHANISM.value in ('laplace', 'mixture'):
-    table = simulate_heavy_tailed(
-        _MECHANISM.value, epsilons, _RUNS.value, _DIM.value, _CANARIES.value,
-        _DELTA.value, _ALPHA.value, _SEED.value)
-  elif _MECHANISM.value == 'discrete_gaussian':
-    if not _DG_SCALE.value > 0:
+  if _FLAGS.mechanism.value == 'gaussian':
+    table = simulate(epsilons, _FLAGS.runs.value, _FLAGS.dim.value,
+                     _FLAGS.canaries.value, _FLAGS.rounds.value,
+                     _FLAGS.delta.value, _FLAGS.alpha.value, _FLAGS.seed.value)
+  elif _FLAGS.mechanism.value in ('laplace', 'mixture'):
+    table = simulate_heavy_tailed(_FLAGS.mechanism.value, epsilons,
+                                  _FLAGS.runs.value, _FLAGS.dim.value,
+                                  _FLAGS.canaries.value, _FLAGS.delta.value,
+                                  _FLAGS.alpha.value, _FLAGS.seed.value)
+  elif _FLAGS.mechanism.value == 'discrete_gaussian':
+    if not _FLAGS.dg_scale.value > 0:
       raise app.UsageError(
-          f'--dg_scale must be positive; got {_DG_SCALE.value}.', exitcode=2)
-    table = simulate_discrete_gaussian(
-        epsilons, _RUNS.value, _DIM.value, _CANARIES.value, _ROUNDS.value,
-        _DG_SCALE.value, _DELTA.value, _ALPHA.value, _SEED.value)
+          f'--dg_scale must be positive; got {_FLAGS.dg_scale.value}.',
+          exitcode=2)
+    table = simulate_discrete_gaussian(epsilons, _FLAGS.runs.value,
+                                       _FLAGS.dim.value, _FLAGS.canaries.value,
+                                       _FLAGS.rounds.value,
+                                       _FLAGS.dg_scale.value,
+                                       _FLAGS.delta.value, _FLAGS.alpha.value,
+                                       _FLAGS.seed.value)
   else:
     table = simulate_correlated(
-        epsilons, _RUNS.value, _DIM.value, _CANARIES.value,
-        strategy_matrix(_MECHANISM.value, _ROUNDS.value), _DELTA.value,
-        _ALPHA.value, _SEED.value)
-  print(f'd = {_DIM.value}, k = {_CANARIES.value} seen + {_CANARIES.value} '
-        f'unseen canaries, δ = {_DELTA.value:g}, T = {_ROUNDS.value} rounds '
-        f'(all iterates), seed {_SEED.value}.\n')
-  print(format_table(table, _RUNS.value, _ALPHA.value), end='')
+        epsilons, _FLAGS.runs.value, _FLAGS.dim.value, _FLAGS.canaries.value,
+        strategy_matrix(_FLAGS.mechanism.value, _FLAGS.rounds.value),
+        _FLAGS.delta.value, _FLAGS.alpha.value, _FLAGS.seed.value)
+  print(
+      f'd = {_FLAGS.dim.value}, k = {_FLAGS.canaries.value} seen + '
+      f'{_FLAGS.canaries.value} unseen canaries, δ = {_FLAGS.delta.value:g}, '
+      f'T = {_FLAGS.rounds.value} rounds (all iterates), seed '
+      f'{_FLAGS.seed.value}.\n')
+  print(format_table(table, _FLAGS.runs.value, _FLAGS.alpha.value), end='')
   truths = {(threat, epsilon): row['truth'] for threat, rows in table.items()
             for epsilon, row in rows.items() if 'truth' in row}
   if truths:
@@ -536,10 +569,11 @@ def main(argv: Sequence[str]) -> None:
     print(f'  {threat}, ε = {epsilon}: ' + ', '.join(
         f'{key} {value:.6g}' for key, value in sorted(truth.items())))
   print(f'\nWall time: {time.perf_counter() - start:.0f} s.')
-  if _JSON.value:
-    with open(_JSON.value, 'w', encoding='utf-8') as handle:
+  if _FLAGS.json.value:
+    with open(_FLAGS.json.value, 'w', encoding='utf-8') as handle:
       json.dump(table, handle, indent=2, sort_keys=True)
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -34,6 +34,7 @@ if __name__ == '__main__':
 import json
 import statistics
 import time
+import types
 from collections.abc import Sequence
 
 from absl import app
@@ -47,18 +48,32 @@ from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.tff_engine import distributed_dp_aggregator
 
-_DIM = flags.DEFINE_integer('dim', 100_000, 'Update dimension d.',
-                            lower_bound=1)
-_CLIENTS = flags.DEFINE_integer('clients', 10, 'Real clients per round.',
-                                lower_bound=1)
-_CANARIES = flags.DEFINE_integer('canaries_per_round', 2,
-                                 'Canaries inserted per round.', lower_bound=0)
-_ROUNDS = flags.DEFINE_integer(
-    'rounds', 5, 'Rounds of each kind, the first (warm-up) excluded.',
-    lower_bound=2)
-_BITS = flags.DEFINE_integer('bits', 16, 'Bits b of the modulus 2^b.',
-                             lower_bound=1,
-                             upper_bound=distributed_dp.DDP_MAX_BITS)
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'dim': flags.DEFINE_integer(
+          'dim', 100000, 'Update dimension d.', lower_bound=1),
+      'clients': flags.DEFINE_integer(
+          'clients', 10, 'Real clients per round.', lower_bound=1),
+      'canaries_per_round': flags.DEFINE_integer(
+          'canaries_per_round', 2, 'Canaries inserted per round.',
+          lower_bound=0),
+      'rounds': flags.DEFINE_integer(
+          'rounds', 5, 'Rounds of each kind, the first (warm-up) excluded.',
+          lower_bound=2),
+      'bits': flags.DEFINE_integer(
+          'bits', 16, 'Bits b of the modulus 2^b.', lower_bound=1,
+          upper_bound=distributed_dp.DDP_MAX_BITS),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 _NOISE = 1.0
 _CLIP = 1.0
 
@@ -73,13 +88,16 @@ def _timed_round(process, state, values) -> tuple[float, object]:
 def main(argv: Sequence[str]) -> None:
   """Times both processes round by round; prints the JSON line."""
   del argv
-  dim, clients, per_round = _DIM.value, _CLIENTS.value, _CANARIES.value
-  rounds = _ROUNDS.value
+  dim, clients = _FLAGS.dim.value, _FLAGS.clients.value
+  per_round = _FLAGS.canaries_per_round.value
+  rounds = _FLAGS.rounds.value
   value_type = tff.TensorType(np.float32, [dim])
-  stock = tff_ddp.DistributedDpSumFactory(
-      noise_multiplier=_NOISE, expected_clients_per_round=clients,
-      bits=_BITS.value, l2_clip=_CLIP, mechanism='distributed_dgauss',
-      rotation_type='hd').create(value_type)
+  stock = tff_ddp.DistributedDpSumFactory(noise_multiplier=_NOISE,
+                                          expected_clients_per_round=clients,
+                                          bits=_FLAGS.bits.value,
+                                          l2_clip=_CLIP,
+                                          mechanism='distributed_dgauss',
+                                          rotation_type='hd').create(value_type)
   ids = list(range(per_round))
   spec = canary_spec.CanarySpec(
       seed=0, num_seen=max(per_round, 1), num_unseen=0,
@@ -88,7 +106,9 @@ def main(argv: Sequence[str]) -> None:
                                  clients_per_round=float(clients + per_round),
                                  clip=_CLIP)
   audited = distributed_dp_aggregator.CanaryDistributedDPFactory(
-      dp, distributed_dp.DistributedDP(bits=_BITS.value), spec,
+      dp,
+      distributed_dp.DistributedDP(bits=_FLAGS.bits.value),
+      spec,
       rotation_seed=0).create(value_type)
   rng = np.random.default_rng(0)
   times = {'stock': [], 'audited': []}
@@ -107,13 +127,21 @@ def main(argv: Sequence[str]) -> None:
           times[name].append(seconds)
   stock_s = statistics.median(times['stock'])
   audited_s = statistics.median(times['audited'])
-  print(json.dumps({
-      'benchmark': 'distributed_dp_round', 'dim': dim, 'clients': clients,
-      'canaries_per_round': per_round, 'bits': _BITS.value,
-      'rounds_timed': rounds - 1, 'stock_s': stock_s,
-      'audited_s': audited_s, 'ratio': audited_s / stock_s,
-      'goal_ratio': 1.1}))
+  print(
+      json.dumps({
+          'benchmark': 'distributed_dp_round',
+          'dim': dim,
+          'clients': clients,
+          'canaries_per_round': per_round,
+          'bits': _FLAGS.bits.value,
+          'rounds_timed': rounds - 1,
+          'stock_s': stock_s,
+          'audited_s': audited_s,
+          'ratio': audited_s / stock_s,
+          'goal_ratio': 1.1
+      }))
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main)

@@ -32,6 +32,7 @@ if __name__ == '__main__':
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 import statistics
 import time
+import types
 from collections.abc import Sequence
 
 from absl import app
@@ -46,14 +47,28 @@ from tensorflow.python.data.experimental.ops import testing as tf_data_testing
 from one_shot_epe.tff_engine import distributed_runtime
 from one_shot_epe.tff_engine import tff_workers
 
-_NUM_WORKERS = flags.DEFINE_integer('num_workers', 2, 'Workers.',
-                                    lower_bound=2)
-_CLIENTS_PER_WORKER = flags.DEFINE_integer(
-    'clients_per_worker', 2, 'Clients per worker.', lower_bound=1)
-_CLIENT_SLEEP_MS = flags.DEFINE_integer(
-    'client_sleep_ms', 500, 'Milliseconds each client waits.', lower_bound=1)
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed calls per context.',
-                                lower_bound=1)
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'num_workers': flags.DEFINE_integer(
+          'num_workers', 2, 'Workers.', lower_bound=2),
+      'clients_per_worker': flags.DEFINE_integer(
+          'clients_per_worker', 2, 'Clients per worker.', lower_bound=1),
+      'client_sleep_ms': flags.DEFINE_integer(
+          'client_sleep_ms', 500, 'Milliseconds each client waits.',
+          lower_bound=1),
+      'repeats': flags.DEFINE_integer(
+          'repeats', 3, 'Timed calls per context.', lower_bound=1),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 
 
 def _sleeping_sum(sleep_us: int) -> tff.Computation:
@@ -113,21 +128,23 @@ def main(argv: Sequence[str]) -> None:
   """Prints both contexts' median round times on the same workers, and ratio."""
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  num_workers = _NUM_WORKERS.value
-  values = list(range(num_workers * _CLIENTS_PER_WORKER.value))
-  round_fn = _sleeping_sum(1000 * _CLIENT_SLEEP_MS.value)
+  num_workers = _FLAGS.num_workers.value
+  values = list(range(num_workers * _FLAGS.clients_per_worker.value))
+  round_fn = _sleeping_sum(1000 * _FLAGS.client_sleep_ms.value)
   with tff_workers.local_workers(num_workers) as addresses:
     with tff.framework.get_context_stack().install(
         _tff_mergeable_context(addresses)):
-      baseline = _median_seconds(round_fn, values, _REPEATS.value)
+      baseline = _median_seconds(round_fn, values, _FLAGS.repeats.value)
     with distributed_runtime.remote_cpp_context(addresses):
-      spread = _median_seconds(round_fn, values, _REPEATS.value)
-  print(f'{num_workers} workers x {_CLIENTS_PER_WORKER.value} clients, each '
-        f'waiting {_CLIENT_SLEEP_MS.value} ms; median of {_REPEATS.value}:')
+      spread = _median_seconds(round_fn, values, _FLAGS.repeats.value)
+  print(f'{num_workers} workers x {_FLAGS.clients_per_worker.value} '
+        f'clients, each waiting {_FLAGS.client_sleep_ms.value} ms; median of '
+        f'{_FLAGS.repeats.value}:')
   print(f'  baseline (TFF mergeable context): {baseline:.3f} s')
   print(f'  distributed_runtime:              {spread:.3f} s')
   print(f'  ratio baseline / distributed_runtime: {baseline / spread:.2f}')
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main)

@@ -38,6 +38,7 @@ if __name__ == '__main__':
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 import statistics
 import time
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -53,31 +54,44 @@ from one_shot_epe.tff_engine import runtime
 from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine.tasks import synthetic
 
-_CLIENTS = flags.DEFINE_integer('clients', 40, 'Real clients per round.',
-                                lower_bound=1)
-_ROUNDS = flags.DEFINE_integer(
-    'rounds', 6, 'Rounds of each kind, the first (warm-up) excluded.',
-    lower_bound=2)
-_EXAMPLES = flags.DEFINE_integer(
-    'examples_per_client', 200,
-    'Examples per synthetic client (real EMNIST: ~200 per writer).',
-    lower_bound=1)
-_NUM_CANARIES = flags.DEFINE_integer('num_canaries', 1000, 'Seen canaries k.',
-                                     lower_bound=1)
-_NUM_UNSEEN = flags.DEFINE_integer('num_unseen_canaries', 1000,
-                                   'Unseen canaries m.', lower_bound=0)
-_TOTAL_ROUNDS = flags.DEFINE_integer(
-    'total_rounds', 510, 'T of the audited run: k r / T canaries per round '
-    '(EMNIST: 15 epochs x 34 rounds).', lower_bound=1)
-_NOISE = flags.DEFINE_float('noise_multiplier', 0.0958, 'Noise multiplier.',
-                            lower_bound=0.0)
-_REPRODUCIBLE = flags.DEFINE_bool(
-    'reproducible_task', True, 'Audited round on the project\'s reproducible '
-    'task (as experiments.train); --noreproducible_task gives it TFF\'s stock '
-    'task, to separate the cost of the canaries from that of reproducibility.')
-_BLOCK = flags.DEFINE_bool(
-    'time_block', True, 'Time the tracker\'s block of B rounds (tens of '
-    'seconds at d = 1.2M on 2 cores) and amortise it.')
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'clients': flags.DEFINE_integer(
+          'clients', 40, 'Real clients per round.', lower_bound=1),
+      'rounds': flags.DEFINE_integer(
+          'rounds', 6, 'Rounds of each kind, the first (warm-up) excluded.',
+          lower_bound=2),
+      'examples_per_client': flags.DEFINE_integer(
+          'examples_per_client', 200, 'Examples per synthetic client (real '
+          'EMNIST: ~200 per writer).', lower_bound=1),
+      'num_canaries': flags.DEFINE_integer(
+          'num_canaries', 1000, 'Seen canaries k.', lower_bound=1),
+      'num_unseen_canaries': flags.DEFINE_integer(
+          'num_unseen_canaries', 1000, 'Unseen canaries m.', lower_bound=0),
+      'total_rounds': flags.DEFINE_integer(
+          'total_rounds', 510, 'T of the audited run: k r / T canaries per '
+          'round (EMNIST: 15 epochs x 34 rounds).', lower_bound=1),
+      'noise_multiplier': flags.DEFINE_float(
+          'noise_multiplier', 0.0958, 'Noise multiplier.', lower_bound=0.0),
+      'reproducible_task': flags.DEFINE_bool(
+          'reproducible_task', True, "Audited round on the project's "
+          'reproducible task (as experiments.train); --noreproducible_task '
+          "gives it TFF's stock task, to separate the cost of the canaries "
+          'from that of reproducibility.'),
+      'time_block': flags.DEFINE_bool(
+          'time_block', True, "Time the tracker's block of B rounds (tens of "
+          'seconds at d = 1.2M on 2 cores) and amortise it.'),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 
 _CLIENT_LR = 0.031
 _SERVER_LR = 1.0
@@ -124,27 +138,36 @@ def main(argv: Sequence[str]) -> None:
   """Times the interleaved rounds and prints the ratio (module docstring)."""
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}', exitcode=2)
-  clients, rounds = _CLIENTS.value, _ROUNDS.value
-  train_data, test_data = synthetic.emnist(clients * rounds, _EXAMPLES.value)
+  clients, rounds = _FLAGS.clients.value, _FLAGS.rounds.value
+  train_data, test_data = synthetic.emnist(clients * rounds,
+                                           _FLAGS.examples_per_client.value)
   stock_task = _stock_task(train_data, test_data)
   ours_task = tasks.get_task(
-      'emnist_character', client_batch_size=_BATCH, client_epochs_per_round=1,
-      max_examples_per_client=None, use_synthetic_data=True,
+      'emnist_character',
+      client_batch_size=_BATCH,
+      client_epochs_per_round=1,
+      max_examples_per_client=None,
+      use_synthetic_data=True,
       synthetic_num_clients=clients * rounds,
-      synthetic_examples_per_client=_EXAMPLES.value)
+      synthetic_examples_per_client=_FLAGS.examples_per_client.value)
   stock = _fed_avg(
       stock_task.model_fn,
       tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
-          noise_multiplier=_NOISE.value, clients_per_round=float(clients)))
+          noise_multiplier=_FLAGS.noise_multiplier.value,
+          clients_per_round=float(clients)))
   audit = audit_lib.CanaryAudit(
-      num_canaries=_NUM_CANARIES.value, rounds=_TOTAL_ROUNDS.value,
-      clients_per_round=float(clients), delta=1e-6,
-      num_unseen_canaries=_NUM_UNSEEN.value, noise_seed=1)
-  if not _REPRODUCIBLE.value:
+      num_canaries=_FLAGS.num_canaries.value,
+      rounds=_FLAGS.total_rounds.value,
+      clients_per_round=float(clients),
+      delta=1e-6,
+      num_unseen_canaries=_FLAGS.num_unseen_canaries.value,
+      noise_seed=1)
+  if not _FLAGS.reproducible_task.value:
     ours_task = tasks.Task.from_baseline('emnist_character', stock_task,
                                          'synthetic')
-  ours = _fed_avg(ours_task.model_fn,
-                  audit.gaussian_adaptive(noise_multiplier=_NOISE.value))
+  ours = _fed_avg(
+      ours_task.model_fn,
+      audit.gaussian_adaptive(noise_multiplier=_FLAGS.noise_multiplier.value))
   ids = train_data.client_ids
   stock_clients = stock_task.datasets.train_data.preprocess(
       stock_task.datasets.train_preprocess_fn)
@@ -188,7 +211,7 @@ def main(argv: Sequence[str]) -> None:
             f'{timed_ours[0]:6.2f} s + observe {timed_ours[1]:.3f} s',
             flush=True)
     block_s, block_rounds = 0.0, 1
-    if _BLOCK.value:
+    if _FLAGS.time_block.value:
       block_s, block_rounds = _block_seconds(
           audit.spec, ours_state.aggregator,
           ours_task.num_parameters)
@@ -197,19 +220,24 @@ def main(argv: Sequence[str]) -> None:
   observe_round_s = statistics.median(observe_s)
   amortised = ours_round_s + observe_round_s + block_s / block_rounds
   ratio = amortised / stock_round_s
-  print(f'\nDP-FedAvg round, EMNIST CNN (d = {ours_task.num_parameters:,}), '
-        f'{clients} clients, {_NUM_CANARIES.value} + {_NUM_UNSEEN.value} '
-        f'canaries ({audit.spec.schedule[0].size} in round 0), '
-        f'median of {rounds - 1} rounds:')
+  print(
+      f'\nDP-FedAvg round, EMNIST CNN (d = {ours_task.num_parameters:,}), '
+      f'{clients} clients, {_FLAGS.num_canaries.value} + '
+      f'{_FLAGS.num_unseen_canaries.value} '
+      f'canaries ({audit.spec.schedule[0].size} in round 0), '
+      f'median of {rounds - 1} rounds:')
   print(f'  stock TFF:  {stock_round_s:7.2f} s per round')
-  task = ('reproducible task' if _REPRODUCIBLE.value else "TFF's stock task")
-  print(f'  audited ({task}): {amortised:7.2f} s per round = round '
-        f'{ours_round_s:.2f} s + observe {observe_round_s:.3f} s + tracker '
-        f'block {block_s:.1f} s / B = {block_rounds}'
-        + ('' if _BLOCK.value else ' (block not timed: --notime_block)'))
+  task = ('reproducible task'
+          if _FLAGS.reproducible_task.value else "TFF's stock task")
+  print(
+      f'  audited ({task}): {amortised:7.2f} s per round = round '
+      f'{ours_round_s:.2f} s + observe {observe_round_s:.3f} s + tracker '
+      f'block {block_s:.1f} s / B = {block_rounds}' +
+      ('' if _FLAGS.time_block.value else ' (block not timed: --notime_block)'))
   print(f'  ratio audited / stock: {ratio:.3f} (goal <= {_GOAL}: '
         f'{"met" if ratio <= _GOAL else "NOT met"})')
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main)

@@ -97,6 +97,7 @@ import json
 import math
 import sys
 import time
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -156,29 +157,45 @@ _OVERRIDDEN = ('train_epochs', 'total_rounds', 'clients_per_round',
                'rounds_per_evaluation', 'rounds_per_checkpoint',
                'max_eval_examples')
 
-_TASKS = flags.DEFINE_list('tasks', ['emnist', 'stackoverflow', 'table5',
-                                     'shakespeare'],
-                           'Tables to cost: emnist (Table 4), stackoverflow '
-                           '(Table 3), table5 (Table 5), shakespeare '
-                           '(configs/shakespeare.cfg\'s grid).')
-_ACCELERATOR = flags.DEFINE_enum(
-    'accelerator', 'cpu', ['cpu', 'gpu'], 'Where the JAX engine runs: cpu '
-    '(and the TFF engine beside it) or gpu (JAX only; no TensorFlow there).')
-_SO_CLIENTS = flags.DEFINE_integer(
-    'stackoverflow_clients', 24, 'Clients of the measured StackOverflow '
-    'round (scaled by examples to the paper\'s 167).', lower_bound=1)
-_MAX_CLIENTS = flags.DEFINE_integer(
-    'max_measured_clients', None, 'At most this many clients in any '
-    'measured round (scaled by examples to the full cohort; a quick run).',
-    lower_bound=1)
-_TFF = flags.DEFINE_bool('tff', True, 'With --accelerator=cpu, also time the '
-                         'TFF engine (this interpreter needs TensorFlow).')
-_SEEDS = flags.DEFINE_integer('seeds', 10, 'Draws of the full cohort\'s '
-                              'client sizes the expectations average.',
-                              lower_bound=1)
-_JSON = flags.DEFINE_string('json', None, 'Write the figures here (JSON).')
-_CHILD = flags.DEFINE_string('child', None, 'Internal: measure the JAX engine '
-                             'on this kind and print its figures as JSON.')
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'tasks': flags.DEFINE_list(
+          'tasks', ['emnist', 'stackoverflow', 'table5', 'shakespeare'],
+          'Tables to cost: emnist (Table 4), stackoverflow (Table 3), table5 '
+          "(Table 5), shakespeare (configs/shakespeare.cfg's grid)."),
+      'accelerator': flags.DEFINE_enum(
+          'accelerator', 'cpu', ['cpu', 'gpu'], 'Where the JAX engine runs: '
+          'cpu (and the TFF engine beside it) or gpu (JAX only; no TensorFlow '
+          'there).'),
+      'stackoverflow_clients': flags.DEFINE_integer(
+          'stackoverflow_clients', 24, 'Clients of the measured StackOverflow '
+          "round (scaled by examples to the paper's 167).", lower_bound=1),
+      'max_measured_clients': flags.DEFINE_integer(
+          'max_measured_clients', None, 'At most this many clients in any '
+          'measured round (scaled by examples to the full cohort; a quick '
+          'run).', lower_bound=1),
+      'tff': flags.DEFINE_bool(
+          'tff', True, 'With --accelerator=cpu, also time the TFF engine (this '
+          'interpreter needs TensorFlow).'),
+      'seeds': flags.DEFINE_integer(
+          'seeds', 10, "Draws of the full cohort's client sizes the "
+          'expectations average.', lower_bound=1),
+      'json': flags.DEFINE_string(
+          'json', None, 'Write the figures here (JSON).'),
+      'child': flags.DEFINE_string(
+          'child', None, 'Internal: measure the JAX engine on this kind and '
+          'print its figures as JSON.'),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 
 
 def config_flags(path: str) -> dict[str, str]:
@@ -236,13 +253,29 @@ def launcher_run(kind: str, clients: int) -> round_timing.LauncherRun:
       num_canaries=canaries, noise_multiplier=noise, synthetic=not real)
 
 
-def measured_clients(kind: str) -> int:
-  """Clients of the measured round: the paper's, or the reduced cohort."""
+def measured_clients(kind: str, stackoverflow_clients: int,
+                     max_clients: int | None) -> int:
+  """Clients of the measured round: the paper's, or the reduced cohort.
+
+  Args:
+    kind: The task kind ('emnist', 'stackoverflow', 'shakespeare').
+    stackoverflow_clients: At most this many clients in a StackOverflow round.
+    max_clients: At most this many in any round (None: no cap).
+
+  Returns:
+    The number of clients of the measured round.
+  """
   cohort = int(config_flags(f'{round_timing.REPO}/{_CONFIGS[kind]}')[
       'clients_per_round'])
   if kind == 'stackoverflow':
-    cohort = min(cohort, _SO_CLIENTS.value)
-  return min(cohort, _MAX_CLIENTS.value or cohort)
+    cohort = min(cohort, stackoverflow_clients)
+  return min(cohort, max_clients or cohort)
+
+
+def _clients(kind: str) -> int:
+  """`measured_clients` of `kind` under the program's flags."""
+  return measured_clients(kind, _FLAGS.stackoverflow_clients.value,
+                          _FLAGS.max_measured_clients.value)
 
 
 def trivial_round_seconds(run: round_timing.JaxRun,
@@ -299,11 +332,11 @@ def run_child(kind: str) -> dict[str, Any]:
   """In the JAX environment: the measured round's figures of `kind`."""
   import jax  # pylint: disable=g-import-not-at-top
   backend = jax.default_backend()
-  if (backend == 'cpu') != (_ACCELERATOR.value == 'cpu'):
-    raise RuntimeError(f'--accelerator={_ACCELERATOR.value}, but jax runs on '
-                       f'{backend}.')
-  return jax_figures(round_timing.run_jax(
-      launcher_run(kind, measured_clients(kind))))
+  if (backend == 'cpu') != (_FLAGS.accelerator.value == 'cpu'):
+    raise RuntimeError(
+        f'--accelerator={_FLAGS.accelerator.value}, but jax runs on '
+        f'{backend}.')
+  return jax_figures(round_timing.run_jax(launcher_run(kind, _clients(kind))))
 
 
 def jax_figures(run: round_timing.JaxRun) -> dict[str, Any]:
@@ -357,17 +390,18 @@ def shakespeare_layouts(cohort: int, max_examples: int,
   return packing.layouts_of(drawn, BATCH_SIZE)
 
 
-def cohort_expectations(kind: str) -> dict[str, float]:
-  """Means over --seeds draws of a full paper cohort (both layouts)."""
+def cohort_expectations(kind: str, seeds: int) -> dict[str, float]:
+  """Means over `seeds` draws of a full paper cohort (both layouts)."""
   config = config_flags(f'{round_timing.REPO}/{_CONFIGS[kind]}')
   cohort = int(config['clients_per_round'])
   # The draws as the rounds of one run, laid out as the engine lays a run out.
   if kind == 'shakespeare':
-    layouts = shakespeare_layouts(
-        cohort, int(config['max_examples_per_client']), range(_SEEDS.value))
+    layouts = shakespeare_layouts(cohort,
+                                  int(config['max_examples_per_client']),
+                                  range(seeds))
   else:
     layouts = packing.run_layouts(kind, cohort, _MEAN_EXAMPLES[kind],
-                                  range(_SEEDS.value), BATCH_SIZE)
+                                  range(seeds), BATCH_SIZE)
 
   def mean(values):
     return float(np.mean(list(values)))
@@ -411,10 +445,21 @@ def ray_hours(runs: int, rounds: int, round_s: float | None,
 
 
 def task_figures(task: str, child: dict[str, Any],
-                 tff_seconds: list[float] | None) -> dict[str, Any]:
-  """The JSON figures of `task` from the measurements of its kind."""
+                 tff_seconds: list[float] | None,
+                 seeds: int) -> dict[str, Any]:
+  """The JSON figures of `task` from the measurements of its kind.
+
+  Args:
+    task: The table ('emnist', 'stackoverflow', 'table5', 'shakespeare').
+    child: The JAX engine's figures of the task's kind (`jax_figures`).
+    tff_seconds: The TFF engine's measured round seconds, or None.
+    seeds: Draws of the full cohort the expectations average.
+
+  Returns:
+    The task's JSON figures.
+  """
   spec = paper_grid(task)
-  full = cohort_expectations(spec.kind)
+  full = cohort_expectations(spec.kind, seeds)
   by_examples = full['examples'] / child['measured_examples']
   by_batches = full['batches'] / child['measured_batches']
   on_gpu = child['backend'] != 'cpu'
@@ -503,35 +548,37 @@ def main(argv: Sequence[str]) -> None:
   and, with --accelerator=cpu and --tff, the TFF engine on the same flags.
   """
   del argv
-  if _CHILD.value:
-    print(json.dumps(run_child(_CHILD.value)))
+  if _FLAGS.child.value:
+    print(json.dumps(run_child(_FLAGS.child.value)))
     return
-  for task in _TASKS.value:
+  for task in _FLAGS.tasks.value:
     if task not in _KINDS:
       raise app.UsageError(f'--tasks: each must be one of {list(_KINDS)}; '
                            f'got {task!r}.', exitcode=2)
   children, tff = {}, {}
-  with_tff = _ACCELERATOR.value == 'cpu' and _TFF.value
-  for kind in dict.fromkeys(_KINDS[task] for task in _TASKS.value):
+  with_tff = _FLAGS.accelerator.value == 'cpu' and _FLAGS.tff.value
+  for kind in dict.fromkeys(_KINDS[task] for task in _FLAGS.tasks.value):
     argv = [arg for arg in sys.argv[1:] if not arg.startswith(
         ('--json', '--child', '--tasks'))]
-    env = {'JAX_PLATFORMS': 'cpu'} if _ACCELERATOR.value == 'cpu' else {}
+    env = {'JAX_PLATFORMS': 'cpu'} if _FLAGS.accelerator.value == 'cpu' else {}
     children[kind] = round_timing.jax_child(
         'benchmarks.paper_scale', [f'--child={kind}', *argv],
         python=None if with_tff else sys.executable, env=env)
     if with_tff:
-      tff[kind] = round_timing.time_tff(launcher_run(kind,
-                                                     measured_clients(kind)))
-  results = {task: task_figures(task, children[_KINDS[task]],
-                                tff.get(_KINDS[task]))
-             for task in _TASKS.value}
+      tff[kind] = round_timing.time_tff(launcher_run(kind, _clients(kind)))
+  results = {
+      task: task_figures(task, children[_KINDS[task]], tff.get(_KINDS[task]),
+                         _FLAGS.seeds.value)
+      for task in _FLAGS.tasks.value
+  }
   for task, figures in results.items():
     round_timing.print_figures(
         f'{task} ({figures["table"]}: {figures["runs"]} runs x '
         f'{figures["rounds"]} rounds):', figures,
         {'predicted': ' (prediction)', 'roofline': ' (prediction)'})
-  round_timing.write_json(_JSON.value, results)
+  round_timing.write_json(_FLAGS.json.value, results)
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main)

@@ -24,6 +24,7 @@ import json
 import os
 import tempfile
 import time
+import types
 from collections.abc import Sequence
 
 import jax
@@ -36,13 +37,28 @@ from experiments import train_config
 from experiments import train_flags
 from one_shot_epe.jax_engine import round_engine
 
-_CONFIG = flags.DEFINE_string('config', 'configs/demo.cfg', 'Flagfile of the '
-                              'runs (its "# grid:" noise multipliers).')
-_SCALE = flags.DEFINE_float('scale', 0.25, 'Shrink factor of rounds, clients '
-                            'and canaries (experiments.grid.scale_config).')
-_RUNS = flags.DEFINE_integer('runs', 3, 'Runs of the program (R).',
-                             lower_bound=2)
-_JSON = flags.DEFINE_string('json', None, 'Also write the figures here.')
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'config': flags.DEFINE_string(
+          'config', 'configs/demo.cfg', 'Flagfile of the runs (its "# grid:" '
+          'noise multipliers).'),
+      'scale': flags.DEFINE_float(
+          'scale', 0.25, 'Shrink factor of rounds, clients and canaries '
+          '(experiments.grid.scale_config).'),
+      'runs': flags.DEFINE_integer(
+          'runs', 3, 'Runs of the program (R).', lower_bound=2),
+      'json': flags.DEFINE_string('json', None, 'Also write the figures here.'),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 
 
 def run_configs(config_path: str, scale: float, runs: int,
@@ -107,21 +123,26 @@ def main(argv: Sequence[str]) -> None:
   del argv
   device = str(jax.devices()[0])  # Starts the backend before any timing.
   with tempfile.TemporaryDirectory() as output_dir:
-    configs = run_configs(_CONFIG.value, _SCALE.value, _RUNS.value,
-                          output_dir)
-    figures = {'device': device, 'config': _CONFIG.value,
-               'scale': _SCALE.value, 'runs': _RUNS.value,
-               'local_training': round_engine.default_local_training(),
-               **time_both(configs, output_dir)}
+    configs = run_configs(_FLAGS.config.value, _FLAGS.scale.value,
+                          _FLAGS.runs.value, output_dir)
+    figures = {
+        'device': device,
+        'config': _FLAGS.config.value,
+        'scale': _FLAGS.scale.value,
+        'runs': _FLAGS.runs.value,
+        'local_training': round_engine.default_local_training(),
+        **time_both(configs, output_dir)
+    }
   print(f'{figures["runs"]} runs of {figures["config"]} at --scale='
         f'{figures["scale"]} on {device} ({figures["local_training"]}):')
   print(f'  in sequence   {figures["sequence_s"]:8.1f} s  (baseline)')
   print(f'  one program   {figures["program_s"]:8.1f} s')
   print(f'  program / sequence: {figures["program_over_sequence"]:.3f}')
-  if _JSON.value:
-    with open(_JSON.value, 'w', encoding='utf-8') as stream:
+  if _FLAGS.json.value:
+    with open(_FLAGS.json.value, 'w', encoding='utf-8') as stream:
       json.dump(figures, stream, indent=2)
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main)

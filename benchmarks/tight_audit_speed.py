@@ -12,6 +12,7 @@ Each time is the best of --repeats; the ratio is tight / baseline.
 """
 
 import time
+import types
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -23,13 +24,26 @@ from one_shot_epe.stats import estimation
 from one_shot_epe.stats import one_run
 from one_shot_epe.stats import tight_audit
 
-_CANARIES = flags.DEFINE_integer('canaries', 10_000,
-                                 'Seen canaries (and as many unseen).',
-                                 lower_bound=10)
-_EPSILON = flags.DEFINE_float('epsilon', 3.0, 'True eps of the scores.',
-                              lower_bound=0.01)
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timings per method (best).',
-                                lower_bound=1)
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'canaries': flags.DEFINE_integer(
+          'canaries', 10000, 'Seen canaries (and as many unseen).',
+          lower_bound=10),
+      'epsilon': flags.DEFINE_float(
+          'epsilon', 3.0, 'True eps of the scores.', lower_bound=0.01),
+      'repeats': flags.DEFINE_integer(
+          'repeats', 3, 'Timings per method (best).', lower_bound=1),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 _DELTA = 1e-6
 
 
@@ -49,25 +63,29 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
   rng = np.random.default_rng(0)
-  mu = 1.0 / estimation.gaussian_sigma(_EPSILON.value, _DELTA)
-  seen = rng.normal(mu, 1.0, _CANARIES.value)
-  unseen = rng.normal(0.0, 1.0, _CANARIES.value)
+  mu = 1.0 / estimation.gaussian_sigma(_FLAGS.epsilon.value, _DELTA)
+  seen = rng.normal(mu, 1.0, _FLAGS.canaries.value)
+  unseen = rng.normal(0.0, 1.0, _FLAGS.canaries.value)
   baseline, baseline_time = best_time(
       lambda: one_run.epsilon_one_run(seen, unseen, delta=_DELTA),
-      _REPEATS.value)
-  print(f'{_CANARIES.value} seen + {_CANARIES.value} unseen canaries, true '
-        f'eps {_EPSILON.value:g}, delta {_DELTA:g}; best of '
-        f'{_REPEATS.value}.')
+      _FLAGS.repeats.value)
+  print(
+      f'{_FLAGS.canaries.value} seen + {_FLAGS.canaries.value} unseen '
+      'canaries, true '
+      f'eps {_FLAGS.epsilon.value:g}, delta {_DELTA:g}; best of '
+      f'{_FLAGS.repeats.value}.')
   print(f'  one_run.epsilon_one_run (baseline): {baseline_time:.3f} s, '
         f'eps_lo {baseline:.3f}')
   for family in tight_audit.FAMILIES:
     value, seconds = best_time(
         lambda family=family: tight_audit.epsilon_lo_tight(
-            seen, unseen, delta=_DELTA, family=family), _REPEATS.value)
+            seen, unseen, delta=_DELTA, family=family),
+        _FLAGS.repeats.value)
     print(f'  tight_audit.epsilon_lo_tight({family}): {seconds:.3f} s '
           f'({seconds / baseline_time:.2f}x the baseline), eps_lo '
           f'{value:.3f}')
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main, flags_parser=command_line.parse_flags_or_exit)

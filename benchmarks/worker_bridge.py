@@ -35,6 +35,7 @@ if __name__ == '__main__':
 import os
 import statistics
 import time
+import types
 from collections.abc import Sequence
 
 from absl import app
@@ -47,13 +48,26 @@ from one_shot_epe.tff_engine import audit as audit_lib
 from one_shot_epe.tff_engine import isolation
 from one_shot_epe.tff_engine import runtime
 
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Contexts of each kind.',
-                                lower_bound=1)
-_ROUNDS = flags.DEFINE_integer(
-    'rounds', 4, 'Rounds per context, the first (warm-up) excluded.',
-    lower_bound=2)
-_CLIENTS = flags.DEFINE_integer('clients', 10, 'Clients per round.',
-                                lower_bound=1)
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'repeats': flags.DEFINE_integer(
+          'repeats', 3, 'Contexts of each kind.', lower_bound=1),
+      'rounds': flags.DEFINE_integer(
+          'rounds', 4, 'Rounds per context, the first (warm-up) excluded.',
+          lower_bound=2),
+      'clients': flags.DEFINE_integer(
+          'clients', 10, 'Clients per round.', lower_bound=1),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 
 _FEATURES, _HIDDEN, _CLASSES, _EXAMPLES = 784, 200, 10, 32
 _KINDS = {'bridged': 'auto', 'direct': 'off'}
@@ -115,10 +129,10 @@ def main(argv: Sequence[str]) -> None:
              'compare.')
   startups = {kind: [] for kind in _KINDS}
   rounds = {kind: [] for kind in _KINDS}
-  for repeat in range(_REPEATS.value):
+  for repeat in range(_FLAGS.repeats.value):
     order = list(_KINDS) if repeat % 2 == 0 else list(_KINDS)[::-1]
     for kind in order:
-      startup, seconds = _run(kind, _ROUNDS.value, _CLIENTS.value)
+      startup, seconds = _run(kind, _FLAGS.rounds.value, _FLAGS.clients.value)
       startups[kind].append(startup)
       rounds[kind] += seconds
   for kind in _KINDS:
@@ -131,4 +145,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main)

@@ -18,6 +18,7 @@ flag runtime set to local, this process calls them
 import dataclasses
 import functools
 import os
+import types
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -266,18 +267,35 @@ def simulate(setting: Setting, serve: Callable[[Grid], None]) -> None:
                  backend_config={'client_resources': {'num_cpus': 1}})
 
 
-_OUTPUT_DIR = flags.DEFINE_string('output_dir', 'output/flower_demo',
-                                  'Where the run directories go.')
-_NOISE_MULTIPLIERS = flags.DEFINE_list('noise_multipliers', ['0.5', '1', '2'],
-                                       'The noise multipliers z to run.')
-_ROUNDS = flags.DEFINE_integer('rounds', Setting.rounds, 'T, the rounds.')
-_NUM_CANARIES = flags.DEFINE_integer('num_canaries', Setting.num_canaries,
-                                     'k seen (and k unseen) canaries.')
-_DATA_DIR = flags.DEFINE_string('data_dir', DEFAULT_DATA_DIR,
-                                'Fashion-MNIST\'s files (synthetic if absent).')
-_RUNTIME = flags.DEFINE_enum(
-    'runtime', 'simulation', ['simulation', 'local'],
-    'Flower\'s simulation runtime (Ray), or the clients called in-process.')
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'output_dir': flags.DEFINE_string(
+          'output_dir', 'output/flower_demo', 'Where the run directories go.'),
+      'noise_multipliers': flags.DEFINE_list(
+          'noise_multipliers', ['0.5', '1', '2'], 'The noise multipliers z to '
+          'run.'),
+      'rounds': flags.DEFINE_integer(
+          'rounds', Setting.rounds, 'T, the rounds.'),
+      'num_canaries': flags.DEFINE_integer(
+          'num_canaries', Setting.num_canaries, 'k seen (and k unseen) '
+          'canaries.'),
+      'data_dir': flags.DEFINE_string(
+          'data_dir', DEFAULT_DATA_DIR, "Fashion-MNIST's files (synthetic if "
+          'absent).'),
+      'runtime': flags.DEFINE_enum(
+          'runtime', 'simulation', ['simulation', 'local'],
+          "Flower's simulation runtime (Ray), or the clients called "
+          'in-process.'),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 
 
 def main(argv: Sequence[str]) -> None:
@@ -287,19 +305,21 @@ def main(argv: Sequence[str]) -> None:
     argv: absl's leftover arguments (none expected).
   """
   del argv
-  setting = Setting(rounds=_ROUNDS.value, num_canaries=_NUM_CANARIES.value,
-                    data_dir=_DATA_DIR.value)
-  noises = [float(z) for z in _NOISE_MULTIPLIERS.value]
+  setting = Setting(rounds=_FLAGS.rounds.value,
+                    num_canaries=_FLAGS.num_canaries.value,
+                    data_dir=_FLAGS.data_dir.value)
+  noises = [float(z) for z in _FLAGS.noise_multipliers.value]
   task = load_task(setting)
   reports = []
 
   def run_all(grid: Grid) -> None:
     for z in noises:
-      audit = audited_run(grid, task, setting, z,
-                          os.path.join(_OUTPUT_DIR.value, f'noise_{z:g}'))
+      audit = audited_run(
+          grid, task, setting, z,
+          os.path.join(_FLAGS.output_dir.value, f'noise_{z:g}'))
       reports.append(audit.report)  # 3. The report.
 
-  if _RUNTIME.value == 'local':
+  if _FLAGS.runtime.value == 'local':
     run_all(local_grid.LocalGrid(
         setting.num_clients, lambda node, message: train_reply(
             task, setting, node - 1, message.content['config'][
@@ -311,8 +331,9 @@ def main(argv: Sequence[str]) -> None:
   # One table: the reports' headline rows (report.md has the rest).
   rows = [report.to_markdown().split('\n')[:3] for report in reports]
   print('\n'.join(rows[0][:2] + [row[2] for row in rows]))
-  print(f'Run directories (report.md, CSVs, plot): {_OUTPUT_DIR.value}/')
+  print(f'Run directories (report.md, CSVs, plot): {_FLAGS.output_dir.value}/')
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   absl_app.run(main)

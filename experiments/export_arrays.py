@@ -12,6 +12,7 @@ The format and conversion are `one_shot_epe.tff_engine.tasks.export_arrays`'s.
 """
 
 import sys
+import types
 
 if __name__ == '__main__':
   # Before TensorFlow starts a thread: a quiet TensorFlow import.
@@ -29,18 +30,30 @@ from one_shot_epe.tff_engine.tasks import export_arrays
 
 __all__ = ['main']
 
-_TASK = flags.DEFINE_enum('task', None, ['emnist_character',
-                                         'stackoverflow_word'],
-                          'Dataset to convert.', required=True)
-_DATA_DIR = flags.DEFINE_string(
-    'data_dir', None, 'Directory with TFF\'s SQLite files (as for '
-    'experiments.train).', required=True)
-_OUTPUT_DIR = flags.DEFINE_string(
-    'output_dir', None, 'Where <task>/train and <task>/test are written.',
-    required=True)
-_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 10_000,
-                                   'StackOverflow vocabulary size.',
-                                   lower_bound=1)
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+  """Registers the program's flags; called when it runs, not at import.
+
+  Returns:
+    The flags' holders by name.
+  """
+  return {
+      'task': flags.DEFINE_enum(
+          'task', None, ['emnist_character', 'stackoverflow_word'],
+          'Dataset to convert.', required=True),
+      'data_dir': flags.DEFINE_string(
+          'data_dir', None, "Directory with TFF's SQLite files (as for "
+          'experiments.train).', required=True),
+      'output_dir': flags.DEFINE_string(
+          'output_dir', None, 'Where <task>/train and <task>/test are written.',
+          required=True),
+      'vocab_size': flags.DEFINE_integer(
+          'vocab_size', 10000, 'StackOverflow vocabulary size.', lower_bound=1),
+  }
+
+
+# The flags' holders once `define_flags` ran (the program's start).
+_FLAGS = types.SimpleNamespace()
 
 
 def main(argv: Sequence[str]) -> None:
@@ -55,8 +68,9 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
   try:
-    written = export_arrays.export(_TASK.value, _DATA_DIR.value,
-                                   _OUTPUT_DIR.value, _VOCAB_SIZE.value)
+    written = export_arrays.export(
+        _FLAGS.task.value, _FLAGS.data_dir.value, _FLAGS.output_dir.value,
+        _FLAGS.vocab_size.value)
   except (OSError, ValueError) as error:
     print(f'error: --data_dir: {error}', file=sys.stderr)
     sys.exit(2)
@@ -65,4 +79,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
+  vars(_FLAGS).update(define_flags())
   app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -3,8 +3,10 @@
 Truth: the process itself, read before and after each import in a fresh
 interpreter: its network namespace (/proc/self/ns/net), the handler of every
 signal, os.environ, the logging configuration (root logger's handlers and
-level, absl's verbosity and handler) and the working directory. Every module
-file under one_shot_epe/, experiments/ and examples/ is imported; one interpreter imports a group of modules one after another and
+level, absl's verbosity and handler), the absl flags defined and the working
+directory (programs define their flags when they run, so that a test or
+another program may import them). Every module file under one_shot_epe/,
+experiments/, examples/ and benchmarks/ is imported; one interpreter imports a group of modules one after another and
 compares after each, so a change is attributed to the first module whose
 import made it. The groups run at once: TensorFlow/TFF modules (the audit
 first, as a user's script would), JAX modules, and the rest (framework-free
@@ -22,7 +24,7 @@ import sys
 import textwrap
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_PACKAGES = ('one_shot_epe', 'experiments', 'examples')
+_PACKAGES = ('one_shot_epe', 'experiments', 'examples', 'benchmarks')
 _PROJECT_ROOTS = ('one_shot_epe', 'experiments', 'benchmarks', 'examples',
                   'tests')
 
@@ -30,6 +32,7 @@ _PROJECT_ROOTS = ('one_shot_epe', 'experiments', 'benchmarks', 'examples',
 # object per module: {"module", "changed": [what], "skipped": reason}.
 _RECORDER = textwrap.dedent("""
     import importlib, json, logging, os, signal, sys
+    from absl import flags
     from absl import logging as absl_logging
 
     def name(handler):
@@ -49,6 +52,7 @@ _RECORDER = textwrap.dedent("""
           'absl verbosity': absl_logging.get_verbosity(),
           'absl handler': (absl_handler.level,
                            repr(absl_handler.python_handler.stream)),
+          'absl flags': sorted(flags.FLAGS),
       }
       for number in signal.valid_signals():
         facts[f'signal {int(number)}'] = name(signal.getsignal(number))

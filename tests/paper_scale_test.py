@@ -15,7 +15,6 @@ import sys
 import numpy as np
 import pytest
 from absl import flags
-from absl.testing import flagsaver
 
 from benchmarks import paper_scale
 from benchmarks import round_timing
@@ -35,9 +34,8 @@ def toy_figures():
       max_examples=-1, num_canaries=2, noise_multiplier=0.1)
   measured = round_timing.run_jax(run)
   child = paper_scale.jax_figures(measured)
-  with flagsaver.flagsaver(seeds=3):
-    return measured, child, paper_scale.task_figures('emnist', child,
-                                                     [2.0, 0.5])
+  return measured, child, paper_scale.task_figures('emnist', child, [2.0, 0.5],
+                                                   seeds=3)
 
 
 def test_grids_are_the_papers():
@@ -104,10 +102,7 @@ def test_figures_follow_from_the_measurement(toy_figures):
 def test_packed_lanes_process_at_most_115_percent_of_the_examples(kind):
   # The run-wide layout of a full cohort (EMNIST's 101 clients,
   # StackOverflow's 167) at the paper's client-size laws, ten draws.
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS.mark_as_parsed()
-  with flagsaver.flagsaver(seeds=10):
-    full = paper_scale.cohort_expectations(kind)
+  full = paper_scale.cohort_expectations(kind, seeds=10)
   assert 1 <= full['padding_ratio_loop'] <= full['padding_ratio_vmap'] <= 1.15
 
 
