@@ -16,6 +16,7 @@ from scipy import stats
 from one_shot_epe.stats import estimation as est
 from one_shot_epe.stats import gaussian_simulation
 from one_shot_epe.stats import lower_bound
+from one_shot_epe.stats import null_distribution
 from one_shot_epe.stats import one_run
 from one_shot_epe.stats import tight_audit
 from one_shot_epe.reporting import privacy_report
@@ -137,16 +138,23 @@ def test_tight_bounds_in_both_threat_models():
                                            family=family, seed=3)
               for family in ('channel', 'gdp')]
   assert 0.3 < expected[0] < expected[1]
-  for report in (
-      privacy_report.final_model_report(seen, dim, 1e-6, unseen=unseen,
-                                        bootstrap_resamples=20, seed=3),
-      privacy_report.all_iterates_report(seen, unseen, 1e-6,
-                                         bootstrap_resamples=20, seed=3)):
-    assert [report.epsilon_lo_tight_any,
-            report.epsilon_lo_tight_gdp] == expected
+  everywhere = privacy_report.all_iterates_report(seen, unseen, 1e-6,
+                                                  bootstrap_resamples=20,
+                                                  seed=3)
+  assert [everywhere.epsilon_lo_tight_any,
+          everywhere.epsilon_lo_tight_gdp] == expected
+  # Final model: the channel family against the exact null (no unseen
+  # needed), the GDP family by the game on the unseen canaries.
+  against_null = tight_audit.epsilon_lo_known_null(
+      seen, lambda t: null_distribution.null_logsf(t, dim), delta=1e-6)
+  assert against_null > expected[0]
+  final = privacy_report.final_model_report(seen, dim, 1e-6, unseen=unseen,
+                                            bootstrap_resamples=20, seed=3)
+  assert [final.epsilon_lo_tight_any,
+          final.epsilon_lo_tight_gdp] == [against_null, expected[1]]
   without_unseen = privacy_report.final_model_report(seen, dim, 1e-6,
                                                      bootstrap_resamples=20)
-  assert without_unseen.epsilon_lo_tight_any is None
+  assert without_unseen.epsilon_lo_tight_any == against_null
   assert without_unseen.epsilon_lo_tight_gdp is None
   # 400 seen and 40 unseen cannot come from inserting each with
   # probability 1/2: no tight bound, the rest of the report as before.

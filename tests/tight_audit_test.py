@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 from scipy import integrate
+from scipy import optimize
 from scipy import special
 from scipy import stats
 
@@ -169,3 +170,53 @@ def test_bad_arguments(kwargs, message):
   with pytest.raises(ValueError, match=message):
     tight_audit.epsilon_lo_tight(np.arange(20.0), np.arange(20.0),
                                  **arguments)
+
+
+def test_known_null_ranks_halve_from_k():
+  assert tight_audit.known_null_ranks(1000).tolist() == [
+      1000, 500, 250, 125, 62, 31, 16, 8, 4, 2]
+  assert tight_audit.known_null_ranks(1).tolist() == [1]
+
+
+def _brute_known_null(seen, log_sf, delta, alpha):
+  """The largest eps with P[Bin(k, e^eps Q(x_(r)) + delta) >= r] <= level."""
+  ranks = tight_audit.known_null_ranks(seen.size)
+  ordered = np.sort(seen)[::-1]
+  best = 0.0
+  for r in ranks:
+    q = math.exp(log_sf(ordered[r - 1]))
+    level = alpha / ranks.size
+
+    def tail(eps, r=r, q=q):
+      return stats.binom.sf(r - 1, seen.size, min(1.0, math.exp(eps) * q +
+                                                   delta)) - level
+    if tail(0.0) > 0.0:
+      continue
+    best = max(best, optimize.brentq(tail, 0.0, 60.0, xtol=1e-12))
+  return best
+
+
+def test_known_null_bound_is_the_binomial_tests_brute_force():
+  rng = np.random.default_rng(4)
+  seen = rng.normal(1.5, 1, 400)
+  got = tight_audit.epsilon_lo_known_null(seen, stats.norm.logsf, delta=1e-6)
+  assert got == pytest.approx(
+      _brute_known_null(seen, stats.norm.logsf, 1e-6, 0.05), rel=1e-7)
+
+
+@pytest.mark.parametrize('mechanism', ['gaussian', 'laplace'])
+def test_known_null_bound_holds_in_and_out_of_the_gaussian_family(mechanism):
+  # Seen scores from the "in" law, the "out" law known exactly: the Gaussian
+  # mechanism at (eps, delta), or Laplace noise of scale 1/eps (eps-DP).
+  rng = np.random.default_rng(5)
+  epsilon, delta, runs = 3.0, 1e-6, 300
+  if mechanism == 'gaussian':
+    shift = 1.0 / estimation.gaussian_sigma(epsilon, delta)
+    draw, log_sf = (lambda: rng.normal(shift, 1, 1000)), stats.norm.logsf
+  else:
+    law = stats.laplace(scale=1.0 / epsilon)
+    draw, log_sf = (lambda: 1.0 + law.rvs(1000, random_state=rng)), law.logsf
+  bounds = np.array([tight_audit.epsilon_lo_known_null(
+      draw(), log_sf, delta=delta) for _ in range(runs)])
+  assert np.mean(bounds > epsilon) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / runs)
+  assert np.mean(bounds) > 0.3 * epsilon

@@ -7,6 +7,7 @@ round's canary replies added, inside the noise), around the user's FedAvg.
 `check_strategy` refuses, by name, what cannot be audited soundly.
 """
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -154,6 +155,9 @@ class CanaryStrategy(Strategy):
     self._divisor = dp.num_sampled_clients
     self.clip = float(dp.clipping_norm)
     self._current: ArrayRecord | None = None
+    # theta_{t-1} as one float64 vector, when the caller has it flat
+    # (`AuditedStrategy`); else flattened from `_current` when needed.
+    self.theta: np.ndarray | None = None
     # The last aggregated round's real replies, canaries and noise std.
     self.round_stats: dict[str, float] = {}
 
@@ -166,6 +170,8 @@ class CanaryStrategy(Strategy):
     """FedAvg's messages; notes the clip the replies will be clipped to."""
     self._dp.num_sampled_clients = self._divisor
     self.clip = float(self._dp.clipping_norm)
+    if self._current is not arrays:
+      self.theta = None
     self._current = arrays
     return self.fedavg.configure_train(server_round, arrays, config, grid)
 
@@ -180,14 +186,16 @@ class CanaryStrategy(Strategy):
     """
     record_name = next(name for name, record in template.content.items()
                        if isinstance(record, ArrayRecord))
-    update = (self.clip / ids.size) * self._audit.bank.seen(ids).astype(
-        np.float64).sum(axis=0)
+    update = self._audit.bank.seen(ids).sum(axis=0, dtype=np.float64)
+    if self.theta is None:
+      self.theta = flatten(self._current)
+    reply = self.theta + (self.clip / ids.size) * update
     arrays, start = {}, 0
-    for key, base in zip(self._current.keys(),
-                         self._current.to_numpy_ndarrays()):
-      part = update[start:start + base.size].reshape(base.shape)
-      arrays[key] = Array(np.asarray(base + part, base.dtype))
-      start += base.size
+    for key, array in self._current.items():
+      size = math.prod(array.shape)
+      arrays[key] = Array(reply[start:start + size].reshape(
+          array.shape).astype(np.dtype(array.dtype)))
+      start += size
     metrics = MetricRecord({**metrics, self.fedavg.weighted_by_key:
                             weight * ids.size})
     return Message(content=RecordDict({record_name: ArrayRecord(arrays),
@@ -261,7 +269,9 @@ class AuditedStrategy(Strategy):
     released, flat = self._released
     self._current = flat if arrays is released else flatten(arrays)
     self._started = time.perf_counter()
-    return self.dp.configure_train(t, arrays, config, grid)
+    messages = self.dp.configure_train(t, arrays, config, grid)
+    self._inner.theta = self._current
+    return messages
 
   def aggregate_train(self, server_round: int, replies: Iterable[Message]
                       ) -> tuple[ArrayRecord | None, MetricRecord | None]:

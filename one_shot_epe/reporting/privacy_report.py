@@ -197,18 +197,31 @@ def _one_run_bounds(seen: np.ndarray, unseen: np.ndarray | None, delta: float,
 
 
 def _tight_bounds(seen: np.ndarray, unseen: np.ndarray | None, delta: float,
-                  alpha: float, seed: int) -> dict[str, float | None]:
-  """epsilon_lo_tight_any and _gdp; None without unseen scores or a 1/2 design."""
+                  alpha: float, seed: int, *,
+                  dim: int | None = None) -> dict[str, float | None]:
+  """epsilon_lo_tight_any and _gdp.
+
+  With `dim` (final model) the channel family is tested against the exact
+  null of Theorem 3.1 (`tight_audit.epsilon_lo_known_null`); otherwise, and
+  for the GDP family, by the one-run game, None without unseen scores or a
+  1/2 design.
+  """
   names = {'epsilon_lo_tight_any': 'channel', 'epsilon_lo_tight_gdp': 'gdp'}
-  if unseen is None:
-    return dict.fromkeys(names)
-  try:
-    tight_audit.check_design(seen.size, unseen.size)
-  except ValueError:
-    return dict.fromkeys(names)
-  return {name: tight_audit._epsilon_lo_tight(seen, unseen, delta, family,
-                                              alpha, 'bernoulli', seed)
-          for name, family in names.items()}
+  bounds = dict.fromkeys(names)
+  if unseen is not None:
+    try:
+      tight_audit.check_design(seen.size, unseen.size)
+    except ValueError:
+      pass
+    else:
+      bounds = {name: tight_audit._epsilon_lo_tight(seen, unseen, delta,
+                                                    family, alpha, 'bernoulli',
+                                                    seed)
+                for name, family in names.items()}
+  if dim is not None:
+    bounds['epsilon_lo_tight_any'] = tight_audit._epsilon_lo_known_null(
+        seen, lambda t: null_distribution.null_logsf(t, dim), delta, alpha)
+  return bounds
 
 
 def _lower_bounds(seen: np.ndarray, delta: float, alpha: float,
@@ -312,7 +325,7 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
               cosines, float(-null_distribution.null_ppf(fpr, dim)))
           for fpr in TPR_FPRS
       },
-      **_tight_bounds(cosines, unseen, delta, alpha, seed))
+      **_tight_bounds(cosines, unseen, delta, alpha, seed, dim=dim))
 
 
 @validation.arguments('delta', 'seed', seen=validation.Cosines(),

@@ -17,6 +17,16 @@ is the p-value of "the mechanism is no more private than theta"; the bound is
 the largest theta rejected at level alpha, by bisection (the p-value grows
 with theta: a more private mechanism errs more), converted to eps at delta.
 
+When the "out" law is known exactly (the final model's null, Theorem 3.1),
+`epsilon_lo_known_null` tests the channel family against it directly: no
+unseen canaries and no coin-flip design, the seen scores i.i.d. as epsilon_lo
+assumes. Any (eps, delta)-DP mechanism has P(X > t) <= e^eps Q(t) + delta
+for its "in" law P and "out" law Q, so the r-th largest of k seen scores
+x_(r) rejects eps when P[Bin(k, e^eps Q(x_(r)) + delta) >= r] <= level,
+i.e. eps_r = ln(p_r - delta) - ln Q(x_(r)) with p_r the level-quantile of
+Beta(r, k - r + 1); r runs over a halving grid k, k/2, ... >= 2
+(`known_null_ranks`) at alpha / (grid size), the best kept.
+
 Two families (`FAMILIES`), derivations in docs/bounds.md:
 
 * 'channel': the four-atom (eps, delta) channel, the worst case of every
@@ -39,6 +49,7 @@ largest bound kept (union bound). numpy/scipy only.
 """
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -52,9 +63,10 @@ from one_shot_epe.stats import estimation
 from one_shot_epe.stats import lower_bound
 
 __all__ = ['DESIGNS', 'Design', 'FAMILIES', 'Family', 'GUESS_FRACTIONS',
-           'MAX_IMBALANCE_SDS', 'MIN_CANARIES', 'MIN_GUESSES', 'QUADRATURE_NODES', 'check_design',
-           'epsilon_lo_tight', 'guess_grid', 'mean_map_error', 'mistakes',
-           'tight_p_value']
+           'MAX_IMBALANCE_SDS', 'MIN_CANARIES', 'MIN_GUESSES',
+           'MIN_KNOWN_NULL_RANK', 'QUADRATURE_NODES', 'check_design',
+           'epsilon_lo_known_null', 'epsilon_lo_tight', 'guess_grid',
+           'known_null_ranks', 'mean_map_error', 'mistakes', 'tight_p_value']
 
 Family = Literal['channel', 'gdp']
 FAMILIES = ('channel', 'gdp')
@@ -78,6 +90,8 @@ GUESS_FRACTIONS = {'channel': (1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32),
                    'gdp': (1 / 2, 1 / 4, 1 / 8)}
 # The smallest number of guesses on a grid.
 MIN_GUESSES = 8
+# The smallest rank of `known_null_ranks`.
+MIN_KNOWN_NULL_RANK = 2
 # Gauss-Legendre nodes of the expectation over W.
 QUADRATURE_NODES = 96
 _NORMAL_RANGE = 8.5
@@ -361,3 +375,69 @@ def _epsilon_lo_tight(seen: np.ndarray, unseen: np.ndarray, delta: float,
   if family == 'gdp':
     return estimation._epsilon_of_gdp(best, delta)  # pylint: disable=protected-access
   return best
+
+
+@validation.arguments(seen_size=validation.Int(1))
+def known_null_ranks(seen_size: int) -> np.ndarray:
+  """The ranks r tested by `epsilon_lo_known_null`: k, k/2, k/4, ... >= 2.
+
+  Fixed before the scores are seen (halving, rounded); the bound pays for
+  the best of them with a union bound.
+
+  Args:
+    seen_size: k >= 1, the seen canaries.
+
+  Returns:
+    Distinct decreasing integers in [min(k, 2), k].
+  """
+  return _known_null_ranks(seen_size)
+
+
+def _known_null_ranks(seen_size: int) -> np.ndarray:
+  ranks, rank = [], float(seen_size)
+  while round(rank) >= min(seen_size, MIN_KNOWN_NULL_RANK):
+    ranks.append(int(round(rank)))
+    rank /= 2.0
+  return np.unique(ranks)[::-1]
+
+
+@validation.arguments('seen', 'delta', alpha=lower_bound.ALPHA)
+def epsilon_lo_known_null(seen: ArrayLike, null_logsf: Callable[
+    [np.ndarray], np.ndarray], *, delta: float, alpha: float = 0.05) -> float:
+  """1 - alpha lower bound on eps, the channel family against a known null.
+
+  Holds for every (eps, delta)-DP mechanism whose "out" law has the
+  log-survival function `null_logsf`, when the seen scores are i.i.d. from
+  its "in" law (module docstring; docs/bounds.md).
+
+  Args:
+    seen: Scores of the inserted canaries (higher means "inserted").
+    null_logsf: log P(out score > t), vectorised over t (for the final
+      model, `null_distribution.null_logsf` at the model's dimension).
+    delta: The delta of the reported eps, in (0, 1).
+    alpha: 1 - confidence, in (0, 0.5).
+
+  Returns:
+    eps_lo >= 0, the best over `known_null_ranks`, each at alpha / (number of
+    ranks).
+
+  Raises:
+    ValueError: if an argument is out of range.
+  """
+  return _epsilon_lo_known_null(seen, null_logsf, delta, alpha)
+
+
+def _epsilon_lo_known_null(seen: np.ndarray, null_logsf: Callable[
+    [np.ndarray], np.ndarray], delta: float, alpha: float) -> float:
+  """`epsilon_lo_known_null` of checked arguments."""
+  ranks = _known_null_ranks(seen.size)
+  ordered = np.sort(seen)[::-1]
+  # P[Bin(k, p) >= r] = I_p(r, k - r + 1): its level-quantile in p.
+  rates = special.betaincinv(ranks, seen.size - ranks + 1.0,
+                             alpha / ranks.size)
+  log_null = np.asarray(null_logsf(ordered[ranks - 1]), np.float64)
+  excess = rates - delta
+  bounds = np.where(excess > 0.0,
+                    np.log(np.maximum(excess, np.finfo(float).tiny)) -
+                    log_null, 0.0)
+  return float(max(0.0, np.max(bounds)))
