@@ -164,10 +164,10 @@ def summary_table(runs: Sequence[grid.GridRun]) -> str:
       'heuristic, reference for est-fin.',
       'est-*: ε estimates (not bounds; ≥: the most the canaries can show); '
       'lo-*: lower bounds;',
-      'tight: the final model\'s tight one-run lower bounds (Xiang et al. '
-      '2025) for any (ε, δ)-DP',
-      'mechanism / for one Gaussian in the canary\'s direction. acc.: '
-      'accuracy.',
+      'tight: the final model\'s tight lower bounds for any (ε, δ)-DP '
+      'mechanism (against the exact null) /',
+      'for one Gaussian in the canary\'s direction (Xiang et al. 2025). '
+      'acc.: accuracy.',
       "table.md adds both threat models' bounds, their intervals and the "
       "paper's nominal columns.",
   ]

@@ -82,9 +82,12 @@ class PrivacyReport:
     canaries); epsilon_lo_tight_any and epsilon_lo_tight_gdp (`tight_audit`,
     the (eps, delta) channel family, valid for any (eps, delta)-DP mechanism,
     and the mu-GDP family, valid for a mechanism Gaussian in the canary's
-    direction; both assume each canary was inserted with probability 1/2,
-    docs/bounds.md; None without unseen canaries or when the seen and unseen
-    counts cannot come from that design, `tight_audit.check_design`).
+    direction; docs/bounds.md). The one-run game gives both for 'all' and
+    the GDP one for 'final': it assumes each canary was inserted with
+    probability 1/2 and is None without unseen canaries or when the seen and
+    unseen counts cannot come from that design (`tight_audit.check_design`).
+    For 'final' the channel family is tested against the exact null instead
+    (`tight_audit.epsilon_lo_known_null`), with or without unseen canaries.
     Nominal only: epsilon_lo_paper (the paper's Sec. 5.1 bound).
   Attack summaries: auroc, P(null statistic < seen statistic), ties one half,
     against the exact null (Theorem 3.1) for 'final', the unseen sample for

@@ -238,8 +238,9 @@ class RunReport:
     lines += [
         '',
         f'**Lower bounds.** At {confidence}: ε_lo and ε_one-run (Steinke et '
-        'al., 2023) and ε_tight-any (Xiang et al., 2025, the (ε, δ) '
-        'channel) for any mechanism; ε_one-run-fdp (Mahloujifar et al., '
+        'al., 2023) and ε_tight-any (the (ε, δ) channel: final model against '
+        'the exact null, all iterates by Xiang et al.\'s 2025 game) for any '
+        'mechanism; ε_one-run-fdp (Mahloujifar et al., '
         '2024) and ε_tight-gdp (Xiang et al., 2025, μ-GDP) when the '
         'mechanism is Gaussian in the canary\'s direction. The paper\'s '
         'ε_lo chooses its threshold on the data it tests and is nominal '
