@@ -68,7 +68,7 @@ PACKAGES = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
 # Folders whose modules' docstrings are checked like the documents.
 DOCSTRING_ROOTS = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
 # The programs whose absl flags the documentation may name.
-FLAG_SOURCES = ('experiments/*.py', 'benchmarks/*.py',
+FLAG_SOURCES = ('experiments/*.py', 'benchmarks/*.py', 'examples/*.py',
                 'one_shot_epe/reporting/epsilon_cli.py')
 # Flags absl defines for every program.
 ABSL_FLAGS = frozenset({
