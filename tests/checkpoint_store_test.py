@@ -1,4 +1,4 @@
-"""Both engines implement the one checkpoint protocol, with its signatures."""
+"""Every engine's checkpoint store has the one protocol's signatures."""
 
 import inspect
 
@@ -14,6 +14,8 @@ def _stores():
   for module, name in (('one_shot_epe.tff_engine.checkpoints',
                         'ProgramStateCheckpoints'),
                        ('one_shot_epe.jax_engine.checkpoints',
+                        'NpzCheckpoints'),
+                       ('one_shot_epe.runtime.npz_checkpoints',
                         'NpzCheckpoints')):
     stores.append(getattr(pytest.importorskip(module), name))
   return stores

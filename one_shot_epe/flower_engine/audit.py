@@ -42,7 +42,9 @@ Each round the outer strategy takes every canary's cosine with the released
 aggregate rho_bar_t = theta_t - theta_{t-1} (Algorithm 3, the max over rounds
 kept), B rounds at a time; at the end each canary's
 cosine with theta_T - theta_0 (Algorithm 2). It checkpoints every
-`rounds_per_checkpoint` rounds (`checkpoints.NpzCheckpoints`) and writes the
+`rounds_per_checkpoint` rounds (`runtime.npz_checkpoints.NpzCheckpoints`:
+the model's arrays, theta_0, the canaries' running maxima and the DP
+wrapper's clip, which adaptive clipping moves) and writes the
 project's run directory (`runtime.run_directory`): config.json, metrics.csv,
 canary_cosines.csv, final_cosines.csv, max_cosines.csv, report.json,
 report.md (`report.run_report.build_run_report`) and the density plot. A
@@ -84,7 +86,6 @@ from flwr.serverapp.strategy import (
 
 from one_shot_epe import validation
 from one_shot_epe.flower_engine import canaries
-from one_shot_epe.flower_engine import checkpoints
 from one_shot_epe.flower_engine import strategies
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import canary_schedules
@@ -92,6 +93,7 @@ from one_shot_epe.reporting import plots
 from one_shot_epe.reporting import run_report
 from one_shot_epe.runtime import atomic_io
 from one_shot_epe.runtime import cosine_buffer
+from one_shot_epe.runtime import npz_checkpoints
 from one_shot_epe.runtime import run_directory
 
 __all__ = ['AuditRefused', 'CSV_FORMAT', 'CanaryAudit']
@@ -174,7 +176,7 @@ class CanaryAudit:
         num_unseen=(num_canaries if num_unseen_canaries is None else
                     num_unseen_canaries),
         schedule=schedule.as_round_lists(), repetitions=repetitions)
-    self.store = checkpoints.NpzCheckpoints(
+    self.store = npz_checkpoints.NpzCheckpoints(
         os.path.join(self.run_dir, run_directory.CHECKPOINT_DIR))
     self.report: run_report.RunReport | None = None
     self.outcome: canary_spec.CanaryOutcome | None = None

@@ -7,7 +7,8 @@ canaries' state with the learning state. Each engine keeps them in its own
 format: TensorFlow Federated's program state (SavedModels,
 `tff_engine.checkpoints.ProgramStateCheckpoints`, which also hands TFF's
 training loops the coroutines they await) or .npz files
-(`jax_engine.checkpoints.NpzCheckpoints`). Both implement this protocol with
+(`runtime.npz_checkpoints.NpzCheckpoints`, the Flower engine's, and
+`jax_engine.checkpoints.NpzCheckpoints` on it). All implement this protocol with
 the same signatures, rounds named `round_num`: the launcher sees what exists,
 whether the newest reads back, the leftovers of a killed write and how many
 are kept; an engine saves and loads.

@@ -1,11 +1,11 @@
-"""The Flower engine's checkpoints: one .npz file of named arrays per round.
+"""Checkpoints as one .npz file of named arrays per round (framework-free).
 
-`NpzCheckpoints` is a `runtime.checkpoint_store.CheckpointStore`. Checkpoint
-t (`round_0000000t.npz`) holds what `audit.CanaryAudit` needs to resume after
-training round t: the global model's arrays, theta_0 (Algorithm 2's
-reference), the canaries' running maxima (Algorithm 3) and the DP wrapper's
-clip (adaptive clipping moves it). Each file is written atomically
-(`runtime.atomic_io`); every checkpoint is kept.
+`NpzCheckpoints` is a `checkpoint_store.CheckpointStore`: checkpoint t is
+`round_XXXXXXXX.npz` (t zero-padded to 8 digits) in the run directory's
+checkpoints/ folder, written atomically (`atomic_io`: a temporary file, then
+a rename); every checkpoint is kept. The Flower engine stores its named
+arrays as they are; the JAX engine (`jax_engine.checkpoints`) names its
+state's leaves and rebuilds the state on load.
 """
 
 import io
@@ -34,10 +34,11 @@ class NpzCheckpoints:
   kept = None
 
   def __init__(self, directory: str):
-    """Reads nothing yet.
+    """Keeps the directory; nothing is read or created yet.
 
     Args:
-      directory: The run directory's checkpoints/ folder.
+      directory: Where the run's `round_XXXXXXXX.npz` files live (created by
+        the first `save`).
     """
     self.directory = directory
 
@@ -48,7 +49,7 @@ class NpzCheckpoints:
     """The rounds of the complete checkpoints, ascending.
 
     Returns:
-      The rounds ([] if none).
+      The rounds of the `round_XXXXXXXX.npz` files; [] without the directory.
     """
     if not os.path.isdir(self.directory):
       return []
@@ -56,23 +57,32 @@ class NpzCheckpoints:
         _FILE.match, os.listdir(self.directory)) if match)
 
   def latest(self) -> int | None:
-    """The newest checkpoint's round.
+    """The newest checkpoint's round, None if there is none.
 
     Returns:
-      The round, None if there is none.
+      The largest of `rounds()`, or None.
     """
     found = self.rounds()
     return found[-1] if found else None
 
   def verify(self) -> None:
-    """Reads every array of the newest checkpoint back.
+    """Raises CheckpointError unless every array of the newest reads back.
 
     Raises:
-      checkpoint_store.CheckpointError: if it does not read back.
+      checkpoint_store.CheckpointError: the newest file cannot be read.
     """
     latest = self.latest()
-    if latest is not None:
-      self.load(latest, None)
+    if latest is None:
+      return
+    path = self._path(latest)
+    try:
+      with np.load(path) as saved:
+        for name in saved.files:
+          saved[name]  # pylint: disable=pointless-statement
+    except (OSError, ValueError, EOFError) as error:
+      raise checkpoint_store.CheckpointError(
+          f'the newest checkpoint {path!r} does not read back ({error}); '
+          'delete it to resume from the one before.') from None
 
   def remove_partial(self) -> None:
     """Deletes the temporary files of unfinished atomic writes."""
@@ -92,7 +102,7 @@ class NpzCheckpoints:
     atomic_io.write_bytes(self._path(round_num), buffer.getvalue())
 
   def load(self, round_num: int, template: object) -> dict[str, np.ndarray]:
-    """Checkpoint `round_num`.
+    """Checkpoint `round_num`'s named arrays.
 
     Args:
       round_num: A round of `rounds()`.
