@@ -211,19 +211,18 @@ def _tight_bounds(seen: np.ndarray, unseen: np.ndarray | None, delta: float,
   """
   names = {'epsilon_lo_tight_any': 'channel', 'epsilon_lo_tight_gdp': 'gdp'}
   bounds = dict.fromkeys(names)
+  if dim is not None:
+    bounds['epsilon_lo_tight_any'] = tight_audit._epsilon_lo_known_null(
+        seen, lambda t: null_distribution.null_logsf(t, dim), delta, alpha)
+    del names['epsilon_lo_tight_any']
   if unseen is not None:
     try:
       tight_audit.check_design(seen.size, unseen.size)
     except ValueError:
-      pass
-    else:
-      bounds = {name: tight_audit._epsilon_lo_tight(seen, unseen, delta,
-                                                    family, alpha, 'bernoulli',
-                                                    seed)
-                for name, family in names.items()}
-  if dim is not None:
-    bounds['epsilon_lo_tight_any'] = tight_audit._epsilon_lo_known_null(
-        seen, lambda t: null_distribution.null_logsf(t, dim), delta, alpha)
+      return bounds
+    for name, family in names.items():
+      bounds[name] = tight_audit._epsilon_lo_tight(seen, unseen, delta, family,
+                                                   alpha, 'bernoulli', seed)
   return bounds
 
 
