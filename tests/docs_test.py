@@ -496,6 +496,22 @@ def _literal(node: ast.expr | None, module: Module) -> object:
     return _UNREADABLE
 
 
+def _call_name(node: ast.Call) -> str:
+  """The called function's name: `f` of `m.f(...)` or `f(...)`."""
+  function = node.func
+  return function.attr if isinstance(function, ast.Attribute) else getattr(
+      function, 'id', '')
+
+
+def _literal_flag_name(node: ast.Call) -> str | None:
+  """The literal flag name of a `DEFINE_*(name, ...)` call, else None."""
+  literal = node.args[0] if node.args else next(
+      (k.value for k in node.keywords if k.arg == 'name'), None)
+  if isinstance(literal, ast.Constant) and isinstance(literal.value, str):
+    return literal.value
+  return None
+
+
 def _flag_defaults(module: Module) -> dict[str, object]:
   """Flag -> its default, for each flag `module` defines (as _defined_flags).
 
@@ -509,16 +525,13 @@ def _flag_defaults(module: Module) -> dict[str, object]:
   for node in ast.walk(module.tree):
     if not isinstance(node, ast.Call):
       continue
-    function = node.func
-    name = function.attr if isinstance(function, ast.Attribute) else getattr(
-        function, 'id', '')
+    name = _call_name(node)
     if name.startswith('DEFINE_'):
-      literal = node.args[0] if node.args else next(
-          (k.value for k in node.keywords if k.arg == 'name'), None)
-      if isinstance(literal, ast.Constant) and isinstance(literal.value, str):
+      flag = _literal_flag_name(node)
+      if flag is not None:
         default = node.args[1] if len(node.args) > 1 else next(
             (k.value for k in node.keywords if k.arg == 'default'), None)
-        found[literal.value] = _literal(default, module)
+        found[flag] = _literal(default, module)
     elif (name == 'fields' and node.args and
           isinstance(node.args[0], ast.Name) and
           node.args[0].id in classes):
@@ -545,9 +558,7 @@ def _defines_flags_per_field(tree: ast.Module) -> bool:
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             and node.func.attr.startswith('DEFINE_')):
       continue
-    name = node.args[0] if node.args else next(
-        (k.value for k in node.keywords if k.arg == 'name'), None)
-    if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+    if _literal_flag_name(node) is None:
       return True
   return False
 
@@ -567,15 +578,11 @@ def _defined_flags(tree: ast.Module) -> list[tuple[str, bool]]:
   for node in ast.walk(tree):
     if not isinstance(node, ast.Call):
       continue
-    function = node.func
-    name = function.attr if isinstance(function, ast.Attribute) else getattr(
-        function, 'id', '')
+    name = _call_name(node)
     if name.startswith('DEFINE_'):
-      literal = node.args[0] if node.args else next(
-          (k.value for k in node.keywords if k.arg == 'name'), None)
-      if isinstance(literal, ast.Constant) and isinstance(literal.value, str):
-        found.append((literal.value, name in ('DEFINE_bool',
-                                              'DEFINE_boolean')))
+      flag = _literal_flag_name(node)
+      if flag is not None:
+        found.append((flag, name in ('DEFINE_bool', 'DEFINE_boolean')))
     elif (name == 'fields' and node.args and
           isinstance(node.args[0], ast.Name) and
           node.args[0].id in classes):
