@@ -11,10 +11,11 @@ per-client example cap: the paper, Sec. 5.1-5.2, states none), and cohorts of
 * packed: `packing.lane_layout` (first-fit-decreasing lanes, bound 1.15),
   a fresh layout per round;
 * run: the seeds' rounds as the rounds of one run, compiled once: the run's
-  lane count (`packing.run_lanes`, bounded on processed / real examples),
-  each round's lanes only as long as it needs (`packing.lane_capacity`), as
-  the JAX engine runs them; 'run ex.' is its processed over real examples
-  (what `run_stats.RunStats` reports, partial last batches included);
+  micro-batch and lane count (`packing.run_layout`, bounded on processed /
+  real examples), each round's lanes only as long as it needs
+  (`packing.lane_capacity`), as the JAX engine runs them; 'run ex.' is its
+  processed over real examples (what `run_stats.RunStats` reports, partial
+  last batches included), 'micro' its micro-batch;
 
 the mean over seeds, the packed lane count and length, and packed / per-slot.
 Real batches are the batches each client needs (at full batch size).
@@ -45,18 +46,22 @@ class CohortLayout:
     batches: the batches they need (at full batch size; per-client partial
       last batches included): what 'loop' local training processes.
     per_slot_batches: every client slot padded to the largest client.
-    lanes, lane_batches: the packed layout (`packing.lane_layout`).
+    lanes, lane_batches: the packed layout (`packing.lane_layout`), lanes
+      of `lane_batches` micro-batches.
+    micro_batch: the examples of a local step (`packing.run_layout`; the
+      batch size for a layout of whole batches).
   """
   examples: int
   batches: int
   per_slot_batches: int
   lanes: int
   lane_batches: int
+  micro_batch: int = _BATCH_SIZE
 
   @property
-  def packed_batches(self) -> int:
-    """Batches the packed lanes process (lanes x lane length)."""
-    return self.lanes * self.lane_batches
+  def packed_examples(self) -> int:
+    """Examples the packed lanes process (lanes x length x micro-batch)."""
+    return self.lanes * self.lane_batches * self.micro_batch
 
 
 def cohort_counts(kind: str, cohort: int, mean: int, seed: int,
@@ -91,9 +96,7 @@ def run_layouts(kind: str, cohort: int, mean: int, seeds: Sequence[int],
                 max_examples: int | None = None) -> list[CohortLayout]:
   """The seeds' rounds (`cohort_counts`) laid out as one run's rounds.
 
-  One lane count for all (`packing.run_lanes`, its bound on processed over
-  real examples), each round's lanes as long as its clients need at that
-  count (`packing.lane_capacity`).
+  As `layouts_of`.
   """
   return layouts_of([
       cohort_counts(kind, cohort, mean, seed, batch_size, max_examples)
@@ -104,9 +107,9 @@ def layouts_of(drawn: Sequence[tuple[np.ndarray, np.ndarray]],
                batch_size: int) -> list[CohortLayout]:
   """Rounds of given (examples, local batches) per client as one run's.
 
-  One lane count for all (`packing.run_lanes`, its bound on processed over
-  real examples), each round's lanes as long as its clients need at that
-  count (`packing.lane_capacity`).
+  One micro-batch and lane count for all (`packing.run_layout`, its bound
+  on processed over real examples), each round's lanes as long as its
+  clients need at that count (`packing.lane_capacity`).
 
   Args:
     drawn: per round, each client's examples and local batches.
@@ -115,13 +118,14 @@ def layouts_of(drawn: Sequence[tuple[np.ndarray, np.ndarray]],
   Returns:
     The rounds' layouts, in order.
   """
-  lanes, _ = packing.run_lanes(
-      [counts for _, counts in drawn],
-      real_batches=[sizes.sum() / batch_size for sizes, _ in drawn])
+  layout = packing.run_layout([sizes for sizes, _ in drawn], batch_size)
+  micro = layout.micro_batch
   return [CohortLayout(examples=int(sizes.sum()), batches=int(counts.sum()),
                        per_slot_batches=int(counts.size * counts.max()),
-                       lanes=lanes,
-                       lane_batches=packing.lane_capacity(counts, lanes))
+                       lanes=layout.lanes,
+                       lane_batches=packing.lane_capacity(
+                           np.maximum(-(-sizes // micro), 1), layout.lanes),
+                       micro_batch=micro)
           for sizes, counts in drawn]
 
 
@@ -129,24 +133,23 @@ def main(argv: list[str]) -> None:
   """Prints the padding of both layouts per kind and cohort; argv[1]: seeds."""
   seeds = int(argv[1]) if len(argv) > 1 else 10
   print(f'{"kind":<14}{"cohort":>7}{"per-slot":>10}{"packed":>8}'
-        f'{"lanes":>7}{"length":>8}{"packed/per-slot":>17}{"run":>7}'
-        f'{"run ex.":>9}{"run lanes":>11}')
+        f'{"lanes":>7}{"length":>8}{"packed/per-slot":>17}'
+        f'{"run ex.":>9}{"run lanes":>11}{"micro":>7}')
   for kind, mean in _MEAN_EXAMPLES.items():
     for cohort in _COHORTS:
       layouts = [cohort_layout(kind, cohort, mean, seed)
                  for seed in range(seeds)]
       slot = np.mean([l.per_slot_batches / l.batches for l in layouts])
-      packed = np.mean([l.packed_batches / l.batches for l in layouts])
+      packed = np.mean([l.lanes * l.lane_batches / l.batches
+                        for l in layouts])
       lanes = np.mean([l.lanes for l in layouts])
       length = np.mean([l.lane_batches for l in layouts])
       run = run_layouts(kind, cohort, mean, range(seeds))
-      run_ratio = (sum(l.packed_batches for l in run) /
-                   sum(l.batches for l in run))
-      run_examples = (sum(l.packed_batches for l in run) * _BATCH_SIZE /
+      run_examples = (sum(l.packed_examples for l in run) /
                       sum(l.examples for l in run))
       print(f'{kind:<14}{cohort:>7}{slot:>10.2f}{packed:>8.3f}'
             f'{lanes:>7.1f}{length:>8.1f}{packed / slot:>17.3f}'
-            f'{run_ratio:>7.3f}{run_examples:>9.3f}{run[0].lanes:>11}')
+            f'{run_examples:>9.3f}{run[0].lanes:>11}{run[0].micro_batch:>7}')
 
 
 if __name__ == '__main__':

@@ -38,10 +38,11 @@ paper's rate of canaries per round):
   run's `run_stats.RunStats` counts them): 'loop' runs
   each client's own batches (partial last batches padded), 'vmap' the packed
   lanes of `jax_engine/packing.py`, the draws laid out as the rounds of one
-  run (`benchmarks.packing.run_layouts`: one lane count, each round's lanes
-  as long as it needs; per-slot: every client padded to the largest, before
-  packing); `vmap_lanes`, `vmap_lane_batches`: the lanes and their length
-  in batches (local steps run one after the other).
+  run (`benchmarks.packing.run_layouts`: one micro-batch and lane count,
+  each round's lanes as long as it needs; per-slot: every client padded to
+  the largest, before packing); `vmap_micro_batch`, `vmap_lanes`,
+  `vmap_lane_batches`: the examples of a local step, the lanes and their
+  length in steps (run one after the other).
 * h2d_bytes_per_round: what the engine sends to the device per round
   (`run_stats.RunStats`' bytes per real example of the run, times a full
   round's expected examples), and what a full 'vmap'
@@ -411,13 +412,14 @@ def cohort_expectations(kind: str, seeds: int) -> dict[str, float]:
       'clients': cohort,
       'examples': mean(l.examples for l in layouts),
       'batches': mean(l.batches for l in layouts),
-      'packed_batches': mean(l.packed_batches for l in layouts),
+      'packed_examples': mean(l.packed_examples for l in layouts),
+      'micro_batch': layouts[0].micro_batch,
       'lanes': mean(l.lanes for l in layouts),
       'lane_batches': mean(l.lane_batches for l in layouts),
       'padding_ratio_loop': sum(l.batches for l in layouts) * BATCH_SIZE /
                             examples,
-      'padding_ratio_vmap': sum(l.packed_batches for l in layouts) *
-                            BATCH_SIZE / examples,
+      'padding_ratio_vmap': sum(l.packed_examples for l in layouts) /
+                            examples,
       'padding_ratio_per_slot': sum(l.per_slot_batches for l in layouts) *
                                 BATCH_SIZE / examples,
   }
@@ -481,17 +483,18 @@ def task_figures(task: str, child: dict[str, Any],
       'padding_ratio_loop': full['padding_ratio_loop'],
       'padding_ratio_vmap': full['padding_ratio_vmap'],
       'padding_ratio_per_slot': full['padding_ratio_per_slot'],
-      'vmap_lanes': full['lanes'], 'vmap_lane_batches': full['lane_batches'],
+      'vmap_micro_batch': full['micro_batch'], 'vmap_lanes': full['lanes'],
+      'vmap_lane_batches': full['lane_batches'],
       'h2d_bytes_per_round': (child['h2d_bytes_per_example'] *
                               full['examples']),
-      'h2d_bytes_per_round_host_fed': (full['packed_batches'] * BATCH_SIZE *
+      'h2d_bytes_per_round_host_fed': (full['packed_examples'] *
                                        child['h2d_bytes_per_position']),
-      'h2d_bytes_per_round_resident': (full['packed_batches'] * BATCH_SIZE *
+      'h2d_bytes_per_round_resident': (full['packed_examples'] *
                                        _BYTES_PER_INDEX),
       'flops_per_round': child['flops'] * by_batches,
       'bytes_accessed_per_round': child['bytes_accessed'] * by_batches,
   }
-  vmap_factor = full['packed_batches'] / full['batches']
+  vmap_factor = full['packed_examples'] / (full['batches'] * BATCH_SIZE)
   figures['flops_per_round_vmap'] = figures['flops_per_round'] * vmap_factor
   figures['bytes_accessed_per_round_vmap'] = (
       figures['bytes_accessed_per_round'] * vmap_factor)

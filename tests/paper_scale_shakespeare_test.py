@@ -45,4 +45,5 @@ def test_expected_rounds_are_the_corpus_role_sizes():
     assert layout.examples == capped.sum()
     assert layout.batches == np.maximum(np.ceil(capped / 16), 1).sum()
     assert layout.per_slot_batches == 20 * np.ceil(capped.max() / 16)
-    assert layout.batches <= layout.packed_batches <= layout.per_slot_batches
+    assert (layout.examples <= layout.packed_examples <=
+            16 * layout.per_slot_batches)

@@ -15,12 +15,14 @@ Modules:
   data: on-disk client arrays, numpy synthetic data, and the padded/masked
     per-round client batches (TFF's client preprocessing).
   optimizers: TFF's sgd / sgdm / adam update rules on pytrees.
-  packing: first-fit-decreasing lanes of a round's clients for 'vmap'.
+  packing: first-fit-decreasing lanes of a round's clients for 'vmap', and
+    a run's layout (lanes and micro-batch size).
   fedavg: one DP-FedAvg round (Andrew et al., ICLR 2024, Algorithm 2) as
     pure jit-able functions: clients vmapped, or packed into lanes.
   round_engine: `RoundEngine`, the round compiled per platform (chosen in
     one place): clients and a program's runs one by one ('loop', CPU) or
     vmapped and sharded over all local devices ('vmap', accelerators).
+  loop_rounds: the 'loop' strategy's jitted steps, folds and server step.
   canaries: canary directions drawn by `jax.random` and their cosines with a
     block of buffered rounds' vectors (Algorithm 3, lines 10-16).
   checkpoints: one .npz file per checkpointed round.

@@ -28,7 +28,8 @@ __all__ = ['DEFAULT_SHUFFLE_BUFFER', 'PackedBatches', 'PackedRows',
            'RoundBatches', 'RoundRows', 'batches_needed', 'client_batches',
            'client_example_order', 'client_rows', 'examples_used',
            'gather_rows',
-           'max_batches_for', 'model_inputs', 'pack_batches', 'pack_rows',
+           'max_batches_for', 'micro_batches', 'model_inputs',
+           'pack_batches', 'pack_rows',
            'packed_layout', 'shuffled_order', 'slot_batch_counts']
 
 # tf.data shuffle buffers of TFF's preprocessing when ClientSpec leaves it
@@ -386,6 +387,47 @@ def slot_batch_counts(batches: RoundBatches | RoundRows) -> np.ndarray:
   present = np.flatnonzero(batches.client_mask > 0)
   counts = (batches.example_mask[present].sum(axis=2) > 0).sum(axis=1)
   return np.maximum(counts, 1).astype(np.int64)
+
+
+def micro_batches(batches: RoundBatches | RoundRows, micro_batch: int
+                  ) -> RoundBatches | RoundRows:
+  """`batches` with every batch cut into micro-batches of `micro_batch`.
+
+  A batch of b examples becomes g = b / micro_batch micro-batches in turn
+  (a reshape: [slots, batches, b, ...] to [slots, batches x g, micro_batch,
+  ...]). A client's examples fill its batches in order, so its non-empty
+  micro-batches are a prefix of its slot, and micro-batch i belongs to its
+  batch i // g: `slot_batch_counts`, `packing` and `pack_batches` /
+  `pack_rows` lay micro-batches out as they lay batches out
+  (`fedavg.packed_round`'s `micro_per_batch`).
+
+  Args:
+    batches: A round's batches or rows.
+    micro_batch: Examples per micro-batch; divides the batch size.
+
+  Returns:
+    The same type, batch size `micro_batch`.
+
+  Raises:
+    ValueError: `micro_batch` does not divide the batch size.
+  """
+  slots, num_batches, batch_size = batches.example_mask.shape
+  micro_batch = validation.check_int('micro_batch', micro_batch, low=1)
+  if batch_size % micro_batch:
+    raise ValueError(f'micro_batch must divide the batch size {batch_size};'
+                     f' got {micro_batch}.')
+  shape = (slots, num_batches * (batch_size // micro_batch), micro_batch)
+
+  def cut(array: np.ndarray) -> np.ndarray:
+    return array.reshape(shape + array.shape[3:])
+
+  if isinstance(batches, RoundRows):
+    return RoundRows(rows=cut(batches.rows),
+                     example_mask=cut(batches.example_mask),
+                     client_mask=batches.client_mask)
+  return RoundBatches(inputs=cut(batches.inputs), labels=cut(batches.labels),
+                      example_mask=cut(batches.example_mask),
+                      client_mask=batches.client_mask)
 
 
 def packed_layout(batches: RoundBatches | RoundRows, lane_multiple: int = 1

@@ -49,9 +49,10 @@ from one_shot_epe.jax_engine import optimizers
 from one_shot_epe.design import canary_spec
 
 __all__ = ['LossFn', 'RoundOutput', 'ServerState', 'adaptive_clip_update',
-           'batch_key', 'canary_records', 'client_keys', 'client_update',
-           'clip_by_global_norm', 'dp_fedavg_round', 'finite_delta',
-           'init_server_state', 'local_step', 'noise_scales', 'packed_round',
+           'accumulated_step', 'batch_key', 'canary_records', 'client_keys',
+           'client_update', 'clip_by_global_norm', 'dp_fedavg_round',
+           'finite_delta', 'init_server_state', 'local_step',
+           'micro_batch_gradient', 'noise_scales', 'packed_round',
            'run_state', 'server_round', 'stack_states']
 
 _tree_map = jax.tree_util.tree_map
@@ -115,11 +116,84 @@ def local_step(loss_fn: LossFn, optimizer: optimizers.Optimizer,
   are. `key` None: no dropout.
   """
   grads = jax.grad(loss_fn)(weights, inputs, labels, example_mask, key)
+  return _step_if(optimizer, weights, state, grads,
+                  jnp.sum(example_mask) > 0)
+
+
+def _step_if(optimizer: optimizers.Optimizer, weights: Any, state: Any,
+             grads: Any, present: jax.Array) -> tuple[Any, Any]:
+  """The optimizer's step on `grads` where `present`, else no change."""
   new_state, new_weights = optimizer.step(state, weights, grads)
-  present = jnp.sum(example_mask) > 0
   keep = lambda new, old: jnp.where(present, new, old)  # pylint: disable=unnecessary-lambda-assignment
   return _tree_map(keep, new_weights, weights), _tree_map(keep, new_state,
                                                           state)
+
+
+def micro_batch_gradient(loss_fn: LossFn, weights: Any, inputs: jax.Array,
+                         labels: jax.Array, example_mask: jax.Array,
+                         key: Any) -> tuple[Any, jax.Array]:
+  """(n x the gradient of the mean loss, n) over a micro-batch's n examples.
+
+  A batch's micro-batches sum these to n times the gradient of its mean
+  loss (a `LossFn` averages over the valid examples), so a batch cut into
+  micro-batches (`accumulated_step`, `packed_round`) takes the step its
+  whole batch would, up to float rounding.
+
+  Args:
+    loss_fn: the model's loss.
+    weights: the model's parameters.
+    inputs: the micro-batch's inputs.
+    labels: its targets.
+    example_mask: [micro_batch], 1 for its valid examples.
+    key: its dropout key, or None.
+
+  Returns:
+    (n x gradient, a pytree like `weights`; n, a float32 scalar).
+  """
+  count = jnp.sum(example_mask)
+  grads = jax.grad(loss_fn)(weights, inputs, labels, example_mask, key)
+  return _tree_map(lambda g: count * g, grads), count
+
+
+def accumulated_step(loss_fn: LossFn, optimizer: optimizers.Optimizer,
+                     weights: Any, state: Any, inputs: jax.Array,
+                     labels: jax.Array, example_mask: jax.Array,
+                     keys: Sequence[Any]) -> tuple[Any, Any]:
+  """`local_step` on a batch given as micro-batches ([k, micro, ...] each).
+
+  The gradient is the example-weighted mean of the micro-batches'
+  (`micro_batch_gradient`); micro-batch j gets dropout key keys[j]. k is
+  static: the micro-batches are unrolled (no loop body, so no slow
+  convolution gradients on a CPU).
+
+  Args:
+    loss_fn: the model's loss.
+    optimizer: the client optimizer.
+    weights: the model's parameters.
+    state: the optimizer's state.
+    inputs: [k, micro_batch, ...] the batch's micro-batches' inputs.
+    labels: [k, micro_batch, ...] their targets.
+    example_mask: [k, micro_batch], 1 for valid examples.
+    keys: k dropout keys (None each: no dropout).
+
+  Returns:
+    (weights, optimizer state) after the step; unchanged without examples.
+  """
+  total, count = None, jnp.zeros((), jnp.float32)
+  for j, key in enumerate(keys):
+    grads, n = micro_batch_gradient(loss_fn, weights, inputs[j], labels[j],
+                                    example_mask[j], key)
+    total = grads if total is None else _tree_map(jnp.add, total, grads)
+    count = count + n
+  return _apply_gradient(optimizer, weights, state, total, count)
+
+
+def _apply_gradient(optimizer: optimizers.Optimizer, weights: Any,
+                    state: Any, total: Any, count: jax.Array
+                    ) -> tuple[Any, Any]:
+  """The optimizer's step on total / count; none when count is 0."""
+  grads = _tree_map(lambda g: g / jnp.maximum(count, 1.0), total)
+  return _step_if(optimizer, weights, state, grads, count > 0)
 
 
 def batch_key(client_key: Any, batch_index: Any) -> Any:
@@ -303,14 +377,15 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
                  noise: jax.Array | None = None,
                  scales: jax.Array | None = None, *,
                  resident: tuple[jax.Array, jax.Array] | None = None,
-                 num_steps: jax.Array | None = None
+                 num_steps: jax.Array | None = None,
+                 micro_per_batch: int = 1
                  ) -> tuple[ServerState, RoundOutput]:
   """`dp_fedavg_round` on clients packed into lanes; jit-able.
 
   Each lane is a loop over its batches (the first `num_steps`, a traced
   int32 scalar, or all of them), vmapped over the lanes: a layout longer
   than the round's lanes costs no local steps, so one compiled round serves
-  every round of a run (`packing.run_lanes`). A client's first batch
+  every round of a run (`packing.run_layout`). A client's first batch
   restarts the model and the client optimizer from the server's; after its
   last batch its update (initial - trained, zeroed if not finite) is clipped
   and added to the lane's sum, and its unclipped indicator counted.
@@ -322,13 +397,19 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
     slot_keys: the clients' dropout keys by `RoundBatches` slot
       (`client_keys`), so a client's batches get the keys 'loop' gives them.
     noise, scales: as `server_round`.
+    micro_per_batch: g, static: `packed` holds micro-batches, g to a batch
+      (`data.micro_batches`; its `batch_index` is the micro-batch's index
+      within its client). A client's micro-batches accumulate their
+      gradients (`micro_batch_gradient`) and the optimizer steps after each
+      batch's last one, as `accumulated_step`; 1: every packed batch is a
+      whole batch and takes its own `local_step`.
   """
   clip = state.clip
   initial_optimizer_state = client_optimizer.init(state.params)
   flat, _ = ravel_pytree(state.params)
 
   def step(carry, batch):
-    weights, optimizer_state, clipped_sum, unclipped_sum = carry
+    weights, optimizer_state, accumulated, clipped_sum, unclipped_sum = carry
     x, y, mask, slot, index, start, end = batch
 
     def restart(initial, current):
@@ -338,14 +419,31 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
     optimizer_state = _tree_map(restart, initial_optimizer_state,
                                 optimizer_state)
     dropout_key = batch_key(slot_keys[slot], index) if client_dropout else None
-    weights, optimizer_state = local_step(loss_fn, client_optimizer, weights,
-                                          optimizer_state, x, y, mask,
+    if micro_per_batch == 1:
+      weights, optimizer_state = local_step(loss_fn, client_optimizer,
+                                            weights, optimizer_state, x, y,
+                                            mask, dropout_key)
+    else:
+      # A batch's first micro-batch starts its sums; its last (or the
+      # client's last) takes the step.
+      first = index % micro_per_batch == 0
+      grads, count = micro_batch_gradient(loss_fn, weights, x, y, mask,
                                           dropout_key)
+      total, counted = accumulated
+      total = _tree_map(lambda s, g: jnp.where(first, 0.0, s) + g, total,
+                        grads)
+      counted = jnp.where(first, 0.0, counted) + count
+      last = (end > 0) | (index % micro_per_batch == micro_per_batch - 1)
+      weights, optimizer_state = _apply_gradient(
+          client_optimizer, weights, optimizer_state, total,
+          jnp.where(last, counted, 0.0))
+      accumulated = (total, counted)
     clipped, norm = clip_by_global_norm(finite_delta(state.params, weights),
                                         clip)
     clipped_sum = clipped_sum + end * ravel_pytree(clipped)[0]
     unclipped_sum = unclipped_sum + end * ((norm <= clip) - 0.5)
-    return (weights, optimizer_state, clipped_sum, unclipped_sum), None
+    return (weights, optimizer_state, accumulated, clipped_sum,
+            unclipped_sum), None
 
   kind = type(packed)
   fields = tuple(getattr(packed, f.name) for f in dataclasses.fields(kind))
@@ -366,11 +464,13 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
                           lane_packed.batch_index[i], lane_packed.start[i],
                           lane_packed.end[i]))[0]
 
-    carry = (state.params, initial_optimizer_state, jnp.zeros_like(flat),
-             jnp.zeros((), jnp.float32))
+    accumulated = (None if micro_per_batch == 1 else
+                   (_tree_map(jnp.zeros_like, state.params),
+                    jnp.zeros((), jnp.float32)))
+    carry = (state.params, initial_optimizer_state, accumulated,
+             jnp.zeros_like(flat), jnp.zeros((), jnp.float32))
     steps = lane_packed.slot.shape[0] if num_steps is None else num_steps
-    _, _, clipped_sum, unclipped_sum = jax.lax.fori_loop(0, steps, body,
-                                                         carry)
+    *_, clipped_sum, unclipped_sum = jax.lax.fori_loop(0, steps, body, carry)
     return clipped_sum, unclipped_sum
 
   clipped_sums, unclipped_sums = jax.vmap(lane)(*fields)

@@ -8,7 +8,7 @@ work is the lanes' empty tail batches only. Lanes are filled by
 first-fit-decreasing bin packing; the lane length is the smallest one (the
 most lanes, so the most parallelism) whose padded work stays within a bound.
 
-A run compiles its round once (`run_lanes`): the number of lanes is fixed
+A run compiles its round once (`run_lanes`, `run_layout`): the number of lanes is fixed
 for the whole run, the most whose padded work over the run's rounds stays
 within the bound, and each round's lanes are only as long as its clients
 need at that width (`lane_capacity`: the round's loop trip count), up to the
@@ -16,17 +16,21 @@ run's longest. The bound is on processed over real examples (what
 `run_stats.RunStats` and `benchmarks.paper_scale` report) when the rounds'
 examples are given: a client's partial last batch is padding too (3.8% of
 an EMNIST round's batches), so a bound on batches alone let a run process
-1.143 x 1.038 = 1.19x its examples.
+1.143 x 1.038 = 1.19x its examples. Where partial batches dominate (small
+clients), `run_layout` also cuts batches into micro-batches: the counts
+these functions pack are then micro-batches.
 """
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from one_shot_epe import validation
 
-__all__ = ['MAX_PADDING_RATIO', 'first_fit_decreasing', 'lane_capacity',
-           'lane_layout', 'padding_ratio', 'run_lanes']
+__all__ = ['MAX_PADDING_RATIO', 'RunLayout', 'first_fit_decreasing',
+           'lane_capacity', 'lane_layout', 'padding_ratio', 'run_lanes',
+           'run_layout']
 # Rounds `run_lanes` samples to choose a run's lane count.
 _SAMPLED_ROUNDS = 512
 
@@ -121,6 +125,72 @@ def lane_capacity(batch_counts: Sequence[int], num_lanes: int) -> int:
   while len(first_fit_decreasing(counts, length)) > num_lanes:
     length += 1
   return length
+
+
+class RunLayout(NamedTuple):
+  """A run's compiled 'vmap' layout (`run_layout`).
+
+  Attributes:
+    micro_batch: examples per local step; it divides the batch size, and a
+      batch of more takes its step after its micro-batches' gradients add up
+      (`fedavg.packed_round`).
+    lanes: the lane count.
+    lane_length: the longest lane, in micro-batches.
+  """
+  micro_batch: int
+  lanes: int
+  lane_length: int
+
+
+def run_layout(round_examples: Sequence[Sequence[int]], batch_size: int, *,
+               lane_multiple: int = 1,
+               max_ratio: float = MAX_PADDING_RATIO) -> RunLayout:
+  """The micro-batch and lanes of a run's rounds: the fewest sequential steps.
+
+  A client's partial last batch is padding at full batch size; a round of
+  small clients (Shakespeare's roles: median 13 examples, batches of 16)
+  pads 1.33x whatever its lanes. Cutting batches into micro-batches of m
+  (a divisor of the batch size) pads each client to a multiple of m
+  instead, at the price of b / m steps per full batch. For every m, the
+  lanes are `run_lanes`' (bounded on processed / real examples); the m
+  whose rounds then loop over the fewest micro-batches in all, among those
+  within `max_ratio`, wins (ties: the larger m; none within it: the least
+  padding). Whole batches (m = batch size) win on EMNIST's and
+  StackOverflow's client sizes, micro-batches of 4 on Shakespeare's
+  (`benchmarks/packing.py`).
+
+  Args:
+    round_examples: each round's clients' examples (>= 0 each).
+    batch_size: examples per batch.
+    lane_multiple: the lane count is a multiple of this (devices).
+    max_ratio: the bound on processed / real examples (>= 1).
+
+  Returns:
+    The run's layout.
+
+  Raises:
+    ValueError: `batch_size` or `lane_multiple` < 1, or `max_ratio` < 1.
+  """
+  batch_size = validation.check_int('batch_size', batch_size, low=1)
+  rounds = [np.asarray(e, np.int64) for e in round_examples] or [
+      np.zeros(1, np.int64)]
+  step = max(1, len(rounds) // _SAMPLED_ROUNDS)
+  real = max(float(sum(e.sum() for e in rounds[::step])), 1.0)
+  best = None
+  for micro in (m for m in range(batch_size, 0, -1) if batch_size % m == 0):
+    counts = [np.maximum(-(-e // micro), 1) for e in rounds]
+    lanes, length = run_lanes(counts, lane_multiple=lane_multiple,
+                              max_ratio=max_ratio,
+                              real_batches=[max(e.sum(), 1) / micro
+                                            for e in rounds])
+    steps = sum(lane_capacity(c, lanes) for c in counts[::step])
+    ratio = sum(lanes * lane_capacity(c, lanes) for c in counts[::step]
+                ) * micro / real
+    # Within the bound first, then the fewest steps, then the least padding.
+    rank = (ratio > max_ratio, steps if ratio <= max_ratio else ratio)
+    if best is None or rank < best[0]:
+      best = (rank, RunLayout(micro, lanes, length))
+  return best[1]
 
 
 def run_lanes(round_counts: Sequence[Sequence[int]], *, lane_multiple: int = 1,

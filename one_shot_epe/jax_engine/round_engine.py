@@ -15,12 +15,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from one_shot_epe import validation
 from one_shot_epe.data import client_arrays
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
+from one_shot_epe.jax_engine import loop_rounds
 from one_shot_epe.jax_engine import optimizers
 from one_shot_epe.jax_engine import packing
 from one_shot_epe.design import canary_spec
@@ -58,18 +58,16 @@ class RoundEngine:
     `devices` (default `jax.devices()`), local steps a loop. The number of
     client slots must be a multiple of the number of devices (`num_slots`).
     One computation per (lanes, lane length) layout: `fix_layout` sets one
-    for every later round (each looping only over the batches it needs);
+    for every later round (each looping only over the batches it needs;
+    with `set_micro_batch`, over micro-batches, for small clients);
     else a round reuses a compiled layout its clients fit (`_layout`).
     With the split on the devices (`upload`) a round takes
     `data.RoundRows` and sends only its examples' int32 rows; each local
     step gathers its batch there.
-  * 'loop' (the default on CPU, where XLA computes a convolution's weight
-    gradient 15-40x slower inside a loop body than at top level and turns
-    vmapped convolutions into grouped ones): one jitted `local_step` per
-    batch, called from Python client by client, each client's clipped update
-    folded into a running sum by a second jit, and `server_round` as the
-    third. Padding costs nothing: a client runs only its own batches, and
-    empty slots none.
+  * 'loop' (the default on CPU, `loop_rounds.LoopRounds`): one jitted
+    `local_step` per batch, called from Python client by client, each
+    client's clipped update folded into a running sum by a second jit, and
+    `server_round` as the third. A client runs only its own batches.
 
   A program's runs (`run_rounds`) follow the same strategy: 'vmap' adds a
   vmapped run axis to the one computation; 'loop' runs them one after the
@@ -122,8 +120,6 @@ class RoundEngine:
       self._devices = self._devices[:1]
     self.server_optimizer = server_optimizer
     self.config = config
-    self._client_dropout = client_dropout
-    self._client_optimizer = client_optimizer
     mesh = jax.sharding.Mesh(np.asarray(self._devices), (CLIENT_AXIS,))
     self._by_client = jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec(CLIENT_AXIS))
@@ -134,43 +130,29 @@ class RoundEngine:
     self._shapes: set[tuple[str, Any]] = set()
     self._layouts: set[tuple[int, int]] = set()
     self._fixed: tuple[int, int] | None = None
+    self._micro_batch: int | None = None
     self._resident: tuple[jax.Array, jax.Array] | None = None
     self.upload_bytes = 0
 
     def round_fn(state, resident, packed, slot_keys, canary_directions,
-                 canary_mask, key, noise, num_steps, scales=None):
+                 canary_mask, key, noise, num_steps, scales=None,
+                 micro_per_batch=1):
       kind = data.PackedBatches if resident is None else data.PackedRows
       return fedavg.packed_round(
           loss_fn, client_optimizer, server_optimizer, config, canary_clip,
           client_dropout, state, kind(*packed), slot_keys, canary_directions,
           canary_mask, key, noise, scales, resident=resident,
-          num_steps=num_steps)
-
-    def step_fn(weights, state, inputs, labels, example_mask, key):
-      return fedavg.local_step(loss_fn, client_optimizer, weights, state,
-                               inputs, labels, example_mask, key)
-
-    def fold_fn(initial, trained, clip, clipped_sum, unclipped_sum):
-      clipped, norm = fedavg.clip_by_global_norm(
-          fedavg.finite_delta(initial, trained), clip)
-      return (clipped_sum + ravel_pytree(clipped)[0],
-              unclipped_sum + (norm <= clip) - 0.5)
-
-    def server_fn(state, clipped_sum, unclipped_sum, num_clients,
-                  canary_directions, canary_mask, key, noise, scales=None):
-      return fedavg.server_round(server_optimizer, config, canary_clip, state,
-                                 clipped_sum, unclipped_sum, num_clients,
-                                 canary_directions, canary_mask, key, noise,
-                                 scales)
+          num_steps=num_steps, micro_per_batch=micro_per_batch)
 
     def program_fn(states, resident, packed, slot_keys, canary_directions,
-                   canary_masks, keys, noises, num_steps, scales, active):
+                   canary_masks, keys, noises, num_steps, scales, active,
+                   micro_per_batch=1):
 
       def one_run(state, packed, slot_keys, canary_directions, canary_mask,
                   key, noise, scale):
         return round_fn(state, resident, packed, slot_keys,
                         canary_directions, canary_mask, key, noise,
-                        num_steps, scale)
+                        num_steps, scale, micro_per_batch)
 
       new_states, outputs = jax.vmap(one_run)(
           states, packed, slot_keys, canary_directions, canary_masks, keys,
@@ -182,11 +164,11 @@ class RoundEngine:
 
       return _tree_map(keep, new_states, states), outputs
 
-    self._round = jax.jit(round_fn)
-    self._program = jax.jit(program_fn)
-    self._step = jax.jit(step_fn)
-    self._fold = jax.jit(fold_fn)
-    self._server = jax.jit(server_fn)
+    self._round = jax.jit(round_fn, static_argnames='micro_per_batch')
+    self._program = jax.jit(program_fn, static_argnames='micro_per_batch')
+    self._loop = loop_rounds.LoopRounds(
+        loss_fn, client_optimizer, server_optimizer, config, canary_clip,
+        client_dropout, self._note)
 
   @property
   def num_devices(self) -> int:
@@ -259,45 +241,80 @@ class RoundEngine:
     if resident and self._resident is None:
       raise ValueError('batches of rows (data.RoundRows) need the split on '
                        'the device: call upload(arrays) first.')
-    self.upload_bytes = _host_bytes(canary_directions, canary_mask, noise)
+    self.upload_bytes = loop_rounds.host_bytes(canary_directions, canary_mask,
+                                               noise)
     canary_directions = jnp.asarray(canary_directions, jnp.float32)
     canary_mask = jnp.asarray(canary_mask, jnp.float32)
     if self.local_training == 'loop':
-      return self._loop_round(state, batches, canary_directions, canary_mask,
-                              key, noise)
+      self._loop.upload_bytes = self.upload_bytes
+      output = self._loop.round(state, *self._micro_view(batches),
+                                canary_directions, canary_mask, key, noise)
+      self.upload_bytes = self._loop.upload_bytes
+      return output
+    batches, micro_per_batch = self._micro_view(batches)
     (lanes,), lane_batches, steps = self._layout([batches])
     packed = (data.pack_rows if resident else data.pack_batches)(
         batches, lanes, lane_batches)
     fields = tuple(getattr(packed, f.name) for f in dataclasses.fields(packed))
-    self.upload_bytes += _host_bytes(*fields)
+    self.upload_bytes += loop_rounds.host_bytes(*fields)
     sharded = jax.device_put(fields, self._by_client)
     replicated = jax.device_put(
         (fedavg.client_keys(key, slots), canary_directions, canary_mask, key,
          noise, np.int32(steps)), self._replicated)
     split = self._resident if resident else None
-    self._note('round', state, split, sharded, *replicated)
-    return self._round(state, split, sharded, *replicated)
+    self._note('round', state, split, sharded, *replicated, micro_per_batch)
+    return self._round(state, split, sharded, *replicated,
+                       micro_per_batch=micro_per_batch)
 
   def padded_examples(self, batches: data.RoundBatches | data.RoundRows
                       ) -> int:
     """Examples the round's local training processes, padding included.
 
-    'vmap': the packed lanes (`_layout`), lanes x the batches they loop
-    over x batch size; 'loop': each client's non-empty batches at full
-    batch size.
+    'vmap': the packed lanes (`_layout`), lanes x the (micro-)batches they
+    loop over x their size; 'loop': each client's non-empty micro-batches
+    (`set_micro_batch`; whole batches by default) at full size.
     """
+    batches, _ = self._micro_view(batches)
     batch_size = batches.example_mask.shape[2]
     if self.local_training == 'loop':
       return int((batches.example_mask.sum(axis=2) > 0).sum()) * batch_size
     (lanes,), _, steps = self._layout([batches])
     return len(lanes) * steps * batch_size
 
+  def set_micro_batch(self, micro_batch: int | None) -> None:
+    """Local steps on micro-batches of `micro_batch` examples from now on.
+
+    Batches are cut into micro-batches (`data.micro_batches`) whose
+    gradients add up to the batch's before its one optimizer step
+    (`fedavg.accumulated_step`, `packed_round`'s `micro_per_batch`): the
+    same training up to float rounding, a partial batch padded to a
+    multiple of `micro_batch` only. Micro-batch i of a client gets dropout
+    key `batch_key(client key, i)` in both strategies. None (the default):
+    whole batches. `packing.run_layout` picks it for 'vmap'.
+
+    Raises:
+      ValueError: `micro_batch` < 1.
+    """
+    self._micro_batch = (None if micro_batch is None else
+                         validation.check_int('micro_batch', micro_batch,
+                                              low=1))
+
+  def _micro_view(self, batches: data.RoundBatches | data.RoundRows
+                  ) -> tuple[data.RoundBatches | data.RoundRows, int]:
+    """(`batches` cut into the engine's micro-batches, micro-batches a batch)."""
+    per_batch = batches.example_mask.shape[2] // (self._micro_batch or
+                                                  batches.example_mask.shape[2])
+    if per_batch == 1:
+      return batches, 1
+    return data.micro_batches(batches, self._micro_batch), per_batch
+
   def fix_layout(self, num_lanes: int, lane_batches: int) -> None:
     """Compiles every later round for `num_lanes` lanes of `lane_batches`.
 
     A round then loops only over the batches its clients need at that width
     (`packing.lane_capacity`): one compiled round for a whole run whose
-    rounds all fit (`packing.run_lanes`).
+    rounds all fit (`packing.run_layout`). With micro-batches
+    (`set_micro_batch`), lengths count micro-batches.
 
     Raises:
       ValueError: local training is not 'vmap', or `num_lanes` is not a
@@ -408,12 +425,17 @@ class RoundEngine:
       ValueError: rows without `upload`.
     """
     if self.local_training == 'loop':
-      return self._loop_program(states, runs, canary_directions,
-                                canary_masks, keys, noises, scales, active)
+      output = self._loop.program(
+          states, [self._micro_view(batches) for batches in runs],
+          canary_directions, canary_masks, keys, noises, scales, active)
+      self.upload_bytes = self._loop.upload_bytes
+      return output
     resident = isinstance(runs[0], data.RoundRows)
     if resident and self._resident is None:
       raise ValueError('batches of rows (data.RoundRows) need the split on '
                        'the device: call upload(arrays) first.')
+    micro_per_batch = self._micro_view(runs[0])[1]
+    runs = [self._micro_view(batches)[0] for batches in runs]
     layouts, lane_batches, steps = self._layout(runs)
     pack = data.pack_rows if resident else data.pack_batches
     packed = [pack(batches, lanes, lane_batches)
@@ -428,7 +450,7 @@ class RoundEngine:
         for key, batches in zip(keys, runs)])
     host = (fields, np.stack(canary_masks).astype(np.float32),
             np.asarray(scales, np.float32), np.asarray(active, bool))
-    self.upload_bytes = _host_bytes(*fields, *host[1:])
+    self.upload_bytes = loop_rounds.host_bytes(*fields, *host[1:])
     sharded = jax.device_put(fields, self._runs_by_client)
     replicated = jax.device_put(
         (slot_keys, jnp.stack([jnp.asarray(d, jnp.float32)
@@ -436,126 +458,23 @@ class RoundEngine:
          jnp.stack(keys), None if noises is None else jnp.stack(noises),
          np.int32(steps), host[2], host[3]), self._replicated)
     resident_split = self._resident if resident else None
-    self._note('program', states, sharded, *replicated)
-    return self._program(states, resident_split, sharded, *replicated)
+    self._note('program', states, sharded, *replicated, micro_per_batch)
+    return self._program(states, resident_split, sharded, *replicated,
+                         micro_per_batch=micro_per_batch)
 
   def program_padded_examples(
       self, runs: Sequence[data.RoundBatches | data.RoundRows]) -> int:
     """Examples a `run_rounds` call processes, padding included."""
     if self.local_training == 'loop':
       return sum(self.padded_examples(batches) for batches in runs)
+    runs = [self._micro_view(batches)[0] for batches in runs]
     layouts, _, steps = self._layout(runs)
     return len(runs) * len(layouts[0]) * steps * runs[0].example_mask.shape[2]
 
   def round_cost(self, state: fedavg.ServerState, batches: data.RoundBatches,
                  canary_directions: np.ndarray, canary_mask: np.ndarray,
                  key: jax.Array) -> dict[str, float]:
-    """XLA's own cost analysis of one round: {'flops', 'bytes accessed'}.
-
-    Summed over the round's computations as the 'loop' strategy runs them
-    (one local step per real batch, a fold per client, the server step), so
-    no loop body is counted once for all its trips. For roofline predictions
-    on hardware that is not here (`benchmarks/accelerator_round.py`).
-    """
-    keys = fedavg.client_keys(key, batches.client_mask.shape[0])
-    flat, _ = ravel_pytree(state.params)
-    optimizer_state = self._client_optimizer.init(state.params)
-    zero = jnp.zeros((), jnp.float32)
-    total = {'flops': 0.0, 'bytes accessed': 0.0}
-
-    def add(function, count, *args):
-      cost = function.lower(*args).compile().cost_analysis()
-      cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-      for name in total:
-        total[name] += count * float(cost.get(name, 0.0))
-
-    steps = int((batches.example_mask.sum(axis=2) > 0).sum())
-    clients = int((batches.client_mask > 0).sum())
-    add(self._step, steps, state.params, optimizer_state,
-        batches.inputs[0, 0], batches.labels[0, 0], batches.example_mask[0, 0],
-        fedavg.batch_key(keys[0] if self._client_dropout else None, 0))
-    add(self._fold, clients, state.params, state.params, state.clip,
-        jnp.zeros_like(flat), zero)
-    add(self._server, 1, state, jnp.zeros_like(flat), zero, zero,
-        jnp.asarray(canary_directions, jnp.float32),
-        jnp.asarray(canary_mask, jnp.float32), key, None)
-    return total
-
-  def _loop_program(self, states: fedavg.ServerState,
-                    runs: Sequence[data.RoundBatches],
-                    canary_directions: Sequence[jax.Array],
-                    canary_masks: Sequence[np.ndarray],
-                    keys: Sequence[jax.Array],
-                    noises: Sequence[jax.Array] | None,
-                    scales: np.ndarray, active: np.ndarray
-                    ) -> tuple[fedavg.ServerState, fedavg.RoundOutput]:
-    """`run_rounds` for 'loop': the active runs' rounds one after another.
-
-    An inactive run keeps its state; its output repeats an active run's.
-    """
-    new_states, outputs = [], []
-    uploaded = 0
-    scales = np.asarray(scales, np.float32)
-    for run, batches in enumerate(runs):
-      state = fedavg.run_state(states, run)
-      if not active[run]:
-        new_states.append(state)
-        outputs.append(None)
-        continue
-      noise = None if noises is None else noises[run]
-      self.upload_bytes = _host_bytes(canary_directions[run],
-                                      canary_masks[run], noise, scales[run])
-      state, output = self._loop_round(
-          state, batches, jnp.asarray(canary_directions[run], jnp.float32),
-          jnp.asarray(canary_masks[run], jnp.float32), keys[run], noise,
-          scales[run])
-      uploaded += self.upload_bytes
-      new_states.append(state)
-      outputs.append(output)
-    some = next(output for output in outputs if output is not None)
-    self.upload_bytes = uploaded
-    return (fedavg.stack_states(new_states),
-            fedavg.stack_states([some if output is None else output
-                                 for output in outputs]))
-
-  def _loop_round(self, state: fedavg.ServerState, batches: data.RoundBatches,
-                  canary_directions: jax.Array, canary_mask: jax.Array,
-                  key: jax.Array, noise: jax.Array | None,
-                  scales: np.ndarray | None = None
-                  ) -> tuple[fedavg.ServerState, fedavg.RoundOutput]:
-    """The 'loop' round: each client's real batches, one jitted step each.
-
-    `scales`: as `fedavg.server_round`'s, or None for the engine's config.
-    """
-    slots = batches.client_mask.shape[0]
-    keys = fedavg.client_keys(key, slots)
-    flat, _ = ravel_pytree(state.params)
-    clipped_sum = jnp.zeros_like(flat)
-    unclipped_sum = jnp.zeros((), jnp.float32)
-    initial_optimizer_state = self._client_optimizer.init(state.params)
-    present = np.flatnonzero(batches.client_mask > 0)
-    batch_counts = batches.example_mask.sum(axis=2) > 0
-    for slot in present:
-      weights, optimizer_state = state.params, initial_optimizer_state
-      client_key = keys[slot] if self._client_dropout else None
-      for batch in np.flatnonzero(batch_counts[slot]):
-        args = (weights, optimizer_state, batches.inputs[slot, batch],
-                batches.labels[slot, batch],
-                batches.example_mask[slot, batch],
-                fedavg.batch_key(client_key, batch))
-        self.upload_bytes += _host_bytes(*args[2:5])
-        self._note('step', *args)
-        weights, optimizer_state = self._step(*args)
-      args = (state.params, weights, state.clip, clipped_sum, unclipped_sum)
-      self._note('fold', *args)
-      clipped_sum, unclipped_sum = self._fold(*args)
-    args = (state, clipped_sum, unclipped_sum,
-            jnp.asarray(present.size, jnp.float32), canary_directions,
-            canary_mask, key, noise, scales)
-    self._note('server', *args)
-    return self._server(*args)
-
-
-def _host_bytes(*arrays: Any) -> int:
-  """Bytes of the host (numpy) arrays among `arrays`: what goes to the device."""
-  return sum(int(x.nbytes) for x in arrays if isinstance(x, np.ndarray))
+    """XLA's cost analysis of one round, 'loop' computations
+    (`loop_rounds.LoopRounds.cost`): {'flops', 'bytes accessed'}."""
+    return self._loop.cost(state, batches, canary_directions, canary_mask,
+                           key)

@@ -14,7 +14,7 @@ taken the same way.
 The round's computations are compiled once for the run: the client slots are
 fixed to the run's largest cohort and, for 'vmap' local training, the lanes to
 one layout chosen from all the run's rounds before the first
-(`packing.run_lanes`, `round_engine.RoundEngine.fix_layout`), each round
+(`packing.run_layout`, `round_engine.RoundEngine.fix_layout`), each round
 looping only over the batches it needs; `run_stats.RunStats` counts the
 compilations, their seconds, the padding and the bytes sent to the device. With
 'vmap' local training the training split is put on the device once
@@ -288,21 +288,12 @@ class _RunLoop:
         rng=np.random.default_rng([plan.seed, t]), num_slots=self.slots,
         max_batches=bucket if engine.local_training == 'vmap' else None)
 
-  def round_counts(self, train_data: client_arrays.ClientArrays
-                   ) -> tuple[list[np.ndarray], list[float]]:
-    """Every round's clients' local batches, and its examples in batches.
-
-    The batches as `data.slot_batch_counts` counts them; the examples over
-    the batch size are the round's real work (`packing.run_lanes`).
-    """
-    plan = self.plan
-    examples = _examples_used(plan, train_data)
-    batches = np.maximum(-(-examples // plan.batch_size), 1)
-    rounds = [np.asarray(plan.sampler.indices(t), np.int64)
-              for t in range(plan.total_rounds)]
-    return ([batches[clients] for clients in rounds],
-            [max(float(examples[clients].sum()), 1.0) / plan.batch_size
-             for clients in rounds])
+  def round_examples(self, train_data: client_arrays.ClientArrays
+                     ) -> list[np.ndarray]:
+    """Every round's clients' examples (`packing.run_layout`)."""
+    examples = _examples_used(self.plan, train_data)
+    return [examples[np.asarray(self.plan.sampler.indices(t), np.int64)]
+            for t in range(self.plan.total_rounds)]
 
   def inputs(self, t: int, canary_slots: int
              ) -> tuple[jax.Array, np.ndarray, jax.Array, jax.Array | None]:
@@ -455,10 +446,11 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
   loops = [_RunLoop(run, engine, model, train_data) for run in runs]
   if engine.local_training == 'vmap':
     # One layout for every round of every run: one compile.
-    counts, real = zip(*[loop.round_counts(train_data) for loop in loops])
-    engine.fix_layout(*packing.run_lanes(
-        [c for run in counts for c in run], lane_multiple=engine.num_devices,
-        real_batches=[r for run in real for r in run]))
+    layout = packing.run_layout(
+        [e for loop in loops for e in loop.round_examples(train_data)],
+        runs[0].plan.batch_size, lane_multiple=engine.num_devices)
+    engine.set_micro_batch(layout.micro_batch)
+    engine.fix_layout(layout.lanes, layout.lane_length)
   total_rounds = runs[0].plan.total_rounds
   first = min(loop.resumed_from for loop in loops)
   canary_slots = max(loop.canary_slots for loop in loops)
