@@ -159,7 +159,7 @@ def _rdp_epsilon(event: dp_accounting.DpEvent, delta: float,
 def _pld_epsilon(noise_multiplier: float, delta: float) -> float:
   """dp_accounting's PLD of one Gaussian event (sensitivity 1)."""
   accountant = dp_accounting.pld.PLDAccountant(
-      value_discretization_interval=1e-5)
+      value_discretization_interval=1e-4)
   accountant.compose(dp_accounting.GaussianDpEvent(noise_multiplier))
   return accountant.get_epsilon(delta)
 
