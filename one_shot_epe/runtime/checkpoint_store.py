@@ -37,7 +37,16 @@ class CheckpointStore(Protocol):
     """The rounds of the complete checkpoints, ascending ([] if none)."""
 
   def latest(self) -> int | None:
-    """The newest complete checkpoint's round, None if there is none."""
+    """The newest complete checkpoint's round, None if there is none.
+
+    The one definition, from `rounds()`, for the stores that subclass this
+    protocol.
+
+    Returns:
+      The largest of `rounds()`, or None.
+    """
+    found = self.rounds()
+    return found[-1] if found else None
 
   def verify(self) -> None:
     """Raises `CheckpointError` unless the newest checkpoint can be resumed.

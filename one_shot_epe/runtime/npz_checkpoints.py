@@ -23,7 +23,7 @@ __all__ = ['NpzCheckpoints']
 _FILE = re.compile(r'^round_(\d{8})\.npz$')
 
 
-class NpzCheckpoints:
+class NpzCheckpoints(checkpoint_store.CheckpointStore):
   """The .npz checkpoints of a run in `directory`; all are kept.
 
   Attributes:
@@ -55,15 +55,6 @@ class NpzCheckpoints:
       return []
     return sorted(int(match.group(1)) for match in map(
         _FILE.match, os.listdir(self.directory)) if match)
-
-  def latest(self) -> int | None:
-    """The newest checkpoint's round, None if there is none.
-
-    Returns:
-      The largest of `rounds()`, or None.
-    """
-    found = self.rounds()
-    return found[-1] if found else None
 
   def verify(self) -> None:
     """Raises CheckpointError unless every array of the newest reads back.

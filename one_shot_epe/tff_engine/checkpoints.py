@@ -157,7 +157,7 @@ def verify_latest(directory: str) -> int | None:
   return latest
 
 
-class ProgramStateCheckpoints:
+class ProgramStateCheckpoints(checkpoint_store.CheckpointStore):
   """The TFF engine's checkpoints: TFF program state, round 0 and the last two.
 
   A `checkpoint_store.CheckpointStore` (plain `save(state, round_num)` and
@@ -192,15 +192,6 @@ class ProgramStateCheckpoints:
       The round numbers N of the `program_state_N` directories (`versions`).
     """
     return versions(self.directory)
-
-  def latest(self) -> int | None:
-    """The newest complete version, None if there is none.
-
-    Returns:
-      The largest of `rounds()`, or None.
-    """
-    found = self.rounds()
-    return found[-1] if found else None
 
   def verify(self) -> None:
     """Raises CheckpointError if the newest version is damaged or too old.
