@@ -184,8 +184,7 @@ def run_layout(round_examples: Sequence[Sequence[int]], batch_size: int, *,
                               real_batches=[max(e.sum(), 1) / micro
                                             for e in rounds])
     steps = sum(lane_capacity(c, lanes) for c in counts[::step])
-    ratio = sum(lanes * lane_capacity(c, lanes) for c in counts[::step]
-                ) * micro / real
+    ratio = lanes * steps * micro / real
     # Within the bound first, then the fewest steps, then the least padding.
     rank = (ratio > max_ratio, steps if ratio <= max_ratio else ratio)
     if best is None or rank < best[0]:

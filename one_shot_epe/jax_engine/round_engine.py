@@ -434,8 +434,8 @@ class RoundEngine:
     if resident and self._resident is None:
       raise ValueError('batches of rows (data.RoundRows) need the split on '
                        'the device: call upload(arrays) first.')
-    micro_per_batch = self._micro_view(runs[0])[1]
-    runs = [self._micro_view(batches)[0] for batches in runs]
+    views = [self._micro_view(batches) for batches in runs]
+    runs, micro_per_batch = [view for view, _ in views], views[0][1]
     layouts, lane_batches, steps = self._layout(runs)
     pack = data.pack_rows if resident else data.pack_batches
     packed = [pack(batches, lanes, lane_batches)

@@ -1,0 +1,74 @@
+"""Whole batches against micro-batches in the CPU's 'loop' round (Shakespeare).
+
+`packing.run_layout` cuts a 'vmap' run's batches into micro-batches where
+partial batches dominate (Shakespeare: steps of 4 examples). Whether the
+CPU's 'loop' strategy should too is measured here: the same rounds of 20
+real roles (at most 64 examples each, batches of 16, the config's LSTM and
+optimizers) on `RoundEngine(local_training='loop')` with whole batches (the
+baseline) and with micro-batches of 8 and 4 (`set_micro_batch`), each
+engine timed over the same rounds after one compiling round, in one run.
+Prints each setting's median round, padding (processed / real examples) and
+its ratio to whole batches.
+
+  .venv-jax/bin/python -m benchmarks.micro_batch_round [rounds]
+"""
+
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def main(argv: list[str]) -> None:
+  """Prints the rounds' medians and ratios; argv[1]: timed rounds (4)."""
+  # pylint: disable=g-import-not-at-top
+  import jax
+  from one_shot_epe.data import shakespeare
+  from one_shot_epe.design import canary_spec
+  from one_shot_epe.jax_engine import compat
+  from one_shot_epe.jax_engine import data
+  from one_shot_epe.jax_engine import models
+  from one_shot_epe.jax_engine import optimizers
+  from one_shot_epe.jax_engine import round_engine
+  # pylint: enable=g-import-not-at-top
+  rounds = int(argv[1]) if len(argv) > 1 else 4
+  train, _ = shakespeare.client_arrays_of(shakespeare.load())
+  model = models.InVocabWordLstm(vocab_size=10_000)
+  config = canary_spec.DPAggregation(noise_multiplier=0.0,
+                                     clients_per_round=20.0, initial_clip=1.0)
+  cohorts = [np.random.default_rng(t).choice(len(train.client_ids), 20,
+                                             replace=False)
+             for t in range(rounds + 1)]
+  baseline = None
+  print(f'{"step":>6}{"median round (s)":>18}{"padding":>9}'
+        f'{"/ whole batches":>17}')
+  for micro in (None, 8, 4):
+    engine = round_engine.RoundEngine(
+        model.loss, optimizers.Optimizer('sgd', 1.0),
+        optimizers.Optimizer('sgdm', 0.56, momentum=0.9), config,
+        client_dropout=False, local_training='loop')
+    engine.set_micro_batch(micro)
+    state = engine.init_state(model.init(compat.prng_key(0)))
+    seconds, padded, real = [], 0, 0
+    for t, clients in enumerate(cohorts):
+      batches = data.client_batches(
+          train, clients, batch_size=16, epochs=1, max_examples=64,
+          rng=np.random.default_rng(t), num_slots=20, max_batches=4)
+      start = time.perf_counter()
+      state, output = engine(state, batches,
+                             np.zeros((1, model.num_parameters()), np.float32),
+                             np.zeros(1, np.float32), compat.prng_key(t))
+      jax.block_until_ready(output.aggregate)
+      if t:  # Round 0 compiles.
+        seconds.append(time.perf_counter() - start)
+        padded += engine.padded_examples(batches)
+        real += int(batches.example_mask.sum())
+    median = statistics.median(seconds)
+    baseline = baseline or median
+    print(f'{micro or 16:>6}{median:>18.3f}{padded / real:>9.3f}'
+          f'{median / baseline:>17.3f}')
+
+
+if __name__ == '__main__':
+  main(sys.argv)
