@@ -114,7 +114,16 @@ _FLAGS = types.SimpleNamespace()
 
 
 def launcher_run(task: str) -> round_timing.LauncherRun:
-  """The run both engines make of `task` (one compiling round, then more)."""
+  """The run both engines make of `task` (one compiling round, then more).
+
+  Args:
+    task: 'emnist', 'stackoverflow' or 'shakespeare' (a key of `_SETTINGS`).
+
+  Returns:
+    The launcher run: the task's paper optimizers, --clients per round,
+    --rounds + 1 rounds, --num_canaries seen and as many unseen, and the
+    task's per-round example cap (none for EMNIST).
+  """
   caps = {
       'stackoverflow': _FLAGS.so_cap.value,
       'shakespeare': _FLAGS.shakespeare_cap.value
@@ -133,7 +142,18 @@ def launcher_run(task: str) -> round_timing.LauncherRun:
 
 
 def time_jax(task: str) -> dict[str, object]:
-  """The JAX engine's figures, from a child in the JAX environment."""
+  """The JAX engine's figures, from a child in the JAX environment.
+
+  The child (`round_timing.jax_child`, interpreter --jax_python) gets this
+  process's flags less --json, --child, --tasks and --engines, plus
+  --child=`task`.
+
+  Args:
+    task: the task to time, as `launcher_run` takes it.
+
+  Returns:
+    The figures `run_child` printed in the child.
+  """
   argv = [arg for arg in sys.argv[1:] if not arg.startswith(
       ('--json', '--child', '--tasks', '--engines'))]
   return round_timing.jax_child('benchmarks.accelerator_round',
@@ -142,7 +162,17 @@ def time_jax(task: str) -> dict[str, object]:
 
 
 def run_child(task: str) -> dict[str, object]:
-  """In the JAX environment: one run of the launcher's JAX engine."""
+  """In the JAX environment: one run of the launcher's JAX engine.
+
+  Args:
+    task: the task to time, as `launcher_run` takes it.
+
+  Returns:
+    The JAX side's figures (module docstring): jax_round_s, compiles,
+    compile_s, padding ratios, h2d_bytes_per_round, device, the round's
+    FLOPs and bytes, and measured_round_s on an accelerator or
+    predicted_h100_round_s (the roofline) on a CPU.
+  """
   import jax  # pylint: disable=g-import-not-at-top
   run = round_timing.run_jax(launcher_run(task))
   stats, cost = run.stats, run.cost
@@ -166,7 +196,19 @@ def run_child(task: str) -> dict[str, object]:
 
 
 def main(argv: Sequence[str]) -> None:
-  """Times each task on both engines; prints (and writes) the figures."""
+  """Times each task on both engines; prints (and writes) the figures.
+
+  With --child set, this process is the JAX engine's child (`run_child`)
+  and prints only its figures as one JSON line.
+
+  Args:
+    argv: the command line as absl passes it after parsing the flags
+      (unused: the flags say everything).
+
+  Raises:
+    app.UsageError: --tasks names an unknown task, or --engines an engine
+      other than 'jax' and 'tff' (exit code 2).
+  """
   del argv
   if _FLAGS.child.value:
     print(json.dumps(run_child(_FLAGS.child.value)))

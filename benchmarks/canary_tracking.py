@@ -221,6 +221,14 @@ def main(argv: Sequence[str]) -> None:
 
   With --child set, this process is one measurement (run by `_run_child` in
   a fresh subprocess) and prints a single `RESULT <json>` line instead.
+
+  Args:
+    argv: the program's name, then the arguments absl left after parsing
+      the flags (none are accepted).
+
+  Raises:
+    app.UsageError: `argv` holds arguments besides the program's name
+      (exit code 2).
   """
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}', exitcode=2)

@@ -87,7 +87,12 @@ def _state_bytes(mechanism: str, rounds: int, dim: int) -> int:
 
 
 def main(argv: Sequence[str]) -> None:
-  """Times the three mechanisms, measures the noise state, prints JSON."""
+  """Times the three mechanisms, measures the noise state, prints JSON.
+
+  Args:
+    argv: the command line as absl passes it after parsing the flags
+      (unused: the flags say everything).
+  """
   del argv
   result = {
       'rounds': _FLAGS.rounds.value,

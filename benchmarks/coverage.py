@@ -6,7 +6,7 @@ seen and as many unseen canaries, delta = --delta:
 
 * final model (Algorithm 2): the seen canaries' cosines with one release
   rho = sum_j c_j + N(0, sigma^2 I_d), sampled exactly
-  (`gaussian_simulation.simulate_cosines`); the unseen canaries' cosines with
+  (`gaussian_scores.final_model_scores`); the unseen canaries' cosines with
   that release are independent of it, hence draws of the exact null
   (Theorem 3.1: (1 + tau)/2 ~ Beta((d - 1)/2, (d - 1)/2)).
 * all iterates (Algorithm 3): --rounds rounds, each seen canary inserted
@@ -60,10 +60,11 @@ discrete Gaussian's privacy loss distribution (dp_accounting).
 With --mechanism=laplace or mixture, out of the Gaussian family: a canary's
 score is 1 + noise when inserted and noise when not (one release), the
 noise Laplace or a half-half mixture of N(0, s^2) and N(0, (3 s)^2), scaled
-so that the mechanism is exactly (eps, delta)-DP (`laplace_scale`,
-`mixture_scale`); the all-iterates report (empirical null) scores them.
-Bounds that assume a Gaussian mechanism (epsilon_lo_tight_gdp,
-epsilon_one_run_fdp) may fail there; the others must hold.
+so that the mechanism is exactly (eps, delta)-DP
+(`heavy_tailed.laplace_scale`, `heavy_tailed.mixture_scale`); the
+all-iterates report (empirical null) scores them. Bounds that assume a
+Gaussian mechanism (epsilon_lo_tight_gdp, epsilon_one_run_fdp) may fail
+there; the others must hold.
 
   python -m benchmarks.coverage                   # 200 runs per cell, ~10 min
   python -m benchmarks.coverage --runs=20 --json=/tmp/coverage.json
@@ -74,7 +75,6 @@ epsilon_one_run_fdp) may fail there; the others must hold.
 """
 
 import json
-import math
 import time
 import types
 from collections.abc import Sequence
@@ -82,13 +82,13 @@ from collections.abc import Sequence
 import numpy as np
 from absl import app
 from absl import flags
-from scipy import stats
 
+from benchmarks import coverage_cells
 from benchmarks import discrete_gaussian
+from benchmarks import gaussian_scores
+from benchmarks import heavy_tailed
 from one_shot_epe.runtime import command_line
-from one_shot_epe.stats import decorrelation
 from one_shot_epe.stats import estimation
-from one_shot_epe.stats import gaussian_simulation
 from one_shot_epe.reporting import privacy_report
 
 
@@ -142,91 +142,6 @@ def define_flags() -> dict[str, flags.FlagHolder]:
 # The flags' holders once `define_flags` ran (the program's start).
 _FLAGS = types.SimpleNamespace()
 
-BOUNDS = ('epsilon_lo', 'epsilon_one_run', 'epsilon_one_run_fdp',
-          'epsilon_lo_tight_any', 'epsilon_lo_tight_gdp')
-NOMINAL = ('epsilon_lo_paper',)
-ESTIMATES = ('epsilon_est', 'epsilon_est_fitted', 'epsilon_gdp')
-# The mixture noise: N(0, scale^2) or N(0, (MIXTURE_RATIO scale)^2), each
-# with probability 1/2.
-MIXTURE_RATIO = 3.0
-
-
-def laplace_scale(epsilon: float, delta: float) -> float:
-  """b of the sensitivity-1 Laplace mechanism that is exactly (eps, delta)-DP.
-
-  Its privacy profile is delta(eps) = 1 - exp((eps - 1/b) / 2) for eps <=
-  1/b, so 1/b = eps - 2 log(1 - delta).
-  """
-  return 1.0 / (epsilon - 2.0 * math.log1p(-delta))
-
-
-def _mixture_logpdf(x: np.ndarray, scale: float, ratio: float) -> np.ndarray:
-  wide = ratio * scale
-  return np.logaddexp(
-      stats.norm.logpdf(x, scale=scale), stats.norm.logpdf(x, scale=wide)
-  ) - math.log(2.0)
-
-
-def mixture_epsilon(scale: float, delta: float,
-                    ratio: float = MIXTURE_RATIO) -> float:
-  """Exact eps at delta of the sensitivity-1 mechanism with mixture noise.
-
-  delta(eps) = integral of max(p - e^eps q, 0) for p the noise density
-  shifted by 1 and q unshifted (the noise is symmetric, so the other
-  direction gives the same), by the midpoint rule on a grid of step
-  min(scale, 1)/200 over +-(14 ratio scale + 2), beyond which the densities
-  are below 1e-40; eps is the root of delta(eps) = delta (bisection, 1e-10).
-  With ratio 1 it is the Gaussian mechanism's eps.
-  """
-  wide = ratio * scale
-  step = min(scale, 1.0) / 200.0
-  grid = np.arange(-14.0 * wide - 2.0, 14.0 * wide + 2.0, step)
-  log_p = _mixture_logpdf(grid - 1.0, scale, ratio)
-  log_q = _mixture_logpdf(grid, scale, ratio)
-
-  def profile(epsilon: float) -> float:
-    return float(np.sum(np.maximum(np.exp(log_p) - np.exp(log_q + epsilon),
-                                   0.0)) * step)
-
-  low, high = 0.0, 1.0
-  while profile(high) > delta:
-    low, high = high, 2.0 * high
-  while high - low > 1e-10:
-    middle = 0.5 * (low + high)
-    low, high = (middle, high) if profile(middle) > delta else (low, middle)
-  return high
-
-
-def mixture_scale(epsilon: float, delta: float) -> float:
-  """The mixture's scale whose exact eps at delta is `epsilon` (bisection)."""
-  low, high = 1e-3, 1e3  # eps falls as the scale grows.
-  for _ in range(60):
-    middle = math.sqrt(low * high)
-    if mixture_epsilon(middle, delta) > epsilon:
-      low = middle
-    else:
-      high = middle
-  return math.sqrt(low * high)
-
-
-def heavy_tailed_scores(rng: np.random.Generator, mechanism: str,
-                        canaries: int, scale: float,
-                        dim: int) -> tuple[np.ndarray, np.ndarray]:
-  """A canary's score: 1 + noise if inserted, noise if not, over sqrt(d).
-
-  The noise is Laplace(scale) or the Gaussian mixture of `scale`; dividing
-  by sqrt(d) keeps the scores inside [-1, 1] without changing any bound (all
-  are invariant to scaling the scores).
-  """
-  if mechanism == 'laplace':
-    noise = rng.laplace(0.0, scale, 2 * canaries)
-  else:
-    noise = scale * rng.standard_normal(2 * canaries) * np.where(
-        rng.random(2 * canaries) < 0.5, 1.0, MIXTURE_RATIO)
-  noise[:canaries] += 1.0
-  scores = noise / math.sqrt(dim)
-  return scores[:canaries], scores[canaries:]
-
 
 def simulate_heavy_tailed(mechanism: str, epsilons: Sequence[float],
                           runs: int, dim: int, canaries: int, delta: float,
@@ -235,9 +150,22 @@ def simulate_heavy_tailed(mechanism: str, epsilons: Sequence[float],
 
   The report is the all-iterates one (empirical null from the unseen
   scores); the mechanism is exactly (eps, delta)-DP (Laplace: b from
-  `laplace_scale`, the truth from dp_accounting's privacy loss distribution;
-  mixture: `mixture_scale`), but not Gaussian, so the 'gdp' bounds and the
-  f-DP one-run certificate lose their premise.
+  `heavy_tailed.laplace_scale`, the truth from dp_accounting's privacy loss
+  distribution; mixture: `heavy_tailed.mixture_scale`), but not Gaussian,
+  so the 'gdp' bounds and the f-DP one-run certificate lose their premise.
+
+  Args:
+    mechanism: 'laplace' or 'mixture'.
+    epsilons: The cells' true eps, each > 0.
+    runs: Simulated runs per cell.
+    dim: d.
+    canaries: k seen and k unseen canaries.
+    delta: delta of every eps.
+    alpha: The bounds hold at 1 - alpha.
+    seed: The simulation's seed.
+
+  Returns:
+    {mechanism: {f'{eps:g}': cell with a 'truth' entry (eps and scale)}}.
   """
   # Imported here: only these cells need it.
   from dp_accounting.pld import privacy_loss_distribution  # pylint: disable=g-import-not-at-top
@@ -245,74 +173,22 @@ def simulate_heavy_tailed(mechanism: str, epsilons: Sequence[float],
   table: dict[str, dict[str, dict]] = {mechanism: {}}
   for epsilon in epsilons:
     if mechanism == 'laplace':
-      scale = laplace_scale(epsilon, delta)
+      scale = heavy_tailed.laplace_scale(epsilon, delta)
       truth = privacy_loss_distribution.from_laplace_mechanism(
           scale, sensitivity=1.0,
           value_discretization_interval=1e-5).get_epsilon_for_delta(delta)
     else:
-      scale = mixture_scale(epsilon, delta)
-      truth = mixture_epsilon(scale, delta)
+      scale = heavy_tailed.mixture_scale(epsilon, delta)
+      truth = heavy_tailed.mixture_epsilon(scale, delta)
     reports = []
     for _ in range(runs):
-      seen, unseen = heavy_tailed_scores(rng, mechanism, canaries, scale, dim)
+      seen, unseen = heavy_tailed.scores(rng, mechanism, canaries, scale, dim)
       reports.append(privacy_report.all_iterates_report(
           seen, unseen, delta, alpha, bootstrap_resamples=20))
     table[mechanism][f'{epsilon:g}'] = dict(
-        cell(reports, truth, alpha), truth={'epsilon': truth, 'scale': scale})
+        coverage_cells.cell(reports, truth, alpha),
+        truth={'epsilon': truth, 'scale': scale})
   return table
-
-
-def final_model_scores(rng: np.random.Generator, dim: int, canaries: int,
-                       sigma: float) -> tuple[np.ndarray, np.ndarray]:
-  """Seen cosines with one Gaussian release; unseen ones from the exact null."""
-  seen = gaussian_simulation.simulate_cosines(dim, canaries, sigma, rng)
-  half = (dim - 1) / 2.0
-  unseen = 2.0 * rng.beta(half, half, canaries) - 1.0
-  return seen, unseen
-
-
-def all_iterates_scores(rng: np.random.Generator, dim: int, canaries: int,
-                        sigma: float,
-                        rounds: int) -> tuple[np.ndarray, np.ndarray]:
-  """Max-over-rounds cosines, each seen canary inserted once (module doc)."""
-  per_round = rng.standard_normal((2 * canaries, rounds))
-  per_round[np.arange(canaries), rng.integers(0, rounds, canaries)] += (
-      1.0 / sigma)
-  maxima = per_round.max(axis=1) / math.sqrt(dim)
-  return maxima[:canaries], maxima[canaries:]
-
-
-def correlated_scores(
-    rng: np.random.Generator, dim: int, canaries: int, scale: float,
-    strategy: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """Seen and unseen statistics under correlated noise (module docstring).
-
-  Args:
-    rng: the simulation's generator.
-    dim: d.
-    canaries: k seen (inserted in round 0) and k unseen.
-    scale: s, the std of Z's entries (clip 1).
-    strategy: C, lower triangular [T, T].
-
-  Returns:
-    {'final', 'all', 'all_decorrelated'}: (seen, unseen) cosines.
-  """
-  inverse = np.linalg.inv(strategy)
-  final_sigma = scale * np.linalg.norm(inverse.sum(axis=0))
-  scores = {'final': final_model_scores(rng, dim, canaries, final_sigma)}
-  rounds = strategy.shape[0]
-  signal = np.zeros((2 * canaries, rounds))
-  signal[:canaries, 0] = 1.0
-  noise = scale * rng.standard_normal((2 * canaries, rounds)) @ inverse.T
-  per_round = (signal + noise) / (scale * np.linalg.norm(inverse, axis=1))
-  maxima = per_round.max(axis=1) / math.sqrt(dim)
-  scores['all'] = (maxima[:canaries], maxima[canaries:])
-  seen, unseen = decorrelation.matched_filter_scores(
-      signal + noise, strategy, [range(canaries)] + [[]] * (rounds - 1),
-      canaries, scale)
-  scores['all_decorrelated'] = (seen / math.sqrt(dim),
-                                unseen / math.sqrt(dim))
-  return scores
 
 
 def simulate_correlated(epsilons: Sequence[float], runs: int, dim: int,
@@ -322,6 +198,20 @@ def simulate_correlated(epsilons: Sequence[float], runs: int, dim: int,
 
   Each cell's eps is the full release's; every threat model is scored
   against its own truth (module docstring), which the cell also holds.
+
+  Args:
+    epsilons: The cells' eps of the full release, each > 0.
+    runs: Simulated runs per cell.
+    dim: d.
+    canaries: k seen (inserted in round 0) and k unseen canaries.
+    strategy: C, lower triangular [T, T] (`gaussian_scores.strategy_matrix`).
+    delta: delta of every eps.
+    alpha: The bounds hold at 1 - alpha.
+    seed: The simulation's seed.
+
+  Returns:
+    {'final', 'all', 'all_decorrelated'}: {f'{eps:g}': cell with a 'truth'
+    entry}.
   """
   rng = np.random.default_rng(seed)
   table: dict[str, dict[str, dict]] = {
@@ -338,7 +228,8 @@ def simulate_correlated(epsilons: Sequence[float], runs: int, dim: int,
     reports: dict[str, list[privacy_report.PrivacyReport]] = {
         name: [] for name in table}
     for _ in range(runs):
-      scores = correlated_scores(rng, dim, canaries, scale, strategy)
+      scores = gaussian_scores.correlated_scores(rng, dim, canaries, scale,
+                                                 strategy)
       seen, unseen = scores['final']
       reports['final'].append(privacy_report.final_model_report(
           seen, dim, delta, alpha, unseen=unseen, bootstrap_resamples=20))
@@ -348,7 +239,7 @@ def simulate_correlated(epsilons: Sequence[float], runs: int, dim: int,
             seen, unseen, delta, alpha, bootstrap_resamples=20))
     for name in table:
       table[name][f'{epsilon:g}'] = dict(
-          cell(reports[name], truths[name], alpha),
+          coverage_cells.cell(reports[name], truths[name], alpha),
           truth={'epsilon': truths[name]})
   return table
 
@@ -413,108 +304,59 @@ def simulate_discrete_gaussian(
     }
     for name in table:
       table[name][f'{epsilon:g}'] = dict(
-          cell(reports[name], truth['epsilon'], alpha), truth=truth)
+          coverage_cells.cell(reports[name], truth['epsilon'], alpha),
+          truth=truth)
   return table
-
-
-def strategy_matrix(mechanism: str, rounds: int) -> np.ndarray:
-  """jax-privacy's C for `rounds` rounds, one participation (needs it)."""
-  # Imported here: jax-privacy is installed only in .venv-jax.
-  from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
-  bounds = correlated_noise.ParticipationBounds(1, 1)
-  strategy = correlated_noise.build_strategy(mechanism, rounds, bounds,
-                                             num_bands=min(4, rounds))
-  index = np.subtract.outer(np.arange(rounds), np.arange(rounds))
-  return np.where(index >= 0, strategy.coefs[np.maximum(index, 0)], 0.0)
-
-
-def cell(reports: Sequence[privacy_report.PrivacyReport], epsilon: float,
-         alpha: float) -> dict[str, dict[str, float]]:
-  """Exceedance shares of the bounds and ratio summaries of the estimates."""
-  runs = len(reports)
-  result: dict[str, dict[str, float]] = {}
-  for name in BOUNDS + NOMINAL:
-    values = np.array([getattr(r, name) for r in reports], dtype=np.float64)
-    share = float(np.mean(values > epsilon))
-    error = math.sqrt(alpha * (1 - alpha) / runs)
-    result[name] = {'share_above_truth': share, 'standard_error': error,
-                    'mean': float(np.mean(values)),
-                    'mean_ratio': float(np.mean(values)) / epsilon,
-                    'holds': share <= alpha + 2 * error}
-  for name in ESTIMATES:
-    ratios = np.array([getattr(r, name) for r in reports]) / epsilon
-    result[name] = {'mean_ratio': float(np.mean(ratios)),
-                    'p95_ratio': float(np.quantile(ratios, 0.95))}
-  return result
 
 
 def simulate(epsilons: Sequence[float], runs: int, dim: int, canaries: int,
              rounds: int, delta: float, alpha: float,
              seed: int) -> dict[str, dict[str, dict]]:
-  """{threat model: {eps: cell}} over `runs` simulations per cell."""
+  """{threat model: {eps: cell}} over `runs` simulations per cell.
+
+  Args:
+    epsilons: The cells' true eps, each > 0.
+    runs: Simulated runs per cell.
+    dim: d.
+    canaries: k seen and k unseen canaries.
+    rounds: T of the all-iterates runs.
+    delta: delta of every eps.
+    alpha: The bounds hold at 1 - alpha.
+    seed: The simulation's seed.
+
+  Returns:
+    {'final', 'all'}: {f'{eps:g}': cell}.
+  """
   rng = np.random.default_rng(seed)
   table: dict[str, dict[str, dict]] = {'final': {}, 'all': {}}
   for epsilon in epsilons:
     sigma = estimation.gaussian_sigma(epsilon, delta)
     final, every = [], []
     for _ in range(runs):
-      seen, unseen = final_model_scores(rng, dim, canaries, sigma)
+      seen, unseen = gaussian_scores.final_model_scores(rng, dim, canaries,
+                                                        sigma)
       final.append(privacy_report.final_model_report(
           seen, dim, delta, alpha, unseen=unseen, bootstrap_resamples=20))
-      seen, unseen = all_iterates_scores(rng, dim, canaries, sigma, rounds)
+      seen, unseen = gaussian_scores.all_iterates_scores(rng, dim, canaries,
+                                                         sigma, rounds)
       every.append(privacy_report.all_iterates_report(
           seen, unseen, delta, alpha, bootstrap_resamples=20))
-    table['final'][f'{epsilon:g}'] = cell(final, epsilon, alpha)
-    table['all'][f'{epsilon:g}'] = cell(every, epsilon, alpha)
+    table['final'][f'{epsilon:g}'] = coverage_cells.cell(final, epsilon,
+                                                         alpha)
+    table['all'][f'{epsilon:g}'] = coverage_cells.cell(every, epsilon, alpha)
   return table
 
 
-def format_table(table: dict[str, dict[str, dict]], runs: int,
-                 alpha: float) -> str:
-  """Markdown: per threat model and eps, bounds' shares above the truth and
-  estimates' mean / 95th-percentile ratios to the truth."""
-  names = {'epsilon_lo': 'ε_lo', 'epsilon_one_run': 'one-run',
-           'epsilon_one_run_fdp': 'one-run f-DP',
-           'epsilon_lo_tight_any': 'tight, any (ε, δ)',
-           'epsilon_lo_tight_gdp': 'tight, μ-GDP',
-           'epsilon_lo_paper': "paper's ε_lo (nominal)",
-           'epsilon_est': 'ε_est', 'epsilon_est_fitted': "paper's ε_est",
-           'epsilon_gdp': 'ε_gdp'}
-  lines = [
-      f'Share of {runs} runs in which a {1 - alpha:.0%} lower bound exceeds '
-      f'the true ε (a bound holds when the share is at most {alpha:g} + 2 '
-      'standard errors; mean bound and mean bound / true ε in brackets), '
-      'and estimate / true ε (mean, 95th percentile):',
-      '',
-      '| threat model | ε | ' + ' | '.join(
-          names[n] for n in BOUNDS + NOMINAL) + ' | ' + ' | '.join(
-              names[n] for n in ESTIMATES) + ' |',
-      '|---|---|' + '---|' * (len(BOUNDS + NOMINAL) + len(ESTIMATES)),
-  ]
-  titles = {'final': 'final model', 'all': 'all iterates',
-            'all_decorrelated': 'all iterates, decorrelated',
-            'laplace': 'Laplace noise', 'mixture': 'Gaussian mixture noise'}
-  for threat in table:
-    title = titles[threat]
-    for epsilon, row in table[threat].items():
-      bounds = ' | '.join(
-          f'{row[n]["share_above_truth"]:.3f} ({row[n]["mean"]:.3g}, '
-          f'{row[n]["mean_ratio"]:.2f})'
-          + ('' if row[n]['holds'] or n in NOMINAL else ' ✗')
-          for n in BOUNDS + NOMINAL)
-      estimates = ' | '.join(
-          f'{row[n]["mean_ratio"]:.2f} / {row[n]["p95_ratio"]:.2f}'
-          for n in ESTIMATES)
-      lines.append(f'| {title} | {epsilon} | {bounds} | {estimates} |')
-  held = all(row[n]['holds'] for rows in table.values()
-             for row in rows.values() for n in BOUNDS)
-  lines += ['', 'Every bound holds at its level in every cell.' if held else
-            'A bound marked ✗ exceeds the truth too often.']
-  return '\n'.join(lines) + '\n'
-
-
 def main(argv: Sequence[str]) -> None:
-  """Simulates every cell, prints the table and its wall time."""
+  """Simulates every cell, prints the table and its wall time.
+
+  Args:
+    argv: The command line left after the flags (the program's name).
+
+  Raises:
+    app.UsageError: exit status 2, for extra arguments, --epsilons that are
+      not positive numbers or a --dg_scale that is not positive.
+  """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
   try:
@@ -553,14 +395,16 @@ def main(argv: Sequence[str]) -> None:
   else:
     table = simulate_correlated(
         epsilons, _FLAGS.runs.value, _FLAGS.dim.value, _FLAGS.canaries.value,
-        strategy_matrix(_FLAGS.mechanism.value, _FLAGS.rounds.value),
+        gaussian_scores.strategy_matrix(_FLAGS.mechanism.value,
+                                        _FLAGS.rounds.value),
         _FLAGS.delta.value, _FLAGS.alpha.value, _FLAGS.seed.value)
   print(
       f'd = {_FLAGS.dim.value}, k = {_FLAGS.canaries.value} seen + '
       f'{_FLAGS.canaries.value} unseen canaries, δ = {_FLAGS.delta.value:g}, '
       f'T = {_FLAGS.rounds.value} rounds (all iterates), seed '
       f'{_FLAGS.seed.value}.\n')
-  print(format_table(table, _FLAGS.runs.value, _FLAGS.alpha.value), end='')
+  print(coverage_cells.format_table(table, _FLAGS.runs.value,
+                                    _FLAGS.alpha.value), end='')
   truths = {(threat, epsilon): row['truth'] for threat, rows in table.items()
             for epsilon, row in rows.items() if 'truth' in row}
   if truths:

@@ -43,6 +43,12 @@ DISCRETIZATION = 1e-4
 def check_sigma(sigma: float) -> float:
   """sigma, the discrete Gaussian's parameter, as a positive finite float.
 
+  Args:
+    sigma: the parameter to check (any real number).
+
+  Returns:
+    `sigma` as a float.
+
   Raises:
     ValueError: naming sigma if it is not positive and finite.
   """
@@ -146,7 +152,16 @@ def discrete_gaussian_epsilon(sensitivity: Sequence[int] | np.ndarray,
 
 def unit_directions(rng: np.random.Generator, count: int,
                     dim: int) -> np.ndarray:
-  """`count` independent rows uniform on the unit sphere S^{dim-1}."""
+  """`count` independent rows uniform on the unit sphere S^{dim-1}.
+
+  Args:
+    rng: the generator the rows are drawn from.
+    count: the number of rows, >= 0.
+    dim: the dimension d >= 1.
+
+  Returns:
+    float64 [count, dim]: normalised standard Gaussian rows.
+  """
   rows = rng.standard_normal((count, dim))
   return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 

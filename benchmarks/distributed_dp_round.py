@@ -86,7 +86,12 @@ def _timed_round(process, state, values) -> tuple[float, object]:
 
 
 def main(argv: Sequence[str]) -> None:
-  """Times both processes round by round; prints the JSON line."""
+  """Times both processes round by round; prints the JSON line.
+
+  Args:
+    argv: the command line as absl passes it after parsing the flags
+      (unused: the flags say everything).
+  """
   del argv
   dim, clients = _FLAGS.dim.value, _FLAGS.clients.value
   per_round = _FLAGS.canaries_per_round.value

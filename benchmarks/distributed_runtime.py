@@ -125,7 +125,15 @@ def _median_seconds(round_fn: tff.Computation, values: list[int],
 
 
 def main(argv: Sequence[str]) -> None:
-  """Prints both contexts' median round times on the same workers, and ratio."""
+  """Prints both contexts' median round times on the same workers, and ratio.
+
+  Args:
+    argv: the program's name, then the arguments absl left after parsing
+      the flags (none are accepted).
+
+  Raises:
+    app.UsageError: `argv` holds arguments besides the program's name.
+  """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   num_workers = _FLAGS.num_workers.value

@@ -135,7 +135,16 @@ def _block_seconds(spec: Any, aggregator_state: Any, dim: int) -> tuple[
 
 
 def main(argv: Sequence[str]) -> None:
-  """Times the interleaved rounds and prints the ratio (module docstring)."""
+  """Times the interleaved rounds and prints the ratio (module docstring).
+
+  Args:
+    argv: the program's name, then the arguments absl left after parsing
+      the flags (none are accepted).
+
+  Raises:
+    app.UsageError: `argv` holds arguments besides the program's name
+      (exit code 2).
+  """
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}', exitcode=2)
   clients, rounds = _FLAGS.clients.value, _FLAGS.rounds.value

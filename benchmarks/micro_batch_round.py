@@ -21,7 +21,12 @@ import numpy as np
 
 
 def main(argv: list[str]) -> None:
-  """Prints the rounds' medians and ratios; argv[1]: timed rounds (4)."""
+  """Prints the rounds' medians and ratios, for whole batches, 8 and 4.
+
+  Args:
+    argv: `sys.argv`: the program's name, then optionally the number of
+      timed rounds (default 4; one more runs first and compiles).
+  """
   # pylint: disable=g-import-not-at-top
   import jax
   from one_shot_epe.data import shakespeare

@@ -70,8 +70,18 @@ def cohort_counts(kind: str, cohort: int, mean: int, seed: int,
                   ) -> tuple[np.ndarray, np.ndarray]:
   """(examples, local batches) of a round of `cohort` realistic clients.
 
-  Client sizes: `client_arrays.client_sizes(kind, ..., 'realistic', seed)`
-  of mean `mean`, capped at `max_examples` (None: no cap).
+  Args:
+    kind: the client-size law, 'emnist' or 'stackoverflow'.
+    cohort: the round's clients, >= 1.
+    mean: the law's mean examples per client.
+    seed: the draw's seed (`client_arrays.client_sizes`).
+    batch_size: examples per local batch, >= 1.
+    max_examples: the most examples a client uses (None: no cap).
+
+  Returns:
+    (examples, local batches), int arrays [cohort]: each client's examples
+    (`client_arrays.client_sizes(kind, cohort, mean, 'realistic', seed)`,
+    capped) and ceil(examples / batch_size), at least 1.
   """
   sizes = client_arrays.client_sizes(kind, cohort, mean, 'realistic', seed)
   if max_examples is not None:
@@ -82,7 +92,20 @@ def cohort_counts(kind: str, cohort: int, mean: int, seed: int,
 def cohort_layout(kind: str, cohort: int, mean: int, seed: int,
                   batch_size: int = _BATCH_SIZE,
                   max_examples: int | None = None) -> CohortLayout:
-  """Both layouts of one round (`cohort_counts`), packed afresh."""
+  """Both layouts of one round (`cohort_counts`), packed afresh.
+
+  Args:
+    kind: the client-size law, 'emnist' or 'stackoverflow'.
+    cohort: the round's clients, >= 1.
+    mean: the law's mean examples per client.
+    seed: the draw's seed.
+    batch_size: examples per local batch, >= 1.
+    max_examples: the most examples a client uses (None: no cap).
+
+  Returns:
+    The round's per-slot and packed (`packing.lane_layout`, whole
+    batches) layouts.
+  """
   sizes, counts = cohort_counts(kind, cohort, mean, seed, batch_size,
                                 max_examples)
   lanes, length = packing.lane_layout(counts)
@@ -97,6 +120,17 @@ def run_layouts(kind: str, cohort: int, mean: int, seeds: Sequence[int],
   """The seeds' rounds (`cohort_counts`) laid out as one run's rounds.
 
   As `layouts_of`.
+
+  Args:
+    kind: the client-size law, 'emnist' or 'stackoverflow'.
+    cohort: each round's clients, >= 1.
+    mean: the law's mean examples per client.
+    seeds: one seed per round, in round order.
+    batch_size: examples per local batch, >= 1.
+    max_examples: the most examples a client uses (None: no cap).
+
+  Returns:
+    The rounds' layouts, one per seed, in order.
   """
   return layouts_of([
       cohort_counts(kind, cohort, mean, seed, batch_size, max_examples)
@@ -130,7 +164,12 @@ def layouts_of(drawn: Sequence[tuple[np.ndarray, np.ndarray]],
 
 
 def main(argv: list[str]) -> None:
-  """Prints the padding of both layouts per kind and cohort; argv[1]: seeds."""
+  """Prints the padding of both layouts per kind and cohort.
+
+  Args:
+    argv: `sys.argv`: the program's name, then optionally the number of
+      seeds (rounds) per cohort (default 10).
+  """
   seeds = int(argv[1]) if len(argv) > 1 else 10
   print(f'{"kind":<14}{"cohort":>7}{"per-slot":>10}{"packed":>8}'
         f'{"lanes":>7}{"length":>8}{"packed/per-slot":>17}'

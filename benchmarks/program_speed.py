@@ -119,7 +119,12 @@ def time_both(configs: Sequence[train_config.TrainConfig],
 
 
 def main(argv: Sequence[str]) -> None:
-  """Times both on this machine's default JAX device and prints them."""
+  """Times both on this machine's default JAX device and prints them.
+
+  Args:
+    argv: the command line as absl passes it after parsing the flags
+      (unused: the flags say everything).
+  """
   del argv
   device = str(jax.devices()[0])  # Starts the backend before any timing.
   with tempfile.TemporaryDirectory() as output_dir:

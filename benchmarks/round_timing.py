@@ -75,7 +75,17 @@ class LauncherRun:
   synthetic: bool = True
 
   def flags(self, root: str) -> list[str]:
-    """The launcher's flags, writing the run to root/bench."""
+    """The launcher's flags, writing the run to root/bench.
+
+    Args:
+      root: the output root (`--root_output_dir`); the run's directory is
+        root/bench.
+
+    Returns:
+      The flags for `experiments.train`, the task's first; evaluation,
+      checkpoint and canary buffer all wait for the last round, so no round
+      but the last pays for them.
+    """
     data = [
         '--use_synthetic_data', '--synthetic_client_sizes=realistic',
         f'--synthetic_num_clients={self.clients * self.rounds}',
@@ -95,7 +105,14 @@ class LauncherRun:
 
 
 def round_seconds(run_dir: str) -> list[float]:
-  """Every round's `training_time_in_seconds` in a run's metrics.csv."""
+  """Every round's `training_time_in_seconds` in a run's metrics.csv.
+
+  Args:
+    run_dir: the run's directory (holding metrics.csv).
+
+  Returns:
+    The seconds of each round with a time, in the file's (round) order.
+  """
   with open(os.path.join(run_dir, 'metrics.csv')) as stream:
     return [float(row['training_time_in_seconds'])
             for row in csv.DictReader(stream)
@@ -103,7 +120,20 @@ def round_seconds(run_dir: str) -> list[float]:
 
 
 def time_tff(run: LauncherRun) -> list[float]:
-  """Every round's seconds of `run` on the TFF engine (first: compiling)."""
+  """Every round's seconds of `run` on the TFF engine (first: compiling).
+
+  Runs `experiments.train --backend=tff` in a subprocess of this interpreter,
+  writing to a temporary directory removed afterwards.
+
+  Args:
+    run: the run to make.
+
+  Returns:
+    Every round's seconds, in round order; the first includes compiling.
+
+  Raises:
+    RuntimeError: the launcher failed (the message ends with its stderr).
+  """
   with tempfile.TemporaryDirectory() as root:
     completed = subprocess.run(
         [sys.executable, '-m', 'experiments.train', '--backend=tff',
@@ -116,7 +146,14 @@ def time_tff(run: LauncherRun) -> list[float]:
 
 
 def median_after_first(seconds: Sequence[float]) -> float:
-  """The median round time, the first (compiling) round left out."""
+  """The median round time, the first (compiling) round left out.
+
+  Args:
+    seconds: every round's seconds, in round order (at least two).
+
+  Returns:
+    The median of seconds[1:].
+  """
   return statistics.median(seconds[1:])
 
 
@@ -124,9 +161,20 @@ def jax_child(module: str, argv: Sequence[str], python: str | None = None,
               env: dict[str, str] | None = None) -> dict[str, Any]:
   """Runs `python -m module *argv` in the JAX environment; its last JSON line.
 
-  `python`: the interpreter (default: .venv-jax's if present, else this
-  one); `env`: variables added to this process's environment (PYTHONPATH:
-  the repository before this process's own).
+  Args:
+    module: the benchmark module to run (e.g. 'benchmarks.accelerator_round').
+    argv: its command-line arguments (its `--child` flag among them).
+    python: the interpreter (default: .venv-jax's if present, else this
+      one).
+    env: variables added to this process's environment (PYTHONPATH: the
+      repository before this process's own).
+
+  Returns:
+    The child's last line of stdout, parsed as JSON.
+
+  Raises:
+    RuntimeError: the child exited non-zero (the message ends with its
+      stderr).
   """
   python = python or (JAX_VENV_PYTHON if os.path.exists(JAX_VENV_PYTHON)
                       else sys.executable)
@@ -164,7 +212,20 @@ class JaxRun:
 
 
 def run_jax(run: LauncherRun, cost_round: int = 1) -> JaxRun:
-  """In the JAX environment: `run` on the launcher's JAX engine."""
+  """In the JAX environment: `run` on the launcher's JAX engine.
+
+  Trains `run` in a temporary directory, then costs round `cost_round` with
+  a fresh 'loop' engine (XLA's cost analysis, with as many canaries
+  inserted as the schedule's busiest round).
+
+  Args:
+    run: the run to make.
+    cost_round: the 0-based round whose cohort is costed (default 1: the
+      first after the compiling one).
+
+  Returns:
+    The run's round seconds, `RunStats`, and the costed round.
+  """
   # pylint: disable=g-import-not-at-top
   import jax
   import numpy as np
@@ -222,8 +283,11 @@ def print_figures(heading: str, figures: Mapping[str, Any],
                   notes: Mapping[str, str]) -> None:
   """Prints a task's figures under `heading`, one per line.
 
-  notes: name prefix -> what to append to the names it starts (what a
-  prediction rests on).
+  Args:
+    heading: the line printed first.
+    figures: figure name -> value (floats printed to 4 significant digits).
+    notes: name prefix -> what to append to the names it starts (what a
+      prediction rests on).
   """
   print(heading)
   for name, value in figures.items():
@@ -234,7 +298,12 @@ def print_figures(heading: str, figures: Mapping[str, Any],
 
 
 def write_json(path: str | None, results: Mapping[str, Any]) -> None:
-  """Writes `results` to `path` as indented JSON (nothing for None)."""
+  """Writes `results` to `path` as indented JSON (nothing for None).
+
+  Args:
+    path: the file to write (overwritten), or None or '' to write nothing.
+    results: JSON-serialisable figures; keys are written sorted.
+  """
   if path:
     with open(path, 'w', encoding='utf-8') as stream:
       json.dump(results, stream, indent=2, sort_keys=True)

@@ -47,7 +47,16 @@ BUDGET_S = 120.0
 
 
 def main(argv: Sequence[str]) -> None:
-  """Prints Table 2, its 'gram' wall time, the 'stream' baseline, the ratio."""
+  """Prints Table 2, its 'gram' wall time, the 'stream' baseline, the ratio.
+
+  Args:
+    argv: the program's name, then the arguments absl left after parsing
+      the flags (none are accepted).
+
+  Raises:
+    app.UsageError: `argv` holds arguments besides the program's name
+      (exit code 2).
+  """
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}', exitcode=2)
   setting = table2.Setting(seed=_FLAGS.seed.value, method='gram')

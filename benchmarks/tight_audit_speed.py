@@ -49,7 +49,15 @@ _DELTA = 1e-6
 
 def best_time(function: Callable[[], float], repeats: int) -> tuple[float,
                                                                     float]:
-  """(value, best wall time in s) of `repeats` calls."""
+  """(value, best wall time in s) of `repeats` calls.
+
+  Args:
+    function: the computation to time, called with no argument.
+    repeats: how many times to call it, >= 1.
+
+  Returns:
+    (the last call's value, the shortest call's wall time in seconds).
+  """
   times, value = [], 0.0
   for _ in range(repeats):
     start = time.perf_counter()
@@ -59,7 +67,16 @@ def best_time(function: Callable[[], float], repeats: int) -> tuple[float,
 
 
 def main(argv: Sequence[str]) -> None:
-  """Times the bounds and prints each with its ratio to the baseline."""
+  """Times the bounds and prints each with its ratio to the baseline.
+
+  Args:
+    argv: the program's name, then the arguments absl left after parsing
+      the flags (none are accepted).
+
+  Raises:
+    app.UsageError: `argv` holds arguments besides the program's name
+      (exit code 2).
+  """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
   rng = np.random.default_rng(0)

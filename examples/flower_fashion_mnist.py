@@ -3,7 +3,8 @@
 A plain Flower app (`flwr` 1.42): a ClientApp whose clients train softmax
 regression (numpy, hand-written gradients) on their non-IID shard of
 Fashion-MNIST (`one_shot_epe.data.fashion_mnist`: Debian's files in
-/usr/share/datasets/fashion-mnist, else its synthetic stand-in), and a
+/usr/share/datasets/fashion-mnist, or with --use_synthetic_data its
+synthetic stand-in), and a
 ServerApp that runs FedAvg under Flower's server-side DP wrapper at a few
 noise multipliers. Auditing it takes three lines of the ServerApp
 (`one_shot_epe.flower_engine.audit.CanaryAudit`): plan the canaries, wrap the
@@ -18,6 +19,7 @@ flag runtime set to local, this process calls them
 import dataclasses
 import functools
 import os
+import sys
 import types
 from collections.abc import Callable, Sequence
 
@@ -29,11 +31,15 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideAdaptiveClipping,
-    DifferentialPrivacyServerSideFixedClipping, FedAvg)
+    DifferentialPrivacyServerSideFixedClipping, FedAvg, Strategy)
 
 from one_shot_epe.data import fashion_mnist
 from one_shot_epe.flower_engine import audit as audit_lib
 from one_shot_epe.flower_engine import local_grid
+from one_shot_epe import validation
+from one_shot_epe.runtime import command_line
+from one_shot_epe.runtime import interrupts
+from one_shot_epe.runtime import run_directory
 
 FEATURES, CLASSES = 28 * 28, fashion_mnist.NUM_CLASSES
 DEFAULT_DATA_DIR = '/usr/share/datasets/fashion-mnist'
@@ -50,7 +56,9 @@ class Setting:
     local_epochs, batch_size, learning_rate: A client's SGD.
     clip: The server-side fixed clip S (0: adaptive clipping).
     num_canaries: k seen canaries (and k unseen).
-    data_dir: Fashion-MNIST's files; synthetic stand-in where absent.
+    data_dir: Fashion-MNIST's files (Debian's dataset-fashion-mnist).
+    use_synthetic_data: Train on the synthetic stand-in instead of
+      `data_dir`'s files.
   """
   num_clients: int = 200
   clients_per_round: int = 20
@@ -61,6 +69,7 @@ class Setting:
   clip: float = 1.0
   num_canaries: int = 500
   data_dir: str = DEFAULT_DATA_DIR
+  use_synthetic_data: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +84,7 @@ class Task:
 
 @functools.lru_cache(maxsize=2)
 def load_task(setting: Setting) -> Task:
-  """The clients' shards and the test set (synthetic where files are absent).
+  """The clients' shards and the test set.
 
   Cached: each Ray actor of the simulation loads it once.
 
@@ -84,11 +93,16 @@ def load_task(setting: Setting) -> Task:
 
   Returns:
     The task.
+
+  Raises:
+    ValueError: `setting.data_dir` holds no Fashion-MNIST files (and the
+      setting does not ask for the synthetic stand-in), or they are
+      malformed.
   """
-  if fashion_mnist.available(setting.data_dir):
-    data = fashion_mnist.load(setting.data_dir)
-  else:
+  if setting.use_synthetic_data:
     data = fashion_mnist.synthetic_clients(setting.num_clients, 60, seed=0)
+  else:
+    data = fashion_mnist.load(setting.data_dir)
   x = fashion_mnist.standardise(data.train_images).reshape(-1, FEATURES)
   parts = fashion_mnist.partition_by_label_shards(
       data.train_labels, setting.num_clients,
@@ -207,30 +221,41 @@ def dp_strategy(setting: Setting, noise_multiplier: float):
       fedavg, noise_multiplier, setting.clients_per_round)
 
 
+def make_audit(setting: Setting, run_dir: str,
+               seed: int = 0) -> audit_lib.CanaryAudit:
+  """Step 1: plan the canaries of one run (checked now, before any work).
+
+  Args:
+    setting: The run (its rounds, canaries and clients).
+    run_dir: The run directory.
+    seed: Seeds the sampling and noise of each round.
+
+  Returns:
+    The audit.
+
+  Raises:
+    ValueError: naming the argument, for a plan the audit refuses (fewer
+      than 2 canaries, rounds that cannot fit this machine, ...).
+  """
+  return audit_lib.CanaryAudit(
+      run_dir=run_dir, num_canaries=setting.num_canaries,
+      rounds=setting.rounds, delta=setting.num_clients**-1.1, seed=seed)
+
+
 def audited_run(grid: Grid, task: Task, setting: Setting,
-                noise_multiplier: float, run_dir: str,
-                seed: int = 0) -> audit_lib.CanaryAudit:
-  """One audited DP-FedAvg run on `grid` (resumed if `run_dir` holds it).
+                strategy: Strategy) -> None:
+  """Step 3: one audited DP-FedAvg run on `grid` (resumed if its directory
+  holds it); the report is then the audit's `report`.
 
   Args:
     grid: Flower's grid.
     task: The task (for the central accuracy).
     setting: The run.
-    noise_multiplier: z.
-    run_dir: The run directory.
-    seed: Seeds the sampling and noise of each round.
-
-  Returns:
-    The audit, its report done.
+    strategy: The audited strategy (`CanaryAudit.wrap` of `dp_strategy`).
   """
-  audit = audit_lib.CanaryAudit(  # 1. Plan the canaries.
-      run_dir=run_dir, num_canaries=setting.num_canaries,
-      rounds=setting.rounds, delta=setting.num_clients**-1.1, seed=seed)
-  strategy = audit.wrap(dp_strategy(setting, noise_multiplier))  # 2. Wrap.
   strategy.start(grid, initial_arrays(), num_rounds=setting.rounds,
                  evaluate_fn=lambda _, arrays: MetricRecord(
                      {'accuracy': accuracy(arrays, task)}))
-  return audit
 
 
 def simulate(setting: Setting, serve: Callable[[Grid], None]) -> None:
@@ -278,15 +303,18 @@ def define_flags() -> dict[str, flags.FlagHolder]:
           'output_dir', 'output/flower_demo', 'Where the run directories go.'),
       'noise_multipliers': flags.DEFINE_list(
           'noise_multipliers', ['0.5', '1', '2'], 'The noise multipliers z to '
-          'run.'),
+          'run (each >= 0).'),
       'rounds': flags.DEFINE_integer(
-          'rounds', Setting.rounds, 'T, the rounds.'),
+          'rounds', Setting.rounds, 'T, the rounds (>= 1).'),
       'num_canaries': flags.DEFINE_integer(
           'num_canaries', Setting.num_canaries, 'k seen (and k unseen) '
-          'canaries.'),
+          'canaries (>= 2).'),
       'data_dir': flags.DEFINE_string(
-          'data_dir', DEFAULT_DATA_DIR, "Fashion-MNIST's files (synthetic if "
-          'absent).'),
+          'data_dir', DEFAULT_DATA_DIR, "Fashion-MNIST's files (Debian's "
+          'dataset-fashion-mnist); a directory without them exits 2.'),
+      'use_synthetic_data': flags.DEFINE_bool(
+          'use_synthetic_data', False, 'Train on the synthetic stand-in '
+          'instead of --data_dir.'),
       'runtime': flags.DEFINE_enum(
           'runtime', 'simulation', ['simulation', 'local'],
           "Flower's simulation runtime (Ray), or the clients called "
@@ -298,42 +326,102 @@ def define_flags() -> dict[str, flags.FlagHolder]:
 _FLAGS = types.SimpleNamespace()
 
 
+def _checked_plan() -> tuple[Setting, list[audit_lib.CanaryAudit],
+                             list[Strategy], Task]:
+  """The flags' setting, audits, audited strategies and data, all checked.
+
+  Returns:
+    (setting, one audit and one audited strategy per noise multiplier,
+    task).
+
+  Raises:
+    ValueError: naming the flag, for any bad flag, an output directory that
+      cannot be written or a data directory without Fashion-MNIST.
+  """
+  setting = Setting(rounds=_FLAGS.rounds.value,
+                    num_canaries=_FLAGS.num_canaries.value,
+                    data_dir=_FLAGS.data_dir.value,
+                    use_synthetic_data=_FLAGS.use_synthetic_data.value)
+  noises = []
+  for value in _FLAGS.noise_multipliers.value:
+    try:
+      noises.append(validation.PARAMETERS['noise_multiplier'](
+          '--noise_multipliers', float(value)))
+    except ValueError as error:
+      message = str(error) if str(error).startswith('--') else (
+          f'--noise_multipliers must be numbers >= 0; got {value!r}.')
+      raise ValueError(message) from None
+  output_dir = _FLAGS.output_dir.value
+  try:
+    run_directory.check_writable(output_dir)
+  except run_directory.RunDirectoryError as error:
+    raise ValueError(f'--output_dir: {error}') from None
+  try:
+    audits = [make_audit(setting, os.path.join(output_dir, f'noise_{z:g}'))
+              for z in noises]
+    # 2. Wrap (the canaries' share of a round is checked here).
+    wrapped = [audit.wrap(dp_strategy(setting, z))
+               for audit, z in zip(audits, noises)]
+  except ValueError as error:  # The audit names its argument: our flag's.
+    raise ValueError(f'--{error}') from None
+  try:
+    task = load_task(setting)
+  except ValueError as error:
+    raise ValueError(f'--data_dir: {error} Install Debian\'s '
+                     'dataset-fashion-mnist, point --data_dir at the files, '
+                     'or pass --use_synthetic_data.') from None
+  return setting, audits, wrapped, task
+
+
 def main(argv: Sequence[str]) -> None:
   """Runs the demo at each noise multiplier and prints the reports.
 
+  Every flag, the output directory and the data are checked before the
+  first round (a bad one: one line, exit 2); Ctrl-C or SIGTERM stops with
+  one line and exit 130, and a rerun resumes.
+
   Args:
     argv: absl's leftover arguments (none expected).
+
+  Raises:
+    SystemExit: with status 2 for a bad flag, 130 when interrupted.
   """
-  del argv
-  setting = Setting(rounds=_FLAGS.rounds.value,
-                    num_canaries=_FLAGS.num_canaries.value,
-                    data_dir=_FLAGS.data_dir.value)
-  noises = [float(z) for z in _FLAGS.noise_multipliers.value]
-  task = load_task(setting)
-  reports = []
+  command_line.refuse_positional_arguments(argv)
+  try:
+    setting, audits, wrapped, task = _checked_plan()
+  except ValueError as error:
+    print(f'error: {error}', file=sys.stderr)
+    sys.exit(2)
+  current = []
 
   def run_all(grid: Grid) -> None:
-    for z in noises:
-      audit = audited_run(
-          grid, task, setting, z,
-          os.path.join(_FLAGS.output_dir.value, f'noise_{z:g}'))
-      reports.append(audit.report)  # 3. The report.
+    for audit, strategy in zip(audits, wrapped):
+      current[:] = [audit]
+      audited_run(grid, task, setting, strategy)  # 3. Run; audit.report.
 
-  if _FLAGS.runtime.value == 'local':
-    run_all(local_grid.LocalGrid(
-        setting.num_clients, lambda node, message: train_reply(
-            task, setting, node - 1, message.content['config'][
-                'server-round'], message)))
-  else:
-    simulate(setting, run_all)
+  try:
+    with interrupts.stop_on_signals():
+      if _FLAGS.runtime.value == 'local':
+        run_all(local_grid.LocalGrid(
+            setting.num_clients, lambda node, message: train_reply(
+                task, setting, node - 1, message.content['config'][
+                    'server-round'], message)))
+      else:
+        simulate(setting, run_all)
+  except KeyboardInterrupt as error:
+    if current:
+      error = interrupts.Interrupted(interrupts.resume_line(
+          current[0].last_round, setting.rounds, current[0].run_dir))
+    interrupts.exit_interrupted(
+        error, 'interrupted before the first round; rerun the same command')
   print(f'Data: {task.source}; {setting.num_clients} clients, '
         f'{setting.clients_per_round} per round, {setting.rounds} rounds.')
   # One table: the reports' headline rows (report.md has the rest).
-  rows = [report.to_markdown().split('\n')[:3] for report in reports]
+  rows = [audit.report.to_markdown().split('\n')[:3] for audit in audits]
   print('\n'.join(rows[0][:2] + [row[2] for row in rows]))
   print(f'Run directories (report.md, CSVs, plot): {_FLAGS.output_dir.value}/')
 
 
 if __name__ == '__main__':
   vars(_FLAGS).update(define_flags())
-  absl_app.run(main)
+  absl_app.run(main, flags_parser=command_line.parse_flags_or_exit)

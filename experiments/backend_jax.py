@@ -26,7 +26,6 @@ accuracy counts in-vocabulary targets only, as the TFF report's
 
 import dataclasses
 import functools
-import importlib.util
 import os
 import re
 from collections.abc import Sequence
@@ -49,15 +48,17 @@ from one_shot_epe.jax_engine import checkpoints as checkpoints_lib
 from one_shot_epe.jax_engine import memory
 from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import run_stats
+from one_shot_epe.jax_engine import support
 from one_shot_epe.jax_engine import training
+from one_shot_epe.jax_engine import tree_noise
 
-__all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'MECHANISMS', 'PROGRAMS', 'check_device_memory',
-           'check_supported', 'checkpoint_bytes', 'checkpoints',
+__all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'PROGRAMS', 'check_device_memory',
+           'check_options', 'checkpoint_bytes', 'checkpoints', 'supports',
            'correlated_report', 'correlated_strategy', 'decorrelation',
            'load_data', 'model', 'noise_rows', 'train', 'train_program']
 
-# The mechanisms the JAX engine runs (matrix factorization with jax-privacy).
-MECHANISMS = (mechanisms.Gaussian, mechanisms.MatrixFactorization)
+# Which plans the engine runs (`jax_engine.support`).
+supports = support.supports
 # Runs of one program share a compiled round with a run axis.
 PROGRAMS = True
 # Task -> the engine's data kind.
@@ -91,32 +92,21 @@ class Data:
     return [str(i) for i in self.train.client_ids]
 
 
-def check_supported(config: train_config.TrainConfig) -> None:
+def check_options(config: train_config.TrainConfig) -> None:
   """Flags of --backend=tff that the JAX engine does not take.
 
   Args:
     config: the validated launcher config.
 
   Raises:
-    train_config.ConfigError: the task is not one the JAX engine runs,
-      --num_canaries=0, a matrix mechanism without jax-privacy installed, or
-      a TFF-only flag (--tff_workers, --tff_worker_addresses,
-      --accelerator, --noseeded_noise) set.
+    train_config.ConfigError: the task is not one the JAX engine runs, or a
+      TFF-only flag (--tff_workers, --tff_worker_addresses, --accelerator,
+      --noseeded_noise) is set.
   """
   if config.task not in KINDS:
     raise train_config.ConfigError(
         f'--task={config.task} with --backend=jax: the JAX engine runs '
         f'{sorted(KINDS)}; use --backend=tff.')
-  if config.num_canaries == 0:
-    raise train_config.ConfigError(
-        '--num_canaries=0 with --backend=jax: the JAX engine audits runs '
-        'with canaries; use --backend=tff for a run without.')
-  if isinstance(config.the_mechanism(), mechanisms.MatrixFactorization):
-    if importlib.util.find_spec('jax_privacy') is None:
-      raise train_config.ConfigError(
-          f'--mechanism={config.mechanism} needs jax-privacy, installed with '
-          "the [jax] extra's environment (make .venv-jax/.installed; run "
-          'with .venv-jax/bin/python), not in this one.')
   for name, default in (('tff_workers', 1), ('tff_worker_addresses', ''),
                         ('accelerator', 'cpu'), ('seeded_noise', True)):
     if getattr(config, name) != default:
@@ -333,24 +323,29 @@ def correlated_report(
 
 
 def noise_rows(run: engine.PreparedRun) -> Any:
-  """`training.train`'s noise_rows: the MF privatizer's rows, or None.
+  """`training.train`'s noise_rows: the MF privatizer's or the tree's rows.
 
   The privatizer's key is derived from the plan's seed (a resumed run
   replays the rounds before it, `correlated_noise.NoiseStream`); its noise
-  std is z S sens(C) with the plan's fixed clip S.
+  std is z S sens(C) with the plan's fixed clip S. The tree's nodes
+  (`tree_noise.TreeNoise`) have std z S and keys of the plan's seed.
 
   Args:
     run: the prepared run (its mechanism, noise multiplier, clip and seed).
 
   Returns:
-    A function of the round giving its noise row, for a
-    matrix-factorization run; else None.
+    A function of (d, first round) giving the rounds' noise rows, for a
+    matrix-factorization or tree-aggregation run; else None.
   """
+  mechanism = run.plan.mechanism
+  dp = run.plan.dp
+  if isinstance(mechanism, mechanisms.TreeAggregation):
+    return tree_noise.TreeNoise(dp.noise_multiplier * dp.clip, run.plan.seed,
+                                mechanism.efficient).rows
   strategy = correlated_strategy(run)
   if strategy is None:
     return None
   from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
-  dp = run.plan.dp
   transform = correlated_noise.privatizer(
       strategy, dp.noise_multiplier, dp.clip, seed=run.plan.seed)
   return correlated_noise.NoiseStream(transform).rows
@@ -380,7 +375,7 @@ def decorrelation(run: engine.PreparedRun) -> training.Decorrelation | None:
                  dp.clients_per_round))
 
 
-def checkpoints(directory: str) -> checkpoints_lib.NpzCheckpoints:
+def checkpoints(directory: str) -> checkpoints_lib.TrainingStateCheckpoints:
   """The run's .npz checkpoints in `directory`.
 
   Args:
@@ -389,7 +384,7 @@ def checkpoints(directory: str) -> checkpoints_lib.NpzCheckpoints:
   Returns:
     The store over the .npz checkpoints there (creates nothing).
   """
-  return checkpoints_lib.NpzCheckpoints(directory)
+  return checkpoints_lib.TrainingStateCheckpoints(directory)
 
 
 def checkpoint_bytes(run: engine.PreparedRun) -> int:
@@ -414,7 +409,7 @@ def checkpoint_bytes(run: engine.PreparedRun) -> int:
   return 4 * (vectors * dim + tracked * per_canary)
 
 
-def train(run: engine.PreparedRun, store: checkpoints_lib.NpzCheckpoints,
+def train(run: engine.PreparedRun, store: checkpoints_lib.TrainingStateCheckpoints,
           observer: round_record.RoundObserver,
           stats: run_stats.RunStats | None = None
           ) -> canary_spec.CanaryOutcome:
@@ -441,7 +436,7 @@ def train(run: engine.PreparedRun, store: checkpoints_lib.NpzCheckpoints,
 
 
 def train_program(runs: Sequence[engine.PreparedRun],
-                  stores: Sequence[checkpoints_lib.NpzCheckpoints],
+                  stores: Sequence[checkpoints_lib.TrainingStateCheckpoints],
                   observers: Sequence[round_record.RoundObserver],
                   stats: run_stats.RunStats | None = None
                   ) -> list[canary_spec.CanaryOutcome]:

@@ -27,23 +27,21 @@ import tensorflow as tf
 
 from experiments import engine
 from experiments import train_config
-from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import accelerators
 from one_shot_epe.tff_engine import checkpoints as checkpoints_lib
+from one_shot_epe.tff_engine import support
 from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine import training
 
-__all__ = ['CSV_FORMAT', 'MECHANISMS', 'PROGRAMS', 'check_supported', 'checkpoint_bytes', 'checkpoints',
-           'correlated_report',
-           'load_data', 'train']
+__all__ = ['CSV_FORMAT', 'PROGRAMS', 'check_device_memory', 'check_options',
+           'checkpoint_bytes', 'checkpoints', 'correlated_report', 'load_data',
+           'supports', 'train']
 
-# The mechanisms the TFF engine runs (TFF's DP, distributed DP and tree
-# aggregation factories, `tff_engine.canary_aggregator`).
-MECHANISMS = (mechanisms.Gaussian, mechanisms.DistributedDP,
-              mechanisms.TreeAggregation)
+# Which plans the engine runs (`tff_engine.support`).
+supports = support.supports
 # TFF's runtime trains one run at a time.
 PROGRAMS = False
 
@@ -52,7 +50,7 @@ CSV_FORMAT = run_directory.CsvFormat(sort_new_columns=True,
                                      line_terminator='\r\n')
 
 
-def check_supported(config: train_config.TrainConfig) -> None:
+def check_options(config: train_config.TrainConfig) -> None:
   """--accelerator=gpu needs a GPU that this process's TensorFlow sees.
 
   Args:
@@ -192,10 +190,8 @@ def train(run: engine.PreparedRun,
     observer: receives every round's record and the canary cosines.
 
   Returns:
-    What the run measured (`canary_spec.CanaryOutcome`): the seen and
-    unseen canaries' final-model and max-over-rounds cosines (Algorithms
-    2 and 3), the test accuracy, d and the rounds this invocation
-    trained.
+    The run's `canary_spec.CanaryOutcome`, as `engine.Backend.train`
+    describes it.
   """
   config = run.config
   tensorboard = _TensorBoard(os.path.join(config.run_dir,

@@ -5,22 +5,30 @@ make one `run_once`: DP-SGD on Fashion-MNIST (`baselines.dpsgd`, every
 example its own client) with seen and unseen canaries, a CANIFE audit of
 the frozen model every few rounds (`baselines.canife`), CANIFE's estimates
 composed over training (`baselines.canife_accounting`) and the one-shot
-reports of both threat models (`reporting.privacy_report`), each method
-timed. `analytical_epsilons` are the references both are held against.
+reports of both threat models (`reporting.run_report.build_run_report`, the
+builder of every engine), each method timed; given a run directory, the
+run's result files (`reporting.run_files`: cosine CSVs, report.json/.md,
+density plot). `analytical_epsilons` are the references both are held
+against.
 """
 
 import dataclasses
+import os
 import time
 
 import numpy as np
 
+from experiments.baselines import canife
+from experiments.baselines import canife_accounting
+from experiments.baselines import dpsgd
+from experiments.baselines import per_example
 from one_shot_epe.accounting import dp_fedavg
-from one_shot_epe.baselines import canife
-from one_shot_epe.baselines import canife_accounting
-from one_shot_epe.baselines import dpsgd
-from one_shot_epe.baselines import per_example
+from one_shot_epe.accounting import mechanisms
 from one_shot_epe.data import fashion_mnist
+from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import privacy_report
+from one_shot_epe.reporting import run_files
+from one_shot_epe.reporting import run_report
 
 __all__ = ['PAPER_ANALYTICAL_EPSILON', 'PAPER_CANIFE', 'PAPER_ONE_SHOT',
            'RunResult', 'Setting', 'analytical_epsilons', 'load_data',
@@ -100,7 +108,8 @@ def _poisson_cohorts(inputs: np.ndarray, labels: np.ndarray, rate: float):
 
 
 def run_once(setting: Setting, data: fashion_mnist.Dataset,
-             auditor: canife.CanifeAuditor, run_index: int) -> RunResult:
+             auditor: canife.CanifeAuditor, run_index: int,
+             run_dir: str | None = None) -> RunResult:
   """Trains once with canaries and CANIFE audits; returns both estimates.
 
   The run's seeds derive from (setting seed, `run_index`): training, the
@@ -112,9 +121,14 @@ def run_once(setting: Setting, data: fashion_mnist.Dataset,
     data: the Fashion-MNIST images and labels.
     auditor: the CANIFE auditor, whose model is trained.
     run_index: which repetition this is (0-based).
+    run_dir: where the run's result files go (`run_files.write_results`;
+      created if missing); None writes none.
 
   Returns:
     The run's CANIFE and one-shot estimates, accuracy and timings.
+
+  Raises:
+    OSError: a result file cannot be written.
   """
   run_seed = int(np.random.SeedSequence([setting.seed, run_index])
                  .generate_state(1)[0])
@@ -163,23 +177,52 @@ def run_once(setting: Setting, data: fashion_mnist.Dataset,
       noise_delta=noise_delta)
   canife_seconds = time.perf_counter() - start + sum(
       a.design_seconds + a.attack_seconds for a in audits)
-  start = time.perf_counter()
-  report = privacy_report.all_iterates_report(trained.seen_maxima,
-                                              trained.unseen_maxima, delta,
-                                              seed=bootstrap_seed)
-  final = privacy_report.final_model_report(
-      trained.final_cosines, model.dim, delta,
-      unseen=trained.final_unseen_cosines, seed=bootstrap_seed)
-  one_shot_seconds = trained.one_shot_seconds + time.perf_counter() - start
   accuracy = auditor.oracle.accuracy(trained.final_params, test_inputs,
                                      test_labels)
+  outcome = canary_spec.CanaryOutcome(
+      final_cosines=trained.final_cosines,
+      final_unseen_cosines=trained.final_unseen_cosines,
+      seen_maxima=trained.seen_maxima, unseen_maxima=trained.unseen_maxima,
+      accuracy=accuracy, dim=model.dim, resumed_from_round=0,
+      rounds_trained=num_rounds)
+  # The reference: a canary presented as often as the most presented one
+  # (once each with --canary_insertion=once); the comparison's own table
+  # holds the accounted references (`analytical_epsilons`).
+  facts = mechanisms.RunFacts(
+      noise_multiplier=config.noise_multiplier, delta=delta, dim=model.dim,
+      canary_presentations=max(1, int(trained.appearances.max(initial=0))))
+  start = time.perf_counter()
+  report = run_report.build_run_report(
+      outcome, facts, mechanisms.Gaussian(), seed=bootstrap_seed,
+      setting=_report_setting(config, run_index, data.source, num_clients))
+  one_shot_seconds = trained.one_shot_seconds + time.perf_counter() - start
+  if run_dir is not None:
+    os.makedirs(run_dir, exist_ok=True)
+    run_files.write_results(
+        run_dir, outcome, report,
+        title=f'CANIFE comparison, run {run_index}, noise '
+        f'{config.noise_multiplier:g}')
   return RunResult(
       seed=run_seed, test_accuracy=accuracy, canife_epsilon=estimate.epsilon,
       canife_capped_epsilon=capped.epsilon, canife_estimate=estimate,
-      audits=audits, one_shot_all=report, one_shot_final=final,
+      audits=audits, one_shot_all=report.all_iterates,
+      one_shot_final=report.final,
       canary_presentations=np.bincount(trained.appearances).tolist(),
       train_seconds=trained.train_seconds,
       canife_seconds=canife_seconds, one_shot_seconds=one_shot_seconds)
+
+
+def _report_setting(config: dpsgd.TrainingConfig, run_index: int,
+                    source: str, num_clients: int) -> dict[str, object]:
+  """The setting a run's report.md shows."""
+  return {'comparison': 'CANIFE, Sec. 5.4', 'run': run_index,
+          'data': source, 'num_clients': num_clients,
+          'batch_size': config.batch_size, 'epochs': config.epochs,
+          'sampling': config.sampling, 'clipping': config.clip,
+          'canary_insertion': config.canary_insertion,
+          'num_canaries': config.num_seen,
+          'num_unseen_canaries': config.num_unseen,
+          'all_iterates_statistic': config.statistic, 'seed': config.seed}
 
 
 def analytical_epsilons(setting: Setting,

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from experiments import canife_runs
-from one_shot_epe.baselines import canife
-from one_shot_epe.baselines import feedforward
+from experiments.baselines import canife
+from experiments.baselines import feedforward
 from one_shot_epe.data import fashion_mnist
 from one_shot_epe.reporting import privacy_report
 

@@ -30,9 +30,9 @@ effective signal; --server_momentum with --all_iterates_statistic=model_delta
 --canife_threshold=max_accuracy (CANIFE's reference code) are the options
 that bracket them (README, CANIFE section).
 
-Each run trains once (`one_shot_epe.baselines.dpsgd`); before the update of
+Each run trains once (`experiments.baselines.dpsgd`); before the update of
 rounds 0, s, 2s, ... the frozen model is audited by CANIFE
-(`one_shot_epe.baselines.canife`), whose per-round estimates are composed
+(`experiments.baselines.canife`), whose per-round estimates are composed
 over training with the RDP accountant (`canife_accounting`). The one-shot
 estimates come from the same run's canary cosines (`one_shot_epe.stats.estimation`
 reports: all iterates, Algorithm 3, and final model, Algorithm 2), each with
@@ -40,7 +40,9 @@ eps_est (Sec. 3.2), its bootstrap 95% interval, the Gaussian-DP estimate, the
 attack's AUROC and TPR at FPR 1e-2 and 1e-3, and eps_lo (Sec. 5.1). The
 program prints a Markdown table of the means +- sample std over --num_runs
 runs beside the paper's numbers, with the wall time each method added to
-training, and a table per run.
+training, and a table per run. With --output_dir, each run's one-shot
+report is also written as a training run's (`one_shot_epe.reporting.run_files`:
+run_i/report.json, report.md, the cosine CSVs and the density plot).
 
   python -m experiments.compare_canife                 # CPU default (below)
   python -m experiments.compare_canife --flagfile=configs/compare_canife.cfg
@@ -92,10 +94,10 @@ from absl import flags
 
 from experiments import canife_runs
 from experiments import canife_tables
-from one_shot_epe.baselines import canife
-from one_shot_epe.baselines import canife_attack
-from one_shot_epe.baselines import dpsgd
-from one_shot_epe.baselines import feedforward
+from experiments.baselines import canife
+from experiments.baselines import canife_attack
+from experiments.baselines import dpsgd
+from experiments.baselines import feedforward
 from one_shot_epe.data import fashion_mnist
 from one_shot_epe.runtime import atomic_io
 from one_shot_epe.runtime import command_line
@@ -118,7 +120,8 @@ _FIELD_FLAGS = {'clip': 'clipping_norm', 'num_seen': 'num_canaries',
                 'statistic': 'all_iterates_statistic'}
 
 
-def run(setting: canife_runs.Setting, data: fashion_mnist.Dataset) -> tuple[str, str]:
+def run(setting: canife_runs.Setting, data: fashion_mnist.Dataset,
+        output_dir: str | None = None) -> tuple[str, str]:
   """Runs the comparison; returns the Markdown report and the JSON details.
 
   Trains `setting.num_runs` runs, each audited by CANIFE and by the one-shot
@@ -127,17 +130,24 @@ def run(setting: canife_runs.Setting, data: fashion_mnist.Dataset) -> tuple[str,
   Args:
     setting: the validated setting (`setting_from_flags`).
     data: the Fashion-MNIST data, its sizes checked (`check_sizes`).
+    output_dir: where run i's result files go, in `output_dir`/run_i
+      (`canife_runs.run_once`); None writes none.
 
   Returns:
     (Markdown report, JSON details), as `canife_tables.format_report` and
     `canife_tables.results_json` write them.
+
+  Raises:
+    OSError: a run's result file cannot be written.
   """
   start = time.perf_counter()
   model = feedforward.FeedForward(fashion_mnist.IMAGE_SHAPE,
                                   setting.hidden_units,
                                   fashion_mnist.NUM_CLASSES)
   auditor = canife.CanifeAuditor(model, setting.canife_config)
-  results = [canife_runs.run_once(setting, data, auditor, i)
+  results = [canife_runs.run_once(
+      setting, data, auditor, i,
+      None if output_dir is None else os.path.join(output_dir, f'run_{i}'))
              for i in range(setting.num_runs)]
   num_clients = (setting.num_train_examples if setting.num_train_examples > 0
                  else len(data.train_images))
@@ -294,7 +304,13 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_string('output_json', None, 'Optional JSON file for per-run '
                       'numbers (written atomically; its directory must exist).',
                       flag_values=flag_values)
-  for name in ('output', 'output_json'):
+  flags.DEFINE_string('output_dir', None, 'Optional directory for each '
+                      "run's result files (run_0/, run_1/, ...: the cosine "
+                      'CSVs, report.json, report.md and the density plot, '
+                      'as a training run writes them; its parent must '
+                      'exist).',
+                      flag_values=flag_values)
+  for name in ('output', 'output_json', 'output_dir'):
     flags.register_validator(
         name, lambda path: path is None or os.path.isdir(
             os.path.dirname(os.path.abspath(path))),
@@ -428,8 +444,8 @@ def check_sizes(setting: canife_runs.Setting, data: fashion_mnist.Dataset) -> No
 def main(argv: Sequence[str]) -> None:
   """Runs the comparison at the flags' setting and prints the report.
 
-  The report is also written to --output and the details to --output_json
-  when given.
+  The report is also written to --output, the details to --output_json
+  and each run's result files under --output_dir when given.
 
   Args:
     argv: what absl leaves after parsing the flags: the program name only.
@@ -443,7 +459,7 @@ def main(argv: Sequence[str]) -> None:
   setting = setting_from_flags(flags.FLAGS)
   data = canife_runs.load_data(setting)
   check_sizes(setting, data)
-  report, details = run(setting, data)
+  report, details = run(setting, data, flags.FLAGS.output_dir)
   print(report, end='')
   if flags.FLAGS.output is not None:
     atomic_io.write_text(flags.FLAGS.output, report)

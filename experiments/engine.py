@@ -78,21 +78,35 @@ class PreparedRun:
 class Backend(Protocol):
   """What `experiments.train` asks of an engine's module: all of it."""
 
-  # The mechanism types (`accounting.mechanisms`) the engine runs; the
-  # launcher refuses the others, in one place (`train.prepare`).
-  MECHANISMS: tuple[type, ...]
   # Whether the engine trains several runs as one program (`train_program`);
   # the launcher refuses --runs_per_program > 1 otherwise (`train.run_program`).
   PROGRAMS: bool
 
-  def check_supported(self, config: train_config.TrainConfig) -> None:
-    """Raises `train_config.ConfigError` for flags the engine cannot run.
+  def supports(self, plan: run_plan.Supportable) -> run_plan.Support:
+    """Whether the engine runs `plan` (its mechanism and canaries), and why not.
+
+    The engine's own `supports` (`tff_engine.support`, `jax_engine.support`),
+    which asks the mechanisms' one engine x mechanism table; the launcher
+    keeps no list of its own.
+
+    Args:
+      plan: the run's plan.
+
+    Returns:
+      A true `run_plan.Support`, or a false one with the reason.
+    """
+
+  def check_options(self, config: train_config.TrainConfig) -> None:
+    """Raises `train_config.ConfigError` for an engine flag it cannot take.
+
+    The flags that belong to one engine (its devices, workers, data
+    placement), not to the plan (`supports`).
 
     Args:
       config: the validated launcher config.
 
     Raises:
-      train_config.ConfigError: naming the flag the engine cannot run.
+      train_config.ConfigError: naming the flag the engine cannot take.
     """
 
   def load_data(self, config: train_config.TrainConfig) -> Data:

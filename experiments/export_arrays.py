@@ -60,13 +60,9 @@ def main(argv: Sequence[str]) -> None:
   """Converts the flags' task and prints the directories written.
 
   Args:
-    argv: The command line left after absl's flags (the program name only).
-
-  Raises:
-    app.UsageError: positional arguments were given (exit status 2).
+    argv: The program name alone (absl took the flags; more exits 2).
   """
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
+  command_line.refuse_positional_arguments(argv)
   try:
     written = export_arrays.export(
         _FLAGS.task.value, _FLAGS.data_dir.value, _FLAGS.output_dir.value,

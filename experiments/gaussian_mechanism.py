@@ -41,6 +41,7 @@ from absl import flags
 
 from one_shot_epe.runtime import atomic_io
 from one_shot_epe.runtime import command_line
+from one_shot_epe.runtime import interrupts
 from one_shot_epe.stats import estimation
 from one_shot_epe.stats import gaussian_simulation
 
@@ -371,14 +372,15 @@ def _define_flags() -> None:
 def main(argv: Sequence[str]) -> None:
   """Runs the table at the flags' setting, prints it and maybe writes it.
 
+  Ctrl-C or SIGTERM stops it with one line and status 130.
+
   Args:
-    argv: The command line left after absl's flags (the program name only).
+    argv: The program name alone (absl took the flags; more exits 2).
 
   Raises:
-    app.UsageError: positional arguments were given (exit status 2).
+    SystemExit: with status 130 when interrupted.
   """
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}', exitcode=2)
+  command_line.refuse_positional_arguments(argv)
   flag_values = flags.FLAGS
   setting = Setting(dim=flag_values.dim,
                     num_canaries=flag_values.num_canaries,
@@ -386,7 +388,13 @@ def main(argv: Sequence[str]) -> None:
                     num_simulations=flag_values.num_simulations,
                     method=flag_values.method, seed=flag_values.seed)
   start = time.perf_counter()
-  rows = run_table(setting, _parse_epsilons(flag_values.epsilons))
+  try:
+    with interrupts.stop_on_signals():
+      rows = run_table(setting, _parse_epsilons(flag_values.epsilons))
+  except KeyboardInterrupt as error:
+    interrupts.exit_interrupted(
+        error, 'interrupted before the table was finished; nothing was '
+        'written: rerun the same command')
   report = format_table(setting, rows, time.perf_counter() - start)
   print(report, end='')
   if flag_values.output is not None:

@@ -5,21 +5,27 @@ bounds that hold, the attack's summaries, then the paper's Tables 3 and 4
 columns labelled as nominal),
 `summary_table` (the terminal's, at most 100 columns), `anderson_table`
 (Table 6) and `accuracy_table` (accuracy with and without canaries). Each
-cell comes from a run's `run_report.RunReport`; framework-free.
+cell comes from a run's `run_report.RunReport`; the bound columns (and the
+summary's) are the report fields' entries (`report_fields`), so a new bound
+appears here by its entry alone. Framework-free.
 """
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from experiments import grid
 from one_shot_epe.reporting import privacy_report
+from one_shot_epe.reporting import report_fields
 from one_shot_epe.reporting import run_report
 
 __all__ = ['accuracy_table', 'anderson_table', 'privacy_table',
            'summary_table']
 
 _MODELS = ('all', 'final')
+# The summary table's names of the threat models.
+_SHORT_MODELS = {'all': 'all', 'final': 'fin'}
 
 
 def accuracy_table(runs: Sequence[grid.GridRun],
@@ -75,14 +81,6 @@ def _field(report: run_report.RunReport, model: str, name: str) -> Any:
   return None if threat is None else getattr(threat, name)
 
 
-def _interval_cell(report: run_report.RunReport, model: str) -> str:
-  """The headline's bootstrap interval [low, high]; n/a where absent."""
-  value = _field(report, model, 'epsilon_est_interval')
-  if value is None:
-    return 'n/a'
-  return f'[{_number(value[0])}, {_number(value[1])}]'
-
-
 def _tpr_cell(report: run_report.RunReport, model: str, fpr: str) -> str:
   """TPR at one FPR ('0.01', '0.001'); n/a where absent."""
   value = _field(report, model, 'tpr_at_fpr')
@@ -103,10 +101,47 @@ def _last_iterate_cell(report: run_report.RunReport) -> str:
   return _number(report.last_iterate_epsilon)
 
 
+def _column(key: str) -> report_fields.Column:
+  """The (first) column of the report field `key`."""
+  return report_fields.by_key(key).columns()[0]
+
+
 def _estimate_cell(report: run_report.RunReport, model: str) -> str:
   """A headline eps_est, '≥' in front when saturated (seen above unseen)."""
-  mark = '≥' if _field(report, model, 'epsilon_est_saturated') else ''
-  return mark + _cell(_field(report, model, 'epsilon_est'))
+  return _column('epsilon_est').cell(_threat(report, model))
+
+
+def _columns(model: str, *groups: str) -> list[report_fields.Column]:
+  """The columns of `groups`' fields computed for threat model `model`."""
+  return [column for field in report_fields.in_groups(*groups)
+          if model in field.threat_models for column in field.columns()]
+
+
+def _summary_fields(model: str) -> list[report_fields.ReportField]:
+  """The fields the summary shows for `model`, in one '/'-separated cell."""
+  return [field for field in report_fields.in_groups(*report_fields.GROUPS)
+          if model in field.summary]
+
+
+def _summary_cell(report: run_report.RunReport, model: str) -> str:
+  threat = _threat(report, model)
+  return '/'.join(column.cell(threat) for field in _summary_fields(model)
+                  for column in field.columns())
+
+
+def _summary_header(model: str) -> str:
+  names = '/'.join(field.short for field in _summary_fields(model))
+  return f'{names}-{_SHORT_MODELS[model]}'
+
+
+def _families_sentence(fields: Sequence[report_fields.ReportField]) -> str:
+  """'ε_lo, ...: any (ε, δ)-DP mechanism; ...': the fields by assumption."""
+  parts = []
+  for family in report_fields.FAMILIES:
+    labels = [field.label for field in fields if field.assumes == family]
+    if labels:
+      parts.append(f'{", ".join(labels)}: {family.text}')
+  return '; '.join(parts)
 
 
 def _blocks(runs: Sequence[grid.GridRun]
@@ -134,12 +169,15 @@ def summary_table(runs: Sequence[grid.GridRun]) -> str:
   Returns:
     The table and its legend, as Markdown.
   """
+  summary = [field for field in report_fields.in_groups(*report_fields.GROUPS)
+             if field.summary]
   lines = [
       "**Privacy of the grid's runs**: estimates, and lower bounds that hold",
       '',
-      '| z | r | analyt. | acct. | est-all | lo-all | est-fin | lo-fin | '
-      'tight any/gdp | last-it | acc. |',
-      '|---|---|---|---|---|---|---|---|---|---|---|',
+      '| z | r | analyt. | acct. | est-all | '
+      f'{_summary_header("all")} | est-fin | {_summary_header("final")} | '
+      'last-it | acc. |',
+      '|---|---|---|---|---|---|---|---|---|---|',
   ]
   for _, block in _blocks(runs):
     for run in block:
@@ -149,11 +187,9 @@ def summary_table(runs: Sequence[grid.GridRun]) -> str:
           f'{_number(report.analytical_epsilon)} | '
           f'{_accounted_cell(report)} | '
           f'{_estimate_cell(report, "all")} | '
-          f'{_cell(_field(report, "all", "epsilon_lo"))} | '
+          f'{_summary_cell(report, "all")} | '
           f'{_estimate_cell(report, "final")} | '
-          f'{_cell(report.final.epsilon_lo)} | '
-          f'{_cell(report.final.epsilon_lo_tight_any)}/'
-          f'{_cell(report.final.epsilon_lo_tight_gdp)} | '
+          f'{_summary_cell(report, "final")} | '
           f'{_last_iterate_cell(report)} | {_cell(report.accuracy)} |')
   lines += [
       '',
@@ -163,11 +199,11 @@ def summary_table(runs: Sequence[grid.GridRun]) -> str:
       'client, whole run (dp_accounting); last-it: the last-iterate '
       'heuristic, reference for est-fin.',
       'est-*: ε estimates (not bounds; ≥: the most the canaries can show); '
-      'lo-*: lower bounds;',
-      'tight: the final model\'s tight lower bounds for any (ε, δ)-DP '
-      'mechanism (against the exact null) /',
-      'for one Gaussian in the canary\'s direction (Xiang et al. 2025). '
       'acc.: accuracy.',
+      *textwrap.wrap(
+          "The '/'-separated cells (-all: all iterates, -fin: final model): " +
+          '; '.join(f'{field.short} = {field.label}, for '
+                    f'{field.assumes.text}' for field in summary) + '.', 100),
       "table.md adds both threat models' bounds, their intervals and the "
       "paper's nominal columns.",
   ]
@@ -179,12 +215,13 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
 
   Per block: the references (analytical eps at the block's r presentations,
   accounted and last-iterate eps), the headline estimates with their
-  bootstrap intervals and the lower bounds that hold (eps_lo, one-run,
-  one-run f-DP) per threat model, and the accuracy; then the attack's
-  summaries (Gaussian-DP eps from the mean shift, AUROC, TPR at FPR 1e-2 and
-  1e-3); last, labelled as such, the paper's own Table 3/4 columns (its
-  nominal Sec. 5.1 eps_lo and Algorithms 2-3 with fitted variances), which
-  a reader must not take for the result.
+  bootstrap intervals and the lower bounds that hold (the fields of the
+  'lower bounds' group, `report_fields`) per threat model, and the
+  accuracy; then the attack's summaries (Gaussian-DP eps from the mean
+  shift, AUROC, TPR at FPR 1e-2 and 1e-3); last, labelled as such, the
+  paper's own Table 3/4 columns (the 'nominal' group, its Sec. 5.1 eps_lo,
+  and Algorithms 2-3 with fitted variances), which a reader must not take
+  for the result.
 
   Args:
     runs: The grid's runs.
@@ -192,12 +229,17 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
   Returns:
     The Markdown of table.md.
   """
+  estimate, interval, fitted = (
+      _column(key) for key in ('epsilon_est', 'epsilon_est_interval',
+                               'epsilon_est_fitted'))
   lines = []
   for repeats, block in _blocks(runs):
+    bounds = {model: _columns(model, 'lower bounds') for model in _MODELS}
     bound_header = ' | '.join(
-        f'ε_est-{model} 95% CI | ε_lo-{model} | one-run-{model} | '
-        f'one-run f-DP-{model} (Gaussian) | tight-any-{model} | '
-        f'tight-gdp-{model} (Gaussian)' for model in _MODELS)
+        f'{estimate.header(f"-{model}")} 95% CI | ' + ' | '.join(
+            column.header(f'-{model}') for column in bounds[model])
+        for model in _MODELS)
+    width = sum(1 + len(columns) for columns in bounds.values())
     lines += [
         f'**{repeats} canary repetition{"s" if repeats != 1 else ""}**',
         '',
@@ -205,17 +247,14 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
         '',
         f'| noise | analytical ε (r = {repeats}) | accounted ε | '
         f'last-iterate ε | {bound_header} | accuracy |',
-        '|---|---|---|---|' + '---|' * 6 * len(_MODELS) + '---|',
+        '|---|---|---|---|' + '---|' * width + '---|',
     ]
     for run in block:
       cells = ' | '.join(
-          f'{_estimate_cell(run.report, model)} '
-          f'{_interval_cell(run.report, model)} | '
-          f'{_cell(_field(run.report, model, "epsilon_lo"))} | '
-          f'{_cell(_field(run.report, model, "epsilon_one_run"))} | '
-          f'{_cell(_field(run.report, model, "epsilon_one_run_fdp"))} | '
-          f'{_cell(_field(run.report, model, "epsilon_lo_tight_any"))} | '
-          f'{_cell(_field(run.report, model, "epsilon_lo_tight_gdp"))}'
+          f'{estimate.cell(_threat(run.report, model))} '
+          f'{interval.cell(_threat(run.report, model))} | ' + ' | '.join(
+              column.cell(_threat(run.report, model))
+              for column in bounds[model])
           for model in _MODELS)
       lines.append(f'| {run.noise_multiplier:g} | '
                    f'{_number(run.report.analytical_epsilon)} | '
@@ -235,9 +274,10 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
           f'{_tpr_cell(run.report, model, "0.001")}'
           for model in _MODELS)
       lines.append(f'| {run.noise_multiplier:g} | {cells} |')
+    nominal = {model: _columns(model, 'nominal') for model in _MODELS}
     paper_header = ' | '.join(
-        f"paper's ε_lo-{model} (nominal) | paper's ε_est-{model} (fitted)"
-        for model in _MODELS)
+        ' | '.join(column.header(f'-{model}') for column in nominal[model]) +
+        f' | {fitted.header(f"-{model}")} (fitted)' for model in _MODELS)
     lines += [
         '',
         "The paper's own columns (Tables 3-4), for comparison only: its ε_lo "
@@ -245,12 +285,13 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
         'bound) and its ε_est fits both variances (it runs high):',
         '',
         f'| noise | {paper_header} |',
-        '|---|' + '---|' * 2 * len(_MODELS),
+        '|---|' + '---|' * sum(1 + len(nominal[model]) for model in _MODELS),
     ]
     lines += [
         f'| {run.noise_multiplier:g} | ' + ' | '.join(
-            f'{_cell(_field(run.report, model, "epsilon_lo_paper"))} | '
-            f'{_cell(_field(run.report, model, "epsilon_est_fitted"))}'
+            ' | '.join(column.cell(_threat(run.report, model))
+                       for column in nominal[model]) +
+            f' | {fitted.cell(_threat(run.report, model))}'
             for model in _MODELS) + ' |'
         for run in block]
     lines.append('')
@@ -266,9 +307,12 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
       'with the variance fixed at 1/d; all iterates, Gaussian DP at the '
       'AUROC\'s μ; CI: percentile bootstrap interval. ε_lo (Bonferroni '
       'over a fixed '
-      'family of thresholds, Clopper-Pearson), one-run (Steinke et al., 2023) '
-      'and one-run f-DP (Mahloujifar et al., 2024) are lower bounds that hold '
-      'at the stated confidence. ε_gdp: Gaussian-DP estimate from the mean '
+      'family of thresholds, Clopper-Pearson), ε_one-run (Steinke et al., '
+      '2023), ε_one-run-fdp (Mahloujifar et al., 2024) and the tight one-run '
+      'bounds (Xiang et al., 2025) are lower bounds that hold at the stated '
+      'confidence for the mechanisms they assume (' +
+      _families_sentence(report_fields.in_groups('lower bounds')) + '). '
+      'ε_gdp: Gaussian-DP estimate from the mean '
       'shift in null standard deviations; AUROC and TPR of the attack "the '
       'statistic is larger".',
   ]

@@ -113,12 +113,15 @@ from experiments import grid
 from experiments import grid_figures
 from experiments import grid_tables
 from experiments import run_outputs
+from experiments import run_planning
 from experiments import table5
 from experiments import train
 from experiments import train_config
 from experiments import train_flags
 from one_shot_epe.runtime import atomic_io
 from one_shot_epe.runtime import command_line
+from one_shot_epe.runtime import interrupts
+from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import quiet
 from one_shot_epe.runtime import write_failures
 
@@ -290,6 +293,7 @@ def config_and_grid(
                for field in dataclasses.fields(train_config.TrainConfig)
                if flag_values[field.name].present}
   base = dataclasses.replace(base, **overrides)
+  base.validate()  # The flags as given, before --scale changes any.
   _check_output_dir(flag_values['output_dir'].value)
   try:
     base = grid.scale_config(base, flag_values['scale'].value)
@@ -305,20 +309,17 @@ def config_and_grid(
 
 
 def _check_output_dir(output_dir: str) -> None:
-  """--output_dir must be a directory, or a path where one can be created.
+  """--output_dir must be a directory this process can write, or create.
 
   Raises:
-    ConfigError: `output_dir` (or the nearest of its parents that exists) is
-      not a directory.
+    ConfigError: naming --output_dir, if it (or the nearest of its parents
+      that exists) is not a directory or not writable
+      (`run_directory.check_writable`).
   """
-  existing = os.path.abspath(output_dir)
-  while not os.path.lexists(existing):
-    existing = os.path.dirname(existing)
-  if not os.path.isdir(existing):
-    why = ('is a file' if existing == os.path.abspath(output_dir) else
-           f'cannot be created: {existing!r} is a file')
-    raise train_config.ConfigError(
-        f'--output_dir must name a directory; {output_dir!r} {why}.')
+  try:
+    run_directory.check_writable(output_dir)
+  except run_directory.RunDirectoryError as error:
+    raise train_config.ConfigError(f'--output_dir: {error}') from None
 
 
 def _executor(flag_values: flags.FlagValues) -> grid.Executor:
@@ -331,58 +332,82 @@ def _executor(flag_values: flags.FlagValues) -> grid.Executor:
   return ray_executor.connect(flag_values['ray_address'].value)
 
 
+def _run(flag_values: flags.FlagValues
+         ) -> tuple[list[grid.GridRun], dict[float, float], str | None,
+                    dict[str, str]]:
+  """Validates the whole grid, runs (or resumes) it and writes the outputs.
+
+  Returns:
+    The grid's runs, the accuracies without canaries (empty without
+    --accuracy_table), Table 5's text (None without it) and the paths
+    written by name.
+  """
+  base, noises, repetitions = config_and_grid(flag_values)
+  output_dir = flag_values.output_dir
+  configs = grid.grid_configs(base, noises, repetitions, output_dir)
+  baselines = (grid.accuracy_configs(base, noises, output_dir)
+               if flag_values.accuracy_table else [])
+  for config in configs + baselines:  # Every run's plan, before TensorFlow.
+    run_planning.check_plan(config.validate())
+  # The plans are sound: now TensorFlow, quietly (the runs' checks need it).
+  quiet.quiet_startup(sys.argv, import_tensorflow=base.backend != 'jax')
+  table5_experiments = []
+  if flag_values.table5_experiments:
+    table5_experiments = table5.experiments(
+        base, noises, flag_values.table5_experiments,
+        flag_values.table5_runs, output_dir)
+    for experiment in table5_experiments:  # Validate before any run.
+      for config in experiment.configs:
+        train.prepare(config)
+  runs_per_program = flag_values.runs_per_program
+  grid.programs(configs, runs_per_program)  # Its flag's errors, now.
+  title = os.path.splitext(os.path.basename(flag_values.config))[0]
+  executor = _executor(flag_values)
+  with write_failures.reported(output_dir):
+    runs, without_canaries = grid.run_grid(configs, baselines, executor,
+                                           runs_per_program)
+    table5_text = None
+    if table5_experiments:
+      table5_text = grid.run_table5(table5_experiments, executor,
+                                    runs_per_program)
+      atomic_io.write_text(os.path.join(output_dir, TABLE5_FILE),
+                           table5_text)
+    paths = write_outputs(runs, noises, repetitions, output_dir, title,
+                          without_canaries)
+  if table5_text is not None:
+    paths[TABLE5_FILE] = os.path.join(output_dir, TABLE5_FILE)
+  return runs, without_canaries, table5_text, paths
+
+
 def main(argv: Sequence[str]) -> None:
   """Validates the whole grid, runs (or resumes) it, writes the outputs.
 
   Everything is checked before the first run starts; a bad flag or config
   exits with status 2, and so do a run in use by another process and a
-  failed write (`run_outputs.REPORTED_ERRORS`). Prints the tables and the paths
-  written.
+  failed write (`run_outputs.REPORTED_ERRORS`). Ctrl-C or SIGTERM stops the
+  grid with one line naming the round it stopped at, status 130; a rerun
+  resumes. Prints the tables and the paths written.
 
   Args:
-    argv: The command line left after absl's flags (the program name only).
+    argv: The program name alone (absl took the flags; more exits 2).
 
   Raises:
-    app.UsageError: positional arguments were given (exit status 2).
+    SystemExit: with status 2 for one of `run_outputs.REPORTED_ERRORS`, 130
+      when interrupted.
   """
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
+  command_line.refuse_positional_arguments(argv)
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
   try:
-    base, noises, repetitions = config_and_grid(flags.FLAGS)
-    # The flags are sound: now TensorFlow, quietly (the runs' checks need it).
-    quiet.quiet_startup(sys.argv, import_tensorflow=base.backend != 'jax')
-    output_dir = flags.FLAGS.output_dir
-    configs = grid.grid_configs(base, noises, repetitions, output_dir)
-    baselines = (grid.accuracy_configs(base, noises, output_dir)
-                 if flags.FLAGS.accuracy_table else [])
-    table5_experiments = []
-    if flags.FLAGS.table5_experiments:
-      table5_experiments = table5.experiments(
-          base, noises, flags.FLAGS.table5_experiments,
-          flags.FLAGS.table5_runs, output_dir)
-      for experiment in table5_experiments:  # Validate before any run.
-        for config in experiment.configs:
-          train.prepare(config).config
-    runs_per_program = flags.FLAGS.runs_per_program
-    grid.programs(configs, runs_per_program)  # Its flag's errors, now.
-    title = os.path.splitext(os.path.basename(flags.FLAGS.config))[0]
-    executor = _executor(flags.FLAGS)
-    with write_failures.reported(output_dir):
-      runs, without_canaries = grid.run_grid(configs, baselines, executor,
-                                             runs_per_program)
-      table5_text = None
-      if table5_experiments:
-        table5_text = grid.run_table5(table5_experiments, executor,
-                                      runs_per_program)
-        atomic_io.write_text(os.path.join(output_dir, TABLE5_FILE),
-                             table5_text)
-      paths = write_outputs(runs, noises, repetitions, output_dir, title,
-                            without_canaries)
+    with interrupts.stop_on_signals():
+      runs, without_canaries, table5_text, paths = _run(flags.FLAGS)
   except run_outputs.REPORTED_ERRORS as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)
+  except KeyboardInterrupt as error:
+    interrupts.exit_interrupted(
+        error, 'interrupted before the first run began; nothing was '
+        'written: rerun the same command')
   print(grid_tables.summary_table(runs), end='')
   print()
   print(grid_tables.anderson_table(runs), end='')
@@ -390,7 +415,6 @@ def main(argv: Sequence[str]) -> None:
     print()
     print(grid_tables.accuracy_table(runs, without_canaries), end='')
   if table5_text is not None:
-    paths[TABLE5_FILE] = os.path.join(output_dir, TABLE5_FILE)
     print()
     print(table5_text, end='')
   for path in paths.values():

@@ -3,11 +3,12 @@
 Both engines (`--backend=tff`, `--backend=jax`; `experiments.train`) report
 their rounds as `one_shot_epe.runtime.round_record` records, which `RoundWriter`
 turns into metrics.csv and canary_cosines.csv, and end with the same
-results, written by `write_results`: the cosine CSVs of both threat models
-(Algorithms 2 and 3), the privacy report (`one_shot_epe.reporting.run_report`) and the
-density plot (Figures 1 and 3), under the run directory's layout
-(`one_shot_epe.runtime.run_directory`). `REPORTED_ERRORS` are what a launcher reports
-in one line. Framework-free.
+results, written by `write_results`: the privacy report of the run's plan
+(`one_shot_epe.reporting.run_report`), with the cosine CSVs of both threat
+models (Algorithms 2 and 3) and the density plot (Figures 1 and 3), by the
+one writer of every engine (`one_shot_epe.reporting.run_files`), under the
+run directory's layout (`one_shot_epe.runtime.run_directory`).
+`REPORTED_ERRORS` are what a launcher reports in one line. Framework-free.
 """
 
 import collections
@@ -18,9 +19,8 @@ from collections.abc import Sequence
 from experiments import engine
 from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
-from one_shot_epe.runtime import atomic_io
 from one_shot_epe.design import canary_spec
-from one_shot_epe.reporting import plots
+from one_shot_epe.reporting import run_files
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.runtime import run_lock
@@ -195,9 +195,10 @@ def write_results(run: engine.PreparedRun,
                   ) -> run_report.RunReport:
   """Writes the cosine CSVs, the privacy report and the density plot.
 
-  The schedule's presentation counts give the last-iterate heuristic its
-  mixture. `correlated`: the numbers of --mechanism=blt|banded
-  (`run_report.build_run_report`), None for independent noise.
+  The report is built from the plan's facts (`RunPlan.run_facts`: the
+  schedule's presentation counts give the last-iterate heuristic its
+  mixture) and written with `run_files.write_results`. `correlated`: the
+  numbers of --mechanism=blt|banded, None for independent noise.
 
   Args:
     run: the prepared run, with canaries (its plan has a canary spec).
@@ -211,24 +212,10 @@ def write_results(run: engine.PreparedRun,
   Raises:
     OSError: a file cannot be written.
   """
-  config = run.config
-  final_cosines = outcome.final_cosines
-  final_unseen_cosines = outcome.final_unseen_cosines
-  seen_maxima, unseen_maxima = outcome.seen_maxima, outcome.unseen_maxima
-  dim, delta, total_rounds = outcome.dim, run.plan.delta, run.plan.total_rounds
-  run_dir = config.run_dir
-  has_unseen = unseen_maxima.size > 0
-  final_columns = {'cosine': final_cosines}
-  if has_unseen:
-    final_columns['unseen'] = final_unseen_cosines
-  atomic_io.write_columns_csv(
-      os.path.join(run_dir, run_directory.FINAL_COSINES_FILE), final_columns)
-  if has_unseen:
-    atomic_io.write_columns_csv(
-        os.path.join(run_dir, run_directory.MAX_COSINES_FILE),
-        {'seen': seen_maxima, 'unseen': unseen_maxima})
+  config, plan = run.config, run.plan
   setting = collections.OrderedDict(
-      task=config.task, data=run.data.data_source, total_rounds=total_rounds,
+      task=config.task, data=run.data.data_source,
+      total_rounds=plan.total_rounds,
       clients_per_round=config.clients_per_round, sampling=config.sampling,
       clipping=('adaptive' if config.clipping_norm == 0 else
                 config.clipping_norm),
@@ -240,31 +227,11 @@ def write_results(run: engine.PreparedRun,
       canary_seed=config.canary_seed)
   if config.backend != 'tff':
     setting['backend'] = config.backend
-  plan = run.plan
   report = run_report.build_run_report(
-      final_cosines=final_cosines, dim=dim, delta=delta,
-      noise_multiplier=plan.dp.noise_multiplier, alpha=config.alpha,
-      mechanism=plan.mechanism, clip=plan.dp.clip,
-      cohort=plan.dp.clients_per_round, schedule=plan.spec.schedule,
-      final_unseen_cosines=final_unseen_cosines if has_unseen else None,
-      presentation_counts=plan.spec.presentation_counts(),
-      seen_maxima=seen_maxima if has_unseen else None,
-      unseen_maxima=unseen_maxima if has_unseen else None,
-      accuracy=outcome.accuracy, setting=setting,
-      canary_presentations=plan.spec.repetitions,
-      participation=plan.client_participation, correlated=correlated,
-      decorrelated_scores=(
-          None if outcome.decorrelated_seen is None or
-          not outcome.decorrelated_seen.size or not has_unseen else
-          (outcome.decorrelated_seen, outcome.decorrelated_unseen)))
-  report.write(os.path.join(run_dir, run_directory.REPORT_JSON_FILE),
-               os.path.join(run_dir, run_directory.REPORT_MARKDOWN_FILE))
-  panels = {'final model': {'seen canaries': final_cosines}}
-  if has_unseen:
-    panels['max over rounds'] = {'seen canaries': seen_maxima,
-                                 'unseen canaries': unseen_maxima}
-  plots.plot_cosine_densities(
-      panels, dim, os.path.join(run_dir, run_directory.DENSITY_PLOT_FILE),
+      outcome, plan.run_facts(outcome.dim, correlated), plan.mechanism,
+      alpha=config.alpha, setting=setting)
+  run_files.write_results(
+      config.run_dir, outcome, report,
       title=f'{config.task}, noise {config.noise_multiplier:g}, '
       f'{config.canary_repeats} repetition(s)')
   return report

@@ -16,15 +16,15 @@ engine: TensorFlow Federated (`experiments.backend_tff`, the default) or JAX
 One launcher, in three steps:
 
 1. `prepare`: the flags (`experiments.train_config`) become the run's plan
-   (`one_shot_epe.design.run_plan.RunPlan`: its canary spec and DP aggregation,
-   `one_shot_epe.design.canary_spec`, with the schedule from
-   `train_config.participation_plan`, the cohort counting the expected
-   canaries, the adaptive clip's noise split), the engine loads the task's
-   data, and the run directory is checked (`one_shot_epe.runtime.run_directory`).
-   Every flag is checked before anything is written; a bad flag (or a data
-   directory that does not exist or holds the wrong files, or a run directory
-   holding a run with other flags) exits with status 2 and a message naming
-   it.
+   (`experiments.run_planning.plan_run`: the engine-neutral
+   `one_shot_epe.design.run_plan.RunPlan`, its canary spec and DP
+   aggregation), checked whole before any slow work: the output directory
+   writable, the run's memory and work against the machine
+   (`one_shot_epe.design.run_size`), the canaries' share of a round, the
+   engine's `supports(plan)`, the run directory's saved flags; then the
+   engine loads the task's data and the plan is made on its clients. A bad
+   run exits with status 2 and one line naming the flag, before anything is
+   written.
 2. The engine trains (or resumes) the run from its checkpoints, locked for
    the whole run (`run_directory.owned`): one writer per run directory; a
    second launcher on the same directory exits with status 2 naming the
@@ -127,21 +127,19 @@ from collections.abc import Callable, Sequence
 from absl import app
 from absl import flags
 from absl import logging
-import numpy as np
 
 from experiments import engine
 from experiments import run_outputs
+from experiments import run_planning
 from experiments import train_config
 from experiments import train_flags
 from one_shot_epe.design import canary_schedules
-from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import checkpoint_store
 from one_shot_epe.runtime import command_line
-from one_shot_epe.accounting import mechanisms
+from one_shot_epe.runtime import interrupts
 from one_shot_epe.runtime import round_progress
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
-from one_shot_epe.design import run_plan
 
 __all__ = ['BACKENDS', 'PreparedRun', 'REPORTED_ERRORS', 'RunResult',
            'check_runs_per_program', 'main', 'prepare', 'run_program',
@@ -190,57 +188,6 @@ def _checkpoints(backend: engine.Backend,
                                           run_directory.CHECKPOINT_DIR))
 
 
-def _dp_aggregation(config: train_config.TrainConfig,
-                    cohort: float) -> canary_spec.DPAggregation:
-  """The flags' DP aggregation; a cohort too small for the noise is named."""
-  try:
-    return canary_spec.DPAggregation(
-        noise_multiplier=config.noise_multiplier, clients_per_round=cohort,
-        clip=None if config.clipping_norm == 0 else config.clipping_norm,
-        initial_clip=config.initial_clip,
-        target_unclipped_quantile=config.target_unclipped_quantile,
-        clip_learning_rate=config.clip_learning_rate)
-  except ValueError as error:
-    raise train_config.ConfigError(
-        f'--noise_multiplier={config.noise_multiplier} with '
-        f'--clients_per_round={config.clients_per_round}: {error}') from None
-
-
-def _spec(config: train_config.TrainConfig,
-          schedule: object) -> canary_spec.CanarySpec | None:
-  """The flags' canaries (None for --num_canaries=0)."""
-  if schedule is None:
-    return None
-  return canary_spec.CanarySpec(
-      seed=config.canary_seed, num_seen=config.num_canaries,
-      num_unseen=config.num_unseen_canaries,
-      schedule=schedule.as_round_lists(), canary_clip=config.canary_clip,
-      repetitions=config.canary_repeats,
-      all_iterates_statistic=config.all_iterates_statistic,
-      final_model_statistic=config.final_model_statistic,
-      buffer_rounds=config.canary_buffer_rounds)
-
-
-def _optimizer(name: str, learning_rate: float,
-               momentum: float) -> run_plan.OptimizerSpec:
-  """An optimizer of the flags; the momentum flag counts for sgdm only."""
-  return run_plan.OptimizerSpec(name, learning_rate,
-                                momentum if name == 'sgdm' else 0.0)
-
-
-def _noise_seed(config: train_config.TrainConfig) -> int | None:
-  """Seed of the DP noise (`seeded_queries`), None for unseeded noise.
-
-  A pure function of --seed, independent of the round seeds
-  (`tff_engine.training.selection_fn`). Noise that anyone holding the config
-  can regenerate is fine for a simulated audit, never for a deployment
-  (--noseeded_noise). The JAX engine keys its noise by --seed itself.
-  """
-  if not config.seeded_noise:
-    return None
-  return int(np.random.SeedSequence([config.seed, 1]).generate_state(1)[0])
-
-
 def _check_run_dir(config: train_config.TrainConfig,
                    backend: engine.Backend) -> None:
   """`run_directory.check` with the flags' resume rule and errors."""
@@ -275,10 +222,16 @@ def _check_free_space(run: PreparedRun, backend: engine.Backend) -> None:
 
 
 def prepare(config: train_config.TrainConfig) -> PreparedRun:
-  """Validates `config` against its data and run directory; writes nothing.
+  """Validates `config`, its whole plan, data and run directory; writes nothing.
 
-  Reads the data directory (never downloads) and the run directory's
-  config.json and newest checkpoint if there are any.
+  In order, so that a bad run is refused before any slow work: the flags
+  (`TrainConfig.validate`), the run directory writable and the whole plan
+  (`run_planning.check_plan`: its memory and work against the machine, the
+  canaries' share, the mechanism, the engine's `supports(plan)`) from the
+  task's client count where that is known without data, the engine's own
+  flags, the run directory's saved config and newest checkpoint; then the
+  data (read offline, never downloaded), the plan again on the loaded
+  clients, the disk and the device's memory.
 
   Args:
     config: the run's config; validated here (`TrainConfig.validate`).
@@ -289,67 +242,24 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
 
   Raises:
     train_config.ConfigError: a flag is invalid or the engine cannot run it,
-      the data directory is missing or malformed, the run directory holds a
-      run with other flags, the checkpoint a rerun would resume from is
-      damaged, or the disk (or the device's memory) cannot hold the run.
+      the run cannot run on this machine, the output directory is not
+      writable, the data directory is missing or malformed, the run
+      directory holds a run with other flags, the checkpoint a rerun would
+      resume from is damaged, or the disk (or the device's memory) cannot
+      hold the run.
   """
   config = config.validate()
+  run_planning.check_plan(config)
   backend = _backend(config.backend)
-  mechanism = config.the_mechanism()
-  if not isinstance(mechanism, backend.MECHANISMS):
-    names = [name for name, kind in mechanisms.TYPE_OF_NAME.items()
-             if kind in backend.MECHANISMS]
-    raise train_config.ConfigError(
-        f'--mechanism={config.mechanism} is not supported by --backend='
-        f'{config.backend}; it runs {", ".join(names)}.')
-  backend.check_supported(config)
+  backend.check_options(config)
+  _check_run_dir(config, backend)
   data = backend.load_data(config)
-  num_clients = len(data.client_ids)
-  if config.clients_per_round > num_clients:
-    raise train_config.ConfigError(
-        f'--clients_per_round must be in [1, {num_clients}] (the task has '
-        f'{num_clients} training clients); got {config.clients_per_round}.')
-  sampler, total_rounds, schedule, cohort = train_config.participation_plan(
-      config, data.client_ids)
-  if config.num_bands is not None and config.num_bands > total_rounds:
-    raise train_config.ConfigError(
-        f'--num_bands must be in [1, {total_rounds}] (the run\'s rounds); '
-        f'got {config.num_bands}.')
+  plan = run_planning.plan_run(config, data.client_ids, backend.supports)
   share = canary_schedules.canary_share_warning(
-      sampler.expected_clients_per_round, cohort)
+      plan.sampler.expected_clients_per_round, plan.dp.clients_per_round)
   if share is not None:
     logging.warning('%s', share)
-  delta = config.delta if config.delta is not None else num_clients**-1.1
-  plan = run_plan.RunPlan(
-      sampler=sampler, total_rounds=total_rounds,
-      spec=_spec(config, schedule), dp=_dp_aggregation(config, cohort),
-      delta=delta,
-      client_optimizer=_optimizer(config.client_optimizer,
-                                  config.client_learning_rate,
-                                  config.client_momentum),
-      server_optimizer=_optimizer(config.server_optimizer,
-                                  config.server_learning_rate,
-                                  config.server_momentum),
-      batch_size=config.client_batch_size,
-      epochs=config.client_epochs_per_round,
-      max_examples=(None if config.max_examples_per_client == -1 else
-                    config.max_examples_per_client),
-      seed=config.seed, noise_seed=_noise_seed(config),
-      rounds_per_checkpoint=config.rounds_per_checkpoint,
-      rounds_per_evaluation=config.rounds_per_evaluation,
-      max_eval_examples=(None if config.max_eval_examples == -1 else
-                         config.max_eval_examples),
-      mechanism=mechanism)
-  if isinstance(mechanism, mechanisms.DistributedDP):
-    try:
-      mechanism.calibration(mechanisms.RunFacts(
-          noise_multiplier=plan.dp.noise_multiplier, delta=delta,
-          dim=data.num_parameters, clip=plan.dp.clip,
-          cohort=plan.dp.clients_per_round))
-    except ValueError as error:
-      raise train_config.ConfigError(f'--ddp_bits: {error}') from None
   run = PreparedRun(config=config, data=data, plan=plan)
-  _check_run_dir(config, backend)
   _check_free_space(run, backend)
   backend.check_device_memory(run)
   return run
@@ -430,7 +340,10 @@ def run_program(configs: Sequence[train_config.TrainConfig]
   Raises:
     As `run_training`, for every run before any is written; also
     `train_config.ConfigError` naming --runs_per_program when the runs
-    cannot share a program.
+    cannot share a program, and `interrupts.Interrupted` ('interrupted
+    after round N of T; rerun the same command to resume') for Ctrl-C or
+    SIGTERM while training or writing, every lock released and every
+    checkpoint complete or absent.
   """
   runs = [prepare(config) for config in configs]
   backend = _backend(runs[0].config.backend)
@@ -441,6 +354,24 @@ def run_program(configs: Sequence[train_config.TrainConfig]
   if len(runs) > 1:
     backend.check_device_memory(runs[0], runs=len(runs))
   stores = [_checkpoints(backend, run.config.run_dir) for run in runs]
+  # One progress bar: the program's rounds, as its first run sees them.
+  progress = round_progress.ProgressBar(runs[0].plan.total_rounds,
+                                        runs[0].config.progress_bar)
+  try:
+    return _train_and_write(backend, runs, stores, progress)
+  except KeyboardInterrupt:
+    done = progress.last_round
+    if done is None:
+      done = stores[0].latest() or 0
+    raise interrupts.Interrupted(interrupts.resume_line(
+        done, runs[0].plan.total_rounds)) from None
+
+
+def _train_and_write(
+    backend: engine.Backend, runs: Sequence[PreparedRun],
+    stores: Sequence[checkpoint_store.CheckpointStore],
+    progress: round_progress.ProgressBar) -> list[RunResult]:
+  """`run_program`'s work once every run is prepared: lock, train, write."""
   with contextlib.ExitStack() as stack:
     writers = []
     for run, store in zip(runs, stores):
@@ -455,9 +386,6 @@ def run_program(configs: Sequence[train_config.TrainConfig]
           rounds_per_checkpoint=run.plan.rounds_per_checkpoint,
           with_canaries=run.plan.spec is not None,
           resumed_from=store.latest() or 0, csv_format=backend.CSV_FORMAT))
-    # One progress bar: the program's rounds, as its first run sees them.
-    progress = round_progress.ProgressBar(runs[0].plan.total_rounds,
-                                          runs[0].config.progress_bar)
     observers = [round_record.Observers([writer, progress]) if i == 0 else
                  writer for i, writer in enumerate(writers)]
     try:
@@ -485,24 +413,32 @@ def main(argv: Sequence[str]) -> None:
 
   A bad flag, or a run directory in use by another launcher, exits with
   status 2 before anything is written; a failed write (a full disk) exits
-  with status 2 naming the file and the cause (`REPORTED_ERRORS`).
+  with status 2 naming the file and the cause (`REPORTED_ERRORS`). Ctrl-C
+  or SIGTERM stops the run with one line, 'interrupted after round N of T;
+  rerun the same command to resume', and status 130 (`interrupts`).
 
   Args:
     argv: what absl leaves after parsing the flags: the program name only.
 
   Raises:
     app.UsageError: with exit code 2, for positional arguments.
-    SystemExit: with status 2, for one of `REPORTED_ERRORS`.
+    SystemExit: with status 2, for one of `REPORTED_ERRORS`; with status
+      130 when interrupted.
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # TFF logs every round at INFO.
   try:
-    result = run_training(train_flags.config_from_flags())
+    with interrupts.stop_on_signals():
+      result = run_training(train_flags.config_from_flags())
   except REPORTED_ERRORS as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)
+  except KeyboardInterrupt as error:
+    interrupts.exit_interrupted(
+        error, 'interrupted before training began; nothing was written: '
+        'rerun the same command')
   print(f'Run directory: {result.run_dir}')
   print(run_outputs.rounds_line(result))
   if result.report is not None:

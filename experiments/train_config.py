@@ -19,25 +19,24 @@ fixed clip norm is given.
 """
 
 import dataclasses
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from one_shot_epe.design import canary_schedules
 from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.accounting import mechanisms
-from one_shot_epe.design import participation
 from one_shot_epe.design import run_options
+from one_shot_epe.design import run_plan
+from one_shot_epe.stats import lower_bound
 from one_shot_epe import validation
 
 __all__ = ['ConfigError', 'ENUMS', 'PROGRAM_DIFFERENCES', 'SAMPLINGS',
            'TrainConfig', 'check_program', 'check_resumable',
-           'participation_plan', 'program_key']
+           'program_key']
 
 SAMPLINGS = ('shuffle', 'bernoulli', 'poisson')
 
@@ -139,13 +138,10 @@ class TrainConfig:
       if not isinstance(getattr(self, name), (bool, np.bool_)):
         raise ConfigError(f'--{name} must be true or false; got '
                           f'{getattr(self, name)!r}.')
-    for name in ('synthetic_num_clients', 'synthetic_examples_per_client',
-                 'vocab_size', 'client_batch_size', 'client_epochs_per_round',
-                 'clients_per_round', 'canary_repeats', 'rounds_per_evaluation',
-                 'rounds_per_checkpoint'):
+    for name in ('client_batch_size', 'client_epochs_per_round'):
       _check_int(name, getattr(self, name), 1)
-    if self.canary_buffer_rounds is not None:
-      _check_int('canary_buffer_rounds', self.canary_buffer_rounds, 1)
+    for name, rule in _CORE_RULES.items():
+      _check_flag(rule, name, getattr(self, name))
     _check_int('tff_workers', self.tff_workers, 1, _MAX_LOCAL_WORKERS)
     if not isinstance(self.tff_worker_addresses, str):
       raise ConfigError('--tff_worker_addresses must be a comma-separated '
@@ -166,21 +162,9 @@ class TrainConfig:
       value = getattr(self, name)
       if value != -1 or isinstance(value, bool):
         _check_int(name, value, 1, note=' or -1 for all examples')
-    for name in ('seed', 'canary_seed'):
-      _check_int(name, getattr(self, name), 0, canary_spec.MAX_SEED)
-    for name in ('client_learning_rate', 'server_learning_rate',
-                 'initial_clip'):
-      _check_float(name, getattr(self, name), 0.0, math.inf, low_open=True)
-    for name in ('client_momentum', 'server_momentum'):
-      _check_float(name, getattr(self, name), 0.0, 1.0, high_open=True)
-    for name in ('noise_multiplier', 'clipping_norm', 'clip_learning_rate'):
-      _check_float(name, getattr(self, name), 0.0, math.inf)
-    _check_float('target_unclipped_quantile', self.target_unclipped_quantile,
-                 0.0, 1.0, low_open=True, high_open=True)
-    _check_float('alpha', self.alpha, 0.0, 0.5, low_open=True, high_open=True)
-    if self.delta is not None:
-      _check_float('delta', self.delta, 0.0, 1.0, low_open=True,
-                   high_open=True)
+    if self.clipping_norm != 0 or isinstance(self.clipping_norm, bool):
+      _check_flag(_FIXED_CLIP, 'clipping_norm', self.clipping_norm,
+                  note=' or 0 for adaptive clipping')
     mechanism = self.the_mechanism()
     compression = self.compression
     if compression is None:
@@ -191,28 +175,20 @@ class TrainConfig:
           f'{self.mechanism}: distributed_dp always rotates and discretizes '
           '(rotation_discretization, its default) and the other mechanisms '
           'send updates as they are (none, their default).')
-    if mechanism.fixed_clip_reason is not None and self.clipping_norm == 0:
+    try:
+      mechanisms.check_clip(mechanism, adaptive=self.clipping_norm == 0)
+    except ValueError:
       raise ConfigError(f'--mechanism={self.mechanism} needs a fixed clip '
                         f'(--clipping_norm > 0): '
-                        f'{mechanism.fixed_clip_reason}.')
-    if self.mechanism in ('distributed_dp', 'tree') and not self.num_canaries:
-      raise ConfigError(f'--mechanism={self.mechanism} needs canaries '
-                        '(--num_canaries >= 2); got --num_canaries=0.')
+                        f'{mechanism.fixed_clip_reason}.') from None
     if (self.train_epochs is None) == (self.total_rounds is None):
       raise ConfigError('set exactly one of --train_epochs and --total_rounds; '
                         f'got --train_epochs={self.train_epochs} and '
                         f'--total_rounds={self.total_rounds}.')
     if self.train_epochs is not None:
       _check_int('train_epochs', self.train_epochs, 1)
-    else:
-      _check_int('total_rounds', self.total_rounds, 1)
-    for name in ('num_canaries', 'num_unseen_canaries'):
-      value = getattr(self, name)
-      if value != 0 or isinstance(value, bool):
-        # Seen ids are 0..k-1 and unseen ids start at UNSEEN_ID_OFFSET, so
-        # neither count may reach it.
-        _check_int(name, value, 2, run_options.UNSEEN_ID_OFFSET,
-                   note=' (2 or more to fit a Gaussian), or 0')
+    for name, rule in _CANARY_COUNTS.items():
+      _check_flag(rule, name, getattr(self, name))
     if self.num_unseen_canaries and not self.num_canaries:
       raise ConfigError('--num_unseen_canaries needs seen canaries '
                         '(--num_canaries >= 2); got --num_canaries=0.')
@@ -321,17 +297,56 @@ def _check_int(name: str, value: Any, low: int, high: int | None = None,
   _check_flag(validation.check_int, name, value, low, high, note=note)
 
 
-def _check_float(name: str, value: Any, low: float, high: float, *,
-                 low_open: bool = False, high_open: bool = False) -> None:
-  _check_flag(validation.check_real, name, value, low, high,
-              low_open=low_open, high_open=high_open)
+# The flags that are parameters of the core, each checked by the core's own
+# rule (`validation.PARAMETERS`, or the `rules` of the object that takes the
+# value), so that the launcher allows exactly what the library does; an
+# integer flag of a real parameter by the integers the rule allows.
+_CORE_RULES: dict[str, validation.Rule] = {
+    'synthetic_num_clients': validation.PARAMETERS['num_clients'],
+    'synthetic_examples_per_client':
+        validation.PARAMETERS['examples_per_client'],
+    'vocab_size': validation.PARAMETERS['vocab_size'],
+    'client_learning_rate': run_plan.OptimizerSpec.rules['learning_rate'],
+    'client_momentum': run_plan.OptimizerSpec.rules['momentum'],
+    'server_learning_rate': run_plan.OptimizerSpec.rules['learning_rate'],
+    'server_momentum': run_plan.OptimizerSpec.rules['momentum'],
+    'clients_per_round':
+        validation.PARAMETERS['clients_per_round'].integers(),
+    'total_rounds': validation.Optional(run_plan.RunPlan.rules['total_rounds']),
+    'rounds_per_evaluation': run_plan.RunPlan.rules['rounds_per_evaluation'],
+    'rounds_per_checkpoint': run_plan.RunPlan.rules['rounds_per_checkpoint'],
+    'noise_multiplier': canary_spec.DPAggregation.rules['noise_multiplier'],
+    'initial_clip': canary_spec.DPAggregation.rules['initial_clip'],
+    'target_unclipped_quantile':
+        canary_spec.DPAggregation.rules['target_unclipped_quantile'],
+    'clip_learning_rate': canary_spec.DPAggregation.rules['clip_learning_rate'],
+    'canary_repeats': canary_spec.CanarySpec.rules['repetitions'],
+    'canary_seed': canary_spec.CanarySpec.rules['seed'],
+    # Every seed of a run lies in [0, MAX_SEED] (`canary_spec.MAX_SEED`).
+    'seed': canary_spec.SEED,
+    'canary_buffer_rounds': canary_spec.CanarySpec.rules['buffer_rounds'],
+    'delta': validation.Optional(validation.PARAMETERS['delta']),
+    # The reports' alpha (their lower bounds hold at 1 - alpha).
+    'alpha': lower_bound.ALPHA,
+}
+# --clipping_norm: a fixed clip (`DPAggregation.clip`), or 0 for adaptive.
+_FIXED_CLIP = validation.PARAMETERS['clip']
+
+
+# The canary flags: the audits' counts (`canary_spec.AUDITED_CANARIES`);
+# --num_canaries=0 is a run without canaries.
+_CANARY_COUNTS = {
+    'num_canaries': dataclasses.replace(
+        canary_spec.AUDITED_CANARIES['num_seen'], allow_zero=True),
+    'num_unseen_canaries': canary_spec.AUDITED_CANARIES['num_unseen'],
+}
 
 
 # Choice flags whose default, None, the chosen mechanism resolves.
 _OPTIONAL_ENUMS = ('compression',)
 # The mechanisms' constructor arguments (`mechanisms`) -> their flags.
 _MECHANISM_FLAGS = {'num_bands': 'num_bands', 'bits': 'ddp_bits',
-                    'ddp_noise': 'ddp_noise'}
+                    'ddp_bits': 'ddp_bits', 'ddp_noise': 'ddp_noise'}
 
 _DEFAULTS = {field.name: field.default
              for field in dataclasses.fields(TrainConfig)}
@@ -430,48 +445,3 @@ ENUMS = {'backend': run_options.BACKENDS, 'task': run_options.TASK_NAMES,
           'all_iterates_statistic': canary_spec.ALL_ITERATES_STATISTICS,
           'canary_clip': canary_spec.CANARY_CLIPS,
           'synthetic_client_sizes': client_arrays.CLIENT_SIZE_LAWS}
-
-
-def participation_plan(
-    config: TrainConfig, client_ids: Sequence[str]
-) -> tuple[participation.ClientSampler, int, canary_schedules.CanarySchedule
-           | None, float]:
-  """Who takes part in each round, for either engine.
-
-  Returns (sampler, total rounds T, the seen canaries' schedule or None,
-  the expected cohort of the DP average, canaries included; see
-  `participation.canary_plan`). T is --total_rounds, or --train_epochs
-  epochs of rounds (ceil(m / clients per round) per epoch for sampling).
-
-  Args:
-    config: the validated config (--sampling, --clients_per_round,
-      --total_rounds or --train_epochs, the canary flags, the seeds).
-    client_ids: the task's training client ids (m of them).
-
-  Returns:
-    (sampler, total rounds T, the seen canaries' schedule or None, the
-    expected cohort of the DP average, canaries included).
-
-  Raises:
-    ConfigError: --canary_repeats exceeds T.
-  """
-  if config.sampling == 'shuffle':
-    sampler = participation.ShuffledEpochs(client_ids,
-                                           config.clients_per_round,
-                                           config.seed)
-    rounds_per_epoch = sampler.rounds_per_epoch
-  else:
-    sampler_class = (participation.BernoulliSampling if config.sampling ==
-                     'bernoulli' else participation.PoissonSampling)
-    sampler = sampler_class(client_ids, config.clients_per_round, config.seed)
-    rounds_per_epoch = math.ceil(len(client_ids) / config.clients_per_round)
-  total_rounds = (config.total_rounds if config.total_rounds is not None else
-                  config.train_epochs * rounds_per_epoch)
-  if config.canary_repeats > total_rounds:
-    raise ConfigError(
-        f'--canary_repeats must be in [1, {total_rounds}] (the number of '
-        f'training rounds); got {config.canary_repeats}.')
-  schedule, cohort = participation.canary_plan(
-      sampler, config.num_canaries, total_rounds, config.canary_repeats,
-      config.canary_seed)
-  return sampler, total_rounds, schedule, cohort

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from absl import flags
 
+from experiments import run_planning
 from experiments import train_config
 from one_shot_epe.runtime import command_line
 
@@ -89,16 +90,16 @@ _FLAG_HELP = {
     'initial_clip': 'Adaptive clipping: initial clip norm (> 0).',
     'clip_learning_rate': 'Adaptive clipping: learning rate of the clip '
                           '(>= 0).',
-    'num_canaries': 'Seen canaries k (0, or >= 2).',
+    'num_canaries': 'Seen canaries k (0, or in [2, 10^9]).',
     'num_unseen_canaries': 'Unseen canaries for the all-iterates estimate '
-                           '(0, or >= 2).',
+                           '(0, or in [2, 2^31 - 10^9]).',
     'canary_repeats': 'Presentations of each canary, once per equal period '
                       '(the paper: 1, 2, 4, 8); --sampling=shuffle only.',
     'canary_seed': 'Seed of the canaries and their schedule, in [0, 2^32).',
     'canary_buffer_rounds': 'Rounds between two canary cosine computations; '
                             'default: --rounds_per_checkpoint, capped for '
-                            'memory (>= 1). Speed only: the maxima are exact '
-                            'whatever its value.',
+                            'memory (in [1, 2^16]). Speed only: the maxima '
+                            'are exact whatever its value.',
     'final_model_statistic': 'Final-model cosine of Algorithm 2: with the '
                              'model delta theta_T - theta_0 (delta) or with '
                              'theta_T (final, the paper\'s literal line 11).',
@@ -183,9 +184,11 @@ def check_flags_or_exit(argv: Sequence[str]) -> None:
   """Defines and parses the launcher's flags, validates them; exit 2 if bad.
 
   Runs first thing in `python -m experiments.train`, before TensorFlow or JAX
-  is imported, so that a bad flag is answered in about a second: one line
-  naming the flag, exit status 2. Checks that need the task's data run
-  later, in `prepare`. The flags stay defined for the program's own parse.
+  is imported, so that a bad flag, an unwritable output directory or a plan
+  this machine cannot run (`run_planning.check_plan`) is answered in about
+  a second: one line naming the flag, exit status 2. Checks that need the
+  task's data run later, in `prepare`. The flags stay defined for the
+  program's own parse.
 
   Args:
     argv: the command line, program name first. With a help flag, nothing
@@ -201,7 +204,7 @@ def check_flags_or_exit(argv: Sequence[str]) -> None:
     return  # absl's own parse defines and answers the help flags.
   command_line.parse_flags_or_exit(list(argv))
   try:
-    config_from_flags().validate()
+    run_planning.check_plan(config_from_flags().validate())
   except train_config.ConfigError as error:
     sys.stderr.write(f'error: {error}\n')
     sys.exit(2)

@@ -18,7 +18,8 @@ by job, each importing only the wings below it:
 The engines stand side by side above the core and never import each other:
 `tff_engine/` (TensorFlow Federated, and `tff_engine.audit.CanaryAudit` for
 any tff.learning pipeline) and `jax_engine/` (JAX, for GPUs and TPUs).
-`baselines/` holds CANIFE and DP-SGD (Section 5.4).
+The baselines of Section 5.4 (CANIFE, and DP-SGD with the TFF engine's
+canaries) stand above the engines, among the programs: `experiments/baselines/`.
 """
 
 __version__ = '0.1.0'

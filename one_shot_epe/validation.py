@@ -6,7 +6,10 @@ dataclass with `fields(...)`, and each named parameter is checked by its
 rule in `PARAMETERS`, the one place that says what a parameter of that name
 allows (a function whose parameter means something narrower passes its own
 rule by keyword: `arguments(dim=Int(3))`). Inner functions take checked
-values and do not check again.
+values and do not check again: a decorated function carries its body as
+`unchecked`, and every decorated function or dataclass its rules as `rules`
+(name -> rule), which a launcher applies to the flags that are these
+parameters.
 
 The rules: `Int` for counts, sizes and seeds; `Real` for finite numbers in
 an interval (noise multipliers, clips); `Probability` for (0, 1); `Choice`
@@ -27,6 +30,7 @@ import functools
 import inspect
 import math
 import numbers
+import types
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -273,6 +277,24 @@ class Real:
                       low_open=self.low_open, high_open=self.high_open,
                       allow_infinite=self.allow_infinite)
 
+  def integers(self) -> Int:
+    """The `Int` rule of exactly the integers this interval holds.
+
+    For an integer flag of a real parameter (e.g. a count of clients that
+    the library takes as a real > 0: the ints >= 1).
+
+    Returns:
+      `Int(low, high)` with the least and greatest integers inside the
+      interval (None where it is unbounded).
+    """
+    low = high = None
+    if math.isfinite(self.low):
+      low = math.floor(self.low) + 1 if self.low_open else math.ceil(self.low)
+    if math.isfinite(self.high):
+      high = math.ceil(self.high) - 1 if self.high_open else math.floor(
+          self.high)
+    return Int(low, high)
+
 
 @dataclasses.dataclass(frozen=True)
 class Probability:
@@ -354,8 +376,11 @@ PARAMETERS: dict[str, Rule] = {
     'round_index': Int(0),
     'seed': Int(0),
     # Optimisation.
-    'learning_rate': _NON_NEGATIVE,
-    'momentum': Real(0.0, 1.0),
+    # A learning rate of 0 trains nothing (at the server it leaves
+    # theta_T - theta_0 zero, whose cosines are undefined); a momentum of 1
+    # never forgets a step.
+    'learning_rate': _POSITIVE,
+    'momentum': Real(0.0, 1.0, high_open=True),
     # Canary scores.
     'cosines': Cosines(),
     'seen': Sample(),
@@ -379,7 +404,10 @@ def arguments(*names: str, **rules: Rule) -> Callable[[_Function], _Function]:
 
   Each argument is replaced by what its rule returns (an int, a float, a
   float64 array), so the function body sees checked, converted values.
-  Arguments left at their default are not checked.
+  Arguments left at their default are not checked. The decorated function
+  carries the undecorated one as `unchecked`: a function of the package
+  that already holds checked values calls `name.unchecked(...)` and checks
+  nothing twice. Its rules, by parameter name, are its `rules`.
 
   Args:
     *names: Parameters checked by their rule in `PARAMETERS`.
@@ -408,6 +436,9 @@ def arguments(*names: str, **rules: Rule) -> Callable[[_Function], _Function]:
           bound.arguments[name] = rule(name, bound.arguments[name])
       return function(*bound.args, **bound.kwargs)
 
+    # The body without the checks, for callers that hold checked values.
+    checked.unchecked = function  # type: ignore[attr-defined]
+    checked.rules = types.MappingProxyType(checks)  # type: ignore[attr-defined]
     return checked  # type: ignore[return-value]
 
   return decorate
@@ -420,7 +451,8 @@ def fields(*names: str, **rules: Rule) -> Callable[[_Class], _Class]:
   """Class decorator for a (frozen) dataclass: checks the named fields.
 
   The fields are checked and converted after `__init__`, before the class's
-  own `__post_init__` (which keeps the checks that combine fields).
+  own `__post_init__` (which keeps the checks that combine fields). The
+  class carries its rules, by field name, as `rules`.
 
   Args:
     *names: Fields checked by their rule in `PARAMETERS`.
@@ -455,6 +487,7 @@ def fields(*names: str, **rules: Rule) -> Callable[[_Class], _Class]:
         check(self)
 
       cls.__init__ = functools.wraps(init)(checked_init)
+    cls.rules = types.MappingProxyType(checks)
     return cls
 
   return decorate

@@ -55,8 +55,8 @@ EMNIST_CNN_PARAMETERS = 1_206_590
 # The JAX engine's smallest run (as tests/backend_jax_test.py): 2 rounds.
 _TRAIN_FLAGS = ('--task=emnist_character', '--use_synthetic_data',
                 '--synthetic_num_clients=4', '--synthetic_examples_per_client=16',
-                '--clients_per_round=2', '--total_rounds=2', '--num_canaries=5',
-                '--num_unseen_canaries=5', '--noise_multiplier=0.1',
+                '--clients_per_round=2', '--total_rounds=2', '--num_canaries=4',
+                '--num_unseen_canaries=4', '--noise_multiplier=0.1',
                 '--rounds_per_checkpoint=2', '--noprogress_bar')
 _EXTRA_LINES = {'jax': "pip install 'one-shot-epe[jax]'",
                 'tff': 'the [tff] extra, on Python 3.11: pip install --no-deps'}
@@ -249,7 +249,7 @@ def _check_train_jax(env: Environment) -> str | None:
     report = json.load(stream)
   found = (report['setting']['total_rounds'], report['setting'].get('backend'),
            report['final']['num_seen'], report['dim'])
-  expected = (2, 'jax', 5, EMNIST_CNN_PARAMETERS)
+  expected = (2, 'jax', 4, EMNIST_CNN_PARAMETERS)
   if found != expected:
     return (f'report.json: (rounds, backend, seen canaries, d) = {found}, '
             f'expected {expected}')
@@ -307,7 +307,7 @@ def client(node, message):
                                    + np.float32(0.01))})
   return RecordDict({'arrays': arrays,
                      'metrics': MetricRecord({'num-examples': 1})})
-run = audit.CanaryAudit(run_dir=tempfile.mkdtemp() + '/run', num_canaries=5,
+run = audit.CanaryAudit(run_dir=tempfile.mkdtemp() + '/run', num_canaries=4,
                         rounds=2, delta=1e-5, seed=0)
 strategy = run.wrap(DifferentialPrivacyServerSideFixedClipping(
     FedAvg(fraction_train=0.5, fraction_evaluate=0.0), 1.0, 1.0, 2))

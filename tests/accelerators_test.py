@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import accelerators
-from one_shot_epe.tff_engine import canary_aggregator as ca
+from one_shot_epe.tff_engine import aggregator_state
 from one_shot_epe.tff_engine import cosine_tracking
 
 _HAS_GPU = bool(tf.config.list_logical_devices('GPU'))
@@ -41,7 +41,7 @@ def _maxima(device):
   rng = np.random.default_rng(0)
   for round_num in range(rounds):
     aggregate = rng.normal(size=dim).astype(np.float32)
-    tracker.observe(ca.CanaryAggregatorState(
+    tracker.observe(aggregator_state.CanaryAggregatorState(
         query_state=(), agg_state=(), dp_event=(), is_init_state=False,
         round_num=round_num + 1, aggregate=aggregate))
   maxima = tracker.maxima()

@@ -161,6 +161,45 @@ def test_maxima_and_final_cosines_equal_brute_force():
       rel=1e-12)
 
 
+def _csv_columns(path) -> dict[str, np.ndarray]:
+  """A CSV's columns; a shorter column's trailing cells are empty."""
+  with open(path, encoding='utf-8') as stream:
+    header, *rows = (line.split(',') for line in stream.read().splitlines())
+  return {name: np.array([float(row[i]) for row in rows if row[i]])
+          for i, name in enumerate(header)}
+
+
+@pytest.mark.parametrize('num_unseen', [10, 0])
+def test_write_results_writes_a_launchers_result_files(tmp_path, num_unseen):
+  canary_audit = _audit(num_unseen_canaries=num_unseen)
+  _run_observed(canary_audit)
+  run_dir = tmp_path / 'run'
+  report = canary_audit.write_results(str(run_dir), accuracy=0.5)
+  assert report == canary_audit.report(accuracy=0.5)
+  assert report.accuracy == 0.5
+  files = {'final_cosines.csv', 'report.json', 'report.md',
+           'cosine_densities.png'}
+  if num_unseen:
+    files.add('max_cosines.csv')
+  assert set(os.listdir(run_dir)) == files
+  assert (run_dir / 'report.json').read_text() == report.to_json() + '\n'
+  assert (run_dir / 'report.md').read_text(encoding='utf-8') == (
+      report.to_markdown())
+  final = _csv_columns(run_dir / 'final_cosines.csv')
+  np.testing.assert_array_equal(final['cosine'], canary_audit.final_cosines())
+  maxima = canary_audit.cosine_maxima()
+  if num_unseen:
+    np.testing.assert_array_equal(final['unseen'],
+                                  canary_audit.final_cosines(unseen=True))
+    columns = _csv_columns(run_dir / 'max_cosines.csv')
+    np.testing.assert_array_equal(columns['seen'], maxima.seen)
+    np.testing.assert_array_equal(columns['unseen'], maxima.unseen)
+  else:
+    # Without unseen canaries: the final model's report alone.
+    assert list(final) == ['cosine']
+    assert report.all_iterates is None
+
+
 def test_run_training_process_with_checkpoints_resumes_exactly(tmp_path):
   uninterrupted = _audit()
   _run_observed(uninterrupted)

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.baselines.canife_accounting (CANIFE Algorithm 2).
+"""Tests of experiments.baselines.canife_accounting (CANIFE Algorithm 2).
 
 Truths: the closed-form RDP of the Gaussian mechanism with the RDP-to-DP
 conversion written out here, and dp_accounting called directly on the whole
@@ -11,7 +11,7 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from one_shot_epe.baselines import canife_accounting as accounting
+from experiments.baselines import canife_accounting as accounting
 
 DELTA = 1.0 / 60000
 

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.baselines.canife_attack (CANIFE Sec. 3.2 and 3.4).
+"""Tests of experiments.baselines.canife_attack (CANIFE Sec. 3.2 and 3.4).
 
 Truths: brute-force enumeration of thresholds and rates; exact
 separability when there is no noise and the canary is orthogonal to the
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from one_shot_epe.baselines import canife_attack
+from experiments.baselines import canife_attack
 
 
 def _brute_force_epsilon(scores, inserted, delta):

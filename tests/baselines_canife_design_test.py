@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.baselines.canife_design (CANIFE Sec. 3.3, Algorithm 1).
+"""Tests of experiments.baselines.canife_design (CANIFE Sec. 3.3, Algorithm 1).
 
 On a small trained network, a designed canary's gradient must be nearly
 orthogonal to clipped updates of held-out examples the design never saw,
@@ -11,9 +11,9 @@ import pytest
 import tensorflow as tf
 
 import cluster_data
-from one_shot_epe.baselines import canife_design
-from one_shot_epe.baselines import feedforward
-from one_shot_epe.baselines import per_example
+from experiments.baselines import canife_design
+from experiments.baselines import feedforward
+from experiments.baselines import per_example
 
 CLIP = 1.0
 

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.baselines.canife: one audit of a frozen model.
+"""Tests of experiments.baselines.canife: one audit of a frozen model.
 
 Truths: with no noise a well-designed canary is separated perfectly
 (eps_hat_r = inf, accuracy 1, CANIFE Sec. 4.1 / Fig. 3a); with much noise the
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import cluster_data
-from one_shot_epe.baselines import canife
-from one_shot_epe.baselines import feedforward
+from experiments.baselines import canife
+from experiments.baselines import feedforward
 
 CLIP = 1.0
 

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.baselines.dpsgd (DP-SGD with one-shot canaries).
+"""Tests of experiments.baselines.dpsgd (DP-SGD with one-shot canaries).
 
 Truths: one round, and two with server momentum, recomputed by hand
 (per-example gradients by a plain GradientTape loop, canaries from
@@ -16,10 +16,10 @@ import pytest
 import tensorflow as tf
 
 import cluster_data
+from experiments.baselines import dpsgd
+from experiments.baselines import feedforward
 from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canaries
-from one_shot_epe.baselines import dpsgd
-from one_shot_epe.baselines import feedforward
 
 
 def _cosine(a, b):

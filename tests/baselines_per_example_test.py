@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.baselines.per_example and .feedforward.
+"""Tests of experiments.baselines.per_example and .feedforward.
 
 Truth: the two-layer network's forward pass and its cross-entropy gradient
 written out by hand in numpy (backpropagation in closed form).
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from one_shot_epe.baselines import feedforward
-from one_shot_epe.baselines import per_example
+from experiments.baselines import feedforward
+from experiments.baselines import per_example
 
 
 def _numpy_forward(model, params, inputs):

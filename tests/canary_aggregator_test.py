@@ -22,6 +22,7 @@ import tensorflow_privacy as tfp
 from scipy import stats
 
 from one_shot_epe.design import canary_spec
+from one_shot_epe.tff_engine import aggregator_state
 from one_shot_epe.tff_engine import canary_aggregator as ca
 from one_shot_epe.tff_engine import cosine_tracking
 from one_shot_epe.stats import estimation
@@ -533,7 +534,8 @@ def _events(factory, num_rounds=_EVENT_ROUNDS):
   with runtime.local_cpp_context():
     states, _ = _run(process, lambda t: clients, num_rounds)
     initial = process.initialize()
-  return initial, [ca.extract_dp_event_from_state(s) for s in states]
+  return initial, [aggregator_state.extract_dp_event_from_state(s)
+                   for s in states]
 
 
 def _rdp_epsilon(events):
@@ -559,7 +561,7 @@ def test_fixed_clip_dp_event_composes_to_the_gaussian_mechanism():
                                          _EVENT_ROUNDS)])
   assert _rdp_epsilon(events) == pytest.approx(by_hand, rel=1e-5)
   with pytest.raises(ValueError, match='initialize'):
-    ca.extract_dp_event_from_state(initial)
+    aggregator_state.extract_dp_event_from_state(initial)
 
 
 @pytest.mark.parametrize('noise_seed', [None, 4])
@@ -601,7 +603,7 @@ def test_adaptive_dp_event_is_tffs_and_composes_to_overall_z(noise_seed):
 
 def test_extract_dp_event_rejects_other_objects():
   with pytest.raises(ValueError, match='dp_event'):
-    ca.extract_dp_event_from_state(object())
+    aggregator_state.extract_dp_event_from_state(object())
 
 
 # ----------------------------------------------------------------------------
@@ -714,7 +716,7 @@ def test_tree_aggregation_noise_and_dp_event_are_tensorflow_privacys():
         tf.constant(total, tf.float32), global_state)
     np.testing.assert_allclose(outputs[t].result, want.numpy(), rtol=0,
                                atol=1e-5)
-    assert ca.extract_dp_event_from_state(states[t]) == tfp_event
+    assert aggregator_state.extract_dp_event_from_state(states[t]) == tfp_event
   assert tfp_event == dp_accounting.UnsupportedDpEvent()
   # The noise is there: each round differs from the noiseless sum.
   for output, total in zip(outputs, _tree_record_sums()):

@@ -58,6 +58,18 @@ def test_default_buffer_rounds_fit_768_mib():
   assert canary_spec.default_buffer_rounds(2**30) == 1
 
 
+def test_buffer_rounds_for_a_model_the_spec_first_then_the_capped_bound():
+  # 768 MiB over 4 bytes x 4,050,000: 49 rounds (counted above).
+  spec = _spec()
+  assert spec.buffer_rounds_for(4_050_000) == 49
+  assert spec.buffer_rounds_for(4_050_000, cap=10) == 10
+  assert spec.buffer_rounds_for(4_050_000, cap=100) == 49
+  assert spec.buffer_rounds_for(1_206_590, cap=1000) == 128
+  assert _spec(buffer_rounds=7).buffer_rounds_for(4_050_000, cap=3) == 7
+  with pytest.raises(ValueError, match='cap'):
+    spec.buffer_rounds_for(4_050_000, cap=0)
+
+
 def test_dp_aggregation_defaults_and_noise_split():
   fixed = canary_spec.DPAggregation(noise_multiplier=0.7,
                                     clients_per_round=20.0, clip=1.5)

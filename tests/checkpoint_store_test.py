@@ -14,7 +14,7 @@ def _stores():
   for module, name in (('one_shot_epe.tff_engine.checkpoints',
                         'ProgramStateCheckpoints'),
                        ('one_shot_epe.jax_engine.checkpoints',
-                        'NpzCheckpoints'),
+                        'TrainingStateCheckpoints'),
                        ('one_shot_epe.runtime.npz_checkpoints',
                         'NpzCheckpoints')):
     stores.append(getattr(pytest.importorskip(module), name))

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from one_shot_epe.baselines import per_example
+from experiments.baselines import per_example
 
 
 def clusters(seed: int, size: int) -> tuple[np.ndarray, np.ndarray]:

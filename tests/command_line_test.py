@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+from absl import app
 from absl import flags
 import pytest
 
@@ -73,6 +74,15 @@ def test_parse_flags_or_exit_exits_2_naming_the_flag():
   assert done.returncode == 2
   assert '--rounds' in done.stderr and 'Traceback' not in done.stderr
   assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_refuse_positional_arguments_takes_the_program_name_alone():
+  assert command_line.refuse_positional_arguments(['prog']) is None
+  for extra in (['extra'], ['extra', '--x']):
+    with pytest.raises(app.UsageError) as raised:
+      command_line.refuse_positional_arguments(['prog', *extra])
+    assert str(raised.value) == f'unexpected arguments: {extra}'
+    assert raised.value.exitcode == 2
 
 
 @pytest.mark.parametrize('where', ['missing.cfg', 'outer.cfg', 'a_directory'])

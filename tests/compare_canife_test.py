@@ -17,15 +17,15 @@ import pytest
 
 from experiments import canife_runs
 from experiments import compare_canife
+from experiments.baselines import canife
+from experiments.baselines import dpsgd
 from one_shot_epe.design import canary_spec
 from one_shot_epe.stats import estimation
-from one_shot_epe.baselines import canife
-from one_shot_epe.baselines import dpsgd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_tiny_comparison_runs_both_methods_on_one_training():
+def test_tiny_comparison_runs_both_methods_on_one_training(tmp_path):
   setting = canife_runs.Setting(
       data='synthetic', synthetic_num_train=512, synthetic_num_test=64,
       hidden_units=4,
@@ -35,9 +35,18 @@ def test_tiny_comparison_runs_both_methods_on_one_training():
       canife_config=canife.CanifeConfig(design_steps=10, num_mock_rounds=10),
       num_runs=2, seed=1)
   data = canife_runs.load_data(setting)
-  report, details = compare_canife.run(setting, data)
+  report, details = compare_canife.run(setting, data, str(tmp_path / 'runs'))
   print(report)
   details = json.loads(details)
+  # Each run's one-shot reports are also written as a training run's.
+  for i, run in enumerate(details['runs']):
+    run_dir = tmp_path / 'runs' / f'run_{i}'
+    assert {'final_cosines.csv', 'max_cosines.csv', 'report.md',
+            'cosine_densities.png'} < set(os.listdir(run_dir))
+    written = json.loads((run_dir / 'report.json').read_text())
+    assert written['final'] == run['one_shot_final']
+    assert written['all_iterates'] == run['one_shot_all']
+    assert written['setting']['run'] == i
   delta = 1 / 512
   single = dp_accounting.rdp.RdpAccountant()
   single.compose(dp_accounting.GaussianDpEvent(0.2))

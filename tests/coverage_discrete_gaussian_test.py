@@ -22,7 +22,7 @@ from benchmarks import discrete_gaussian
 from one_shot_epe.stats import estimation
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
-# benchmarks.coverage.BOUNDS: the bounds the report labels as holding.
+# benchmarks.coverage_cells.BOUNDS: the bounds the report labels as holding.
 _BOUNDS = ('epsilon_lo', 'epsilon_one_run', 'epsilon_one_run_fdp')
 
 

@@ -34,9 +34,9 @@ from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.runtime import run_directory
+from one_shot_epe.tff_engine import aggregator_state
 from one_shot_epe.tff_engine import audit
 from one_shot_epe.tff_engine import canaries
-from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe.tff_engine import distributed_dp_aggregator
 from one_shot_epe.tff_engine import runtime
 
@@ -167,7 +167,7 @@ def test_short_rounds_get_the_missing_shares_and_full_rounds_none(noise):
   # Short rounds hold the accounted noise (2 or 3 shares: 1/3 or 1/2 of
   # it), and the event accounted is z_eff's, as for full rounds.
   assert np.mean(short) > 0.95 * accounted
-  event = canary_aggregator.extract_dp_event_from_state(state)
+  event = aggregator_state.extract_dp_event_from_state(state)
   full = distributed_dp.calibrate(
       z, 1.0, cohort, dim, distributed_dp.DistributedDP(bits=20, noise=noise))
   assert event.noise_multiplier == pytest.approx(full.noise_multiplier,
@@ -229,7 +229,7 @@ def test_canary_audit_runs_distributed_dp_end_to_end():
   assert report['setting']['mechanism'] == 'distributed_dp'
   assert report['setting']['ddp_noise_multiplier'] == pytest.approx(
       cal.noise_multiplier)
-  event = canary_aggregator.extract_dp_event_from_state(state.aggregator)
+  event = aggregator_state.extract_dp_event_from_state(state.aggregator)
   assert isinstance(event, dp_accounting.GaussianDpEvent)
   assert event.noise_multiplier == pytest.approx(cal.noise_multiplier,
                                                  rel=1e-6)
@@ -282,7 +282,7 @@ def test_resume_with_another_mechanism_is_refused(ddp_run):
     (dict(compression='none'), '--compression=none does not apply to '
      '--mechanism=distributed_dp'),
     (dict(mechanism='blt', compression='none'),
-     '--mechanism=blt is not supported by --backend=tff'),
+     '--backend=tff does not run --mechanism=blt'),
     (dict(clipping_norm=0.0), '--mechanism=distributed_dp needs a fixed clip '
      '(--clipping_norm > 0): each client\'s discretization scale'),
 ])

@@ -95,6 +95,11 @@ FILE_SUFFIXES = ('md', 'json', 'csv', 'png', 'py', 'cfg', 'txt', 'npz', 'npy',
 # Class bases that add no attributes a document would name.
 _CLOSED_BASES = frozenset({'object', 'ABC', 'Protocol', 'Generic',
                            'NamedTuple', 'Enum'})
+# A class decorated so gains a field per report field entry: the first
+# argument of each `ReportField(...)` of the file below.
+_REPORT_FIELDS_DECORATOR = '_with_report_fields'
+_REPORT_FIELDS_FILE = os.path.join('one_shot_epe', 'reporting',
+                                   'report_fields.py')
 
 _BACKTICKS = re.compile(r'`([^`\n]+)`')
 _FENCE = re.compile(r'^ *```(\w*)\n(.*?)^ *```', re.S | re.M)
@@ -194,6 +199,19 @@ def _class_attributes(node: ast.ClassDef) -> set[str]:
         isinstance(inner.value, ast.Name) and inner.value.id == 'self'):
       names.add(inner.attr)
   return names
+
+
+def _report_field_keys(repo: str, node: ast.ClassDef) -> set[str]:
+  """The fields `node` gains from `report_fields.FIELDS` (none undecorated)."""
+  if not any(isinstance(d, ast.Name) and d.id == _REPORT_FIELDS_DECORATOR
+             for d in node.decorator_list):
+    return set()
+  with open(os.path.join(repo, _REPORT_FIELDS_FILE), encoding='utf-8') as f:
+    tree = ast.parse(f.read())
+  return {call.args[0].value for call in ast.walk(tree)
+          if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+          and call.func.id == 'ReportField' and call.args
+          and isinstance(call.args[0], ast.Constant)}
 
 
 def _base_name(base: ast.expr) -> str:
@@ -462,6 +480,8 @@ class Index:
                         depth: int = 0) -> bool:
     """Whether `rest[0]` is an attribute of the class (or of its bases)."""
     if not rest or depth > 10:
+      return True
+    if rest[0] in _report_field_keys(self.repo, node):
       return True
     if rest[0] in _class_attributes(node):
       inner = [m for m in node.body

@@ -18,13 +18,13 @@ A docstring is a string literal as the first statement with some non-blank
 text.
 
 Also checked:
-  * the public API of every module of one_shot_epe/ (the core, both engines,
-    the baselines), experiments/ and examples/ (ARGUMENT_ROOTS), less the
-    modules of the shrinking allowlist ARGUMENTS_INCOMPLETE, documents its
-    arguments, Google style: every public function, and every public method of
-    a public class (properties apart), has an `Args:` section naming exactly
-    its parameters (less self/cls), a `Returns:` (or `Yields:`) section when
-    its body returns a value, and a `Raises:` section when its body raises;
+  * the public API of every module read above (ARGUMENT_ROOTS: the core, the
+    engines, the programs and the baselines of experiments/, the benchmarks
+    and the examples; no module is exempt) documents its arguments, Google
+    style: every public function, and every public method of a public class
+    (properties apart), has an `Args:` section naming exactly its parameters
+    (less self/cls), a `Returns:` (or `Yields:`) section when its body
+    returns a value, and a `Raises:` section when its body raises;
   * every public module of one_shot_epe/ and experiments/ (package __init__
     files apart) has an `__all__` of string literals, each a name the module
     defines or imports.
@@ -41,24 +41,9 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 ROOTS = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
 # Folders whose modules' public API must document its arguments, returns
-# and raises (Google style: Args:, Returns:/Yields:, Raises:): the core, the
-# engines, the baselines, the programs and the examples.
-ARGUMENT_ROOTS = ('one_shot_epe', 'experiments', 'examples')
-# Modules not complete yet, each with at least one gap (a test checks that
-# too, so the list only shrinks: remove a module once it is complete).
-ARGUMENTS_INCOMPLETE = frozenset({
-    'examples/flower_fashion_mnist.py',
-    'one_shot_epe/data/shakespeare.py',
-    'one_shot_epe/flower_engine/canaries.py',
-    'one_shot_epe/flower_engine/strategies.py',
-    'one_shot_epe/jax_engine/fedavg.py',
-    'one_shot_epe/jax_engine/models.py',
-    'one_shot_epe/jax_engine/packing.py',
-    'one_shot_epe/jax_engine/round_engine.py',
-    'one_shot_epe/jax_engine/run_stats.py',
-    'one_shot_epe/jax_engine/training.py',
-    'one_shot_epe/tff_engine/tasks/shakespeare.py',
-})
+# and raises (Google style: Args:, Returns:/Yields:, Raises:): every folder
+# the test reads, with no module exempt.
+ARGUMENT_ROOTS = ROOTS
 # Folders whose public modules must have an `__all__`.
 ALL_ROOTS = ('one_shot_epe', 'experiments')
 
@@ -307,7 +292,7 @@ def test_checker_finds_exactly_the_missing_docstrings(source, expected):
 def test_the_tree_has_the_modules_it_is_expected_to_have():
   files = _source_files()
   for expected in ('one_shot_epe/__init__.py', 'one_shot_epe/stats/estimation.py',
-                                  'one_shot_epe/baselines/canife.py', 'experiments/train.py',
+                   'experiments/baselines/canife.py', 'experiments/train.py',
                    'benchmarks/table2.py'):
     assert expected in files
   assert not any('__pycache__' in path for path in files)
@@ -356,20 +341,20 @@ def test_argument_checker_finds_exactly_the_gaps(source, expected):
 
 
 def _argument_documented() -> list[str]:
-  """The modules whose public API must document its arguments (less the
-  incomplete ones)."""
+  """The modules whose public API must document its arguments."""
   return [path for path in _source_files()
-          if path.split('/')[0] in ARGUMENT_ROOTS and
-          path not in ARGUMENTS_INCOMPLETE]
+          if path.split('/')[0] in ARGUMENT_ROOTS]
 
 
-def test_argument_documented_modules_span_the_core_and_the_engines():
+def test_argument_documented_modules_are_every_module_read():
   modules = _argument_documented()
+  assert modules == _source_files()
   for expected in ('one_shot_epe/stats/lower_bound.py',
                    'one_shot_epe/reporting/privacy_report.py',
                    'one_shot_epe/tff_engine/audit.py',
-                   'one_shot_epe/reporting/plots.py',
-                   'experiments/grid.py'):
+                   'one_shot_epe/jax_engine/training.py',
+                   'experiments/grid.py', 'benchmarks/round_timing.py',
+                   'examples/flower_fashion_mnist.py'):
     assert expected in modules
 
 
@@ -378,15 +363,6 @@ def test_public_api_documents_its_arguments(path):
   with open(os.path.join(REPO, path), encoding='utf-8') as stream:
     gaps = missing_argument_docs(stream.read())
   assert not gaps, f'{path}:\n  ' + '\n  '.join(gaps)
-
-
-@pytest.mark.parametrize('path', sorted(ARGUMENTS_INCOMPLETE))
-def test_an_incomplete_module_still_has_gaps(path):
-  # Keeps the allowlist exact: a completed module must leave it.
-  assert os.path.exists(os.path.join(REPO, path)), f'{path}: no such module'
-  with open(os.path.join(REPO, path), encoding='utf-8') as stream:
-    assert missing_argument_docs(stream.read()), (
-        f'{path} is complete: remove it from ARGUMENTS_INCOMPLETE')
 
 
 _ALL_CASES = [
@@ -412,7 +388,7 @@ def test_public_modules_are_the_expected_ones():
   for expected in ('one_shot_epe/stats/estimation.py',
                    'one_shot_epe/tff_engine/audit.py',
                                   'one_shot_epe/jax_engine/fedavg.py',
-                   'one_shot_epe/baselines/canife.py', 'experiments/train.py'):
+                   'experiments/baselines/canife.py', 'experiments/train.py'):
     assert expected in modules
   assert not any(path.endswith('__init__.py') or path.startswith('benchmarks')
                  for path in modules)

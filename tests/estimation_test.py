@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.stats.estimation against independent truths.
+"""Tests of stats.estimation and stats.hockey_stick against independent truths.
 
 Truths used: dp_accounting's PLD accountant, direct numerical integration of the
 hockey-stick divergence, high-precision mpmath evaluation, the Gaussian
@@ -15,6 +15,7 @@ from scipy import integrate
 from scipy import stats
 
 from one_shot_epe.stats import estimation as est
+from one_shot_epe.stats import hockey_stick
 
 
 # ----------------------------------------------------------------------------
@@ -84,6 +85,37 @@ def test_unequal_variances_match_numerical_integration(mu0, std0, mu1, std1,
   # The binding direction reaches delta exactly; the other stays below it.
   assert max(forward, backward) == pytest.approx(delta, rel=1e-5)
   assert min(forward, backward) <= delta * (1 + 1e-6)
+
+
+@pytest.mark.parametrize('mu_p,std_p,mu_q,std_q,eps', [
+    (0.5, 0.7, 0.0, 1.0, 0.3),
+    (0.0, 1.0, 0.5, 0.7, 1.0),
+    (3.0, 0.4, 0.0, 1.0, 2.0),
+    (1.0, 1.0, 0.0, 1.0, 0.0),
+])
+def test_log_hockey_stick_matches_numerical_integration(mu_p, std_p, mu_q,
+                                                        std_q, eps):
+  got = hockey_stick.log_hockey_stick(mu_p, std_p, mu_q, std_q, eps)
+  assert math.exp(got) == pytest.approx(
+      _hockey_stick_by_quadrature(mu_p, std_p, mu_q, std_q, eps), rel=1e-7)
+
+
+def test_log_hockey_stick_of_the_gaussian_mechanism_far_in_the_tail():
+  # Balle and Wang's delta(eps) of N(1, s^2) vs N(0, s^2) in mpmath, where
+  # it is about e^-806, below the smallest double (and e^eps above the
+  # largest).
+  sigma, eps = 0.05, 1000.0
+  with mpmath.workdps(60):
+    exact = float(mpmath.log(
+        mpmath.ncdf(0.5 / sigma - eps * sigma) -
+        mpmath.e**eps * mpmath.ncdf(-0.5 / sigma - eps * sigma)))
+  got = hockey_stick.log_hockey_stick(1.0, sigma, 0.0, sigma, eps)
+  assert got == pytest.approx(exact, rel=1e-9)
+  assert hockey_stick.log_diff(math.log(3.0), math.log(1.0)) == pytest.approx(
+      math.log(2.0), rel=1e-15)
+  assert hockey_stick.log_diff(0.0, -1e-300) == pytest.approx(
+      math.log(1e-300), rel=1e-12)
+  assert hockey_stick.log_diff(1.0, 1.0) == -math.inf
 
 
 def test_symmetry_and_affine_invariance():

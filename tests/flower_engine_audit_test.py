@@ -223,6 +223,23 @@ def test_a_killed_run_resumes_to_the_same_report(tmp_path):
   assert len(result.arrays.to_numpy_ndarrays()) == 2
 
 
+def test_without_unseen_canaries_the_final_models_report_is_written(
+    tmp_path):
+  audit, _ = _run(tmp_path / 'run', _fixed(0.7), rounds=2, k=4, m=0)
+  assert audit.report.all_iterates is None
+  assert audit.report.final.num_unseen == 0
+  assert sorted(path.name for path in (tmp_path / 'run').iterdir()
+                if path.is_file() and path.suffix != '.lock') == [
+                    'canary_cosines.csv', 'config.json',
+                    'cosine_densities.png', 'final_cosines.csv',
+                    'metrics.csv', 'report.json', 'report.md']
+  assert [row['cosine'] for row in _rows(
+      tmp_path / 'run' / 'final_cosines.csv')] == (
+          audit.outcome.final_cosines.tolist())
+  with open(tmp_path / 'run' / 'report.json') as stream:
+    assert stream.read() == audit.report.to_json() + '\n'
+
+
 def test_a_run_directory_of_another_run_is_refused(tmp_path):
   _run(tmp_path / 'run', _fixed(0.7), rounds=2, k=4, m=4)
   with pytest.raises(ValueError, match='noise_multiplier'):

@@ -347,6 +347,12 @@ class TestProgram:
     assert flag in result.stderr
     assert 'Traceback' not in result.stderr + result.stdout
 
+  def test_a_positional_argument_exits_2_before_any_simulation(self):
+    result = self._run('--num_simulations=2', 'stray')
+    assert result.returncode == 2
+    assert "unexpected arguments: ['stray']" in result.stderr
+    assert 'Traceback' not in result.stderr and result.stdout == ''
+
   def test_small_run_writes_its_table(self, tmp_path):
     output = tmp_path / 'table2.md'
     result = self._run('--dim=1000', '--num_canaries=10',

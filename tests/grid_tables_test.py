@@ -3,7 +3,8 @@
 The reports are built by `run_report.build_run_report` from synthetic
 cosines; the independent truth is each report's own fields, formatted here
 (4 significant digits, ∞ for an infinite reference, n/a for a statistic the
-run lacks, ≥ for a saturated estimate).
+run lacks, ≥ for a saturated estimate). Cells are found by their column's
+header, never by position.
 """
 
 import math
@@ -14,20 +15,29 @@ import pytest
 from experiments import grid
 from experiments import grid_figures
 from experiments import grid_tables
+from one_shot_epe.accounting import mechanisms
+from one_shot_epe.design import canary_spec
+from one_shot_epe.reporting import report_fields
 from one_shot_epe.reporting import run_report
 
 _DIM = 10**4
+_EMPTY = np.zeros(0)
 
 
 def _cosines(seed: int, mean: float, size: int = 200) -> np.ndarray:
   return np.random.default_rng(seed).normal(mean, 1.0, size) / math.sqrt(_DIM)
 
 
-def _run(noise: float, repeats: int, **kwargs) -> grid.GridRun:
+def _run(noise: float, repeats: int, *, seen_maxima=_EMPTY,
+         unseen_maxima=_EMPTY, accuracy=math.nan, rounds=None) -> grid.GridRun:
   final = _cosines(repeats, 2.0)
-  report = run_report.build_run_report(
-      final_cosines=final, dim=_DIM, delta=1e-4, noise_multiplier=noise,
-      canary_presentations=repeats, **kwargs)
+  outcome = canary_spec.CanaryOutcome(
+      final_cosines=final, final_unseen_cosines=_EMPTY,
+      seen_maxima=seen_maxima, unseen_maxima=unseen_maxima,
+      accuracy=accuracy, dim=_DIM, resumed_from_round=0, rounds_trained=0)
+  facts = mechanisms.RunFacts(noise_multiplier=noise, delta=1e-4, dim=_DIM,
+                              canary_presentations=repeats, rounds=rounds)
+  report = run_report.build_run_report(outcome, facts, mechanisms.Gaussian())
   return grid.GridRun(noise_multiplier=noise, canary_repeats=repeats,
                       run_dir=f'runs/noise{noise:g}_rep{repeats}',
                       report=report, final_cosines=final)
@@ -48,14 +58,21 @@ def _runs() -> list[grid.GridRun]:
   ]
 
 
-def _rows(text: str) -> dict[tuple[str, str], list[str]]:
-  """The summary table's data rows by (noise, r)."""
-  rows = {}
-  for line in text.splitlines():
-    if line.startswith('| ') and not line.startswith(('| noise', '| z ')):
-      cells = [cell.strip() for cell in line.strip('|').split('|')]
-      rows[(cells[0], cells[1])] = cells[2:]
-  return rows
+def _tables(text: str) -> list[list[dict[str, str]]]:
+  """The Markdown tables of `text`: each a list of rows, header -> cell."""
+  tables, lines = [], text.splitlines()
+  for i, line in enumerate(lines[:-1]):
+    if line.startswith('| ') and lines[i + 1].startswith('|---'):
+      headers = [cell.strip() for cell in line.strip('|').split('|')]
+      rows = []
+      for row in lines[i + 2:]:
+        if not row.startswith('| '):
+          break
+        cells = [cell.strip() for cell in row.strip('|').split('|')]
+        assert len(cells) == len(headers), row
+        rows.append(dict(zip(headers, cells)))
+      tables.append(rows)
+  return tables
 
 
 def _g(value: float) -> str:
@@ -69,28 +86,39 @@ def _cell(value):
 
 def test_summary_table_shows_each_report_field():
   runs = _runs()
-  rows = _rows(grid_tables.summary_table(runs))
+  text = grid_tables.summary_table(runs)
+  assert max(len(line) for line in text.splitlines()) <= 100
+  (table,) = _tables(text)
+  rows = {(row['z'], row['r']): row for row in table}
   assert set(rows) == {('0', '1'), ('0', '2'), ('1', '1'), ('1', '2')}
-  assert rows[('0', '1')][0:2] == ['∞', '∞']  # analytical, accounted
-  assert rows[('0', '1')][7:] == ['∞', '0.75']  # last-iterate, accuracy
+  assert (rows[('0', '1')]['analyt.'], rows[('0', '1')]['acct.'],
+          rows[('0', '1')]['last-it'], rows[('0', '1')]['acc.']) == (
+              '∞', '∞', '∞', '0.75')
   saturated = runs[1].report.all_iterates
   assert saturated.epsilon_est_saturated
-  assert rows[('0', '2')][2] == '≥' + _g(saturated.epsilon_est)
-  assert rows[('1', '1')] == [
-      _g(runs[2].report.analytical_epsilon), 'n/a', 'n/a', 'n/a',
-      _g(runs[2].report.final.epsilon_est),
-      _g(runs[2].report.final.epsilon_lo),
+  assert rows[('0', '2')]['est-all'] == '≥' + _g(saturated.epsilon_est)
+  final_only = runs[2].report
+  assert rows[('1', '1')] == {
+      'z': '1', 'r': '1', 'analyt.': _g(final_only.analytical_epsilon),
+      'acct.': 'n/a', 'est-all': 'n/a', 'lo-all': 'n/a',
+      'est-fin': _g(final_only.final.epsilon_est),
       # Without unseen canaries: the channel bound against the exact null
       # only.
-      f'{_g(runs[2].report.final.epsilon_lo_tight_any)}/n/a', 'n/a', 'n/a']
+      'lo/any/gdp-fin': f'{_g(final_only.final.epsilon_lo)}/'
+                        f'{_g(final_only.final.epsilon_lo_tight_any)}/n/a',
+      'last-it': 'n/a', 'acc.': 'n/a'}
   report = runs[3].report
-  assert rows[('1', '2')] == [
-      _g(report.analytical_epsilon), _g(report.accounted_epsilon),
-      _g(report.all_iterates.epsilon_est), _g(report.all_iterates.epsilon_lo),
-      _g(report.final.epsilon_est), _g(report.final.epsilon_lo),
-      f'{_cell(report.final.epsilon_lo_tight_any)}/'
-      f'{_cell(report.final.epsilon_lo_tight_gdp)}',
-      _g(report.last_iterate_epsilon), '0.25']
+  assert rows[('1', '2')] == {
+      'z': '1', 'r': '2', 'analyt.': _g(report.analytical_epsilon),
+      'acct.': _g(report.accounted_epsilon),
+      'est-all': _g(report.all_iterates.epsilon_est),
+      'lo-all': _g(report.all_iterates.epsilon_lo),
+      'est-fin': _g(report.final.epsilon_est),
+      'lo/any/gdp-fin': f'{_g(report.final.epsilon_lo)}/'
+                        f'{_cell(report.final.epsilon_lo_tight_any)}/'
+                        f'{_cell(report.final.epsilon_lo_tight_gdp)}',
+      'last-it': _g(report.last_iterate_epsilon), 'acc.': '0.25'}
+  assert 'gdp = ε_tight-gdp, for Gaussian in' in text.replace('\n', ' ')
 
 
 def test_privacy_table_puts_the_sound_columns_first_and_labels_the_papers():
@@ -100,38 +128,55 @@ def test_privacy_table_puts_the_sound_columns_first_and_labels_the_papers():
   all_it, final = report.all_iterates, report.final
   all_low, all_high = all_it.epsilon_est_interval
   low, high = final.epsilon_est_interval
-  # The first table of a block: references, estimates, sound bounds.
-  sound_row = (
-      f'| 1 | {_g(report.analytical_epsilon)} | '
-      f'{_g(report.accounted_epsilon)} | {_g(report.last_iterate_epsilon)} | '
-      f'{_g(all_it.epsilon_est)} [{_g(all_low)}, {_g(all_high)}] | '
-      f'{_g(all_it.epsilon_lo)} | {_g(all_it.epsilon_one_run)} | '
-      f'{_g(all_it.epsilon_one_run_fdp)} | '
-      f'{_cell(all_it.epsilon_lo_tight_any)} | '
-      f'{_cell(all_it.epsilon_lo_tight_gdp)} | '
-      f'{_g(final.epsilon_est)} [{_g(low)}, {_g(high)}] | '
-      f'{_g(final.epsilon_lo)} | n/a | n/a | '
-      f'{_cell(final.epsilon_lo_tight_any)} | '
-      f'{_cell(final.epsilon_lo_tight_gdp)} | 0.25 |')
-  assert sound_row in text
-  paper_row = (f'| 1 | {_g(all_it.epsilon_lo_paper)} | '
-               f'{_g(all_it.epsilon_est_fitted)} | '
-               f'{_g(final.epsilon_lo_paper)} | '
-               f'{_g(final.epsilon_est_fitted)} |')
-  assert paper_row in text
+  # A block per r, each with the sound table first, the paper's last.
+  tables = _tables(text)
+  assert len(tables) == 6
+  sound, attack, paper = ({row['noise']: row for row in rows}
+                          for rows in tables[3:])
+  expected = {
+      'noise': '1', 'analytical ε (r = 2)': _g(report.analytical_epsilon),
+      'accounted ε': _g(report.accounted_epsilon),
+      'last-iterate ε': _g(report.last_iterate_epsilon),
+      'ε_est-all 95% CI': f'{_g(all_it.epsilon_est)} [{_g(all_low)}, '
+                          f'{_g(all_high)}]',
+      'ε_lo-all': _g(all_it.epsilon_lo),
+      'ε_one-run-all': _g(all_it.epsilon_one_run),
+      'ε_one-run-fdp-all (Gaussian)': _g(all_it.epsilon_one_run_fdp),
+      'ε_tight-any-all': _cell(all_it.epsilon_lo_tight_any),
+      'ε_tight-gdp-all (Gaussian)': _cell(all_it.epsilon_lo_tight_gdp),
+      'ε_est-final 95% CI': f'{_g(final.epsilon_est)} [{_g(low)}, {_g(high)}]',
+      'ε_lo-final': _g(final.epsilon_lo), 'ε_one-run-final': 'n/a',
+      'ε_one-run-fdp-final (Gaussian)': 'n/a',
+      'ε_tight-any-final': _cell(final.epsilon_lo_tight_any),
+      'ε_tight-gdp-final (Gaussian)': _cell(final.epsilon_lo_tight_gdp),
+      'accuracy': '0.25'}
+  assert expected.items() <= sound['1'].items()
+  # Every lower bound of the report's fields has its column, by its label.
+  for field in report_fields.in_groups('lower bounds'):
+    for model, threat in (('all', all_it), ('final', final)):
+      header = f'{field.label}-{model}' + (
+          f' ({field.assumes.tag})' if field.assumes.tag else '')
+      assert sound['1'][header] == _cell(getattr(threat, field.key)), header
+  assert len(sound['1']) == 7 + 2 * len(
+      report_fields.in_groups('lower bounds'))
+  assert paper['1'] == {
+      'noise': '1', "paper's ε_lo-all (nominal)": _g(all_it.epsilon_lo_paper),
+      "paper's ε_est-all (fitted)": _g(all_it.epsilon_est_fitted),
+      "paper's ε_lo-final (nominal)": _g(final.epsilon_lo_paper),
+      "paper's ε_est-final (fitted)": _g(final.epsilon_est_fitted)}
+  assert attack['1']['ε_gdp-all'] == _g(all_it.epsilon_gdp)
   final_only = runs[2].report.final
-  assert (f'| 1 | n/a | n/a | n/a | n/a | {_g(final_only.epsilon_gdp)} | '
-          f'{_g(final_only.auroc)} | ') in text
+  first_attack = {row['noise']: row for row in tables[1]}['1']
+  assert (first_attack['AUROC-all'], first_attack['ε_gdp-final'],
+          first_attack['AUROC-final']) == (
+              'n/a', _g(final_only.epsilon_gdp), _g(final_only.auroc))
   assert text.count('canary repetition') == 2  # One block per r.
   # In each block the sound table comes first, the paper's last, labelled.
   for block in text.split('canary repetition')[1:]:
-    sound = block.index('lower bounds that hold')
-    attack = block.index('The attack:')
-    paper = block.index("The paper's own columns")
-    assert sound < attack < paper
-  assert "paper's ε_lo-final (nominal)" in text
-  assert "paper's ε_est-all (fitted)" in text
-  assert text.index(sound_row) < text.index(paper_row)
+    sound_at = block.index('lower bounds that hold')
+    attack_at = block.index('The attack:')
+    paper_at = block.index("The paper's own columns")
+    assert sound_at < attack_at < paper_at
 
 
 def test_anderson_table_shows_each_cosine_sets_statistic():

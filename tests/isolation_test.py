@@ -17,11 +17,13 @@ import time
 import psutil
 import pytest
 
+from one_shot_epe.tff_engine import exposure
 from one_shot_epe.tff_engine import isolation
+from one_shot_epe.tff_engine import network_namespace
 import programs
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_HOST_HAS_NETWORK = isolation.namespace_interfaces() != ['lo']
+_HOST_HAS_NETWORK = network_namespace.namespace_interfaces() != ['lo']
 _NEEDS_NETWORK = pytest.mark.skipif(
     not _HOST_HAS_NETWORK, reason='this host has no interface but loopback')
 
@@ -42,10 +44,10 @@ def test_listening_addresses_are_this_process_sockets():
     idle.bind(('127.0.0.1', 0))  # Bound, not listening.
     loop_address = f'127.0.0.1:{loop.getsockname()[1]}'
     wild_address = f'0.0.0.0:{wild.getsockname()[1]}'
-    found = isolation.listening_addresses(os.getpid())
+    found = exposure.listening_addresses(os.getpid())
     assert loop_address in found and wild_address in found
     assert f'127.0.0.1:{idle.getsockname()[1]}' not in found
-    exposed = isolation.exposed_listeners(os.getpid())
+    exposed = exposure.exposed_listeners(os.getpid())
     assert loop_address not in exposed
     assert (wild_address in exposed) == _HOST_HAS_NETWORK
 
@@ -59,22 +61,22 @@ def test_ipv6_addresses_are_decoded():
     wild.listen()
     loop.bind(('::1', 0))
     loop.listen()
-    found = isolation.listening_addresses(os.getpid())
+    found = exposure.listening_addresses(os.getpid())
     assert f'[::]:{wild.getsockname()[1]}' in found
     assert f'[::1]:{loop.getsockname()[1]}' in found
     assert f'[::1]:{loop.getsockname()[1]}' not in (
-        isolation.exposed_listeners(os.getpid()))
+        exposure.exposed_listeners(os.getpid()))
 
 
 _ENTER = """
     import socket
-    from one_shot_epe.tff_engine import isolation
-    isolation.enter_private_network()
+    from one_shot_epe.tff_engine import network_namespace
+    network_namespace.enter_private_network()
     with socket.socket() as server:
       server.bind(('127.0.0.1', 0))
       server.listen()
       socket.create_connection(server.getsockname()).close()
-    print('INTERFACES', isolation.namespace_interfaces())
+    print('INTERFACES', network_namespace.namespace_interfaces())
 """
 
 
@@ -136,13 +138,13 @@ def test_private_network_server_is_reached_only_through_its_socket():
           f.write(text + b'\n')
           f.flush()
           assert f.readline() == text[::-1] + b'\n'
-    assert isolation.namespace_interfaces(server.pid) == ['lo']
-    assert isolation.namespace_interfaces(bridge.pid) == ['lo']
-    assert isolation.listening_addresses(server.pid)  # Not vacuous.
-    assert isolation.exposed_listeners(server.pid) == []
+    assert network_namespace.namespace_interfaces(server.pid) == ['lo']
+    assert network_namespace.namespace_interfaces(bridge.pid) == ['lo']
+    assert exposure.listening_addresses(server.pid)  # Not vacuous.
+    assert exposure.exposed_listeners(server.pid) == []
     # The server's port listens in its namespace, not here (other test
     # workers may open listeners here meanwhile: compare the port only).
-    (address,) = isolation.listening_addresses(server.pid)
+    (address,) = exposure.listening_addresses(server.pid)
     assert int(address.rsplit(':', 1)[1]) not in _tcp_listening_ports_here()
     assert os.readlink('/proc/self/ns/net') == namespace
   assert bridge.returncode == 0
@@ -229,7 +231,7 @@ def _await_workers(process: subprocess.Popen, count: int) -> list[int]:
   while time.monotonic() < deadline and process.poll() is None:
     pids = _worker_pids(process.pid)
     with contextlib.suppress(FileNotFoundError):  # A process just ended.
-      if len(pids) == count and all(isolation.listening_addresses(p)
+      if len(pids) == count and all(exposure.listening_addresses(p)
                                     for p in pids):
         return pids
     time.sleep(0.05)
@@ -258,8 +260,8 @@ def test_control_plain_tff_context_listens_on_every_interface():
     try:
       assert process.stdout.readline().strip() == '3'
       (worker,) = _worker_pids(process.pid)
-      exposed = isolation.exposed_listeners(worker)
-      assert exposed and exposed == isolation.listening_addresses(worker)
+      exposed = exposure.exposed_listeners(worker)
+      assert exposed and exposed == exposure.listening_addresses(worker)
       assert all(address.startswith(('[::]:', '0.0.0.0:'))
                  for address in exposed)
       process.stdin.close()
@@ -292,11 +294,11 @@ def test_launcher_workers_listen_only_in_a_private_network(tmp_path,
       text=True, start_new_session=True) as process:
     try:
       workers = _await_workers(process, tff_workers)
-      listening = {p.pid: isolation.listening_addresses(p.pid)
+      listening = {p.pid: exposure.listening_addresses(p.pid)
                    for p in _tree(process.pid)}
-      exposed = {pid: isolation.exposed_listeners(pid) for pid in listening}
+      exposed = {pid: exposure.exposed_listeners(pid) for pid in listening}
       bridges = [psutil.Process(pid).ppid() for pid in workers]
-      namespaces = {pid: isolation.namespace_interfaces(pid)
+      namespaces = {pid: network_namespace.namespace_interfaces(pid)
                     for pid in (process.pid, *workers, *bridges)}
       stdout, stderr = process.communicate(timeout=300)
     finally:
@@ -308,7 +310,8 @@ def test_launcher_workers_listen_only_in_a_private_network(tmp_path,
   assert exposed == {pid: [] for pid in listening}, listening
   # The launcher keeps the host's network; only its workers (and their
   # bridges) are in loopback-only namespaces.
-  assert namespaces.pop(process.pid) == isolation.namespace_interfaces()
+  assert namespaces.pop(process.pid) == (
+      network_namespace.namespace_interfaces())
   assert listening[process.pid] == []
   assert process.pid not in bridges
   assert set(map(tuple, namespaces.values())) == {('lo',)}

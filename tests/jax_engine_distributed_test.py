@@ -75,7 +75,7 @@ _RUN = textwrap.dedent('''
     metrics, stats = Metrics(), run_stats.RunStats()
     with tempfile.TemporaryDirectory() as directory:
       outcome = training.train(plan, model, arrays, arrays,
-                               checkpoints.NpzCheckpoints(directory), metrics,
+                               checkpoints.TrainingStateCheckpoints(directory), metrics,
                                local_training=local_training, stats=stats)
     print('RESULT', json.dumps({
         'processes': jax.process_count(),

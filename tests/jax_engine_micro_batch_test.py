@@ -21,6 +21,7 @@ from one_shot_epe.jax_engine import compat
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import optimizers
+from one_shot_epe.jax_engine import packed_batches
 from one_shot_epe.jax_engine import packing
 from one_shot_epe.jax_engine import round_engine
 from one_shot_epe.jax_engine import run_stats
@@ -119,7 +120,7 @@ def test_micro_batches_is_a_reshape_and_checks_its_divisor():
   np.testing.assert_array_equal(micro.inputs.reshape(batches.inputs.shape),
                                 batches.inputs)
   # A client's examples stay a prefix: 14 examples fill 7 micro-batches.
-  np.testing.assert_array_equal(data.slot_batch_counts(micro),
+  np.testing.assert_array_equal(packed_batches.slot_batch_counts(micro),
                                 [1, 2, 3, 1, 1, 7, 3])
   with pytest.raises(ValueError, match='micro_batch must divide the batch '
                      'size 4; got 3'):
@@ -207,7 +208,7 @@ def test_a_vmap_run_of_small_clients_takes_micro_batches(tmp_path):
       stats[strategy] = run_stats.RunStats()
       outcomes[strategy] = training.train(
           plan, model, arrays, arrays,
-          checkpoints.NpzCheckpoints(str(tmp_path / strategy)),
+          checkpoints.TrainingStateCheckpoints(str(tmp_path / strategy)),
           local_training=strategy, stats=stats[strategy])
   assert len(chosen) == 1 and chosen[0] < 8  # Only 'vmap' cuts batches.
   for field in ('final_cosines', 'seen_maxima', 'unseen_maxima'):

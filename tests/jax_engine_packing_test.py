@@ -1,10 +1,10 @@
-"""Tests of packed client lanes (jax_engine.packing, data.pack_batches and
-fedavg.packed_round).
+"""Tests of packed client lanes (jax_engine.packing,
+packed_batches.pack_batches and fedavg.packed_round).
 
 Independent truths: the padded work counted directly from the lanes; the
 'loop' strategy of RoundEngine (each client's real batches, one jitted step
 each) for the packed round; the host-gathered batches for the rows of a
-split resident on the device (data.pack_rows, RoundEngine.upload).
+split resident on the device (packed_batches.pack_rows, RoundEngine.upload).
 """
 
 import numpy as np
@@ -18,6 +18,7 @@ from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import optimizers
+from one_shot_epe.jax_engine import packed_batches
 from one_shot_epe.jax_engine import packing
 from one_shot_epe.jax_engine import round_engine
 
@@ -147,7 +148,7 @@ def test_packed_round_equals_the_loop_round(adaptive):
   # Batches per slot: 1, 2, 3, 1, 1 (empty), 7, 3. Lanes of several clients,
   # one client, and none; one lane ends on an empty batch.
   lanes = [[2, 0, 1, 4], [5], [6, 3], []]
-  packed = data.pack_batches(batches, lanes, 8)
+  packed = packed_batches.pack_batches(batches, lanes, 8)
   np.testing.assert_array_equal(packed.start.sum(axis=1), [4, 1, 2, 0])
   np.testing.assert_array_equal(packed.end.sum(axis=1), [4, 1, 2, 0])
   np.testing.assert_array_equal(packed.example_mask.sum(axis=(1, 2)),
@@ -158,7 +159,7 @@ def test_packed_round_equals_the_loop_round(adaptive):
   def run(state, packed_arrays, slot_keys):
     return fedavg.packed_round(
         cnn.loss, client_optimizer, server_optimizer, config, 'project',
-        True, state, data.PackedBatches(*packed_arrays), slot_keys,
+        True, state, packed_batches.PackedBatches(*packed_arrays), slot_keys,
         directions.astype(np.float32), canary_mask.astype(np.float32), key)
 
   got_state, got = run(
@@ -217,8 +218,8 @@ def test_packed_rows_gather_the_packed_batches():
   np.testing.assert_array_equal(data.gather_rows(arrays, rows).inputs,
                                 batches.inputs)
   lanes = [[2, 0, 1, 4], [5], [6, 3], []]
-  packed_rows = data.pack_rows(rows, lanes, 10)
-  packed = data.pack_batches(batches, lanes, 10)
+  packed_rows = packed_batches.pack_rows(rows, lanes, 10)
+  packed = packed_batches.pack_batches(batches, lanes, 10)
   present = packed_rows.rows >= 0
   np.testing.assert_array_equal(present, packed.example_mask > 0)
   pixels = arrays.features['pixels'][np.maximum(packed_rows.rows, 0)]

@@ -136,17 +136,17 @@ def test_a_run_resumed_later_sits_the_programs_first_rounds_out(
     recorder = tiny_jax.Recorder()
     alone.append((training.train(
         _plan(run), tiny_jax.MODEL, arrays, arrays,
-        checkpoints.NpzCheckpoints(str(tmp_path / f'alone{run}')), recorder,
+        checkpoints.TrainingStateCheckpoints(str(tmp_path / f'alone{run}')), recorder,
         local_training='loop'), recorder.events))
   # Run 1 was killed after its round-3 checkpoint: it resumes there while
   # the others start from round 0.
   shutil.copytree(tmp_path / 'alone1', tmp_path / 'program1')
-  store = checkpoints.NpzCheckpoints(str(tmp_path / 'program1'))
+  store = checkpoints.TrainingStateCheckpoints(str(tmp_path / 'program1'))
   os.unlink(os.path.join(store.directory, 'round_00000005.npz'))
   recorders = [tiny_jax.Recorder() for _ in range(3)]
   stats = run_stats.RunStats()
   together = training.train_program(
-      [training.ProgramRun(_plan(run), checkpoints.NpzCheckpoints(
+      [training.ProgramRun(_plan(run), checkpoints.TrainingStateCheckpoints(
           str(tmp_path / f'program{run}')), recorders[run])
        for run in range(3)], tiny_jax.MODEL, arrays, arrays,
       local_training=local_training, stats=stats)
@@ -185,12 +185,12 @@ def test_a_loop_program_runs_its_runs_in_turn_as_they_run_alone(tmp_path):
     stats = run_stats.RunStats()
     alone.append(training.train(
         _plan(run), tiny_jax.MODEL, arrays, None,
-        checkpoints.NpzCheckpoints(str(tmp_path / f'alone{run}')),
+        checkpoints.TrainingStateCheckpoints(str(tmp_path / f'alone{run}')),
         local_training='loop', stats=stats))
     padded += stats.padded_examples
   stats = run_stats.RunStats()
   together = training.train_program(
-      [training.ProgramRun(_plan(run), checkpoints.NpzCheckpoints(
+      [training.ProgramRun(_plan(run), checkpoints.TrainingStateCheckpoints(
           str(tmp_path / f'program{run}'))) for run in range(2)],
       tiny_jax.MODEL, arrays, None, local_training='loop', stats=stats)
   assert stats.padded_examples == padded

@@ -22,9 +22,9 @@ from one_shot_epe.design import participation
 from one_shot_epe.runtime import round_record
 from one_shot_epe.design import run_plan
 from one_shot_epe.jax_engine import checkpoints
-from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import memory
 from one_shot_epe.jax_engine import models
+from one_shot_epe.jax_engine import packed_batches
 from one_shot_epe.jax_engine import packing
 from one_shot_epe.jax_engine import run_stats
 from one_shot_epe.jax_engine import training
@@ -51,7 +51,7 @@ def _plan(**overrides) -> run_plan.RunPlan:
 def _train(directory: str, **kwargs):
   stats = run_stats.RunStats()
   recorder = tiny_jax.Recorder()
-  store = checkpoints.NpzCheckpoints(directory)
+  store = checkpoints.TrainingStateCheckpoints(directory)
   outcome = training.train(_plan(), tiny_jax.MODEL, tiny_jax.arrays(),
                            tiny_jax.arrays(), store,
                            recorder, stats=stats, **kwargs)
@@ -71,7 +71,7 @@ def fixture_runs(tmp_path_factory):
     processed, filled = [], []
     with pytest.MonkeyPatch.context() as patch:
       for function in ('pack_batches', 'pack_rows'):
-        def recorded(*args, _function=getattr(data, function)):
+        def recorded(*args, _function=getattr(packed_batches, function)):
           packed = _function(*args)
           examples = getattr(packed, 'rows', None)
           if examples is None:
@@ -81,7 +81,7 @@ def fixture_runs(tmp_path_factory):
           filled.append(int(np.prod(np.shape(examples))) //
                         packed.end.shape[1] * (int(ends.max(initial=-1)) + 1))
           return packed
-        patch.setattr(data, function, recorded)
+        patch.setattr(packed_batches, function, recorded)
       runs[name] = _train(str(tmp_path_factory.mktemp(name)), **kwargs) + (
           (sum(int(np.prod(shape)) for shape in processed), sum(filled)),)
   return runs
@@ -124,7 +124,7 @@ def test_rounds_are_reported_before_their_cosines_and_checkpoints(runs):
 def test_a_resumed_run_equals_an_uninterrupted_one(runs, tmp_path):
   directory = str(tmp_path / 'checkpoints')
   _train(directory, local_training='loop')
-  store = checkpoints.NpzCheckpoints(directory)
+  store = checkpoints.TrainingStateCheckpoints(directory)
   assert store.rounds() == [0, 3, 5] and store.latest() == 5
   os.remove(os.path.join(directory, 'round_00000005.npz'))
   resumed, _, events = _train(directory, local_training='loop')
@@ -221,7 +221,7 @@ def test_a_realistic_round_sends_under_one_percent_of_its_examples(tmp_path):
                batch_size=16, total_rounds=2, rounds_per_checkpoint=2)
   stats = run_stats.RunStats()
   training.train(plan, model, arrays, None,
-                 checkpoints.NpzCheckpoints(str(tmp_path)),
+                 checkpoints.TrainingStateCheckpoints(str(tmp_path)),
                  local_training='vmap', stats=stats)
   assert stats.real_examples > 1000
   assert stats.resident_bytes >= arrays.features['pixels'].nbytes
@@ -237,7 +237,7 @@ def test_bad_local_training_is_named():
 
 
 def test_damaged_newest_checkpoint_is_named(tmp_path):
-  store = checkpoints.NpzCheckpoints(str(tmp_path))
+  store = checkpoints.TrainingStateCheckpoints(str(tmp_path))
   store.verify()  # Nothing to check.
   with open(tmp_path / 'round_00000002.npz', 'wb') as stream:
     stream.write(b'PK not a zip')

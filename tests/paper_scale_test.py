@@ -1,4 +1,5 @@
-"""Tests of benchmarks/paper_scale.py at toy size: its grids and JSON figures.
+"""Tests of benchmarks/paper_scale.py at toy size: its grids
+(benchmarks/paper_grids.py) and JSON figures (benchmarks/paper_figures.py).
 
 Independent truths: the paper's run and round counts (Sec. 5: 16 runs of 510
 EMNIST rounds, of 2,048 StackOverflow rounds, and 2 x 50 x (1 + 10) runs for
@@ -16,6 +17,8 @@ import numpy as np
 import pytest
 from absl import flags
 
+from benchmarks import paper_figures
+from benchmarks import paper_grids
 from benchmarks import paper_scale
 from benchmarks import round_timing
 from one_shot_epe.data import client_arrays
@@ -29,18 +32,18 @@ def toy_figures():
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
   run = round_timing.LauncherRun(
-      task_flags=paper_scale.launcher_run('emnist', 3).task_flags,
+      task_flags=paper_grids.launcher_run('emnist', 3).task_flags,
       kind='emnist', clients=3, rounds=2, examples_per_client=8,
       max_examples=-1, num_canaries=2, noise_multiplier=0.1)
   measured = round_timing.run_jax(run)
   child = paper_scale.jax_figures(measured)
-  return measured, child, paper_scale.task_figures('emnist', child, [2.0, 0.5],
-                                                   seeds=3)
+  return measured, child, paper_figures.task_figures('emnist', child,
+                                                     [2.0, 0.5], seeds=3)
 
 
 def test_grids_are_the_papers():
   assert [(g.runs, g.rounds) for g in map(
-      paper_scale.paper_grid, ('emnist', 'stackoverflow', 'table5'))] == [
+      paper_grids.paper_grid, ('emnist', 'stackoverflow', 'table5'))] == [
           (16, 510), (16, 2048), (1100, 2048)]
 
 
@@ -102,7 +105,7 @@ def test_figures_follow_from_the_measurement(toy_figures):
 def test_packed_lanes_process_at_most_115_percent_of_the_examples(kind):
   # The run-wide layout of a full cohort (EMNIST's 101 clients,
   # StackOverflow's 167) at the paper's client-size laws, ten draws.
-  full = paper_scale.cohort_expectations(kind, seeds=10)
+  full = paper_figures.cohort_expectations(kind, seeds=10)
   assert 1 <= full['padding_ratio_loop'] <= full['padding_ratio_vmap'] <= 1.15
 
 

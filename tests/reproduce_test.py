@@ -13,6 +13,7 @@ import csv
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ import pytest
 
 from experiments import grid as grid_lib
 from experiments import reproduce
+from experiments import run_planning
 from experiments import train_config
 from experiments import train_flags
 from one_shot_epe.stats import estimation
@@ -71,24 +73,29 @@ def _reports(output_dir: str) -> dict[tuple[str, str], dict]:
   return reports
 
 
-def _table_rows(text: str) -> dict[str, dict[tuple[str, str], list[str]]]:
+def _table_rows(text: str) -> dict[str, dict[tuple[str, str],
+                                             dict[str, str]]]:
   """Data rows of each table of the privacy table, by the line that opens it.
 
-  {section: {(noise, repetitions): cells after the noise}}; sections are
+  {section: {(noise, repetitions): {column header: cell}}}; sections are
   'paper', 'bounds' and 'attack'.
   """
   openers = {"The paper's own columns": 'paper', 'Estimates,': 'bounds',
              'The attack:': 'attack'}
-  tables, repeats, section = {}, None, None
+  tables, repeats, section, headers = {}, None, None, []
   for line in text.splitlines():
     if line.startswith('**'):
       repeats = line.strip('*').split()[0]
     for opener, name in openers.items():
       if line.startswith(opener):
         section = name
-    if line.startswith('| ') and not line.startswith('| noise'):
+    if line.startswith('| '):
       cells = [cell.strip() for cell in line.strip('|').split('|')]
-      tables.setdefault(section, {})[(cells[0], repeats)] = cells[1:]
+      if line.startswith('| noise'):
+        headers = cells
+      else:
+        tables.setdefault(section, {})[(cells[0], repeats)] = dict(
+            zip(headers, cells))
   return tables
 
 
@@ -129,38 +136,52 @@ def test_privacy_table_equals_run_reports(grid):
   assert set(tables) == {'paper', 'bounds', 'attack'}
   for point, report in reports.items():
     # The paper's Table 3/4 columns hold the paper's statistics.
-    keys = ('epsilon_lo_paper_all', 'epsilon_est_fitted_all',
-            'epsilon_lo_paper_final', 'epsilon_est_fitted_final')
-    for cell, key in zip(tables['paper'][point], keys):
-      assert _close(cell, report[key]), (point, key, cell, report[key])
+    paper = tables['paper'][point]
+    for model in ('all', 'final'):
+      for header, key in ((f"paper's ε_lo-{model} (nominal)",
+                           'epsilon_lo_paper'),
+                          (f"paper's ε_est-{model} (fitted)",
+                           'epsilon_est_fitted')):
+        assert _close(paper[header], report[f'{key}_{model}']), (point, key)
     # Headline estimates (with their interval) and the sound bounds.
     cells = tables['bounds'][point]
-    assert _close(cells[0], report['analytical_epsilon'])
-    assert _close(cells[-1], report['accuracy'])
-    for model, offset in (('all', 3), ('final', 9)):
-      assert _close(cells[offset].split()[0], report[f'epsilon_est_{model}'])
-      for index, key in enumerate(('epsilon_lo', 'epsilon_one_run',
-                                   'epsilon_one_run_fdp',
-                                   'epsilon_lo_tight_any',
-                                   'epsilon_lo_tight_gdp'), start=offset + 1):
-        assert _close(cells[index], report[f'{key}_{model}']), (point, key)
+    assert _close(cells[f'analytical ε (r = {point[1]})'],
+                  report['analytical_epsilon'])
+    assert _close(cells['accuracy'], report['accuracy'])
+    for model in ('all', 'final'):
+      assert _close(cells[f'ε_est-{model} 95% CI'].split()[0],
+                    report[f'epsilon_est_{model}'])
+      for header, key in (('ε_lo', 'epsilon_lo'),
+                          ('ε_one-run', 'epsilon_one_run'),
+                          ('ε_one-run-fdp', 'epsilon_one_run_fdp'),
+                          ('ε_tight-any', 'epsilon_lo_tight_any'),
+                          ('ε_tight-gdp', 'epsilon_lo_tight_gdp')):
+        gaussian = ' (Gaussian)' if key in ('epsilon_one_run_fdp',
+                                            'epsilon_lo_tight_gdp') else ''
+        assert _close(cells[f'{header}-{model}{gaussian}'],
+                      report[f'{key}_{model}']), (point, key)
   # The terminal gets the compact table: every line fits 100 columns.
   printed = _summary(stdout)
   assert printed and max(len(line) for line in printed) <= 100
-  rows = {(cells[0], cells[1]): cells[2:] for cells in (
-      [c.strip() for c in line.strip('|').split('|')] for line in printed
-      if line.startswith('| ') and not line.startswith('| z '))}
+  table = [[c.strip() for c in line.strip('|').split('|')] for line in printed
+           if line.startswith('| ')]
+  rows = {(cells[0], cells[1]): dict(zip(table[0], cells))
+          for cells in table[1:]}
   assert set(rows) == set(reports)
   for point, report in reports.items():
-    keys = ('analytical_epsilon', None, 'epsilon_est_all', 'epsilon_lo_all',
-            'epsilon_est_final', 'epsilon_lo_final', None,
-            'last_iterate_epsilon', 'accuracy')
-    for cell, key in zip(rows[point], keys):
-      if key is not None:
-        assert _close(cell, report[key]), (point, key, cell, report[key])
-    tight_any, tight_gdp = rows[point][6].split('/')
-    assert _close(tight_any, report['epsilon_lo_tight_any_final'])
-    assert _close(tight_gdp, report['epsilon_lo_tight_gdp_final'])
+    row = rows[point]
+    for header, key in (('analyt.', 'analytical_epsilon'),
+                        ('est-all', 'epsilon_est_all'),
+                        ('lo-all', 'epsilon_lo_all'),
+                        ('est-fin', 'epsilon_est_final'),
+                        ('last-it', 'last_iterate_epsilon'),
+                        ('acc.', 'accuracy')):
+      assert _close(row[header], report[key]), (point, key, row[header])
+    # The final model's lower bounds, '/'-separated: lo, tight any, gdp.
+    for cell, key in zip(re.findall(r'n/a|[^/]+', row['lo/any/gdp-fin']),
+                         ('epsilon_lo', 'epsilon_lo_tight_any',
+                          'epsilon_lo_tight_gdp')):
+      assert _close(cell, report[f'{key}_final']), (point, key, cell)
   # Noise 0: analytical eps is infinite; noise 0.2 is the Gaussian mechanism.
   assert reports[('0', '1')]['analytical_epsilon'] is None
   assert reports[('0.2', '1')]['analytical_epsilon'] == pytest.approx(
@@ -336,7 +357,8 @@ def test_an_output_dir_that_cannot_be_a_directory_exits_2(tmp_path, inside):
   output_dir = a_file / 'grid' if inside else a_file
   completed = _reproduce(*_TINY, f'--output_dir={output_dir}')
   assert completed.returncode == 2
-  assert completed.stderr.startswith('error: --output_dir must name a directory')
+  assert completed.stderr.startswith('error: --output_dir: ')
+  assert 'is not a directory' in completed.stderr
   assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr
   assert 'rerun' not in completed.stderr
   assert 'Running' not in completed.stdout
@@ -390,15 +412,15 @@ def test_scale_shrinks_rounds_clients_and_canaries():
 @pytest.mark.parametrize('scale', [0.05, 0.1, 0.5])
 def test_a_scaled_paper_run_is_never_longer_than_the_full_one(config_name,
                                                               clients, scale):
-  # The rounds as the launcher counts them (participation_plan) for the
+  # The rounds as the launcher counts them (run_planning) for the
   # real data's number of clients, full and scaled.
   flag_values = flags.FlagValues()
   train_flags.define_flags(flag_values)
   flag_values(['x', f'--flagfile={os.path.join(_REPO, "configs", config_name)}'])
   full = train_flags.config_from_flags(flag_values)
   ids = [str(i) for i in range(clients)]
-  _, full_rounds, _, _ = train_config.participation_plan(full, ids)
-  _, rounds, _, _ = train_config.participation_plan(
+  _, full_rounds = run_planning.participation_plan(full, ids)
+  _, rounds = run_planning.participation_plan(
       grid_lib.scale_config(full, scale), ids)
   assert rounds <= full_rounds
   if full.train_epochs is None:  # Rounds shrink as given.

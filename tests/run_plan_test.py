@@ -57,3 +57,21 @@ def test_plan_checks_its_rounds_against_the_schedule():
     _plan(total_rounds=4)
   with pytest.raises(ValueError, match='rounds_per_checkpoint'):
     _plan(rounds_per_checkpoint=0)
+
+
+def test_run_facts_are_the_plans():
+  plan = _plan(spec=canary_spec.CanarySpec(
+      seed=0, num_seen=2, num_unseen=2, schedule=[[0, 1], [1], [1]],
+      repetitions=2))
+  facts = plan.run_facts(dim=50)
+  assert (facts.noise_multiplier, facts.delta, facts.dim,
+          facts.canary_presentations, facts.rounds, facts.clip,
+          facts.cohort) == (0.1, 1e-3, 50, 2, 3, None, 4.0)
+  # Canary 1 is in all three rounds of the schedule, canary 0 in one.
+  assert facts.presentation_counts.tolist() == [1, 3]
+  assert [list(ids) for ids in facts.schedule] == [[0, 1], [1], [1]]
+  assert facts.participation == plan.client_participation
+  assert facts.correlated is None
+  without = _plan(spec=None).run_facts(dim=50)
+  assert (without.canary_presentations, without.presentation_counts,
+          without.schedule) == (1, None, None)

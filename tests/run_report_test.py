@@ -9,18 +9,39 @@ import pytest
 
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
+from one_shot_epe.design import canary_spec
 from one_shot_epe.stats import estimation
+from one_shot_epe.reporting import privacy_report
 from one_shot_epe.reporting import run_report
+
+_EMPTY = np.zeros(0)
 
 
 def _cosines(seed, mean, size=400, dim=10**5):
   return np.random.default_rng(seed).normal(mean, 1.0, size) / math.sqrt(dim)
 
 
+def _build(*, final_cosines, dim, final_unseen_cosines=_EMPTY,
+           seen_maxima=_EMPTY, unseen_maxima=_EMPTY, accuracy=None,
+           decorrelated_scores=(None, None), mechanism=mechanisms.Gaussian(),
+           alpha=0.05, setting=None, seed=0, **facts):
+  """`build_run_report` of an outcome of these scores and these facts."""
+  outcome = canary_spec.CanaryOutcome(
+      final_cosines=final_cosines, final_unseen_cosines=final_unseen_cosines,
+      seen_maxima=seen_maxima, unseen_maxima=unseen_maxima,
+      accuracy=math.nan if accuracy is None else accuracy, dim=dim,
+      resumed_from_round=0, rounds_trained=0,
+      decorrelated_seen=decorrelated_scores[0],
+      decorrelated_unseen=decorrelated_scores[1])
+  return run_report.build_run_report(
+      outcome, mechanisms.RunFacts(dim=dim, **facts), mechanism, alpha=alpha,
+      setting=setting, seed=seed)
+
+
 def test_report_combines_both_threat_models():
   dim = 10**5
   final, seen, unseen = _cosines(0, 2.0), _cosines(1, 4.0), _cosines(2, 1.0)
-  report = run_report.build_run_report(
+  report = _build(
       final_cosines=final, dim=dim, delta=1e-5, noise_multiplier=0.5,
       seen_maxima=seen, unseen_maxima=unseen, accuracy=0.81,
       setting={'task': 'emnist_character'})
@@ -38,35 +59,70 @@ def test_report_combines_both_threat_models():
 
 
 def test_no_noise_means_infinite_analytical_epsilon(tmp_path):
-  report = run_report.build_run_report(final_cosines=_cosines(3, 3.0),
-                                       dim=10**5, delta=1e-5,
-                                       noise_multiplier=0.0)
+  report = _build(final_cosines=_cosines(3, 3.0), dim=10**5, delta=1e-5,
+                  noise_multiplier=0)
   assert math.isinf(report.analytical_epsilon)
   assert json.loads(report.to_json())['analytical_epsilon'] is None
   assert '| 0 | ∞ | n/a | n/a |' in report.to_markdown()
   report.write(str(tmp_path / 'r.json'), str(tmp_path / 'r.md'))
   assert json.loads((tmp_path / 'r.json').read_text())['epsilon_est_all'] is None
+  # The facts' int noise multiplier is written as the float it is.
+  assert '"noise_multiplier": 0.0,' in report.to_json()
 
 
 @pytest.mark.parametrize('kwargs,message', [
     (dict(noise_multiplier=-1.0), 'noise_multiplier'),
-    (dict(seen_maxima=[0.1, 0.2]), 'both'),
+    # Seen maxima without unseen ones: no all-iterates report to make.
+    (dict(seen_maxima=np.zeros(0), unseen_maxima=np.array([0.1, 0.2])),
+     'seen'),
     (dict(delta=2.0), 'delta'),
     (dict(canary_presentations=0), 'presentations'),
+    (dict(decorrelated_scores=(np.ones(4), np.zeros(4))),
+     'matrix-factorization'),
 ])
 def test_bad_arguments(kwargs, message):
   base = dict(final_cosines=_cosines(4, 1.0), dim=10**5, delta=1e-5,
               noise_multiplier=1.0)
   base.update(kwargs)
   with pytest.raises(ValueError, match=message):
-    run_report.build_run_report(**base)
+    _build(**base)
+
+
+def test_the_outcome_and_the_facts_must_have_one_dimension():
+  outcome = canary_spec.CanaryOutcome(
+      final_cosines=_cosines(4, 1.0), final_unseen_cosines=_EMPTY,
+      seen_maxima=_EMPTY, unseen_maxima=_EMPTY, accuracy=0.5, dim=10**5,
+      resumed_from_round=0, rounds_trained=0)
+  facts = mechanisms.RunFacts(noise_multiplier=1.0, delta=1e-5, dim=10**4)
+  with pytest.raises(ValueError, match='d = 100000'):
+    run_report.build_run_report(outcome, facts, mechanisms.Gaussian())
+
+
+def test_empty_unseen_scores_are_omitted_and_given_ones_reported():
+  dim = 10**5
+  final, seen, unseen = _cosines(20, 2.0), _cosines(21, 4.0), _cosines(22, 0.0)
+  common = dict(final_cosines=final, dim=dim, delta=1e-5,
+                noise_multiplier=1.0, seed=3)
+  without = _build(**common, seen_maxima=seen)
+  assert without.all_iterates is None
+  assert without.final.num_unseen == 0
+  assert without.final.epsilon_one_run is None
+  assert without.accuracy is None  # NaN in the outcome: unknown.
+  both = _build(**common, seen_maxima=seen, unseen_maxima=unseen,
+                final_unseen_cosines=unseen, accuracy=0.25)
+  # The threat models' reports are privacy_report's of the same scores.
+  assert both.final == privacy_report.final_model_report(
+      final, dim, 1e-5, unseen=unseen, seed=3)
+  assert both.all_iterates == privacy_report.all_iterates_report(
+      seen, unseen, 1e-5, dim=dim, seed=3)
+  assert both.accuracy == 0.25
 
 
 def test_report_carries_both_bounds_with_their_mechanisms():
   dim = 10**5
   final, seen, unseen = _cosines(5, 2.0), _cosines(6, 4.0), _cosines(7, 1.0)
   participation = dp_fedavg.Participation('bernoulli', 20, 200, 30)
-  report = run_report.build_run_report(
+  report = _build(
       final_cosines=final, dim=dim, delta=1e-5, noise_multiplier=0.8,
       seen_maxima=seen, unseen_maxima=unseen, canary_presentations=4,
       participation=participation)
@@ -116,7 +172,7 @@ def test_a_saturated_estimate_is_marked_at_least():
   dim = 10**5
   seen = np.linspace(0.5, 0.6, 50)
   unseen = np.linspace(0.0, 0.1, 50)
-  report = run_report.build_run_report(
+  report = _build(
       final_cosines=_cosines(9, 2.0), dim=dim, delta=1e-5,
       noise_multiplier=0.5, seen_maxima=seen, unseen_maxima=unseen)
   row = report.to_markdown().splitlines()[2]
@@ -125,9 +181,8 @@ def test_a_saturated_estimate_is_marked_at_least():
 
 
 def test_without_rounds_there_are_no_whole_run_references():
-  report = run_report.build_run_report(final_cosines=_cosines(8, 2.0),
-                                       dim=10**5, delta=1e-5,
-                                       noise_multiplier=1.0)
+  report = _build(final_cosines=_cosines(8, 2.0), dim=10**5, delta=1e-5,
+                  noise_multiplier=1.0)
   parsed = json.loads(report.to_json())
   assert parsed['accounted_epsilon'] is None
   assert parsed['accounted_epsilon_mechanism'] is None
@@ -137,9 +192,8 @@ def test_without_rounds_there_are_no_whole_run_references():
 
 
 def test_without_sampling_a_client_is_accounted_in_every_round():
-  report = run_report.build_run_report(final_cosines=_cosines(8, 2.0),
-                                       dim=10**5, delta=1e-5,
-                                       noise_multiplier=1.0, rounds=50)
+  report = _build(final_cosines=_cosines(8, 2.0), dim=10**5, delta=1e-5,
+                  noise_multiplier=1.0, rounds=50)
   # 50 Gaussian rounds at z = 1 are one Gaussian at 1 / sqrt(50); PLD's
   # pessimistic discretisation is within 1e-3 of the exact value.
   exact = estimation.gaussian_epsilon(1 / math.sqrt(50), 1e-5)
@@ -173,7 +227,7 @@ def _round_trip_cases():
 
 @pytest.mark.parametrize('case', sorted(_round_trip_cases()))
 def test_from_dict_undoes_to_dict(case, tmp_path):
-  report = run_report.build_run_report(**_round_trip_cases()[case])
+  report = _build(**_round_trip_cases()[case])
   text = report.to_json()
   back = run_report.RunReport.from_dict(json.loads(text))
   assert back == report
@@ -189,12 +243,12 @@ def test_from_dict_undoes_to_dict(case, tmp_path):
 def test_from_dict_keeps_infinite_and_missing_references_apart():
   cases = _round_trip_cases()
   no_noise = run_report.RunReport.from_dict(json.loads(
-      run_report.build_run_report(**cases['no noise, with rounds']).to_json()))
+      _build(**cases['no noise, with rounds']).to_json()))
   assert math.isinf(no_noise.analytical_epsilon)
   assert math.isinf(no_noise.accounted_epsilon)
   assert math.isinf(no_noise.last_iterate_epsilon)
   final_only = run_report.RunReport.from_dict(json.loads(
-      run_report.build_run_report(**cases['final only']).to_json()))
+      _build(**cases['final only']).to_json()))
   assert final_only.accounted_epsilon is None
   assert final_only.last_iterate_epsilon is None
   assert final_only.all_iterates is None
@@ -202,8 +256,7 @@ def test_from_dict_keeps_infinite_and_missing_references_apart():
 
 
 def test_from_dict_rejects_what_is_not_a_report(tmp_path):
-  fields = json.loads(run_report.build_run_report(
-      **_round_trip_cases()['final only']).to_json())
+  fields = json.loads(_build(**_round_trip_cases()['final only']).to_json())
   with pytest.raises(ValueError, match=r"missing keys \['accuracy'\]"):
     run_report.RunReport.from_dict(
         {k: v for k, v in fields.items() if k != 'accuracy'})
@@ -222,7 +275,7 @@ def test_from_dict_rejects_what_is_not_a_report(tmp_path):
 def test_correlated_noise_references_are_the_strategys():
   correlated = dp_fedavg.CorrelatedNoise('banded', sensitivity=1.8,
                                           canary_column_norm=1.2)
-  report = run_report.build_run_report(
+  report = _build(
       final_cosines=_cosines(4, 2.0), dim=10**5, delta=1e-5,
       noise_multiplier=0.7, rounds=20, correlated=correlated,
       mechanism=mechanisms.MatrixFactorization('banded', 4),
@@ -238,7 +291,7 @@ def test_correlated_noise_references_are_the_strategys():
   # Without all-iterates maxima there is no statistic to qualify; with them
   # the report says what it estimates under correlated noise.
   assert 'all_iterates_under_correlated_noise' not in report.setting
-  maxima = run_report.build_run_report(
+  maxima = _build(
       final_cosines=_cosines(4, 2.0), dim=10**5, delta=1e-5,
       noise_multiplier=0.7, rounds=20, correlated=correlated,
       mechanism=mechanisms.MatrixFactorization('banded', 4),
@@ -248,3 +301,117 @@ def test_correlated_noise_references_are_the_strategys():
       mechanisms.CORRELATED_ALL_ITERATES_NOTE)
   assert (maxima.setting['mechanism'], maxima.setting['num_bands']) == (
       'banded', 4)
+
+
+def _markdown_tables(text):
+  """report.md's tables: each a list of rows, each a dict header -> cell."""
+  tables, lines = [], text.splitlines()
+  for i, line in enumerate(lines):
+    if line.startswith('|') and i + 1 < len(lines) and (
+        lines[i + 1].startswith('|---')):
+      headers = [cell.strip() for cell in line.strip('|').split('|')]
+      rows = []
+      for row in lines[i + 2:]:
+        if not row.startswith('|'):
+          break
+        rows.append(dict(zip(headers, (cell.strip() for cell in
+                                       row.strip('|').split('|')))))
+      tables.append(rows)
+  return tables
+
+
+def _table_with(text, header):
+  """The one table of report.md with a column `header`."""
+  found = [rows for rows in _markdown_tables(text) if header in rows[0]]
+  assert len(found) == 1, header
+  return {row.get('threat model'): row for row in found[0]}
+
+
+def _g(value):
+  return 'n/a' if value is None else f'{value:.4g}'
+
+
+def test_markdown_shows_every_field_of_its_groups_under_its_label():
+  dim = 10**5
+  final, seen, unseen = _cosines(30, 2.0), _cosines(31, 4.0), _cosines(32, 0.0)
+  report = _build(final_cosines=final, dim=dim, delta=1e-5,
+                  noise_multiplier=0.5, seen_maxima=seen, unseen_maxima=unseen,
+                  final_unseen_cosines=unseen, rounds=10)
+  text = report.to_markdown()
+  for name, threat in (('final model', report.final),
+                       ('all iterates', report.all_iterates)):
+    bounds = _table_with(text, 'ε_tight-any')[name]
+    for key, label in (('epsilon_lo', 'ε_lo'),
+                       ('epsilon_one_run', 'ε_one-run'),
+                       ('epsilon_lo_tight_any', 'ε_tight-any'),
+                       ('epsilon_one_run_fdp', 'ε_one-run-fdp (Gaussian)'),
+                       ('epsilon_lo_tight_gdp', 'ε_tight-gdp (Gaussian)'),
+                       ('epsilon_lo_paper', "paper's ε_lo (nominal)")):
+      assert bounds[label] == _g(getattr(threat, key)), (name, label)
+    estimates = _table_with(text, 'ε_est')[name]
+    low, high = threat.epsilon_est_interval
+    assert estimates['ε_est'] == _g(threat.epsilon_est)
+    assert estimates['95% bootstrap interval'] == f'[{_g(low)}, {_g(high)}]'
+    assert estimates['how'] == threat.epsilon_est_method
+    assert estimates["paper's ε_est"] == _g(threat.epsilon_est_fitted)
+    attack = _table_with(text, 'AUROC')[name]
+    assert attack['ε_gdp'] == _g(threat.epsilon_gdp)
+    assert attack['GDP μ'] == _g(threat.gdp_mu)
+    assert attack['AUROC'] == _g(threat.auroc)
+    assert attack['TPR at FPR 1e-2'] == _g(threat.tpr_at_fpr['0.01'])
+    assert attack['TPR at FPR 1e-3'] == _g(threat.tpr_at_fpr['0.001'])
+  headline = _table_with(text, 'ε_lo-all')[None]
+  assert headline['ε_est-final'] == _g(report.final.epsilon_est)
+  assert headline['ε_lo-all'] == _g(report.all_iterates.epsilon_lo)
+
+
+def test_every_repeated_field_is_at_the_top_level_and_older_reports_load():
+  report = _build(**_round_trip_cases()['all iterates, sampled'])
+  fields = report.to_dict()
+  for key in ('epsilon_est', 'epsilon_lo', 'epsilon_one_run_fdp', 'auroc',
+              'epsilon_lo_tight_any', 'epsilon_lo_tight_gdp'):
+    assert fields[f'{key}_final'] == fields['final'][key]
+    assert fields[f'{key}_all'] == fields['all_iterates'][key]
+  for key in ('epsilon_est_method', 'epsilon_est_saturated',
+              'anderson_seen'):
+    assert f'{key}_final' not in fields
+  # A report written before the tight bounds existed: they read as None.
+  old = {key: value for key, value in fields.items()
+         if not key.startswith('epsilon_lo_tight')}
+  for threat in ('final', 'all_iterates'):
+    old[threat] = {key: value for key, value in fields[threat].items()
+                   if not key.startswith('epsilon_lo_tight')}
+  back = run_report.RunReport.from_dict(old)
+  assert back.final.epsilon_lo_tight_any is None
+  assert back.all_iterates.epsilon_lo_tight_gdp is None
+  assert back.final.epsilon_lo == report.final.epsilon_lo
+  with pytest.raises(ValueError, match='epsilon_lo_all'):
+    run_report.RunReport.from_dict(
+        {key: value for key, value in old.items() if key != 'epsilon_lo_all'})
+
+
+def test_decorrelated_scores_get_a_report_of_their_own():
+  dim = 10**5
+  seen = np.random.default_rng(40).normal(3.0, 1.0, 400)
+  unseen = np.random.default_rng(41).normal(0.0, 1.0, 400)
+  common = dict(
+      final_cosines=_cosines(42, 2.0), dim=dim, delta=1e-5,
+      noise_multiplier=0.7, rounds=20,
+      correlated=dp_fedavg.CorrelatedNoise('banded', sensitivity=1.8,
+                                           canary_column_norm=1.2),
+      mechanism=mechanisms.MatrixFactorization('banded', 4),
+      seen_maxima=_cosines(43, 3.0), unseen_maxima=_cosines(44, 0.0))
+  report = _build(**common, decorrelated_scores=(seen, unseen))
+  # One common factor, sqrt(d) here, brings the scores into [-1, 1].
+  scale = math.sqrt(dim)
+  assert report.all_iterates_decorrelated == privacy_report.all_iterates_report(
+      seen / scale, unseen / scale, 1e-5, dim=dim)
+  parsed = json.loads(report.to_json())
+  assert parsed['epsilon_lo_all_decorrelated'] == (
+      report.all_iterates_decorrelated.epsilon_lo)
+  assert run_report.RunReport.from_dict(parsed) == report
+  assert '| all iterates, decorrelated | ' in report.to_markdown()
+  # Empty decorrelated scores: omitted, as without them.
+  omitted = _build(**common, decorrelated_scores=(_EMPTY, _EMPTY))
+  assert omitted.all_iterates_decorrelated is None
+  assert 'all_iterates_decorrelated' not in omitted.to_dict()

@@ -11,7 +11,9 @@ import numpy as np
 import psutil
 import pytest
 
+from one_shot_epe.tff_engine import exposure
 from one_shot_epe.tff_engine import isolation
+from one_shot_epe.tff_engine import network_namespace
 from one_shot_epe.tff_engine import runtime
 
 tff = pytest.importorskip('tensorflow_federated')
@@ -46,7 +48,7 @@ def test_plain_script_exit_leaves_no_worker():
   assert 'SUM 3 WORKERS 1' in done.stdout
 
 
-@pytest.mark.skipif(isolation.namespace_interfaces() == ['lo'],
+@pytest.mark.skipif(network_namespace.namespace_interfaces() == ['lo'],
                     reason='this host has no interface but loopback')
 def test_unisolated_worker_is_reported_with_its_address(caplog, monkeypatch):
   # ONE_SHOT_EPE_NETWORK_ISOLATION=off (as where the host refuses a
@@ -56,7 +58,7 @@ def test_unisolated_worker_is_reported_with_its_address(caplog, monkeypatch):
   with caplog.at_level(logging.WARNING), runtime.local_cpp_context():
     assert tff.tensorflow.computation(lambda: 1)() == 1
     (worker,) = runtime.worker_processes()
-    (address,) = isolation.listening_addresses(worker.pid)
+    (address,) = exposure.listening_addresses(worker.pid)
   assert address.startswith(('[::]:', '0.0.0.0:'))
   assert any(f'pid {worker.pid}) listens on {address}' in record.getMessage()
              for record in caplog.records)
@@ -96,7 +98,7 @@ def test_worker_of_a_killed_process_is_reaped():
 
 _ROUNDS_SCRIPT = """
 import os
-from one_shot_epe.tff_engine import audit, isolation, runtime
+from one_shot_epe.tff_engine import audit, exposure, network_namespace, runtime
 from examples import canaries_in_fedavg as example
 import tensorflow_federated as tff
 
@@ -121,8 +123,8 @@ process = tff.learning.algorithms.build_unweighted_fed_avg(
                                                  clip=1.0))
 with runtime.local_cpp_context():
   (worker,) = runtime.worker_processes()
-  print('WORKER', isolation.namespace_interfaces(worker.pid),
-        isolation.listening_addresses(worker.pid))
+  print('WORKER', network_namespace.namespace_interfaces(worker.pid),
+        exposure.listening_addresses(worker.pid))
   state = process.initialize()
   canary_audit.observe(state)
   for round_num in range(1, 4):

@@ -14,7 +14,9 @@ import psutil
 import pytest
 import tensorflow_federated as tff
 
+from one_shot_epe.tff_engine import exposure
 from one_shot_epe.tff_engine import isolation
+from one_shot_epe.tff_engine import network_namespace
 from one_shot_epe.tff_engine import runtime
 from one_shot_epe.tff_engine import tff_workers
 
@@ -66,15 +68,15 @@ def test_workers_run_alone_in_loopback_only_namespaces(monkeypatch, caplog):
     pids = _tree_pids()
     assert len(workers) == 2 and all(a.startswith('unix:') for a in addresses)
     for worker in workers:
-      assert isolation.namespace_interfaces(worker.pid) == ['lo']
-      assert isolation.listening_addresses(worker.pid)  # Not vacuous.
-    assert isolation.listening_addresses(os.getpid()) == []
+      assert network_namespace.namespace_interfaces(worker.pid) == ['lo']
+      assert exposure.listening_addresses(worker.pid)  # Not vacuous.
+    assert exposure.listening_addresses(os.getpid()) == []
   assert os.readlink('/proc/self/ns/net') == namespace
   assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
   assert_stopped(pids, addresses)
 
 
-@pytest.mark.skipif(isolation.namespace_interfaces() == ['lo'],
+@pytest.mark.skipif(network_namespace.namespace_interfaces() == ['lo'],
                     reason='this host has no interface but loopback')
 @pytest.mark.parametrize('refused', [False, True])
 def test_unisolated_workers_are_reported_with_their_addresses(
@@ -91,7 +93,7 @@ def test_unisolated_workers_are_reported_with_their_addresses(
       logging.WARNING), tff_workers.local_workers(2) as addresses:
     for address in addresses:
       (listening,) = [a for pid in (w.pid for w in runtime.worker_processes())
-                      for a in isolation.listening_addresses(pid)
+                      for a in exposure.listening_addresses(pid)
                       if a.endswith(f':{port_of(address)}')]
       assert listening.startswith(('[::]:', '0.0.0.0:'))
       assert any(f'listens on {listening},' in record.getMessage()
@@ -103,13 +105,13 @@ def test_unisolated_workers_are_reported_with_their_addresses(
 
 def _refused(*args, **kwargs):
   del args, kwargs  # Unused.
-  raise isolation.IsolationError('unshare: Operation not permitted')
+  raise network_namespace.IsolationError('unshare: Operation not permitted')
 
 
 def test_required_isolation_refused_starts_no_worker(monkeypatch):
   monkeypatch.setenv(isolation.ISOLATION_ENV, 'require')
   monkeypatch.setattr(isolation, 'private_network_server', _refused)
-  with pytest.raises(isolation.IsolationError,
+  with pytest.raises(network_namespace.IsolationError,
                      match=f'{isolation.ISOLATION_ENV}=require'):
     with tff_workers.local_workers(2):
       pass

@@ -236,11 +236,12 @@ def test_bad_flag_is_answered_before_tensorflow_or_jax_is_imported(
     (dict(mechanism='banded', clipping_norm=1.0, num_bands=0),
      '--num_bands must be >= 1; got 0'),
     (dict(mechanism='banded', clipping_norm=1.0), '--num_bands is needed'),
-    (dict(num_bands=2), '--num_bands applies to the banded mechanism only'),
+    (dict(num_bands=2),
+     '--num_bands=2 does not apply to the gaussian mechanism'),
     (dict(mechanism='blt', clipping_norm=0.0), '--mechanism=blt needs a fixed'),
     (dict(mechanism='blt', clipping_norm=1.0),
-     '--mechanism=blt is not supported by --backend=tff; it runs gaussian, '
-     'distributed_dp, tree'),
+     "--backend=tff does not run --mechanism=blt: TFF's aggregators have no "
+     'matrix-factorization noise'),
 ])
 def test_correlated_noise_flags_are_checked_before_writing(
     tmp_path, overrides, message):

@@ -7,7 +7,8 @@ tree process measured over many coordinates (the final prefix sum's
 variance), the Gaussian mechanism's exact delta(eps) written out with
 scipy (the analytical epsilons), dp_accounting's PLD accountant of a
 Gaussian event and its RDP of the tree event (the accounted epsilon), and the launcher's flags, exit status and
-report.json.
+report.json, whose references the JAX engine's run of the same flags
+repeats (its noise's law: tests/jax_engine_tree_test.py).
 """
 
 import dataclasses
@@ -306,19 +307,26 @@ def test_canary_audit_reports_tree_aggregation_without_a_noise_multiplier():
 # The launcher (experiments/train.py).
 
 
+# The launcher's tiny tree run (both engines run it).
+_TREE_FLAGS = dict(mechanism='tree', clipping_norm=1.0, noise_multiplier=0.5,
+                   total_rounds=2, rounds_per_checkpoint=2,
+                   rounds_per_evaluation=2, canary_repeats=1, num_canaries=4,
+                   num_unseen_canaries=4)
+
+
+def _report(run_dir: str) -> dict[str, Any]:
+  with open(os.path.join(run_dir, run_directory.REPORT_JSON_FILE)) as stream:
+    return json.load(stream)
+
+
 @pytest.fixture(scope='module', name='tree_run')
 def fixture_tree_run(tmp_path_factory):
   root = str(tmp_path_factory.mktemp('tree'))
-  return train.run_training(tiny_run.config(
-      root, mechanism='tree', clipping_norm=1.0, noise_multiplier=0.5,
-      total_rounds=2, rounds_per_checkpoint=2, rounds_per_evaluation=2,
-      canary_repeats=1, num_canaries=4, num_unseen_canaries=4))
+  return train.run_training(tiny_run.config(root, **_TREE_FLAGS))
 
 
 def test_launcher_reports_the_trees_epsilons(tree_run):
-  with open(os.path.join(tree_run.run_dir,
-                         run_directory.REPORT_JSON_FILE)) as stream:
-    report = json.load(stream)
+  report = _report(tree_run.run_dir)
   z, delta = 0.5, report['delta']
   # 2 rounds of 3 of 12 clients: one shuffled epoch.
   assert report['setting']['mechanism'] == 'tree'
@@ -338,6 +346,21 @@ def test_launcher_reports_the_trees_epsilons(tree_run):
     assert 'SingleEpochTreeAggregationDpEvent' in stream.read()
 
 
+def test_the_jax_engine_reports_the_same_references(tree_run, tmp_path):
+  # The same flags on --backend=jax (where jax is installed): the same
+  # facts, so the same references; the estimates are the run's own.
+  pytest.importorskip('jax')
+  jax_run = train.run_training(tiny_run.config(str(tmp_path), backend='jax',
+                                               **_TREE_FLAGS))
+  tff_report, jax_report = _report(tree_run.run_dir), _report(jax_run.run_dir)
+  assert jax_report['setting']['backend'] == 'jax'
+  for name in ('noise_multiplier', 'delta', 'analytical_epsilon',
+               'accounted_epsilon', 'last_iterate_epsilon'):
+    assert jax_report[name] == tff_report[name], name
+  for name in ('mechanism', 'tree_estimator', 'all_iterates_under_tree_noise'):
+    assert jax_report['setting'][name] == tff_report['setting'][name], name
+
+
 def test_resume_with_another_mechanism_is_refused(tree_run):
   changed = dataclasses.replace(tree_run.config, mechanism='gaussian')
   with pytest.raises(train_config.ConfigError, match='--mechanism'):
@@ -345,11 +368,12 @@ def test_resume_with_another_mechanism_is_refused(tree_run):
 
 
 @pytest.mark.parametrize('overrides, named', [
-    (dict(backend='jax'), '--mechanism=tree is not supported by '
-     '--backend=jax'),
+    (dict(backend='jax', num_canaries=0, num_unseen_canaries=0),
+     '--backend=jax does not run --mechanism=tree with --num_canaries=0'),
     (dict(clipping_norm=0.0), '--mechanism=tree needs a fixed clip'),
     (dict(num_canaries=0, num_unseen_canaries=0),
-     '--mechanism=tree needs canaries'),
+     '--mechanism=tree with --num_canaries=0: the tree mechanism needs '
+     'canaries'),
 ])
 def test_bad_tree_flags_are_refused_untouched(tmp_path, overrides, named):
   settings = dict(mechanism='tree', clipping_norm=1.0)
@@ -359,14 +383,16 @@ def test_bad_tree_flags_are_refused_untouched(tmp_path, overrides, named):
   assert not os.listdir(tmp_path)
 
 
-def test_command_line_tree_with_jax_exits_2(tmp_path):
+def test_command_line_tree_without_canaries_on_jax_exits_2(tmp_path):
   done = programs.run(
       [sys.executable, '-m', 'experiments.train', '--use_synthetic_data',
        '--total_rounds=2', f'--root_output_dir={tmp_path}',
-       '--mechanism=tree', '--backend=jax', '--clipping_norm=1'],
+       '--mechanism=tree', '--backend=jax', '--clipping_norm=1',
+       '--num_canaries=0', '--num_unseen_canaries=0'],
       cwd=_REPO, timeout=300)
   assert done.returncode == 2, done.stderr
   lines = done.stderr.strip().splitlines()
   assert len(lines) == 1, done.stderr
   assert '--mechanism=tree' in lines[0] and '--backend=jax' in lines[0]
+  assert '--num_canaries=0' in lines[0]
   assert not os.listdir(tmp_path)

@@ -149,3 +149,61 @@ def test_fields_checks_a_dataclass_before_its_own_post_init():
   with pytest.raises(ValueError, match='noise_multiplier must be a finite '
                      'number >= 0.0; got inf'):
     Plain(math.inf)
+
+
+def test_a_decorated_function_carries_its_body_and_its_rules():
+  calls = []
+
+  @validation.arguments('delta', dim=validation.Int(3))
+  def function(dim, delta):
+    calls.append((dim, delta))
+    return dim
+
+  # The body alone takes what it is given: no check, no conversion.
+  assert function.unchecked(2, 7) == 2 and calls == [(2, 7)]
+  assert dict(function.rules) == {'delta': validation.PARAMETERS['delta'],
+                                  'dim': validation.Int(3)}
+  with pytest.raises(TypeError):
+    function.rules['delta'] = validation.Real()  # Read-only.
+
+  @validation.fields('momentum', count=validation.Int(1))
+  @dataclasses.dataclass(frozen=True)
+  class Checked:
+    momentum: float
+    count: int = 1
+
+  assert dict(Checked.rules) == {'momentum': validation.PARAMETERS['momentum'],
+                                 'count': validation.Int(1)}
+
+
+@pytest.mark.parametrize('rule, low, high', [
+    (validation.Real(0.0, low_open=True), 1, None),
+    (validation.Real(0.0), 0, None),
+    (validation.Real(0.5, 3.0, high_open=True), 1, 2),
+    (validation.Real(-2.5, 3.5), -2, 3),
+    (validation.Real(-1.0, 1.0, low_open=True, high_open=True), 0, 0),
+    (validation.Real(high=4.0), None, 4),
+])
+def test_the_integers_of_an_interval_are_exactly_those_inside_it(rule, low,
+                                                                 high):
+  assert rule.integers() == validation.Int(low, high)
+  for value in range(-5, 7):
+    try:
+      rule('x', value)
+    except ValueError:
+      with pytest.raises(ValueError):
+        rule.integers()('x', value)
+    else:
+      assert rule.integers()('x', value) == value
+
+
+@pytest.mark.parametrize('value, allowed', [
+    (0.0, True), (0.9, True), (1.0 - 1e-12, True), (1.0, False), (-0.1, False)])
+def test_momentum_lies_in_the_half_open_unit_interval(value, allowed):
+  # Momentum 1 would never forget a step; every layer takes this one rule.
+  try:
+    validation.PARAMETERS['momentum']('momentum', value)
+  except ValueError:
+    assert not allowed
+  else:
+    assert allowed

@@ -144,16 +144,10 @@ def composed_gaussian_epsilon(noise_multiplier: float, delta: float,
   Raises:
     ValueError: if an argument is out of range.
   """
-  return _composed_gaussian_epsilon(noise_multiplier, delta, count)
-
-
-def _composed_gaussian_epsilon(noise_multiplier: float, delta: float,
-                               count: int) -> float:
-  """`composed_gaussian_epsilon` of checked arguments."""
   if noise_multiplier == 0:
     return math.inf
-  return estimation._gaussian_epsilon(noise_multiplier / math.sqrt(count),
-                                      delta)
+  return estimation.gaussian_epsilon.unchecked(
+      noise_multiplier / math.sqrt(count), delta)
 
 
 @validation.arguments('noise_multiplier', 'delta',
@@ -183,7 +177,7 @@ def canary_epsilon(noise_multiplier: float, delta: float,
   """
   z = noise_multiplier
   return MechanismEpsilon(
-      _composed_gaussian_epsilon(z, delta, presentations),
+      composed_gaussian_epsilon.unchecked(z, delta, presentations),
       f'a canary presented r = {presentations} time(s) in known rounds: '
       f'{presentations}-fold Gaussian mechanism at noise multiplier {z:g} '
       f'(= one Gaussian at {z / math.sqrt(presentations):.4g}), no '
@@ -223,7 +217,7 @@ def matrix_factorization_canary_epsilon(
   z = noise_multiplier
   mu = math.inf if z == 0 else column_norm / (z * sensitivity)
   epsilon = (math.inf if z == 0 else
-             estimation._gaussian_epsilon(1.0 / mu, delta))
+             estimation.gaussian_epsilon.unchecked(1.0 / mu, delta))
   return MechanismEpsilon(
       epsilon,
       f'a canary in known rounds under {mechanism} correlated noise: one '
@@ -365,7 +359,7 @@ def client_epsilon(noise_multiplier: float, delta: float,
   if participation.sampling == 'shuffle':
     epochs = participation.epochs
     return MechanismEpsilon(
-        _composed_gaussian_epsilon(z, delta, epochs),
+        composed_gaussian_epsilon.unchecked(z, delta, epochs),
         f'a real client at most once in each of {epochs} shuffled epoch(s): '
         f'{epochs}-fold Gaussian mechanism at noise multiplier {z:g}, no '
         'amplification by shuffling claimed')
@@ -477,8 +471,9 @@ def last_iterate_epsilon(noise_multiplier: float, delta: float, rounds: int,
   scale = z * math.sqrt(rounds)
   if len(tally) == 1:
     (only,) = tally
-    return MechanismEpsilon(estimation._gaussian_epsilon(scale / only, delta),
-                            description)
+    return MechanismEpsilon(
+        estimation.gaussian_epsilon.unchecked(scale / only, delta),
+        description)
   values = np.array(sorted(tally), dtype=np.float64)
   weights = np.array([tally[int(k)] for k in values], dtype=np.float64)
   weights /= weights.sum()

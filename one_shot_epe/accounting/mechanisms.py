@@ -2,11 +2,15 @@
 
 A run's server aggregate is privatized by one mechanism. Each is a frozen
 value built once (from the launcher's flags, `from_name`, or by the API's
-user) and carried by `design.run_plan.RunPlan`; engines say which they run
-(`supports` in each engine's launcher module) and the report asks the
-mechanism for its references (`Mechanism.references`), so each mechanism's
-rules for the analytical eps of a canary, the accounted eps of a real client
-and the final-model reference are written once, here, next to it:
+user) and carried by `design.run_plan.RunPlan`. Each mechanism is one entry,
+its class, which holds everything about it: its names (`names`), the
+options it takes (`options`, `from_options`), why it needs a fixed clip
+(`fixed_clip_reason`), the engines that run it and why each other one
+cannot (`engines`; each engine's `supports(plan)` asks `engine_reason`) and
+its report rules (`references`): the analytical eps of a canary, the
+accounted eps of a real client and the final-model reference. The noise
+itself is the engines' (each engine's noise for the mechanism). The
+mechanisms:
 
 * `Gaussian`: independent Gaussian noise each round, DP-FedAvg (Andrew et
   al., ICLR 2024, Sections 2 and 4): the canary's r-fold Gaussian mechanism,
@@ -16,31 +20,44 @@ and the final-model reference are written once, here, next to it:
   strategy (jax-privacy; JAX engine): the canary under the strategy, one
   Gaussian mechanism for a real client, no last-iterate heuristic.
 * `TreeAggregation`: DP-FTRL's binary-tree noise, one tree over the run (TFF
-  engine; `tree_aggregation`).
+  and JAX engines; `tree_aggregation`).
 * `DistributedDP`: discrete noise shares added by the clients and summed by
   secure aggregation (TFF engine; `distributed_dp`): the Gaussian rules at
   the effective noise multiplier z_eff, and Skellam's own RDP bound.
 
 The mechanisms other than `Gaussian` need a fixed clip; each says why
 (`fixed_clip_reason`).
+
+Adding a mechanism: its class here (names, options, fixed-clip reason,
+engines, references) and `MECHANISMS` below, and its noise in each engine
+that runs it (docs/architecture.md, "Extending the house").
 """
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
-
-import dp_accounting
-import numpy as np
 
 from one_shot_epe import validation
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.accounting import references as references_lib
 from one_shot_epe.accounting import tree_aggregation
 
-__all__ = ['CORRELATED_ALL_ITERATES_NOTE', 'DistributedDP', 'Gaussian',
-           'MECHANISM_NAMES', 'MatrixFactorization', 'Mechanism',
-           'References', 'RunFacts', 'TREE_ALL_ITERATES_NOTE', 'TYPE_OF_NAME',
-           'TreeAggregation', 'from_name']
+__all__ = ['CORRELATED_ALL_ITERATES_NOTE', 'DistributedDP', 'ENGINES',
+           'Gaussian', 'MECHANISMS', 'MECHANISM_NAMES', 'MatrixFactorization',
+           'Mechanism', 'References', 'RunFacts', 'TREE_ALL_ITERATES_NOTE',
+           'TreeAggregation', 'check_clip', 'engine_reason', 'from_name']
+
+# A run's facts and its references (`references`), in the entries' signatures.
+RunFacts = references_lib.RunFacts
+References = references_lib.References
+
+# The engines a mechanism may run on: TensorFlow Federated, JAX, Flower.
+ENGINES = ('tff', 'jax', 'flower')
+# Why Flower's engine runs only independent Gaussian noise: its DP wrappers.
+_FLOWER_GAUSSIAN_ONLY = (
+    "Flower's server-side DP wrappers add independent Gaussian noise each "
+    'round, the one mechanism the Flower engine audits')
 
 # What the all-iterates statistic estimates under matrix-factorization noise
 # (docs/mechanisms.md, "Coverage under correlated noise").
@@ -59,95 +76,27 @@ TREE_ALL_ITERATES_NOTE = (
 
 
 @dataclasses.dataclass(frozen=True)
-class RunFacts:
-  """What a run's references depend on besides its mechanism (Sec. 4).
-
-  Attributes:
-    noise_multiplier: z, the run's noise multiplier.
-    delta: The delta of every epsilon.
-    dim: d, the model's trainable parameters.
-    canary_presentations: r, each seen canary's insertions.
-    rounds: T, the rounds of the run (or observed so far), also
-      `dp_fedavg.Participation.rounds` when that is given; None when unknown (then no
-      accounted epsilon and no last-iterate heuristic).
-    clip: The fixed clip S; None for adaptive clipping.
-    cohort: The expected records per round, canaries included (the DP
-      average's denominator).
-    participation: The real clients' sampling; None accounts a client in
-      every round.
-    presentation_counts: Each seen canary's insertions in the schedule, for
-      the last-iterate heuristic's mixture; None: r for every canary.
-    schedule: The canary schedule (entry t: the seen ids of 0-based round
-      t), for the tree's references.
-    round_event: One round's `dp_accounting.DpEvent` as the aggregator
-      recorded it; None: a Gaussian at z.
-    correlated: The strategy's numbers under matrix-factorization noise,
-      which the engine computes (`dp_fedavg.CorrelatedNoise`).
-  """
-  noise_multiplier: float
-  delta: float
-  dim: int
-  canary_presentations: int = 1
-  rounds: int | None = None
-  clip: float | None = None
-  cohort: float | None = None
-  participation: dp_fedavg.Participation | None = None
-  presentation_counts: np.ndarray | None = None
-  schedule: Sequence[Any] | None = None
-  round_event: dp_accounting.DpEvent | None = None
-  correlated: dp_fedavg.CorrelatedNoise | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class References:
-  """A mechanism's references for one run (`Mechanism.references`).
-
-  Attributes:
-    noise_multiplier: The noise multiplier the report names (z, or z_eff
-      for distributed DP).
-    analytical: The canary's analytical epsilon at r presentations.
-    accounted: A real client's epsilon over the run; None when the rounds
-      are unknown.
-    last_iterate: The final-model reference (the last-iterate heuristic, or
-      the tree's noised prefix sum); None where the mechanism has none.
-    setting: Entries the report's setting gains (the mechanism's
-      parameters).
-    all_iterates_note: What the all-iterates statistic estimates under this
-      mechanism's noise, if it differs from the paper's; None otherwise.
-  """
-  noise_multiplier: float
-  analytical: dp_fedavg.MechanismEpsilon
-  accounted: dp_fedavg.MechanismEpsilon | None
-  last_iterate: dp_fedavg.MechanismEpsilon | None
-  setting: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  all_iterates_note: tuple[str, str] | None = None
-
-
-def _gaussian_references(noise_multiplier: float,
-                         facts: RunFacts) -> References:
-  """The Gaussian rules at `noise_multiplier` (DP-FedAvg, Sec. 4)."""
-  analytical = dp_fedavg.canary_epsilon(noise_multiplier, facts.delta,
-                                        facts.canary_presentations)
-  rounds = facts.rounds
-  if rounds is None:
-    return References(noise_multiplier, analytical, None, None)
-  event = (dp_accounting.GaussianDpEvent(noise_multiplier)
-           if facts.round_event is None else facts.round_event)
-  accounted = dp_fedavg.client_epsilon_of_event(event, facts.delta,
-                                                facts.participation, rounds)
-  counts = (np.full(1, facts.canary_presentations)
-            if facts.presentation_counts is None else
-            facts.presentation_counts)
-  heuristic = dp_fedavg.last_iterate_epsilon(noise_multiplier, facts.delta,
-                                             rounds, counts)
-  return References(noise_multiplier, analytical, accounted, heuristic)
-
-
-@dataclasses.dataclass(frozen=True)
 class Gaussian:
   """Independent Gaussian noise each round: DP-FedAvg (Sections 2 and 4)."""
   name: ClassVar[str] = 'gaussian'
+  names: ClassVar[tuple[str, ...]] = ('gaussian',)
+  options: ClassVar[tuple[str, ...]] = ()
   fixed_clip_reason: ClassVar[str | None] = None
+  engines: ClassVar[Mapping[str, str | None]] = {
+      'tff': None, 'jax': None, 'flower': None}
+
+  @classmethod
+  def from_options(cls, name: str) -> 'Gaussian':
+    """The mechanism of --mechanism=`name` (it takes no options).
+
+    Args:
+      name: 'gaussian'.
+
+    Returns:
+      The mechanism.
+    """
+    del name
+    return cls()
 
   def setting(self) -> dict[str, Any]:
     """The report's setting entries of the mechanism (none: the default).
@@ -167,7 +116,7 @@ class Gaussian:
     Returns:
       The references at z.
     """
-    return _gaussian_references(facts.noise_multiplier, facts)
+    return references_lib.gaussian_references(facts.noise_multiplier, facts)
 
 
 @validation.fields(strategy=validation.Choice(('blt', 'banded')),
@@ -187,8 +136,33 @@ class MatrixFactorization:
   """
   strategy: str
   num_bands: int | None = None
+  names: ClassVar[tuple[str, ...]] = ('blt', 'banded')
+  options: ClassVar[tuple[str, ...]] = ('num_bands',)
   fixed_clip_reason: ClassVar[str] = (
       'the correlated noise of different rounds must share one scale')
+  engines: ClassVar[Mapping[str, str | None]] = {
+      'tff': ("TFF's aggregators have no matrix-factorization noise (the BLT "
+              "and banded strategies are jax-privacy's); the JAX engine runs "
+              'it'),
+      'jax': None,
+      'flower': _FLOWER_GAUSSIAN_ONLY}
+
+  @classmethod
+  def from_options(cls, name: str,
+                   num_bands: int | None = None) -> 'MatrixFactorization':
+    """The mechanism of --mechanism=`name` ('blt' or 'banded').
+
+    Args:
+      name: The strategy, 'blt' or 'banded'.
+      num_bands: The bands of 'banded' (only there).
+
+    Returns:
+      The mechanism.
+
+    Raises:
+      ValueError: as the constructor.
+    """
+    return cls(name, num_bands)
 
   def __post_init__(self):
     if (self.strategy == 'banded') != (self.num_bands is not None):
@@ -255,9 +229,26 @@ class TreeAggregation:
   """
   efficient: bool = True
   name: ClassVar[str] = 'tree'
+  names: ClassVar[tuple[str, ...]] = ('tree',)
+  options: ClassVar[tuple[str, ...]] = ()
   fixed_clip_reason: ClassVar[str] = (
       'each tree node\'s noise is calibrated to one clip for every round it '
       'covers')
+  engines: ClassVar[Mapping[str, str | None]] = {
+      'tff': None, 'jax': None, 'flower': _FLOWER_GAUSSIAN_ONLY}
+
+  @classmethod
+  def from_options(cls, name: str) -> 'TreeAggregation':
+    """The mechanism of --mechanism=`name` (TFF's default estimator).
+
+    Args:
+      name: 'tree'.
+
+    Returns:
+      The mechanism, with Honaker's efficient estimator.
+    """
+    del name
+    return cls()
 
   def __post_init__(self):
     if not isinstance(self.efficient, bool):
@@ -315,11 +306,38 @@ class DistributedDP:
   params: distributed_dp.DistributedDP = dataclasses.field(
       default_factory=distributed_dp.DistributedDP)
   name: ClassVar[str] = 'distributed_dp'
+  names: ClassVar[tuple[str, ...]] = ('distributed_dp',)
+  options: ClassVar[tuple[str, ...]] = ('ddp_bits', 'ddp_noise')
   # The one compression distributed DP takes.
   compression: ClassVar[str] = 'rotation_discretization'
   fixed_clip_reason: ClassVar[str] = (
       'each client\'s discretization scale and noise share are calibrated '
       'to the clip before the round')
+  engines: ClassVar[Mapping[str, str | None]] = {
+      'tff': None,
+      'jax': ('the JAX engine simulates no secure aggregation (clients\' '
+              'discretized, modular noise shares); the TFF engine runs it'),
+      'flower': ("the Flower engine audits Flower's server-side DP wrappers, "
+                 'not secure aggregation')}
+
+  @classmethod
+  def from_options(cls, name: str, ddp_bits: int = 16,
+                   ddp_noise: str = 'dgauss') -> 'DistributedDP':
+    """The mechanism of --mechanism=`name` with its secure sum's options.
+
+    Args:
+      name: 'distributed_dp'.
+      ddp_bits: The secure sum's bits.
+      ddp_noise: The local noise (`distributed_dp.DDP_NOISES`).
+
+    Returns:
+      The mechanism.
+
+    Raises:
+      ValueError: if an option is out of range.
+    """
+    del name
+    return cls(distributed_dp.DistributedDP(bits=ddp_bits, noise=ddp_noise))
 
   def calibration(self, facts: RunFacts) -> distributed_dp.DdpCalibration:
     """The aggregation's parameters for the run's clip, cohort and d.
@@ -360,7 +378,7 @@ class DistributedDP:
       join (Agarwal et al., 2021).
     """
     calibration = self.calibration(facts)
-    references = _gaussian_references(calibration.noise_multiplier,
+    references = references_lib.gaussian_references(calibration.noise_multiplier,
                                       dataclasses.replace(facts,
                                                           round_event=None))
     setting = calibration.setting()
@@ -376,40 +394,77 @@ class DistributedDP:
 
 Mechanism = Gaussian | MatrixFactorization | TreeAggregation | DistributedDP
 
-# The launcher's --mechanism names and the type each names.
-TYPE_OF_NAME = {'gaussian': Gaussian, 'blt': MatrixFactorization,
-                'banded': MatrixFactorization, 'distributed_dp': DistributedDP,
-                'tree': TreeAggregation}
-MECHANISM_NAMES = tuple(TYPE_OF_NAME)
+# Every mechanism, one entry each; the launcher's --mechanism names are theirs.
+MECHANISMS: tuple[type, ...] = (Gaussian, MatrixFactorization,
+                                DistributedDP, TreeAggregation)
+_TYPE_OF_NAME = {name: kind for kind in MECHANISMS for name in kind.names}
+MECHANISM_NAMES = tuple(_TYPE_OF_NAME)
+# The options of `from_name` and their values when not given.
+_OPTION_DEFAULTS = {'num_bands': None, 'ddp_bits': 16, 'ddp_noise': 'dgauss'}
 
 
-def from_name(name: str, *, num_bands: int | None = None,
-              ddp_bits: int = 16, ddp_noise: str = 'dgauss') -> Mechanism:
-  """The mechanism a launcher's --mechanism names, with its parameters.
+def from_name(name: str, **options: Any) -> Mechanism:
+  """The mechanism a launcher's --mechanism names, with its options.
 
   Args:
     name: One of `MECHANISM_NAMES`.
-    num_bands: The bands of 'banded' (only there).
-    ddp_bits: The secure sum's bits of 'distributed_dp'.
-    ddp_noise: The local noise of 'distributed_dp' (`distributed_dp.
-      DDP_NOISES`).
+    **options: The mechanisms' options (`num_bands`, `ddp_bits`,
+      `ddp_noise`); one left at its default is not passed on, one given
+      another value must be an option of the named mechanism.
 
   Returns:
     The mechanism.
 
   Raises:
-    ValueError: if `name` is unknown or a parameter does not apply.
+    ValueError: if `name` is unknown or an option does not apply to it.
   """
   validation.check_choice('mechanism', name, MECHANISM_NAMES)
-  if name in ('blt', 'banded'):
-    return MatrixFactorization(name, num_bands)
-  if num_bands is not None:
-    raise ValueError(f'num_bands applies to the banded mechanism only; got '
-                     f'mechanism {name!r}.')
-  if name == 'distributed_dp':
-    return DistributedDP(distributed_dp.DistributedDP(bits=ddp_bits,
-                                                      noise=ddp_noise))
-  if ddp_noise != 'dgauss':
-    raise ValueError(f'ddp_noise={ddp_noise} applies to distributed_dp only; '
-                     f'got mechanism {name!r}.')
-  return TreeAggregation() if name == 'tree' else Gaussian()
+  kind = _TYPE_OF_NAME[name]
+  unknown = sorted(set(options) - set(_OPTION_DEFAULTS))
+  if unknown:
+    raise ValueError(f'unknown mechanism options {unknown}; the options are '
+                     f'{sorted(_OPTION_DEFAULTS)}.')
+  for option, value in options.items():
+    if option not in kind.options and value != _OPTION_DEFAULTS[option]:
+      raise ValueError(f'{option}={value} does not apply to the {name} '
+                       'mechanism.')
+  return kind.from_options(name, **{option: value for option, value in
+                                    options.items() if option in kind.options})
+
+
+def engine_reason(mechanism: Mechanism, engine: str) -> str | None:
+  """Why `engine` cannot run `mechanism`; None if it runs it.
+
+  The one table of engine x mechanism (`engines` of each mechanism), which
+  every engine's `supports(plan)` asks.
+
+  Args:
+    mechanism: A mechanism.
+    engine: One of `ENGINES`.
+
+  Returns:
+    None, or one line saying why the engine does not run it.
+
+  Raises:
+    ValueError: if `engine` is not one of `ENGINES`.
+  """
+  validation.check_choice('engine', engine, ENGINES)
+  return mechanism.engines[engine]
+
+
+def check_clip(mechanism: Mechanism, adaptive: bool) -> None:
+  """The fixed-clip rule: refuses an adaptive clip under a mechanism that
+  needs a fixed one (`fixed_clip_reason`).
+
+  Args:
+    mechanism: A mechanism.
+    adaptive: Whether the run's clip adapts (no fixed clip given).
+
+  Raises:
+    ValueError: 'the <name> mechanism needs a fixed clip: <reason>', if the
+      clip adapts and the mechanism needs a fixed one.
+  """
+  reason = mechanism.fixed_clip_reason
+  if adaptive and reason is not None:
+    raise ValueError(f'the {mechanism.name} mechanism needs a fixed clip: '
+                     f'{reason}.')

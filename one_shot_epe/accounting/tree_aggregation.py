@@ -345,7 +345,7 @@ def _gaussian(mu: float, delta: float) -> float:
     return math.inf
   if mu == 0:
     return 0.0
-  return estimation.gaussian_epsilon(1.0 / mu, delta)
+  return estimation.gaussian_epsilon.unchecked(1.0 / mu, delta)
 
 
 def _tree_epsilon(noise_multiplier: float, shift: float, delta: float,

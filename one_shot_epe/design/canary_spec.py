@@ -26,11 +26,12 @@ import numpy as np
 from one_shot_epe.design import run_options
 from one_shot_epe import validation
 
-__all__ = ['ALL_ITERATES_STATISTICS', 'CANARY_CLIPS', 'CLIPPED_CANARY_SCALE',
-           'COUNT_STDDEV_PER_CLIENT', 'CanaryOutcome', 'CanarySpec',
-           'DPAggregation', 'FINAL_MODEL_STATISTICS', 'MAX_SEED', 'SEED',
-           'UNSEEN_ID_OFFSET', 'check_seed', 'default_buffer_rounds',
-           'seen_ids', 'tracked_ids', 'unseen_ids', 'value_noise_multiplier']
+__all__ = ['ALL_ITERATES_STATISTICS', 'AUDITED_CANARIES', 'CANARY_CLIPS',
+           'CLIPPED_CANARY_SCALE', 'COUNT_STDDEV_PER_CLIENT', 'CanaryCount',
+           'CanaryOutcome', 'CanarySpec', 'DPAggregation',
+           'FINAL_MODEL_STATISTICS', 'MAX_SEED', 'SEED', 'UNSEEN_ID_OFFSET',
+           'block_rounds', 'check_seed', 'default_buffer_rounds', 'seen_ids',
+           'tracked_ids', 'unseen_ids', 'value_noise_multiplier']
 
 # Unseen canary i has id UNSEEN_ID_OFFSET + i; seen ids are 0..k-1.
 UNSEEN_ID_OFFSET = run_options.UNSEEN_ID_OFFSET
@@ -63,7 +64,56 @@ COUNT_STDDEV_PER_CLIENT = 0.05
 # apart (UNSEEN_ID_OFFSET) and fit an int32 id table.
 SEED = validation.Int(0, MAX_SEED)
 _NUM_SEEN = validation.Int(1, UNSEEN_ID_OFFSET)
-_NUM_UNSEEN = validation.Int(0, 2**31 - 1)
+# Seen ids of a tracker that may insert none: k in [0, UNSEEN_ID_OFFSET].
+_SEEN_COUNT = validation.Int(0, UNSEEN_ID_OFFSET)
+_NUM_UNSEEN = validation.Int(0, 2**31 - UNSEEN_ID_OFFSET)
+
+
+@dataclasses.dataclass(frozen=True)
+class CanaryCount:
+  """The rule of an audit's canary count: 2 or more, or 0 where allowed.
+
+  An audit fits a Gaussian to its canaries' statistics (Sec. 3.2), so a set
+  of canaries it reports on needs at least two; 0 means none (no unseen
+  canaries: no all-iterates report; no seen ones: a run without an audit).
+
+  Attributes:
+    high: The largest count (the ids must stay apart, `UNSEEN_ID_OFFSET`).
+    allow_zero: Whether 0 (none) is allowed.
+  """
+  high: int
+  allow_zero: bool
+
+  def __call__(self, name: str, value: object) -> int:
+    """`value` as an int in [2, high] (or 0 where allowed).
+
+    Args:
+      name: The argument's or flag's name, as the error names it.
+      value: The count.
+
+    Returns:
+      `value` as an int.
+
+    Raises:
+      validation.ArgumentTypeError: `value` is not an integer.
+      ValueError: it is out of range.
+    """
+    if self.allow_zero and validation.check_int(name, value) == 0:
+      return 0
+    try:
+      return validation.check_int(name, value, 2, self.high)
+    except validation.ArgumentTypeError:
+      raise
+    except ValueError:
+      zero = ', or 0 for none' if self.allow_zero else ''
+      raise ValueError(f'{name} must be in [2, {self.high}] (2 or more to '
+                       f'fit a Gaussian to their statistics){zero}; got '
+                       f'{value}.') from None
+
+
+AUDITED_CANARIES = {
+    'num_seen': CanaryCount(_NUM_SEEN.high, allow_zero=False),
+    'num_unseen': CanaryCount(_NUM_UNSEEN.high, allow_zero=True)}
 _POSITIVE = validation.Real(0.0, low_open=True)
 _NON_NEGATIVE = validation.Real(0.0)
 
@@ -104,7 +154,7 @@ def default_buffer_rounds(dim: int) -> int:
   return max(1, min(_MAX_BUFFER_ROUNDS, _BUFFER_BYTES // (4 * dim)))
 
 
-@validation.arguments(num_seen=validation.Int(0, UNSEEN_ID_OFFSET))
+@validation.arguments(num_seen=_SEEN_COUNT)
 def seen_ids(num_seen: int) -> np.ndarray:
   """Ids of the seen canaries: 0..num_seen-1 (int64).
 
@@ -125,7 +175,7 @@ def unseen_ids(num_unseen: int) -> np.ndarray:
   """Ids of the unseen canaries: UNSEEN_ID_OFFSET + 0..num_unseen-1 (int64).
 
   Args:
-    num_unseen: m, in [0, 2^31 - 1].
+    num_unseen: m, in [0, 2^31 - UNSEEN_ID_OFFSET] (the ids fit an int32).
 
   Returns:
     The ids, int64 [m].
@@ -136,6 +186,7 @@ def unseen_ids(num_unseen: int) -> np.ndarray:
   return UNSEEN_ID_OFFSET + np.arange(num_unseen, dtype=np.int64)
 
 
+@validation.arguments(num_seen=_SEEN_COUNT, num_unseen=_NUM_UNSEEN)
 def tracked_ids(num_seen: int, num_unseen: int) -> np.ndarray:
   """Ids whose cosines are tracked: the seen ones, then the unseen ones.
 
@@ -145,8 +196,12 @@ def tracked_ids(num_seen: int, num_unseen: int) -> np.ndarray:
 
   Returns:
     `seen_ids(k)` then `unseen_ids(m)`, int64 [k + m].
+
+  Raises:
+    ValueError: if a count is out of range.
   """
-  return np.concatenate([seen_ids(num_seen), unseen_ids(num_unseen)])
+  return np.concatenate([seen_ids.unchecked(num_seen),
+                         unseen_ids.unchecked(num_unseen)])
 
 
 def _check_schedule(schedule: object, num_seen: int
@@ -240,7 +295,7 @@ class CanarySpec:
     Returns:
       `tracked_ids(num_seen, num_unseen)`, int64 [k + m].
     """
-    return tracked_ids(self.num_seen, self.num_unseen)
+    return tracked_ids.unchecked(self.num_seen, self.num_unseen)
 
   def presentation_counts(self, rounds: int | None = None) -> np.ndarray:
     """Each seen canary's insertions in the schedule's first rounds.
@@ -253,6 +308,53 @@ class CanarySpec:
     """
     inserted = [i for ids in self.schedule[:rounds] for i in ids]
     return np.bincount(np.asarray(inserted, np.int64), minlength=self.num_seen)
+
+  def buffer_rounds_for(self, dim: int, cap: int | None = None) -> int:
+    """B, Algorithm 3's rounds buffered per cosine block, for d parameters.
+
+    Every engine asks here (`block_rounds` with this spec's
+    `buffer_rounds`).
+
+    Args:
+      dim: d >= 1, the model dimension.
+      cap: The engine's cap on the default, >= 1; None for none.
+
+    Returns:
+      B >= 1.
+
+    Raises:
+      ValueError: if `buffer_rounds` is None and `dim` or `cap` is not an
+        integer >= 1.
+    """
+    return block_rounds(self.buffer_rounds, dim, cap)
+
+
+def block_rounds(buffer_rounds: int | None, dim: int,
+                 cap: int | None = None) -> int:
+  """B, Algorithm 3's rounds buffered per cosine block: the one rule.
+
+  `buffer_rounds` when set (--canary_buffer_rounds), else
+  `default_buffer_rounds(dim)` (the memory bound), at most `cap` where the
+  engine caps it (e.g. at the rounds between two checkpoints).
+
+  Args:
+    buffer_rounds: B as given, or None to choose it.
+    dim: d >= 1, the model dimension.
+    cap: The engine's cap on the default, >= 1; None for none.
+
+  Returns:
+    B >= 1.
+
+  Raises:
+    ValueError: if `buffer_rounds` is None and `dim` or `cap` is not an
+      integer >= 1.
+  """
+  if buffer_rounds is not None:
+    return buffer_rounds
+  default = default_buffer_rounds(dim)
+  if cap is None:
+    return default
+  return min(default, validation.check_int('cap', cap, low=1))
 
 
 def value_noise_multiplier(noise_multiplier: float,

@@ -432,7 +432,7 @@ def make_training_selection_fn(
   return training_selection_fn
 
 
-@validation.arguments('num_rounds', num_canaries=validation.Int(0))
+@validation.arguments('num_rounds', 'seed', num_canaries=validation.Int(0))
 def canary_plan(sampler: ClientSampler, num_canaries: int, num_rounds: int,
                 repetitions: int, seed: int
                 ) -> tuple[canary_schedules.CanarySchedule | None, float]:
@@ -468,16 +468,23 @@ def canary_plan(sampler: ClientSampler, num_canaries: int, num_rounds: int,
 
   Raises:
     ValueError: an argument is not an int in its range.
+    run_size.PlanRefused: naming 'num_canaries', before any schedule is
+      drawn, if canaries would be over `canary_schedules.MAX_CANARY_SHARE`
+      of the cohort.
   """
   clients = sampler.expected_clients_per_round
-  if isinstance(sampler, ShuffledEpochs):
-    schedule = (canary_schedules.periodic_canary_schedule(
-        num_canaries, num_rounds, repetitions, seed)
-                if num_canaries else None)
-    return schedule, canary_schedules.expected_cohort(
-        clients, num_canaries, repetitions, num_rounds)
-  schedule = (sampler.canary_schedule(num_canaries, num_rounds, seed)
-              if num_canaries else None)
-  return schedule, clients + num_canaries * clients / sampler.num_clients
+  shuffled = isinstance(sampler, ShuffledEpochs)
+  cohort = (canary_schedules.expected_cohort.unchecked(
+                clients, num_canaries, repetitions, num_rounds)
+            if shuffled else
+            clients + num_canaries * clients / sampler.num_clients)
+  canary_schedules.check_canary_share(clients, cohort)
+  if not num_canaries:
+    return None, cohort
+  if shuffled:
+    return canary_schedules.periodic_canary_schedule.unchecked(
+        num_canaries, num_rounds, repetitions, seed), cohort
+  return ClientSampler.canary_schedule.unchecked(
+      sampler, num_canaries, num_rounds, seed), cohort
 
 

@@ -11,9 +11,15 @@ engine (`tff_engine.training.train`) and the JAX engine
 (`jax_engine.training.train`) both run it. Rounds are numbered as in
 `runtime.round_record`. Engines and reports read a run from its plan only,
 never from the launcher's flags.
+
+Each engine answers `supports(plan)` with a `Support`: whether it runs the
+plan, and if not, why (in the spirit of dp_accounting's
+`PrivacyAccountant.supports(event)`); the launcher, the API and the docs ask
+it and keep no list of their own.
 """
 
 import dataclasses
+from typing import Protocol
 
 from one_shot_epe import validation
 from one_shot_epe.accounting import dp_fedavg
@@ -22,7 +28,37 @@ from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
 from one_shot_epe.design import run_options
 
-__all__ = ['OptimizerSpec', 'RunPlan']
+__all__ = ['OptimizerSpec', 'RunPlan', 'Support', 'Supportable']
+
+
+@dataclasses.dataclass(frozen=True)
+class Support:
+  """An engine's answer to `supports(plan)`: true, or false with a reason.
+
+  Attributes:
+    reason: None when the engine runs the plan; else one line saying why it
+      does not (and what to use instead).
+  """
+  reason: str | None = None
+
+  def __bool__(self) -> bool:
+    return self.reason is None
+
+
+class Supportable(Protocol):
+  """What an engine's `supports(plan)` reads: the mechanism and canaries.
+
+  A `RunPlan` is one; so is an audit that holds a mechanism and a canary
+  spec (`tff_engine.audit.CanaryAudit`).
+  """
+
+  @property
+  def mechanism(self) -> mechanisms.Mechanism:
+    """The DP mechanism of the run's aggregate."""
+
+  @property
+  def spec(self) -> canary_spec.CanarySpec | None:
+    """The canaries; None for a run without."""
 
 
 @validation.fields('learning_rate', 'momentum')
@@ -32,12 +68,12 @@ class OptimizerSpec:
 
   Attributes:
     name: One of `run_options.OPTIMIZERS`.
-    learning_rate: Its learning rate, >= 0.
-    momentum: sgdm's momentum in [0, 1] (0 for the others).
+    learning_rate: Its learning rate, > 0.
+    momentum: sgdm's momentum in [0, 1) (0 for the others).
 
   Raises:
-    ValueError: at construction, for an unknown name, a negative learning
-      rate, or a momentum outside [0, 1] or nonzero for sgd or adam.
+    ValueError: at construction, for an unknown name, a learning rate that
+      is not > 0, or a momentum outside [0, 1) or nonzero for sgd or adam.
   """
   name: str
   learning_rate: float
@@ -106,10 +142,7 @@ class RunPlan:
     if self.spec is not None and len(self.spec.schedule) < self.total_rounds:
       raise ValueError(f'spec.schedule must cover the {self.total_rounds} '
                        f'rounds; got {len(self.spec.schedule)}.')
-    reason = self.mechanism.fixed_clip_reason
-    if reason is not None and self.dp.adaptive:
-      raise ValueError(f'the {self.mechanism.name} mechanism needs a fixed '
-                       f'clip (dp.clip): {reason}.')
+    mechanisms.check_clip(self.mechanism, self.dp.adaptive)
 
   @property
   def client_participation(self) -> dp_fedavg.Participation:
@@ -118,3 +151,29 @@ class RunPlan:
         sampling=self.sampler.sampling,
         clients_per_round=self.sampler.clients_per_round,
         num_clients=self.sampler.num_clients, rounds=self.total_rounds)
+
+  def run_facts(self, dim: int,
+                correlated: dp_fedavg.CorrelatedNoise | None = None
+                ) -> mechanisms.RunFacts:
+    """What the run's report references rest on (`run_report`).
+
+    Args:
+      dim: d, the model's trainable parameters.
+      correlated: The strategy's numbers under matrix-factorization noise
+        (the engine computes them); None otherwise.
+
+    Returns:
+      z, delta, d, the canaries' presentations and schedule (none without
+      canaries), T, the clip, the expected cohort and the clients' sampling.
+    """
+    spec = self.spec
+    return mechanisms.RunFacts(
+        noise_multiplier=float(self.dp.noise_multiplier), delta=self.delta,
+        dim=dim, canary_presentations=1 if spec is None else spec.repetitions,
+        rounds=self.total_rounds, clip=self.dp.clip,
+        cohort=self.dp.clients_per_round,
+        participation=self.client_participation,
+        presentation_counts=(None if spec is None else
+                             spec.presentation_counts()),
+        schedule=None if spec is None else spec.schedule,
+        correlated=correlated)

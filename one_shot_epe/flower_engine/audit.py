@@ -47,7 +47,8 @@ the model's arrays, theta_0, the canaries' running maxima and the DP
 wrapper's clip, which adaptive clipping moves) and writes the
 project's run directory (`runtime.run_directory`): config.json, metrics.csv,
 canary_cosines.csv, final_cosines.csv, max_cosines.csv, report.json,
-report.md (`report.run_report.build_run_report`) and the density plot. A
+report.md (`reporting.run_report.build_run_report`) and the density plot
+(`reporting.run_files.write_results`, the writer of every engine). A
 rerun of `start` on the same directory resumes from the newest checkpoint.
 
 The report's references: the canary's analytical eps at the update's noise
@@ -87,11 +88,12 @@ from flwr.serverapp.strategy import (
 from one_shot_epe import validation
 from one_shot_epe.flower_engine import canaries
 from one_shot_epe.flower_engine import strategies
+from one_shot_epe.design import audit_checks
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import canary_schedules
-from one_shot_epe.reporting import plots
+from one_shot_epe.accounting import mechanisms
+from one_shot_epe.reporting import run_files
 from one_shot_epe.reporting import run_report
-from one_shot_epe.runtime import atomic_io
 from one_shot_epe.runtime import cosine_buffer
 from one_shot_epe.runtime import npz_checkpoints
 from one_shot_epe.runtime import run_directory
@@ -137,11 +139,12 @@ class CanaryAudit:
 
     Args:
       run_dir: Where the run's files go (its parent is created as needed).
-      num_canaries: k >= 1 seen canaries, inserted `repetitions` times each.
+      num_canaries: k >= 2 seen canaries, inserted `repetitions` times each
+        (a Gaussian is fitted to their statistics).
       rounds: T >= 1 training rounds.
       delta: The delta of every epsilon of the report, in (0, 1).
-      num_unseen_canaries: m >= 0 canaries tracked, never inserted (default
-        k); the all-iterates report needs m >= 2.
+      num_unseen_canaries: m canaries tracked, never inserted (default k):
+        0, or >= 2 for the all-iterates report.
       repetitions: r in [1, T]: each seen canary once in each of r periods.
       canary_seed: Canary j is a pure function of (canary_seed, j).
       seed: None for unpredictable sampling and noise (deployments); an int
@@ -155,10 +158,14 @@ class CanaryAudit:
         (`canaries.CanaryBank`).
 
     Raises:
-      ValueError: if an argument is out of range.
+      ValueError: before any work, if an argument is out of range (fewer
+        than 2 seen canaries, 1 unseen), or the rounds or canaries cannot
+        fit this machine (`audit_checks.check_audit`).
     """
     self.run_dir = os.path.abspath(run_dir)
-    self.rounds = validation.check_int('rounds', rounds, 1)
+    self.rounds, num_canaries, num_unseen_canaries = audit_checks.check_audit(
+        rounds, num_canaries,
+        num_canaries if num_unseen_canaries is None else num_unseen_canaries)
     self.delta = validation.check_probability('delta', delta)
     self.alpha = validation.check_probability('alpha', alpha)
     self.rounds_per_checkpoint = validation.check_int(
@@ -168,13 +175,12 @@ class CanaryAudit:
                   canary_spec.check_seed(seed, 'seed'))
     canary_seed = canary_spec.check_seed(canary_seed)
     schedule = canary_schedules.periodic_canary_schedule(
-        validation.check_int('num_canaries', num_canaries, 1), self.rounds,
+        num_canaries, self.rounds,
         validation.check_int('repetitions', repetitions, 1, self.rounds),
         canary_seed)
     self.spec = canary_spec.CanarySpec(
         seed=canary_seed, num_seen=num_canaries,
-        num_unseen=(num_canaries if num_unseen_canaries is None else
-                    num_unseen_canaries),
+        num_unseen=num_unseen_canaries,
         schedule=schedule.as_round_lists(), repetitions=repetitions)
     self.store = npz_checkpoints.NpzCheckpoints(
         os.path.join(self.run_dir, run_directory.CHECKPOINT_DIR))
@@ -203,15 +209,29 @@ class CanaryAudit:
     Raises:
       AuditRefused: a strategy the audit cannot audit soundly (see the
         module docstring), naming it.
+      ValueError: the canaries would be more than half of a round's
+        participants (`num_sampled_clients` replies and k r / T canaries;
+        `audit_checks.check_share`).
       RuntimeError: this audit already wrapped a strategy.
     """
     if self._wrapped:
       raise RuntimeError('a CanaryAudit audits one strategy; make another.')
     dp = strategies.check_strategy(strategy)
+    spec = self.spec
+    clients = float(dp.num_sampled_clients)
+    audit_checks.check_share(
+        spec.num_seen, clients,
+        clients + spec.num_seen * spec.repetitions / self.rounds)
     inner = strategies.CanaryStrategy(self, dp.strategy, dp)
     dp.strategy = inner
     self._wrapped = True
     return strategies.AuditedStrategy(self, dp, inner)
+
+  @property
+  def last_round(self) -> int:
+    """The last training round recorded (the round resumed from before any)."""
+    metrics = self._rows.metrics
+    return int(metrics[-1]['round']) if metrics else self.resumed_from
 
   def seed_round(self, round_num: int, stage: int) -> None:
     """Seeds Python's and numpy's generators for a stage of a round.
@@ -368,7 +388,7 @@ class CanaryAudit:
         **inner.round_stats, 'training_time_in_seconds': seconds})
     rows.vectors.append(vector)
     rows.round_nums.append(round_num)
-    if len(rows.vectors) >= canary_spec.default_buffer_rounds(vector.size):
+    if len(rows.vectors) >= self.spec.buffer_rounds_for(vector.size):
       self._flush()
     if run_directory.is_checkpoint_round(round_num,
                                          self.rounds_per_checkpoint,
@@ -421,42 +441,20 @@ class CanaryAudit:
                'num_unseen_canaries': spec.num_unseen,
                'canary_repeats': spec.repetitions, 'seed': self._seed,
                'canary_seed': spec.seed}
-    has_unseen = spec.num_unseen >= 2
-    self.report = run_report.build_run_report(
-        final_cosines=final[:k], dim=self.bank.dim, delta=self.delta,
-        noise_multiplier=z, alpha=self.alpha,
-        final_unseen_cosines=final[k:] if has_unseen else None,
-        seen_maxima=maxima[:k] if has_unseen else None,
-        unseen_maxima=maxima[k:] if has_unseen else None,
-        accuracy=accuracy, setting=setting,
+    # Without unseen canaries their arrays are empty: the final model's
+    # report alone.
+    facts = mechanisms.RunFacts(
+        noise_multiplier=z, delta=self.delta, dim=self.bank.dim,
         canary_presentations=spec.repetitions, rounds=self.rounds,
         presentation_counts=spec.presentation_counts(), round_event=event)
-    self._write_results()
-    return self.report
-
-  def _write_results(self) -> None:
-    """The cosine CSVs, report.json, report.md and the density plot."""
-    outcome, run_dir = self.outcome, self.run_dir
-    columns = {'cosine': outcome.final_cosines}
-    if outcome.final_unseen_cosines.size:
-      columns['unseen'] = outcome.final_unseen_cosines
-    atomic_io.write_columns_csv(
-        os.path.join(run_dir, run_directory.FINAL_COSINES_FILE), columns)
-    panels = {'final model': {'seen canaries': outcome.final_cosines}}
-    if outcome.unseen_maxima.size:
-      atomic_io.write_columns_csv(
-          os.path.join(run_dir, run_directory.MAX_COSINES_FILE),
-          {'seen': outcome.seen_maxima, 'unseen': outcome.unseen_maxima})
-      panels['max over rounds'] = {'seen canaries': outcome.seen_maxima,
-                                   'unseen canaries': outcome.unseen_maxima}
-    self.report.write(
-        os.path.join(run_dir, run_directory.REPORT_JSON_FILE),
-        os.path.join(run_dir, run_directory.REPORT_MARKDOWN_FILE))
-    plots.plot_cosine_densities(
-        panels, outcome.dim,
-        os.path.join(run_dir, run_directory.DENSITY_PLOT_FILE),
+    self.report = run_report.build_run_report(
+        self.outcome, facts, mechanisms.Gaussian(), alpha=self.alpha,
+        setting=setting)
+    run_files.write_results(
+        self.run_dir, self.outcome, self.report,
         title=f'Flower, noise {self.report.noise_multiplier:g}, '
-        f'{self.spec.repetitions} repetition(s)')
+        f'{spec.repetitions} repetition(s)')
+    return self.report
 
 
 _CSV = {'metrics': run_directory.METRICS_FILE,

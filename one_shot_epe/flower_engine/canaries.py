@@ -97,7 +97,15 @@ class CanaryBank:
                    if 4 * self.ids.size * self.dim <= cache_bytes else None)
 
   def seen(self, ids: Sequence[int]) -> np.ndarray:
-    """The seen canaries `ids` (each < k), float32 [len(ids), d]."""
+    """The seen canaries `ids`, from the cache or regenerated.
+
+    Args:
+      ids: seen canary ids, each in [0, k); not checked (the cached path
+        indexes the cache rows by id, which are the seen ids 0..k-1 first).
+
+    Returns:
+      float32 [len(ids), d]: row i is the unit canary c_{ids[i]}.
+    """
     ids = np.asarray(ids, np.int64)
     if self._cache is not None:
       return self._cache[ids]

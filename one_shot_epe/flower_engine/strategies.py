@@ -34,20 +34,52 @@ class Audit(Protocol):
   resumed_from: int
 
   def seed_round(self, round_num: int, stage: int) -> None:
-    """Seeds the round's random draws."""
+    """Seeds the round's random draws.
+
+    Args:
+      round_num: the training round, 1-based, counted from the run's start.
+      stage: 0 before the round's client sampling, 1 before its noise.
+    """
 
   def on_round(self, round_num: int, vector: Any, seconds: float,
                inner: Any, arrays: Any, dp: Any) -> None:
-    """Records a trained round."""
+    """Records a trained round.
+
+    Args:
+      round_num: the training round, 1-based, counted from the run's start.
+      vector: theta_t - theta_{t-1}, the released aggregate, flat float64.
+      seconds: the round's wall time in seconds, clients' training included.
+      inner: the `CanaryStrategy` (its clip and the round's counts).
+      arrays: theta_t, as Flower's ArrayRecord.
+      dp: the server-side DP wrapper (its clip after the round).
+    """
 
   def open_run(self, initial_arrays: Any, dp: Any) -> Any:
-    """Checks or resumes the run directory; the arrays to start from."""
+    """Checks or resumes the run directory; the arrays to start from.
+
+    Args:
+      initial_arrays: theta_0, as Flower's ArrayRecord (also the layout of a
+        resumed model).
+      dp: the server-side DP wrapper (its clip is restored on resume).
+
+    Returns:
+      theta_0, or the newest checkpoint's model.
+    """
 
   def owned(self) -> Any:
     """The run directory, held for the run."""
 
   def finish(self, final_arrays: Any, dp: Any, accuracy: Any) -> Any:
-    """Writes the run's results."""
+    """Writes the run's results.
+
+    Args:
+      final_arrays: theta_T, as Flower's ArrayRecord.
+      dp: the server-side DP wrapper (its noise multiplier and clip).
+      accuracy: the final model's accuracy in [0, 1], or None when unknown.
+
+    Returns:
+      The run's report.
+    """
 
 _SERVER_SIDE = (DifferentialPrivacyServerSideFixedClipping,
                 DifferentialPrivacyServerSideAdaptiveClipping)
@@ -60,13 +92,34 @@ class AuditRefused(ValueError):
 
 
 def flatten(arrays: ArrayRecord) -> np.ndarray:
-  """The arrays of `arrays`, in order, as one float64 vector."""
+  """The arrays of `arrays`, in order, as one float64 vector.
+
+  Args:
+    arrays: a model's parameters, as Flower's ArrayRecord.
+
+  Returns:
+    float64 [d]: each array raveled (C order), concatenated in the record's
+    key order; d is the total number of parameters.
+  """
   return np.concatenate([np.asarray(a, np.float64).ravel()
                          for a in arrays.to_numpy_ndarrays()])
 
 
 def check_strategy(strategy: object) -> Strategy:
-  """The server-side DP wrapper around FedAvg, or AuditRefused naming why."""
+  """The server-side DP wrapper around FedAvg, or AuditRefused naming why.
+
+  Args:
+    strategy: the strategy the user asks to audit.
+
+  Returns:
+    `strategy` itself, once checked.
+
+  Raises:
+    AuditRefused: `strategy` is a client-side DP wrapper, or no server-side
+      DP wrapper; it already holds an audit's canaries; it wraps a strategy
+      whose aggregate_train is not FedAvg's weighted mean; or it has Flower's
+      privacy accountant.
+  """
   name = type(strategy).__name__
   if isinstance(strategy, _CLIENT_SIDE):
     raise AuditRefused(
@@ -167,7 +220,21 @@ class CanaryStrategy(Strategy):
 
   def configure_train(self, server_round: int, arrays: ArrayRecord,
                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-    """FedAvg's messages; notes the clip the replies will be clipped to."""
+    """FedAvg's messages; notes the clip the replies will be clipped to.
+
+    Also resets the DP wrapper's divisor to the sampled clients, which
+    `aggregate_train` changed for the previous round's noise.
+
+    Args:
+      server_round: the round, as the DP wrapper numbers it (from the run's
+        start).
+      arrays: theta_{t-1}, the model the clients train from.
+      config: the training config sent to the clients.
+      grid: Flower's Grid, to sample the clients from.
+
+    Returns:
+      FedAvg's training messages, one per sampled client.
+    """
     self._dp.num_sampled_clients = self._divisor
     self.clip = float(self._dp.clipping_norm)
     if self._current is not arrays:
@@ -204,7 +271,26 @@ class CanaryStrategy(Strategy):
 
   def aggregate_train(self, server_round: int, replies: Iterable[Message]
                       ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-    """FedAvg over the clipped replies and the round's canaries."""
+    """FedAvg over the clipped replies and the round's canaries.
+
+    Adds the round's scheduled canaries as one reply (`_canary_reply`), sets
+    the DP wrapper's divisor so that its noise std is z S_t / N_t for the
+    N_t real and canary replies, and notes the round's counts and noise std
+    in `round_stats`.
+
+    Args:
+      server_round: the round, as the DP wrapper numbers it (from the run's
+        start); round t inserts the schedule's row t - 1, none past it.
+      replies: the clients' replies, already clipped by the DP wrapper.
+
+    Returns:
+      FedAvg's (arrays, metrics) of the mean; FedAvg's own answer when no
+      reply is valid (no canary is added then).
+
+    Raises:
+      AuditRefused: a valid reply has no number under FedAvg's
+        weighted_by_key, or the replies' weights differ.
+    """
     replies = list(replies)
     valid = [reply for reply in replies if not reply.has_error()]
     if not valid:
@@ -232,12 +318,30 @@ class CanaryStrategy(Strategy):
   def configure_evaluate(self, server_round: int, arrays: ArrayRecord,
                          config: ConfigRecord,
                          grid: Grid) -> Iterable[Message]:
-    """FedAvg's evaluation messages."""
+    """FedAvg's evaluation messages.
+
+    Args:
+      server_round: the round, as the DP wrapper numbers it.
+      arrays: the model to evaluate.
+      config: the evaluation config sent to the clients.
+      grid: Flower's Grid, to sample the clients from.
+
+    Returns:
+      FedAvg's evaluation messages.
+    """
     return self.fedavg.configure_evaluate(server_round, arrays, config, grid)
 
   def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                          ) -> MetricRecord | None:
-    """FedAvg's evaluation metrics."""
+    """FedAvg's evaluation metrics.
+
+    Args:
+      server_round: the round, as the DP wrapper numbers it.
+      replies: the clients' evaluation replies.
+
+    Returns:
+      FedAvg's aggregated metrics, or None when it has none.
+    """
     return self.fedavg.aggregate_evaluate(server_round, replies)
 
 
@@ -263,7 +367,21 @@ class AuditedStrategy(Strategy):
 
   def configure_train(self, server_round: int, arrays: ArrayRecord,
                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-    """The DP wrapper's messages for training round `server_round` + offset."""
+    """The DP wrapper's messages for training round `server_round` + offset.
+
+    Seeds the round (stage 0), notes theta_{t-1} flat (reusing the last
+    release's copy) and starts the round's clock.
+
+    Args:
+      server_round: Flower's round, 1-based from this start; the run's round
+        is it plus the rounds a resumed run had already trained.
+      arrays: theta_{t-1}, the model the clients train from.
+      config: the training config sent to the clients.
+      grid: Flower's Grid, to sample the clients from.
+
+    Returns:
+      The DP wrapper's training messages.
+    """
     t = server_round + self._offset
     self._audit.seed_round(t, 0)
     released, flat = self._released
@@ -275,7 +393,20 @@ class AuditedStrategy(Strategy):
 
   def aggregate_train(self, server_round: int, replies: Iterable[Message]
                       ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-    """The noised aggregate; scores, records and checkpoints the round."""
+    """The noised aggregate; scores, records and checkpoints the round.
+
+    Args:
+      server_round: Flower's round, 1-based from this start (offset as in
+        `configure_train`).
+      replies: the clients' training replies.
+
+    Returns:
+      The DP wrapper's (arrays, metrics): theta_t and its metrics.
+
+    Raises:
+      RuntimeError: the DP wrapper aggregated nothing (a client reported an
+        error, or no reply came back): every round must be released.
+    """
     t = server_round + self._offset
     self._audit.seed_round(t, 1)
     arrays, metrics = self.dp.aggregate_train(t, replies)
@@ -293,13 +424,33 @@ class AuditedStrategy(Strategy):
   def configure_evaluate(self, server_round: int, arrays: ArrayRecord,
                          config: ConfigRecord,
                          grid: Grid) -> Iterable[Message]:
-    """The DP wrapper's evaluation messages."""
+    """The DP wrapper's evaluation messages.
+
+    Args:
+      server_round: Flower's round, 1-based from this start (offset as in
+        `configure_train`).
+      arrays: the model to evaluate.
+      config: the evaluation config sent to the clients.
+      grid: Flower's Grid, to sample the clients from.
+
+    Returns:
+      The DP wrapper's evaluation messages.
+    """
     return self.dp.configure_evaluate(server_round + self._offset, arrays,
                                       config, grid)
 
   def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                          ) -> MetricRecord | None:
-    """The DP wrapper's evaluation metrics."""
+    """The DP wrapper's evaluation metrics.
+
+    Args:
+      server_round: Flower's round, 1-based from this start (offset as in
+        `configure_train`).
+      replies: the clients' evaluation replies.
+
+    Returns:
+      The DP wrapper's aggregated metrics, or None when it has none.
+    """
     return self.dp.aggregate_evaluate(server_round + self._offset, replies)
 
   def start(self, grid: Grid, initial_arrays: ArrayRecord,
@@ -317,7 +468,11 @@ class AuditedStrategy(Strategy):
       grid: Flower's Grid.
       initial_arrays: theta_0 (ignored when resuming but for its layout).
       num_rounds: T; must be the audit's `rounds`.
-      timeout, train_config, evaluate_config: as Flower's.
+      timeout: seconds to wait for the clients' replies, as Flower's.
+      train_config: the training config sent to the clients, as Flower's
+        (None: empty).
+      evaluate_config: the evaluation config sent to the clients, as
+        Flower's (None: empty).
       evaluate_fn: As Flower's (rounds numbered from the run's start); a
         'accuracy' in its last MetricRecord is the report's accuracy.
 

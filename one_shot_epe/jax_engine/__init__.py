@@ -7,6 +7,7 @@ TensorFlow Federated, nor the TFF engine (tests/one_shot_epe_test.py checks
 it).
 
 Modules:
+  support: which plans the engine runs (`supports(plan)`; framework-free).
   compat: the few JAX calls whose spelling differs between jax 0.4.14 (this
     project's .venv, pinned by TFF) and the newest jax.
   models: the EMNIST `cnn_dropout` CNN and the StackOverflow word LSTM of
@@ -17,6 +18,7 @@ Modules:
   optimizers: TFF's sgd / sgdm / adam update rules on pytrees.
   packing: first-fit-decreasing lanes of a round's clients for 'vmap', and
     a run's layout (lanes and micro-batch size).
+  packed_batches: a round's batches (or their rows) laid out in those lanes.
   fedavg: one DP-FedAvg round (Andrew et al., ICLR 2024, Algorithm 2) as
     pure jit-able functions: clients vmapped, or packed into lanes.
   round_engine: `RoundEngine`, the round compiled per platform (chosen in
@@ -29,8 +31,12 @@ Modules:
   correlated_noise: DP-FTRL's correlated matrix-factorization noise (BLT
     and banded strategies from jax-privacy), its sensitivity, streaming
     privatizer and accounted eps; needs jax-privacy.
+  tree_noise: DP-FTRL's tree-aggregation noise (one tree over the run, TFF's
+    efficient estimator by default) as the rounds' noise rows.
   training: a whole resumable run with canaries (or a program of R runs),
     the launcher's `--backend=jax`.
+  run_loop: the host side of one run: its state, resume point, canaries,
+    block-scored cosines and checkpoints.
   run_stats: what a run cost the device (compiles, padding, uploads).
   memory: the device memory a run needs, estimated before it starts.
 """

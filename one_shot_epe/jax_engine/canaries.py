@@ -12,7 +12,7 @@ Algorithm 3 (lines 10-16) needs every canary's maximum cosine with the noised
 aggregates of all rounds. `cosines` takes every canary's cosine with one
 vector or with a [B, d] block of buffered rounds' vectors, regenerating each
 canary once per block, in chunks that bound the memory to chunk x d floats
-(`jax_engine.training` buffers B rounds, as the TFF engine does);
+(`jax_engine.run_loop` buffers B rounds, as the TFF engine does);
 `update_maxima` folds one round into the running maxima. The maxima are exact.
 """
 

@@ -1,6 +1,7 @@
 """The JAX engine's checkpoints: one .npz file per checkpointed round.
 
-`NpzCheckpoints` is the JAX engine's `checkpoint_store.CheckpointStore`.
+`TrainingStateCheckpoints` is the JAX engine's
+`checkpoint_store.CheckpointStore`.
 Checkpoint t (`round_00000t.npz`, t zero-padded to 8 digits) holds the state
 after training round t: the server state's leaves (model and server
 optimizer), the canaries' running maxima (Andrew et al., ICLR 2024,
@@ -18,7 +19,7 @@ import numpy as np
 
 from one_shot_epe.runtime import npz_checkpoints
 
-__all__ = ['NpzCheckpoints', 'TrainingState']
+__all__ = ['TrainingState', 'TrainingStateCheckpoints']
 
 
 class TrainingState(NamedTuple):
@@ -37,7 +38,7 @@ class TrainingState(NamedTuple):
   projections: np.ndarray | None = None
 
 
-class NpzCheckpoints(npz_checkpoints.NpzCheckpoints):
+class TrainingStateCheckpoints(npz_checkpoints.NpzCheckpoints):
   """The .npz checkpoints of a run in `directory`, of `TrainingState`s.
 
   Files, listing, verification and atomic writes are the runtime's

@@ -44,8 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import optimizers
+from one_shot_epe.jax_engine import packed_batches
 from one_shot_epe.design import canary_spec
 
 __all__ = ['LossFn', 'RoundOutput', 'ServerState', 'adaptive_clip_update',
@@ -101,7 +101,17 @@ def _global_norm(tree: Any) -> jax.Array:
 
 
 def clip_by_global_norm(tree: Any, clip: jax.Array) -> tuple[Any, jax.Array]:
-  """tf.clip_by_global_norm: (tree * clip min(1/norm, 1/clip), norm)."""
+  """tf.clip_by_global_norm: (tree * clip min(1/norm, 1/clip), norm).
+
+  Args:
+    tree: a pytree of float arrays (a client's update).
+    clip: S > 0, the L2 bound on the whole tree, a float32 scalar.
+
+  Returns:
+    (the tree scaled to global L2 norm at most `clip`, a pytree like `tree`
+    (unchanged when its norm is at most `clip`, zero stays zero); its global
+    norm before clipping, a scalar).
+  """
   norm = _global_norm(tree)
   scale = clip * jnp.minimum(1.0 / norm, 1.0 / clip)
   return _tree_map(lambda x: x * scale, tree), norm
@@ -113,7 +123,20 @@ def local_step(loss_fn: LossFn, optimizer: optimizers.Optimizer,
   """One local optimizer step on a batch's mean loss over its valid examples.
 
   A batch without valid examples leaves weights and optimizer state as they
-  are. `key` None: no dropout.
+  are.
+
+  Args:
+    loss_fn: the model's loss (`LossFn`), the mean over the valid examples.
+    optimizer: the client optimizer.
+    weights: the model's parameters.
+    state: the optimizer's state.
+    inputs: [batch_size, ...] the batch's inputs.
+    labels: [batch_size, ...] its targets.
+    example_mask: [batch_size], 1 for its valid examples, 0 for padding.
+    key: the batch's dropout key (`batch_key`), or None for no dropout.
+
+  Returns:
+    (weights, optimizer state) after the step.
   """
   grads = jax.grad(loss_fn)(weights, inputs, labels, example_mask, key)
   return _step_if(optimizer, weights, state, grads,
@@ -197,13 +220,31 @@ def _apply_gradient(optimizer: optimizers.Optimizer, weights: Any,
 
 
 def batch_key(client_key: Any, batch_index: Any) -> Any:
-  """The dropout key of a client's batch (None without dropout)."""
+  """The dropout key of a client's batch (None without dropout).
+
+  Args:
+    client_key: the client's dropout key (`client_keys`), or None.
+    batch_index: the batch's index within the client, an int or int32
+      scalar (traced inside a loop).
+
+  Returns:
+    fold_in(client_key, batch_index), or None when `client_key` is None.
+  """
   return None if client_key is None else jax.random.fold_in(client_key,
                                                             batch_index)
 
 
 def finite_delta(initial: Any, trained: Any) -> Any:
-  """initial - trained, zeroed if any entry is not finite (TFF's client work)."""
+  """initial - trained, zeroed if any entry is not finite (TFF's client work).
+
+  Args:
+    initial: the parameters the client started from (a pytree).
+    trained: its parameters after local training, a pytree like `initial`.
+
+  Returns:
+    The update initial - trained, a pytree like `initial`; all zeros when
+    any of its entries is NaN or infinite.
+  """
   delta = _tree_map(lambda w0, w: w0 - w, initial, trained)
   finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in
                                 jax.tree_util.tree_leaves(delta)]))
@@ -217,8 +258,21 @@ def client_update(loss_fn: LossFn, optimizer: optimizers.Optimizer,
 
   One `local_step` per batch (leading axis of inputs/labels/example_mask),
   as a `lax.scan`; the optimizer starts fresh every round, as in TFF. A
-  delta with a non-finite entry is zeroed (`finite_delta`). `dropout_key`
-  None: no dropout; else batch m uses `batch_key(dropout_key, m)`.
+  delta with a non-finite entry is zeroed (`finite_delta`).
+
+  Args:
+    loss_fn: the model's loss (`LossFn`).
+    optimizer: the client optimizer (its state starts from `init`).
+    params: the server model the client starts from.
+    inputs: [batches, batch_size, ...] the client's batches' inputs.
+    labels: [batches, batch_size, ...] their targets.
+    example_mask: [batches, batch_size], 1 for valid examples; a batch
+      without any takes no step.
+    dropout_key: the client's dropout key (batch m uses
+      `batch_key(dropout_key, m)`), or None for no dropout.
+
+  Returns:
+    The update initial - trained, a pytree like `params`.
   """
 
   def step(carry, batch):
@@ -235,10 +289,17 @@ def client_update(loss_fn: LossFn, optimizer: optimizers.Optimizer,
 
 def canary_records(directions: jax.Array, canary_mask: jax.Array,
                    clip: jax.Array) -> jax.Array:
-  """Sum over the inserted canaries of c_j S_t / ||c_j|| (float32 [d]).
+  """Sum over the inserted canaries of c_j S_t / ||c_j|| (Algorithm 2, l. 7).
 
-  directions: float32 [k, d]; canary_mask: [k], 1 for the canaries inserted
-  this round (a fixed k keeps one compiled round).
+  Args:
+    directions: float32 [k, d], the run's seen canaries (nonzero rows; k may
+      be 0).
+    canary_mask: [k], 1 for the canaries inserted this round, 0 for the
+      others (a fixed k keeps one compiled round).
+    clip: S_t > 0, the round's clip.
+
+  Returns:
+    float32 [d]: the inserted canaries, each scaled to norm S_t, summed.
   """
   norms = jnp.linalg.norm(directions, axis=1)
   scale = jnp.where(canary_mask > 0, clip / norms, 0.0)
@@ -251,9 +312,19 @@ def adaptive_clip_update(clip: jax.Array, unclipped_sum: jax.Array,
                          ) -> tuple[jax.Array, jax.Array]:
   """(S_{t+1}, b): the geometric quantile update of Andrew et al. 2021.
 
-  unclipped_sum: sum over records of (1[norm <= S_t] - 1/2); count_noise: its
-  N(0, sigma_b^2) noise. b = clamp((sum + noise) / cohort + 1/2, 0, 1);
+  b = clamp((sum + noise) / cohort + 1/2, 0, 1);
   S_{t+1} = S_t exp(-eta (b - gamma)).
+
+  Args:
+    clip: S_t > 0, the round's clip.
+    unclipped_sum: sum over the round's records (clients and canaries) of
+      1[norm <= S_t] - 1/2.
+    count_noise: a draw of N(0, sigma_b^2), the noise on that sum.
+    config: the aggregation (cohort = `clients_per_round`, eta =
+      `clip_learning_rate`, gamma = `target_unclipped_quantile`).
+
+  Returns:
+    (S_{t+1}, b): the next clip and the noised unclipped fraction in [0, 1].
   """
   fraction = (unclipped_sum + count_noise) / config.clients_per_round + 0.5
   fraction = jnp.clip(fraction, 0.0, 1.0)
@@ -265,7 +336,16 @@ def adaptive_clip_update(clip: jax.Array, unclipped_sum: jax.Array,
 
 def init_server_state(params: Any, server_optimizer: optimizers.Optimizer,
                       config: canary_spec.DPAggregation) -> ServerState:
-  """The state before round 0: S_0 is the fixed or the initial clip."""
+  """The state before round 0: S_0 is the fixed or the initial clip.
+
+  Args:
+    params: the initial model parameters (cast to float32).
+    server_optimizer: the server optimizer (its state starts from `init`).
+    config: the aggregation (`clip`, or `initial_clip` when adaptive).
+
+  Returns:
+    The `ServerState` with round_num 0.
+  """
   params = _tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
   clip = config.initial_clip if config.adaptive else config.clip
   return ServerState(params=params,
@@ -284,13 +364,26 @@ def server_round(server_optimizer: optimizers.Optimizer,
                  ) -> tuple[ServerState, RoundOutput]:
   """Steps 3-7 of the module docstring, from the clients' clipped sum.
 
-  clipped_sum: float32 [d], the sum of the clients' clipped updates;
-  unclipped_sum: sum over the clients of (1[norm <= S_t] - 1/2);
-  num_clients: their number; key: the round's key (`round_keys`);
-  noise: float32 [d], the round's row of correlated noise that replaces
-  step 4's independent draw (`correlated_noise`), or None for step 4;
-  scales: float32 [2], (z_v, sigma_b) in place of `config`'s
-  (`noise_scales`: a run of a program whose runs differ in z), or None.
+  Args:
+    server_optimizer: the server optimizer (its gradient: the noised mean).
+    config: the aggregation.
+    canary_clip: 'project' (canaries count as unclipped, the paper) or
+      'clip' (as clipped, its published code), for the adaptive clip.
+    state: the server's state before the round (S_t in `state.clip`).
+    clipped_sum: float32 [d], the sum of the clients' clipped updates.
+    unclipped_sum: sum over the clients of (1[norm <= S_t] - 1/2).
+    num_clients: their number (reported only).
+    canary_directions: float32 [k, d], the run's seen canaries.
+    canary_mask: [k], 1 for the canaries inserted this round.
+    key: the round's PRNG key (training: fold_in(PRNGKey(seed), t)); its
+      second and third sub-keys draw the update and count noise.
+    noise: float32 [d], the round's row of correlated noise that replaces
+      step 4's independent draw (`correlated_noise`), or None for step 4.
+    scales: float32 [2], (z_v, sigma_b) in place of `config`'s
+      (`noise_scales`: a run of a program whose runs differ in z), or None.
+
+  Returns:
+    (the state after the round, the round's `RoundOutput`).
   """
   clip = state.clip
   if scales is None:
@@ -324,13 +417,29 @@ def server_round(server_optimizer: optimizers.Optimizer,
 
 
 def noise_scales(config: canary_spec.DPAggregation) -> np.ndarray:
-  """float32 [2]: (z_v, sigma_b), the value and count noise of `config`."""
+  """float32 [2]: (z_v, sigma_b), the value and count noise of `config`.
+
+  Args:
+    config: the aggregation.
+
+  Returns:
+    float32 [2]: z_v, the update's noise multiplier (std z_v S_t), and
+    sigma_b, the std of the unclipped count's noise.
+  """
   return np.asarray([config.update_noise_multiplier, config.count_stddev],
                     np.float32)
 
 
 def client_keys(key: jax.Array, slots: int) -> jax.Array:
-  """The dropout keys of a round's client slots (from the round's key)."""
+  """The dropout keys of a round's client slots (from the round's key).
+
+  Args:
+    key: the round's PRNG key; its first sub-key makes the dropout keys.
+    slots: the round's client slots (padding ones included), >= 1.
+
+  Returns:
+    [slots] PRNG keys, one per slot.
+  """
   dropout_key, _, _ = jax.random.split(key, 3)
   return jax.random.split(dropout_key, slots)
 
@@ -345,10 +454,27 @@ def dp_fedavg_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
                     key: jax.Array) -> tuple[ServerState, RoundOutput]:
   """One round (module docstring, steps 1-7), clients vmapped; jit-able.
 
-  inputs, labels, example_mask: [slots, batches, batch_size, ...] (see
-  `data.RoundBatches`); client_mask [slots]; canary_directions [k, d] and
-  canary_mask [k] (k may be 0); key: the round's PRNG key (client dropout,
-  update noise and count noise use independent sub-keys).
+  Args:
+    loss_fn: the model's loss (`LossFn`).
+    client_optimizer: the clients' local optimizer.
+    server_optimizer: the server optimizer.
+    config: the aggregation.
+    canary_clip: 'project' or 'clip', as `server_round`.
+    client_dropout: whether the clients train with dropout (keys from
+      `client_keys`).
+    state: the server's state before the round.
+    inputs: [slots, batches, batch_size, ...] the clients' inputs (see
+      `data.RoundBatches`).
+    labels: [slots, batches, batch_size, ...] their targets.
+    example_mask: [slots, batches, batch_size], 1 for valid examples.
+    client_mask: [slots], 1 for the round's clients, 0 for padding slots.
+    canary_directions: float32 [k, d], the run's seen canaries (k may be 0).
+    canary_mask: [k], 1 for the canaries inserted this round.
+    key: the round's PRNG key (client dropout, update noise and count noise
+      use independent sub-keys).
+
+  Returns:
+    (the state after the round, the round's `RoundOutput`).
   """
   clip = state.clip
 
@@ -371,7 +497,8 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
                  server_optimizer: optimizers.Optimizer,
                  config: canary_spec.DPAggregation, canary_clip: str,
                  client_dropout: bool, state: ServerState,
-                 packed: data.PackedBatches | data.PackedRows,
+                 packed: (packed_batches.PackedBatches |
+                          packed_batches.PackedRows),
                  slot_keys: jax.Array, canary_directions: jax.Array,
                  canary_mask: jax.Array, key: jax.Array,
                  noise: jax.Array | None = None,
@@ -391,18 +518,38 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
   and added to the lane's sum, and its unclipped indicator counted.
 
   Args:
-    packed: the lanes' batches (`data.PackedBatches`), or their rows in the
-      split (`data.PackedRows`) with the split's (inputs, labels) in
-      `resident`: each step gathers its batch on the device.
+    loss_fn: the model's loss (`LossFn`).
+    client_optimizer: the clients' local optimizer.
+    server_optimizer: the server optimizer.
+    config: the aggregation.
+    canary_clip: 'project' or 'clip', as `server_round`.
+    client_dropout: whether the clients train with dropout.
+    state: the server's state before the round.
+    packed: the lanes' batches (`packed_batches.PackedBatches`), or their
+      rows in the split (`packed_batches.PackedRows`) with the split's
+      (inputs, labels) in `resident`: each step gathers its batch on the
+      device.
     slot_keys: the clients' dropout keys by `RoundBatches` slot
       (`client_keys`), so a client's batches get the keys 'loop' gives them.
-    noise, scales: as `server_round`.
+    canary_directions: float32 [k, d], the run's seen canaries (k may be 0).
+    canary_mask: [k], 1 for the canaries inserted this round.
+    key: the round's PRNG key, as `server_round`.
+    noise: as `server_round`.
+    scales: as `server_round`.
+    resident: the split's (inputs, labels) on the device when `packed` is
+      `packed_batches.PackedRows`; None with `packed_batches.PackedBatches`.
+    num_steps: how many of each lane's batches to run (what the round's
+      clients need at the layout's width, `packing.lane_capacity`), an int32
+      scalar that may be traced; None runs every batch of the layout.
     micro_per_batch: g, static: `packed` holds micro-batches, g to a batch
       (`data.micro_batches`; its `batch_index` is the micro-batch's index
       within its client). A client's micro-batches accumulate their
       gradients (`micro_batch_gradient`) and the optimizer steps after each
       batch's last one, as `accumulated_step`; 1: every packed batch is a
       whole batch and takes its own `local_step`.
+
+  Returns:
+    (the state after the round, the round's `RoundOutput`).
   """
   clip = state.clip
   initial_optimizer_state = client_optimizer.init(state.params)
@@ -481,10 +628,25 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
 
 
 def stack_states(states: Sequence[ServerState]) -> ServerState:
-  """The runs' states on a leading run axis (`RoundEngine.run_rounds`)."""
+  """The runs' states on a leading run axis (`RoundEngine.run_rounds`).
+
+  Args:
+    states: one state per run, all of the same structure and shapes.
+
+  Returns:
+    A `ServerState` whose every leaf is the runs' leaves stacked on axis 0.
+  """
   return _tree_map(lambda *leaves: jnp.stack(leaves), *states)
 
 
 def run_state(states: ServerState, run: int) -> ServerState:
-  """Run `run`'s state out of stacked `states`."""
+  """Run `run`'s state out of stacked `states`.
+
+  Args:
+    states: states on a leading run axis (`stack_states`).
+    run: the run's index on that axis, in [0, runs).
+
+  Returns:
+    The `ServerState` of run `run`: every leaf indexed at `run`.
+  """
   return _tree_map(lambda leaf: leaf[run], states)

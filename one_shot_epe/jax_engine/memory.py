@@ -16,7 +16,6 @@ import numpy as np
 from one_shot_epe.data import client_arrays
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import round_engine
-from one_shot_epe.design import canary_spec
 from one_shot_epe.design import run_plan
 
 __all__ = ['DeviceMemory', 'device_memory', 'device_memory_limit']
@@ -30,7 +29,7 @@ class DeviceMemory:
     data_bytes: the resident split (`RoundEngine.upload`), or a round's
       host-fed batches (every slot at the largest client's batches).
     state_bytes: the server's model, optimizer slots and first model, and a
-      block of `canary_spec.CanarySpec.buffer_rounds` round vectors.
+      block of `canary_spec.CanarySpec.buffer_rounds_for` round vectors.
     lane_bytes: one lane's local training: the model, the client optimizer's
       slots, the gradient, the update and the lane's clipped sum, plus every
       intermediate value of one local step (the sizes in its jaxpr: an upper
@@ -105,8 +104,7 @@ def device_memory(plan: run_plan.RunPlan, model: Any,
   else:
     data_bytes = example * lanes * largest * plan.batch_size
   spec = plan.spec
-  buffer = (spec.buffer_rounds or min(canary_spec.default_buffer_rounds(dim),
-                                      plan.rounds_per_checkpoint)
+  buffer = (spec.buffer_rounds_for(dim, plan.rounds_per_checkpoint)
             if spec is not None else 0)
   state_bytes = 4 * dim * (2 + plan.server_optimizer.slots + buffer)
   batch = {name: np.zeros((plan.batch_size,) + a.shape[1:], a.dtype)

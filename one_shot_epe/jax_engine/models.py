@@ -461,7 +461,20 @@ class InVocabWordLstm(WordLstm):
 
   def correct(self, params: Params, tokens: jax.Array, targets: jax.Array,
               mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(correct, counted) over the in-vocabulary targets of valid examples."""
+    """(correct, counted) over the in-vocabulary targets of valid examples.
+
+    Args:
+      params: The parameters (`init`, `from_keras_weights`).
+      tokens: int [batch, time] input token ids.
+      targets: int [batch, time] next-token ids; only ids in
+        [1, vocab_size] are counted (not padding, the out-of-vocabulary
+        buckets or end of sentence).
+      mask: [batch] 1 for a valid example, 0 for padding.
+
+    Returns:
+      (correct, counted): scalars, the correct predictions among the counted
+      targets and the number of targets counted.
+    """
     hits = jnp.argmax(self.logits(params, tokens), axis=-1) == targets
     in_vocab = (targets > PAD_TOKEN) & (targets <= self.vocab_size)
     weights = in_vocab * mask[:, None]

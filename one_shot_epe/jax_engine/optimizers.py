@@ -27,14 +27,15 @@ NAMES = run_options.OPTIMIZERS
 _tree_map = jax.tree_util.tree_map
 
 
+@validation.fields('learning_rate', 'momentum')
 @dataclasses.dataclass(frozen=True)
 class Optimizer:
   """One of TFF's optimizers; `init` and `step` are pure and jit-able.
 
   Attributes:
     name: 'sgd', 'sgdm' or 'adam'.
-    learning_rate: lr >= 0.
-    momentum: m in [0, 1] (sgdm only).
+    learning_rate: lr > 0.
+    momentum: m in [0, 1) (sgdm only).
     beta_1, beta_2, epsilon: adam's constants (TFF's defaults).
   """
   name: str
@@ -48,8 +49,6 @@ class Optimizer:
     if self.name not in NAMES:
       raise ValueError(f'optimizer name must be one of {list(NAMES)}; got '
                        f'{self.name!r}.')
-    validation.check_real('learning_rate', self.learning_rate, 0.0)
-    validation.check_real('momentum', self.momentum, 0.0, 1.0)
     validation.check_real('beta_1', self.beta_1, 0.0, 1.0)
     validation.check_real('beta_2', self.beta_2, 0.0, 1.0)
     validation.check_real('epsilon', self.epsilon, 0.0)

@@ -45,6 +45,14 @@ def first_fit_decreasing(batch_counts: Sequence[int],
   Clients are taken largest first (ties in index order) and each goes into
   the first lane with room for all its batches, or a new lane.
 
+  Args:
+    batch_counts: each client's local batches (>= 0 each).
+    lane_batches: the lane length, the most batches a lane holds (>= 1).
+
+  Returns:
+    The lanes, in the order opened, each a list of client indices in the
+    order placed; every client is in exactly one lane.
+
   Raises:
     ValueError: a client needs more than `lane_batches` batches.
   """
@@ -69,7 +77,17 @@ def first_fit_decreasing(batch_counts: Sequence[int],
 
 def padding_ratio(batch_counts: Sequence[int], num_lanes: int,
                   lane_batches: int) -> float:
-  """Batches processed (num_lanes x lane_batches) over the real batches."""
+  """Batches processed (num_lanes x lane_batches) over the real batches.
+
+  Args:
+    batch_counts: each client's local batches (the real work).
+    num_lanes: the lane count.
+    lane_batches: the lane length in batches.
+
+  Returns:
+    num_lanes x lane_batches / max(sum(batch_counts), 1): 1 without
+    padding, more with it.
+  """
   real = int(np.sum(batch_counts))
   return num_lanes * lane_batches / max(real, 1)
 
@@ -92,6 +110,14 @@ def lane_layout(batch_counts: Sequence[int], *, min_lane_batches: int = 1,
     min_lane_batches: lower bound on the lane length.
     lane_multiple: the lane count is a multiple of this.
     max_ratio: the bound on processed / real batches (>= 1).
+
+  Returns:
+    (the lanes, each a list of client indices, empty lanes last; the lane
+    length in batches).
+
+  Raises:
+    ValueError: a count < 1, `lane_multiple` or `min_lane_batches` < 1, or
+      `max_ratio` < 1.
   """
   counts = np.asarray(batch_counts, np.int64)
   if counts.size and counts.min() < 1:
@@ -117,7 +143,19 @@ def lane_layout(batch_counts: Sequence[int], *, min_lane_batches: int = 1,
 
 def lane_capacity(batch_counts: Sequence[int], num_lanes: int) -> int:
   """The shortest lane length whose first-fit-decreasing packing of
-  `batch_counts` takes at most `num_lanes` lanes (>= the largest client)."""
+  `batch_counts` takes at most `num_lanes` lanes (>= the largest client).
+
+  Args:
+    batch_counts: each client's local batches (>= 0 each).
+    num_lanes: the lane count, >= 1.
+
+  Returns:
+    The lane length in batches: at least the largest client (1 without
+    clients) and ceil(total / num_lanes); the round's loop trip count.
+
+  Raises:
+    ValueError: `num_lanes` < 1.
+  """
   counts = np.asarray(batch_counts, np.int64)
   num_lanes = validation.check_int('num_lanes', num_lanes, low=1)
   length = max(int(counts.max(initial=1)),

@@ -22,6 +22,7 @@ from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import loop_rounds
 from one_shot_epe.jax_engine import optimizers
+from one_shot_epe.jax_engine import packed_batches
 from one_shot_epe.jax_engine import packing
 from one_shot_epe.design import canary_spec
 
@@ -39,6 +40,10 @@ def default_local_training() -> str:
   The one place the strategy is chosen (`RoundEngine`'s 'auto', for a
   round's clients and for a program's runs alike). Several processes
   (`jax.distributed`) share the client axis: 'vmap'.
+
+  Returns:
+    'loop' when JAX's default backend is the CPU and this is its only
+    process, else 'vmap'.
   """
   if jax.default_backend() == 'cpu' and jax.process_count() == 1:
     return 'loop'
@@ -137,7 +142,8 @@ class RoundEngine:
     def round_fn(state, resident, packed, slot_keys, canary_directions,
                  canary_mask, key, noise, num_steps, scales=None,
                  micro_per_batch=1):
-      kind = data.PackedBatches if resident is None else data.PackedRows
+      kind = (packed_batches.PackedBatches if resident is None else
+              packed_batches.PackedRows)
       return fedavg.packed_round(
           loss_fn, client_optimizer, server_optimizer, config, canary_clip,
           client_dropout, state, kind(*packed), slot_keys, canary_directions,
@@ -187,11 +193,25 @@ class RoundEngine:
         for x in jax.tree_util.tree_leaves(args))))
 
   def num_slots(self, num_clients: int) -> int:
-    """Client slots for `num_clients`: the next multiple of the devices."""
+    """Client slots for `num_clients`: the next multiple of the devices.
+
+    Args:
+      num_clients: the round's clients, >= 0 (0 counts as 1).
+
+    Returns:
+      The least multiple of `num_devices` that is >= max(num_clients, 1).
+    """
     return -(-max(num_clients, 1) // self.num_devices) * self.num_devices
 
   def init_state(self, params: Any) -> fedavg.ServerState:
-    """The replicated server state before round 0."""
+    """The replicated server state before round 0.
+
+    Args:
+      params: the initial model parameters (a pytree, cast to float32).
+
+    Returns:
+      `fedavg.init_server_state` of `params`, replicated on every device.
+    """
     return jax.device_put(
         fedavg.init_server_state(params, self.server_optimizer, self.config),
         self._replicated)
@@ -208,6 +228,10 @@ class RoundEngine:
 
     Rounds then take `data.RoundRows` (`data.client_rows`): only the rows of
     their examples go to the device, which gathers the batches itself.
+
+    Args:
+      arrays: the training split whose model inputs and labels
+        (`data.model_inputs`) are put on the devices.
 
     Raises:
       ValueError: local training is 'loop' (it reads host batches).
@@ -253,8 +277,9 @@ class RoundEngine:
       return output
     batches, micro_per_batch = self._micro_view(batches)
     (lanes,), lane_batches, steps = self._layout([batches])
-    packed = (data.pack_rows if resident else data.pack_batches)(
-        batches, lanes, lane_batches)
+    pack = (packed_batches.pack_rows if resident else
+            packed_batches.pack_batches)
+    packed = pack(batches, lanes, lane_batches)
     fields = tuple(getattr(packed, f.name) for f in dataclasses.fields(packed))
     self.upload_bytes += loop_rounds.host_bytes(*fields)
     sharded = jax.device_put(fields, self._by_client)
@@ -273,6 +298,12 @@ class RoundEngine:
     'vmap': the packed lanes (`_layout`), lanes x the (micro-)batches they
     loop over x their size; 'loop': each client's non-empty micro-batches
     (`set_micro_batch`; whole batches by default) at full size.
+
+    Args:
+      batches: the round's batches or rows, as `__call__` takes them.
+
+    Returns:
+      The examples processed, padding included (>= the real examples).
     """
     batches, _ = self._micro_view(batches)
     batch_size = batches.example_mask.shape[2]
@@ -291,6 +322,10 @@ class RoundEngine:
     multiple of `micro_batch` only. Micro-batch i of a client gets dropout
     key `batch_key(client key, i)` in both strategies. None (the default):
     whole batches. `packing.run_layout` picks it for 'vmap'.
+
+    Args:
+      micro_batch: examples per micro-batch, >= 1, dividing the batch size
+        of later rounds; None for whole batches.
 
     Raises:
       ValueError: `micro_batch` < 1.
@@ -316,6 +351,10 @@ class RoundEngine:
     rounds all fit (`packing.run_layout`). With micro-batches
     (`set_micro_batch`), lengths count micro-batches.
 
+    Args:
+      num_lanes: lanes of every later round, >= 1, a multiple of the devices.
+      lane_batches: the most (micro-)batches of a lane, >= 1.
+
     Raises:
       ValueError: local training is not 'vmap', or `num_lanes` is not a
         multiple of the devices.
@@ -339,8 +378,8 @@ class RoundEngine:
     compiled (lanes, lane length) is reused, smallest first, when every
     run's clients fit it (first-fit-decreasing) with no more padded work
     than one slot per client padded to the round's batches would cost; else
-    the longest of the runs' `data.packed_layout` lane lengths, with as many
-    lanes as the runs need at that length (one more compile).
+    the longest of the runs' `packed_batches.packed_layout` lane lengths,
+    with as many lanes as the runs need at that length (one more compile).
 
     Returns:
       (each run's slots of each lane, lane length, the batches each lane
@@ -351,7 +390,7 @@ class RoundEngine:
       ValueError: a round's clients do not fit the fixed layout.
     """
     present = [np.flatnonzero(batches.client_mask > 0) for batches in runs]
-    counts = [data.slot_batch_counts(batches) for batches in runs]
+    counts = [packed_batches.slot_batch_counts(batches) for batches in runs]
     budget = min(batches.example_mask.shape[0] * batches.example_mask.shape[1]
                  for batches in runs)
 
@@ -379,8 +418,9 @@ class RoundEngine:
         return ([slots(lanes, run, num_lanes)
                  for run, lanes in enumerate(packed)], lane_batches,
                 lane_batches)
-    lane_batches = max(data.packed_layout(batches, self.num_devices)[1]
-                       for batches in runs)
+    lane_batches = max(
+        packed_batches.packed_layout(batches, self.num_devices)[1]
+        for batches in runs)
     packed = [packing.first_fit_decreasing(c, lane_batches) for c in counts]
     num_lanes = self.num_slots(max(len(lanes) for lanes in packed))
     self._layouts.add((num_lanes, lane_batches))
@@ -437,7 +477,7 @@ class RoundEngine:
     views = [self._micro_view(batches) for batches in runs]
     runs, micro_per_batch = [view for view, _ in views], views[0][1]
     layouts, lane_batches, steps = self._layout(runs)
-    pack = data.pack_rows if resident else data.pack_batches
+    pack = packed_batches.pack_rows if resident else packed_batches.pack_batches
     packed = [pack(batches, lanes, lane_batches)
               for batches, lanes in zip(runs, layouts)]
     fields = tuple(np.stack([getattr(p, f.name) for p in packed])
@@ -464,7 +504,15 @@ class RoundEngine:
 
   def program_padded_examples(
       self, runs: Sequence[data.RoundBatches | data.RoundRows]) -> int:
-    """Examples a `run_rounds` call processes, padding included."""
+    """Examples a `run_rounds` call processes, padding included.
+
+    Args:
+      runs: each run's batches or rows, as `run_rounds` takes them.
+
+    Returns:
+      'loop': the sum of the runs' `padded_examples`; 'vmap': runs x lanes x
+      the (micro-)batches each lane loops over x their size.
+    """
     if self.local_training == 'loop':
       return sum(self.padded_examples(batches) for batches in runs)
     runs = [self._micro_view(batches)[0] for batches in runs]
@@ -475,6 +523,21 @@ class RoundEngine:
                  canary_directions: np.ndarray, canary_mask: np.ndarray,
                  key: jax.Array) -> dict[str, float]:
     """XLA's cost analysis of one round, 'loop' computations
-    (`loop_rounds.LoopRounds.cost`): {'flops', 'bytes accessed'}."""
+    (`loop_rounds.LoopRounds.cost`): {'flops', 'bytes accessed'}.
+
+    Whatever `local_training` is, the round is costed as 'loop' runs it (one
+    local step per real batch), so no loop body counts once for all trips.
+
+    Args:
+      state: the server state before the round.
+      batches: the round's whole batches (host arrays).
+      canary_directions: float32 [k, d], the run's seen canaries.
+      canary_mask: float32 [k], 1 for the canaries inserted this round.
+      key: the round's PRNG key.
+
+    Returns:
+      {'flops': ..., 'bytes accessed': ...}, summed over the round's
+      computations.
+    """
     return self._loop.cost(state, batches, canary_directions, canary_mask,
                            key)

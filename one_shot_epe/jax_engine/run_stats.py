@@ -13,6 +13,7 @@ from typing import Any
 import jax
 
 from one_shot_epe.jax_engine import data
+from one_shot_epe.jax_engine import packed_batches
 from one_shot_epe.jax_engine import round_engine
 
 __all__ = ['CompileClock', 'RunStats', 'count_round']
@@ -31,7 +32,7 @@ class RunStats:
     real_examples, padded_examples: examples the rounds trained on, and the
       examples their computations processed (padding included).
     vmap_padded_examples: what 'vmap' local training processes for the same
-      rounds (the clients packed into lanes, `data.packed_layout`).
+      rounds (the clients packed into lanes, `packed_batches.packed_layout`).
     example_bytes: the bytes of the rounds' real examples (model inputs and
       labels).
     host_to_device_bytes: what the rounds sent to the device (their batches,
@@ -74,7 +75,12 @@ class CompileClock:
 
   @classmethod
   def start(cls) -> float:
-    """Listens from now on (once per process); the seconds counted so far."""
+    """Listens from now on (once per process); the seconds counted so far.
+
+    Returns:
+      `CompileClock.total`, the compile seconds counted in this process so
+      far (subtract it from a later `total` for what compiled since).
+    """
     if not cls._registered:
       jax.monitoring.register_event_duration_secs_listener(cls._listen)
       cls._registered = True
@@ -110,7 +116,7 @@ def count_round(stats: RunStats, engine: round_engine.RoundEngine,
     stats.vmap_padded_examples += padded
   else:
     for batches in runs:
-      lanes, lane_batches = data.packed_layout(batches)
+      lanes, lane_batches = packed_batches.packed_layout(batches)
       stats.vmap_padded_examples += (len(lanes) * lane_batches *
                                      batches.example_mask.shape[2])
   stats.host_to_device_bytes += engine.upload_bytes

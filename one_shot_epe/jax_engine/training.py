@@ -41,95 +41,50 @@ own seeds, canaries, noise multiplier, checkpoints and observer, and ends as
 it would alone.
 
 The host's share of a run (its state, resume point, canaries and outputs)
-is `_RunLoop`; the device's figures are `run_stats`, its memory `memory`.
+is `run_loop.RunLoop`; the device's figures are `run_stats`, its memory
+`memory`.
 """
 
 import concurrent.futures
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe.stats import decorrelation
-from one_shot_epe.runtime import cosine_buffer
 from one_shot_epe.runtime import round_record
-from one_shot_epe.runtime import run_directory
 from one_shot_epe.design import run_plan
-from one_shot_epe.jax_engine import canaries
 from one_shot_epe.jax_engine import checkpoints
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import optimizers
 from one_shot_epe.jax_engine import packing
 from one_shot_epe.jax_engine import round_engine
+from one_shot_epe.jax_engine import run_loop
 from one_shot_epe.jax_engine import run_stats
 
 __all__ = ['Decorrelation', 'ProgramRun', 'evaluate', 'make_round_engine',
            'optimizer', 'train', 'train_program']
 
-# 'vmap' rounds pad their batches to one of these fractions of the largest.
-_BATCH_BUCKETS = (0.25, 0.5, 1.0)
-
-
-class _CosineBuffer:
-  """Rounds' vectors on the device, B at a time, scored against every canary.
-
-  Each scored block is folded into the run's `cosine_buffer.CosineBuffer`
-  (`folded`), which keeps the maxima, the projections and the summaries.
-  """
-
-  def __init__(self, spec: canary_spec.CanarySpec, maxima: np.ndarray,
-               rounds: int, projections: np.ndarray | None = None):
-    self._spec = spec
-    self._ids = spec.tracked_ids()
-    self.folded = cosine_buffer.CosineBuffer(spec.num_seen, spec.num_unseen,
-                                             maxima, projections)
-    self._rounds = rounds
-    self._vectors: list[jax.Array] = []
-    self._round_nums: list[int] = []
-
-  def add(self, round_num: int,
-          vector: jax.Array) -> list[round_record.CanaryCosines]:
-    """Buffers round `round_num`'s vector; scores a full block."""
-    self._vectors.append(vector)
-    self._round_nums.append(round_num)
-    return self.flush() if len(self._vectors) == self._rounds else []
-
-  def flush(self) -> list[round_record.CanaryCosines]:
-    """Scores the buffered rounds now (before a checkpoint, at the end)."""
-    if not self._vectors:
-      return []
-    # A fixed block shape compiles once: short blocks repeat their first row.
-    count = len(self._vectors)
-    rows = self._vectors + [self._vectors[0]] * (self._rounds - count)
-    stacked = jnp.stack(rows)
-    block = np.asarray(canaries.cosines(self._spec.seed, self._ids,
-                                        stacked))[:, :count]
-    norms = (None if self.folded.projections is None else
-             np.asarray(jnp.linalg.norm(stacked, axis=1))[:count])
-    summaries = self.folded.fold(self._round_nums, block, norms)
-    self._vectors, self._round_nums = [], []
-    return summaries
-
-
-def _slot_ids(ids: Sequence[int], slots: int) -> tuple[np.ndarray, np.ndarray]:
-  """Ids padded to `slots` (padding repeats id 0) and their 0/1 mask."""
-  padded = np.zeros(slots, np.int64)
-  padded[:len(ids)] = ids
-  return padded, (np.arange(slots) < len(ids)).astype(np.float32)
-
 
 def evaluate(model: Any, params: Any, test: client_arrays.ClientArrays,
              batch_size: int = 256) -> float:
-  """Accuracy of `params` on every example of `test` (TFF's metric)."""
+  """Accuracy of `params` on every example of `test` (TFF's metric).
+
+  Args:
+    model: The model (its `correct`).
+    params: The model's parameters.
+    test: The evaluation examples, all clients pooled.
+    batch_size: Examples per evaluated batch.
+
+  Returns:
+    The fraction of the examples predicted correctly (0 without any).
+  """
   pooled = client_arrays.ClientArrays(
       kind=test.kind, client_ids=np.asarray(['all']),
       offsets=np.asarray([0, test.offsets[-1]]), features=test.features)
@@ -146,7 +101,14 @@ def evaluate(model: Any, params: Any, test: client_arrays.ClientArrays,
 
 
 def optimizer(spec: run_plan.OptimizerSpec) -> optimizers.Optimizer:
-  """The JAX optimizer of `spec` (TFF's sgd, sgdm or adam)."""
+  """The JAX optimizer of `spec` (TFF's sgd, sgdm or adam).
+
+  Args:
+    spec: The optimizer's name, learning rate and momentum.
+
+  Returns:
+    The optimizer.
+  """
   return optimizers.Optimizer(spec.name, spec.learning_rate,
                               momentum=spec.momentum)
 
@@ -169,25 +131,6 @@ def make_round_engine(plan: run_plan.RunPlan, model: Any,
                                   optimizer(plan.server_optimizer), plan.dp,
                                   canary_clip=plan.spec.canary_clip,
                                   local_training=local_training)
-
-
-def _examples_used(plan: run_plan.RunPlan,
-                   train_data: client_arrays.ClientArrays) -> np.ndarray:
-  """Each client's examples in a round of `plan`."""
-  return data.examples_used(train_data, epochs=plan.epochs,
-                            max_examples=plan.max_examples)
-
-
-def _round_shapes(plan: run_plan.RunPlan,
-                  train_data: client_arrays.ClientArrays,
-                  engine: round_engine.RoundEngine) -> tuple[int, list[int]]:
-  """The run's fixed client slots and the batch buckets of its rounds."""
-  cohort = max(len(plan.sampler.indices(t)) for t in range(plan.total_rounds))
-  sizes = _examples_used(plan, train_data)
-  largest = data.max_batches_for(int(sizes.max()), plan.batch_size)
-  buckets = sorted({max(1, math.ceil(f * largest)) for f in _BATCH_BUCKETS})
-  return engine.num_slots(cohort), buckets
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,153 +164,16 @@ class ProgramRun:
       None.
   """
   plan: run_plan.RunPlan
-  store: checkpoints.NpzCheckpoints
+  store: checkpoints.TrainingStateCheckpoints
   observer: round_record.RoundObserver | None = None
   noise_rows: Callable[[int, int], Iterator[jax.Array]] | None = None
   decorrelation: Decorrelation | None = None
 
 
-class _RunLoop:
-  """The host side of one run: its state, resume point, canaries and outputs."""
-
-  def __init__(self, run: ProgramRun, engine: round_engine.RoundEngine,
-               model: Any,
-               train_data: client_arrays.ClientArrays):
-    self.plan = plan = run.plan
-    self.spec = spec = plan.spec
-    self.store = run.store
-    state = engine.init_state(model.init(jax.random.PRNGKey(plan.seed)))
-    self.dim = int(ravel_pytree(state.params)[0].shape[0])
-    tracked = spec.num_seen + spec.num_unseen
-    self.decorrelation = run.decorrelation
-    if (self.decorrelation is not None and
-        spec.all_iterates_statistic != 'aggregate'):
-      raise ValueError('decorrelation needs the all-iterates statistic '
-                       "'aggregate' (the released sums); got "
-                       f'{spec.all_iterates_statistic!r}.')
-    saved = checkpoints.TrainingState(
-        state, np.full(tracked, -np.inf, np.float32),
-        np.asarray(ravel_pytree(state.params)[0]),
-        None if self.decorrelation is None else np.zeros(
-            (tracked, plan.total_rounds), np.float32))
-    resumed_from = run.store.latest()
-    if resumed_from is None:
-      resumed_from = 0
-      run.store.save(saved, 0)
-    else:
-      saved = run.store.load(resumed_from, saved)
-    self.resumed_from = resumed_from
-    self.state, self.initial = saved.server, saved.initial
-    self.rows = (None if run.noise_rows is None else
-                 run.noise_rows(self.dim, resumed_from))
-    self.buffer = _CosineBuffer(spec, np.asarray(saved.maxima, np.float32),
-                                spec.buffer_rounds or min(
-                                    canary_spec.default_buffer_rounds(
-                                        self.dim),
-                                    plan.rounds_per_checkpoint),
-                                None if saved.projections is None else
-                                np.array(saved.projections, np.float32))
-    self.canary_slots = max(1, max(len(ids) for ids in spec.schedule))
-    self.slots, self.buckets = _round_shapes(plan, train_data, engine)
-    self.key = jax.random.PRNGKey(plan.seed)
-    self.observer = run.observer or round_record.Observers([])
-
-  def batches(self, t: int, train_data: client_arrays.ClientArrays,
-              engine: round_engine.RoundEngine,
-              resident: bool) -> data.RoundBatches | data.RoundRows:
-    """Round t's batches (their rows with the split resident)."""
-    plan = self.plan
-    clients = plan.sampler.indices(t)
-    bucket = _bucket(data.batches_needed(
-        train_data, clients, batch_size=plan.batch_size, epochs=plan.epochs,
-        max_examples=plan.max_examples), self.buckets)
-    # 'loop': each client runs only its own batches, however many.
-    return (data.client_rows if resident else data.client_batches)(
-        train_data, clients, batch_size=plan.batch_size, epochs=plan.epochs,
-        max_examples=plan.max_examples,
-        rng=np.random.default_rng([plan.seed, t]), num_slots=self.slots,
-        max_batches=bucket if engine.local_training == 'vmap' else None)
-
-  def round_examples(self, train_data: client_arrays.ClientArrays
-                     ) -> list[np.ndarray]:
-    """Every round's clients' examples (`packing.run_layout`)."""
-    examples = _examples_used(self.plan, train_data)
-    return [examples[np.asarray(self.plan.sampler.indices(t), np.int64)]
-            for t in range(self.plan.total_rounds)]
-
-  def inputs(self, t: int, canary_slots: int
-             ) -> tuple[jax.Array, np.ndarray, jax.Array, jax.Array | None]:
-    """Round t's (canary directions, canary mask, key, noise row)."""
-    ids, mask = _slot_ids(self.spec.schedule[t], canary_slots)
-    noise = None
-    if self.rows is not None:
-      # A run that resumed later sits this round out: its stream waits.
-      noise = (next(self.rows) if t >= self.resumed_from else
-               jnp.zeros(self.dim, jnp.float32))
-    return (canaries.directions(self.spec.seed, ids, self.dim), mask,
-            jax.random.fold_in(self.key, t), noise)
-
-  def record(self, t: int, previous: fedavg.ServerState,
-             state: fedavg.ServerState, output: fedavg.RoundOutput,
-             seconds: float) -> None:
-    """Reports round t, scores its block, checkpoints; `state` is after t."""
-    self.state = state
-    vector = output.aggregate
-    if self.spec.all_iterates_statistic == 'model_delta':
-      vector = ravel_pytree(previous.params)[0] - ravel_pytree(state.params)[0]
-    if jax.process_count() > 1:
-      # Under jax.distributed the canaries are scored by each process on
-      # its own device, from the replicated vector.
-      vector = np.asarray(vector)
-    clip = float(output.clip)
-    # Before its block may be scored and reported.
-    self.observer.on_round(round_record.RoundRecord(
-        round_num=t + 1, metrics={
-            'clip': clip,
-            'aggregate_norm': float(jnp.linalg.norm(output.aggregate)),
-            'canaries_inserted': int(output.canaries_inserted),
-            'num_clients': int(output.num_clients),
-            'training_time_in_seconds': seconds},
-        seconds=seconds, clip=clip))
-    self.observer.on_cosines(self.buffer.add(t + 1, vector))
-    if run_directory.is_checkpoint_round(t + 1, self.plan.rounds_per_checkpoint,
-                                         self.plan.total_rounds):
-      self.observer.on_cosines(self.buffer.flush())
-      self.store.save(checkpoints.TrainingState(
-          state, self.buffer.folded.maxima, self.initial, self.buffer.folded.projections),
-                      t + 1)
-
-  def outcome(self, model: Any, test_data: client_arrays.ClientArrays | None
-              ) -> canary_spec.CanaryOutcome:
-    """The run's cosines of both threat models and its final accuracy."""
-    spec = self.spec
-    final = np.asarray(ravel_pytree(self.state.params)[0])
-    vector = (self.initial - final if spec.final_model_statistic == 'delta'
-              else final)
-    final_cosines = np.asarray(canaries.cosines(
-        spec.seed, spec.tracked_ids(), vector), np.float64)
-    maxima = np.asarray(self.buffer.folded.maxima, np.float64)
-    accuracy = (evaluate(model, self.state.params, test_data)
-                if test_data is not None else float('nan'))
-    seen = unseen = None
-    if self.decorrelation is not None:
-      seen, unseen = decorrelation.matched_filter_scores(
-          self.buffer.folded.projections, self.decorrelation.strategy,
-          spec.schedule, spec.num_seen, self.decorrelation.noise_std)
-    return canary_spec.CanaryOutcome(
-        final_cosines=final_cosines[:spec.num_seen],
-        final_unseen_cosines=final_cosines[spec.num_seen:],
-        seen_maxima=maxima[:spec.num_seen],
-        unseen_maxima=maxima[spec.num_seen:], accuracy=accuracy,
-        dim=self.dim, resumed_from_round=self.resumed_from,
-        rounds_trained=self.plan.total_rounds - self.resumed_from,
-        decorrelated_seen=seen, decorrelated_unseen=unseen)
-
-
 def train(plan: run_plan.RunPlan, model: Any,
           train_data: client_arrays.ClientArrays,
           test_data: client_arrays.ClientArrays | None,
-          store: checkpoints.NpzCheckpoints,
+          store: checkpoints.TrainingStateCheckpoints,
           observer: round_record.RoundObserver | None = None, *,
           local_training: str = 'auto',
           stats: run_stats.RunStats | None = None,
@@ -398,6 +204,10 @@ def train(plan: run_plan.RunPlan, model: Any,
       (`correlated_noise.NoiseStream.rows`), each replacing a round's draw.
     decorrelation: With `noise_rows`, the decorrelated all-iterates
       statistic to end with (`Decorrelation`), or None.
+
+  Returns:
+    The run's outcome: its cosines of both threat models, maxima, final
+    accuracy and, with `decorrelation`, the decorrelated scores.
   """
   return train_program([ProgramRun(plan, store, observer, noise_rows,
                                    decorrelation)], model,
@@ -427,8 +237,12 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
   Args:
     runs: The runs (`ProgramRun`); their plans must have the same rounds,
       DP aggregation but for the noise multiplier, optimizers and batches.
-    model, train_data, test_data, stats, resident_data: as `train`'s.
-    local_training: as `train`'s, for the runs' clients and the run axis.
+    model: As `train`'s.
+    train_data: As `train`'s.
+    test_data: As `train`'s.
+    local_training: As `train`'s, for the runs' clients and the run axis.
+    stats: As `train`'s, for the whole program.
+    resident_data: As `train`'s.
 
   Returns:
     Each run's outcome, in order.
@@ -443,7 +257,10 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
     raise ValueError('runs of one program must have the same rounds; got '
                      f'{[run.plan.total_rounds for run in runs]}.')
   engine = make_round_engine(runs[0].plan, model, local_training)
-  loops = [_RunLoop(run, engine, model, train_data) for run in runs]
+  loops = [run_loop.RunLoop(run.plan, run.store, engine, model, train_data,
+                            observer=run.observer, noise_rows=run.noise_rows,
+                            decorrelate=run.decorrelation is not None)
+           for run in runs]
   if engine.local_training == 'vmap':
     # One layout for every round of every run: one compile.
     layout = packing.run_layout(
@@ -508,9 +325,22 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
     prefetch.shutdown(cancel_futures=True)
   stats.compiles = engine.compiles
   stats.compile_seconds = run_stats.CompileClock.total - compile_start
-  return [loop.outcome(model, test_data) for loop in loops]
+  return [_outcome(run, loop, model, test_data)
+          for run, loop in zip(runs, loops)]
 
 
-def _bucket(needed: int, buckets: Sequence[int]) -> int:
-  """The smallest bucket that holds `needed` batches."""
-  return next(b for b in buckets if b >= needed)
+def _outcome(run: ProgramRun, loop: run_loop.RunLoop, model: Any,
+             test_data: client_arrays.ClientArrays | None
+             ) -> canary_spec.CanaryOutcome:
+  """The outcome of a trained run: cosines, accuracy, decorrelated scores."""
+  accuracy = (evaluate(model, loop.state.params, test_data)
+              if test_data is not None else float('nan'))
+  outcome = loop.outcome(accuracy)
+  if run.decorrelation is None:
+    return outcome
+  spec = run.plan.spec
+  seen, unseen = decorrelation.matched_filter_scores(
+      loop.projections, run.decorrelation.strategy, spec.schedule,
+      spec.num_seen, run.decorrelation.noise_std)
+  return outcome._replace(decorrelated_seen=seen, decorrelated_unseen=unseen)
+

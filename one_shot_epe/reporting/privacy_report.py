@@ -22,49 +22,61 @@ seen against unseen canaries) bundle, from the same canary scores:
   bound `epsilon_lo_paper`;
 * the Anderson-Darling statistics of Table 6 and the attack's summaries
   (mean-shift Gaussian-DP eps, AUROC, TPR at fixed FPRs, `attack_metrics`).
-numpy/scipy only.
+
+Each of these fields is an entry of `report_fields.FIELDS`, which says how
+it is computed and shown; this module checks the scores once and builds the
+report from the entries. numpy/scipy only.
 """
 
 import dataclasses
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from numpy.typing import ArrayLike
 
-from one_shot_epe.stats import attack_metrics
-from one_shot_epe.stats import estimation
+from one_shot_epe.reporting import report_fields
+from one_shot_epe.reporting import report_scores
 from one_shot_epe.stats import lower_bound
-from one_shot_epe.stats import null_distribution
-from one_shot_epe.stats import one_run
-from one_shot_epe.stats import tight_audit
 from one_shot_epe import validation
-
-# The report is the public boundary of its call path: its arguments are
-# checked once, here, and the statistics modules' unchecked helpers
-# (`_name`, each the body of the public `name`) are given checked values.
-# pylint: disable=protected-access
 
 __all__ = ['ALL_ITERATES_ESTIMATE', 'DEFAULT_BOOTSTRAP_RESAMPLES',
            'FINAL_ESTIMATE', 'PrivacyReport', 'TPR_FPRS', 'all_iterates_report',
            'final_model_report']
 
 DEFAULT_BOOTSTRAP_RESAMPLES = 1000
-TPR_FPRS = (0.01, 0.001)  # False-positive rates of `PrivacyReport.tpr_at_fpr`.
+# False-positive rates of `PrivacyReport.tpr_at_fpr`.
+TPR_FPRS = report_scores.TPR_FPRS
 # epsilon_est_method of the two threat models' headline estimates.
-FINAL_ESTIMATE = "two Gaussians, variance fixed at the null's 1/d"
-ALL_ITERATES_ESTIMATE = 'Gaussian DP at μ = √2 Φ⁻¹(AUROC)'
+FINAL_ESTIMATE = report_scores.FINAL_ESTIMATE
+ALL_ITERATES_ESTIMATE = report_scores.ALL_ITERATES_ESTIMATE
 
 
-@dataclasses.dataclass(frozen=True)
+def _with_report_fields(cls: type) -> type:
+  """`cls` as a frozen dataclass with one field per `report_fields.FIELDS`.
+
+  The fields written in the class (the scores' facts) come first, then the
+  entries' in their order; every field is passed by keyword.
+  """
+  cls.__annotations__ = {
+      **cls.__annotations__,
+      **{field.key: field.kind for field in report_fields.FIELDS}}
+  return dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+
+
+@_with_report_fields
 class PrivacyReport:
   """Everything one threat model's estimates and bounds rest on, ready for JSON.
 
   threat_model is 'final' (Algorithm 2: cosines with the final model, null
   N(0, 1/d) / exact) or 'all' (Algorithm 3: max-over-rounds cosines, empirical
-  null from unseen canaries).
+  null from unseen canaries). The scores' facts are written here: dim (None
+  for 'all' without it), delta, alpha, num_seen, num_unseen, seen_mean and
+  seen_std (the seen scores' Gaussian fit), null_mean and null_std (0 and
+  1/sqrt(d) for 'final', the unseen scores' fit for 'all').
+
+  Then one field per entry of `report_fields.FIELDS`, each described there
+  (its label, what it assumes, how it is computed):
 
   Estimates (not bounds):
     epsilon_est: the headline estimate, described by epsilon_est_method (see
@@ -95,6 +107,8 @@ class PrivacyReport:
     whose FPR is the key ('0.01', '0.001'): the exact null's quantile for
     'final', the unseen sample's (`attack_metrics.empirical_threshold`) for
     'all'.
+  Normality (Table 6): anderson_seen, anderson_unseen ('all' only), None for
+    fewer than 8 scores.
   """
   threat_model: str
   dim: int | None
@@ -106,23 +120,6 @@ class PrivacyReport:
   seen_std: float
   null_mean: float
   null_std: float
-  epsilon_est: float
-  epsilon_est_method: str
-  epsilon_est_saturated: bool
-  epsilon_est_interval: tuple[float, float]
-  epsilon_est_fitted: float
-  epsilon_lo: float
-  epsilon_lo_paper: float
-  epsilon_one_run: float | None
-  epsilon_one_run_fdp: float | None
-  anderson_seen: float | None
-  anderson_unseen: float | None
-  epsilon_gdp: float
-  gdp_mu: float
-  auroc: float
-  tpr_at_fpr: dict[str, float]
-  epsilon_lo_tight_any: float | None = None
-  epsilon_lo_tight_gdp: float | None = None
 
   def to_dict(self) -> dict[str, object]:
     """The fields by name (None for a statistic not computed).
@@ -132,8 +129,8 @@ class PrivacyReport:
       gives it back.
     """
     fields = dataclasses.asdict(self)
-    fields['epsilon_est_interval'] = list(self.epsilon_est_interval)
-    return fields
+    return {name: list(value) if isinstance(value, tuple) else value
+            for name, value in fields.items()}
 
   def to_json(self) -> str:
     """`to_dict` as indented JSON with sorted keys.
@@ -155,92 +152,37 @@ class PrivacyReport:
 
     Raises:
       ValueError: if a field is missing or unknown, or the interval does not
-        have two elements. The tight bounds may be missing (reports written
-        before they existed): they read as None.
+        have two elements. A field added after reports were first written
+        (the tight bounds) may be missing: it reads as its entry's
+        `old_default`.
     """
     names = [field.name for field in dataclasses.fields(cls)]
+    optional = {field.key: field.old_default for field in report_fields.FIELDS
+                if field.old_default is not report_fields.REQUIRED}
     missing = [name for name in names
-               if name not in fields and name not in _OPTIONAL_FIELDS]
+               if name not in fields and name not in optional]
     unknown = sorted(set(fields) - set(names))
     if missing or unknown:
       raise ValueError(f'a privacy report needs exactly the fields {names}; '
                        f'missing {missing}, unknown {unknown}.')
-    values = dict(fields)
-    interval = tuple(values['epsilon_est_interval'])
-    if len(interval) != 2:
-      raise ValueError('epsilon_est_interval must have two elements; got '
-                       f'{values["epsilon_est_interval"]!r}.')
-    values['epsilon_est_interval'] = interval
-    values['tpr_at_fpr'] = dict(values['tpr_at_fpr'])
+    values = {**optional, **fields}
+    for field in report_fields.FIELDS:
+      if field.key in fields:
+        values[field.key] = field.read(values[field.key])
     return cls(**values)
 
 
-# Fields added after reports were first written; `from_dict` defaults them.
-_OPTIONAL_FIELDS = ('epsilon_lo_tight_any', 'epsilon_lo_tight_gdp')
-
-
-def _anderson_or_none(sample: np.ndarray) -> float | None:
-  # The sample has spread: its Gaussian fit succeeded.
-  return estimation._anderson_darling(sample) if sample.size >= 8 else None
-
-
-def _fpr_key(fpr: float) -> str:
-  return f'{fpr:g}'
-
-
-def _one_run_bounds(seen: np.ndarray, unseen: np.ndarray | None, delta: float,
-                    alpha: float) -> tuple[float | None, float | None]:
-  """(epsilon_one_run, epsilon_one_run_fdp), None without unseen scores."""
-  if unseen is None:
-    return None, None
-  # Seen scores have spread (their Gaussian fit succeeded), so the two sets
-  # are not all one value.
-  return (one_run._epsilon_one_run(seen, unseen, delta, alpha),
-          one_run._epsilon_one_run_fdp(seen, unseen, delta, alpha))
-
-
-def _tight_bounds(seen: np.ndarray, unseen: np.ndarray | None, delta: float,
-                  alpha: float, seed: int, *,
-                  dim: int | None = None) -> dict[str, float | None]:
-  """epsilon_lo_tight_any and _gdp.
-
-  With `dim` (final model) the channel family is tested against the exact
-  null of Theorem 3.1 (`tight_audit.epsilon_lo_known_null`); otherwise, and
-  for the GDP family, by the one-run game, None without unseen scores or a
-  1/2 design.
-  """
-  names = {'epsilon_lo_tight_any': 'channel', 'epsilon_lo_tight_gdp': 'gdp'}
-  bounds = dict.fromkeys(names)
-  if dim is not None:
-    bounds['epsilon_lo_tight_any'] = tight_audit._epsilon_lo_known_null(
-        seen, lambda t: null_distribution.null_logsf(t, dim), delta, alpha)
-    del names['epsilon_lo_tight_any']
-  if unseen is not None:
-    try:
-      tight_audit.check_design(seen.size, unseen.size)
-    except ValueError:
-      return bounds
-    for name, family in names.items():
-      bounds[name] = tight_audit._epsilon_lo_tight(seen, unseen, delta, family,
-                                                   alpha, 'bernoulli', seed)
-  return bounds
-
-
-def _lower_bounds(seen: np.ndarray, delta: float, alpha: float,
-                  threshold_strategy: str, seed: int, *, dim: int | None,
-                  unseen: np.ndarray | None) -> dict[str, float]:
-  """The report's sound epsilon_lo and the paper's nominal one (Sec. 5.1).
-
-  Against the exact null of dimension `dim` or the empirical null `unseen`
-  (the other None).
-  """
-  return {
-      name: lower_bound._epsilon_lower_bound(
-          seen, delta=delta, dim=dim, unseen=unseen, alpha=alpha,
-          null='exact', threshold_strategy=strategy, seed=seed)
-      for name, strategy in (('epsilon_lo', threshold_strategy),
-                             ('epsilon_lo_paper', 'paper'))
-  }
+def _report(scores: report_scores.Scores) -> PrivacyReport:
+  """The report of one threat model's checked scores."""
+  seen_mean, seen_std = scores.seen_fit
+  null_mean, null_std = scores.null_fit
+  return PrivacyReport(
+      threat_model=scores.threat_model, dim=scores.dim, delta=scores.delta,
+      alpha=scores.alpha, num_seen=scores.seen.size,
+      num_unseen=0 if scores.unseen is None else scores.unseen.size,
+      seen_mean=seen_mean, seen_std=seen_std, null_mean=null_mean,
+      null_std=null_std,
+      **{field.key: field.value(scores) for field in report_fields.FIELDS})
 
 
 def _sound_strategy(name: str, strategy: object) -> str:
@@ -289,45 +231,10 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
     ValueError: if an argument is out of range (also 'paper' as
       `threshold_strategy`) or the cosines have zero spread.
   """
-  null_std = 1.0 / math.sqrt(dim)
-
-  def headline(mean: float) -> float:
-    # `estimation.epsilon_from_final_cosines(variance='null')` from a mean.
-    return estimation._epsilon_two_gaussians(0.0, null_std, mean, null_std,
-                                             delta)
-
-  mean, std = estimation.fit_gaussian(cosines, 'cosines')
-  epsilon_est = headline(mean)
-  rng = np.random.default_rng(seed)
-  # The headline increases with |mean|: its percentile interval is that of
-  # |mean| carried through it.
-  low, high = attack_metrics._percentile_interval(
-      np.abs(attack_metrics._bootstrap_means(cosines, bootstrap_resamples,
-                                             rng)))
-  mu = attack_metrics.gdp_mu(mean, 0.0, null_std)
-  one_run_bound, one_run_fdp = _one_run_bounds(cosines, unseen, delta, alpha)
-  return PrivacyReport(
-      threat_model='final', dim=dim, delta=delta, alpha=alpha,
-      num_seen=cosines.size, num_unseen=0 if unseen is None else unseen.size,
-      seen_mean=mean, seen_std=std, null_mean=0.0, null_std=null_std,
-      epsilon_est=epsilon_est, epsilon_est_method=FINAL_ESTIMATE,
-      epsilon_est_saturated=False,
-      epsilon_est_interval=(headline(low), headline(high)),
-      epsilon_est_fitted=estimation._epsilon_two_gaussians(
-          0.0, null_std, mean, std, delta),
-      **_lower_bounds(cosines, delta, alpha, threshold_strategy, seed,
-                      dim=dim, unseen=None),
-      epsilon_one_run=one_run_bound, epsilon_one_run_fdp=one_run_fdp,
-      anderson_seen=_anderson_or_none(cosines), anderson_unseen=None,
-      epsilon_gdp=estimation._epsilon_of_gdp(mu, delta), gdp_mu=mu,
-      auroc=attack_metrics.auroc_against_cdf(
-          null_distribution.null_cdf(cosines, dim)),
-      tpr_at_fpr={  # The null is symmetric: its upper-fpr point is -ppf(fpr).
-          _fpr_key(fpr): attack_metrics._tpr_above(
-              cosines, float(-null_distribution.null_ppf(fpr, dim)))
-          for fpr in TPR_FPRS
-      },
-      **_tight_bounds(cosines, unseen, delta, alpha, seed, dim=dim))
+  return _report(report_scores.Scores(
+      'final', cosines, unseen, dim=dim, delta=delta, alpha=alpha, seed=seed,
+      threshold_strategy=threshold_strategy,
+      bootstrap_resamples=bootstrap_resamples))
 
 
 @validation.arguments('delta', 'seed', seen=validation.Cosines(),
@@ -360,43 +267,7 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
     ValueError: if an argument is out of range (also 'paper' as
       `threshold_strategy`) or a sample has zero spread.
   """
-  pairs = seen.size * unseen.size
-
-  def headline(auroc: float) -> float:
-    return estimation._epsilon_of_gdp(
-        attack_metrics.gdp_mu_from_auroc(auroc, pairs), delta)
-
-  mu_seen, std_seen = estimation.fit_gaussian(seen, 'seen')
-  mu_unseen, std_unseen = estimation.fit_gaussian(unseen, 'unseen')
-  auroc = attack_metrics._auroc_two_samples(seen, unseen)
-  epsilon_est = headline(auroc)
-  rng = np.random.default_rng(seed)
-  # The headline increases with the AUROC: its percentile interval is the
-  # AUROC's carried through it.
-  low, high = attack_metrics._percentile_interval(
-      attack_metrics._bootstrap_aurocs(seen, unseen, bootstrap_resamples,
-                                       rng))
-  mu = attack_metrics.gdp_mu(mu_seen, mu_unseen, std_unseen)
-  one_run_bound, one_run_fdp = _one_run_bounds(seen, unseen, delta, alpha)
-  return PrivacyReport(
-      threat_model='all', dim=dim, delta=delta, alpha=alpha,
-      num_seen=seen.size, num_unseen=unseen.size, seen_mean=mu_seen,
-      seen_std=std_seen, null_mean=mu_unseen, null_std=std_unseen,
-      epsilon_est=epsilon_est, epsilon_est_method=ALL_ITERATES_ESTIMATE,
-      epsilon_est_saturated=auroc in (0.0, 1.0),
-      epsilon_est_interval=(headline(low), headline(high)),
-      epsilon_est_fitted=estimation._epsilon_two_gaussians(
-          mu_unseen, std_unseen, mu_seen, std_seen, delta),
-      **_lower_bounds(seen, delta, alpha, threshold_strategy, seed,
-                      dim=None, unseen=unseen),
-      epsilon_one_run=one_run_bound, epsilon_one_run_fdp=one_run_fdp,
-      anderson_seen=_anderson_or_none(seen),
-      anderson_unseen=_anderson_or_none(unseen),
-      epsilon_gdp=estimation._epsilon_of_gdp(mu, delta), gdp_mu=mu,
-      auroc=auroc,
-      tpr_at_fpr={
-          _fpr_key(fpr): attack_metrics._tpr_above(
-              seen, attack_metrics._empirical_threshold(unseen, fpr))
-          for fpr in TPR_FPRS
-      },
-      **_tight_bounds(seen, unseen, delta, alpha, seed))
+  return _report(report_scores.Scores(
+      'all', seen, unseen, dim=dim, delta=delta, alpha=alpha, seed=seed,
+      threshold_strategy=threshold_strategy,
+      bootstrap_resamples=bootstrap_resamples))

@@ -13,22 +13,26 @@ Bundles, for one DP-FedAvg run with canaries:
   not run away and the paper's fitted ones, lower bounds that hold at
   1 - alpha and the paper's nominal one, attack summaries;
 * the run's accuracy and setting.
-Written as JSON (machine-readable) and Markdown (for people), atomically.
+`build_run_report` builds it from what the run measured
+(`design.canary_spec.CanaryOutcome`), what its references rest on
+(`accounting.mechanisms.RunFacts`) and its mechanism. Written as JSON
+(machine-readable; each threat model's fields are `report_fields`' entries)
+and Markdown (for people, `run_markdown`), atomically.
 """
 
 import dataclasses
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-import dp_accounting
 import numpy as np
-from numpy.typing import ArrayLike
 
-from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
+from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import privacy_report
+from one_shot_epe.reporting import report_fields
+from one_shot_epe.reporting import run_markdown
 from one_shot_epe.runtime import atomic_io
 
 __all__ = ['DECORRELATED_ALL_ITERATES_NOTE', 'RunReport', 'build_run_report']
@@ -76,10 +80,11 @@ class RunReport:
   def to_dict(self) -> dict[str, Any]:
     """JSON-ready dict; an infinite reference epsilon becomes None.
 
-    Per threat model, every estimate and bound is repeated at the top level
-    with the suffix _final or _all (None without unseen canaries); a report
-    with the decorrelated all-iterates statistic also has
-    'all_iterates_decorrelated' and the suffix _all_decorrelated.
+    Per threat model, every field whose entry is `repeated`
+    (`report_fields.FIELDS`: the estimates, bounds and attack summaries) is
+    repeated at the top level with the suffix _final or _all (None without
+    unseen canaries); a report with the decorrelated all-iterates statistic
+    also has 'all_iterates_decorrelated' and the suffix _all_decorrelated.
 
     Returns:
       The report as nested dicts of str, numbers, lists and None.
@@ -109,7 +114,7 @@ class RunReport:
       threats.append(('all_decorrelated', self.all_iterates_decorrelated))
     for suffix, report in threats:
       fields = None if report is None else report.to_dict()
-      for key in _REPEATED_KEYS + _LATER_REPEATED_KEYS:
+      for key in _repeated_keys():
         result[f'{key}_{suffix}'] = None if fields is None else fields[key]
     return result
 
@@ -135,11 +140,12 @@ class RunReport:
     if 'all_iterates_decorrelated' in fields:
       suffixes += ('all_decorrelated',)
     expected = set(_JSON_KEYS) | {
-        f'{key}_{suffix}' for key in _REPEATED_KEYS for suffix in suffixes}
+        f'{key}_{suffix}' for key in _repeated_keys(later=False)
+        for suffix in suffixes}
     if 'all_iterates_decorrelated' in fields:
       expected.add('all_iterates_decorrelated')
     # Reports written before these keys existed lack them.
-    later = {f'{key}_{suffix}' for key in _LATER_REPEATED_KEYS
+    later = {f'{key}_{suffix}' for key in _repeated_keys(later=True)
              for suffix in suffixes}
     missing = sorted(expected - set(fields))
     unknown = sorted(set(fields) - expected - later)
@@ -199,123 +205,9 @@ class RunReport:
     """Headline row, estimates, bounds, references, attack summaries, fits.
 
     Returns:
-      The report as Markdown, ending with a newline.
+      The report as Markdown (`run_markdown.render`), ending with a newline.
     """
-    all_it, final = self.all_iterates, self.final
-    confidence = f'{1 - self.alpha:.0%}'
-    threats = [(name, report) for name, report in (
-        ('all iterates', all_it),
-        ('all iterates, decorrelated', self.all_iterates_decorrelated),
-        ('final model', final)) if report is not None]
-    lines = [
-        '| noise | analytical ε | accounted ε | ε_lo-all | ε_est-all | '
-        'ε_lo-final | ε_est-final | accuracy |',
-        '|---|---|---|---|---|---|---|---|',
-        f'| {self.noise_multiplier:g} | {_num(self.analytical_epsilon)} | '
-        f'{_num(self.accounted_epsilon)} | '
-        f'{_num(all_it and all_it.epsilon_lo)} | '
-        f'{_estimate(all_it)} | '
-        f'{_num(final.epsilon_lo)} | {_estimate(final)} | '
-        f'{_num(self.accuracy)} |',
-        '',
-        f'd = {self.dim}, δ = {self.delta:.3g}. ε_lo are {confidence} lower '
-        'bounds; ε_est are estimates, not bounds (≥: the most the canaries '
-        'can show).',
-        '',
-        '**Estimates.** The headline ε_est and the paper\'s (Sec. 3.2, '
-        'fitted variances; it runs high when the fitted variances differ).',
-        '',
-        '| threat model | ε_est | 95% bootstrap interval | how | '
-        'paper\'s ε_est |',
-        '|---|---|---|---|---|',
-    ]
-    for name, report in threats:
-      low, high = report.epsilon_est_interval
-      lines.append(
-          f'| {name} | {_estimate(report)} | [{_num(low)}, '
-          f'{_num(high)}] | {report.epsilon_est_method} | '
-          f'{_num(report.epsilon_est_fitted)} |')
-    lines += [
-        '',
-        f'**Lower bounds.** At {confidence}: ε_lo and ε_one-run (Steinke et '
-        'al., 2023) and ε_tight-any (the (ε, δ) channel: final model against '
-        'the exact null, all iterates by Xiang et al.\'s 2025 game) for any '
-        'mechanism; ε_one-run-fdp (Mahloujifar et al., '
-        '2024) and ε_tight-gdp (Xiang et al., 2025, μ-GDP) when the '
-        'mechanism is Gaussian in the canary\'s direction. The paper\'s '
-        'ε_lo chooses its threshold on the data it tests and is nominal '
-        'only.',
-        '',
-        '| threat model | ε_lo | ε_one-run | ε_tight-any | ε_one-run-fdp '
-        '(Gaussian) | ε_tight-gdp (Gaussian) | paper\'s ε_lo (nominal) |',
-        '|---|---|---|---|---|---|---|',
-    ]
-    lines += [f'| {name} | {_num(report.epsilon_lo)} | '
-              f'{_num(report.epsilon_one_run)} | '
-              f'{_num(report.epsilon_lo_tight_any)} | '
-              f'{_num(report.epsilon_one_run_fdp)} | '
-              f'{_num(report.epsilon_lo_tight_gdp)} | '
-              f'{_num(report.epsilon_lo_paper)} |' for name, report in threats]
-    lines += [
-        '',
-        '**References.**',
-        '',
-        '| reference | ε | mechanism it assumes |',
-        '|---|---|---|',
-        f'| analytical ε (canary, r = {self.canary_presentations}) | '
-        f'{_num(self.analytical_epsilon)} | {self.analytical_mechanism} |',
-    ]
-    if self.accounted_mechanism is not None:
-      lines.append(f'| accounted ε (real client) | '
-                   f'{_num(self.accounted_epsilon)} | '
-                   f'{self.accounted_mechanism} |')
-    if self.last_iterate_mechanism is not None:
-      lines.append(f'| last-iterate heuristic ε (canary, final model) | '
-                   f'{_num(self.last_iterate_epsilon)} | '
-                   f'{self.last_iterate_mechanism} |')
-    lines += [
-        '',
-        '**The attack.** ε_gdp: Gaussian DP at the seen statistics\' mean '
-        'shift in null standard deviations.',
-        '',
-        '| threat model | ε_gdp | GDP μ | AUROC | TPR at FPR 1e-2 | '
-        'TPR at FPR 1e-3 |',
-        '|---|---|---|---|---|---|',
-    ]
-    lines += [f'| {name} | {_num(report.epsilon_gdp)} | '
-              f'{_num(report.gdp_mu)} | {_num(report.auroc)} | '
-              f'{_num(report.tpr_at_fpr["0.01"])} | '
-              f'{_num(report.tpr_at_fpr["0.001"])} |'
-              for name, report in threats]
-    lines += [
-        '',
-        '| cosine set | count | mean | std | null mean | null std | '
-        'Anderson A² |',
-        '|---|---|---|---|---|---|---|',
-        f'| final model, seen | {final.num_seen} | '
-        f'{final.seen_mean:.4g} | {final.seen_std:.4g} | 0 | '
-        f'{final.null_std:.4g} | {_num(final.anderson_seen)} |',
-    ]
-    if all_it is not None:
-      lines.append(
-          f'| max over rounds, seen vs unseen | {all_it.num_seen} / '
-          f'{all_it.num_unseen} | {all_it.seen_mean:.4g} | '
-          f'{all_it.seen_std:.4g} | {all_it.null_mean:.4g} | '
-          f'{all_it.null_std:.4g} | {_num(all_it.anderson_seen)} / '
-          f'{_num(all_it.anderson_unseen)} |')
-    decorrelated = self.all_iterates_decorrelated
-    if decorrelated is not None:
-      lines.append(
-          f'| decorrelated matched filter, seen vs unseen | '
-          f'{decorrelated.num_seen} / {decorrelated.num_unseen} | '
-          f'{decorrelated.seen_mean:.4g} | {decorrelated.seen_std:.4g} | '
-          f'{decorrelated.null_mean:.4g} | {decorrelated.null_std:.4g} | '
-          f'{_num(decorrelated.anderson_seen)} / '
-          f'{_num(decorrelated.anderson_unseen)} |')
-    if self.setting:
-      lines += ['', '| setting | value |', '|---|---|']
-      lines += [f'| {key} | {value} |' for key, value in self.setting.items()]
-    return '\n'.join(lines) + '\n'
+    return run_markdown.render(self)
 
   def write(self, json_path: str, markdown_path: str) -> None:
     """Writes `to_json` and `to_markdown`, each atomically (`atomic_io`).
@@ -331,13 +223,17 @@ class RunReport:
     atomic_io.write_text(markdown_path, self.to_markdown())
 
 
-# Per-threat-model fields repeated at the top level of `RunReport.to_dict`.
-_REPEATED_KEYS = ('epsilon_est', 'epsilon_est_interval', 'epsilon_est_fitted',
-                  'epsilon_lo', 'epsilon_lo_paper', 'epsilon_one_run',
-                  'epsilon_one_run_fdp', 'epsilon_gdp', 'gdp_mu', 'auroc',
-                  'tpr_at_fpr')
-# The same, of fields added later (older report.json files lack them).
-_LATER_REPEATED_KEYS = ('epsilon_lo_tight_any', 'epsilon_lo_tight_gdp')
+def _repeated_keys(later: bool | None = None) -> list[str]:
+  """Per-threat-model fields repeated at the top level of `RunReport.to_dict`.
+
+  `later`: only those added after reports were first written (True: older
+  report.json files lack them), only the others (False), or all (None).
+  """
+  return [field.key for field in report_fields.FIELDS if field.repeated and (
+      later is None or
+      later == (field.old_default is not report_fields.REQUIRED))]
+
+
 # `RunReport.to_dict`'s own keys -> the fields they hold.
 _JSON_KEYS = {
     'noise_multiplier': 'noise_multiplier', 'delta': 'delta',
@@ -359,124 +255,97 @@ def _none_as_inf(value: float | None) -> float:
   return math.inf if value is None else value
 
 
-def _estimate(report: privacy_report.PrivacyReport | None) -> str:
-  """A headline estimate's cell, '≥' in front when it is saturated."""
-  if report is None:
-    return 'n/a'
-  return ('≥' if report.epsilon_est_saturated else '') + _num(
-      report.epsilon_est)
+def _present(scores: np.ndarray | None) -> np.ndarray | None:
+  """An outcome's scores, None where they were omitted (empty)."""
+  return None if scores is None or not scores.size else scores
 
 
-def _num(value: float | None) -> str:
-  """A table cell: 4 significant digits, n/a for None, ∞ for infinity."""
-  if value is None:
-    return 'n/a'
-  return '∞' if math.isinf(value) else f'{value:.4g}'
-
-
-def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
-                     noise_multiplier: float, alpha: float = 0.05,
-                     mechanism: mechanisms.Mechanism = mechanisms.Gaussian(),
-                     final_unseen_cosines: ArrayLike | None = None,
-                     seen_maxima: ArrayLike | None = None,
-                     unseen_maxima: ArrayLike | None = None,
-                     accuracy: float | None = None,
+def build_run_report(outcome: canary_spec.CanaryOutcome,
+                     facts: mechanisms.RunFacts,
+                     mechanism: mechanisms.Mechanism, *, alpha: float = 0.05,
                      setting: Mapping[str, Any] | None = None,
-                     canary_presentations: int = 1,
-                     rounds: int | None = None,
-                     presentation_counts: ArrayLike | None = None,
-                     participation: dp_fedavg.Participation | None = None,
-                     round_event: dp_accounting.DpEvent | None = None,
-                     clip: float | None = None,
-                     cohort: float | None = None,
-                     schedule: Sequence[ArrayLike] | None = None,
-                     correlated: dp_fedavg.CorrelatedNoise | None = None,
-                     decorrelated_scores: tuple[ArrayLike, ArrayLike] | None
-                     = None) -> RunReport:
+                     seed: int = 0) -> RunReport:
   """The one report builder: both threat models and the mechanism's references.
 
-  Every engine's launcher (`experiments.run_outputs`) and `CanaryAudit`
-  build their reports here. The estimates and bounds come from the canary
-  scores (`privacy_report`: Algorithm 2 on the final-model cosines,
-  Algorithm 3 on the max-over-rounds cosines); the references from the
-  run's mechanism (`mechanisms.Mechanism.references`), which alone knows
-  its rules.
+  Every engine's launcher (`experiments.run_outputs`), both `CanaryAudit`s
+  and the CANIFE comparison build their reports here. The estimates and
+  bounds come from the canary scores (`privacy_report`: Algorithm 2 on the
+  final-model cosines, Algorithm 3 on the max-over-rounds cosines); the
+  references from the run's mechanism (`mechanisms.Mechanism.references`),
+  which alone knows its rules.
 
   Example:
 
     >>> import numpy as np
+    >>> from one_shot_epe.accounting import mechanisms
+    >>> from one_shot_epe.design import canary_spec
     >>> from one_shot_epe.reporting import run_report
     >>> rng = np.random.default_rng(0)
-    >>> report = run_report.build_run_report(
-    ...     final_cosines=rng.normal(0.02, 0.01, 100), dim=10_000,
-    ...     delta=1e-5, noise_multiplier=1.0)
+    >>> empty = np.zeros(0)
+    >>> outcome = canary_spec.CanaryOutcome(
+    ...     final_cosines=rng.normal(0.02, 0.01, 100),
+    ...     final_unseen_cosines=empty, seen_maxima=empty,
+    ...     unseen_maxima=empty, accuracy=float('nan'), dim=10_000,
+    ...     resumed_from_round=0, rounds_trained=0)
+    >>> facts = mechanisms.RunFacts(noise_multiplier=1.0, delta=1e-5,
+    ...                             dim=10_000)
+    >>> report = run_report.build_run_report(outcome, facts,
+    ...                                      mechanisms.Gaussian())
     >>> round(report.analytical_epsilon, 2)
     4.38
 
   Args:
-    final_cosines: The seen canaries' cosines with the final model.
-    dim: d, the model's trainable parameters (the null's dimension).
-    delta: The delta of every epsilon, in (0, 1).
-    noise_multiplier: z, the run's noise multiplier (>= 0).
+    outcome: What the run measured: the seen canaries' final cosines, the
+      unseen canaries' (empty: omitted, no final-model one-run bounds), the
+      seen and unseen max-over-rounds cosines (unseen empty: no all-iterates
+      report), the accuracy (NaN: unknown), d and, under
+      matrix-factorization noise, the decorrelated matched-filter scores
+      (`decorrelation.matched_filter_scores`, N(0, 1) never inserted) for a
+      second all-iterates report that tests the mechanism itself (None or
+      empty: omitted; rescaled by one common factor into [-1, 1], which no
+      estimate or bound depends on).
+    facts: What the references rest on (z, delta, d, r, the rounds, the
+      clip, cohort, sampling, schedule, one round's DpEvent, the strategy's
+      numbers); a `participation` gives the rounds when `rounds` is None.
+    mechanism: The run's DP mechanism (`mechanisms`).
     alpha: 1 - the confidence of the lower bounds.
-    mechanism: The run's DP mechanism (`mechanisms`); default independent
-      Gaussian noise.
-    final_unseen_cosines: Never-inserted canaries' cosines with the final
-      model, for the final-model one-run certificates (None omits them).
-    seen_maxima: The seen canaries' max-over-rounds cosines (Algorithm 3).
-    unseen_maxima: The unseen canaries' (both or neither).
-    accuracy: The final model's accuracy, if known.
     setting: The run's setting, shown in the report; the mechanism's
       entries are added after it.
-    canary_presentations: r, how many times each seen canary was inserted;
-      the analytical eps is at r.
-    rounds: T; with it the report has an accounted eps (a client in every
-      round when `participation` is None) and the final-model reference.
-    presentation_counts: Each seen canary's presentations, for the
-      last-iterate heuristic; default r for every canary.
-    participation: The real clients' sampling (its rounds are the run's).
-    round_event: One round's DpEvent as the aggregator recorded it; default
-      a Gaussian at `noise_multiplier`.
-    clip: The fixed clip (distributed DP's calibration needs it).
-    cohort: The expected records per round, canaries included (distributed
-      DP's calibration).
-    schedule: The canary schedule (tree aggregation's references).
-    correlated: The strategy's numbers under matrix-factorization noise.
-    decorrelated_scores: Under matrix-factorization noise, the seen and
-      unseen canaries' decorrelated matched-filter scores
-      (`decorrelation.matched_filter_scores`, N(0, 1) never inserted), for a
-      second all-iterates report that tests the mechanism itself; None
-      omits it. The scores are rescaled by one common factor into [-1, 1],
-      which no estimate or bound depends on.
+    seed: Seeds the bootstrap intervals and the tight bounds' tie-breaking.
 
   Returns:
     The `RunReport`.
 
   Raises:
-    ValueError: if only one of `seen_maxima` and `unseen_maxima` is given,
-      `decorrelated_scores` come without matrix-factorization noise, or the
-      mechanism lacks a fact it needs.
+    ValueError: if the outcome's d is not the facts', decorrelated scores
+      come without matrix-factorization noise, or the mechanism lacks a
+      fact it needs.
   """
-  if (seen_maxima is None) != (unseen_maxima is None):
-    raise ValueError('give both seen_maxima and unseen_maxima, or neither.')
+  if outcome.dim != facts.dim:
+    raise ValueError(f'the outcome\'s d = {outcome.dim} is not the facts\' '
+                     f'{facts.dim}.')
+  decorrelated_seen = _present(outcome.decorrelated_seen)
+  decorrelated_unseen = _present(outcome.decorrelated_unseen)
+  decorrelated_scores = (None if decorrelated_seen is None or
+                         decorrelated_unseen is None else
+                         (decorrelated_seen, decorrelated_unseen))
   if decorrelated_scores is not None and not isinstance(
       mechanism, mechanisms.MatrixFactorization):
-    raise ValueError('decorrelated_scores need matrix-factorization noise.')
-  if rounds is None and participation is not None:
-    rounds = participation.rounds
-  references = mechanism.references(mechanisms.RunFacts(
-      noise_multiplier=float(noise_multiplier), delta=delta, dim=dim,
-      canary_presentations=canary_presentations, rounds=rounds, clip=clip,
-      cohort=cohort, participation=participation,
-      presentation_counts=presentation_counts, schedule=schedule,
-      round_event=round_event, correlated=correlated))
+    raise ValueError('decorrelated scores need matrix-factorization noise.')
+  facts = dataclasses.replace(
+      facts, noise_multiplier=float(facts.noise_multiplier),
+      rounds=(facts.participation.rounds if facts.rounds is None and
+              facts.participation is not None else facts.rounds))
+  dim, delta = facts.dim, facts.delta
+  references = mechanism.references(facts)
   final = privacy_report.final_model_report(
-      final_cosines, dim, delta, alpha, unseen=final_unseen_cosines)
+      outcome.final_cosines, dim, delta, alpha,
+      unseen=_present(outcome.final_unseen_cosines), seed=seed)
   all_iterates = None
-  if seen_maxima is not None:
-    all_iterates = privacy_report.all_iterates_report(seen_maxima,
-                                                      unseen_maxima, delta,
-                                                      alpha, dim=dim)
+  if _present(outcome.unseen_maxima) is not None:
+    all_iterates = privacy_report.all_iterates_report(
+        outcome.seen_maxima, outcome.unseen_maxima, delta, alpha, dim=dim,
+        seed=seed)
   setting = {**(setting or {}), **references.setting}
   if references.all_iterates_note is not None and all_iterates is not None:
     key, note = references.all_iterates_note
@@ -487,14 +356,15 @@ def build_run_report(*, final_cosines: ArrayLike, dim: int, delta: float,
     scale = max(math.sqrt(dim), float(np.abs(np.concatenate(
         [seen, unseen])).max(initial=0.0)))
     decorrelated = privacy_report.all_iterates_report(
-        seen / scale, unseen / scale, delta, alpha, dim=dim)
+        seen / scale, unseen / scale, delta, alpha, dim=dim, seed=seed)
     setting['all_iterates_decorrelated'] = DECORRELATED_ALL_ITERATES_NOTE
   accounted, heuristic = references.accounted, references.last_iterate
+  accuracy = None if math.isnan(outcome.accuracy) else outcome.accuracy
   return RunReport(
       noise_multiplier=references.noise_multiplier, delta=delta, alpha=alpha,
       dim=dim, analytical_epsilon=references.analytical.epsilon, final=final,
       all_iterates=all_iterates, accuracy=accuracy,
-      setting=setting, canary_presentations=canary_presentations,
+      setting=setting, canary_presentations=facts.canary_presentations,
       analytical_mechanism=references.analytical.mechanism,
       accounted_epsilon=None if accounted is None else accounted.epsilon,
       accounted_mechanism=None if accounted is None else accounted.mechanism,

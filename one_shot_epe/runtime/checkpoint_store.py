@@ -8,10 +8,10 @@ format: TensorFlow Federated's program state (SavedModels,
 `tff_engine.checkpoints.ProgramStateCheckpoints`, which also hands TFF's
 training loops the coroutines they await) or .npz files
 (`runtime.npz_checkpoints.NpzCheckpoints`, the Flower engine's, and
-`jax_engine.checkpoints.NpzCheckpoints` on it). All implement this protocol with
-the same signatures, rounds named `round_num`: the launcher sees what exists,
-whether the newest reads back, the leftovers of a killed write and how many
-are kept; an engine saves and loads.
+`jax_engine.checkpoints.TrainingStateCheckpoints` on it). All implement this
+protocol with the same signatures, rounds named `round_num`: the launcher sees
+what exists, whether the newest reads back, the leftovers of a killed write
+and how many are kept; an engine saves and loads.
 """
 
 from typing import Any, Protocol

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from absl import flags
 
-__all__ = ['known_string_flags', 'parse_flags_or_exit', 'requested_backend']
+__all__ = ['known_string_flags', 'parse_flags_or_exit',
+           'refuse_positional_arguments', 'requested_backend']
 
 
 def parse_flags_or_exit(argv: list[str]) -> list[str]:
@@ -30,6 +31,26 @@ def parse_flags_or_exit(argv: list[str]) -> list[str]:
   except flags.Error as error:
     sys.stderr.write(f'error: {_error_line(error)}\n')
     sys.exit(2)
+
+
+def refuse_positional_arguments(argv: Sequence[str]) -> None:
+  """A program's `main` takes flags only: any other argument exits 2.
+
+  absl's `app.run` answers the `app.UsageError` raised here with the
+  program's usage and the message, and exits with its status 2.
+
+  Args:
+    argv: What absl leaves of the command line, program name first.
+
+  Raises:
+    app.UsageError: `argv` holds more than the program name.
+  """
+  # Imported here: importing absl.app defines its flags, which a module's
+  # import must not do (tests/import_side_effects_test.py).
+  from absl import app  # pylint: disable=g-import-not-at-top
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {list(argv[1:])}',
+                         exitcode=2)
 
 
 # absl's message for a flagfile it cannot open (also one named inside another).

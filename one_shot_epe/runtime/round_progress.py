@@ -29,6 +29,12 @@ class ProgressBar:
     self._total_rounds = total_rounds
     self._enabled = enabled
     self._bar = None
+    self._last_round: int | None = None
+
+  @property
+  def last_round(self) -> int | None:
+    """The last training round reported; None before the first."""
+    return self._last_round
 
   def on_round(self, record: round_record.RoundRecord) -> None:
     """Advances the bar by training round `record.round_num`.
@@ -39,6 +45,7 @@ class ProgressBar:
     """
     if record.round_num < 1:
       return
+    self._last_round = record.round_num
     if self._bar is None:
       self._bar = tqdm.tqdm(total=self._total_rounds,
                             initial=record.round_num - 1, unit='round',

@@ -13,7 +13,9 @@ Layout (both engines; all result files written atomically):
   report.json, report.md the privacy report (`run_report`)
   cosine_densities.png   the cosine sets against the null N(0, 1/d)
 
-`check` decides, before anything is written, whether a directory may hold
+`check_writable` decides first, before anything is read or loaded, whether
+the run directory can be written at all; `check`, before anything is
+written, whether a directory may hold
 the run: absent, empty (but for the lock file), or holding a run whose saved
 config the caller accepts and whose newest checkpoint reads back;
 `check_free_space`, whether its disk holds the checkpoints still to come.
@@ -31,6 +33,7 @@ import io
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -43,7 +46,8 @@ __all__ = ['CANARY_COSINES_FILE', 'CHECKPOINT_DIR', 'CONFIG_FILE',
            'COSINE_FIELDS', 'CsvFormat', 'DENSITY_PLOT_FILE',
            'FINAL_COSINES_FILE', 'MAX_COSINES_FILE', 'METRICS_FILE',
            'REPORT_JSON_FILE', 'REPORT_MARKDOWN_FILE', 'RunDirectoryError',
-           'TENSORBOARD_DIR', 'check', 'check_free_space', 'checkpoint_rounds',
+           'TENSORBOARD_DIR', 'check', 'check_free_space', 'check_writable',
+           'checkpoint_rounds',
            'is_checkpoint_round', 'owned', 'read_rounds', 'write_config',
            'write_rounds']
 
@@ -135,6 +139,37 @@ def check(run_dir: str, *, accept_config: Callable[[Mapping[str, Any]], None],
     raise RunDirectoryError(f'cannot read {config_path!r}: {error}.') from None
   accept_config(saved)
   checkpoints.verify()
+
+
+def check_writable(run_dir: str) -> None:
+  """Whether this process can create and write `run_dir`; reads only.
+
+  The run directory, or else its nearest existing ancestor (where it would
+  be created), must be a directory this process can create entries in. It
+  is tried, not inferred from permission bits (which a privileged process
+  or a read-only or virtual file system makes wrong): an empty directory is
+  created there and removed at once.
+
+  Args:
+    run_dir: The run directory (it and its parents may not exist yet).
+
+  Raises:
+    RunDirectoryError: naming 'root_output_dir' and the directory that is
+      not a directory or not writable, with the system's reason.
+  """
+  directory = os.path.abspath(run_dir)
+  while not os.path.lexists(directory):
+    directory = os.path.dirname(directory)
+  if not os.path.isdir(directory):
+    raise RunDirectoryError(f'{directory!r} exists and is not a directory.',
+                            flag='root_output_dir')
+  try:
+    os.rmdir(tempfile.mkdtemp(prefix='.write-check-', dir=directory))
+  except OSError as error:
+    raise RunDirectoryError(
+        f'{directory!r} is not writable: creating a directory there failed '
+        f'({error.strerror or error}); write the run elsewhere.',
+        flag='root_output_dir') from None
 
 
 @contextlib.contextmanager

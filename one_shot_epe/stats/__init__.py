@@ -4,7 +4,8 @@ Given canary scores (cosines with the final model, or per-canary maxima over
 rounds), these modules say how much the scores imply about epsilon, with
 numpy and scipy only: the exact null of a cosine (`null_distribution`,
 Theorems 3.1 and 3.2), epsilon between Gaussians and the paper's estimates
-(`estimation`, Section 3.2), thresholded lower bounds (`lower_bound`,
+(`estimation`, Section 3.2, on the hockey-stick divergence of
+`hockey_stick`), thresholded lower bounds (`lower_bound`,
 Section 5.1), one-run certificates (`one_run`), the tight one-run bounds
 of Xiang et al. (`tight_audit`), jax-privacy's repeated-split threshold
 choice (`multi_split`) and BCa bootstrap quantiles (`bca_bootstrap`), attack

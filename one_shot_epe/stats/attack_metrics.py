@@ -81,11 +81,6 @@ def auroc_two_samples(seen: ArrayLike, unseen: ArrayLike) -> float:
   Raises:
     ValueError: a sample is empty, not 1-D or holds NaN or infinities.
   """
-  return _auroc_two_samples(seen, unseen)
-
-
-def _auroc_two_samples(seen: np.ndarray, unseen: np.ndarray) -> float:
-  """`auroc_two_samples` of samples already checked (`check_sample`)."""
   ranks = stats.rankdata(np.concatenate([seen, unseen]))
   k, m = seen.size, unseen.size
   u_statistic = float(np.sum(ranks[:k])) - k * (k + 1) / 2.0
@@ -112,14 +107,9 @@ def empirical_threshold(unseen: ArrayLike, fpr: float) -> float:
     ValueError: `unseen` is empty, not 1-D or not finite, or `fpr` is outside
       (0, 1) (`validation.ArgumentTypeError` if it is not a number).
   """
-  return _empirical_threshold(unseen, fpr)
-
-
-def _empirical_threshold(unseen: np.ndarray, fpr: float) -> float:
-  """`empirical_threshold` of arguments already checked."""
-  unseen = np.sort(unseen)
-  allowed = math.floor(fpr * unseen.size + 1e-9)
-  return float(unseen[unseen.size - allowed - 1])
+  ordered = np.sort(unseen)
+  allowed = math.floor(fpr * ordered.size + 1e-9)
+  return float(ordered[ordered.size - allowed - 1])
 
 
 @validation.arguments(seen=_STATISTICS)
@@ -136,11 +126,6 @@ def tpr_above(seen: ArrayLike, threshold: float) -> float:
   Raises:
     ValueError: `seen` is empty, not 1-D or holds NaN or infinities.
   """
-  return _tpr_above(seen, threshold)
-
-
-def _tpr_above(seen: np.ndarray, threshold: float) -> float:
-  """`tpr_above` of a sample already checked."""
   return float(np.mean(seen > threshold))
 
 
@@ -212,22 +197,17 @@ def bootstrap_aurocs(seen: ArrayLike, unseen: ArrayLike, resamples: int,
       an int.
   """
   _check_rng(rng)
-  return _bootstrap_aurocs(seen, unseen, resamples, rng)
+  return np.array([
+      auroc_two_samples.unchecked(
+          seen[rng.integers(0, seen.size, seen.size)],
+          unseen[rng.integers(0, unseen.size, unseen.size)])
+      for _ in range(resamples)
+  ])
 
 
 def _check_rng(rng: object) -> None:
   if not isinstance(rng, np.random.Generator):
     raise TypeError('rng must be a numpy.random.Generator.')
-
-
-def _bootstrap_aurocs(seen: np.ndarray, unseen: np.ndarray, resamples: int,
-                      rng: np.random.Generator) -> np.ndarray:
-  """`bootstrap_aurocs` of arguments already checked."""
-  return np.array([
-      _auroc_two_samples(seen[rng.integers(0, seen.size, seen.size)],
-                         unseen[rng.integers(0, unseen.size, unseen.size)])
-      for _ in range(resamples)
-  ])
 
 
 @validation.arguments('resamples', sample=_STATISTICS)
@@ -252,12 +232,6 @@ def bootstrap_means(sample: ArrayLike, resamples: int,
       an int.
   """
   _check_rng(rng)
-  return _bootstrap_means(sample, resamples, rng)
-
-
-def _bootstrap_means(sample: np.ndarray, resamples: int,
-                     rng: np.random.Generator) -> np.ndarray:
-  """`bootstrap_means` of arguments already checked."""
   drawn = sample[rng.integers(0, sample.size, size=(resamples, sample.size))]
   return drawn.mean(axis=1)
 
@@ -284,12 +258,6 @@ def percentile_bootstrap_interval(resampled: ArrayLike,
     ValueError: `resampled` is empty, not 1-D or not finite, or `level` is
       outside (0, 1).
   """
-  return _percentile_interval(resampled, level)
-
-
-def _percentile_interval(resampled: np.ndarray,
-                         level: float = 0.95) -> tuple[float, float]:
-  """`percentile_bootstrap_interval` of arguments already checked."""
   low, high = np.quantile(resampled, [(1.0 - level) / 2.0,
                                       (1.0 + level) / 2.0])
   return float(low), float(high)

@@ -5,7 +5,8 @@ Estimation for Federated Learning" (ICLR 2024):
 
 * Section 3.2: the optimal epsilon between two arbitrary Gaussians, through the
   privacy-loss random variable, evaluated in log space
-  (`epsilon_two_gaussians`).
+  (`epsilon_two_gaussians`, a search over the hockey-stick divergence of
+  `hockey_stick`).
 * Algorithms 1 and 2: epsilon from canary/final-model cosines against the null
   N(0, 1/d) (`epsilon_from_final_cosines`); Algorithm 3: epsilon from the
   max-over-rounds cosines of seen and unseen canaries
@@ -27,7 +28,6 @@ variance exactly 1/d).
 """
 
 import math
-from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -36,6 +36,8 @@ from scipy import optimize
 from scipy import special
 
 from one_shot_epe import validation
+from one_shot_epe.stats import hockey_stick
+from one_shot_epe.stats import null_distribution
 
 __all__ = ['EpsilonOverflowError', 'VarianceModel', 'anderson_darling',
            'epsilon_from_final_cosines', 'epsilon_from_seen_unseen',
@@ -75,122 +77,7 @@ def fit_gaussian(sample: np.ndarray, name: str) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------
-# Log-probabilities of Gaussian sets, accurate far into the tails.
-
-
-def _log_diff(log_a: float, log_b: float) -> float:
-  """log(exp(log_a) - exp(log_b)) for log_a >= log_b.
-
-  log(1 - e^x), x = log_b - log_a < 0, is taken as log(-expm1(x)) for
-  x > -log 2 and log1p(-e^x) below (Maechler, 2012): for x within an ulp of 0,
-  exp(x) rounds to 1 and log1p(-1) would raise a math domain error.
-  """
-  if log_b == -math.inf:
-    return log_a
-  if log_b >= log_a:
-    return -math.inf
-  x = log_b - log_a
-  if x > -math.log(2.0):
-    return log_a + math.log(-math.expm1(x))
-  return log_a + math.log1p(-math.exp(x))
-
-
-def _log_prob_above(z: float) -> float:
-  return float(special.log_ndtr(-z))
-
-
-def _log_prob_below(z: float) -> float:
-  return float(special.log_ndtr(z))
-
-
-def _log_prob_between(lo: float, hi: float) -> float:
-  """log P(lo < Z < hi) for standard normal Z, stable in either tail."""
-  if hi <= lo:
-    return -math.inf
-  if lo >= 0.0:  # Both in the upper tail: difference of survival functions.
-    return _log_diff(_log_prob_above(lo), _log_prob_above(hi))
-  if hi <= 0.0:  # Both in the lower tail: difference of CDFs.
-    return _log_diff(_log_prob_below(hi), _log_prob_below(lo))
-  return math.log1p(-math.exp(_log_prob_below(lo)) -
-                    math.exp(_log_prob_above(hi)))
-
-
-def _log_prob_of_set(intervals: Sequence[tuple[float, float]], mean: float,
-                     std: float) -> float:
-  """log P(X in union of disjoint intervals) for X ~ N(mean, std^2)."""
-  logs = []
-  for lo, hi in intervals:
-    zlo, zhi = (lo - mean) / std, (hi - mean) / std
-    if zlo == -math.inf:
-      logs.append(_log_prob_below(zhi))
-    elif zhi == math.inf:
-      logs.append(_log_prob_above(zlo))
-    else:
-      logs.append(_log_prob_between(zlo, zhi))
-  return _log_sum_exp(logs)
-
-
-def _log_sum_exp(logs: Sequence[float]) -> float:
-  """log(sum(exp(logs))) of a few floats, without scipy's per-call overhead.
-
-  scipy.special.logsumexp costs ~0.1 ms per call, most of the time of an eps
-  evaluation; this is the same max-shifted sum in plain floats.
-  """
-  top = max(logs, default=-math.inf)
-  if top == -math.inf:
-    return -math.inf
-  return top + math.log(math.fsum(math.exp(value - top) for value in logs))
-
-
-# ----------------------------------------------------------------------------
 # Section 3.2: epsilon between two Gaussians.
-
-
-def _privacy_loss_superlevel_set(mu_p: float, std_p: float, mu_q: float,
-                                 std_q: float,
-                                 eps: float) -> list[tuple[float, float]]:
-  """Intervals where log p(x) - log q(x) > eps, for p = N(mu_p, std_p^2) etc.
-
-  The privacy loss is the quadratic a x^2 + b x + c with
-    a = 1/(2 std_q^2) - 1/(2 std_p^2),
-    b = mu_p/std_p^2 - mu_q/std_q^2,
-    c = mu_q^2/(2 std_q^2) - mu_p^2/(2 std_p^2) + log(std_q/std_p).
-  Its superlevel set is a half-line (a = 0), two tails (a > 0) or an interval
-  (a < 0). Roots use the cancellation-free form of the quadratic formula.
-  """
-  a = 0.5 / std_q**2 - 0.5 / std_p**2
-  b = mu_p / std_p**2 - mu_q / std_q**2
-  c = (0.5 * mu_q**2 / std_q**2 - 0.5 * mu_p**2 / std_p**2 +
-       math.log(std_q / std_p) - eps)
-  if a == 0.0:
-    if b == 0.0:
-      return [(-math.inf, math.inf)] if c > 0 else []
-    root = -c / b
-    return [(root, math.inf)] if b > 0 else [(-math.inf, root)]
-  disc = b * b - 4.0 * a * c
-  if disc <= 0.0:  # No sign change: everywhere (a > 0) or nowhere (a < 0).
-    return [(-math.inf, math.inf)] if a > 0 else []
-  q = -0.5 * (b + math.copysign(math.sqrt(disc), b))
-  r1, r2 = sorted((q / a, c / q))
-  if a > 0:
-    return [(-math.inf, r1), (r2, math.inf)]
-  return [(r1, r2)]
-
-
-def _log_hockey_stick(mu_p: float, std_p: float, mu_q: float, std_q: float,
-                      eps: float) -> float:
-  """log of the hockey-stick divergence E_eps(P || Q) = sup_S P(S) - e^eps Q(S).
-
-  The supremum is attained on S = {x : log p(x)/q(x) > eps}, on which
-  P(S) >= e^eps Q(S) pointwise, so the logarithm of the difference is formed
-  from log P(S) and log Q(S) without cancellation.
-  """
-  intervals = _privacy_loss_superlevel_set(mu_p, std_p, mu_q, std_q, eps)
-  if not intervals:
-    return -math.inf
-  log_p = _log_prob_of_set(intervals, mu_p, std_p)
-  log_q = _log_prob_of_set(intervals, mu_q, std_q)
-  return _log_diff(log_p, eps + log_q)
 
 
 def _epsilon_one_direction(mu_p: float, std_p: float, mu_q: float,
@@ -198,7 +85,7 @@ def _epsilon_one_direction(mu_p: float, std_p: float, mu_q: float,
   """Smallest eps >= 0 with E_eps(P || Q) <= delta (monotone root search)."""
 
   def excess(eps: float) -> float:
-    value = _log_hockey_stick(mu_p, std_p, mu_q, std_q, eps)
+    value = hockey_stick.log_hockey_stick(mu_p, std_p, mu_q, std_q, eps)
     return max(value, _LOG_TINY * 10) - log_delta
 
   if excess(0.0) <= 0.0:
@@ -242,12 +129,6 @@ def epsilon_two_gaussians(mu0: float, std0: float, mu1: float, std1: float,
       apart to compare in double precision.
     EpsilonOverflowError: if eps exceeds 1e12.
   """
-  return _epsilon_two_gaussians(mu0, std0, mu1, std1, delta)
-
-
-def _epsilon_two_gaussians(mu0: float, std0: float, mu1: float, std1: float,
-                           delta: float) -> float:
-  """`epsilon_two_gaussians` of arguments already checked (stds > 0)."""
   log_delta = math.log(delta)
   shift = (mu1 - mu0) / std0
   ratio = std1 / std0
@@ -265,9 +146,9 @@ def _epsilon_two_gaussians(mu0: float, std0: float, mu1: float, std1: float,
 
 def _gaussian_log_delta(eps: float, sigma: float) -> float:
   """log delta(eps) of N(0, s^2) vs N(1, s^2): Phi(1/2s - eps s) - e^eps Phi(-1/2s - eps s)."""
-  return _log_diff(
-      _log_prob_below(0.5 / sigma - eps * sigma),
-      eps + _log_prob_below(-0.5 / sigma - eps * sigma))
+  return hockey_stick.log_diff(
+      hockey_stick.log_prob_below(0.5 / sigma - eps * sigma),
+      eps + hockey_stick.log_prob_below(-0.5 / sigma - eps * sigma))
 
 
 @validation.arguments('sigma', 'delta')
@@ -288,11 +169,6 @@ def gaussian_epsilon(sigma: float, delta: float) -> float:
   Raises:
     ValueError: if `sigma` <= 0 or `delta` is not in (0, 1).
   """
-  return _gaussian_epsilon(sigma, delta)
-
-
-def _gaussian_epsilon(sigma: float, delta: float) -> float:
-  """`gaussian_epsilon` of arguments already checked."""
   log_delta = math.log(delta)
   if _gaussian_log_delta(0.0, sigma) <= log_delta:
     return 0.0
@@ -337,7 +213,7 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
 # Algorithms 1-3: epsilon estimates.
 
 
-@validation.arguments('cosines', 'delta', dim=validation.Int(3),
+@validation.arguments('cosines', 'delta', dim=null_distribution.DIM,
                       variance=validation.Choice(('fitted', 'null')))
 def epsilon_from_final_cosines(cosines: ArrayLike, dim: int, delta: float,
                                variance: VarianceModel = 'fitted') -> float:
@@ -392,7 +268,7 @@ def epsilon_from_final_cosines(cosines: ArrayLike, dim: int, delta: float,
   mean, std = fit_gaussian(cosines, 'cosines')
   if variance == 'null':
     std = null_std
-  return _epsilon_two_gaussians(0.0, null_std, mean, std, delta)
+  return epsilon_two_gaussians.unchecked(0.0, null_std, mean, std, delta)
 
 
 @validation.arguments('delta', seen=validation.Cosines(),
@@ -433,8 +309,8 @@ def epsilon_from_seen_unseen(seen: ArrayLike, unseen: ArrayLike,
   """
   mu_seen, std_seen = fit_gaussian(seen, 'seen')
   mu_unseen, std_unseen = fit_gaussian(unseen, 'unseen')
-  return _epsilon_two_gaussians(mu_unseen, std_unseen, mu_seen, std_seen,
-                                delta)
+  return epsilon_two_gaussians.unchecked(mu_unseen, std_unseen, mu_seen,
+                                         std_seen, delta)
 
 
 # ----------------------------------------------------------------------------
@@ -459,15 +335,10 @@ def anderson_darling(sample: ArrayLike) -> float:
   Raises:
     ValueError: if `sample` has fewer than 8 finite numbers or zero spread.
   """
-  if float(np.std(sample, ddof=1)) <= 0.0:
+  std = float(np.std(sample, ddof=1))
+  if std <= 0.0:
     raise ValueError('sample has zero spread.')
-  return _anderson_darling(sample)
-
-
-def _anderson_darling(values: np.ndarray) -> float:
-  """`anderson_darling` of a sample already checked (>= 8 values, spread)."""
-  std = float(np.std(values, ddof=1))
-  z = np.sort((values - values.mean()) / std)
+  z = np.sort((sample - sample.mean()) / std)
   n = z.size
   weights = 2.0 * np.arange(1, n + 1) - 1.0
   terms = special.log_ndtr(z) + special.log_ndtr(-z[::-1])
@@ -493,11 +364,6 @@ def epsilon_of_gdp(mu: float, delta: float) -> float:
   Returns:
     eps >= 0; 0 for mu <= 0 (no shift towards the seen side).
   """
-  return _epsilon_of_gdp(mu, delta)
-
-
-def _epsilon_of_gdp(mu: float, delta: float) -> float:
-  """`epsilon_of_gdp` of arguments already checked."""
   if mu <= 0.0:
     return 0.0
-  return _gaussian_epsilon(1.0 / mu, delta)
+  return gaussian_epsilon.unchecked(1.0 / mu, delta)

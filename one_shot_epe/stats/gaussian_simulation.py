@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from one_shot_epe import validation
+from one_shot_epe.stats import null_distribution
 
 __all__ = ['METHODS', 'bartlett_factor', 'cosines_from_gaussians',
            'default_chunk_size', 'simulate_cosines', 'stream_chunk',
@@ -162,9 +163,9 @@ def _gram_cosines(dim: int, num_canaries: int, sigma: float,
   `bartlett_factor` (rows 1..k for the u_j, row k+1 for z) give cosines with
   exactly the law of Algorithm 1's. Valid for every d >= 1.
   """
-  coordinates = bartlett_factor(dim, num_canaries + 1, rng)
-  return cosines_from_gaussians(coordinates[:num_canaries],
-                                coordinates[num_canaries], sigma)
+  coordinates = bartlett_factor.unchecked(dim, num_canaries + 1, rng)
+  return cosines_from_gaussians.unchecked(coordinates[:num_canaries],
+                                          coordinates[num_canaries], sigma)
 
 
 @validation.arguments('dim', 'chunk_size')
@@ -239,17 +240,18 @@ def _stream_cosines(dim: int, num_canaries: int, sigma: float,
       rho = sum_j c_j + sigma z, and accumulates <c_j, rho> and ||rho||^2.
   Memory is O(k * chunk_size) and time O(k d).
   """
-  seeds = stream_chunk_seeds(dim, chunk_size, rng)
+  seeds = stream_chunk_seeds.unchecked(dim, chunk_size, rng)
   widths = [min(chunk_size, dim - c * chunk_size) for c in range(len(seeds))]
   squared_norms = np.zeros(num_canaries)
   for seed, width in zip(seeds, widths):
-    gaussians, _ = stream_chunk(seed, num_canaries, width, with_noise=False)
+    gaussians, _ = stream_chunk.unchecked(seed, num_canaries, width,
+                                          with_noise=False)
     squared_norms += np.einsum('ij,ij->i', gaussians, gaussians)
   inverse_norms = 1.0 / np.sqrt(squared_norms)
   inner_products = np.zeros(num_canaries)
   rho_squared_norm = 0.0
   for seed, width in zip(seeds, widths):
-    gaussians, noise = stream_chunk(seed, num_canaries, width)
+    gaussians, noise = stream_chunk.unchecked(seed, num_canaries, width)
     canaries = gaussians * inverse_norms[:, np.newaxis]
     rho = canaries.sum(axis=0) + sigma * noise
     inner_products += canaries @ rho
@@ -274,7 +276,7 @@ def default_chunk_size(num_canaries: int) -> int:
   return max(1, _STREAM_CHUNK_VALUES // num_canaries)
 
 
-@validation.arguments('num_canaries', 'sigma', dim=validation.Int(3),
+@validation.arguments('num_canaries', 'sigma', dim=null_distribution.DIM,
                       chunk_size=validation.Optional(validation.Int(1)))
 def simulate_cosines(dim: int,
                      num_canaries: int,
@@ -331,5 +333,5 @@ def simulate_cosines(dim: int,
                        f'{chunk_size!r} with method={method!r}.')
     return _gram_cosines(dim, num_canaries, sigma, rng)
   if chunk_size is None:
-    chunk_size = default_chunk_size(num_canaries)
+    chunk_size = default_chunk_size.unchecked(num_canaries)
   return _stream_cosines(dim, num_canaries, sigma, rng, chunk_size)

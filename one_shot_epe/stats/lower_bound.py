@@ -265,7 +265,7 @@ def _null_logsf(thresholds: np.ndarray, dim: int, null: NullKind) -> np.ndarray:
   if null == 'exact':
     # A float cosine of exactly 1 is a rounded value: its FPR is the
     # (positive) null mass above the largest double below 1, not 0.
-    return null_distribution.null_logsf(
+    return null_distribution.null_logsf.unchecked(
         np.minimum(thresholds, np.nextafter(1.0, 0.0)), dim)
   return stats.norm.logsf(thresholds * math.sqrt(dim))
 
@@ -275,7 +275,8 @@ def _null_upper_quantiles(log10_fprs: np.ndarray, dim: int,
   """Thresholds t with P(null cosine >= t) = 10^log10_fpr (the null is symmetric)."""
   fprs = 10.0**log10_fprs
   if null == 'exact':
-    return -np.asarray(null_distribution.null_ppf(fprs, dim), dtype=np.float64)
+    return -np.asarray(null_distribution.null_ppf.unchecked(fprs, dim),
+                       dtype=np.float64)
   return stats.norm.isf(fprs) / math.sqrt(dim)
 
 
@@ -366,8 +367,8 @@ def _split_bound(seen: np.ndarray, *, dim: int | None,
   return bound
 
 
-@validation.arguments('delta', seen=validation.Cosines(),
-                      dim=validation.Optional(validation.Int(3)),
+@validation.arguments('delta', 'seed', seen=validation.Cosines(),
+                      dim=validation.Optional(null_distribution.DIM),
                       unseen=validation.Optional(validation.Cosines()),
                       alpha=ALPHA, null=validation.Choice(NULLS),
                       threshold_strategy=validation.Choice(
@@ -446,16 +447,6 @@ def epsilon_lower_bound(seen: ArrayLike,
   if (dim is None) == (unseen is None):
     raise ValueError('give exactly one of dim (exact/Gaussian null) or unseen '
                      '(empirical null).')
-  return _epsilon_lower_bound(seen, delta=delta, dim=dim, unseen=unseen,
-                              alpha=alpha, null=null,
-                              threshold_strategy=threshold_strategy, seed=seed)
-
-
-def _epsilon_lower_bound(seen: np.ndarray, *, delta: float, dim: int | None,
-                         unseen: np.ndarray | None, alpha: float,
-                         null: NullKind, threshold_strategy: ThresholdStrategy,
-                         seed: int) -> float:
-  """`epsilon_lower_bound` of arguments already checked (cosines clipped)."""
   if threshold_strategy == 'bonferroni':
     bound = _bonferroni_bound(seen, dim=dim, unseen=unseen, null=null,
                               alpha=alpha, delta=delta)

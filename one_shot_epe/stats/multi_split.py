@@ -32,9 +32,6 @@ from one_shot_epe import validation
 from one_shot_epe.stats import lower_bound
 from one_shot_epe.stats import one_run
 
-# Checked values go to `one_run`'s unchecked helpers (its math per threshold).
-# pylint: disable=protected-access
-
 __all__ = ['BOUNDS', 'Bound', 'DEFAULT_SPLITS', 'epsilon_multi_split',
            'split_bounds']
 
@@ -55,7 +52,7 @@ def _hull_thresholds(
   thresholds = np.append(np.union1d(seen, unseen), np.inf)
   misses = np.searchsorted(np.sort(seen), thresholds, side='left')
   rejections = np.searchsorted(np.sort(unseen), thresholds, side='left')
-  keep = one_run._upper_hull(
+  keep = one_run.upper_hull(
       np.stack([misses, rejections], axis=1).astype(np.float64))
   return thresholds[keep], misses[keep], rejections[keep]
 
@@ -126,16 +123,16 @@ def _one_run_bound(kind: str, canaries: int, guesses: int, correct: int,
                    level: float, delta: float, floor: float) -> float:
   """The one-run certificate of one threshold's counts, or `floor`."""
   if kind == 'one_run':
-    if one_run._steinke_p_value(canaries, guesses, correct, floor,
-                                0.0) > level:
+    if one_run.steinke_p_value(canaries, guesses, correct, floor,
+                               0.0) > level:
       return floor
-    return one_run._largest_rejected(
-        lambda eps: level - one_run._steinke_p_value(canaries, guesses,
-                                                     correct, eps, delta),
+    return one_run.largest_rejected(
+        lambda eps: level - one_run.steinke_p_value(canaries, guesses,
+                                                    correct, eps, delta),
         floor)
-  return one_run._largest_rejected(
-      lambda eps: one_run._fdp_excess(canaries, guesses, correct, level, eps,
-                                      delta), floor)
+  return one_run.largest_rejected(
+      lambda eps: one_run.fdp_excess(canaries, guesses, correct, level, eps,
+                                     delta), floor)
 
 
 def _one_run_threshold(kind: str, seen: np.ndarray, unseen: np.ndarray,
@@ -144,7 +141,7 @@ def _one_run_threshold(kind: str, seen: np.ndarray, unseen: np.ndarray,
 
   Thresholds are tried in order of decreasing Clopper-Pearson lower bound on
   their precision, skipping those whose raw precision cannot beat the best
-  eps so far, as `one_run._best_over_thresholds`, keeping the first best.
+  eps so far, as `one_run.epsilon_one_run` does, keeping the first best.
   """
   thresholds, misses, rejections = _hull_thresholds(seen, unseen)
   correct = seen.size - misses

@@ -18,8 +18,12 @@ from scipy import stats
 
 from one_shot_epe import validation
 
-__all__ = ['null_cdf', 'null_gaussian_approximation', 'null_logsf', 'null_pdf',
-           'null_ppf']
+__all__ = ['DIM', 'null_cdf', 'null_gaussian_approximation', 'null_logsf',
+           'null_pdf', 'null_ppf']
+
+# The rule of a cosine's dimension d wherever the exact null applies: the
+# law of Theorem 3.1 needs d >= 3.
+DIM = validation.Int(3)
 
 
 def _log_gamma_ratio_half(a: float) -> float:
@@ -98,7 +102,7 @@ def _half_mass_centre(tau: np.ndarray, a: float) -> np.ndarray:
   return np.abs(tau) * np.exp(log_front) * total
 
 
-@validation.arguments(dim=validation.Int(3))
+@validation.arguments(dim=DIM)
 def null_logsf(tau: ArrayLike, dim: int) -> np.ndarray:
   """log P(T > tau) for the exact null cosine T (Theorem 3.1), accurate in the tails.
 
@@ -142,7 +146,7 @@ def null_logsf(tau: ArrayLike, dim: int) -> np.ndarray:
   return out
 
 
-@validation.arguments(dim=validation.Int(3))
+@validation.arguments(dim=DIM)
 def null_pdf(tau: ArrayLike, dim: int) -> np.ndarray:
   """Density of the cosine between a uniform unit vector and a fixed vector.
 
@@ -167,6 +171,7 @@ def null_pdf(tau: ArrayLike, dim: int) -> np.ndarray:
   return np.where(inside, np.exp(log_pdf), 0.0)
 
 
+@validation.arguments(dim=DIM)
 def null_cdf(tau: ArrayLike, dim: int) -> np.ndarray:
   """P(T <= tau) for the exact null cosine, by symmetry P(T > -tau).
 
@@ -180,10 +185,10 @@ def null_cdf(tau: ArrayLike, dim: int) -> np.ndarray:
   Raises:
     ValueError: `dim` is not an int >= 3.
   """
-  return np.exp(null_logsf(-np.asarray(tau, dtype=np.float64), dim))
+  return np.exp(null_logsf.unchecked(-np.asarray(tau, dtype=np.float64), dim))
 
 
-@validation.arguments(dim=validation.Int(3))
+@validation.arguments(dim=DIM)
 def null_ppf(q: ArrayLike, dim: int) -> np.ndarray:
   """Quantile function of the exact null cosine.
 
@@ -208,16 +213,16 @@ def null_ppf(q: ArrayLike, dim: int) -> np.ndarray:
   tau = 2.0 * special.betaincinv(a, a, q) - 1.0
   interior = (q > 0.0) & (q < 1.0)
   for _ in range(3):
-    density = null_pdf(tau, dim)
+    density = null_pdf.unchecked(tau, dim)
     step = np.where(interior & (density > 0),
-                    (null_cdf(tau, dim) - q) /
+                    (null_cdf.unchecked(tau, dim) - q) /
                     np.where(density > 0, density, 1.0),
                     0.0)
     tau = np.clip(tau - step, -1.0, 1.0)
   return tau
 
 
-@validation.arguments(dim=validation.Int(3))
+@validation.arguments(dim=DIM)
 def null_gaussian_approximation(dim: int) -> stats.rv_continuous:
   """N(0, 1/d): the limit law of Theorem 3.2 (and the exact null's mean/variance).
 

@@ -35,7 +35,8 @@ from scipy import stats
 from one_shot_epe.stats import estimation
 from one_shot_epe import validation
 
-__all__ = ['epsilon_one_run', 'epsilon_one_run_fdp', 'hull_counts']
+__all__ = ['epsilon_one_run', 'epsilon_one_run_fdp', 'fdp_excess',
+           'hull_counts', 'largest_rejected', 'steinke_p_value', 'upper_hull']
 
 # Tolerance of the root in eps (absolute).
 _EPSILON_TOLERANCE = 1e-9
@@ -48,11 +49,17 @@ def _check_separable(seen: np.ndarray, unseen: np.ndarray) -> None:
                      'tells them apart.')
 
 
-def _upper_hull(points: np.ndarray) -> np.ndarray:
+def upper_hull(points: np.ndarray) -> np.ndarray:
   """Indices of the strictly convex upper hull of points sorted by (x, y).
 
   Andrew's monotone chain: a point stays only if the chain turns strictly
   clockwise there (collinear points go).
+
+  Args:
+    points: [n, 2] float points, sorted by x and then y.
+
+  Returns:
+    The indices of the hull's vertices, increasing.
   """
   hull: list[int] = []
   for index, (x, y) in enumerate(points):
@@ -84,18 +91,29 @@ def hull_counts(seen: np.ndarray,
   thresholds = np.append(np.union1d(seen, unseen), np.inf)
   misses = np.searchsorted(np.sort(seen), thresholds, side='left')
   rejections = np.searchsorted(np.sort(unseen), thresholds, side='left')
-  keep = _upper_hull(np.stack([misses, rejections], axis=1).astype(np.float64))
+  keep = upper_hull(np.stack([misses, rejections], axis=1).astype(np.float64))
   return seen.size - misses[keep], unseen.size - rejections[keep]
 
 
-def _steinke_p_value(canaries: int, guesses: int, correct: int,
-                     epsilon: float, delta: float) -> float:
+def steinke_p_value(canaries: int, guesses: int, correct: int,
+                    epsilon: float, delta: float) -> float:
   """P-value of `correct` right guesses of `guesses` under (eps, delta)-DP.
 
   Steinke, Nasr and Jagielski (2023), Theorem 3.3 with k_- = 0: the
   binomial tail beta = P[Bin(guesses, q) >= correct], q = e^eps/(1 + e^eps),
   plus 2 m delta max_i (P[Bin >= correct - i] - beta) / i over i = 1 ...
-  correct, m the number of canaries; capped at 1.
+  correct, m the number of canaries; capped at 1. The counts come from
+  `hull_counts` of checked scores.
+
+  Args:
+    canaries: m, the seen and unseen canaries together.
+    guesses: The "inserted" guesses, in [1, m].
+    correct: The right ones among them, in [0, guesses].
+    epsilon: The eps of the claim tested, >= 0.
+    delta: Its delta, in [0, 1).
+
+  Returns:
+    The p-value, in [0, 1].
   """
   q = special.expit(epsilon)
   beta = float(stats.binom.sf(correct - 1, guesses, q))
@@ -115,11 +133,11 @@ def _gaussian_sigma(epsilon: float, delta: float) -> float:
   """
   if epsilon == 0:
     return 0.5 / float(stats.norm.ppf((1.0 + delta) / 2.0))
-  return estimation.gaussian_sigma(epsilon, delta)
+  return estimation.gaussian_sigma.unchecked(epsilon, delta)
 
 
-def _fdp_excess(canaries: int, guesses: int, correct: int, alpha: float,
-                epsilon: float, delta: float) -> float:
+def fdp_excess(canaries: int, guesses: int, correct: int, alpha: float,
+               epsilon: float, delta: float) -> float:
   """Positive when the guesses falsify the Gaussian f-DP of (eps, delta).
 
   Mahloujifar et al. (2024), the recursion with a cap: starting from the
@@ -128,6 +146,17 @@ def _fdp_excess(canaries: int, guesses: int, correct: int, alpha: float,
   for sigma the Gaussian mechanism's noise at (eps, delta), and right ones
   by the share they imply, once for each correct guess; the claim is
   falsified when r + h ends below guesses / canaries.
+
+  Args:
+    canaries: m, the seen and unseen canaries together.
+    guesses: The "inserted" guesses, in [1, m].
+    correct: The right ones among them, in [0, guesses].
+    alpha: The test's level, in (0, 1).
+    epsilon: The eps of the Gaussian mechanism claimed, >= 0.
+    delta: Its delta, in (0, 1).
+
+  Returns:
+    The excess r + h - guesses / canaries: positive rejects the claim.
   """
   shift = 1.0 / _gaussian_sigma(epsilon, delta)
   right = alpha * correct / canaries
@@ -143,11 +172,19 @@ def _fdp_excess(canaries: int, guesses: int, correct: int, alpha: float,
   return right + wrong - guesses / canaries
 
 
-def _largest_rejected(rejects: Callable[[float], float], floor: float) -> float:
+def largest_rejected(rejects: Callable[[float], float], floor: float) -> float:
   """The eps >= floor where `rejects` (positive: claim rejected) turns <= 0.
 
   `floor` itself when the claim at `floor` stands; else the root, bracketed
   by doubling.
+
+  Args:
+    rejects: eps -> a number that is positive where the claim "the mechanism
+      is eps-private" is rejected, decreasing in eps.
+    floor: The smallest eps of interest, >= 0 (the best bound so far).
+
+  Returns:
+    The largest rejected eps, at least `floor`.
   """
   if rejects(floor) <= 0:
     return floor
@@ -190,34 +227,6 @@ def _best_over_thresholds(seen: np.ndarray, unseen: np.ndarray, alpha: float,
   return best
 
 
-def _epsilon_one_run(seen: np.ndarray, unseen: np.ndarray, delta: float,
-                     alpha: float) -> float:
-  """`epsilon_one_run` of checked, separable scores (the kernel)."""
-
-  def bound(canaries: int, level: float, floor: float, guesses: int,
-            correct: int) -> float:
-    if _steinke_p_value(canaries, guesses, correct, floor, 0.0) > level:
-      return floor  # Not rejected even without delta's share.
-    return _largest_rejected(
-        lambda eps: level - _steinke_p_value(canaries, guesses, correct, eps,
-                                             delta), floor)
-
-  return _best_over_thresholds(seen, unseen, alpha, bound)
-
-
-def _epsilon_one_run_fdp(seen: np.ndarray, unseen: np.ndarray, delta: float,
-                         alpha: float) -> float:
-  """`epsilon_one_run_fdp` of checked arguments (as `_epsilon_one_run`)."""
-
-  def bound(canaries: int, level: float, floor: float, guesses: int,
-            correct: int) -> float:
-    return _largest_rejected(
-        lambda eps: _fdp_excess(canaries, guesses, correct, level, eps, delta),
-        floor)
-
-  return _best_over_thresholds(seen, unseen, alpha, bound)
-
-
 @validation.arguments('seen', 'unseen', 'delta', 'alpha')
 def epsilon_one_run(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
                     alpha: float = 0.05) -> float:
@@ -238,7 +247,16 @@ def epsilon_one_run(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
       numbers, all scores are equal, or `delta` or `alpha` is not in (0, 1).
   """
   _check_separable(seen, unseen)
-  return _epsilon_one_run(seen, unseen, delta, alpha)
+
+  def bound(canaries: int, level: float, floor: float, guesses: int,
+            correct: int) -> float:
+    if steinke_p_value(canaries, guesses, correct, floor, 0.0) > level:
+      return floor  # Not rejected even without delta's share.
+    return largest_rejected(
+        lambda eps: level - steinke_p_value(canaries, guesses, correct, eps,
+                                            delta), floor)
+
+  return _best_over_thresholds(seen, unseen, alpha, bound)
 
 
 @validation.arguments('seen', 'unseen', 'delta', 'alpha')
@@ -264,4 +282,11 @@ def epsilon_one_run_fdp(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
     ValueError: as `epsilon_one_run`.
   """
   _check_separable(seen, unseen)
-  return _epsilon_one_run_fdp(seen, unseen, delta, alpha)
+
+  def bound(canaries: int, level: float, floor: float, guesses: int,
+            correct: int) -> float:
+    return largest_rejected(
+        lambda eps: fdp_excess(canaries, guesses, correct, level, eps, delta),
+        floor)
+
+  return _best_over_thresholds(seen, unseen, alpha, bound)

@@ -199,9 +199,7 @@ def _p_value(family: str, theta: float, delta: float, mistakes_made: int,
       weights @ special.bdtr(mistakes_made, guesses, errors), 0.0, 1.0))
 
 
-@validation.arguments('delta', canaries=validation.Int(1),
-                      guesses=validation.Int(1),
-                      mistakes_made=validation.Int(0), family=_FAMILY,
+@validation.arguments('delta', canaries=validation.Int(1), family=_FAMILY,
                       theta=_THETA)
 def tight_p_value(mistakes_made: int, guesses: int, canaries: int,
                   family: str, theta: float, delta: float) -> float:
@@ -221,8 +219,10 @@ def tight_p_value(mistakes_made: int, guesses: int, canaries: int,
   Raises:
     ValueError: if an argument is out of range.
   """
-  validation.check_int('guesses', guesses, 1, canaries)
-  validation.check_int('mistakes_made', mistakes_made, 0, guesses)
+  # Their ranges depend on each other: checked here, not by the decorator.
+  guesses = validation.check_int('guesses', guesses, 1, canaries)
+  mistakes_made = validation.check_int('mistakes_made', mistakes_made, 0,
+                                       guesses)
   return _p_value(family, theta, delta, mistakes_made, guesses,
                   _quadrature(guesses, canaries))
 
@@ -352,13 +352,6 @@ def epsilon_lo_tight(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
       `check_design`.
   """
   check_design(seen.size, unseen.size)
-  return _epsilon_lo_tight(seen, unseen, delta, family, alpha, design, seed)
-
-
-def _epsilon_lo_tight(seen: np.ndarray, unseen: np.ndarray, delta: float,
-                      family: str, alpha: float, design: str,
-                      seed: int) -> float:
-  """`epsilon_lo_tight` of checked arguments."""
   canaries = seen.size + unseen.size
   cumulative = _mistakes(seen, unseen, seed)
   grid = _guess_grid(canaries, family)
@@ -373,7 +366,7 @@ def _epsilon_lo_tight(seen: np.ndarray, unseen: np.ndarray, delta: float,
         lambda theta, r=int(guesses), u=made, q=nodes: _p_value(
             family, theta, delta, u, r, q), level))
   if family == 'gdp':
-    return estimation._epsilon_of_gdp(best, delta)  # pylint: disable=protected-access
+    return estimation.epsilon_of_gdp.unchecked(best, delta)
   return best
 
 
@@ -424,12 +417,6 @@ def epsilon_lo_known_null(seen: ArrayLike, null_logsf: Callable[
   Raises:
     ValueError: if an argument is out of range.
   """
-  return _epsilon_lo_known_null(seen, null_logsf, delta, alpha)
-
-
-def _epsilon_lo_known_null(seen: np.ndarray, null_logsf: Callable[
-    [np.ndarray], np.ndarray], delta: float, alpha: float) -> float:
-  """`epsilon_lo_known_null` of checked arguments."""
   ranks = _known_null_ranks(seen.size)
   ordered = np.sort(seen)[::-1]
   # P[Bin(k, p) >= r] = I_p(r, k - r + 1): its level-quantile in p.

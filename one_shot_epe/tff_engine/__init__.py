@@ -7,9 +7,13 @@ SQLite files. It shares the framework-free core (`one_shot_epe.*`) with the JAX
 engine and never imports it (tests/one_shot_epe_test.py).
 
 Modules:
+  support: which plans the engine runs (`supports(plan)`; framework-free).
   canaries: canary directions in TensorFlow, a pure function of (seed, id).
   seeded_queries: tensorflow-privacy's Gaussian queries with seeded noise.
   canary_aggregator: the TFF aggregator: DP-FedAvg + canary injection.
+  canary_records: a round's canary records at the server (Proj(c; S_t)).
+  aggregator_state: the canary aggregators' state, DP event, measurements
+    and value types.
   dp_queries: the canary aggregator's tensorflow_privacy DP queries.
   distributed_dp_aggregator: distributed DP (secure sum of the clients'
     noise shares) + canary injection.
@@ -26,7 +30,11 @@ Modules:
   runtime: TFF's C++ runtime in this process, with no leaked workers.
   tff_workers: TFF's C++ worker processes, started and stopped.
   distributed_runtime: a round's clients spread over many workers.
-  isolation: each local worker alone in a loopback-only network namespace.
+  isolation: each local worker alone in a loopback-only network namespace
+    (the mode, the program's check, the server's bridge from the caller).
+  network_namespace: entering and reading a loopback-only network namespace.
+  namespace_bridge: the child processes that enter one (bridge and probe).
+  exposure: the TCP sockets a process listens on, and which are exposed.
   accelerators: the device of the launcher's canary work.
   quiet: program start without TensorFlow's start-up noise.
   tasks: EMNIST, StackOverflow, Fashion-MNIST and synthetic stand-ins.

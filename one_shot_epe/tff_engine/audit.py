@@ -13,7 +13,8 @@ data (Andrew et al., ICLR 2024, Sections 3-4):
    `tff.program.ProgramStateManager` that calls it for TFF's own loops
    (`tff.simulation.run_training_process`, `tff.learning.programs.
    train_model`) and adds the audit's state to their checkpoints;
-3. one call at the end, `report()`, giving both threat models (Algorithm 2:
+3. one call at the end, `report()` (`write_results(run_dir)` also writes
+   the launcher's result files), giving both threat models (Algorithm 2:
    cosines with theta_T - theta_0; Algorithm 3: max-over-rounds cosines of seen
    vs unseen canaries) and the references as a `run_report.RunReport`: the
    canary's analytical eps, a real client's eps over the rounds observed
@@ -38,6 +39,7 @@ Example (examples/canaries_in_fedavg.py runs it whole on a tiny model):
   print(canary_audit.report().to_markdown())
 """
 
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -57,14 +59,18 @@ from one_shot_epe import validation
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import canary_schedules
+from one_shot_epe.design import audit_checks
 from one_shot_epe.design import canary_spec
+from one_shot_epe.reporting import run_files
 from one_shot_epe.reporting import run_report
 from one_shot_epe.runtime import round_record
+from one_shot_epe.tff_engine import aggregator_state
 from one_shot_epe.tff_engine import audit_state_manager
 from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe.tff_engine import canary_observer
 from one_shot_epe.tff_engine import cosine_tracking
 from one_shot_epe.tff_engine import distributed_dp_aggregator
+from one_shot_epe.tff_engine import support
 
 __all__ = ['CanaryAudit']
 
@@ -91,6 +97,13 @@ def _plan(*, num_canaries: int, rounds: int, clients_per_round: float,
       repetitions=repetitions)
   return spec, canary_schedules.expected_cohort(
       clients_per_round, num_canaries, repetitions, rounds)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+  """A mechanism and canaries, as the engine's `supports(plan)` reads them."""
+  mechanism: mechanisms.Mechanism
+  spec: canary_spec.CanarySpec
 
 
 class CanaryAudit:
@@ -141,11 +154,13 @@ class CanaryAudit:
 
     Args:
       delta: The delta of every epsilon of the report, in (0, 1).
-      num_canaries: k >= 1 seen canaries, inserted `repetitions` times each.
+      num_canaries: k >= 2 seen canaries, inserted `repetitions` times each
+        (a Gaussian is fitted to their statistics).
       rounds: T, the number of training rounds.
       clients_per_round: The expected number of real clients per round; the
         expected canaries per round, k r / T, are added to it.
-      num_unseen_canaries: m canaries tracked but never inserted (default k).
+      num_unseen_canaries: m canaries tracked but never inserted (default
+        k): 0, or >= 2 for the all-iterates report.
       repetitions: r, presentations of each seen canary, one per period of
         T / r rounds (Sec. 5.2; default 1).
       canary_seed: Canary j is a pure function of (canary_seed, j) (default
@@ -168,7 +183,12 @@ class CanaryAudit:
     Raises:
       TypeError: if both or neither of the plan's arguments and (`spec`,
         `dp`) are given, or `spec`, `dp` or `mechanism` has the wrong type.
-      ValueError: if an argument is out of range, or `mechanism` needs a
+      ValueError: before any work, if an argument is out of range (fewer
+        than 2 seen canaries, 1 unseen), canaries would be over half of a
+        round's expected participants
+        (`canary_schedules.check_canary_share`), the rounds or canaries
+        cannot fit this machine (`run_size.check`), the TFF engine does
+        not run `mechanism` (`support.supports`), or `mechanism` needs a
         fixed clip that `dp` lacks.
     """
     plan = dict(num_canaries=num_canaries, rounds=rounds,
@@ -184,11 +204,16 @@ class CanaryAudit:
       if mechanism is not None:
         raise TypeError('mechanism goes with spec and dp; otherwise the '
                         'factory method called chooses it.')
+      audit_checks.check_audit(rounds, num_canaries,
+                               num_canaries if num_unseen_canaries is None
+                               else num_unseen_canaries)
       spec, expected_cohort = _plan(**plan)
+      audit_checks.check_share(num_canaries, clients_per_round,
+                               expected_cohort)
       share = canary_schedules.canary_share_warning(clients_per_round,
                                                      expected_cohort)
-      if share is not None:
-        warnings.warn(share, stacklevel=2)
+      if share is not None:  # The caller's line: past the argument check.
+        warnings.warn(share, stacklevel=3)
     else:
       if given:
         raise TypeError(f'CanaryAudit takes spec and dp or the arguments of '
@@ -199,16 +224,18 @@ class CanaryAudit:
       if not isinstance(dp, canary_spec.DPAggregation):
         raise TypeError(f'dp must be a canary_spec.DPAggregation; got '
                         f'{dp!r}.')
+      for name in ('num_seen', 'num_unseen'):
+        canary_spec.AUDITED_CANARIES[name](f'spec.{name}',
+                                           getattr(spec, name))
       mechanism = mechanisms.Gaussian() if mechanism is None else mechanism
-      if not isinstance(mechanism, (mechanisms.Gaussian,
-                                    mechanisms.DistributedDP,
-                                    mechanisms.TreeAggregation)):
-        raise TypeError(f'mechanism must be a mechanisms.Gaussian, '
-                        f'DistributedDP or TreeAggregation (the TFF '
-                        f'engine\'s); got {mechanism!r}.')
-      if mechanism.fixed_clip_reason is not None and dp.adaptive:
-        raise ValueError(f'the {mechanism.name} mechanism needs the dp of a '
-                         f'fixed clip: {mechanism.fixed_clip_reason}.')
+      if not isinstance(mechanism, mechanisms.MECHANISMS):
+        raise TypeError(f'mechanism must be one of the mechanisms of '
+                        f'accounting.mechanisms; got {mechanism!r}.')
+      answer = support.supports(_Planned(mechanism, spec))
+      if not answer:
+        raise ValueError(f'mechanism={mechanism!r}: the TFF engine does not '
+                         f'run it: {answer.reason}.')
+      mechanisms.check_clip(mechanism, dp.adaptive)
       expected_cohort = dp.clients_per_round
     self.spec = spec
     self.expected_cohort = expected_cohort
@@ -417,9 +444,9 @@ class CanaryAudit:
 
     Returns:
       The event the aggregator recorded
-      (`canary_aggregator.extract_dp_event_from_state`).
+      (`aggregator_state.extract_dp_event_from_state`).
     """
-    return canary_aggregator.extract_dp_event_from_state(
+    return aggregator_state.extract_dp_event_from_state(
         learning_state.aggregator)
 
   # -- 2. One call per round (`canary_observer.CanaryObserver`). ---------------
@@ -540,6 +567,48 @@ class CanaryAudit:
     """
     return self._observer.final_cosines(unseen)
 
+  def _results(self, alpha: float, accuracy: float | None,
+               noise_multiplier: float | None
+               ) -> tuple[canary_spec.CanaryOutcome, run_report.RunReport]:
+    """The rounds observed' cosines and their report (`report`)."""
+    maxima = self.cosine_maxima()
+    if noise_multiplier is None and self._dp is None:
+      raise ValueError('noise_multiplier is unknown: build the factory with '
+                       "this audit's gaussian_fixed/gaussian_adaptive or pass "
+                       'noise_multiplier.')
+    if noise_multiplier is None:
+      noise_multiplier = float(self._dp.noise_multiplier)
+    spec = self.spec
+    rounds = self.rounds_observed
+    participation = self._client_participation
+    if participation is not None:
+      participation = dataclasses.replace(participation, rounds=rounds)
+    mechanism = mechanisms.Gaussian() if self.mechanism is None else (
+        self.mechanism)
+    # The unseen canaries' final cosines serve the one-run bounds from two on.
+    outcome = canary_spec.CanaryOutcome(
+        final_cosines=self.final_cosines(),
+        final_unseen_cosines=(self.final_cosines(unseen=True)
+                              if spec.num_unseen >= 2 else np.zeros(0)),
+        seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
+        accuracy=float('nan') if accuracy is None else accuracy,
+        dim=self._observer.dim, resumed_from_round=0, rounds_trained=rounds)
+    facts = mechanisms.RunFacts(
+        noise_multiplier=float(noise_multiplier), delta=self._delta,
+        dim=self._observer.dim, canary_presentations=spec.repetitions,
+        rounds=rounds, clip=None if self._dp is None else self._dp.clip,
+        cohort=self.expected_cohort, participation=participation,
+        presentation_counts=spec.presentation_counts(rounds),
+        schedule=spec.schedule, round_event=self._observer.round_event)
+    return outcome, run_report.build_run_report(
+        outcome, facts, mechanism, alpha=alpha,
+        setting={'num_canaries': spec.num_seen,
+                 'num_unseen_canaries': spec.num_unseen,
+                 'canary_repeats': spec.repetitions,
+                 'rounds_observed': rounds,
+                 'canary_clip': spec.canary_clip,
+                 'expected_cohort': self.expected_cohort})
+
   def report(self, *, alpha: float = 0.05, accuracy: float | None = None,
              noise_multiplier: float | None = None) -> run_report.RunReport:
     """Both threat models' estimates and bounds for the rounds observed.
@@ -563,36 +632,35 @@ class CanaryAudit:
       ValueError: if no training round was observed yet, or the noise
         multiplier is unknown (no factory built).
     """
-    maxima = self.cosine_maxima()
-    if noise_multiplier is None and self._dp is None:
-      raise ValueError('noise_multiplier is unknown: build the factory with '
-                       "this audit's gaussian_fixed/gaussian_adaptive or pass "
-                       'noise_multiplier.')
-    if noise_multiplier is None:
-      noise_multiplier = float(self._dp.noise_multiplier)
-    spec = self.spec
-    rounds = self.rounds_observed
-    participation = self._client_participation
-    if participation is not None:
-      participation = dataclasses.replace(participation, rounds=rounds)
-    mechanism = mechanisms.Gaussian() if self.mechanism is None else (
-        self.mechanism)
-    return run_report.build_run_report(
-        final_cosines=self.final_cosines(),
-        final_unseen_cosines=(self.final_cosines(unseen=True)
-                              if spec.num_unseen >= 2 else None),
-        dim=self._observer.dim, delta=self._delta,
-        noise_multiplier=noise_multiplier, alpha=alpha, mechanism=mechanism,
-        clip=None if self._dp is None else self._dp.clip,
-        cohort=self.expected_cohort, schedule=spec.schedule,
-        seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
-        accuracy=accuracy, canary_presentations=spec.repetitions,
-        rounds=rounds, participation=participation,
-        presentation_counts=spec.presentation_counts(rounds),
-        round_event=self._observer.round_event,
-        setting={'num_canaries': spec.num_seen,
-                 'num_unseen_canaries': spec.num_unseen,
-                 'canary_repeats': spec.repetitions,
-                 'rounds_observed': rounds,
-                 'canary_clip': spec.canary_clip,
-                 'expected_cohort': self.expected_cohort})
+    return self._results(alpha, accuracy, noise_multiplier)[1]
+
+  def write_results(self, run_dir: str, *, alpha: float = 0.05,
+                    accuracy: float | None = None,
+                    noise_multiplier: float | None = None
+                    ) -> run_report.RunReport:
+    """Writes the rounds observed' result files into `run_dir`, as a launcher.
+
+    final_cosines.csv (and max_cosines.csv with unseen canaries), `report()`
+    as report.json and report.md, and cosine_densities.png, each atomically
+    and named as in `runtime.run_directory` (`reporting.run_files`).
+
+    Args:
+      run_dir: The directory to write into (created if missing).
+      alpha: As for `report`.
+      accuracy: As for `report`.
+      noise_multiplier: As for `report`.
+
+    Returns:
+      The report written.
+
+    Raises:
+      ValueError: as `report`.
+      OSError: a file cannot be written.
+    """
+    outcome, report = self._results(alpha, accuracy, noise_multiplier)
+    os.makedirs(run_dir, exist_ok=True)
+    run_files.write_results(
+        run_dir, outcome, report,
+        title=f'CanaryAudit, noise {report.noise_multiplier:g}, '
+        f'{self.spec.repetitions} repetition(s)')
+    return report

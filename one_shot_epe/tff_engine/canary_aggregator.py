@@ -22,37 +22,20 @@ Each round t (0-based count of `next` calls):
    factory that sums without raising the records' sensitivity, as in TFF).
 2. At the server, every seen canary that the schedule names for round t
    becomes a record and goes through the same query's `preprocess_record` as
-   a client's update would, and its record is merged into the clients' sum
-   before `get_noised_result`, so it is noised with everything else (noise
-   std = noise multiplier x S_t). `canary_spec.CanarySpec.canary_clip` picks the record:
-   'project' (default, the paper's text): `Proj(c_j; S_t)` (Algorithm 2,
-   line 7: the canary direction scaled to exactly the round's clip S_t), so
-   clipping is a no-op and the adaptive clip's quantile estimate counts it as
-   an unclipped update; 'clip' (the convention of the paper's published
-   code): `canary_spec.CLIPPED_CANARY_SCALE` x S_t times the unit direction, which the
-   query's own clipping scales down to norm S_t, so it contributes the same
-   vector (up to float32 rounding) but counts as a clipped update.
+   a client's update would (`canary_records`: 'project', the paper's text,
+   `Proj(c_j; S_t)` of Algorithm 2, line 7, counted as unclipped; or 'clip',
+   the paper's published code, counted as clipped), and its record is merged
+   into the clients' sum before `get_noised_result`, so it is noised with
+   everything else (noise std = noise multiplier x S_t).
 3. The noised average rho_bar_t (Algorithm 3, line 9) is the process result.
-   The state exposes it (`CanaryAggregatorState.aggregate`) for
-   `cosine_tracking.CosineTracker`, which keeps every canary's running
+   The state exposes it (`aggregator_state.CanaryAggregatorState.aggregate`)
+   for `cosine_tracking.CosineTracker`, which keeps every canary's running
    maximum cosine with it (Algorithm 3, lines 10-16) outside the TFF state.
 
-Conformance with `tff.aggregators.DifferentiallyPrivateFactory` (TFF 0.87).
-The state carries TFF's fields `query_state`, `agg_state` (the record
-aggregation's state), `dp_event` (the `dp_accounting.DpEvent` that the DP
-query's `get_noised_result` reported for the last round, as a named tuple) and
-`is_init_state`; `extract_dp_event_from_state` returns the event, which an
-accountant composes over rounds exactly as for TFF's own factory. The
-measurements start with TFF's `dp_query_metrics` (the query's
-`derive_metrics` after the round, e.g. the next adaptive clip) and `dp` (the
-record aggregation's measurements).
-
-The canaries' per-round measurements stay compact (no d-sized vectors): `clip`
-(S_t, the clip applied this round), `canaries_inserted` and `aggregate_norm`
-(||rho_bar_t||).
-
-Distributed DP is `distributed_dp_aggregator.CanaryDistributedDPFactory`,
-with this module's state (`CanaryAggregatorState`) and measurements.
+The process's state and measurements are TFF's, then the canaries'
+(`aggregator_state`, which also reads a state's DP event for accounting:
+`aggregator_state.extract_dp_event_from_state`), as for distributed DP
+(`distributed_dp_aggregator.CanaryDistributedDPFactory`).
 
 Sign convention: the result is the noised mean *update* of `tff.learning`
 (initial - trained weights), which the server optimizer subtracts; it
@@ -61,49 +44,21 @@ contains +c, so inserted canaries have positive cosines with it.
 
 import collections
 import contextlib
-from typing import Any, NamedTuple
+from typing import Any
 
-import dp_accounting
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
 from one_shot_epe import validation
 from one_shot_epe.design import canary_spec
+from one_shot_epe.tff_engine import aggregator_state
 from one_shot_epe.tff_engine import canaries
+from one_shot_epe.tff_engine import canary_records
 from one_shot_epe.tff_engine import dp_queries
 from one_shot_epe.tff_engine import seeded_queries
 
-__all__ = ['CANARY_MEASUREMENTS', 'CanaryAggregatorState', 'CanaryDPFactory',
-           'check_value_type', 'extract_dp_event_from_state']
-
-# The measurements of the canaries, after TFF's `dp_query_metrics` and `dp`.
-CANARY_MEASUREMENTS = ('clip', 'canaries_inserted', 'aggregate_norm')
-
-
-class CanaryAggregatorState(NamedTuple):
-  """State of the canary aggregation process (placed at the server).
-
-  The first four fields are those of TFF's `DPAggregatorState`.
-
-  Attributes:
-    query_state: Global state of the DP query (holds the current clip).
-    agg_state: State of the record aggregation process.
-    dp_event: `DpEvent.to_named_tuple()` of the last round's DP event (a
-      placeholder in the initial state); see `extract_dp_event_from_state`.
-    is_init_state: True in the state of `initialize`, False after a round.
-    round_num: Number of completed rounds t (int32).
-    aggregate: float32 [d], the noised aggregate rho_bar of the last round
-      (zeros initially), for `cosine_tracking.CosineTracker.observe`.
-  """
-  query_state: Any
-  agg_state: Any
-  dp_event: Any
-  is_init_state: Any
-  round_num: Any
-  aggregate: Any
-
+__all__ = ['CanaryDPFactory']
 
 class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
   """DP-FedAvg Gaussian aggregation with canary insertion.
@@ -350,60 +305,9 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
   # --------------------------------------------------------------------------
   # TensorFlow building blocks (traced into TFF computations).
 
-  def _project(self, direction: tf.Tensor, clip: tf.Tensor,
-               specs: Any) -> Any:
-    """Proj(c; S) of Algorithm 2 packed into `specs`, with norm S.
-
-    The scale S / ||u|| is stepped down by float32 ulps until the record's
-    global norm, computed exactly as the query's clipping computes it, is
-    <= S. The record's norm is then S up to float rounding, clipping leaves it
-    unchanged, and the quantile estimate counts it as unclipped (norm <= S).
-    """
-
-    def record(scale):
-      return canaries.unflatten(direction * scale, specs)
-
-    def computed_norm(scale):
-      return tf.linalg.global_norm(tf.nest.flatten(record(scale)))
-
-    def step_down(scale):
-      return (tf.minimum(
-          tf.math.nextafter(scale, tf.zeros_like(scale)),
-          scale * clip / computed_norm(scale)),)
-
-    (scale,) = tf.while_loop(
-        lambda scale: computed_norm(scale) > clip, step_down,
-        (clip / tf.norm(direction),), maximum_iterations=32)
-    return record(scale)
-
-  def _canary_sample_state(self, params: Any, round_num: tf.Tensor,
-                           specs: Any, dim: int) -> tuple[Any, tf.Tensor]:
-    """Sum of the preprocessed canary records of the round, and their count."""
-    ids_table, offsets = self._spec.schedule_table()
-    num_scheduled = len(offsets) - 1
-    start = tf.gather(offsets, tf.minimum(round_num, num_scheduled))
-    end = tf.gather(offsets, tf.minimum(round_num + 1, num_scheduled))
-    ids = tf.constant(ids_table, tf.int64)[start:end]
-    clip = self._clip_from_params(params)
-
-    def insert(i, total):
-      direction = canaries.gaussian(self._spec.seed, ids[i], dim)
-      if self._spec.canary_clip == 'project':
-        record = self._project(direction, clip, specs)
-      else:
-        scale = canary_spec.CLIPPED_CANARY_SCALE * clip / tf.norm(direction)
-        record = canaries.unflatten(direction * scale, specs)
-      record = self._query.preprocess_record(params, record)
-      return i + 1, self._query.accumulate_preprocessed_record(total, record)
-
-    _, total = tf.while_loop(
-        lambda i, _: i < end - start, insert,
-        (tf.constant(0), self._query.initial_sample_state(specs)))
-    return total, end - start
-
   def _core_fields(self) -> tuple[str, ...]:
     """State fields computed in TensorFlow: all but the record aggregation's."""
-    return tuple(name for name in CanaryAggregatorState._fields
+    return tuple(name for name in aggregator_state.CanaryAggregatorState._fields
                  if name != 'agg_state')
 
   def _noised_result(self, sample_state: Any, query_state: Any,
@@ -441,8 +345,9 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     """
     query_state, round_num = core['query_state'], core['round_num']
     params = self._query.derive_sample_params(query_state)
-    canary_sum, inserted = self._canary_sample_state(params, round_num, specs,
-                                                     dim)
+    canary_sum, inserted = canary_records.canary_sample_state(
+        self._query, self._clip_from_params, self._spec, params, round_num,
+        specs, dim)
     result, new_query_state, event = self._noised_result(
         self._query.merge_sample_states(client_sum, canary_sum), query_state,
         round_num)
@@ -475,12 +380,14 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         value: float32 tensors of fully defined shapes.
 
     Returns:
-      The aggregation process, its state a `CanaryAggregatorState`.
+      The aggregation process, its state an
+      `aggregator_state.CanaryAggregatorState`.
 
     Raises:
-      ValueError: for a `value_type` that `check_value_type` refuses.
+      ValueError: for a `value_type` that `aggregator_state.check_value_type`
+        refuses.
     """
-    specs = check_value_type(value_type)
+    specs = aggregator_state.check_value_type(value_type)
     dim = canaries.flat_size(specs)
     core_fields = self._core_fields()
 
@@ -513,7 +420,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     def zip_state(core, agg_state):
       fields = {name: getattr(core, name) for name in core_fields}
       return tff.federated_zip(
-          CanaryAggregatorState(agg_state=agg_state, **fields))
+          aggregator_state.CanaryAggregatorState(agg_state=agg_state,
+                                                 **fields))
 
     @tff.federated_computation
     def init_fn():
@@ -536,7 +444,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
           dp_query_metrics=tff.federated_map(derive_metrics,
                                              new_core.query_state),
           dp=record_output.measurements)
-      for name in CANARY_MEASUREMENTS:
+      for name in aggregator_state.CANARY_MEASUREMENTS:
         measurements[name] = getattr(canary_measurements, name)
       return tff.templates.MeasuredProcessOutput(
           state=zip_state(new_core, record_output.state), result=result,
@@ -544,57 +452,3 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
-
-def extract_dp_event_from_state(state: Any) -> dp_accounting.DpEvent:
-  """The `DpEvent` of the round that produced `state`.
-
-  The counterpart of TFF's `differential_privacy.extract_dp_event_from_state`
-  for a state of a process created by `CanaryDPFactory` (e.g.
-  `learning_state.aggregator` of a `tff.learning` process): the event that the
-  DP query's `get_noised_result` reported for that round, which covers the
-  canaries too (they are records of the same query). Compose the events of
-  all rounds in a `dp_accounting` accountant for the run's guarantee.
-
-  Args:
-    state: A state returned by the process's `next()`, or an object with its
-      fields `dp_event` and `is_init_state`.
-
-  Returns:
-    The round's `dp_accounting.DpEvent`.
-
-  Raises:
-    ValueError: for the state of `initialize()`, whose event is a placeholder
-      (as TFF), or an object without the fields `dp_event`, `is_init_state`.
-  """
-  if not (hasattr(state, 'dp_event') and hasattr(state, 'is_init_state')):
-    raise ValueError('state must be a state of a CanaryDPFactory process, '
-                     "with fields 'dp_event' and 'is_init_state'; got "
-                     f'{type(state).__name__}.')
-  if bool(np.asarray(state.is_init_state)):
-    raise ValueError(
-        'state is the one returned by initialize(), whose DpEvent is a '
-        'placeholder; pass a state returned by next().')
-  return dp_accounting.DpEvent.from_named_tuple(state.dp_event)
-
-
-def check_value_type(value_type: Any) -> Any:
-  """The TensorSpecs of an aggregated value type (a factory's `create`).
-
-  Args:
-    value_type: The `tff.TensorType` or `tff.StructType` given to `create`.
-
-  Returns:
-    Its `tf.TensorSpec`s, in its structure.
-
-  Raises:
-    ValueError: unless it holds float32 tensors of fully defined shapes.
-  """
-  if not isinstance(value_type, (tff.TensorType, tff.StructType)):
-    raise ValueError('value_type must be a tff.TensorType or tff.StructType of '
-                     f'float32 tensors; got {value_type!r}.')
-  specs = tff.types.type_to_tf_tensor_specs(value_type)
-  for spec in tf.nest.flatten(specs):
-    if spec.dtype != tf.float32 or not spec.shape.is_fully_defined():
-      raise ValueError('value_type must hold float32 tensors with fully '
-                       f'defined shapes; got {value_type!r}.')
-  return specs

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import round_record
-from one_shot_epe.tff_engine import canary_aggregator
+from one_shot_epe.tff_engine import aggregator_state
 from one_shot_epe.tff_engine import cosine_tracking
 from one_shot_epe.tff_engine import final_model
 
@@ -98,7 +98,7 @@ class CanaryObserver:
       aggregator = aggregator._replace(aggregate=self._latest - weights)
     summaries = self._tracker.observe(aggregator)
     self._latest = weights
-    self.round_event = canary_aggregator.extract_dp_event_from_state(
+    self.round_event = aggregator_state.extract_dp_event_from_state(
         learning_state.aggregator)
     return summaries
 
@@ -176,7 +176,7 @@ class CanaryObserver:
     self._initial = initial
     self._latest = flat_trainable(learning_state)
     if tracker_state.rounds_observed > 0:
-      self.round_event = canary_aggregator.extract_dp_event_from_state(
+      self.round_event = aggregator_state.extract_dp_event_from_state(
           learning_state.aggregator)
     self._tracker = cosine_tracking.CosineTracker(
         self._spec, initial.size, state=tracker_state, device=self._device)

@@ -95,8 +95,7 @@ class CosineTracker:
     self._seed = spec.seed
     self._num_seen = spec.num_seen
     self._num_unseen = spec.num_unseen
-    self._rounds = (spec.buffer_rounds if spec.buffer_rounds is not None else
-                    canary_spec.default_buffer_rounds(self._dim))
+    self._rounds = spec.buffer_rounds_for(self._dim)
     chunk_size = (spec.chunk_size if spec.chunk_size is not None else
                   canaries.default_chunk_size(self._dim))
     self._device = device

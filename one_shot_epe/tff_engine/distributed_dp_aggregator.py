@@ -8,9 +8,9 @@ the clients' records and join the modular sum, so they meet the same
 rotation, scaling, rounding, noise shares and modulus, and their cosines
 (Algorithm 3) are taken with the decoded mean.
 `one_shot_epe.accounting.distributed_dp` has the calibration and the
-accounting; the process's state is `canary_aggregator.
-CanaryAggregatorState` and its measurements are
-`canary_aggregator.CANARY_MEASUREMENTS`, as for
+accounting; the process's state is
+`aggregator_state.CanaryAggregatorState` and its measurements are
+`aggregator_state.CANARY_MEASUREMENTS`, as for
 `canary_aggregator.CanaryDPFactory`.
 
 The noise is calibrated to, and accounted as, n = round(expected cohort)
@@ -41,7 +41,7 @@ from one_shot_epe import validation
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import canaries
-from one_shot_epe.tff_engine import canary_aggregator
+from one_shot_epe.tff_engine import aggregator_state
 
 __all__ = ['CanaryDistributedDPFactory']
 
@@ -121,9 +121,9 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
   records than the n shares of the calibration gets the missing shares
   from the server (`_server_shares`; the module docstring says why).
 
-  The state is a `canary_aggregator.CanaryAggregatorState`: `query_state`
+  The state is an `aggregator_state.CanaryAggregatorState`: `query_state`
   holds the rotation seed, `dp_event` the Gaussian event of z_eff
-  (`distributed_dp`), which `canary_aggregator.extract_dp_event_from_state`
+  (`distributed_dp`), which `aggregator_state.extract_dp_event_from_state`
   returns as for `canary_aggregator.CanaryDPFactory`.
   """
 
@@ -307,7 +307,7 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
       ValueError: for another value type, or one whose dimension the
         modulus cannot hold (`distributed_dp.calibrate`).
     """
-    specs = canary_aggregator.check_value_type(value_type)
+    specs = aggregator_state.check_value_type(value_type)
     dim = canaries.flat_size(specs)
     cal = self.calibration(dim)
     event = dp_accounting.GaussianDpEvent(cal.noise_multiplier)
@@ -320,7 +320,7 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
       else:
         base = tf.constant(fixed_seed, tf.int64)
       # The simulated secure sum keeps no state: agg_state is a constant 0.
-      return canary_aggregator.CanaryAggregatorState(
+      return aggregator_state.CanaryAggregatorState(
           query_state=base, agg_state=tf.constant(0, tf.int32),
           dp_event=event.to_named_tuple(), is_init_state=tf.constant(True),
           round_num=tf.constant(0, tf.int32),
@@ -352,7 +352,7 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
       flat = self._decode(
           client_sum + canary_sum + self._server_shares(missing, cal), seed,
           dim, cal)
-      new_state = canary_aggregator.CanaryAggregatorState(
+      new_state = aggregator_state.CanaryAggregatorState(
           query_state=state.query_state, agg_state=state.agg_state,
           dp_event=state.dp_event, is_init_state=tf.constant(False),
           round_num=state.round_num + 1, aggregate=flat)

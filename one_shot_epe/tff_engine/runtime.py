@@ -176,8 +176,8 @@ def local_cpp_context(default_num_clients: int = 0,
     The installed context.
 
   Raises:
-    isolation.IsolationError: ONE_SHOT_EPE_NETWORK_ISOLATION=require and the
-      host grants no network namespace.
+    network_namespace.IsolationError: ONE_SHOT_EPE_NETWORK_ISOLATION=require
+      and the host grants no network namespace.
     TimeoutError: the worker could not be reached.
   """
   quiet.quiet_tensorflow_import()

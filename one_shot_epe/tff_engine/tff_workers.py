@@ -25,7 +25,9 @@ from typing import Any
 from absl import logging
 import psutil
 
+from one_shot_epe.tff_engine import exposure
 from one_shot_epe.tff_engine import isolation
+from one_shot_epe.tff_engine import network_namespace
 from one_shot_epe.tff_engine import quiet
 from one_shot_epe import validation
 
@@ -214,7 +216,7 @@ def _direct_worker(index: int, max_concurrent_computation_calls: int,
     if _await_listening(processes[-1], port,
                         time.monotonic() + startup_timeout_s):
       ports.append(port)
-      isolation.warn_if_exposed(processes[-1].pid, f'worker_binary {index}')
+      exposure.warn_if_exposed(processes[-1].pid, f'worker_binary {index}')
       return f'{LOOPBACK_HOST}:{port}'
   raise RuntimeError(
       f'worker_binary {index} exited at start {_PORT_ATTEMPTS} times (exit '
@@ -243,7 +245,7 @@ def local_workers(num_workers: int, *,
   Where the host grants no namespace, ONE_SHOT_EPE_NETWORK_ISOLATION decides:
   'auto' (default) warns once and starts the workers here on free loopback
   ports ('127.0.0.1:port'), each reported once it listens
-  (`isolation.warn_if_exposed`); 'require' raises before any worker starts;
+  (`exposure.warn_if_exposed`); 'require' raises before any worker starts;
   'off' always starts them here.
 
   The targets are for `distributed_runtime.remote_cpp_context` and
@@ -270,8 +272,8 @@ def local_workers(num_workers: int, *,
   Raises:
     ValueError: for an argument out of range, or a bad
       ONE_SHOT_EPE_NETWORK_ISOLATION (named).
-    isolation.IsolationError: ONE_SHOT_EPE_NETWORK_ISOLATION=require and the
-      host grants no network namespace.
+    network_namespace.IsolationError: ONE_SHOT_EPE_NETWORK_ISOLATION=require
+      and the host grants no network namespace.
     RuntimeError: if a worker cannot start.
   """
   if log_dir is not None and not os.path.isdir(log_dir):
@@ -299,9 +301,9 @@ def local_workers(num_workers: int, *,
               shutdown_timeout_s=shutdown_timeout_s))
           targets.append(f'{_UNIX_PREFIX}{server.socket_path}')
           continue
-        except isolation.IsolationError as error:
+        except network_namespace.IsolationError as error:
           if mode == 'require':
-            raise isolation.IsolationError(
+            raise network_namespace.IsolationError(
                 f'{isolation.ISOLATION_ENV}=require but {error}') from error
           logging.warning(
               'No network isolation (%s): local TFF workers listen on every '

@@ -326,9 +326,9 @@ def _audit(plan: run_plan.RunPlan, task: tasks.Task,
     return None
   spec = plan.spec
   if spec.buffer_rounds is None:
-    spec = dataclasses.replace(spec, buffer_rounds=min(
-        canary_spec.default_buffer_rounds(task.num_parameters),
-        plan.rounds_per_checkpoint, plan.total_rounds))
+    spec = dataclasses.replace(spec, buffer_rounds=spec.buffer_rounds_for(
+        task.num_parameters,
+        min(plan.rounds_per_checkpoint, plan.total_rounds)))
   return audit_lib.CanaryAudit.from_spec(
       spec, plan.dp, delta=plan.delta, noise_seed=plan.noise_seed,
       mechanism=plan.mechanism, device=device)

@@ -74,6 +74,13 @@ class StringClientData(tff.simulation.datasets.ClientData):
   def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
     """The client's examples, in order, as a dataset holding only them.
 
+    Args:
+      client_id: one of `client_ids` ('0000', ...: the client's index).
+
+    Returns:
+      A finite dataset of OrderedDict(tokens=tf.string scalar), one element
+      per example of the client, in order.
+
     Raises:
       ValueError: `client_id` is not one of the ids.
     """
@@ -117,6 +124,12 @@ def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
   Args:
     train_client_spec: client epochs, batch size and example cap.
     corpus: the plays' federated split (`one_shot_epe.data.shakespeare.load`).
+
+  Returns:
+    TFF's StackOverflow next-word task (its LSTM and word preprocessing with
+    `corpus.vocab`) named 'shakespeare', training on one client per role and
+    testing on the pooled test split as one client '0'; no held-out split;
+    its data source is the plays directory.
 
   Raises:
     ValueError: the corpus has no test example.

@@ -115,9 +115,10 @@ def _emnist_split(sizes: np.ndarray, seed: int,
       _client_ids(len(sizes)), dataset_fn)
 
 
-@validation.arguments('num_clients', 'examples_per_client',
+@validation.arguments('num_clients', 'examples_per_client', 'seed',
                       test_examples_per_client=validation.Optional(
-                          validation.Int(1)))
+                          validation.Int(1)),
+                      sizes=validation.Choice(client_arrays.CLIENT_SIZE_LAWS))
 def emnist(num_clients: int, examples_per_client: int, seed: int = 0,
            test_examples_per_client: int | None = None, sizes: str = 'equal'
            ) -> tuple[tff.simulation.datasets.ClientData,
@@ -142,7 +143,7 @@ def emnist(num_clients: int, examples_per_client: int, seed: int = 0,
   """
   if test_examples_per_client is None:
     test_examples_per_client = max(1, examples_per_client // 8)
-  return (_emnist_split(client_arrays.client_sizes(
+  return (_emnist_split(client_arrays.client_sizes.unchecked(
       'emnist', num_clients, examples_per_client, sizes, seed), seed, 'train'),
           _emnist_split(np.full(num_clients, test_examples_per_client), seed,
                         'test'))
@@ -200,8 +201,9 @@ def _stackoverflow_split(sizes: np.ndarray, vocab_size: int, seed: int,
 
 
 @validation.arguments('num_clients', 'examples_per_client', 'vocab_size',
-                      eval_examples_per_client=validation.Optional(
-                          validation.Int(1)))
+                      'seed', eval_examples_per_client=validation.Optional(
+                          validation.Int(1)),
+                      sizes=validation.Choice(client_arrays.CLIENT_SIZE_LAWS))
 def stackoverflow(num_clients: int, examples_per_client: int,
                   vocab_size: int = 10_000, seed: int = 0,
                   eval_examples_per_client: int | None = None,
@@ -232,7 +234,7 @@ def stackoverflow(num_clients: int, examples_per_client: int,
   """
   if eval_examples_per_client is None:
     eval_examples_per_client = max(1, examples_per_client // 8)
-  train_sizes = client_arrays.client_sizes(
+  train_sizes = client_arrays.client_sizes.unchecked(
       'stackoverflow', num_clients, examples_per_client, sizes, seed)
   eval_sizes = np.full(num_clients, eval_examples_per_client)
   return (

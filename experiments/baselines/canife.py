@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from experiments.baselines import canife_attack
+from experiments.baselines import canife_design
+from experiments.baselines import per_example
 from one_shot_epe import validation
-from one_shot_epe.baselines import canife_attack
-from one_shot_epe.baselines import canife_design
-from one_shot_epe.baselines import per_example
 
 __all__ = ['AuditResult', 'CanifeAuditor', 'CanifeConfig', 'CohortSampler',
            'DEFAULT_DESIGN_LEARNING_RATE', 'DEFAULT_DESIGN_POOL_SIZE',

@@ -15,7 +15,7 @@ label is optimised as a distribution (Sec. 3.3).
 
 A model is any object with `dim` (number of parameters), `num_classes`,
 `input_shape` and `logits(flat_params, inputs) -> [n, K]`, e.g.
-`one_shot_epe.baselines.feedforward.FeedForward`.
+`experiments.baselines.feedforward.FeedForward`.
 """
 
 from typing import Any
@@ -149,12 +149,12 @@ class GradientOracle:
     """Per-example gradients g_i, float32 [n, d].
 
     Args:
-      flat_params: float32 [d].
-      inputs: The batch, [n, *input_shape].
-      label_probs: Label distributions, [n, K].
+      flat_params: theta, float32 [d], where the gradients are taken.
+      inputs: The n examples, [n, *input_shape].
+      label_probs: Their label distributions (soft labels allowed), [n, K].
 
     Returns:
-      The gradients.
+      The gradients, unclipped.
     """
     return self._gradients(flat_params, inputs, label_probs)
 
@@ -162,13 +162,13 @@ class GradientOracle:
     """Clipped updates u_i = g_i min(1, C/||g_i||), float32 [n, d].
 
     Args:
-      flat_params: float32 [d].
-      inputs: The batch, [n, *input_shape].
-      label_probs: Label distributions, [n, K].
+      flat_params: theta, float32 [d], the model the clients start from.
+      inputs: One example per client, [n, *input_shape].
+      label_probs: Their label distributions, [n, K].
       clip: C > 0.
 
     Returns:
-      The clipped updates.
+      The clipped updates, one row per client.
     """
     return self._clipped(flat_params, inputs, label_probs,
                          tf.constant(check_clip(clip), tf.float32))
@@ -178,9 +178,10 @@ class GradientOracle:
     """sum_i u_i over the batch, float32 [d] (zeros for an empty batch).
 
     Args:
-      flat_params: float32 [d].
-      inputs: The batch, [n, *input_shape].
-      label_probs: Label distributions, [n, K].
+      flat_params: theta, float32 [d], the round's model.
+      inputs: The round's cohort, one example per client, [n, *input_shape]
+        (n = 0 allowed).
+      label_probs: Their label distributions, [n, K].
       clip: C > 0.
 
     Returns:
@@ -193,9 +194,10 @@ class GradientOracle:
     """Fraction of examples whose arg-max logit is the arg-max label.
 
     Args:
-      flat_params: float32 [d].
-      inputs: The batch, [n, *input_shape].
-      label_probs: Label distributions, [n, K].
+      flat_params: theta, float32 [d], the model scored.
+      inputs: The examples to classify, [n, *input_shape].
+      label_probs: Their labels as distributions (the arg-max is the
+        class), [n, K].
 
     Returns:
       The accuracy.

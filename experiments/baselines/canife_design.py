@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from experiments.baselines import per_example
 from one_shot_epe import validation
-from one_shot_epe.baselines import per_example
 
 __all__ = ['ADAM_BETA1', 'ADAM_BETA2', 'ADAM_EPSILON', 'CanaryDesigner',
            'DesignedCanary', 'canary_health', 'mean_abs_cosine']
@@ -102,7 +102,7 @@ class CanaryDesigner:
   """Designs CANIFE canaries for one model (compiled once, reused per audit).
 
   Attributes:
-    model: The model (see `one_shot_epe.baselines.per_example`).
+    model: The model (see `experiments.baselines.per_example`).
   """
 
   def __init__(self, model: Any):

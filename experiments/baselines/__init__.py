@@ -1,5 +1,10 @@
 """Baselines that the one-shot estimator is compared with (Section 5.4).
 
+They stand above the engines, among the programs: `dpsgd` inserts and tracks
+the TFF engine's canaries (`one_shot_epe.tff_engine.canaries`,
+`cosine_tracking`, `final_model`), so its runs use the very canaries of a TFF
+run with the same seed and d.
+
 Fashion-MNIST, which the comparison trains on, is read by the core's
 `one_shot_epe.data.fashion_mnist`.
 

@@ -61,14 +61,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from experiments.baselines import per_example
+from one_shot_epe import validation
 from one_shot_epe.design import canary_schedules
 from one_shot_epe.design import canary_spec
+from one_shot_epe.design import participation
 from one_shot_epe.tff_engine import canaries
 from one_shot_epe.tff_engine import cosine_tracking
 from one_shot_epe.tff_engine import final_model
-from one_shot_epe.design import participation
-from one_shot_epe import validation
-from one_shot_epe.baselines import per_example
 
 __all__ = ['CANARY_INSERTIONS', 'SAMPLINGS', 'STATISTICS', 'TrainingConfig',
            'TrainingResult', 'canary_schedule', 'train']
@@ -234,7 +234,7 @@ def train(model: Any, train_inputs: np.ndarray, train_labels: np.ndarray,
   """Trains with canaries; calls hook(t, theta_t) before round t's update.
 
   Args:
-    model: The model (see `one_shot_epe.baselines.per_example`).
+    model: The model (see `experiments.baselines.per_example`).
     train_inputs: float32 [N, *input_shape]; example i is client i.
     train_labels: Label distributions [N, K] (one-hot rows).
     config: The training configuration.

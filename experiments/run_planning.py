@@ -1,0 +1,300 @@
+"""From a launcher config to the run's plan, checked whole before any work.
+
+`plan_run` turns a validated `train_config.TrainConfig` into the
+engine-neutral `one_shot_epe.design.run_plan.RunPlan`: who takes part in each
+round (`participation_plan`), the run's size checked against the machine
+(`one_shot_epe.design.run_size`: memory and work, before anything grows with
+the rounds), the canaries' share of a round checked
+(`canary_schedules.check_canary_share`), then the schedule, the canary spec,
+the DP aggregation and the mechanism, and the engine's `supports(plan)`.
+`check_plan` runs it with the task's client count where that is known
+without reading data (`known_clients`), after checking that the run
+directory can be written: it imports no framework (the engines' `supports`
+are framework-free), so the launcher refuses a bad plan in about a second,
+before TensorFlow or JAX is imported (`train_flags.check_flags_or_exit`)
+and before any data is loaded (`train.prepare`, which plans again on the
+loaded clients' ids). Every refusal is a `train_config.ConfigError` naming
+the flag to change.
+"""
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from experiments import train_config
+from one_shot_epe.accounting import mechanisms
+from one_shot_epe.design import canary_spec
+from one_shot_epe.design import participation
+from one_shot_epe.design import run_options
+from one_shot_epe.design import run_plan
+from one_shot_epe.design import run_size
+from one_shot_epe.design import tasks
+from one_shot_epe.jax_engine import support as jax_support
+from one_shot_epe.runtime import run_directory
+from one_shot_epe.tff_engine import support as tff_support
+
+__all__ = ['SUPPORTS', 'check_plan', 'known_clients', 'participation_plan',
+           'plan_run']
+
+# Each --backend's `supports(plan)` (framework-free; `engine.Backend.supports`
+# is the same function).
+SUPPORTS: dict[str, Callable[[run_plan.Supportable], run_plan.Support]] = {
+    'tff': tff_support.supports, 'jax': jax_support.supports}
+# Evaluation examples assumed for --max_eval_examples=-1 (all of the test
+# set), where the set's size is not known before it is read.
+_ALL_EVAL_EXAMPLES = 10_000
+
+
+def known_clients(config: train_config.TrainConfig) -> int | None:
+  """The task's training clients, if known without reading any data.
+
+  Args:
+    config: The validated config.
+
+  Returns:
+    --synthetic_num_clients for synthetic data, the real data's fixed count
+    (`design.tasks`), or None where it depends on the files read.
+  """
+  if config.use_synthetic_data:
+    return config.synthetic_num_clients
+  return tasks.task_entry(config.task).num_clients
+
+
+def participation_plan(
+    config: train_config.TrainConfig, clients: int | Sequence[str]
+) -> tuple[participation.ClientSampler, int]:
+  """The real clients' sampler and T, the run's rounds.
+
+  T is --total_rounds, or --train_epochs epochs of rounds (an epoch of
+  shuffled epochs is the sampler's; of sampling, ceil(m / clients per
+  round) rounds).
+
+  Args:
+    config: The validated config (--sampling, --clients_per_round,
+      --total_rounds or --train_epochs, --seed).
+    clients: The task's training client ids, or their number m (the
+      sampler's draws depend only on m and the seed).
+
+  Returns:
+    (sampler, T).
+  """
+  if config.sampling == 'shuffle':
+    sampler = participation.ShuffledEpochs(clients, config.clients_per_round,
+                                           config.seed)
+    rounds_per_epoch = sampler.rounds_per_epoch
+  else:
+    sampler_class = (participation.BernoulliSampling if config.sampling ==
+                     'bernoulli' else participation.PoissonSampling)
+    sampler = sampler_class(clients, config.clients_per_round, config.seed)
+    rounds_per_epoch = math.ceil(sampler.num_clients /
+                                 config.clients_per_round)
+  total_rounds = (config.total_rounds if config.total_rounds is not None else
+                  config.train_epochs * rounds_per_epoch)
+  return sampler, total_rounds
+
+
+def _rounds_flag(config: train_config.TrainConfig, total_rounds: int) -> str:
+  """The flag that sets T, with its value (and T if it is epochs)."""
+  if config.total_rounds is not None:
+    return f'--total_rounds={config.total_rounds}'
+  return f'--train_epochs={config.train_epochs} ({total_rounds} rounds)'
+
+
+def _refused(config: train_config.TrainConfig, total_rounds: int,
+             error: run_size.PlanRefused) -> train_config.ConfigError:
+  """The launcher's one line for a refused plan: its flag, then why."""
+  flag = (_rounds_flag(config, total_rounds)
+          if error.parameter == 'total_rounds' else
+          f'--{error.parameter}={getattr(config, error.parameter)}')
+  return train_config.ConfigError(f'{flag}: {error}.')
+
+
+def _shape(config: train_config.TrainConfig,
+           sampler: participation.ClientSampler,
+           total_rounds: int) -> run_size.RunShape:
+  """The run's sizes, from the flags and the task's entry."""
+  entry = tasks.task_entry(config.task)
+  dim = entry.dim(config.vocab_size)
+  examples = (config.synthetic_examples_per_client if
+              config.use_synthetic_data else entry.examples_per_client)
+  examples *= config.client_epochs_per_round
+  if config.max_examples_per_client != -1:
+    examples = min(examples, config.max_examples_per_client)
+  slots = sum(run_options.OPTIMIZER_SLOTS[name] for name in (
+      config.client_optimizer, config.server_optimizer))
+  buffer_rounds = canary_spec.block_rounds(
+      config.canary_buffer_rounds, dim, cap=config.rounds_per_checkpoint)
+  return run_size.RunShape(
+      total_rounds=total_rounds, num_seen=config.num_canaries,
+      num_unseen=config.num_unseen_canaries, dim=dim,
+      clients_per_round=sampler.expected_clients_per_round,
+      examples_per_client=examples,
+      flops_per_example=entry.flops_per_example(config.vocab_size),
+      state_vectors=3 + slots, buffer_rounds=buffer_rounds,
+      evaluations=total_rounds // config.rounds_per_evaluation + 1,
+      eval_examples=(_ALL_EVAL_EXAMPLES if config.max_eval_examples == -1 else
+                     config.max_eval_examples))
+
+
+def _dp_aggregation(config: train_config.TrainConfig,
+                    cohort: float) -> canary_spec.DPAggregation:
+  """The flags' DP aggregation; a cohort too small for the noise is named."""
+  try:
+    return canary_spec.DPAggregation(
+        noise_multiplier=config.noise_multiplier, clients_per_round=cohort,
+        clip=None if config.clipping_norm == 0 else config.clipping_norm,
+        initial_clip=config.initial_clip,
+        target_unclipped_quantile=config.target_unclipped_quantile,
+        clip_learning_rate=config.clip_learning_rate)
+  except ValueError as error:
+    raise train_config.ConfigError(
+        f'--noise_multiplier={config.noise_multiplier} with '
+        f'--clients_per_round={config.clients_per_round}: {error}') from None
+
+
+def _spec(config: train_config.TrainConfig,
+          schedule: object) -> canary_spec.CanarySpec | None:
+  """The flags' canaries (None for --num_canaries=0)."""
+  if schedule is None:
+    return None
+  return canary_spec.CanarySpec(
+      seed=config.canary_seed, num_seen=config.num_canaries,
+      num_unseen=config.num_unseen_canaries,
+      schedule=schedule.as_round_lists(), canary_clip=config.canary_clip,
+      repetitions=config.canary_repeats,
+      all_iterates_statistic=config.all_iterates_statistic,
+      final_model_statistic=config.final_model_statistic,
+      buffer_rounds=config.canary_buffer_rounds)
+
+
+def _optimizer(name: str, learning_rate: float,
+               momentum: float) -> run_plan.OptimizerSpec:
+  """An optimizer of the flags; the momentum flag counts for sgdm only."""
+  return run_plan.OptimizerSpec(name, learning_rate,
+                                momentum if name == 'sgdm' else 0.0)
+
+
+def _noise_seed(config: train_config.TrainConfig) -> int | None:
+  """Seed of the DP noise (`seeded_queries`), None for unseeded noise.
+
+  A pure function of --seed, independent of the round seeds
+  (`tff_engine.training.selection_fn`). Noise that anyone holding the config
+  can regenerate is fine for a simulated audit, never for a deployment
+  (--noseeded_noise). The JAX engine keys its noise by --seed itself.
+  """
+  if not config.seeded_noise:
+    return None
+  return int(np.random.SeedSequence([config.seed, 1]).generate_state(1)[0])
+
+
+def _check_mechanism(config: train_config.TrainConfig, plan: run_plan.RunPlan,
+                     dim: int) -> None:
+  """The mechanism's own checks that need the run's rounds, clip and d."""
+  mechanism = plan.mechanism
+  if config.num_bands is not None and config.num_bands > plan.total_rounds:
+    raise train_config.ConfigError(
+        f'--num_bands must be in [1, {plan.total_rounds}] (the run\'s '
+        f'rounds); got {config.num_bands}.')
+  if isinstance(mechanism, mechanisms.DistributedDP):
+    try:
+      mechanism.calibration(mechanisms.RunFacts(
+          noise_multiplier=plan.dp.noise_multiplier, delta=plan.delta,
+          dim=dim, clip=plan.dp.clip, cohort=plan.dp.clients_per_round))
+    except ValueError as error:
+      raise train_config.ConfigError(f'--ddp_bits: {error}') from None
+
+
+def plan_run(
+    config: train_config.TrainConfig, clients: int | Sequence[str],
+    supports: Callable[[run_plan.Supportable], run_plan.Support]
+) -> run_plan.RunPlan:
+  """The run's plan, checked whole: size, canaries, mechanism, engine.
+
+  In order, each before anything that depends on it is built: the cohort
+  against the task's clients, the run's memory and work against the
+  machine (`run_size.check`; before the schedule, which grows with T), the
+  canaries' share of a round, the plan itself, the mechanism's own checks,
+  and the engine's `supports(plan)`.
+
+  Args:
+    config: The validated config.
+    clients: The task's training client ids, or their number where the ids
+      are not read yet (the plan is the same but for the sampler's ids).
+    supports: The engine's `supports(plan)` (`engine.Backend.supports`).
+
+  Returns:
+    The plan; its delta is --delta, else m^-1.1 for the task's m clients.
+
+  Raises:
+    train_config.ConfigError: naming the flag to change.
+  """
+  num_clients = clients if isinstance(clients, int) else len(clients)
+  if config.clients_per_round > num_clients:
+    raise train_config.ConfigError(
+        f'--clients_per_round must be in [1, {num_clients}] (the task has '
+        f'{num_clients} training clients); got {config.clients_per_round}.')
+  sampler, total_rounds = participation_plan(config, clients)
+  if config.canary_repeats > total_rounds:
+    raise train_config.ConfigError(
+        f'--canary_repeats must be in [1, {total_rounds}] (the number of '
+        f'training rounds); got {config.canary_repeats}.')
+  try:
+    run_size.check(_shape(config, sampler, total_rounds))
+    schedule, cohort = participation.canary_plan(
+        sampler, config.num_canaries, total_rounds, config.canary_repeats,
+        config.canary_seed)
+  except run_size.PlanRefused as error:
+    raise _refused(config, total_rounds, error) from None
+  delta = config.delta if config.delta is not None else num_clients**-1.1
+  plan = run_plan.RunPlan(
+      sampler=sampler, total_rounds=total_rounds,
+      spec=_spec(config, schedule), dp=_dp_aggregation(config, cohort),
+      delta=delta,
+      client_optimizer=_optimizer(config.client_optimizer,
+                                  config.client_learning_rate,
+                                  config.client_momentum),
+      server_optimizer=_optimizer(config.server_optimizer,
+                                  config.server_learning_rate,
+                                  config.server_momentum),
+      batch_size=config.client_batch_size,
+      epochs=config.client_epochs_per_round,
+      max_examples=(None if config.max_examples_per_client == -1 else
+                    config.max_examples_per_client),
+      seed=config.seed, noise_seed=_noise_seed(config),
+      rounds_per_checkpoint=config.rounds_per_checkpoint,
+      rounds_per_evaluation=config.rounds_per_evaluation,
+      max_eval_examples=(None if config.max_eval_examples == -1 else
+                         config.max_eval_examples),
+      mechanism=config.the_mechanism())
+  _check_mechanism(config, plan,
+                   tasks.task_entry(config.task).dim(config.vocab_size))
+  support = supports(plan)
+  if not support:
+    without = ' with --num_canaries=0' if plan.spec is None else ''
+    raise train_config.ConfigError(
+        f'--backend={config.backend} does not run --mechanism='
+        f'{config.mechanism}{without}: {support.reason}.')
+  return plan
+
+
+def check_plan(config: train_config.TrainConfig) -> None:
+  """Everything about a run checked without its data or its framework.
+
+  The run directory writable (`run_directory.check_writable`), then, where
+  the task's client count is known without reading data, the whole plan
+  (`plan_run` with the engine's `SUPPORTS`).
+
+  Args:
+    config: The validated config.
+
+  Raises:
+    train_config.ConfigError: naming the flag to change.
+  """
+  try:
+    run_directory.check_writable(config.run_dir)
+  except run_directory.RunDirectoryError as error:
+    raise train_config.ConfigError(f'--{error.flag}: {error}') from None
+  count = known_clients(config)
+  if count is not None:
+    plan_run(config, count, SUPPORTS[config.backend])

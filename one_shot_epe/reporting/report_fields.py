@@ -1,0 +1,359 @@
+"""One entry per field of a threat model's report: what it is, how shown.
+
+A threat model's report (`privacy_report.PrivacyReport`) holds the facts of
+its scores (counts, Gaussian fits) and then one field per entry of `FIELDS`:
+the estimates, the lower bounds that hold at 1 - alpha, the paper's nominal
+bound, the attack's summaries and the Anderson-Darling statistics. Each
+entry (`ReportField`) says once:
+
+* its key (the report's attribute and JSON key) and its label (its column
+  header in report.md and the grid's tables);
+* its group, the table of report.md it appears in (`GROUPS`), and the
+  threat models it is computed for ('final', 'all'; None elsewhere);
+* what it assumes of the mechanism (`Family`: any (eps, delta)-DP mechanism,
+  one Gaussian in the canary's direction, ...);
+* how it is computed from the threat model's scores (a function of
+  `report_scores.Scores`, which caches what several fields share: the
+  Gaussian fits, the AUROC, the GDP mu);
+* its value in reports written before it existed (`old_default`), whether
+  `RunReport.to_dict` repeats it at the top level (`repeated`) and whether
+  the terminal's summary table shows it (`short`, `summary`).
+
+`PrivacyReport`'s fields and JSON, `RunReport`'s repeated keys, report.md's
+estimate, bound and attack tables (`run_markdown`) and the grid's bound
+columns (`experiments.grid_tables`) are all read from here, so a new field
+is its statistic (in `one_shot_epe.stats`) and its entry here, whose
+`compute` calls the statistic on the `Scores` (through its public name, its
+`.unchecked` body: the report checked the scores once).
+"""
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from one_shot_epe.reporting import report_scores
+from one_shot_epe.stats import estimation
+from one_shot_epe.stats import one_run
+
+__all__ = ['ANY_MECHANISM', 'ATTACK', 'Column', 'ESTIMATE', 'FAMILIES',
+           'FIELDS', 'FIT', 'Family', 'GAUSSIAN', 'GROUPS', 'NOMINAL',
+           'REQUIRED', 'ReportField', 'THREAT_MODELS', 'by_key', 'in_groups',
+           'number_cell']
+
+# The threat models: Algorithm 2 (final model) and Algorithm 3 (all iterates).
+THREAT_MODELS = ('final', 'all')
+# report.md's tables, in the order they appear.
+GROUPS = ('estimates', 'lower bounds', 'nominal', 'attack', 'fit')
+
+
+class _Required:
+  """The `old_default` of a field every report has held."""
+
+  def __repr__(self) -> str:
+    return 'REQUIRED'
+
+
+REQUIRED = _Required()
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """What a statistic assumes of the mechanism, in one line.
+
+  Attributes:
+    text: The assumption, e.g. 'any (ε, δ)-DP mechanism'.
+    tag: Its mark after a column's label, e.g. 'Gaussian'; '' for none.
+  """
+  text: str
+  tag: str = ''
+
+
+ANY_MECHANISM = Family('any (ε, δ)-DP mechanism')
+GAUSSIAN = Family("Gaussian in the canary's direction", 'Gaussian')
+NOMINAL = Family('nothing it can keep: its threshold is chosen on the data '
+                 'it tests (nominal only)', 'nominal')
+ESTIMATE = Family('Gaussian canary scores (an estimate, not a bound)')
+ATTACK = Family('nothing: a summary of the attack (not a bound)')
+FIT = Family("nothing: a test of the scores' normality")
+# Columns of one table appear in this order of their families (bounds for
+# any mechanism before those that assume a Gaussian one), then in `FIELDS`'.
+FAMILIES = (ANY_MECHANISM, GAUSSIAN, NOMINAL, ESTIMATE, ATTACK, FIT)
+
+
+def number_cell(value: float | None) -> str:
+  """A table cell: 4 significant digits, n/a for None, ∞ for infinity.
+
+  Args:
+    value: The number, or None for a statistic not computed.
+
+  Returns:
+    The cell's text.
+  """
+  if value is None:
+    return 'n/a'
+  return '∞' if math.isinf(value) else f'{value:.4g}'
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+  """One column a field shows in a Markdown table.
+
+  Attributes:
+    label: The header, without a threat model's suffix.
+    tag: The field family's tag, shown after the label in parentheses.
+    cell: The cell of a threat model's report (None: the run lacks that
+      threat model, shown as n/a).
+  """
+  label: str
+  tag: str
+  cell: Callable[[Any], str]
+
+  def header(self, suffix: str = '') -> str:
+    """The column's header, e.g. 'ε_one-run-fdp-all (Gaussian)'.
+
+    Args:
+      suffix: Appended to the label, before the tag (e.g. '-all').
+
+    Returns:
+      The header text.
+    """
+    return f'{self.label}{suffix}' + (f' ({self.tag})' if self.tag else '')
+
+
+# -- How each field is shown. -------------------------------------------------
+
+
+def _read_interval(value: Sequence[float]) -> tuple[float, float]:
+  interval = tuple(value)
+  if len(interval) != 2:
+    raise ValueError('epsilon_est_interval must have two elements; got '
+                     f'{value!r}.')
+  return interval
+
+
+def _identity(value: Any) -> Any:
+  return value
+
+
+def _number_columns(field: 'ReportField') -> tuple[Column, ...]:
+  return (Column(field.label, field.assumes.tag, lambda report: number_cell(
+      None if report is None else getattr(report, field.key))),)
+
+
+def _estimate_columns(field: 'ReportField') -> tuple[Column, ...]:
+  """The headline, '≥' in front when saturated (the most it can show)."""
+
+  def cell(report: Any) -> str:
+    if report is None:
+      return 'n/a'
+    mark = '≥' if report.epsilon_est_saturated else ''
+    return mark + number_cell(getattr(report, field.key))
+
+  return (Column(field.label, field.assumes.tag, cell),)
+
+
+def _interval_columns(field: 'ReportField') -> tuple[Column, ...]:
+
+  def cell(report: Any) -> str:
+    if report is None:
+      return 'n/a'
+    low, high = getattr(report, field.key)
+    return f'[{number_cell(low)}, {number_cell(high)}]'
+
+  return (Column(field.label, field.assumes.tag, cell),)
+
+
+def _text_columns(field: 'ReportField') -> tuple[Column, ...]:
+  return (Column(field.label, field.assumes.tag, lambda report: (
+      'n/a' if report is None else str(getattr(report, field.key)))),)
+
+
+def _rate_columns(field: 'ReportField') -> tuple[Column, ...]:
+  """One column per FPR, e.g. 'TPR at FPR 1e-2'."""
+
+  def column(fpr: float) -> Column:
+    mantissa, exponent = f'{fpr:.0e}'.split('e')
+    return Column(f'{field.label} {mantissa}e{int(exponent)}',
+                  field.assumes.tag, lambda report: number_cell(
+                      None if report is None else
+                      getattr(report, field.key)[report_scores.fpr_key(fpr)]))
+
+  return tuple(column(fpr) for fpr in report_scores.TPR_FPRS)
+
+
+def _no_columns(field: 'ReportField') -> tuple[Column, ...]:
+  del field  # Shown through another field's cell.
+  return ()
+
+
+_LAYOUTS: Mapping[str, Callable[['ReportField'], tuple[Column, ...]]] = {
+    'number': _number_columns, 'estimate': _estimate_columns,
+    'interval': _interval_columns, 'text': _text_columns,
+    'rates': _rate_columns, 'none': _no_columns,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportField:
+  """One field of a threat model's report.
+
+  Attributes:
+    key: The attribute of `PrivacyReport` and its JSON key.
+    label: Its column header (report.md; the grid's tables add '-all' or
+      '-final').
+    group: report.md's table it appears in, one of `GROUPS`.
+    threat_models: The threat models it is computed for; None elsewhere.
+    assumes: What it assumes of the mechanism (`Family`).
+    compute: Its value from the threat model's `report_scores.Scores`.
+    kind: Its type (the dataclass field's annotation).
+    old_default: Its value in reports written before it existed;
+      `REQUIRED` where every report has held it.
+    repeated: Whether `RunReport.to_dict` repeats it at the top level with
+      the suffix _final or _all.
+    layout: How a table shows it: 'number', 'estimate' (with '≥' when
+      saturated), 'interval', 'text', 'rates' (a column per FPR) or 'none'.
+    short: Its name in the terminal's summary table ('' where not shown).
+    summary: The threat models whose summary cell shows it.
+    read: Turns the value JSON gives back into the field's value.
+  """
+  key: str
+  label: str
+  group: str
+  threat_models: tuple[str, ...]
+  assumes: Family
+  compute: Callable[[report_scores.Scores], Any]
+  kind: Any = float
+  old_default: Any = REQUIRED
+  repeated: bool = True
+  layout: str = 'number'
+  short: str = ''
+  summary: tuple[str, ...] = ()
+  read: Callable[[Any], Any] = _identity
+
+  def __post_init__(self):
+    if self.group not in GROUPS:
+      raise ValueError(f'{self.key}: group must be one of {GROUPS}; got '
+                       f'{self.group!r}.')
+    if self.layout not in _LAYOUTS:
+      raise ValueError(f'{self.key}: layout must be one of {sorted(_LAYOUTS)}; '
+                       f'got {self.layout!r}.')
+    if not set(self.summary) <= set(self.threat_models) or (
+        bool(self.summary) != bool(self.short)):
+      raise ValueError(f'{self.key}: a summary needs a short name and threat '
+                       'models the field is computed for.')
+
+  def columns(self) -> tuple[Column, ...]:
+    """The columns a table shows the field in (none for 'none').
+
+    Returns:
+      The columns, in order.
+    """
+    return _LAYOUTS[self.layout](self)
+
+  def value(self, scores: report_scores.Scores) -> Any:
+    """The field's value for a threat model's scores.
+
+    Args:
+      scores: The threat model's scores.
+
+    Returns:
+      `compute(scores)`, or None for a threat model it is not computed for.
+    """
+    if scores.threat_model not in self.threat_models:
+      return None
+    return self.compute(scores)
+
+
+_BOTH = THREAT_MODELS
+_Scores = report_scores.Scores
+# The fields, in the order of `PrivacyReport`'s attributes and JSON.
+FIELDS = (
+    ReportField('epsilon_est', 'ε_est', 'estimates', _BOTH, ESTIMATE,
+                _Scores.epsilon_est, layout='estimate'),
+    ReportField('epsilon_est_saturated', 'saturated', 'estimates', _BOTH,
+                ESTIMATE, _Scores.saturated, kind=bool, repeated=False,
+                layout='none'),
+    ReportField('epsilon_est_interval', '95% bootstrap interval', 'estimates',
+                _BOTH, ESTIMATE, _Scores.interval, kind=tuple[float, float],
+                layout='interval', read=_read_interval),
+    ReportField('epsilon_est_method', 'how', 'estimates', _BOTH, ESTIMATE,
+                _Scores.method, kind=str, repeated=False, layout='text'),
+    ReportField('epsilon_est_fitted', "paper's ε_est", 'estimates', _BOTH,
+                ESTIMATE, _Scores.fitted),
+    ReportField('epsilon_lo', 'ε_lo', 'lower bounds', _BOTH, ANY_MECHANISM,
+                lambda scores: scores.lower_bound(scores.threshold_strategy),
+                short='lo', summary=_BOTH),
+    ReportField('epsilon_lo_paper', "paper's ε_lo", 'nominal', _BOTH, NOMINAL,
+                lambda scores: scores.lower_bound('paper')),
+    ReportField('epsilon_one_run', 'ε_one-run', 'lower bounds', _BOTH,
+                ANY_MECHANISM,
+                lambda scores: scores.one_run(one_run.epsilon_one_run),
+                kind=float | None),
+    ReportField('epsilon_one_run_fdp', 'ε_one-run-fdp', 'lower bounds', _BOTH,
+                GAUSSIAN,
+                lambda scores: scores.one_run(one_run.epsilon_one_run_fdp),
+                kind=float | None),
+    ReportField('anderson_seen', 'A² seen', 'fit', _BOTH, FIT,
+                lambda scores: scores.anderson(scores.seen),
+                kind=float | None, repeated=False),
+    ReportField('anderson_unseen', 'A² unseen', 'fit', ('all',), FIT,
+                lambda scores: scores.anderson(scores.unseen),
+                kind=float | None, repeated=False),
+    ReportField('epsilon_gdp', 'ε_gdp', 'attack', _BOTH, ATTACK,
+                lambda scores: estimation.epsilon_of_gdp.unchecked(
+                    scores.gdp_mu, scores.delta)),
+    ReportField('gdp_mu', 'GDP μ', 'attack', _BOTH, ATTACK,
+                lambda scores: scores.gdp_mu),
+    ReportField('auroc', 'AUROC', 'attack', _BOTH, ATTACK,
+                lambda scores: scores.auroc),
+    ReportField('tpr_at_fpr', 'TPR at FPR', 'attack', _BOTH, ATTACK,
+                _Scores.tpr_at_fpr, kind=dict[str, float], layout='rates',
+                read=dict),
+    ReportField('epsilon_lo_tight_any', 'ε_tight-any', 'lower bounds', _BOTH,
+                ANY_MECHANISM, _Scores.tight_any, kind=float | None,
+                old_default=None, short='any', summary=('final',)),
+    ReportField('epsilon_lo_tight_gdp', 'ε_tight-gdp', 'lower bounds', _BOTH,
+                GAUSSIAN, lambda scores: scores.tight_game('gdp'),
+                kind=float | None, old_default=None, short='gdp',
+                summary=('final',)),
+)
+
+
+def by_key(key: str) -> ReportField:
+  """The entry of `FIELDS` whose key is `key`.
+
+  Args:
+    key: A field's key, e.g. 'epsilon_lo'.
+
+  Returns:
+    Its entry.
+
+  Raises:
+    KeyError: if no entry has that key.
+  """
+  for field in FIELDS:
+    if field.key == key:
+      return field
+  raise KeyError(key)
+
+
+def in_groups(*groups: str) -> list[ReportField]:
+  """The entries of `groups`, in the order a table shows them.
+
+  Ordered by their families' place in `FAMILIES`, then as in `FIELDS`.
+
+  Args:
+    *groups: Names from `GROUPS`.
+
+  Returns:
+    The entries.
+
+  Raises:
+    ValueError: if a group is unknown.
+  """
+  for group in groups:
+    if group not in GROUPS:
+      raise ValueError(f'unknown group {group!r}; one of {GROUPS}.')
+  chosen = [field for field in FIELDS if field.group in groups]
+  return sorted(chosen, key=lambda field: FAMILIES.index(field.assumes))

@@ -1,0 +1,91 @@
+"""Ctrl-C and SIGTERM end a long program with one line, its state consistent.
+
+A long program (a training run, a grid of runs, a Flower audit) runs inside
+`stop_on_signals`: SIGTERM is made to raise `KeyboardInterrupt` as Ctrl-C
+(SIGINT) does, so both unwind the same way: every `finally` and context
+manager runs (execution contexts and worker processes shut down, the run
+lock released, temporary files of an unfinished atomic write removed; a
+checkpoint is complete or absent), and the program's top level turns the
+interrupt into one line on stderr and exit status 130 (`exit_interrupted`),
+never a traceback. The code that knows how far the work got raises
+`Interrupted` with that line: "interrupted after round N of T; rerun the
+same command to resume". Framework-free.
+"""
+
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+from typing import NoReturn
+
+__all__ = ['EXIT_STATUS', 'Interrupted', 'exit_interrupted', 'resume_line',
+           'stop_on_signals']
+
+# The exit status of a program stopped by a signal it was asked to stop on
+# (128 + SIGINT's number, the shell's convention).
+EXIT_STATUS = 130
+
+
+class Interrupted(KeyboardInterrupt):
+  """An interrupt that knows how far the work got; its message says so.
+
+  A `KeyboardInterrupt`, so that code that lets interrupts through lets it
+  through too.
+  """
+
+
+def resume_line(round_num: int, total_rounds: int, what: str = '') -> str:
+  """The one line of an interrupted run.
+
+  Args:
+    round_num: The last round completed (0: none).
+    total_rounds: T, the run's rounds.
+    what: The run, for a program of several (e.g. its directory); '' for
+      one.
+
+  Returns:
+    'interrupted after round N of T[ (<what>)]; rerun the same command to
+    resume'.
+  """
+  run = f' ({what})' if what else ''
+  return (f'interrupted after round {round_num} of {total_rounds}{run}; rerun '
+          'the same command to resume')
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+  """The SIGTERM handler: the interrupt Ctrl-C raises."""
+  del signum, frame
+  raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+  """The block in which SIGTERM interrupts as Ctrl-C does.
+
+  Yields:
+    None; the previous SIGTERM handler is restored on leaving.
+  """
+  previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+def exit_interrupted(error: KeyboardInterrupt, otherwise: str) -> NoReturn:
+  """Ends the program for an interrupt: one line on stderr, status 130.
+
+  Args:
+    error: The interrupt: an `Interrupted`, whose message is the line, or a
+      plain `KeyboardInterrupt`.
+    otherwise: The line for a plain interrupt (where the program stopped
+      and what to do), e.g. 'interrupted before training began; nothing was
+      written: rerun the same command'.
+
+  Raises:
+    SystemExit: always, with `EXIT_STATUS`.
+  """
+  line = (str(error) if isinstance(error, Interrupted) and str(error) else
+          otherwise)
+  sys.stderr.write(f'{line}\n')
+  sys.exit(EXIT_STATUS)
