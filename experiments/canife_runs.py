@@ -24,6 +24,7 @@ from experiments.baselines import dpsgd
 from experiments.baselines import per_example
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
+from one_shot_epe.accounting import references
 from one_shot_epe.data import fashion_mnist
 from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import privacy_report
@@ -188,7 +189,7 @@ def run_once(setting: Setting, data: fashion_mnist.Dataset,
   # The reference: a canary presented as often as the most presented one
   # (once each with --canary_insertion=once); the comparison's own table
   # holds the accounted references (`analytical_epsilons`).
-  facts = mechanisms.RunFacts(
+  facts = references.RunFacts(
       noise_multiplier=config.noise_multiplier, delta=delta, dim=model.dim,
       canary_presentations=max(1, int(trained.appearances.max(initial=0))))
   start = time.perf_counter()

@@ -39,7 +39,7 @@ def define_flags() -> dict[str, flags.FlagHolder]:
   """
   return {
       'task': flags.DEFINE_enum(
-          'task', None, ['emnist_character', 'stackoverflow_word'],
+          'task', None, list(export_arrays.exportable_tasks()),
           'Dataset to convert.', required=True),
       'data_dir': flags.DEFINE_string(
           'data_dir', None, "Directory with TFF's SQLite files (as for "

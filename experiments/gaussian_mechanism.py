@@ -372,13 +372,11 @@ def _define_flags() -> None:
 def main(argv: Sequence[str]) -> None:
   """Runs the table at the flags' setting, prints it and maybe writes it.
 
-  Ctrl-C or SIGTERM stops it with one line and status 130.
+  Ctrl-C or SIGTERM stops it with one line and status 130
+  (`interrupts.exit_interrupted`).
 
   Args:
     argv: The program name alone (absl took the flags; more exits 2).
-
-  Raises:
-    SystemExit: with status 130 when interrupted.
   """
   command_line.refuse_positional_arguments(argv)
   flag_values = flags.FLAGS

@@ -392,8 +392,9 @@ def main(argv: Sequence[str]) -> None:
     argv: The program name alone (absl took the flags; more exits 2).
 
   Raises:
-    SystemExit: with status 2 for one of `run_outputs.REPORTED_ERRORS`, 130
-      when interrupted.
+    SystemExit: with status 2 for one of `run_outputs.REPORTED_ERRORS` (an
+      interrupt ends the process with status 130,
+      `interrupts.exit_interrupted`).
   """
   command_line.refuse_positional_arguments(argv)
   if not flags.FLAGS['verbosity'].present:

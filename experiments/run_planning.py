@@ -7,16 +7,18 @@ round (`participation_plan`), the run's size checked against the machine
 the rounds), the canaries' share of a round checked
 (`canary_schedules.check_canary_share`), then the schedule, the canary spec,
 the DP aggregation and the mechanism, and the engine's `supports(plan)`.
-`check_plan` runs it with the task's client count where that is known
-without reading data (`known_clients`), after checking that the run
-directory can be written: it imports no framework (the engines' `supports`
-are framework-free), so the launcher refuses a bad plan in about a second,
+`check_plan` runs it where the task's clients are known without reading
+data (synthetic data), and otherwise checks the run's size and engine,
+after checking that the run directory can be written: it imports no
+framework (the engines' `supports` are framework-free), so the launcher
+refuses a bad plan in about a second,
 before TensorFlow or JAX is imported (`train_flags.check_flags_or_exit`)
 and before any data is loaded (`train.prepare`, which plans again on the
 loaded clients' ids). Every refusal is a `train_config.ConfigError` naming
 the flag to change.
 """
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from experiments import train_config
 from one_shot_epe.accounting import mechanisms
+from one_shot_epe.accounting import references
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
 from one_shot_epe.design import run_options
@@ -34,8 +37,7 @@ from one_shot_epe.jax_engine import support as jax_support
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import support as tff_support
 
-__all__ = ['SUPPORTS', 'check_plan', 'known_clients', 'participation_plan',
-           'plan_run']
+__all__ = ['SUPPORTS', 'check_plan', 'participation_plan', 'plan_run']
 
 # Each --backend's `supports(plan)` (framework-free; `engine.Backend.supports`
 # is the same function).
@@ -44,21 +46,6 @@ SUPPORTS: dict[str, Callable[[run_plan.Supportable], run_plan.Support]] = {
 # Evaluation examples assumed for --max_eval_examples=-1 (all of the test
 # set), where the set's size is not known before it is read.
 _ALL_EVAL_EXAMPLES = 10_000
-
-
-def known_clients(config: train_config.TrainConfig) -> int | None:
-  """The task's training clients, if known without reading any data.
-
-  Args:
-    config: The validated config.
-
-  Returns:
-    --synthetic_num_clients for synthetic data, the real data's fixed count
-    (`design.tasks`), or None where it depends on the files read.
-  """
-  if config.use_synthetic_data:
-    return config.synthetic_num_clients
-  return tasks.task_entry(config.task).num_clients
 
 
 def participation_plan(
@@ -198,7 +185,7 @@ def _check_mechanism(config: train_config.TrainConfig, plan: run_plan.RunPlan,
         f'rounds); got {config.num_bands}.')
   if isinstance(mechanism, mechanisms.DistributedDP):
     try:
-      mechanism.calibration(mechanisms.RunFacts(
+      mechanism.calibration(references.RunFacts(
           noise_multiplier=plan.dp.noise_multiplier, delta=plan.delta,
           dim=dim, clip=plan.dp.clip, cohort=plan.dp.clients_per_round))
     except ValueError as error:
@@ -269,21 +256,41 @@ def plan_run(
       mechanism=config.the_mechanism())
   _check_mechanism(config, plan,
                    tasks.task_entry(config.task).dim(config.vocab_size))
+  _check_supported(config, plan, supports)
+  return plan
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outline:
+  """What `supports(plan)` reads, before the plan exists: its mechanism and
+  canaries (their counts; no schedule yet)."""
+  mechanism: mechanisms.Mechanism
+  spec: canary_spec.CanarySpec | None
+
+
+def _check_supported(config: train_config.TrainConfig,
+                     plan: run_plan.Supportable,
+                     supports: Callable[[run_plan.Supportable],
+                                        run_plan.Support]) -> None:
+  """The engine's `supports(plan)`, its refusal naming the flags."""
   support = supports(plan)
   if not support:
     without = ' with --num_canaries=0' if plan.spec is None else ''
     raise train_config.ConfigError(
         f'--backend={config.backend} does not run --mechanism='
         f'{config.mechanism}{without}: {support.reason}.')
-  return plan
 
 
 def check_plan(config: train_config.TrainConfig) -> None:
   """Everything about a run checked without its data or its framework.
 
-  The run directory writable (`run_directory.check_writable`), then, where
-  the task's client count is known without reading data, the whole plan
-  (`plan_run` with the engine's `SUPPORTS`).
+  The run directory writable (`run_directory.check_writable`); then, with
+  synthetic data, whose clients the flags fix, the whole plan (`plan_run`
+  with the engine's `SUPPORTS`); with real data, whose files may hold any
+  subset of the task's clients, the run's size (`run_size.check`, T counted
+  on the published data's clients, `design.tasks`) and the engine's
+  `supports` of its mechanism and canaries, the rest once the data is
+  loaded (`train.prepare`).
 
   Args:
     config: The validated config.
@@ -295,6 +302,20 @@ def check_plan(config: train_config.TrainConfig) -> None:
     run_directory.check_writable(config.run_dir)
   except run_directory.RunDirectoryError as error:
     raise train_config.ConfigError(f'--{error.flag}: {error}') from None
-  count = known_clients(config)
-  if count is not None:
-    plan_run(config, count, SUPPORTS[config.backend])
+  supports = SUPPORTS[config.backend]
+  if config.use_synthetic_data:
+    plan_run(config, config.synthetic_num_clients, supports)
+    return
+  published = tasks.task_entry(config.task).num_clients
+  if published is not None and config.clients_per_round <= published:
+    sampler, total_rounds = participation_plan(config, published)
+    try:
+      run_size.check(_shape(config, sampler, total_rounds))
+    except run_size.PlanRefused as error:
+      raise _refused(config, total_rounds, error) from None
+  spec = None
+  if config.num_canaries:
+    spec = canary_spec.CanarySpec(seed=config.canary_seed,
+                                  num_seen=config.num_canaries,
+                                  num_unseen=config.num_unseen_canaries)
+  _check_supported(config, _Outline(config.the_mechanism(), spec), supports)

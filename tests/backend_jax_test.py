@@ -109,8 +109,10 @@ def test_resumed_run_equals_uninterrupted_and_final_cosines_are_exact(
 def test_a_block_that_fills_at_the_last_round_keeps_every_rounds_rows(
     tmp_path):
   # Two rounds, checkpointed (and scored as one block) at round 2: the CSVs
-  # written then hold round 2's metrics too.
+  # written then hold round 2's metrics too. (4 canaries: at most 2 of a
+  # round's 4 expected participants may be canaries.)
   result = train.run_training(_config(tmp_path, total_rounds=2,
+                                      num_canaries=4,
                                       canary_buffer_rounds=2))
   for name in (run_directory.METRICS_FILE, run_directory.CANARY_COSINES_FILE):
     with open(os.path.join(result.run_dir, name)) as f:
@@ -150,9 +152,10 @@ def test_fashion_mnist_trains_the_ten_class_cnn_on_the_demos_clients(
     tmp_path):
   # The demo's task on the JAX engine: TFF's 10-class head (1,199,882
   # parameters), the label-shard clients (delta = m^-1.1 for m clients).
+  # 4 canaries over 2 rounds: 2 of a round's 4 expected participants.
   result = train.run_training(_config(
       tmp_path, task='fashion_mnist', synthetic_num_clients=6,
-      synthetic_examples_per_client=10, total_rounds=2))
+      synthetic_examples_per_client=10, total_rounds=2, num_canaries=4))
   assert result.dim == 1_199_882
   assert result.delta == pytest.approx(6**-1.1)
   assert result.report is not None and 0.0 <= result.accuracy <= 1.0

@@ -181,8 +181,10 @@ def test_launcher_run_with_correlated_noise_resumes_exactly(tmp_path,
 
 
 def test_num_bands_beyond_the_epochs_rounds_is_refused(tmp_path):
+  # 2 rounds; 4 canaries, 2 of a round's 4 expected participants (the most
+  # the plan's checks, made first, allow).
   config = _config(tmp_path, mechanism='banded', num_bands=3,
-                   total_rounds=None, train_epochs=1)  # 2 rounds.
+                   total_rounds=None, train_epochs=1, num_canaries=4)
   with pytest.raises(train_config.ConfigError, match='--num_bands'):
     train.run_training(config)
   assert not (tmp_path / 'run').exists()

@@ -257,8 +257,8 @@ def test_launcher_reports_accounted_and_analytical_epsilon_of_ddp(ddp_run):
                          run_directory.REPORT_JSON_FILE)) as stream:
     report = json.load(stream)
   dim = report['dim']
-  # 16 canaries once over 2 rounds: 3 clients + 8 canaries per round.
-  cal = distributed_dp.calibrate(0.5, 1.0, 11.0, dim,
+  # 4 canaries once over 2 rounds: 3 clients + 2 canaries per round.
+  cal = distributed_dp.calibrate(0.5, 1.0, 5.0, dim,
                                  distributed_dp.DistributedDP(bits=16))
   assert report['setting']['mechanism'] == 'distributed_dp'
   assert report['noise_multiplier'] == pytest.approx(cal.noise_multiplier)

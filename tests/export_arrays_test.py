@@ -90,8 +90,8 @@ def test_exported_emnist_trains_on_the_jax_engine(tmp_path):
   run = subprocess.run(
       [sys.executable, '-m', 'experiments.train', '--backend=jax',
        '--task=emnist_character', f'--data_dir={tmp_path / "arrays"}',
-       '--clients_per_round=2', '--total_rounds=2', '--num_canaries=4',
-       '--num_unseen_canaries=4', '--noise_multiplier=0.1',
+       '--clients_per_round=2', '--total_rounds=2', '--num_canaries=2',
+       '--num_unseen_canaries=2', '--noise_multiplier=0.1',
        f'--root_output_dir={tmp_path / "runs"}', '--run_name=r',
        '--noprogress_bar'],
       cwd=REPO, capture_output=True, text=True, timeout=600, check=False)

@@ -94,7 +94,8 @@ def test_ctrl_c_stops_the_example_in_one_line_and_it_resumes(tmp_path):
         start_new_session=True)
   try:
     deadline = time.monotonic() + 180
-    while not (checkpoints.exists() and os.listdir(checkpoints)):
+    while not (checkpoints.exists() and any(  # A complete one, not a temp.
+        name.endswith('.npz') for name in os.listdir(checkpoints))):
       assert process.poll() is None and time.monotonic() < deadline
       time.sleep(0.2)
     os.killpg(process.pid, signal.SIGINT)

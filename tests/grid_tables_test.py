@@ -16,6 +16,7 @@ from experiments import grid
 from experiments import grid_figures
 from experiments import grid_tables
 from one_shot_epe.accounting import mechanisms
+from one_shot_epe.accounting import references
 from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import report_fields
 from one_shot_epe.reporting import run_report
@@ -35,7 +36,7 @@ def _run(noise: float, repeats: int, *, seen_maxima=_EMPTY,
       final_cosines=final, final_unseen_cosines=_EMPTY,
       seen_maxima=seen_maxima, unseen_maxima=unseen_maxima,
       accuracy=accuracy, dim=_DIM, resumed_from_round=0, rounds_trained=0)
-  facts = mechanisms.RunFacts(noise_multiplier=noise, delta=1e-4, dim=_DIM,
+  facts = references.RunFacts(noise_multiplier=noise, delta=1e-4, dim=_DIM,
                               canary_presentations=repeats, rounds=rounds)
   report = run_report.build_run_report(outcome, facts, mechanisms.Gaussian())
   return grid.GridRun(noise_multiplier=noise, canary_repeats=repeats,

@@ -159,7 +159,7 @@ def test_fashion_mnist_arrays_hold_the_label_shard_clients():
   # Brute force from the partition: client i holds exactly its shard indices,
   # in index order, pixels / 255; the test split is one client of all images.
   images = fashion_mnist.synthetic_clients(5, 10, seed=1)
-  train, test = client_arrays.fashion_mnist_arrays(images, 5)
+  train, test = fashion_mnist.client_arrays_of(images, 5)
   partition = fashion_mnist.partition_by_label_shards(
       images.train_labels, 5, fashion_mnist.SHARDS_PER_CLIENT,
       fashion_mnist.PARTITION_SEED)

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.jax_engine.fedavg (one DP-FedAvg round in JAX).
+"""Tests of one_shot_epe.jax_engine.fedavg and client_training (one round).
 
 Independent truths: a float64 numpy re-implementation of the round on a
 softmax-regression model with a hand-derived gradient (local SGD over masked
@@ -23,9 +23,9 @@ import jax.numpy as jnp
 
 from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
+from one_shot_epe.jax_engine import client_training
 from one_shot_epe.jax_engine import compat
 from one_shot_epe.jax_engine import data
-from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import optimizers
 from one_shot_epe.jax_engine import round_engine
@@ -266,9 +266,10 @@ def test_vmapped_round_equals_a_per_client_loop():
                   compat.prng_key(0))
   total = 0.0
   for slot in range(3):
-    delta = fedavg.client_update(cnn.loss, client, params,
-                                 batches.inputs[slot], batches.labels[slot],
-                                 batches.example_mask[slot])
+    delta = client_training.client_update(cnn.loss, client, params,
+                                          batches.inputs[slot],
+                                          batches.labels[slot],
+                                          batches.example_mask[slot])
     flat = np.concatenate([np.ravel(x) for x in delta])
     total = total + flat * min(1.0, 0.05 / np.linalg.norm(flat))
   np.testing.assert_allclose(out.aggregate, total / 3.0, rtol=1e-4,
@@ -279,9 +280,9 @@ def test_non_finite_updates_are_zeroed():
   params = (np.full((FEATURES, CLASSES), np.inf, np.float32),
             np.zeros(CLASSES, np.float32))
   batches = _linear_batches(0)
-  delta = fedavg.client_update(linear_loss, optimizers.Optimizer('sgd', 1.0),
-                               params, batches.inputs[0], batches.labels[0],
-                               batches.example_mask[0])
+  delta = client_training.client_update(
+      linear_loss, optimizers.Optimizer('sgd', 1.0), params,
+      batches.inputs[0], batches.labels[0], batches.example_mask[0])
   assert all(not np.asarray(x).any() for x in delta)
 
 

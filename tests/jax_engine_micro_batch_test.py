@@ -1,5 +1,6 @@
 """Tests of micro-batched local steps (data.micro_batches,
-fedavg.accumulated_step, RoundEngine.set_micro_batch, packing.run_layout).
+client_training.accumulated_step, RoundEngine.set_micro_batch,
+packing.run_layout).
 
 Independent truths: the whole-batch 'loop' round (one `local_step` per batch,
 the engine's reference strategy) for rounds and a whole run whose batches

@@ -204,7 +204,7 @@ def test_a_loop_program_runs_its_runs_in_turn_as_they_run_alone(tmp_path):
 
 @pytest.mark.parametrize('flags,names', [
     (dict(client_batch_size=4), ('--runs_per_program', '--client_batch_size')),
-    (dict(num_canaries=6), ('--runs_per_program', '--num_canaries')),
+    (dict(num_canaries=2), ('--runs_per_program', '--num_canaries')),
 ])
 def test_runs_that_differ_in_a_shape_are_refused_before_writing(
     tmp_path, flags, names):

@@ -29,7 +29,7 @@ _TINY = (f'--config={os.path.join(REPO, "configs", "demo.cfg")}',
          '--backend=jax', '--synthetic_num_clients=4',
          '--synthetic_examples_per_client=16', '--clients_per_round=2',
          '--total_rounds=2', '--client_epochs_per_round=1',
-         '--num_canaries=6', '--num_unseen_canaries=6',
+         '--num_canaries=4', '--num_unseen_canaries=6',
          '--rounds_per_checkpoint=2', '--noprogress_bar',
          f'--noise_multipliers={",".join(_NOISES)}', '--repetitions=1')
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from one_shot_epe.accounting import mechanisms
+from one_shot_epe.accounting import references
 from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import run_files
 from one_shot_epe.reporting import run_report
@@ -35,7 +36,7 @@ def _outcome(num_unseen: int) -> canary_spec.CanaryOutcome:
 
 def _report(outcome: canary_spec.CanaryOutcome) -> run_report.RunReport:
   return run_report.build_run_report(
-      outcome, mechanisms.RunFacts(noise_multiplier=1.0, delta=1e-5,
+      outcome, references.RunFacts(noise_multiplier=1.0, delta=1e-5,
                                    dim=_DIM), mechanisms.Gaussian())
 
 

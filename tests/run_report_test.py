@@ -9,6 +9,7 @@ import pytest
 
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
+from one_shot_epe.accounting import references
 from one_shot_epe.design import canary_spec
 from one_shot_epe.stats import estimation
 from one_shot_epe.reporting import privacy_report
@@ -34,7 +35,7 @@ def _build(*, final_cosines, dim, final_unseen_cosines=_EMPTY,
       decorrelated_seen=decorrelated_scores[0],
       decorrelated_unseen=decorrelated_scores[1])
   return run_report.build_run_report(
-      outcome, mechanisms.RunFacts(dim=dim, **facts), mechanism, alpha=alpha,
+      outcome, references.RunFacts(dim=dim, **facts), mechanism, alpha=alpha,
       setting=setting, seed=seed)
 
 
@@ -93,7 +94,7 @@ def test_the_outcome_and_the_facts_must_have_one_dimension():
       final_cosines=_cosines(4, 1.0), final_unseen_cosines=_EMPTY,
       seen_maxima=_EMPTY, unseen_maxima=_EMPTY, accuracy=0.5, dim=10**5,
       resumed_from_round=0, rounds_trained=0)
-  facts = mechanisms.RunFacts(noise_multiplier=1.0, delta=1e-5, dim=10**4)
+  facts = references.RunFacts(noise_multiplier=1.0, delta=1e-5, dim=10**4)
   with pytest.raises(ValueError, match='d = 100000'):
     run_report.build_run_report(outcome, facts, mechanisms.Gaussian())
 

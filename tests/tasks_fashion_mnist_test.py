@@ -21,7 +21,6 @@ from experiments import grid
 from experiments import train
 from experiments import train_config
 from experiments import train_flags
-from one_shot_epe.data import client_arrays
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import tasks
 from one_shot_epe.data import fashion_mnist as fashion_mnist_files
@@ -146,7 +145,7 @@ def test_jax_engine_clients_are_the_tff_tasks_clients():
   images = fashion_mnist.synthetic_data(num_clients=7, examples_per_client=10,
                                         seed=2)
   train_data, test_data = fashion_mnist.client_data(images, 7)
-  train_arrays, test_arrays = client_arrays.fashion_mnist_arrays(images, 7)
+  train_arrays, test_arrays = fashion_mnist_files.client_arrays_of(images, 7)
   assert list(train_arrays.client_ids) == train_data.client_ids
   for i, client_id in enumerate(train_data.client_ids):
     start, end = train_arrays.offsets[i], train_arrays.offsets[i + 1]

@@ -14,8 +14,8 @@ import tensorflow_federated as tff
 from experiments import train
 from experiments import train_config
 from one_shot_epe.data import shakespeare as shakespeare_data
+from one_shot_epe.design import tasks as task_entries
 from one_shot_epe.tff_engine import tasks
-from one_shot_epe.tff_engine import training
 from one_shot_epe.tff_engine.tasks import shakespeare
 import tiny_shakespeare
 
@@ -67,7 +67,7 @@ def test_the_model_is_the_stackoverflow_lstm_of_the_vocabulary(plays):
               96 * tokens + tokens)
   assert task.name == shakespeare.TASK_NAME
   assert task.num_parameters == expected
-  assert training.ACCURACY_METRICS[task.name] == (
+  assert task_entries.task_entry(task.name).tff.accuracy_metric == (
       'accuracy_without_out_of_vocab_or_end_of_sentence')
 
 

@@ -268,10 +268,12 @@ def test_correlated_noise_outside_the_jax_environment_is_one_line_exit_2(
     pytest.skip('jax-privacy is installed here')
   done = subprocess.run(
       [sys.executable, '-m', 'experiments.train', '--backend=jax',
-       '--use_synthetic_data', '--total_rounds=4', '--mechanism=blt',
-       '--clipping_norm=1', f'--root_output_dir={tmp_path / "root"}'],
+       '--use_synthetic_data', '--total_rounds=4', '--num_canaries=8',
+       '--num_unseen_canaries=8', '--mechanism=blt', '--clipping_norm=1',
+       f'--root_output_dir={tmp_path / "root"}'],
       cwd=_REPO, capture_output=True, text=True, timeout=300, check=False)
   assert done.returncode == 2, done.stderr
   assert not (tmp_path / 'root').exists()
-  assert '--mechanism=blt needs jax-privacy' in done.stderr
+  assert ('--backend=jax does not run --mechanism=blt: the blt mechanism '
+          'needs jax-privacy' in done.stderr)
   assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -37,7 +37,7 @@ _FLAGS = [
     '--task=emnist_character', '--use_synthetic_data',
     '--synthetic_num_clients=12', '--synthetic_examples_per_client=8',
     '--clients_per_round=3', '--total_rounds=8', '--client_batch_size=4',
-    '--noise_multiplier=0.05', '--num_canaries=16',
+    '--noise_multiplier=0.05', '--num_canaries=4',
     '--num_unseen_canaries=16', '--canary_repeats=2',
     '--rounds_per_evaluation=2', '--rounds_per_checkpoint=2',
     '--max_eval_examples=16', '--noprogress_bar', '--run_name=run',

@@ -87,8 +87,9 @@ def test_outputs_exist_and_are_well_formed(run):
   for row in rows[1:]:
     assert float(row['aggregator/clip']) > 0
     assert math.isfinite(float(row['client_work/train/loss']))
-  # Canaries 16 x 2 repetitions over 4 rounds: 32 insertions in all.
-  assert sum(int(row['aggregator/canaries_inserted']) for row in rows[1:]) == 32
+  # Canaries 4 x 2 repetitions over 4 rounds: 8 insertions in all.
+  assert sum(int(row['aggregator/canaries_inserted']) for row in rows[1:]) == (
+      tiny_run.NUM_CANARIES * tiny_run.CANARY_REPEATS) == 8
   evaluated = [int(row['round']) for row in rows
                if row['evaluation/sparse_categorical_accuracy']]
   assert evaluated == [0, 2, 4]
@@ -138,8 +139,8 @@ def test_report_equals_estimation_of_the_written_csvs(run):
   # so a real client's accounted eps is one Gaussian at z (no amplification).
   assert report['accounted_epsilon'] == pytest.approx(
       estimation.gaussian_epsilon(tiny_run.NOISE, delta), rel=1e-3)
-  assert len(final) == 16
-  assert len(maxima['seen']) == len(maxima['unseen']) == 16
+  assert len(final) == len(maxima['seen']) == tiny_run.NUM_CANARIES
+  assert len(maxima['unseen']) == tiny_run.NUM_UNSEEN_CANARIES
   # The final evaluation is of the same model as the round-4 evaluation.
   last = _read_metrics(run_dir)[-1]
   assert report['accuracy'] == pytest.approx(
@@ -171,7 +172,7 @@ def test_final_cosines_match_regenerated_canaries_and_checkpoints(run):
   written = epsilon_cli.read_cosine_columns(
       os.path.join(run.run_dir, run_directory.FINAL_COSINES_FILE))['cosine']
   expected = []
-  for canary_id in range(16):
+  for canary_id in range(tiny_run.NUM_CANARIES):
     canary = canaries.canary(0, canary_id, run.dim).numpy().astype(np.float64)
     expected.append(moved @ canary /
                     (np.linalg.norm(moved) * np.linalg.norm(canary)))
@@ -179,8 +180,8 @@ def test_final_cosines_match_regenerated_canaries_and_checkpoints(run):
 
 
 def test_canaries_are_detectable_at_low_noise(run):
-  # Noise 0.05 with ~11 expected participants per round: a round's noise has
-  # norm ~0.05 * S * sqrt(d) / 11, about 55x a canary's S / 11, so an inserted
+  # Noise 0.05 with 5 expected participants per round: a round's noise has
+  # norm ~0.05 * S * sqrt(d) / 5, about 55x a canary's S / 5, so an inserted
   # canary's cosine with its round's aggregate is ~1/55 = 0.018, while an
   # unseen canary's max over 4 rounds is a few times 1/sqrt(d) = 0.0009.
   null_std = 1 / math.sqrt(run.dim)

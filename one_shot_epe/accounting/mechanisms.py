@@ -45,12 +45,8 @@ from one_shot_epe.accounting import tree_aggregation
 
 __all__ = ['CORRELATED_ALL_ITERATES_NOTE', 'DistributedDP', 'ENGINES',
            'Gaussian', 'MECHANISMS', 'MECHANISM_NAMES', 'MatrixFactorization',
-           'Mechanism', 'References', 'RunFacts', 'TREE_ALL_ITERATES_NOTE',
+           'Mechanism', 'TREE_ALL_ITERATES_NOTE',
            'TreeAggregation', 'check_clip', 'engine_reason', 'from_name']
-
-# A run's facts and its references (`references`), in the entries' signatures.
-RunFacts = references_lib.RunFacts
-References = references_lib.References
 
 # The engines a mechanism may run on: TensorFlow Federated, JAX, Flower.
 ENGINES = ('tff', 'jax', 'flower')
@@ -106,7 +102,8 @@ class Gaussian:
     """
     return {}
 
-  def references(self, facts: RunFacts) -> References:
+  def references(
+      self, facts: references_lib.RunFacts) -> references_lib.References:
     """The canary's r-fold Gaussian, a real client's eps, the heuristic.
 
     Args:
@@ -186,7 +183,8 @@ class MatrixFactorization:
       setting['num_bands'] = self.num_bands
     return setting
 
-  def references(self, facts: RunFacts) -> References:
+  def references(
+      self, facts: references_lib.RunFacts) -> references_lib.References:
     """The canary under the strategy; a real client as one Gaussian.
 
     Args:
@@ -214,9 +212,9 @@ class MatrixFactorization:
         f'Gaussian mechanism at noise multiplier {z:g} (noise std z S sens, '
         f'sens = {correlated.sensitivity:.4g} for the run\'s worst '
         'participation), no amplification')
-    return References(z, analytical, accounted, None, self.setting(),
-                      ('all_iterates_under_correlated_noise',
-                       CORRELATED_ALL_ITERATES_NOTE))
+    return references_lib.References(
+        z, analytical, accounted, None, self.setting(),
+        ('all_iterates_under_correlated_noise', CORRELATED_ALL_ITERATES_NOTE))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +263,8 @@ class TreeAggregation:
             'tree_estimator': ('efficient (Honaker 2015)' if self.efficient
                                else 'plain sum of nodes')}
 
-  def references(self, facts: RunFacts) -> References:
+  def references(
+      self, facts: references_lib.RunFacts) -> references_lib.References:
     """The tree's own references (`tree_aggregation`).
 
     Args:
@@ -286,7 +285,7 @@ class TreeAggregation:
     z = facts.noise_multiplier
     tree = tree_aggregation.TreeAggregation.of_schedule(
         facts.schedule, facts.rounds, efficient=self.efficient)
-    return References(
+    return references_lib.References(
         z, tree_aggregation.canary_epsilon(z, facts.delta, tree),
         tree_aggregation.client_epsilon(z, facts.delta, tree.rounds,
                                         facts.participation),
@@ -339,7 +338,8 @@ class DistributedDP:
     del name
     return cls(distributed_dp.DistributedDP(bits=ddp_bits, noise=ddp_noise))
 
-  def calibration(self, facts: RunFacts) -> distributed_dp.DdpCalibration:
+  def calibration(
+      self, facts: references_lib.RunFacts) -> distributed_dp.DdpCalibration:
     """The aggregation's parameters for the run's clip, cohort and d.
 
     Args:
@@ -365,7 +365,8 @@ class DistributedDP:
     """
     return {'mechanism': self.name}
 
-  def references(self, facts: RunFacts) -> References:
+  def references(
+      self, facts: references_lib.RunFacts) -> references_lib.References:
     """The Gaussian rules at z_eff, and Skellam's RDP bound beside them.
 
     Args:
@@ -378,9 +379,9 @@ class DistributedDP:
       join (Agarwal et al., 2021).
     """
     calibration = self.calibration(facts)
-    references = references_lib.gaussian_references(calibration.noise_multiplier,
-                                      dataclasses.replace(facts,
-                                                          round_event=None))
+    references = references_lib.gaussian_references(
+        calibration.noise_multiplier,
+        dataclasses.replace(facts, round_event=None))
     setting = calibration.setting()
     if calibration.noise == 'skellam':
       participation = facts.participation

@@ -13,7 +13,7 @@ file per feature, and `arrays.json` naming the kind and the features.
 
 * kind 'emnist': features `pixels` float32 [n, 28, 28] and `label` int32 [n]
   (TFF's EMNIST elements; also Fashion-MNIST's, as the TFF path's task maps
-  them: `fashion_mnist_arrays`).
+  them: `fashion_mnist.client_arrays_of`).
 * kind 'stackoverflow': feature `tokens` [n, sequence_length + 1], each
   sentence as TFF's `word_prediction_preprocessing` maps it before batching:
   [bos] + word ids of the first `sequence_length` words (+ [eos] if shorter),
@@ -28,13 +28,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from one_shot_epe.data import fashion_mnist
 from one_shot_epe import validation
 
 __all__ = ['CLIENT_SIZE_LAWS', 'ClientArrays', 'EMNIST_CLASSES',
            'EMNIST_WRITER_SIZES', 'FEATURES', 'IMAGE_SIZE', 'KINDS',
            'SEQUENCE_LENGTH', 'STACKOVERFLOW_USER_SIZES', 'SpecialTokens',
-           'client_sizes', 'encode_sentence', 'fashion_mnist_arrays',
+           'client_sizes', 'encode_sentence', 'numbered_client_ids',
            'special_tokens', 'synthetic_emnist', 'synthetic_stackoverflow']
 
 KINDS = ('emnist', 'stackoverflow')
@@ -291,7 +290,7 @@ def synthetic_emnist(num_clients: int, examples_per_client: int,
   noise = rng.normal(0.0, 0.2, (n, IMAGE_SIZE, IMAGE_SIZE))
   pixels = np.clip(1.0 - ink[:, None, None] * strokes + noise, 0.0, 1.0)
   return ClientArrays(
-      kind='emnist', client_ids=_client_ids(num_clients),
+      kind='emnist', client_ids=numbered_client_ids(num_clients),
       offsets=np.concatenate([[0], np.cumsum(counts)]),
       features={'pixels': pixels.astype(np.float32), 'label': labels})
 
@@ -335,53 +334,19 @@ def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
     ranks = (first + np.concatenate([[0], np.cumsum(steps)])) % vocab_size
     rows.append(encode_sentence(list(ranks + 1), tokens, sequence_length))
   return ClientArrays(
-      kind='stackoverflow', client_ids=_client_ids(num_clients),
+      kind='stackoverflow', client_ids=numbered_client_ids(num_clients),
       offsets=np.concatenate([[0], np.cumsum(counts)]),
       features={'tokens': np.stack(rows)})
 
 
-def fashion_mnist_arrays(
-    dataset: fashion_mnist.Dataset, num_clients: int,
-    shards_per_client: int = fashion_mnist.SHARDS_PER_CLIENT,
-    seed: int = fashion_mnist.PARTITION_SEED
-) -> tuple[ClientArrays, ClientArrays]:
-  """Fashion-MNIST as (train, test) client arrays, split as the TFF path's.
-
-  Train clients are `fashion_mnist.partition_by_label_shards` of the training
-  labels (each client's examples in index order, ids '000', '001', ... as
-  `tasks.fashion_mnist.ArrayClientData`); the test split is one client of
-  every test image in file order. Pixels are uint8 / 255 in float32.
+def numbered_client_ids(num_clients: int) -> np.ndarray:
+  """Ids '0', '1', ... (zero-padded to one width), as TFF's client data's.
 
   Args:
-    dataset: Fashion-MNIST (`fashion_mnist.load` or a stand-in).
-    num_clients: The number of training clients.
-    shards_per_client: Label shards per client (at most that many classes).
-    seed: Seed of the partition.
+    num_clients: The number of clients.
 
   Returns:
-    (the training clients, the test split as one client).
+    str [num_clients].
   """
-  partition = fashion_mnist.partition_by_label_shards(
-      dataset.train_labels, num_clients, shards_per_client, seed)
-  order = np.concatenate(partition)
-  sizes = [len(indices) for indices in partition]
-
-  def split(images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
-            offsets: np.ndarray) -> ClientArrays:
-    return ClientArrays(
-        kind='emnist', client_ids=ids,
-        offsets=np.asarray(offsets, np.int64),
-        features={'pixels': np.asarray(images, np.float32) / 255.0,
-                  'label': np.asarray(labels, np.int32)})
-
-  train = split(dataset.train_images[order], dataset.train_labels[order],
-                _client_ids(num_clients),
-                np.concatenate([[0], np.cumsum(sizes)]))
-  test = split(dataset.test_images, dataset.test_labels, _client_ids(1),
-               [0, dataset.test_labels.size])
-  return train, test
-
-
-def _client_ids(num_clients: int) -> np.ndarray:
   width = len(str(num_clients - 1))
   return np.asarray([f'{i:0{width}d}' for i in range(num_clients)])

@@ -27,7 +27,9 @@ at a random brightness plus strong pixel noise, so that classes overlap.
 Federated clients (the demo, `tasks.fashion_mnist`, and the JAX engine):
 `partition_by_label_shards` splits the training images into non-IID clients
 by McMahan et al.'s (2017, Sec. 3) label shards; `synthetic_clients` sizes the
-synthetic stand-in for a number of clients.
+synthetic stand-in for a number of clients; `client_arrays_of` gives the
+split as client arrays, and `task_arrays` is the task's loader
+(`design.tasks`: the JAX engine's data of --task=fashion_mnist).
 """
 
 import dataclasses
@@ -39,12 +41,14 @@ import struct
 import numpy as np
 
 from one_shot_epe import validation
+from one_shot_epe.data import client_arrays
+from one_shot_epe.data import task_data
 
 __all__ = ['DEFAULT_DIRECTORY', 'Dataset', 'IDX_NAMES', 'IMAGE_SHAPE',
            'NPZ_NAME', 'NUM_CLASSES', 'NUM_CLIENTS', 'PARTITION_SEED',
-           'PIXEL_MEAN', 'PIXEL_STD', 'SHARDS_PER_CLIENT', 'available', 'load',
-           'partition_by_label_shards', 'read_idx', 'standardise', 'synthetic',
-           'synthetic_clients']
+           'PIXEL_MEAN', 'PIXEL_STD', 'SHARDS_PER_CLIENT', 'available',
+           'client_arrays_of', 'load', 'partition_by_label_shards', 'read_idx',
+           'standardise', 'synthetic', 'synthetic_clients', 'task_arrays']
 
 IMAGE_SHAPE = (28, 28)
 NUM_CLASSES = 10
@@ -304,3 +308,77 @@ def synthetic_clients(num_clients: int, examples_per_client: int,
         f'label shard of a client); got {examples_per_client}.')
   num_train = num_clients * examples_per_client
   return synthetic(seed, num_train=num_train, num_test=max(1, num_train // 6))
+
+
+def client_arrays_of(
+    dataset: Dataset, num_clients: int,
+    shards_per_client: int = SHARDS_PER_CLIENT, seed: int = PARTITION_SEED
+) -> tuple[client_arrays.ClientArrays, client_arrays.ClientArrays]:
+  """Fashion-MNIST as (train, test) client arrays, split as the TFF path's.
+
+  Train clients are `partition_by_label_shards` of the training labels
+  (each client's examples in index order, ids '000', '001', ... as
+  `tasks.fashion_mnist.ArrayClientData`); the test split is one client of
+  every test image in file order. Pixels are uint8 / 255 in float32 (kind
+  'emnist', TFF's EMNIST elements).
+
+  Args:
+    dataset: Fashion-MNIST (`load` or a stand-in).
+    num_clients: The number of training clients.
+    shards_per_client: Label shards per client (at most that many classes).
+    seed: Seed of the partition.
+
+  Returns:
+    (the training clients, the test split as one client).
+  """
+  partition = partition_by_label_shards(dataset.train_labels, num_clients,
+                                        shards_per_client, seed)
+  order = np.concatenate(partition)
+  sizes = [len(indices) for indices in partition]
+
+  def split(images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
+            offsets: np.ndarray) -> client_arrays.ClientArrays:
+    return client_arrays.ClientArrays(
+        kind='emnist', client_ids=ids,
+        offsets=np.asarray(offsets, np.int64),
+        features={'pixels': np.asarray(images, np.float32) / 255.0,
+                  'label': np.asarray(labels, np.int32)})
+
+  train = split(dataset.train_images[order], dataset.train_labels[order],
+                client_arrays.numbered_client_ids(num_clients),
+                np.concatenate([[0], np.cumsum(sizes)]))
+  test = split(dataset.test_images, dataset.test_labels,
+               client_arrays.numbered_client_ids(1),
+               [0, dataset.test_labels.size])
+  return train, test
+
+
+def task_arrays(request: task_data.DataRequest) -> task_data.TaskArrays:
+  """The task's client arrays (its loader, `design.tasks`).
+
+  The files' images in `NUM_CLIENTS` clients, or the stand-in's
+  (`synthetic_clients`) in `request.num_clients`, as `client_arrays_of`
+  splits them.
+
+  Args:
+    request: The data flags (the directory, or the stand-in's sizes and seed).
+
+  Returns:
+    The training clients, the test split and where they came from.
+
+  Raises:
+    ValueError: the stand-in's sizes are out of range, or the directory's
+      files are malformed.
+    OSError: the directory or its files cannot be read.
+  """
+  if request.synthetic:
+    num_clients = request.num_clients
+    dataset = synthetic_clients(num_clients, request.examples_per_client,
+                                request.seed)
+    source = 'synthetic'
+  else:
+    num_clients = NUM_CLIENTS
+    dataset = load(request.data_dir)
+    source = os.path.abspath(request.data_dir)
+  train, test = client_arrays_of(dataset, num_clients)
+  return task_data.TaskArrays(train, test, source)

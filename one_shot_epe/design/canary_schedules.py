@@ -346,8 +346,8 @@ def canary_share_warning(clients_per_round: float,
 
 
 def _count(value: float) -> str:
-  """An expected count: 3 significant digits, whole numbers from 100 on."""
-  return f'{value:,.0f}' if value >= 100 else f'{value:.3g}'
+  """An expected count: 4 significant digits, whole numbers from 100 on."""
+  return f'{value:,.0f}' if value >= 100 else f'{value:.4g}'
 
 
 def check_canary_share(clients_per_round: float, cohort: float) -> None:
@@ -366,7 +366,7 @@ def check_canary_share(clients_per_round: float, cohort: float) -> None:
   if canaries > MAX_CANARY_SHARE * cohort:
     raise run_size.PlanRefused(
         'num_canaries', f'{_count(canaries)} of the {_count(cohort)} expected '
-        f'participants per round ({canaries / cohort:.0%}) would be canaries, '
-        f'more than the {MAX_CANARY_SHARE:.0%} a run may have (the paper: '
-        '1,000 canaries among 341k clients); use fewer canaries, more rounds '
-        'or more clients per round')
+        f'participants per round ({100 * canaries / cohort:.4g}%) would be '
+        f'canaries, more than the {MAX_CANARY_SHARE:.0%} a run may have (the '
+        'paper: 1,000 canaries among 341k clients); use fewer canaries, more '
+        'rounds or more clients per round')

@@ -6,16 +6,17 @@ the same flags on machines without it; the modules that implement each
 choice take their names from here.
 """
 
+from one_shot_epe.design import tasks
+
 __all__ = ['ACCELERATORS', 'BACKENDS', 'CANARY_CLIPS', 'COMPRESSIONS',
            'OPTIMIZERS', 'OPTIMIZER_SLOTS', 'TASK_NAMES', 'UNSEEN_ID_OFFSET']
 
 # Training engines: TensorFlow Federated (CPU), or the JAX engine
 # (one_shot_epe/jax_engine; GPU, TPU, or CPU).
 BACKENDS = ('tff', 'jax')
-# The tasks of Section 5, the demo's, and Shakespeare by speaking role
-# (one_shot_epe/tff_engine/tasks; one_shot_epe/data/shakespeare).
-TASK_NAMES = ('emnist_character', 'stackoverflow_word', 'fashion_mnist',
-              'shakespeare')
+# The tasks of Section 5, the demo's, and Shakespeare by speaking role: one
+# entry each (`design.tasks`).
+TASK_NAMES = tasks.task_names()
 # How an inserted canary meets the clip S_t (one_shot_epe/tff_engine/canary_aggregator).
 CANARY_CLIPS = ('project', 'clip')
 # Client and server optimizers (TFF's sgd, momentum sgd, adam), each with

@@ -24,6 +24,7 @@ from typing import Protocol
 from one_shot_epe import validation
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
+from one_shot_epe.accounting import references
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
 from one_shot_epe.design import run_options
@@ -154,7 +155,7 @@ class RunPlan:
 
   def run_facts(self, dim: int,
                 correlated: dp_fedavg.CorrelatedNoise | None = None
-                ) -> mechanisms.RunFacts:
+                ) -> references.RunFacts:
     """What the run's report references rest on (`run_report`).
 
     Args:
@@ -167,7 +168,7 @@ class RunPlan:
       canaries), T, the clip, the expected cohort and the clients' sampling.
     """
     spec = self.spec
-    return mechanisms.RunFacts(
+    return references.RunFacts(
         noise_multiplier=float(self.dp.noise_multiplier), delta=self.delta,
         dim=dim, canary_presentations=1 if spec is None else spec.repetitions,
         rounds=self.total_rounds, clip=self.dp.clip,

@@ -7,10 +7,10 @@ current model inside `aggregate_train`, calls the inner strategy, then adds
 Gaussian noise of std z C / num_sampled_clients. `CanaryAudit.wrap` audits
 such a strategy (Andrew et al., ICLR 2024, Sections 3-4):
 
-    outer  strategies.AuditedStrategy   seeds, times and observes every round
-    DP     the user's wrapper clips the replies, adds the noise
-    inner  strategies.CanaryStrategy    adds the round's canary replies (Sec. 4)
-    FedAvg the user's FedAvg  averages
+    outer  audited_strategy.AuditedStrategy  seeds, times, observes rounds
+    DP     the user's wrapper                clips the replies, adds the noise
+    inner  strategies.CanaryStrategy         adds the round's canaries (Sec. 4)
+    FedAvg the user's FedAvg                 averages
 
 so the canaries enter inside the noise. Canary j is a client whose update is
 S_t c_j, with S_t the clip the round's replies were clipped to (an unclipped
@@ -86,12 +86,14 @@ from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideAdaptiveClipping, Strategy)
 
 from one_shot_epe import validation
+from one_shot_epe.flower_engine import audited_strategy
 from one_shot_epe.flower_engine import canaries
 from one_shot_epe.flower_engine import strategies
 from one_shot_epe.design import audit_checks
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import canary_schedules
 from one_shot_epe.accounting import mechanisms
+from one_shot_epe.accounting import references
 from one_shot_epe.reporting import run_files
 from one_shot_epe.reporting import run_report
 from one_shot_epe.runtime import cosine_buffer
@@ -225,7 +227,7 @@ class CanaryAudit:
     inner = strategies.CanaryStrategy(self, dp.strategy, dp)
     dp.strategy = inner
     self._wrapped = True
-    return strategies.AuditedStrategy(self, dp, inner)
+    return audited_strategy.AuditedStrategy(self, dp, inner)
 
   @property
   def last_round(self) -> int:
@@ -258,7 +260,7 @@ class CanaryAudit:
         'seed': self._seed, 'delta': self.delta, 'alpha': self.alpha,
         'rounds_per_checkpoint': self.rounds_per_checkpoint,
         'noise_multiplier': float(dp.noise_multiplier),
-        'num_sampled_clients': self._inner(dp)._divisor}
+        'num_sampled_clients': self._inner(dp).num_sampled_clients}
     if isinstance(dp, DifferentialPrivacyServerSideAdaptiveClipping):
       config.update(
           clipped_count_stddev=float(dp.clipped_count_stddev),
@@ -436,14 +438,14 @@ class CanaryAudit:
     z, event, dp_setting = self._round_event(dp)
     setting = {'engine': 'flower', 'dp_wrapper': type(dp).__name__,
                'rounds': self.rounds,
-               'num_sampled_clients': self._inner(dp)._divisor,
+               'num_sampled_clients': self._inner(dp).num_sampled_clients,
                **dp_setting, 'num_canaries': k,
                'num_unseen_canaries': spec.num_unseen,
                'canary_repeats': spec.repetitions, 'seed': self._seed,
                'canary_seed': spec.seed}
     # Without unseen canaries their arrays are empty: the final model's
     # report alone.
-    facts = mechanisms.RunFacts(
+    facts = references.RunFacts(
         noise_multiplier=z, delta=self.delta, dim=self.bank.dim,
         canary_presentations=spec.repetitions, rounds=self.rounds,
         presentation_counts=spec.presentation_counts(), round_event=event)

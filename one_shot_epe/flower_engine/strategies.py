@@ -1,15 +1,15 @@
 """Flower's strategies with canaries: where the canaries enter the round.
 
-`CanaryAudit.wrap` (`audit`) nests a Flower strategy as: `AuditedStrategy`
-(seeds each round, observes the released aggregate, checkpoints) around the
-user's server-side DP wrapper, around `CanaryStrategy` (FedAvg with the
-round's canary replies added, inside the noise), around the user's FedAvg.
-`check_strategy` refuses, by name, what cannot be audited soundly.
+`CanaryAudit.wrap` (`audit`) nests a Flower strategy as:
+`audited_strategy.AuditedStrategy` (seeds each round, observes the released
+aggregate, checkpoints) around the user's server-side DP wrapper, around
+`CanaryStrategy` (FedAvg with the round's canary replies added, inside the
+noise), around the user's FedAvg. `check_strategy` refuses, by name, what
+cannot be audited soundly; `Audit` is what both strategies ask of the audit.
 """
 
 import math
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import numpy as np
@@ -20,10 +20,10 @@ from flwr.serverapp.strategy import (
     DifferentialPrivacyClientSideAdaptiveClipping,
     DifferentialPrivacyClientSideFixedClipping,
     DifferentialPrivacyServerSideAdaptiveClipping,
-    DifferentialPrivacyServerSideFixedClipping, FedAvg, Result, Strategy)
+    DifferentialPrivacyServerSideFixedClipping, FedAvg, Strategy)
 
-__all__ = ['Audit', 'AuditRefused', 'AuditedStrategy', 'CanaryStrategy',
-           'check_strategy', 'flatten']
+__all__ = ['Audit', 'AuditRefused', 'CanaryStrategy', 'check_strategy',
+           'flatten']
 
 
 class Audit(Protocol):
@@ -214,6 +214,11 @@ class CanaryStrategy(Strategy):
     # The last aggregated round's real replies, canaries and noise std.
     self.round_stats: dict[str, float] = {}
 
+  @property
+  def num_sampled_clients(self) -> int:
+    """The DP wrapper's own `num_sampled_clients`, as the user built it."""
+    return self._divisor
+
   def summary(self) -> None:
     """Logs FedAvg's summary."""
     self.fedavg.summary()
@@ -343,170 +348,3 @@ class CanaryStrategy(Strategy):
       FedAvg's aggregated metrics, or None when it has none.
     """
     return self.fedavg.aggregate_evaluate(server_round, replies)
-
-
-class AuditedStrategy(Strategy):
-  """The DP wrapper, observed: seeds, cosines, checkpoints, run directory."""
-
-  def __init__(self, audit: Audit, dp: Strategy,
-               inner: CanaryStrategy):
-    super().__init__()
-    self._audit = audit
-    self.dp = dp
-    self._inner = inner
-    self._offset = 0
-    self._current = np.zeros(0)
-    # The last round's release and its flat copy (the next round's theta).
-    self._released: tuple[ArrayRecord | None, np.ndarray] = (None,
-                                                              np.zeros(0))
-    self._started = 0.0
-
-  def summary(self) -> None:
-    """Logs the DP wrapper's summary."""
-    self.dp.summary()
-
-  def configure_train(self, server_round: int, arrays: ArrayRecord,
-                      config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-    """The DP wrapper's messages for training round `server_round` + offset.
-
-    Seeds the round (stage 0), notes theta_{t-1} flat (reusing the last
-    release's copy) and starts the round's clock.
-
-    Args:
-      server_round: Flower's round, 1-based from this start; the run's round
-        is it plus the rounds a resumed run had already trained.
-      arrays: theta_{t-1}, the model the clients train from.
-      config: the training config sent to the clients.
-      grid: Flower's Grid, to sample the clients from.
-
-    Returns:
-      The DP wrapper's training messages.
-    """
-    t = server_round + self._offset
-    self._audit.seed_round(t, 0)
-    released, flat = self._released
-    self._current = flat if arrays is released else flatten(arrays)
-    self._started = time.perf_counter()
-    messages = self.dp.configure_train(t, arrays, config, grid)
-    self._inner.theta = self._current
-    return messages
-
-  def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                      ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-    """The noised aggregate; scores, records and checkpoints the round.
-
-    Args:
-      server_round: Flower's round, 1-based from this start (offset as in
-        `configure_train`).
-      replies: the clients' training replies.
-
-    Returns:
-      The DP wrapper's (arrays, metrics): theta_t and its metrics.
-
-    Raises:
-      RuntimeError: the DP wrapper aggregated nothing (a client reported an
-        error, or no reply came back): every round must be released.
-    """
-    t = server_round + self._offset
-    self._audit.seed_round(t, 1)
-    arrays, metrics = self.dp.aggregate_train(t, replies)
-    if arrays is None:
-      raise RuntimeError(
-          f'round {t}: {type(self.dp).__name__} aggregated nothing (a client '
-          'reported an error, or no reply came back); the audit needs every '
-          'round released.')
-    self._released = (arrays, flatten(arrays))
-    self._audit.on_round(t, self._released[1] - self._current,
-                         time.perf_counter() - self._started,
-                         self._inner, arrays, self.dp)
-    return arrays, metrics
-
-  def configure_evaluate(self, server_round: int, arrays: ArrayRecord,
-                         config: ConfigRecord,
-                         grid: Grid) -> Iterable[Message]:
-    """The DP wrapper's evaluation messages.
-
-    Args:
-      server_round: Flower's round, 1-based from this start (offset as in
-        `configure_train`).
-      arrays: the model to evaluate.
-      config: the evaluation config sent to the clients.
-      grid: Flower's Grid, to sample the clients from.
-
-    Returns:
-      The DP wrapper's evaluation messages.
-    """
-    return self.dp.configure_evaluate(server_round + self._offset, arrays,
-                                      config, grid)
-
-  def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                         ) -> MetricRecord | None:
-    """The DP wrapper's evaluation metrics.
-
-    Args:
-      server_round: Flower's round, 1-based from this start (offset as in
-        `configure_train`).
-      replies: the clients' evaluation replies.
-
-    Returns:
-      The DP wrapper's aggregated metrics, or None when it has none.
-    """
-    return self.dp.aggregate_evaluate(server_round + self._offset, replies)
-
-  def start(self, grid: Grid, initial_arrays: ArrayRecord,
-            num_rounds: int = 3, timeout: float = 3600,
-            train_config: ConfigRecord | None = None,
-            evaluate_config: ConfigRecord | None = None,
-            evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None]
-            | None = None) -> Result:
-    """Flower's start of a strategy, resumed from the run's newest checkpoint.
-
-    Trains the rounds after the checkpoint (none if the run is complete),
-    then writes the run's results (`CanaryAudit.report` holds the report).
-
-    Args:
-      grid: Flower's Grid.
-      initial_arrays: theta_0 (ignored when resuming but for its layout).
-      num_rounds: T; must be the audit's `rounds`.
-      timeout: seconds to wait for the clients' replies, as Flower's.
-      train_config: the training config sent to the clients, as Flower's
-        (None: empty).
-      evaluate_config: the evaluation config sent to the clients, as
-        Flower's (None: empty).
-      evaluate_fn: As Flower's (rounds numbered from the run's start); a
-        'accuracy' in its last MetricRecord is the report's accuracy.
-
-    Returns:
-      Flower's `Result`, its `arrays` theta_T.
-
-    Raises:
-      ValueError: `num_rounds` is not the audit's rounds.
-      run_directory.RunDirectoryError: the run directory holds another run.
-    """
-    audit = self._audit
-    if num_rounds != audit.rounds:
-      raise ValueError(f'num_rounds must be the audit\'s rounds '
-                       f'({audit.rounds}); got {num_rounds!r}.')
-    arrays = audit.open_run(initial_arrays, self.dp)
-    self._offset = audit.resumed_from
-    last = {}
-
-    def offset_evaluate(server_round: int, model: ArrayRecord
-                        ) -> MetricRecord | None:
-      metrics = evaluate_fn(server_round + self._offset, model)
-      if metrics is not None:
-        last['metrics'] = metrics
-      return metrics
-
-    with audit.owned():
-      result = super().start(
-          grid, arrays, num_rounds - self._offset, timeout, train_config,
-          evaluate_config, offset_evaluate if evaluate_fn else None)
-      if self._offset == num_rounds:
-        result.arrays = arrays
-      accuracy = last.get('metrics', {}).get('accuracy')
-      audit.finish(result.arrays, self.dp,
-                   None if accuracy is None else float(accuracy))
-    return result
-
-

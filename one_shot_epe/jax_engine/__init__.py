@@ -21,9 +21,13 @@ Modules:
   packed_batches: a round's batches (or their rows) laid out in those lanes.
   fedavg: one DP-FedAvg round (Andrew et al., ICLR 2024, Algorithm 2) as
     pure jit-able functions: clients vmapped, or packed into lanes.
+  client_training: a client's local training in that round (local steps,
+    micro-batches, its clipped update) as pure jit-able functions.
   round_engine: `RoundEngine`, the round compiled per platform (chosen in
     one place): clients and a program's runs one by one ('loop', CPU) or
     vmapped and sharded over all local devices ('vmap', accelerators).
+  lane_layouts: the lanes of each 'vmap' round: the fixed layout, a
+    compiled one its clients fit, or a new one.
   loop_rounds: the 'loop' strategy's jitted steps, folds and server step.
   canaries: canary directions drawn by `jax.random` and their cosines with a
     block of buffered rounds' vectors (Algorithm 3, lines 10-16).

@@ -27,7 +27,8 @@ Andrew et al. (ICLR 2024), Algorithm 2, on the TFF engine's aggregation
 This module is the round's math as pure, jit-able functions: the clients
 vmapped over a padded client axis (`dp_fedavg_round`; absent clients are
 masked out of every sum) or packed back to back into lanes of that axis
-(`packed_round`), and the server's steps (`server_round`).
+(`packed_round`), and the server's steps (`server_round`). A client's local
+training (steps 1-2) is `client_training`'s.
 `round_engine.RoundEngine` compiles them the way each device runs them
 fastest and shards the client axis over all local devices.
 
@@ -36,7 +37,7 @@ the TFF path's seeded noise, not bit-equal to it.
 """
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -44,20 +45,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from one_shot_epe.jax_engine import client_training
 from one_shot_epe.jax_engine import optimizers
 from one_shot_epe.jax_engine import packed_batches
 from one_shot_epe.design import canary_spec
 
-__all__ = ['LossFn', 'RoundOutput', 'ServerState', 'adaptive_clip_update',
-           'accumulated_step', 'batch_key', 'canary_records', 'client_keys',
-           'client_update', 'clip_by_global_norm', 'dp_fedavg_round',
-           'finite_delta', 'init_server_state', 'local_step',
-           'micro_batch_gradient', 'noise_scales', 'packed_round',
-           'run_state', 'server_round', 'stack_states']
+__all__ = ['RoundOutput', 'ServerState', 'adaptive_clip_update',
+           'canary_records', 'client_keys', 'dp_fedavg_round',
+           'init_server_state', 'noise_scales', 'packed_round', 'run_state',
+           'server_round', 'stack_states']
 
 _tree_map = jax.tree_util.tree_map
-# loss(params, inputs, labels, example_mask, dropout_key) -> scalar.
-LossFn = Callable[[Any, jax.Array, jax.Array, jax.Array, Any], jax.Array]
 
 
 class ServerState(NamedTuple):
@@ -93,198 +91,6 @@ class RoundOutput(NamedTuple):
   unclipped_fraction: jax.Array
   num_clients: jax.Array
   canaries_inserted: jax.Array
-
-
-def _global_norm(tree: Any) -> jax.Array:
-  leaves = jax.tree_util.tree_leaves(tree)
-  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in leaves))
-
-
-def clip_by_global_norm(tree: Any, clip: jax.Array) -> tuple[Any, jax.Array]:
-  """tf.clip_by_global_norm: (tree * clip min(1/norm, 1/clip), norm).
-
-  Args:
-    tree: a pytree of float arrays (a client's update).
-    clip: S > 0, the L2 bound on the whole tree, a float32 scalar.
-
-  Returns:
-    (the tree scaled to global L2 norm at most `clip`, a pytree like `tree`
-    (unchanged when its norm is at most `clip`, zero stays zero); its global
-    norm before clipping, a scalar).
-  """
-  norm = _global_norm(tree)
-  scale = clip * jnp.minimum(1.0 / norm, 1.0 / clip)
-  return _tree_map(lambda x: x * scale, tree), norm
-
-
-def local_step(loss_fn: LossFn, optimizer: optimizers.Optimizer,
-               weights: Any, state: Any, inputs: jax.Array, labels: jax.Array,
-               example_mask: jax.Array, key: Any) -> tuple[Any, Any]:
-  """One local optimizer step on a batch's mean loss over its valid examples.
-
-  A batch without valid examples leaves weights and optimizer state as they
-  are.
-
-  Args:
-    loss_fn: the model's loss (`LossFn`), the mean over the valid examples.
-    optimizer: the client optimizer.
-    weights: the model's parameters.
-    state: the optimizer's state.
-    inputs: [batch_size, ...] the batch's inputs.
-    labels: [batch_size, ...] its targets.
-    example_mask: [batch_size], 1 for its valid examples, 0 for padding.
-    key: the batch's dropout key (`batch_key`), or None for no dropout.
-
-  Returns:
-    (weights, optimizer state) after the step.
-  """
-  grads = jax.grad(loss_fn)(weights, inputs, labels, example_mask, key)
-  return _step_if(optimizer, weights, state, grads,
-                  jnp.sum(example_mask) > 0)
-
-
-def _step_if(optimizer: optimizers.Optimizer, weights: Any, state: Any,
-             grads: Any, present: jax.Array) -> tuple[Any, Any]:
-  """The optimizer's step on `grads` where `present`, else no change."""
-  new_state, new_weights = optimizer.step(state, weights, grads)
-  keep = lambda new, old: jnp.where(present, new, old)  # pylint: disable=unnecessary-lambda-assignment
-  return _tree_map(keep, new_weights, weights), _tree_map(keep, new_state,
-                                                          state)
-
-
-def micro_batch_gradient(loss_fn: LossFn, weights: Any, inputs: jax.Array,
-                         labels: jax.Array, example_mask: jax.Array,
-                         key: Any) -> tuple[Any, jax.Array]:
-  """(n x the gradient of the mean loss, n) over a micro-batch's n examples.
-
-  A batch's micro-batches sum these to n times the gradient of its mean
-  loss (a `LossFn` averages over the valid examples), so a batch cut into
-  micro-batches (`accumulated_step`, `packed_round`) takes the step its
-  whole batch would, up to float rounding.
-
-  Args:
-    loss_fn: the model's loss.
-    weights: the model's parameters.
-    inputs: the micro-batch's inputs.
-    labels: its targets.
-    example_mask: [micro_batch], 1 for its valid examples.
-    key: its dropout key, or None.
-
-  Returns:
-    (n x gradient, a pytree like `weights`; n, a float32 scalar).
-  """
-  count = jnp.sum(example_mask)
-  grads = jax.grad(loss_fn)(weights, inputs, labels, example_mask, key)
-  return _tree_map(lambda g: count * g, grads), count
-
-
-def accumulated_step(loss_fn: LossFn, optimizer: optimizers.Optimizer,
-                     weights: Any, state: Any, inputs: jax.Array,
-                     labels: jax.Array, example_mask: jax.Array,
-                     keys: Sequence[Any]) -> tuple[Any, Any]:
-  """`local_step` on a batch given as micro-batches ([k, micro, ...] each).
-
-  The gradient is the example-weighted mean of the micro-batches'
-  (`micro_batch_gradient`); micro-batch j gets dropout key keys[j]. k is
-  static: the micro-batches are unrolled (no loop body, so no slow
-  convolution gradients on a CPU).
-
-  Args:
-    loss_fn: the model's loss.
-    optimizer: the client optimizer.
-    weights: the model's parameters.
-    state: the optimizer's state.
-    inputs: [k, micro_batch, ...] the batch's micro-batches' inputs.
-    labels: [k, micro_batch, ...] their targets.
-    example_mask: [k, micro_batch], 1 for valid examples.
-    keys: k dropout keys (None each: no dropout).
-
-  Returns:
-    (weights, optimizer state) after the step; unchanged without examples.
-  """
-  total, count = None, jnp.zeros((), jnp.float32)
-  for j, key in enumerate(keys):
-    grads, n = micro_batch_gradient(loss_fn, weights, inputs[j], labels[j],
-                                    example_mask[j], key)
-    total = grads if total is None else _tree_map(jnp.add, total, grads)
-    count = count + n
-  return _apply_gradient(optimizer, weights, state, total, count)
-
-
-def _apply_gradient(optimizer: optimizers.Optimizer, weights: Any,
-                    state: Any, total: Any, count: jax.Array
-                    ) -> tuple[Any, Any]:
-  """The optimizer's step on total / count; none when count is 0."""
-  grads = _tree_map(lambda g: g / jnp.maximum(count, 1.0), total)
-  return _step_if(optimizer, weights, state, grads, count > 0)
-
-
-def batch_key(client_key: Any, batch_index: Any) -> Any:
-  """The dropout key of a client's batch (None without dropout).
-
-  Args:
-    client_key: the client's dropout key (`client_keys`), or None.
-    batch_index: the batch's index within the client, an int or int32
-      scalar (traced inside a loop).
-
-  Returns:
-    fold_in(client_key, batch_index), or None when `client_key` is None.
-  """
-  return None if client_key is None else jax.random.fold_in(client_key,
-                                                            batch_index)
-
-
-def finite_delta(initial: Any, trained: Any) -> Any:
-  """initial - trained, zeroed if any entry is not finite (TFF's client work).
-
-  Args:
-    initial: the parameters the client started from (a pytree).
-    trained: its parameters after local training, a pytree like `initial`.
-
-  Returns:
-    The update initial - trained, a pytree like `initial`; all zeros when
-    any of its entries is NaN or infinite.
-  """
-  delta = _tree_map(lambda w0, w: w0 - w, initial, trained)
-  finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in
-                                jax.tree_util.tree_leaves(delta)]))
-  return _tree_map(lambda x: jnp.where(finite, x, 0.0), delta)
-
-
-def client_update(loss_fn: LossFn, optimizer: optimizers.Optimizer,
-                  params: Any, inputs: jax.Array, labels: jax.Array,
-                  example_mask: jax.Array, dropout_key: Any = None) -> Any:
-  """A client's model delta (initial - trained) after local training.
-
-  One `local_step` per batch (leading axis of inputs/labels/example_mask),
-  as a `lax.scan`; the optimizer starts fresh every round, as in TFF. A
-  delta with a non-finite entry is zeroed (`finite_delta`).
-
-  Args:
-    loss_fn: the model's loss (`LossFn`).
-    optimizer: the client optimizer (its state starts from `init`).
-    params: the server model the client starts from.
-    inputs: [batches, batch_size, ...] the client's batches' inputs.
-    labels: [batches, batch_size, ...] their targets.
-    example_mask: [batches, batch_size], 1 for valid examples; a batch
-      without any takes no step.
-    dropout_key: the client's dropout key (batch m uses
-      `batch_key(dropout_key, m)`), or None for no dropout.
-
-  Returns:
-    The update initial - trained, a pytree like `params`.
-  """
-
-  def step(carry, batch):
-    index, x, y, mask = batch
-    return local_step(loss_fn, optimizer, *carry, x, y, mask,
-                      batch_key(dropout_key, index)), None
-
-  num_batches = example_mask.shape[0]
-  (trained, _), _ = jax.lax.scan(
-      step, (params, optimizer.init(params)),
-      (jnp.arange(num_batches), inputs, labels, example_mask))
-  return finite_delta(params, trained)
 
 
 def canary_records(directions: jax.Array, canary_mask: jax.Array,
@@ -444,7 +250,8 @@ def client_keys(key: jax.Array, slots: int) -> jax.Array:
   return jax.random.split(dropout_key, slots)
 
 
-def dp_fedavg_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
+def dp_fedavg_round(loss_fn: client_training.LossFn,
+                    client_optimizer: optimizers.Optimizer,
                     server_optimizer: optimizers.Optimizer,
                     config: canary_spec.DPAggregation, canary_clip: str,
                     client_dropout: bool, state: ServerState,
@@ -455,7 +262,7 @@ def dp_fedavg_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
   """One round (module docstring, steps 1-7), clients vmapped; jit-able.
 
   Args:
-    loss_fn: the model's loss (`LossFn`).
+    loss_fn: the model's loss (`client_training.LossFn`).
     client_optimizer: the clients' local optimizer.
     server_optimizer: the server optimizer.
     config: the aggregation.
@@ -479,9 +286,10 @@ def dp_fedavg_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
   clip = state.clip
 
   def one_client(x, y, mask, client_key):
-    delta = client_update(loss_fn, client_optimizer, state.params, x, y, mask,
-                          client_key if client_dropout else None)
-    clipped, norm = clip_by_global_norm(delta, clip)
+    delta = client_training.client_update(
+        loss_fn, client_optimizer, state.params, x, y, mask,
+        client_key if client_dropout else None)
+    clipped, norm = client_training.clip_by_global_norm(delta, clip)
     return ravel_pytree(clipped)[0], norm
 
   keys = client_keys(key, client_mask.shape[0])
@@ -493,7 +301,8 @@ def dp_fedavg_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
                       key)
 
 
-def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
+def packed_round(loss_fn: client_training.LossFn,
+                 client_optimizer: optimizers.Optimizer,
                  server_optimizer: optimizers.Optimizer,
                  config: canary_spec.DPAggregation, canary_clip: str,
                  client_dropout: bool, state: ServerState,
@@ -518,7 +327,7 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
   and added to the lane's sum, and its unclipped indicator counted.
 
   Args:
-    loss_fn: the model's loss (`LossFn`).
+    loss_fn: the model's loss (`client_training.LossFn`).
     client_optimizer: the clients' local optimizer.
     server_optimizer: the server optimizer.
     config: the aggregation.
@@ -544,9 +353,10 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
     micro_per_batch: g, static: `packed` holds micro-batches, g to a batch
       (`data.micro_batches`; its `batch_index` is the micro-batch's index
       within its client). A client's micro-batches accumulate their
-      gradients (`micro_batch_gradient`) and the optimizer steps after each
-      batch's last one, as `accumulated_step`; 1: every packed batch is a
-      whole batch and takes its own `local_step`.
+      gradients (`client_training.micro_batch_gradient`) and the optimizer
+      steps after each batch's last one (as
+      `client_training.accumulated_step`); 1: every packed batch is a whole
+      batch and takes its own `client_training.local_step`.
 
   Returns:
     (the state after the round, the round's `RoundOutput`).
@@ -565,28 +375,29 @@ def packed_round(loss_fn: LossFn, client_optimizer: optimizers.Optimizer,
     weights = _tree_map(restart, state.params, weights)
     optimizer_state = _tree_map(restart, initial_optimizer_state,
                                 optimizer_state)
-    dropout_key = batch_key(slot_keys[slot], index) if client_dropout else None
+    dropout_key = (client_training.batch_key(slot_keys[slot], index)
+                   if client_dropout else None)
     if micro_per_batch == 1:
-      weights, optimizer_state = local_step(loss_fn, client_optimizer,
-                                            weights, optimizer_state, x, y,
-                                            mask, dropout_key)
+      weights, optimizer_state = client_training.local_step(
+          loss_fn, client_optimizer, weights, optimizer_state, x, y, mask,
+          dropout_key)
     else:
       # A batch's first micro-batch starts its sums; its last (or the
       # client's last) takes the step.
       first = index % micro_per_batch == 0
-      grads, count = micro_batch_gradient(loss_fn, weights, x, y, mask,
-                                          dropout_key)
+      grads, count = client_training.micro_batch_gradient(
+          loss_fn, weights, x, y, mask, dropout_key)
       total, counted = accumulated
       total = _tree_map(lambda s, g: jnp.where(first, 0.0, s) + g, total,
                         grads)
       counted = jnp.where(first, 0.0, counted) + count
       last = (end > 0) | (index % micro_per_batch == micro_per_batch - 1)
-      weights, optimizer_state = _apply_gradient(
+      weights, optimizer_state = client_training.apply_gradient(
           client_optimizer, weights, optimizer_state, total,
           jnp.where(last, counted, 0.0))
       accumulated = (total, counted)
-    clipped, norm = clip_by_global_norm(finite_delta(state.params, weights),
-                                        clip)
+    clipped, norm = client_training.clip_by_global_norm(
+        client_training.finite_delta(state.params, weights), clip)
     clipped_sum = clipped_sum + end * ravel_pytree(clipped)[0]
     unclipped_sum = unclipped_sum + end * ((norm <= clip) - 0.5)
     return (weights, optimizer_state, accumulated, clipped_sum,

@@ -1,10 +1,10 @@
 """The 'loop' local-training strategy of `round_engine.RoundEngine` (CPUs).
 
 Andrew et al. (ICLR 2024), Algorithm 2's round as small jitted computations
-called from Python: one `fedavg.local_step` per real batch of each client
-(`fedavg.accumulated_step` per batch when batches are cut into
-micro-batches), a fold of each client's clipped update into the running sum,
-and `fedavg.server_round`. On a CPU this is the fast way: XLA computes a
+called from Python: one `client_training.local_step` per real batch of each
+client (`client_training.accumulated_step` per batch when batches are cut
+into micro-batches), a fold of each client's clipped update into the running
+sum, and `fedavg.server_round`. On a CPU this is the fast way: XLA computes a
 convolution's weight gradient 15-40x slower inside a loop body than at top
 level and turns vmapped convolutions into grouped ones. Padding costs
 nothing: a client runs only its own batches, and empty slots none.
@@ -19,6 +19,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from one_shot_epe.design import canary_spec
+from one_shot_epe.jax_engine import client_training
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import optimizers
@@ -48,7 +49,7 @@ class LoopRounds:
       call (`RoundEngine` counts the compiled signatures).
   """
 
-  def __init__(self, loss_fn: fedavg.LossFn,
+  def __init__(self, loss_fn: client_training.LossFn,
                client_optimizer: optimizers.Optimizer,
                server_optimizer: optimizers.Optimizer,
                config: canary_spec.DPAggregation, canary_clip: str,
@@ -60,17 +61,18 @@ class LoopRounds:
     self.upload_bytes = 0
 
     def step_fn(weights, state, inputs, labels, example_mask, key):
-      return fedavg.local_step(loss_fn, client_optimizer, weights, state,
-                               inputs, labels, example_mask, key)
+      return client_training.local_step(loss_fn, client_optimizer, weights,
+                                        state, inputs, labels, example_mask,
+                                        key)
 
     def micro_step_fn(weights, state, inputs, labels, example_mask, keys):
-      return fedavg.accumulated_step(loss_fn, client_optimizer, weights,
-                                     state, inputs, labels, example_mask,
-                                     keys)
+      return client_training.accumulated_step(loss_fn, client_optimizer,
+                                              weights, state, inputs, labels,
+                                              example_mask, keys)
 
     def fold_fn(initial, trained, clip, clipped_sum, unclipped_sum):
-      clipped, norm = fedavg.clip_by_global_norm(
-          fedavg.finite_delta(initial, trained), clip)
+      clipped, norm = client_training.clip_by_global_norm(
+          client_training.finite_delta(initial, trained), clip)
       return (clipped_sum + ravel_pytree(clipped)[0],
               unclipped_sum + (norm <= clip) - 0.5)
 
@@ -98,8 +100,8 @@ class LoopRounds:
       batches: the round's batches, cut into `per_batch` micro-batches a
         batch (`data.micro_batches`; 1: whole batches).
       per_batch: micro-batches per batch; a batch's non-empty ones (a prefix
-        of it) are one `fedavg.accumulated_step`, micro-batch i of a client
-        with dropout key `batch_key(client key, i)`.
+        of it) are one `client_training.accumulated_step`, micro-batch i of
+        a client with dropout key `batch_key(client key, i)`.
       canary_directions: float32 [k, d], the canaries' directions.
       canary_mask: float32 [k], 1 for the canaries inserted this round.
       key: the round's key.
@@ -124,12 +126,12 @@ class LoopRounds:
       for batch in np.flatnonzero(counts[slot]):
         if per_batch == 1:
           name, step, rows = 'step', self._step, batch
-          dropout = fedavg.batch_key(client_key, batch)
+          dropout = client_training.batch_key(client_key, batch)
         else:  # The batch's micro-batches, [count, micro_batch, ...].
           name, step = 'micro_step', self._micro_step
           rows = slice(batch * per_batch,
                        batch * per_batch + counts[slot, batch])
-          dropout = [fedavg.batch_key(client_key, i)
+          dropout = [client_training.batch_key(client_key, i)
                      for i in range(rows.start, rows.stop)]
         args = (weights, optimizer_state, batches.inputs[slot, rows],
                 batches.labels[slot, rows], batches.example_mask[slot, rows],
@@ -232,7 +234,8 @@ class LoopRounds:
     clients = int((batches.client_mask > 0).sum())
     add(self._step, steps, state.params, optimizer_state,
         batches.inputs[0, 0], batches.labels[0, 0], batches.example_mask[0, 0],
-        fedavg.batch_key(keys[0] if self._client_dropout else None, 0))
+        client_training.batch_key(
+            keys[0] if self._client_dropout else None, 0))
     add(self._fold, clients, state.params, state.params, state.clip,
         jnp.zeros_like(flat), zero)
     add(self._server, 1, state, jnp.zeros_like(flat), zero, zero,

@@ -34,7 +34,7 @@ class PackedBatches:
     slot: int32 [lanes, lane_batches], the `data.RoundBatches` slot of the
       batch's client (0 on empty batches).
     batch_index: int32 [lanes, lane_batches], the batch's index within its
-      client (its dropout key, `fedavg.batch_key`).
+      client (its dropout key, `client_training.batch_key`).
     start: float32 [lanes, lane_batches], 1 on a client's first batch (the
       model and client optimizer restart from the server's).
     end: float32 [lanes, lane_batches], 1 on a client's last batch (its

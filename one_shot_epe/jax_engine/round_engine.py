@@ -18,12 +18,13 @@ import numpy as np
 
 from one_shot_epe import validation
 from one_shot_epe.data import client_arrays
+from one_shot_epe.jax_engine import client_training
 from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
+from one_shot_epe.jax_engine import lane_layouts
 from one_shot_epe.jax_engine import loop_rounds
 from one_shot_epe.jax_engine import optimizers
 from one_shot_epe.jax_engine import packed_batches
-from one_shot_epe.jax_engine import packing
 from one_shot_epe.design import canary_spec
 
 __all__ = ['CLIENT_AXIS', 'LOCAL_TRAINING', 'RoundEngine',
@@ -65,10 +66,10 @@ class RoundEngine:
     One computation per (lanes, lane length) layout: `fix_layout` sets one
     for every later round (each looping only over the batches it needs;
     with `set_micro_batch`, over micro-batches, for small clients);
-    else a round reuses a compiled layout its clients fit (`_layout`).
-    With the split on the devices (`upload`) a round takes
-    `data.RoundRows` and sends only its examples' int32 rows; each local
-    step gathers its batch there.
+    else a round reuses a compiled layout its clients fit
+    (`lane_layouts.LaneLayouts`). With the split on the devices (`upload`)
+    a round takes `data.RoundRows` and sends only its examples' int32 rows;
+    each local step gathers its batch there.
   * 'loop' (the default on CPU, `loop_rounds.LoopRounds`): one jitted
     `local_step` per batch, called from Python client by client, each
     client's clipped update folded into a running sum by a second jit, and
@@ -84,7 +85,7 @@ class RoundEngine:
   counted) whatever the cohort size, given fixed slot and batch counts.
 
   Args:
-    loss_fn: the model's loss (`fedavg.LossFn`).
+    loss_fn: the model's loss (`client_training.LossFn`).
     client_optimizer, server_optimizer: the local and server optimizers.
     config: the DP aggregation of every round.
     canary_clip: 'project' or 'clip' (`canary_spec.CANARY_CLIPS`).
@@ -97,7 +98,7 @@ class RoundEngine:
     ValueError: an unknown `canary_clip` or `local_training`, or no devices.
   """
 
-  def __init__(self, loss_fn: fedavg.LossFn,
+  def __init__(self, loss_fn: client_training.LossFn,
                client_optimizer: optimizers.Optimizer,
                server_optimizer: optimizers.Optimizer,
                config: canary_spec.DPAggregation, *,
@@ -133,8 +134,7 @@ class RoundEngine:
     self._replicated = jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec())
     self._shapes: set[tuple[str, Any]] = set()
-    self._layouts: set[tuple[int, int]] = set()
-    self._fixed: tuple[int, int] | None = None
+    self._lanes = lane_layouts.LaneLayouts(len(self._devices))
     self._micro_batch: int | None = None
     self._resident: tuple[jax.Array, jax.Array] | None = None
     self.upload_bytes = 0
@@ -201,7 +201,7 @@ class RoundEngine:
     Returns:
       The least multiple of `num_devices` that is >= max(num_clients, 1).
     """
-    return -(-max(num_clients, 1) // self.num_devices) * self.num_devices
+    return lane_layouts.round_up(num_clients, self.num_devices)
 
   def init_state(self, params: Any) -> fedavg.ServerState:
     """The replicated server state before round 0.
@@ -276,7 +276,7 @@ class RoundEngine:
       self.upload_bytes = self._loop.upload_bytes
       return output
     batches, micro_per_batch = self._micro_view(batches)
-    (lanes,), lane_batches, steps = self._layout([batches])
+    (lanes,), lane_batches, steps = self._lanes.choose([batches])
     pack = (packed_batches.pack_rows if resident else
             packed_batches.pack_batches)
     packed = pack(batches, lanes, lane_batches)
@@ -295,9 +295,10 @@ class RoundEngine:
                       ) -> int:
     """Examples the round's local training processes, padding included.
 
-    'vmap': the packed lanes (`_layout`), lanes x the (micro-)batches they
-    loop over x their size; 'loop': each client's non-empty micro-batches
-    (`set_micro_batch`; whole batches by default) at full size.
+    'vmap': the packed lanes (`lane_layouts.LaneLayouts.choose`), lanes x
+    the (micro-)batches they loop over x their size; 'loop': each client's
+    non-empty micro-batches (`set_micro_batch`; whole batches by default)
+    at full size.
 
     Args:
       batches: the round's batches or rows, as `__call__` takes them.
@@ -309,7 +310,7 @@ class RoundEngine:
     batch_size = batches.example_mask.shape[2]
     if self.local_training == 'loop':
       return int((batches.example_mask.sum(axis=2) > 0).sum()) * batch_size
-    (lanes,), _, steps = self._layout([batches])
+    (lanes,), _, steps = self._lanes.choose([batches])
     return len(lanes) * steps * batch_size
 
   def set_micro_batch(self, micro_batch: int | None) -> None:
@@ -317,11 +318,12 @@ class RoundEngine:
 
     Batches are cut into micro-batches (`data.micro_batches`) whose
     gradients add up to the batch's before its one optimizer step
-    (`fedavg.accumulated_step`, `packed_round`'s `micro_per_batch`): the
-    same training up to float rounding, a partial batch padded to a
-    multiple of `micro_batch` only. Micro-batch i of a client gets dropout
-    key `batch_key(client key, i)` in both strategies. None (the default):
-    whole batches. `packing.run_layout` picks it for 'vmap'.
+    (`client_training.accumulated_step`, `packed_round`'s
+    `micro_per_batch`): the same training up to float rounding, a partial
+    batch padded to a multiple of `micro_batch` only. Micro-batch i of a
+    client gets dropout key `batch_key(client key, i)` in both strategies.
+    None (the default): whole batches. `packing.run_layout` picks it for
+    'vmap'.
 
     Args:
       micro_batch: examples per micro-batch, >= 1, dividing the batch size
@@ -362,70 +364,7 @@ class RoundEngine:
     if self.local_training != 'vmap':
       raise ValueError("fix_layout needs local_training='vmap'; got "
                        f'{self.local_training!r}.')
-    num_lanes = validation.check_int('num_lanes', num_lanes, low=1)
-    if num_lanes % self.num_devices:
-      raise ValueError(f'num_lanes must be a multiple of the {self.num_devices}'
-                       f' devices; got {num_lanes}.')
-    self._fixed = (num_lanes,
-                   validation.check_int('lane_batches', lane_batches, low=1))
-
-  def _layout(self, runs: Sequence[data.RoundBatches | data.RoundRows]
-              ) -> tuple[list[list[list[int]]], int, int]:
-    """Each run's lanes in one layout: a compiled one if they fit, else new.
-
-    With `fix_layout`, that layout, its lanes only as long as the longest
-    run's clients need at its width (`packing.lane_capacity`). Otherwise a
-    compiled (lanes, lane length) is reused, smallest first, when every
-    run's clients fit it (first-fit-decreasing) with no more padded work
-    than one slot per client padded to the round's batches would cost; else
-    the longest of the runs' `packed_batches.packed_layout` lane lengths,
-    with as many lanes as the runs need at that length (one more compile).
-
-    Returns:
-      (each run's slots of each lane, lane length, the batches each lane
-      loops over); every run has the same number of lanes, a multiple of
-      the devices.
-
-    Raises:
-      ValueError: a round's clients do not fit the fixed layout.
-    """
-    present = [np.flatnonzero(batches.client_mask > 0) for batches in runs]
-    counts = [packed_batches.slot_batch_counts(batches) for batches in runs]
-    budget = min(batches.example_mask.shape[0] * batches.example_mask.shape[1]
-                 for batches in runs)
-
-    def slots(lanes: list[list[int]], run: int,
-              num_lanes: int) -> list[list[int]]:
-      return ([[int(present[run][i]) for i in lane] for lane in lanes] +
-              [[] for _ in range(num_lanes - len(lanes))])
-
-    if self._fixed is not None:
-      num_lanes, lane_batches = self._fixed
-      steps = max(packing.lane_capacity(c, num_lanes) for c in counts)
-      if steps > lane_batches:
-        raise ValueError(f'the round needs lanes of {steps} batches; the '
-                         f'fixed layout has {lane_batches} (fix_layout).')
-      packed = [packing.first_fit_decreasing(c, steps) for c in counts]
-      return ([slots(lanes, run, num_lanes)
-               for run, lanes in enumerate(packed)], lane_batches, steps)
-    for num_lanes, lane_batches in sorted(self._layouts,
-                                          key=lambda s: s[0] * s[1]):
-      if (max(c.max(initial=1) for c in counts) > lane_batches
-          or num_lanes * lane_batches > budget):
-        continue
-      packed = [packing.first_fit_decreasing(c, lane_batches) for c in counts]
-      if all(len(lanes) <= num_lanes for lanes in packed):
-        return ([slots(lanes, run, num_lanes)
-                 for run, lanes in enumerate(packed)], lane_batches,
-                lane_batches)
-    lane_batches = max(
-        packed_batches.packed_layout(batches, self.num_devices)[1]
-        for batches in runs)
-    packed = [packing.first_fit_decreasing(c, lane_batches) for c in counts]
-    num_lanes = self.num_slots(max(len(lanes) for lanes in packed))
-    self._layouts.add((num_lanes, lane_batches))
-    return ([slots(lanes, run, num_lanes) for run, lanes in enumerate(packed)],
-            lane_batches, lane_batches)
+    self._lanes.fix(num_lanes, lane_batches)
 
   def run_rounds(self, states: fedavg.ServerState,
                  runs: Sequence[data.RoundBatches | data.RoundRows],
@@ -438,10 +377,11 @@ class RoundEngine:
     """A round of R runs as one program, in the engine's strategy.
 
     'vmap': `packed_round` with a run axis. The runs' clients are packed
-    into one layout (`_layout`, the same lanes and lane length for every
-    run), so the R rounds are one computation, vmapped over the runs, each
-    run's lanes sharded over the devices. 'loop': each active run's round
-    in turn, as `__call__` runs it (what the runs cost one after another).
+    into one layout (`lane_layouts.LaneLayouts.choose`, the same lanes and
+    lane length for every run), so the R rounds are one computation,
+    vmapped over the runs, each run's lanes sharded over the devices.
+    'loop': each active run's round in turn, as `__call__` runs it (what the
+    runs cost one after another).
     Either way a run gets what its own round would (its batches, canaries,
     key, the dropout keys of its own slot count, its noise): the program
     equals R separate rounds up to float rounding ('loop': exactly).
@@ -476,7 +416,7 @@ class RoundEngine:
                        'the device: call upload(arrays) first.')
     views = [self._micro_view(batches) for batches in runs]
     runs, micro_per_batch = [view for view, _ in views], views[0][1]
-    layouts, lane_batches, steps = self._layout(runs)
+    layouts, lane_batches, steps = self._lanes.choose(runs)
     pack = packed_batches.pack_rows if resident else packed_batches.pack_batches
     packed = [pack(batches, lanes, lane_batches)
               for batches, lanes in zip(runs, layouts)]
@@ -516,7 +456,7 @@ class RoundEngine:
     if self.local_training == 'loop':
       return sum(self.padded_examples(batches) for batches in runs)
     runs = [self._micro_view(batches)[0] for batches in runs]
-    layouts, _, steps = self._layout(runs)
+    layouts, _, steps = self._lanes.choose(runs)
     return len(runs) * len(layouts[0]) * steps * runs[0].example_mask.shape[2]
 
   def round_cost(self, state: fedavg.ServerState, batches: data.RoundBatches,

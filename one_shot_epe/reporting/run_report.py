@@ -15,7 +15,7 @@ Bundles, for one DP-FedAvg run with canaries:
 * the run's accuracy and setting.
 `build_run_report` builds it from what the run measured
 (`design.canary_spec.CanaryOutcome`), what its references rest on
-(`accounting.mechanisms.RunFacts`) and its mechanism. Written as JSON
+(`accounting.references.RunFacts`) and its mechanism. Written as JSON
 (machine-readable; each threat model's fields are `report_fields`' entries)
 and Markdown (for people, `run_markdown`), atomically.
 """
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from one_shot_epe.accounting import mechanisms
+from one_shot_epe.accounting import references
 from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import privacy_report
 from one_shot_epe.reporting import report_fields
@@ -261,7 +262,7 @@ def _present(scores: np.ndarray | None) -> np.ndarray | None:
 
 
 def build_run_report(outcome: canary_spec.CanaryOutcome,
-                     facts: mechanisms.RunFacts,
+                     facts: references.RunFacts,
                      mechanism: mechanisms.Mechanism, *, alpha: float = 0.05,
                      setting: Mapping[str, Any] | None = None,
                      seed: int = 0) -> RunReport:
@@ -287,7 +288,7 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
     ...     final_unseen_cosines=empty, seen_maxima=empty,
     ...     unseen_maxima=empty, accuracy=float('nan'), dim=10_000,
     ...     resumed_from_round=0, rounds_trained=0)
-    >>> facts = mechanisms.RunFacts(noise_multiplier=1.0, delta=1e-5,
+    >>> facts = references.RunFacts(noise_multiplier=1.0, delta=1e-5,
     ...                             dim=10_000)
     >>> report = run_report.build_run_report(outcome, facts,
     ...                                      mechanisms.Gaussian())

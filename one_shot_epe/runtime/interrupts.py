@@ -13,6 +13,7 @@ same command to resume". Framework-free.
 """
 
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -75,17 +76,24 @@ def stop_on_signals() -> Iterator[None]:
 def exit_interrupted(error: KeyboardInterrupt, otherwise: str) -> NoReturn:
   """Ends the program for an interrupt: one line on stderr, status 130.
 
+  Called once the interrupt has unwound the program (every `finally` and
+  context manager has run). The process then ends at once (`os._exit`),
+  after flushing its output, so that no thread a framework left running (a
+  checkpoint being saved in the background, say) writes or logs after the
+  line; what such a thread leaves is a killed run's leftovers, which the
+  rerun removes before it resumes (`run_directory.owned`).
+
   Args:
     error: The interrupt: an `Interrupted`, whose message is the line, or a
       plain `KeyboardInterrupt`.
     otherwise: The line for a plain interrupt (where the program stopped
       and what to do), e.g. 'interrupted before training began; nothing was
-      written: rerun the same command'.
-
-  Raises:
-    SystemExit: always, with `EXIT_STATUS`.
+      written: rerun the same command'. It does not return: the process
+      exits with `EXIT_STATUS`.
   """
   line = (str(error) if isinstance(error, Interrupted) and str(error) else
           otherwise)
+  sys.stdout.flush()
   sys.stderr.write(f'{line}\n')
-  sys.exit(EXIT_STATUS)
+  sys.stderr.flush()
+  os._exit(EXIT_STATUS)  # pylint: disable=protected-access

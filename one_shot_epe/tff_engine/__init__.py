@@ -22,6 +22,10 @@ Modules:
   final_model: canary cosines with the final model (Algorithm 2).
   audit: `CanaryAudit`, canaries for any `tff.learning` pipeline: its
     factories and its report.
+  audit_plan: `CanaryAudit`'s canary plan, made from its arguments or
+    checked.
+  audit_factories: the DP aggregation one `CanaryAudit` audits, and the
+    factories that build it.
   canary_observer: what `CanaryAudit` observes of each learning state.
   audit_state_manager: `CanaryAudit` inside TFF's training loops.
   checkpoints: TFF program-state checkpoints (`runtime.checkpoint_store`).

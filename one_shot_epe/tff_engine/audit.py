@@ -22,8 +22,9 @@ data (Andrew et al., ICLR 2024, Sections 3-4):
    last-iterate heuristic; under another mechanism (`mechanisms`: DP-FTRL's
    tree aggregation, distributed DP) the mechanism's own.
 
-The audit builds (the factories), observes (`canary_observer`, and
-`audit_state_manager` for TFF's loops) and reports
+The audit plans (`audit_plan`), builds (the factories of
+`audit_factories.AuditedAggregation`, which it is), observes
+(`canary_observer`, and `audit_state_manager` for TFF's loops) and reports
 (`reporting.run_report.build_run_report`, the builder every engine uses).
 
 Example (examples/canaries_in_fedavg.py runs it whole on a tiny model):
@@ -51,69 +52,34 @@ quiet.quiet_tensorflow_import()
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 import dataclasses
-import dp_accounting
 import numpy as np
 import tensorflow_federated as tff
 
 from one_shot_epe import validation
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
-from one_shot_epe.design import canary_schedules
-from one_shot_epe.design import audit_checks
+from one_shot_epe.accounting import references
 from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import run_files
 from one_shot_epe.reporting import run_report
 from one_shot_epe.runtime import round_record
-from one_shot_epe.tff_engine import aggregator_state
+from one_shot_epe.tff_engine import audit_factories
+from one_shot_epe.tff_engine import audit_plan
 from one_shot_epe.tff_engine import audit_state_manager
-from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe.tff_engine import canary_observer
 from one_shot_epe.tff_engine import cosine_tracking
-from one_shot_epe.tff_engine import distributed_dp_aggregator
-from one_shot_epe.tff_engine import support
 
 __all__ = ['CanaryAudit']
 
 
-def _plan(*, num_canaries: int, rounds: int, clients_per_round: float,
-          num_unseen_canaries: int | None, repetitions: int | None,
-          canary_seed: int | None, canary_clip: str | None
-          ) -> tuple[canary_spec.CanarySpec, float]:
-  """The canary plan of `CanaryAudit`'s arguments and its expected cohort.
-
-  Every seen canary once in each of r equal periods (Sec. 5.2); the
-  expected canaries per round, k r / T, join the cohort.
-  """
-  repetitions = 1 if repetitions is None else repetitions
-  canary_seed = 0 if canary_seed is None else canary_seed
-  schedule = canary_schedules.periodic_canary_schedule(
-      num_canaries, rounds, repetitions, canary_seed)
-  spec = canary_spec.CanarySpec(
-      seed=canary_seed, num_seen=num_canaries,
-      num_unseen=(num_canaries if num_unseen_canaries is None else
-                  num_unseen_canaries),
-      schedule=schedule.as_round_lists(),
-      canary_clip='project' if canary_clip is None else canary_clip,
-      repetitions=repetitions)
-  return spec, canary_schedules.expected_cohort(
-      clients_per_round, num_canaries, repetitions, rounds)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Planned:
-  """A mechanism and canaries, as the engine's `supports(plan)` reads them."""
-  mechanism: mechanisms.Mechanism
-  spec: canary_spec.CanarySpec
-
-
-class CanaryAudit:
+class CanaryAudit(audit_factories.AuditedAggregation):
   """The canaries of one training run, from aggregation factory to report.
 
   One audit audits one DP aggregation under one mechanism: the `dp` and
   `mechanism` given to `from_spec`, or those its first factory method
   (`gaussian_fixed`, `gaussian_adaptive`, `tree_aggregation`) builds; a
   factory method asking for another raises, so `report()` never depends on
-  which one ran first.
+  which one ran first (`audit_factories.AuditedAggregation`).
 
   Example (a tiny Keras model: `examples/canaries_in_fedavg.py`):
 
@@ -186,7 +152,7 @@ class CanaryAudit:
       ValueError: before any work, if an argument is out of range (fewer
         than 2 seen canaries, 1 unseen), canaries would be over half of a
         round's expected participants
-        (`canary_schedules.check_canary_share`), the rounds or canaries
+        (`audit_checks.check_share`), the rounds or canaries
         cannot fit this machine (`run_size.check`), the TFF engine does
         not run `mechanism` (`support.supports`), or `mechanism` needs a
         fixed clip that `dp` lacks.
@@ -196,55 +162,20 @@ class CanaryAudit:
                 num_unseen_canaries=num_unseen_canaries,
                 repetitions=repetitions, canary_seed=canary_seed,
                 canary_clip=canary_clip)
-    given = sorted(name for name, value in plan.items() if value is not None)
     if spec is None and dp is None:
-      if num_canaries is None or rounds is None or clients_per_round is None:
-        raise TypeError('CanaryAudit needs num_canaries, rounds and '
-                        'clients_per_round (or spec and dp).')
-      if mechanism is not None:
-        raise TypeError('mechanism goes with spec and dp; otherwise the '
-                        'factory method called chooses it.')
-      audit_checks.check_audit(rounds, num_canaries,
-                               num_canaries if num_unseen_canaries is None
-                               else num_unseen_canaries)
-      spec, expected_cohort = _plan(**plan)
-      audit_checks.check_share(num_canaries, clients_per_round,
-                               expected_cohort)
-      share = canary_schedules.canary_share_warning(clients_per_round,
-                                                     expected_cohort)
+      spec, expected_cohort, share = audit_plan.plan(mechanism=mechanism,
+                                                     **plan)
       if share is not None:  # The caller's line: past the argument check.
         warnings.warn(share, stacklevel=3)
     else:
-      if given:
-        raise TypeError(f'CanaryAudit takes spec and dp or the arguments of '
-                        f'a plan, not both; got spec/dp and {given}.')
-      if not isinstance(spec, canary_spec.CanarySpec):
-        raise TypeError(f'spec must be a canary_spec.CanarySpec; got '
-                        f'{spec!r}.')
-      if not isinstance(dp, canary_spec.DPAggregation):
-        raise TypeError(f'dp must be a canary_spec.DPAggregation; got '
-                        f'{dp!r}.')
-      for name in ('num_seen', 'num_unseen'):
-        canary_spec.AUDITED_CANARIES[name](f'spec.{name}',
-                                           getattr(spec, name))
-      mechanism = mechanisms.Gaussian() if mechanism is None else mechanism
-      if not isinstance(mechanism, mechanisms.MECHANISMS):
-        raise TypeError(f'mechanism must be one of the mechanisms of '
-                        f'accounting.mechanisms; got {mechanism!r}.')
-      answer = support.supports(_Planned(mechanism, spec))
-      if not answer:
-        raise ValueError(f'mechanism={mechanism!r}: the TFF engine does not '
-                         f'run it: {answer.reason}.')
-      mechanisms.check_clip(mechanism, dp.adaptive)
+      mechanism = audit_plan.check_plan(
+          spec, dp, mechanism,
+          sorted(name for name, value in plan.items() if value is not None))
       expected_cohort = dp.clients_per_round
-    self.spec = spec
-    self.expected_cohort = expected_cohort
-    self.mechanism = mechanism
+    # The audited aggregation (`dp`): None before the first factory.
+    super().__init__(spec, expected_cohort, dp, mechanism, noise_seed)
     self._delta = delta
-    self._noise_seed = noise_seed
     self._client_participation = client_participation
-    # The audited aggregation: None before the first factory.
-    self._dp: canary_spec.DPAggregation | None = dp
     self._observer = canary_observer.CanaryObserver(spec, device)
 
   @classmethod
@@ -278,176 +209,6 @@ class CanaryAudit:
     return cls(spec=spec, dp=dp, delta=delta, noise_seed=noise_seed,
                client_participation=client_participation,
                mechanism=mechanism, device=device)
-
-  # -- 1. The aggregation factory. --------------------------------------------
-
-  def _record(self, dp: canary_spec.DPAggregation,
-              mechanism: mechanisms.Mechanism) -> None:
-    """Records the factory's aggregation; one per audit."""
-    if self._dp is not None and (self._dp, self.mechanism) != (dp, mechanism):
-      raise ValueError(f'this audit audits {self._dp} under {self.mechanism}; '
-                       f'one audit audits one aggregation, not also {dp} '
-                       f'under {mechanism}.')
-    self._dp, self.mechanism = dp, mechanism
-
-  def aggregator(
-      self, record_specs: Any = None
-  ) -> (canary_aggregator.CanaryDPFactory |
-        distributed_dp_aggregator.CanaryDistributedDPFactory):
-    """The factory of the `dp` and `mechanism` given to `from_spec`.
-
-    Args:
-      record_specs: Under tree aggregation: the `tf.TensorSpec`s of the
-        aggregated value (the model's trainable weights); ignored otherwise.
-
-    Returns:
-      `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`;
-      under distributed DP `distributed_dp_aggregator`'s factory (the noise
-      seed seeds the rotations); under tree aggregation the tree's.
-
-    Raises:
-      ValueError: if the audit was not built from a `dp`, or tree
-        aggregation is asked for without `record_specs`.
-    """
-    if self._dp is None:
-      raise ValueError('aggregator() needs the audit of from_spec(spec, dp); '
-                       'otherwise call gaussian_fixed/gaussian_adaptive.')
-    mechanism = self.mechanism
-    if isinstance(mechanism, mechanisms.TreeAggregation):
-      if record_specs is None:
-        raise ValueError('aggregator() of tree aggregation needs '
-                         'record_specs, the aggregated value\'s specs.')
-      return canary_aggregator.CanaryDPFactory.tree_aggregation(
-          noise_multiplier=float(self._dp.noise_multiplier),
-          clients_per_round=self.expected_cohort,
-          l2_norm_clip=float(self._dp.clip), record_specs=record_specs,
-          spec=self.spec, noise_seed=self._noise_seed,
-          use_efficient=mechanism.efficient)
-    if isinstance(mechanism, mechanisms.DistributedDP):
-      return distributed_dp_aggregator.CanaryDistributedDPFactory(
-          self._dp, mechanism.params, self.spec, self._noise_seed)
-    return canary_aggregator.CanaryDPFactory.from_spec(
-        self._dp, self.spec, self._noise_seed)
-
-  def gaussian_fixed(
-      self, *, noise_multiplier: float, clip: float,
-      record_aggregation_factory: (
-          tff.aggregators.UnweightedAggregationFactory | None) = None
-  ) -> canary_aggregator.CanaryDPFactory:
-    """DP-FedAvg's aggregation with a fixed clip, canaries inserted.
-
-    Args:
-      noise_multiplier: z >= 0; the noise std is z S.
-      clip: The clip S > 0.
-      record_aggregation_factory: Sums the clients' clipped records (default
-        `tff.aggregators.SumFactory`).
-
-    Returns:
-      The factory (`canary_aggregator.CanaryDPFactory.gaussian_fixed`) over
-      the expected cohort.
-
-    Raises:
-      ValueError: if an argument is out of range, or the audit already
-        audits another aggregation.
-    """
-    factory = canary_aggregator.CanaryDPFactory.gaussian_fixed(
-        noise_multiplier=noise_multiplier,
-        clients_per_round=self.expected_cohort, clip=clip, spec=self.spec,
-        noise_seed=self._noise_seed,
-        record_aggregation_factory=record_aggregation_factory)
-    self._record(factory.dp, mechanisms.Gaussian())
-    return factory
-
-  def gaussian_adaptive(
-      self, *, noise_multiplier: float, initial_l2_norm_clip: float = 0.1,
-      target_unclipped_quantile: float = 0.5, learning_rate: float = 0.2,
-      clipped_count_stddev: float | None = None,
-      record_aggregation_factory: (
-          tff.aggregators.UnweightedAggregationFactory | None) = None
-  ) -> canary_aggregator.CanaryDPFactory:
-    """DP-FedAvg's aggregation with adaptive clipping (TFF's defaults).
-
-    Args:
-      noise_multiplier: z >= 0, the overall noise multiplier.
-      initial_l2_norm_clip: S_0 > 0.
-      target_unclipped_quantile: gamma in (0, 1).
-      learning_rate: eta >= 0 of the geometric clip update.
-      clipped_count_stddev: sigma_b of the unclipped count; None for TFF's
-        default (`canary_spec.DPAggregation`).
-      record_aggregation_factory: Sums the clients' clipped records (default
-        `tff.aggregators.SumFactory`).
-
-    Returns:
-      The factory (`canary_aggregator.CanaryDPFactory.gaussian_adaptive`)
-      over the expected cohort.
-
-    Raises:
-      ValueError: if an argument is out of range, or the audit already
-        audits another aggregation.
-    """
-    factory = canary_aggregator.CanaryDPFactory.gaussian_adaptive(
-        noise_multiplier=noise_multiplier,
-        clients_per_round=self.expected_cohort,
-        initial_l2_norm_clip=initial_l2_norm_clip,
-        target_unclipped_quantile=target_unclipped_quantile,
-        learning_rate=learning_rate, clipped_count_stddev=clipped_count_stddev,
-        spec=self.spec, noise_seed=self._noise_seed,
-        record_aggregation_factory=record_aggregation_factory)
-    self._record(factory.dp, mechanisms.Gaussian())
-    return factory
-
-  def tree_aggregation(
-      self, *, noise_multiplier: float, l2_norm_clip: float,
-      record_specs: Any, use_efficient: bool = True,
-      record_aggregation_factory: (
-          tff.aggregators.UnweightedAggregationFactory | None) = None
-  ) -> canary_aggregator.CanaryDPFactory:
-    """DP-FTRL's tree aggregation (TFF's `tree_aggregation`), canaries in.
-
-    One tree over every round, never restarted; `report()` then takes the
-    tree's references (`mechanisms.TreeAggregation`).
-
-    Args:
-      noise_multiplier: Noise std per tree node over `l2_norm_clip`, >= 0.
-      l2_norm_clip: The clip norm, > 0.
-      record_specs: `tf.TensorSpec`s of the aggregated value.
-      use_efficient: Whether to use the efficient tree estimator.
-      record_aggregation_factory: Sums the clients' clipped records (default
-        `tff.aggregators.SumFactory`).
-
-    Returns:
-      The factory (`canary_aggregator.CanaryDPFactory.tree_aggregation`).
-
-    Raises:
-      TypeError: if `record_specs` or `use_efficient` has the wrong type.
-      ValueError: if an argument is out of range, or the audit already
-        audits another aggregation.
-    """
-    factory = canary_aggregator.CanaryDPFactory.tree_aggregation(
-        noise_multiplier=noise_multiplier,
-        clients_per_round=self.expected_cohort, l2_norm_clip=l2_norm_clip,
-        record_specs=record_specs, spec=self.spec,
-        noise_seed=self._noise_seed, use_efficient=use_efficient,
-        record_aggregation_factory=record_aggregation_factory)
-    self._record(
-        canary_spec.DPAggregation(noise_multiplier=float(noise_multiplier),
-                                  clients_per_round=self.expected_cohort,
-                                  clip=float(l2_norm_clip)),
-        mechanisms.TreeAggregation(efficient=use_efficient))
-    return factory
-
-  def dp_event(self, learning_state: Any) -> dp_accounting.DpEvent:
-    """The DpEvent of the round that produced `learning_state`.
-
-    Args:
-      learning_state: The state of a process built with this audit's factory.
-
-    Returns:
-      The event the aggregator recorded
-      (`aggregator_state.extract_dp_event_from_state`).
-    """
-    return aggregator_state.extract_dp_event_from_state(
-        learning_state.aggregator)
 
   # -- 2. One call per round (`canary_observer.CanaryObserver`). ---------------
 
@@ -572,12 +333,12 @@ class CanaryAudit:
                ) -> tuple[canary_spec.CanaryOutcome, run_report.RunReport]:
     """The rounds observed' cosines and their report (`report`)."""
     maxima = self.cosine_maxima()
-    if noise_multiplier is None and self._dp is None:
+    if noise_multiplier is None and self.dp is None:
       raise ValueError('noise_multiplier is unknown: build the factory with '
                        "this audit's gaussian_fixed/gaussian_adaptive or pass "
                        'noise_multiplier.')
     if noise_multiplier is None:
-      noise_multiplier = float(self._dp.noise_multiplier)
+      noise_multiplier = float(self.dp.noise_multiplier)
     spec = self.spec
     rounds = self.rounds_observed
     participation = self._client_participation
@@ -593,10 +354,10 @@ class CanaryAudit:
         seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
         accuracy=float('nan') if accuracy is None else accuracy,
         dim=self._observer.dim, resumed_from_round=0, rounds_trained=rounds)
-    facts = mechanisms.RunFacts(
+    facts = references.RunFacts(
         noise_multiplier=float(noise_multiplier), delta=self._delta,
         dim=self._observer.dim, canary_presentations=spec.repetitions,
-        rounds=rounds, clip=None if self._dp is None else self._dp.clip,
+        rounds=rounds, clip=None if self.dp is None else self.dp.clip,
         cohort=self.expected_cohort, participation=participation,
         presentation_counts=spec.presentation_counts(rounds),
         schedule=spec.schedule, round_event=self._observer.round_event)

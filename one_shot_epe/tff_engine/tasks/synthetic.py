@@ -19,19 +19,22 @@ and the same seed always gives the same data.
 """
 
 import collections
+import importlib
 import math
 import os
+from collections.abc import Mapping
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from one_shot_epe.data import client_arrays
+from one_shot_epe.design import tasks
 from one_shot_epe import validation
 from one_shot_epe.tff_engine.tasks import tff_cache
 
 __all__ = ['emnist', 'emnist_templates', 'stackoverflow', 'stackoverflow_vocab',
-           'write_data_dir']
+           'write_data_dir', 'write_splits']
 
 _SPLIT_CODES = {'train': 0, 'test': 1, 'heldout': 2}
 _EMNIST_CLASSES = 62
@@ -245,50 +248,63 @@ def stackoverflow(num_clients: int, examples_per_client: int,
   )
 
 
-def write_data_dir(task_name: str, data_dir: str, num_clients: int,
-                   examples_per_client: int, seed: int = 0,
-                   vocab_size: int = 10_000) -> str:
-  """Exports synthetic data as the files TFF's loaders read; returns the file.
-
-  Writes `emnist_all.sqlite` (splits all_train, all_test) or
-  `stackoverflow.sqlite` (train, heldout, test) plus `stackoverflow.word_count`
-  (the vocabulary in order, with pseudo-counts V, V-1, ..., 1) into the existing
-  directory `data_dir`, so the real loading path
-  (`get_task(..., data_dir=data_dir)`) can be exercised end to end offline.
+def write_splits(data_dir: str, file_name: str,
+                 splits: Mapping[str, tff.simulation.datasets.ClientData]
+                 ) -> str:
+  """Writes `splits` as the SQLite file `file_name` TFF's loader reads.
 
   Args:
-    task_name: 'emnist_character' or 'stackoverflow_word'.
     data_dir: An existing directory.
-    num_clients: The number of clients.
-    examples_per_client: Examples (sentences) per client.
-    seed: Seed of every draw.
-    vocab_size: StackOverflow's vocabulary size.
+    file_name: The file's name (`tff_cache.CachedDataset.file_name`).
+    splits: The loader's split names -> their client data.
 
   Returns:
-    The SQLite file's path.
-
-  Raises:
-    ValueError: `task_name` is neither task.
+    The file's path.
   """
-  if task_name == 'emnist_character':
-    train, test = emnist(num_clients, examples_per_client, seed)
-    splits = {'all_train': train, 'all_test': test}
-    file_name = tff_cache.EMNIST.file_name
-  elif task_name == 'stackoverflow_word':
-    train, heldout, test, vocab = stackoverflow(
-        num_clients, examples_per_client, vocab_size, seed)
-    splits = {'train': train, 'heldout': heldout, 'test': test}
-    file_name = tff_cache.STACKOVERFLOW.file_name
-    tff_cache.write_word_counts(
-        os.path.join(data_dir, tff_cache.WORD_COUNT_FILE),
-        {word: len(vocab) - rank for rank, word in enumerate(vocab)})
-  else:
-    raise ValueError(
-        "task_name must be one of ['emnist_character', 'stackoverflow_word']; "
-        f'got {task_name!r}.')
   path = os.path.join(data_dir, file_name)
   tff_cache.write_sqlite(path, {
       split: tff_cache.client_data_to_examples(data)
       for split, data in splits.items()
   })
   return path
+
+
+def write_data_dir(task_name: str, data_dir: str, num_clients: int,
+                   examples_per_client: int, seed: int = 0,
+                   vocab_size: int = 10_000) -> str:
+  """Exports synthetic data as the files TFF's loaders read; returns the file.
+
+  The task's module (its entry's, `design.tasks`) writes them with its
+  `write_synthetic_files`: `emnist_all.sqlite` (splits all_train, all_test),
+  or `stackoverflow.sqlite` (train, heldout, test) plus
+  `stackoverflow.word_count` (the vocabulary in order, with pseudo-counts V,
+  V-1, ..., 1), into the existing directory `data_dir`, so the real loading
+  path (`get_task(..., data_dir=data_dir)`) can be exercised end to end
+  offline.
+
+  Args:
+    task_name: A task whose module reads TFF's SQLite files
+      ('emnist_character' or 'stackoverflow_word').
+    data_dir: An existing directory.
+    num_clients: The number of clients.
+    examples_per_client: Examples (sentences) per client.
+    seed: Seed of every draw.
+    vocab_size: The vocabulary's size (the tasks with a vocabulary).
+
+  Returns:
+    The SQLite file's path.
+
+  Raises:
+    ValueError: `task_name` is no task, or its data are not TFF's files.
+  """
+  try:
+    entry = tasks.task_entry(task_name)
+  except ValueError as error:
+    raise ValueError(f'task_name: {error}') from None
+  module = importlib.import_module(f'.{entry.tff.model_module}',
+                                   __package__)
+  write = getattr(module, 'write_synthetic_files', None)
+  if write is None:
+    raise ValueError(f'task_name {task_name!r} reads no TFF SQLite files '
+                     '(its module has no write_synthetic_files).')
+  return write(data_dir, num_clients, examples_per_client, seed, vocab_size)

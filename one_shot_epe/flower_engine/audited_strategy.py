@@ -1,0 +1,187 @@
+"""The outer strategy of an audited Flower run: every round seen, the run kept.
+
+`AuditedStrategy` is what `audit.CanaryAudit.wrap` returns, around the
+user's server-side DP wrapper (itself around `strategies.CanaryStrategy`):
+it numbers the rounds from the run's start (a resumed run goes on from its
+newest checkpoint), seeds each round's random draws before its client
+sampling and before its noise, times the round, hands the released aggregate
+theta_t - theta_{t-1} to the audit (`strategies.Audit.on_round`), and holds
+the run directory while Flower's loop runs, writing the results at its end.
+"""
+
+import time
+from collections.abc import Callable, Iterable
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+
+from one_shot_epe.flower_engine import strategies
+
+__all__ = ['AuditedStrategy']
+
+
+class AuditedStrategy(Strategy):
+  """The DP wrapper, observed: seeds, cosines, checkpoints, run directory."""
+
+  def __init__(self, audit: strategies.Audit, dp: Strategy,
+               inner: strategies.CanaryStrategy):
+    super().__init__()
+    self._audit = audit
+    self.dp = dp
+    self._inner = inner
+    self._offset = 0
+    self._current = np.zeros(0)
+    # The last round's release and its flat copy (the next round's theta).
+    self._released: tuple[ArrayRecord | None, np.ndarray] = (None,
+                                                              np.zeros(0))
+    self._started = 0.0
+
+  def summary(self) -> None:
+    """Logs the DP wrapper's summary."""
+    self.dp.summary()
+
+  def configure_train(self, server_round: int, arrays: ArrayRecord,
+                      config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    """The DP wrapper's messages for training round `server_round` + offset.
+
+    Seeds the round (stage 0), notes theta_{t-1} flat (reusing the last
+    release's copy) and starts the round's clock.
+
+    Args:
+      server_round: Flower's round, 1-based from this start; the run's round
+        is it plus the rounds a resumed run had already trained.
+      arrays: theta_{t-1}, the model the clients train from.
+      config: the training config sent to the clients.
+      grid: Flower's Grid, to sample the clients from.
+
+    Returns:
+      The DP wrapper's training messages.
+    """
+    t = server_round + self._offset
+    self._audit.seed_round(t, 0)
+    released, flat = self._released
+    self._current = flat if arrays is released else strategies.flatten(arrays)
+    self._started = time.perf_counter()
+    messages = self.dp.configure_train(t, arrays, config, grid)
+    self._inner.theta = self._current
+    return messages
+
+  def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                      ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    """The noised aggregate; scores, records and checkpoints the round.
+
+    Args:
+      server_round: Flower's round, 1-based from this start (offset as in
+        `configure_train`).
+      replies: the clients' training replies.
+
+    Returns:
+      The DP wrapper's (arrays, metrics): theta_t and its metrics.
+
+    Raises:
+      RuntimeError: the DP wrapper aggregated nothing (a client reported an
+        error, or no reply came back): every round must be released.
+    """
+    t = server_round + self._offset
+    self._audit.seed_round(t, 1)
+    arrays, metrics = self.dp.aggregate_train(t, replies)
+    if arrays is None:
+      raise RuntimeError(
+          f'round {t}: {type(self.dp).__name__} aggregated nothing (a client '
+          'reported an error, or no reply came back); the audit needs every '
+          'round released.')
+    self._released = (arrays, strategies.flatten(arrays))
+    self._audit.on_round(t, self._released[1] - self._current,
+                         time.perf_counter() - self._started,
+                         self._inner, arrays, self.dp)
+    return arrays, metrics
+
+  def configure_evaluate(self, server_round: int, arrays: ArrayRecord,
+                         config: ConfigRecord,
+                         grid: Grid) -> Iterable[Message]:
+    """The DP wrapper's evaluation messages.
+
+    Args:
+      server_round: Flower's round, 1-based from this start (offset as in
+        `configure_train`).
+      arrays: the model to evaluate.
+      config: the evaluation config sent to the clients.
+      grid: Flower's Grid, to sample the clients from.
+
+    Returns:
+      The DP wrapper's evaluation messages.
+    """
+    return self.dp.configure_evaluate(server_round + self._offset, arrays,
+                                      config, grid)
+
+  def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                         ) -> MetricRecord | None:
+    """The DP wrapper's evaluation metrics.
+
+    Args:
+      server_round: Flower's round, 1-based from this start (offset as in
+        `configure_train`).
+      replies: the clients' evaluation replies.
+
+    Returns:
+      The DP wrapper's aggregated metrics, or None when it has none.
+    """
+    return self.dp.aggregate_evaluate(server_round + self._offset, replies)
+
+  def start(self, grid: Grid, initial_arrays: ArrayRecord,
+            num_rounds: int = 3, timeout: float = 3600,
+            train_config: ConfigRecord | None = None,
+            evaluate_config: ConfigRecord | None = None,
+            evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None]
+            | None = None) -> Result:
+    """Flower's start of a strategy, resumed from the run's newest checkpoint.
+
+    Trains the rounds after the checkpoint (none if the run is complete),
+    then writes the run's results (`CanaryAudit.report` holds the report).
+
+    Args:
+      grid: Flower's Grid.
+      initial_arrays: theta_0 (ignored when resuming but for its layout).
+      num_rounds: T; must be the audit's `rounds`.
+      timeout: seconds to wait for the clients' replies, as Flower's.
+      train_config: the training config sent to the clients, as Flower's
+        (None: empty).
+      evaluate_config: the evaluation config sent to the clients, as
+        Flower's (None: empty).
+      evaluate_fn: As Flower's (rounds numbered from the run's start); a
+        'accuracy' in its last MetricRecord is the report's accuracy.
+
+    Returns:
+      Flower's `Result`, its `arrays` theta_T.
+
+    Raises:
+      ValueError: `num_rounds` is not the audit's rounds.
+      run_directory.RunDirectoryError: the run directory holds another run.
+    """
+    audit = self._audit
+    if num_rounds != audit.rounds:
+      raise ValueError(f'num_rounds must be the audit\'s rounds '
+                       f'({audit.rounds}); got {num_rounds!r}.')
+    arrays = audit.open_run(initial_arrays, self.dp)
+    self._offset = audit.resumed_from
+    last = {}
+
+    def offset_evaluate(server_round: int, model: ArrayRecord
+                        ) -> MetricRecord | None:
+      metrics = evaluate_fn(server_round + self._offset, model)
+      if metrics is not None:
+        last['metrics'] = metrics
+      return metrics
+
+    with audit.owned():
+      result = super().start(
+          grid, arrays, num_rounds - self._offset, timeout, train_config,
+          evaluate_config, offset_evaluate if evaluate_fn else None)
+      if self._offset == num_rounds:
+        result.arrays = arrays
+      accuracy = last.get('metrics', {}).get('accuracy')
+      audit.finish(result.arrays, self.dp,
+                   None if accuracy is None else float(accuracy))
+    return result
