@@ -1,11 +1,13 @@
 # Two entry points: `make demo` runs the main job, `make test` runs the suite.
-# Both create the project-local virtual environment on first use.
+# Both create the project-local virtual environment on first use. Plain
+# `make` (= `make help`) builds nothing: it lists the targets, each with the
+# line of its `## target: ...` comment.
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup data demo test test-jax test-flower test-install device-wheels device-check device-check-cpu bench table2 table2-quick canife clean bazel-build bazel-test
+.PHONY: help setup data demo test test-jax test-flower test-install device-wheels device-check device-check-cpu bench table2 table2-quick canife clean bazel-build bazel-test
 
 # The demo: DP-FedAvg with canaries on real images, Fashion-MNIST split into
 # non-IID clients (configs/demo_fashion_mnist.cfg), at the three noise
@@ -13,6 +15,15 @@ STAMP := $(VENV)/.installed
 # run each, then the combined privacy table, Table 6 and the figures). configs/demo.cfg is the same
 # pipeline on synthetic EMNIST-shaped data (no data needed; used by tests).
 DEMO_CONFIG := configs/demo_fashion_mnist.cfg
+THIS_MAKEFILE := $(lastword $(MAKEFILE_LIST))
+.DEFAULT_GOAL := help
+
+## help: list the targets (also plain `make`; it builds nothing)
+help:
+	@echo 'Targets (make TARGET):'
+	@sed -n 's/^## \([a-z][a-z0-9-]*\): \(.*\)/\1\t\2/p' $(THIS_MAKEFILE) | \
+	  awk -F '\t' '{ printf "  %-17s %s\n", $$1, $$2 }'
+
 DEMO_DIR := output/demo
 # Debian's dataset-fashion-mnist installs the four IDX files here; point
 # FASHION_MNIST_DIR at another copy (same files, or fashion_mnist.npz) to use it.
@@ -35,10 +46,12 @@ $(STAMP): requirements.txt scripts/check_env.py pyproject.toml
 	$(PY) scripts/check_env.py
 	touch $(STAMP)
 
+## setup: build .venv (TFF, TensorFlow, the test tools) and get the demo's data
 setup: $(STAMP) data
 
 # The demo's data, offline from the Debian archive: installed with apt-get when
 # run as root (as CI does); anyone else is told the command to run.
+## data: install Fashion-MNIST (Debian's dataset-fashion-mnist) for the demo
 data:
 	@$(HAVE_FASHION_MNIST) || \
 	if [ "$$(id -u)" = 0 ] && [ "$(FASHION_MNIST_DIR)" = "$(DEBIAN_FASHION_MNIST_DIR)" ]; then \
@@ -51,14 +64,17 @@ data:
 	  exit 2; \
 	fi
 
+## demo: the main job: audit DP-FedAvg on Fashion-MNIST at 3 noise levels (output/demo)
 demo: $(STAMP) data
 	$(PY) -m experiments.reproduce --config=$(DEMO_CONFIG) \
 	  --data_dir=$(FASHION_MNIST_DIR) --output_dir=$(DEMO_DIR)
 	@echo "Per-run reports, cosine CSVs and density plots: $(DEMO_DIR)/runs/*/"
 
+## table2-quick: the paper's Table 2 (Gaussian mechanism) with 10 simulations
 table2-quick: $(STAMP)
 	$(PY) -m experiments.gaussian_mechanism --num_simulations=10
 
+## table2: the paper's Table 2 (Gaussian mechanism, 50 simulations)
 table2: $(STAMP)
 	$(PY) -m experiments.gaussian_mechanism
 
@@ -67,6 +83,7 @@ table2: $(STAMP)
 # the other, so one long test near the end does not leave a worker idle.
 TEST_WORKERS ?= 2
 
+## test: the whole test suite in .venv (about 15 minutes on 2 cores)
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 tests
 
@@ -90,7 +107,8 @@ JAX_PYTHON ?= $(call find_python,3.12)
 JAX_TESTS = $(filter-out tests/jax_engine_tff_equivalence_test.py,$(wildcard tests/jax_engine_*_test.py)) tests/backend_jax_test.py tests/reproduce_jax_test.py \
   tests/canary_spec_test.py tests/shakespeare_test.py \
   tests/one_shot_epe_test.py tests/one_run_test.py tests/one_run_jax_privacy_test.py \
-  tests/correlated_noise_test.py tests/coverage_correlated_test.py
+  tests/correlated_noise_test.py tests/coverage_correlated_test.py \
+  tests/benchmarks_tiny_test.py
 
 $(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py pyproject.toml
 	@test -n "$(JAX_PYTHON)" || { echo 'make test-jax needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }
@@ -100,6 +118,7 @@ $(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py pyproject.toml
 	$(JAX_PY) scripts/check_jax_env.py
 	touch $(JAX_STAMP)
 
+## test-jax: the JAX engine's tests in the TensorFlow-free .venv-jax
 test-jax: $(JAX_STAMP)
 	$(JAX_PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(JAX_TESTS)
 
@@ -112,7 +131,8 @@ test-jax: $(JAX_STAMP)
 FLOWER_VENV ?= .venv-flower
 FLOWER_PY := $(FLOWER_VENV)/bin/python
 FLOWER_STAMP := $(FLOWER_VENV)/.installed
-FLOWER_TESTS = $(wildcard tests/flower_engine_*_test.py) tests/one_shot_epe_test.py
+FLOWER_TESTS = $(wildcard tests/flower_engine_*_test.py) tests/one_shot_epe_test.py \
+  tests/benchmarks_tiny_test.py
 
 $(FLOWER_STAMP): requirements-flower.txt pyproject.toml
 	@test -n "$(JAX_PYTHON)" || { echo 'make test-flower needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }
@@ -121,6 +141,7 @@ $(FLOWER_STAMP): requirements-flower.txt pyproject.toml
 	$(FLOWER_PY) -m pip check
 	touch $(FLOWER_STAMP)
 
+## test-flower: the Flower engine's tests in .venv-flower
 test-flower: $(FLOWER_STAMP)
 	$(FLOWER_PY) -m pytest -q $(FLOWER_TESTS)
 
@@ -135,6 +156,7 @@ test-flower: $(FLOWER_STAMP)
 # among them: it cannot be resolved (pyproject.toml), `make setup` installs it.
 INSTALL_PYTHON313 ?= $(call find_python,3.13)
 
+## test-install: install the package with pip into fresh venvs and try it
 test-install:
 	@test -n "$(JAX_PYTHON)" -a -n "$(INSTALL_PYTHON313)" || { echo 'make test-install needs Python 3.12 and 3.13: put python3.12 and python3.13 on PATH or set JAX_PYTHON and INSTALL_PYTHON313' >&2; exit 2; }
 	$(PYTHON) scripts/test_install.py --jax=$(JAX_PYTHON),requirements-jax.txt \
@@ -158,6 +180,7 @@ DEVICE_ENV ?= .venv-device
 OUT ?= output/device_check
 DEVICE_WHEELS_MAX_KIB := 20480
 
+## device-wheels: download the wheels an accelerator machine lacks (device_wheels/)
 device-wheels:
 	@test -n "$(JAX_PYTHON)" || { echo 'make device-wheels needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }
 	rm -rf $(DEVICE_WHEELS) && mkdir -p $(DEVICE_WHEELS)
@@ -168,17 +191,21 @@ device-wheels:
 	@size=$$(du -sk $(DEVICE_WHEELS) | cut -f1); echo "$(DEVICE_WHEELS): $$size KiB"; \
 	  test $$size -le $(DEVICE_WHEELS_MAX_KIB) || { echo "$(DEVICE_WHEELS) is over 20 MiB" >&2; exit 1; }
 
+## device-check: on an accelerator machine: its tests and runs (OUT=dir)
 device-check:
 	$(DEVICE_PYTHON) scripts/device_check.py --out=$(OUT) --wheels=$(DEVICE_WHEELS)
 
+## device-check-cpu: rehearse device-check here, at toy sizes
 device-check-cpu: device-wheels
 	$(JAX_PYTHON) scripts/device_env.py --venv=$(DEVICE_ENV) --out=$(OUT)-cpu \
 	  --wheels=$(DEVICE_WHEELS)
 
+## bench: the benchmarks (benchmarks/)
 bench: $(STAMP)
 	$(PY) -m benchmarks.table2
 	$(PY) -m benchmarks.canary_tracking
 
+## canife: the CANIFE comparison (the paper's Section 5.4)
 canife: $(STAMP)
 	$(PY) -m experiments.compare_canife
 
@@ -188,14 +215,17 @@ canife: $(STAMP)
 BAZEL ?= bazel
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
+## bazel-build: build every Bazel target
 bazel-build:
 	@command -v $(BAZEL) >/dev/null || { \
 	  $(SUDO) apt-get update && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y bazel-bootstrap; }
 	$(BAZEL) build //...
 
+## bazel-test: Bazel's fast (numpy/scipy-only) test suite
 bazel-test: $(STAMP) bazel-build
 	$(BAZEL) test //tests:fast
 
+## clean: remove the virtual environments, device wheels and output/
 clean:
 	rm -rf $(VENV) $(JAX_VENV) $(FLOWER_VENV) $(DEVICE_ENV) $(DEVICE_WHEELS) .pytest_cache output

@@ -45,6 +45,7 @@ from absl import app
 from absl import flags
 
 from benchmarks import round_timing
+from benchmarks import tiny
 
 # Per task: the launcher's task and the paper's optimizers (Tables 3 and 4).
 _SETTINGS = {
@@ -63,8 +64,12 @@ _SETTINGS = {
 }
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
@@ -72,45 +77,55 @@ def define_flags() -> dict[str, flags.FlagHolder]:
   return {
       'tasks': flags.DEFINE_list(
           'tasks', ['emnist', 'stackoverflow'], 'Tasks to time: emnist, '
-          'stackoverflow, shakespeare.'),
+          'stackoverflow, shakespeare.', flag_values=flag_values),
       'rounds': flags.DEFINE_integer(
           'rounds', 4, 'Measured rounds per engine (one more runs first and '
-          'compiles).', lower_bound=1),
+          'compiles).', lower_bound=1, flag_values=flag_values),
       'clients': flags.DEFINE_integer(
-          'clients', 10, 'Clients per round.', lower_bound=1),
+          'clients', 10, 'Clients per round.', lower_bound=1,
+          flag_values=flag_values),
       'emnist_examples': flags.DEFINE_integer(
           'emnist_examples', 198, 'Mean examples per EMNIST client (the data: '
-          '197.5).', lower_bound=1),
+          '197.5).', lower_bound=1, flag_values=flag_values),
       'so_examples': flags.DEFINE_integer(
           'so_examples', 397, 'Mean sentences per StackOverflow client (the '
-          'data: 396.6).', lower_bound=1),
+          'data: 396.6).', lower_bound=1, flag_values=flag_values),
       'so_cap': flags.DEFINE_integer(
           'so_cap', 256, 'Sentences a StackOverflow client uses per round.',
-          lower_bound=1),
+          lower_bound=1, flag_values=flag_values),
       'shakespeare_cap': flags.DEFINE_integer(
           'shakespeare_cap', 64, 'Examples a Shakespeare role uses per round '
-          '(configs/shakespeare.cfg: 64).', lower_bound=1),
+          '(configs/shakespeare.cfg: 64).', lower_bound=1,
+          flag_values=flag_values),
       'num_canaries': flags.DEFINE_integer(
           'num_canaries', 10, 'Seen (and as many unseen) canaries: 10 over the '
           "5 rounds insert 2 a round, about the paper's rate (1,000 over 510 "
-          'to 2,048 rounds).', lower_bound=2),
+          'to 2,048 rounds).', lower_bound=2, flag_values=flag_values),
       'noise_multiplier': flags.DEFINE_float(
-          'noise_multiplier', 0.1, 'Noise multiplier z.', lower_bound=0.0),
+          'noise_multiplier', 0.1, 'Noise multiplier z.', lower_bound=0.0,
+          flag_values=flag_values),
       'engines': flags.DEFINE_list(
-          'engines', ['jax', 'tff'], 'Engines to time: jax, tff.'),
+          'engines', ['jax', 'tff'], 'Engines to time: jax, tff.',
+          flag_values=flag_values),
       'jax_python': flags.DEFINE_string(
           'jax_python', None, "Python of the JAX engine (default: .venv-jax's "
-          'if present, else this one).'),
+          'if present, else this one).', flag_values=flag_values),
       'json': flags.DEFINE_string(
-          'json', None, 'Write the figures here (JSON).'),
+          'json', None, 'Write the figures here (JSON).',
+          flag_values=flag_values),
       'child': flags.DEFINE_string(
           'child', None, 'Internal: run the JAX engine on this task and print '
-          'its figures as JSON.'),
+          'its figures as JSON.', flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
 # The flags' holders once `define_flags` ran (the program's start).
 _FLAGS = types.SimpleNamespace()
+# --tiny (benchmarks/tiny.py): one EMNIST round of 2 clients after the
+# compiling one, 4 examples each, 2 + 2 canaries.
+_TINY = dict(tasks=['emnist'], clients=2, rounds=1, emnist_examples=4,
+             num_canaries=2)
 
 
 def launcher_run(task: str) -> round_timing.LauncherRun:
@@ -210,6 +225,7 @@ def main(argv: Sequence[str]) -> None:
       other than 'jax' and 'tff' (exit code 2).
   """
   del argv
+  tiny.shrink(_FLAGS, _TINY)
   if _FLAGS.child.value:
     print(json.dumps(run_child(_FLAGS.child.value)))
     return

@@ -26,7 +26,9 @@ The EMNIST CNN training round itself (~20 s on the 2-core machine, from the
 issue) is not re-timed here: it needs the dataset and costs minutes.
 
   python -m benchmarks.canary_tracking [--buffer_rounds=B]
-      [--dims=1206590,4050000]
+      [--dims=1206590,4050000] [--tiny]
+
+--tiny (benchmarks/tiny.py): d = 1,000, 2 + 2 canaries, B = 2.
 """
 
 import sys
@@ -49,30 +51,42 @@ from collections.abc import Sequence
 from absl import app
 from absl import flags
 
+from benchmarks import tiny
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
   """
   return {
       'dims': flags.DEFINE_list(
-          'dims', ['1206590', '4050000'], 'Model dimensionalities d to time.'),
+          'dims', ['1206590', '4050000'], 'Model dimensionalities d to time.',
+          flag_values=flag_values),
       'buffer_rounds': flags.DEFINE_integer(
           'buffer_rounds', None, 'B; default: '
-          'canary_spec.default_buffer_rounds(d).', lower_bound=1),
+          'canary_spec.default_buffer_rounds(d).', lower_bound=1,
+          flag_values=flag_values),
       'num_seen': flags.DEFINE_integer(
-          'num_seen', 1000, 'Seen canaries.', lower_bound=1),
+          'num_seen', 1000, 'Seen canaries.', lower_bound=1,
+          flag_values=flag_values),
       'num_unseen': flags.DEFINE_integer(
-          'num_unseen', 1000, 'Unseen canaries.', lower_bound=0),
+          'num_unseen', 1000, 'Unseen canaries.', lower_bound=0,
+          flag_values=flag_values),
       'baseline_canaries': flags.DEFINE_integer(
           'baseline_canaries', 500, 'Canaries the baseline is timed on (scaled '
-          'linearly to all of them).', lower_bound=1),
+          'linearly to all of them).', lower_bound=1, flag_values=flag_values),
       'child': flags.DEFINE_enum(
           'child', None, ['baseline', 'tracker'], 'Internal: run one '
-          'measurement and print it.'),
-      'dim': flags.DEFINE_integer('dim', None, 'Internal: d of a child run.'),
+          'measurement and print it.', flag_values=flag_values),
+      'dim': flags.DEFINE_integer('dim', None, 'Internal: d of a child run.',
+                                  flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
@@ -83,6 +97,9 @@ _SEED = 12345
 _GOALS_S = {1206590: 2.0, 4050000: 4.0}  # From the issue.
 _GIB = 2.0**30
 _DP_ARGS = dict(noise_multiplier=0.5, clients_per_round=10.0, clip=1.0)
+# --tiny: one small d, 2 + 2 canaries, blocks of 2 rounds.
+_TINY = dict(dims=['1000'], num_seen=2, num_unseen=2, baseline_canaries=2,
+             buffer_rounds=2)
 
 
 def _rss_bytes(field: str) -> int:
@@ -110,7 +127,7 @@ def _child_tracker(dim: int) -> dict[str, float]:
   """Times the aggregator and tracker against a plain DP aggregator at `dim`."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from one_shot_epe import canary_spec  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.design import canary_spec  # pylint: disable=g-import-not-at-top
   from one_shot_epe.tff_engine import canary_aggregator as ca  # pylint: disable=g-import-not-at-top
   from one_shot_epe.tff_engine import cosine_tracking  # pylint: disable=g-import-not-at-top
   from one_shot_epe.tff_engine import runtime  # pylint: disable=g-import-not-at-top
@@ -174,7 +191,7 @@ def _child_baseline(dim: int) -> dict[str, float]:
   """Times regenerating every canary for one aggregate (plain TF)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from one_shot_epe import canary_spec  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.design import canary_spec  # pylint: disable=g-import-not-at-top
   from one_shot_epe.tff_engine import canaries  # pylint: disable=g-import-not-at-top
 
   ids = np.concatenate([
@@ -232,6 +249,7 @@ def main(argv: Sequence[str]) -> None:
   """
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}', exitcode=2)
+  tiny.shrink(_FLAGS, _TINY)
   if _FLAGS.child.value is not None:
     if _FLAGS.child.value == 'baseline':
       result = _child_baseline(_FLAGS.dim.value)

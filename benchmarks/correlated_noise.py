@@ -1,7 +1,7 @@
 """Round time and noise memory of DP-FTRL's correlated noise (--mechanism).
 
-Two launcher runs on the JAX engine with the same flags (synthetic EMNIST,
-the 1,206,590-parameter CNN), --mechanism=gaussian and --mechanism=blt (and
+Launcher runs on the JAX engine with the same flags (synthetic EMNIST, the
+1,206,590-parameter CNN), one per --mechanisms entry (gaussian, blt and
 banded), timed per round (metrics.csv's training_time_in_seconds, the first
 round, which compiles, left out): the ratio of the medians to gaussian's,
 target <= 1.1. Then the streaming noise state's bytes for n rounds and 10 n
@@ -13,7 +13,6 @@ one JSON object.
 Needs jax-privacy: run with .venv-jax/bin/python -m benchmarks.correlated_noise.
 """
 
-import csv
 import json
 import os
 import statistics
@@ -26,30 +25,52 @@ import jax.numpy as jnp
 from absl import app
 from absl import flags
 
+from benchmarks import round_timing
+from benchmarks import tiny
 from experiments import train
 from experiments import train_config
 from one_shot_epe.jax_engine import correlated_noise
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+# What --mechanisms may name, in the order they run.
+_MECHANISMS = ('gaussian', 'blt', 'banded')
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
   """
   return {
-      'rounds': flags.DEFINE_integer('rounds', 12, 'Rounds of each timed run.'),
+      'rounds': flags.DEFINE_integer('rounds', 12, 'Rounds of each timed run.',
+                                     flag_values=flag_values),
       'clients_per_round': flags.DEFINE_integer(
-          'clients_per_round', 4, 'Clients per round.'),
+          'clients_per_round', 4, 'Clients per round.',
+          flag_values=flag_values),
       'repeats': flags.DEFINE_integer(
           'repeats', 2, 'Runs per mechanism, interleaved (gaussian, blt, '
           'banded, gaussian, ...) so that a busy spell of the machine hits '
-          'all alike.'),
+          'all alike.', flag_values=flag_values),
+      'mechanisms': flags.DEFINE_multi_enum(
+          'mechanisms', list(_MECHANISMS), list(_MECHANISMS),
+          'A mechanism to time (repeat the flag for several; '
+          'ratio_to_gaussian needs gaussian); the noise state is measured '
+          'for those other than gaussian.',
+          flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
 # The flags' holders once `define_flags` ran (the program's start).
 _FLAGS = types.SimpleNamespace()
+# --tiny (benchmarks/tiny.py): one run of 2 rounds of 10 clients (the 10
+# canaries need them), banded only; its noise state at d = 1,000.
+_TINY = dict(rounds=2, clients_per_round=10, repeats=1, mechanisms=['banded'])
 
 
 def _round_seconds(root: str, **overrides) -> list[float]:
@@ -71,9 +92,7 @@ def _round_seconds(root: str, **overrides) -> list[float]:
                   run_name='run')
   settings.update(overrides)
   result = train.run_training(train_config.TrainConfig(**settings))
-  with open(os.path.join(result.run_dir, 'metrics.csv'), newline='') as f:
-    rows = list(csv.DictReader(f))
-  return [float(row['training_time_in_seconds']) for row in rows[1:]]
+  return round_timing.round_seconds(result.run_dir)[1:]
 
 
 def _state_bytes(mechanism: str, rounds: int, dim: int) -> int:
@@ -87,20 +106,24 @@ def _state_bytes(mechanism: str, rounds: int, dim: int) -> int:
 
 
 def main(argv: Sequence[str]) -> None:
-  """Times the three mechanisms, measures the noise state, prints JSON.
+  """Times the mechanisms, measures their noise state, prints JSON.
 
   Args:
     argv: the command line as absl passes it after parsing the flags
       (unused: the flags say everything).
   """
   del argv
+  shrunk = tiny.shrink(_FLAGS, _TINY)
   result = {
       'rounds': _FLAGS.rounds.value,
       'clients_per_round': _FLAGS.clients_per_round.value,
       'device': str(jax.devices()[0])
   }
-  mechanisms = (('gaussian', {}), ('blt', dict(mechanism='blt')),
-                ('banded', dict(mechanism='banded', num_bands=4)))
+  flags_of = {'gaussian': {}, 'blt': dict(mechanism='blt'),
+              'banded': dict(mechanism='banded',
+                             num_bands=min(4, _FLAGS.rounds.value))}
+  mechanisms = [(name, flags_of[name]) for name in _MECHANISMS
+                if name in _FLAGS.mechanisms.value]
   seconds: dict[str, list[float]] = {name: [] for name, _ in mechanisms}
   with tempfile.TemporaryDirectory() as root:
     for repeat in range(_FLAGS.repeats.value):
@@ -110,12 +133,14 @@ def main(argv: Sequence[str]) -> None:
   medians = {name: statistics.median(values)
              for name, values in seconds.items()}
   result['median_round_seconds'] = medians
-  result['ratio_to_gaussian'] = {
-      name: medians[name] / medians['gaussian'] for name in ('blt', 'banded')}
-  dim = 1_206_590
+  correlated = [name for name in medians if name != 'gaussian']
+  if 'gaussian' in medians:
+    result['ratio_to_gaussian'] = {
+        name: medians[name] / medians['gaussian'] for name in correlated}
+  dim, horizons = (1_000, (8,)) if shrunk else (1_206_590, (50, 500))
   result['noise_state_bytes'] = {
-      name: {str(n): _state_bytes(name, n, dim) for n in (50, 500)}
-      for name in ('blt', 'banded')}
+      name: {str(n): _state_bytes(name, n, dim) for n in horizons}
+      for name in correlated}
   # In d-sized float32 vectors: the BLT's buffers (the optimiser picks how
   # many, at most 10, for each n) or the b bands.
   result['noise_state_vectors'] = {

@@ -87,13 +87,18 @@ from benchmarks import coverage_cells
 from benchmarks import discrete_gaussian
 from benchmarks import gaussian_scores
 from benchmarks import heavy_tailed
+from benchmarks import tiny
 from one_shot_epe.runtime import command_line
 from one_shot_epe.stats import estimation
 from one_shot_epe.reporting import privacy_report
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
@@ -101,27 +106,31 @@ def define_flags() -> dict[str, flags.FlagHolder]:
   return {
       'epsilons': flags.DEFINE_list(
           'epsilons', ['0.5', '1', '3', '10'], 'True epsilons of the simulated '
-          'mechanisms.'),
+          'mechanisms.', flag_values=flag_values),
       'runs': flags.DEFINE_integer(
-          'runs', 200, 'Simulated runs per cell.', lower_bound=1),
+          'runs', 200, 'Simulated runs per cell.', lower_bound=1,
+          flag_values=flag_values),
       'dim': flags.DEFINE_integer(
-          'dim', 10 ** 5, 'Model dimension d.', lower_bound=3),
+          'dim', 10 ** 5, 'Model dimension d.', lower_bound=3,
+          flag_values=flag_values),
       'canaries': flags.DEFINE_integer(
           'canaries', 1000, 'Seen canaries k (and as many unseen).',
-          lower_bound=8),
+          lower_bound=8, flag_values=flag_values),
       'rounds': flags.DEFINE_integer(
           'rounds', 20, 'Rounds T of the all-iterates simulation.',
-          lower_bound=1),
+          lower_bound=1, flag_values=flag_values),
       'delta': flags.DEFINE_float(
           'delta', 1e-06, 'delta of every epsilon.', lower_bound=0.0,
-          upper_bound=1.0),
+          upper_bound=1.0, flag_values=flag_values),
       'alpha': flags.DEFINE_float(
           'alpha', 0.05, 'Bounds hold at 1 - alpha.', lower_bound=0.0,
-          upper_bound=0.5),
+          upper_bound=0.5, flag_values=flag_values),
       'seed': flags.DEFINE_integer(
-          'seed', 0, 'Seed of the simulations.', lower_bound=0),
+          'seed', 0, 'Seed of the simulations.', lower_bound=0,
+          flag_values=flag_values),
       'json': flags.DEFINE_string(
-          'json', None, 'Also write the table as JSON here.'),
+          'json', None, 'Also write the table as JSON here.',
+          flag_values=flag_values),
       'mechanism': flags.DEFINE_enum(
           'mechanism', 'gaussian',
           ['gaussian', 'blt', 'banded', 'discrete_gaussian', 'laplace',
@@ -131,16 +140,21 @@ def define_flags() -> dict[str, flags.FlagHolder]:
           'distributed discrete Gaussian (canaries rounded to integers, '
           "--dg_scale), or a canary's score with heavier-tailed noise than "
           'Gaussian: Laplace, or a half-half mixture of two Gaussians of '
-          'scales 1 and 3.'),
+          'scales 1 and 3.', flag_values=flag_values),
       'dg_scale': flags.DEFINE_float(
           'dg_scale', 4.0, 'With --mechanism=discrete_gaussian: a unit canary '
           'is scaled by dg_scale * sqrt(d) before rounding, so its '
-          'coordinates have std dg_scale integer units.', lower_bound=0.0),
+          'coordinates have std dg_scale integer units.', lower_bound=0.0,
+          flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
 # The flags' holders once `define_flags` ran (the program's start).
 _FLAGS = types.SimpleNamespace()
+# --tiny (benchmarks/tiny.py): one cell (eps 3) of 2 runs at d = 100, 8 + 8
+# canaries, 2 rounds.
+_TINY = dict(epsilons=['3'], runs=2, dim=100, canaries=8, rounds=2)
 
 
 def simulate_heavy_tailed(mechanism: str, epsilons: Sequence[float],
@@ -359,6 +373,7 @@ def main(argv: Sequence[str]) -> None:
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
+  tiny.shrink(_FLAGS, _TINY)
   try:
     epsilons = [float(text) for text in _FLAGS.epsilons.value]
   except ValueError:

@@ -44,36 +44,46 @@ import tensorflow_federated as tff
 # TFF 0.87 does not export the factory at tff.aggregators.
 from tensorflow_federated.python.aggregators import distributed_dp as tff_ddp
 
+from benchmarks import tiny
 from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.tff_engine import distributed_dp_aggregator
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
   """
   return {
       'dim': flags.DEFINE_integer(
-          'dim', 100000, 'Update dimension d.', lower_bound=1),
+          'dim', 100000, 'Update dimension d.', lower_bound=1,
+          flag_values=flag_values),
       'clients': flags.DEFINE_integer(
-          'clients', 10, 'Real clients per round.', lower_bound=1),
+          'clients', 10, 'Real clients per round.', lower_bound=1,
+          flag_values=flag_values),
       'canaries_per_round': flags.DEFINE_integer(
           'canaries_per_round', 2, 'Canaries inserted per round.',
-          lower_bound=0),
+          lower_bound=0, flag_values=flag_values),
       'rounds': flags.DEFINE_integer(
           'rounds', 5, 'Rounds of each kind, the first (warm-up) excluded.',
-          lower_bound=2),
+          lower_bound=2, flag_values=flag_values),
       'bits': flags.DEFINE_integer(
           'bits', 16, 'Bits b of the modulus 2^b.', lower_bound=1,
-          upper_bound=distributed_dp.DDP_MAX_BITS),
+          upper_bound=distributed_dp.DDP_MAX_BITS, flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
 # The flags' holders once `define_flags` ran (the program's start).
 _FLAGS = types.SimpleNamespace()
+# --tiny (benchmarks/tiny.py): d = 100, 2 clients, 1 canary, 2 rounds.
+_TINY = dict(dim=100, clients=2, canaries_per_round=1, rounds=2)
 _NOISE = 1.0
 _CLIP = 1.0
 
@@ -93,6 +103,7 @@ def main(argv: Sequence[str]) -> None:
       (unused: the flags say everything).
   """
   del argv
+  tiny.shrink(_FLAGS, _TINY)
   dim, clients = _FLAGS.dim.value, _FLAGS.clients.value
   per_round = _FLAGS.canaries_per_round.value
   rounds = _FLAGS.rounds.value

@@ -44,31 +44,41 @@ import tensorflow_federated as tff
 # The only TF op that waits without using the CPU; private but stable in 2.14.
 from tensorflow.python.data.experimental.ops import testing as tf_data_testing
 
+from benchmarks import tiny
 from one_shot_epe.tff_engine import distributed_runtime
 from one_shot_epe.tff_engine import tff_workers
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
   """
   return {
       'num_workers': flags.DEFINE_integer(
-          'num_workers', 2, 'Workers.', lower_bound=2),
+          'num_workers', 2, 'Workers.', lower_bound=2, flag_values=flag_values),
       'clients_per_worker': flags.DEFINE_integer(
-          'clients_per_worker', 2, 'Clients per worker.', lower_bound=1),
+          'clients_per_worker', 2, 'Clients per worker.', lower_bound=1,
+          flag_values=flag_values),
       'client_sleep_ms': flags.DEFINE_integer(
           'client_sleep_ms', 500, 'Milliseconds each client waits.',
-          lower_bound=1),
+          lower_bound=1, flag_values=flag_values),
       'repeats': flags.DEFINE_integer(
-          'repeats', 3, 'Timed calls per context.', lower_bound=1),
+          'repeats', 3, 'Timed calls per context.', lower_bound=1,
+          flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
 # The flags' holders once `define_flags` ran (the program's start).
 _FLAGS = types.SimpleNamespace()
+# --tiny (benchmarks/tiny.py): 1 client per worker waiting 1 ms, one timed call.
+_TINY = dict(clients_per_worker=1, client_sleep_ms=1, repeats=1)
 
 
 def _sleeping_sum(sleep_us: int) -> tff.Computation:
@@ -136,6 +146,7 @@ def main(argv: Sequence[str]) -> None:
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  tiny.shrink(_FLAGS, _TINY)
   num_workers = _FLAGS.num_workers.value
   values = list(range(num_workers * _FLAGS.clients_per_worker.value))
   round_fn = _sleeping_sum(1000 * _FLAGS.client_sleep_ms.value)

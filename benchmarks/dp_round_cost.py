@@ -48,6 +48,7 @@ import numpy as np
 import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.emnist import char_recognition_tasks
 
+from benchmarks import tiny
 from one_shot_epe.tff_engine import audit as audit_lib
 from one_shot_epe.tff_engine import cosine_tracking
 from one_shot_epe.tff_engine import runtime
@@ -55,43 +56,58 @@ from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine.tasks import synthetic
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
   """
   return {
       'clients': flags.DEFINE_integer(
-          'clients', 40, 'Real clients per round.', lower_bound=1),
+          'clients', 40, 'Real clients per round.', lower_bound=1,
+          flag_values=flag_values),
       'rounds': flags.DEFINE_integer(
           'rounds', 6, 'Rounds of each kind, the first (warm-up) excluded.',
-          lower_bound=2),
+          lower_bound=2, flag_values=flag_values),
       'examples_per_client': flags.DEFINE_integer(
           'examples_per_client', 200, 'Examples per synthetic client (real '
-          'EMNIST: ~200 per writer).', lower_bound=1),
+          'EMNIST: ~200 per writer).', lower_bound=1, flag_values=flag_values),
       'num_canaries': flags.DEFINE_integer(
-          'num_canaries', 1000, 'Seen canaries k.', lower_bound=1),
+          'num_canaries', 1000, 'Seen canaries k.', lower_bound=1,
+          flag_values=flag_values),
       'num_unseen_canaries': flags.DEFINE_integer(
-          'num_unseen_canaries', 1000, 'Unseen canaries m.', lower_bound=0),
+          'num_unseen_canaries', 1000, 'Unseen canaries m.', lower_bound=0,
+          flag_values=flag_values),
       'total_rounds': flags.DEFINE_integer(
           'total_rounds', 510, 'T of the audited run: k r / T canaries per '
-          'round (EMNIST: 15 epochs x 34 rounds).', lower_bound=1),
+          'round (EMNIST: 15 epochs x 34 rounds).', lower_bound=1,
+          flag_values=flag_values),
       'noise_multiplier': flags.DEFINE_float(
-          'noise_multiplier', 0.0958, 'Noise multiplier.', lower_bound=0.0),
+          'noise_multiplier', 0.0958, 'Noise multiplier.', lower_bound=0.0,
+          flag_values=flag_values),
       'reproducible_task': flags.DEFINE_bool(
           'reproducible_task', True, "Audited round on the project's "
           'reproducible task (as experiments.train); --noreproducible_task '
           "gives it TFF's stock task, to separate the cost of the canaries "
-          'from that of reproducibility.'),
+          'from that of reproducibility.', flag_values=flag_values),
       'time_block': flags.DEFINE_bool(
           'time_block', True, "Time the tracker's block of B rounds (tens of "
-          'seconds at d = 1.2M on 2 cores) and amortise it.'),
+          'seconds at d = 1.2M on 2 cores) and amortise it.',
+          flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
 # The flags' holders once `define_flags` ran (the program's start).
 _FLAGS = types.SimpleNamespace()
+# --tiny (benchmarks/tiny.py): 2 rounds of 2 clients of 4 examples, 2 + 2
+# canaries.
+_TINY = dict(clients=2, rounds=2, examples_per_client=4, num_canaries=2,
+             num_unseen_canaries=2, total_rounds=4)
 
 _CLIENT_LR = 0.031
 _SERVER_LR = 1.0
@@ -147,6 +163,7 @@ def main(argv: Sequence[str]) -> None:
   """
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}', exitcode=2)
+  tiny.shrink(_FLAGS, _TINY)
   clients, rounds = _FLAGS.clients.value, _FLAGS.rounds.value
   train_data, test_data = synthetic.emnist(clients * rounds,
                                            _FLAGS.examples_per_client.value)

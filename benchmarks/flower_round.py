@@ -18,20 +18,32 @@ time), or the clients called in this process (`flower_engine.local_grid`,
 no messaging cost: the least favourable case for the ratio; this process's
 CPU time, steadier than wall time on a shared machine, and wall time).
 
-  python -m benchmarks.flower_round
+  python -m benchmarks.flower_round [--runtime=local] [--tiny]
+
+--tiny (benchmarks/tiny.py): 2 rounds of 2 of 4 synthetic clients, 2 + 2
+canaries, one repeat, the local runtime (unless --runtime is given).
 """
 
 import argparse
+import dataclasses
 import logging
 import shutil
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from benchmarks import tiny
 from examples import flower_fashion_mnist as example
 from one_shot_epe.flower_engine import audit as audit_lib
 from one_shot_epe.flower_engine import local_grid
+
+# The flags' defaults, and theirs under --tiny (with a toy task).
+_DEFAULTS = dict(rounds=20, repeats=3, num_canaries=500, runtime='simulation')
+_TINY = dict(rounds=2, repeats=1, num_canaries=2, runtime='local')
+_TINY_SETTING = dict(num_clients=4, clients_per_round=2,
+                     use_synthetic_data=True)
 
 
 class _Timed:
@@ -78,18 +90,28 @@ def _arms(setting: example.Setting, repeats: int
   return run
 
 
-def main() -> None:
-  """Times both arms and prints their mean rounds and the ratio."""
+def main(argv: Sequence[str]) -> None:
+  """Times both arms and prints their mean rounds and the ratio.
+
+  Args:
+    argv: `sys.argv`: the program's name, then its flags.
+  """
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--rounds', type=int, default=20)
-  parser.add_argument('--repeats', type=int, default=3)
-  parser.add_argument('--num_canaries', type=int, default=500)
-  parser.add_argument('--runtime', choices=('simulation', 'local'),
-                      default='simulation')
-  args = parser.parse_args()
+  parser.add_argument('--rounds', type=int)
+  parser.add_argument('--repeats', type=int)
+  parser.add_argument('--num_canaries', type=int)
+  parser.add_argument('--runtime', choices=('simulation', 'local'))
+  parser.add_argument('--tiny', action='store_true', help=tiny.HELP)
+  args = parser.parse_args(argv[1:])
+  defaults = _TINY if args.tiny else _DEFAULTS
+  for name, value in defaults.items():
+    if getattr(args, name) is None:
+      setattr(args, name, value)
   logging.getLogger('flwr').setLevel(logging.WARNING)
   setting = example.Setting(rounds=args.rounds,
                             num_canaries=args.num_canaries)
+  if args.tiny:
+    setting = dataclasses.replace(setting, **_TINY_SETTING)
   run = _arms(setting, args.repeats)
   if args.runtime == 'local':
     task = example.load_task(setting)
@@ -115,4 +137,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-  main()
+  main(sys.argv)

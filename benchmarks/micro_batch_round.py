@@ -10,7 +10,10 @@ engine timed over the same rounds after one compiling round, in one run.
 Prints each setting's median round, padding (processed / real examples) and
 its ratio to whole batches.
 
-  .venv-jax/bin/python -m benchmarks.micro_batch_round [rounds]
+  .venv-jax/bin/python -m benchmarks.micro_batch_round [rounds] [--tiny]
+
+--tiny (benchmarks/tiny.py): one timed round of 2 roles, micro-batches of 4,
+a toy LSTM (8 units, 100 words).
 """
 
 import statistics
@@ -25,7 +28,8 @@ def main(argv: list[str]) -> None:
 
   Args:
     argv: `sys.argv`: the program's name, then optionally the number of
-      timed rounds (default 4; one more runs first and compiles).
+      timed rounds (default 4, --tiny 1; one more runs first and compiles)
+      and --tiny.
   """
   # pylint: disable=g-import-not-at-top
   import jax
@@ -37,18 +41,25 @@ def main(argv: list[str]) -> None:
   from one_shot_epe.jax_engine import optimizers
   from one_shot_epe.jax_engine import round_engine
   # pylint: enable=g-import-not-at-top
-  rounds = int(argv[1]) if len(argv) > 1 else 4
-  train, _ = shakespeare.client_arrays_of(shakespeare.load())
-  model = models.InVocabWordLstm(vocab_size=10_000)
+  small = '--tiny' in argv[1:]
+  numbers = [arg for arg in argv[1:] if arg != '--tiny']
+  rounds = int(numbers[0]) if numbers else (1 if small else 4)
+  cohort, micro_batches = (2, (4,)) if small else (20, (None, 8, 4))
+  model = models.InVocabWordLstm(**(
+      dict(vocab_size=100, embedding_size=8, lstm_size=8) if small else
+      dict(vocab_size=10_000)))
+  train, _ = shakespeare.client_arrays_of(
+      shakespeare.load(vocab_size=model.vocab_size))
   config = canary_spec.DPAggregation(noise_multiplier=0.0,
-                                     clients_per_round=20.0, initial_clip=1.0)
-  cohorts = [np.random.default_rng(t).choice(len(train.client_ids), 20,
+                                     clients_per_round=float(cohort),
+                                     initial_clip=1.0)
+  cohorts = [np.random.default_rng(t).choice(len(train.client_ids), cohort,
                                              replace=False)
              for t in range(rounds + 1)]
   baseline = None
   print(f'{"step":>6}{"median round (s)":>18}{"padding":>9}'
         f'{"/ whole batches":>17}')
-  for micro in (None, 8, 4):
+  for micro in micro_batches:
     engine = round_engine.RoundEngine(
         model.loss, optimizers.Optimizer('sgd', 1.0),
         optimizers.Optimizer('sgdm', 0.56, momentum=0.9), config,
@@ -59,7 +70,7 @@ def main(argv: list[str]) -> None:
     for t, clients in enumerate(cohorts):
       batches = data.client_batches(
           train, clients, batch_size=16, epochs=1, max_examples=64,
-          rng=np.random.default_rng(t), num_slots=20, max_batches=4)
+          rng=np.random.default_rng(t), num_slots=cohort, max_batches=4)
       start = time.perf_counter()
       state, output = engine(state, batches,
                              np.zeros((1, model.num_parameters()), np.float32),

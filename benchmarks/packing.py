@@ -20,7 +20,9 @@ per-client example cap: the paper, Sec. 5.1-5.2, states none), and cohorts of
 the mean over seeds, the packed lane count and length, and packed / per-slot.
 Real batches are the batches each client needs (at full batch size).
 
-  python -m benchmarks.packing [seeds]
+  python -m benchmarks.packing [seeds] [--tiny]
+
+--tiny (benchmarks/tiny.py): one seed, cohorts of 10 only.
 """
 
 import dataclasses
@@ -168,14 +170,16 @@ def main(argv: list[str]) -> None:
 
   Args:
     argv: `sys.argv`: the program's name, then optionally the number of
-      seeds (rounds) per cohort (default 10).
+      seeds (rounds) per cohort (default 10, --tiny 1) and --tiny.
   """
-  seeds = int(argv[1]) if len(argv) > 1 else 10
+  small = '--tiny' in argv[1:]
+  numbers = [arg for arg in argv[1:] if arg != '--tiny']
+  seeds = int(numbers[0]) if numbers else (1 if small else 10)
   print(f'{"kind":<14}{"cohort":>7}{"per-slot":>10}{"packed":>8}'
         f'{"lanes":>7}{"length":>8}{"packed/per-slot":>17}'
         f'{"run ex.":>9}{"run lanes":>11}{"micro":>7}')
   for kind, mean in _MEAN_EXAMPLES.items():
-    for cohort in _COHORTS:
+    for cohort in _COHORTS[:1] if small else _COHORTS:
       layouts = [cohort_layout(kind, cohort, mean, seed)
                  for seed in range(seeds)]
       slot = np.mean([l.per_slot_batches / l.batches for l in layouts])

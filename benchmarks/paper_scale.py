@@ -96,10 +96,15 @@ from absl import flags
 from benchmarks import paper_figures
 from benchmarks import paper_grids
 from benchmarks import round_timing
+from benchmarks import tiny
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
@@ -108,34 +113,40 @@ def define_flags() -> dict[str, flags.FlagHolder]:
       'tasks': flags.DEFINE_list(
           'tasks', ['emnist', 'stackoverflow', 'table5', 'shakespeare'],
           'Tables to cost: emnist (Table 4), stackoverflow (Table 3), table5 '
-          "(Table 5), shakespeare (configs/shakespeare.cfg's grid)."),
+          "(Table 5), shakespeare (configs/shakespeare.cfg's grid).",
+          flag_values=flag_values),
       'accelerator': flags.DEFINE_enum(
           'accelerator', 'cpu', ['cpu', 'gpu'], 'Where the JAX engine runs: '
           'cpu (and the TFF engine beside it) or gpu (JAX only; no TensorFlow '
-          'there).'),
+          'there).', flag_values=flag_values),
       'stackoverflow_clients': flags.DEFINE_integer(
           'stackoverflow_clients', 24, 'Clients of the measured StackOverflow '
-          "round (scaled by examples to the paper's 167).", lower_bound=1),
+          "round (scaled by examples to the paper's 167).", lower_bound=1,
+          flag_values=flag_values),
       'max_measured_clients': flags.DEFINE_integer(
           'max_measured_clients', None, 'At most this many clients in any '
           'measured round (scaled by examples to the full cohort; a quick '
-          'run).', lower_bound=1),
+          'run).', lower_bound=1, flag_values=flag_values),
       'tff': flags.DEFINE_bool(
           'tff', True, 'With --accelerator=cpu, also time the TFF engine (this '
-          'interpreter needs TensorFlow).'),
+          'interpreter needs TensorFlow).', flag_values=flag_values),
       'seeds': flags.DEFINE_integer(
           'seeds', 10, "Draws of the full cohort's client sizes the "
-          'expectations average.', lower_bound=1),
+          'expectations average.', lower_bound=1, flag_values=flag_values),
       'json': flags.DEFINE_string(
-          'json', None, 'Write the figures here (JSON).'),
+          'json', None, 'Write the figures here (JSON).',
+          flag_values=flag_values),
       'child': flags.DEFINE_string(
           'child', None, 'Internal: measure the JAX engine on this kind and '
-          'print its figures as JSON.'),
+          'print its figures as JSON.', flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
 # The flags' holders once `define_flags` ran (the program's start).
 _FLAGS = types.SimpleNamespace()
+# --tiny (benchmarks/tiny.py): EMNIST's round at 2 clients, JAX only, one seed.
+_TINY = dict(tasks=['emnist'], max_measured_clients=2, tff=False, seeds=1)
 
 
 def _clients(kind: str) -> int:
@@ -273,6 +284,7 @@ def main(argv: Sequence[str]) -> None:
     app.UsageError: exit status 2, for a --tasks entry that is no task.
   """
   del argv
+  tiny.shrink(_FLAGS, _TINY)
   if _FLAGS.child.value:
     print(json.dumps(run_child(_FLAGS.child.value)))
     return

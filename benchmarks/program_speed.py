@@ -31,6 +31,7 @@ import jax
 from absl import app
 from absl import flags
 
+from benchmarks import tiny
 from experiments import grid
 from experiments import train
 from experiments import train_config
@@ -38,8 +39,12 @@ from experiments import train_flags
 from one_shot_epe.jax_engine import round_engine
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
@@ -47,18 +52,23 @@ def define_flags() -> dict[str, flags.FlagHolder]:
   return {
       'config': flags.DEFINE_string(
           'config', 'configs/demo.cfg', 'Flagfile of the runs (its "# grid:" '
-          'noise multipliers).'),
+          'noise multipliers).', flag_values=flag_values),
       'scale': flags.DEFINE_float(
           'scale', 0.25, 'Shrink factor of rounds, clients and canaries '
-          '(experiments.grid.scale_config).'),
+          '(experiments.grid.scale_config).', flag_values=flag_values),
       'runs': flags.DEFINE_integer(
-          'runs', 3, 'Runs of the program (R).', lower_bound=2),
-      'json': flags.DEFINE_string('json', None, 'Also write the figures here.'),
+          'runs', 3, 'Runs of the program (R).', lower_bound=2,
+          flag_values=flag_values),
+      'json': flags.DEFINE_string('json', None, 'Also write the figures here.',
+                                  flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
 # The flags' holders once `define_flags` ran (the program's start).
 _FLAGS = types.SimpleNamespace()
+# --tiny (benchmarks/tiny.py): 2 runs of the config at --scale=0.05.
+_TINY = dict(scale=0.05, runs=2)
 
 
 def run_configs(config_path: str, scale: float, runs: int,
@@ -126,6 +136,7 @@ def main(argv: Sequence[str]) -> None:
       (unused: the flags say everything).
   """
   del argv
+  tiny.shrink(_FLAGS, _TINY)
   device = str(jax.devices()[0])  # Starts the backend before any timing.
   with tempfile.TemporaryDirectory() as output_dir:
     configs = run_configs(_FLAGS.config.value, _FLAGS.scale.value,

@@ -241,13 +241,17 @@ def run_jax(run: LauncherRun, cost_round: int = 1) -> JaxRun:
   # pylint: enable=g-import-not-at-top
 
   class RoundSeconds:
-    """Each trained round's seconds, from the engine's round records."""
+    """Each trained round's seconds, from the engine's round records.
+
+    Round 0 (the initial evaluation, no training, no seconds) is left out.
+    """
 
     def __init__(self):
       self.seconds = []
 
     def on_round(self, record: round_record.RoundRecord) -> None:
-      self.seconds.append(record.seconds)
+      if record.seconds is not None:
+        self.seconds.append(record.seconds)
 
     def on_cosines(self, cosines) -> None:
       del cosines

@@ -10,7 +10,9 @@ linearly to the 150 simulations of the table; the cost per simulation does not
 depend on sigma or on the simulation, so the extrapolation is linear in their
 number. The issue's budget for the full table is 120 s.
 
-  python -m benchmarks.table2 [--baseline_simulations=1]
+  python -m benchmarks.table2 [--baseline_simulations=1] [--tiny]
+
+--tiny (benchmarks/tiny.py): d = 1,000, k = 10, 2 simulations per epsilon.
 """
 
 import dataclasses
@@ -21,11 +23,16 @@ from collections.abc import Sequence
 from absl import app
 from absl import flags
 
+from benchmarks import tiny
 from experiments import gaussian_mechanism as table2
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
@@ -33,9 +40,12 @@ def define_flags() -> dict[str, flags.FlagHolder]:
   return {
       'baseline_simulations': flags.DEFINE_integer(
           'baseline_simulations', 1, "Simulations timed with the 'stream' "
-          'sampler (about a minute each).', lower_bound=1),
+          'sampler (about a minute each).', lower_bound=1,
+          flag_values=flag_values),
       'seed': flags.DEFINE_integer(
-          'seed', 0, 'Seed of the random numbers.', lower_bound=0),
+          'seed', 0, 'Seed of the random numbers.', lower_bound=0,
+          flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
@@ -44,6 +54,8 @@ _FLAGS = types.SimpleNamespace()
 
 EPSILONS = (1.0, 3.0, 10.0)
 BUDGET_S = 120.0
+# --tiny: the table at a toy setting (benchmarks/tiny.py).
+_TINY_SETTING = dict(dim=1000, num_canaries=10, num_simulations=2)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -60,6 +72,8 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}', exitcode=2)
   setting = table2.Setting(seed=_FLAGS.seed.value, method='gram')
+  if tiny.shrink(_FLAGS, {}):
+    setting = dataclasses.replace(setting, **_TINY_SETTING)
   start = time.perf_counter()
   rows = table2.run_table(setting, EPSILONS)
   fast_s = time.perf_counter() - start

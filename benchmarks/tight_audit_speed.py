@@ -19,14 +19,19 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from benchmarks import tiny
 from one_shot_epe.runtime import command_line
 from one_shot_epe.stats import estimation
 from one_shot_epe.stats import one_run
 from one_shot_epe.stats import tight_audit
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
@@ -34,16 +39,21 @@ def define_flags() -> dict[str, flags.FlagHolder]:
   return {
       'canaries': flags.DEFINE_integer(
           'canaries', 10000, 'Seen canaries (and as many unseen).',
-          lower_bound=10),
+          lower_bound=10, flag_values=flag_values),
       'epsilon': flags.DEFINE_float(
-          'epsilon', 3.0, 'True eps of the scores.', lower_bound=0.01),
+          'epsilon', 3.0, 'True eps of the scores.', lower_bound=0.01,
+          flag_values=flag_values),
       'repeats': flags.DEFINE_integer(
-          'repeats', 3, 'Timings per method (best).', lower_bound=1),
+          'repeats', 3, 'Timings per method (best).', lower_bound=1,
+          flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
 # The flags' holders once `define_flags` ran (the program's start).
 _FLAGS = types.SimpleNamespace()
+# --tiny (benchmarks/tiny.py): 10 + 10 canaries, one timing each.
+_TINY = dict(canaries=10, repeats=1)
 _DELTA = 1e-6
 
 
@@ -79,6 +89,7 @@ def main(argv: Sequence[str]) -> None:
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}', exitcode=2)
+  tiny.shrink(_FLAGS, _TINY)
   rng = np.random.default_rng(0)
   mu = 1.0 / estimation.gaussian_sigma(_FLAGS.epsilon.value, _DELTA)
   seen = rng.normal(mu, 1.0, _FLAGS.canaries.value)

@@ -44,30 +44,40 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from benchmarks import tiny
 from one_shot_epe.tff_engine import audit as audit_lib
 from one_shot_epe.tff_engine import isolation
 from one_shot_epe.tff_engine import runtime
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.FlagHolder]:
   """Registers the program's flags; called when it runs, not at import.
+
+  Args:
+    flag_values: where they are registered (default: absl's global flags).
 
   Returns:
     The flags' holders by name.
   """
   return {
       'repeats': flags.DEFINE_integer(
-          'repeats', 3, 'Contexts of each kind.', lower_bound=1),
+          'repeats', 3, 'Contexts of each kind.', lower_bound=1,
+          flag_values=flag_values),
       'rounds': flags.DEFINE_integer(
           'rounds', 4, 'Rounds per context, the first (warm-up) excluded.',
-          lower_bound=2),
+          lower_bound=2, flag_values=flag_values),
       'clients': flags.DEFINE_integer(
-          'clients', 10, 'Clients per round.', lower_bound=1),
+          'clients', 10, 'Clients per round.', lower_bound=1,
+          flag_values=flag_values),
+      'tiny': tiny.define_flag(flag_values),
   }
 
 
 # The flags' holders once `define_flags` ran (the program's start).
 _FLAGS = types.SimpleNamespace()
+# --tiny (benchmarks/tiny.py): one context of each kind, 2 rounds of 10 clients.
+_TINY = dict(repeats=1, rounds=2, clients=10)
 
 _FEATURES, _HIDDEN, _CLASSES, _EXAMPLES = 784, 200, 10, 32
 _KINDS = {'bridged': 'auto', 'direct': 'off'}
@@ -131,6 +141,7 @@ def main(argv: Sequence[str]) -> None:
       (unused: the flags say everything).
   """
   del argv  # Unused.
+  tiny.shrink(_FLAGS, _TINY)
   refusal = isolation.private_network_refusal()
   if refusal is not None:
     sys.exit(f'error: no network namespace here ({refusal}): nothing to '

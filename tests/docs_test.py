@@ -35,15 +35,21 @@ imported and the test needs neither TensorFlow nor JAX. What is checked:
     methods, fields, `self.x` assignments and project base classes). In a
     Python code block, `from pkg import module as alias` is followed, and so
     is a variable assigned a project class's instance (`x = m.C(...)`) or
-    the result of a function annotated to return one;
+    the result of a function annotated to return one; a subpackage's name
+    (`design.x`, `stats.x`) is never taken for a variable's;
+  * a dotted name whose first part is no project name but whose second part
+    names a project module (`plan.participation`, where the module is
+    `one_shot_epe.design.participation`): a package that moved or never
+    existed, reported unless the first part is another library's
+    (OTHER_LIBRARIES: `tff.learning.models`);
   * a call of a project function, method or class so named (in backticks or
     a Python code block) passes only keywords it has and no more positional
     arguments than it takes;
   * a `Modules:` list in a package's docstring names exactly the package's
     modules.
-Names of other libraries (`tff.learning...`, `jax.devices()`) and of other
-local variables (`state.aggregator`, and `plan.seed` where no module of the
-package `plan` defines `seed`) are not checked. The checker is itself
+Names of other libraries (`tff.learning...`, `jax.devices()`) and of local
+variables (`state.aggregator`, `plan.seed` for a RunPlan `plan`) are not
+checked. The checker is itself
 tested on small texts with planted wrong names. tests/docs_code_test.py
 runs the documents' Python code blocks. Relative links between the
 documents must reach an existing file and heading.
@@ -56,6 +62,8 @@ import glob
 import math
 import os
 import re
+import shutil
+import subprocess
 
 import pytest
 
@@ -64,7 +72,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 SOURCE_ROOTS = ('one_shot_epe', 'experiments', 'benchmarks', 'examples',
                 'scripts', 'tests', 'tools')
 # Packages whose dotted names must be spelled in full.
-PACKAGES = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
+PACKAGES = ('one_shot_epe', 'experiments', 'benchmarks', 'examples', 'scripts')
+# Names of other libraries (and `self`) a dotted name may start with although
+# its next part is also the name of a project module (`tf.data`,
+# `tff.learning.models`, `tff.simulation.datasets.emnist`).
+OTHER_LIBRARIES = frozenset({
+    'tf', 'tff', 'tensorflow', 'tensorflow_federated', 'jax', 'jnp', 'np',
+    'numpy', 'scipy', 'flwr', 'keras', 'optax', 'jax_privacy', 'ray', 'os',
+    'sys', 'absl', 'dp_accounting', 'self'})
 # Folders whose modules' docstrings are checked like the documents.
 DOCSTRING_ROOTS = ('one_shot_epe', 'experiments', 'benchmarks', 'examples')
 # The programs whose absl flags the documentation may name.
@@ -694,9 +709,6 @@ def _check_dotted(index: Index, dotted: str) -> str | None:
     if candidates:
       if any(index.resolves_in_module(m, parts[end:]) for m in candidates):
         return None
-      if (end == 1 and parts[0] not in PACKAGES and
-          _names_a_variable(index, candidates, parts[1])):
-        return None
       where = ', '.join(sorted(m.path for m in candidates))
       return f'{dotted}: {".".join(parts[end:])} is not defined in {where}'
   if parts[0] in PACKAGES:
@@ -706,24 +718,27 @@ def _check_dotted(index: Index, dotted: str) -> str | None:
            for node in index.classes[parts[0]]):
       return None
     return f'{dotted}: class {parts[0]} has no attribute {parts[1]}'
-  return None
+  return _misplaced_module(index, parts)
 
 
-def _names_a_variable(index: Index, packages: list[Module],
-                      attribute: str) -> bool:
-  """Whether `x.attribute`, x a bare package name, is rather a variable's.
+def _misplaced_module(index: Index, parts: list[str]) -> str | None:
+  """Why `a.m...`, `a` no project name and `m` a project module's, is wrong.
 
-  A wing's name is also a natural variable name (`plan.seed` for a RunPlan
-  `plan`). It is taken for a variable when every candidate is a package none
-  of whose modules defines `attribute` (a module that does suggests a name
-  that moved, which is reported).
+  `plan.participation` names the module `participation` in a package `plan`
+  that does not exist (the module is `one_shot_epe.design.participation`).
+  A first part that is another library's name (OTHER_LIBRARIES) or a
+  class's (capitalized) is not checked, nor is a module of tests/ or tools/.
   """
-  if not all(m.path.endswith('__init__.py') for m in packages):
-    return False
-  return not any(
-      attribute in module.names for package in packages
-      for name, module in index.modules.items()
-      if name.startswith(package.name + '.'))
+  if (len(parts) < 2 or parts[0] in OTHER_LIBRARIES or
+      not parts[0].islower()):
+    return None
+  homes = sorted(name for name, module in index.modules.items()
+                 if name.split('.')[-1] == parts[1] and
+                 not module.path.startswith(('tests', 'tools')))
+  if not homes:
+    return None
+  return (f'{".".join(parts)}: no project package {parts[0]}; '
+          f'{parts[1]} is {", ".join(homes)}')
 
 
 def check_text(text: str, index: Index | None = None) -> list[str]:
@@ -1114,6 +1129,34 @@ def test_link_checker_finds_broken_links():
       '## The JAX engine (`--backend=jax`: GPU, TPU, or CPU)\n')
 
 
+def make_help_entries(makefile: str) -> dict[str, str]:
+  """Target -> description, from the Makefile's `## target: ...` lines.
+
+  Args:
+    makefile: The Makefile's text.
+
+  Returns:
+    The description `make help` prints for each target, in file order.
+  """
+  return dict(re.findall(r'^## ([a-z][\w-]*): (.+)$', makefile, re.M))
+
+
+def test_make_help_describes_every_target_and_is_the_default():
+  with open(os.path.join(REPO, 'Makefile'), encoding='utf-8') as stream:
+    makefile = stream.read()
+  described = make_help_entries(makefile)
+  phony = set(re.search(r'^\.PHONY:(.*)$', makefile, re.M).group(1).split())
+  assert set(described) == repo_index().make_targets == phony
+  assert re.search(r'^\.DEFAULT_GOAL := help$', makefile, re.M)
+  if shutil.which('make') is None:
+    pytest.skip('make is not installed')
+  printed = subprocess.run(['make', '--no-print-directory'], cwd=REPO,
+                           capture_output=True, text=True, check=True,
+                           timeout=60).stdout
+  listed = dict(re.findall(r'^  ([a-z][\w-]*) +(.+)$', printed, re.M))
+  assert listed == described
+
+
 @pytest.mark.parametrize('path', _docstring_sources())
 def test_docstrings_name_only_what_exists(path):
   problems = docstring_problems(path)
@@ -1170,6 +1213,16 @@ def test_checker_accepts_correct_names():
 
 # (text with a planted wrong name, the same text corrected, the message).
 _PLANTED = [
+    ('Schedules: `plan.participation.periodic_canary_schedule`.',
+     'Schedules: `design.canary_schedules.periodic_canary_schedule`, as '
+     '`tff.learning.models.from_keras_model` in `tf.data`.',
+     'plan.participation.periodic_canary_schedule: no project package plan; '
+     'participation is one_shot_epe.design.participation'),
+    ('The spec: `design.canary_specc`.', 'The spec: `design.canary_spec`.',
+     'design.canary_specc: canary_specc is not defined in '
+     'one_shot_epe/design/__init__.py'),
+    ('The check: `scripts.check_envv`.', 'The check: `scripts.check_env`.',
+     'scripts.check_envv: no such module'),
     ('Read `one_shot_epe/lower_bond.py`.',
      'Read `one_shot_epe/stats/lower_bound.py`.',
      'path one_shot_epe/lower_bond.py does not exist'),

@@ -314,3 +314,36 @@ def test_canaries_are_the_banks_unit_directions():
   rows = bank.seen([0, 2])
   np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, rtol=1e-6)
   np.testing.assert_array_equal(rows, canaries.directions(0, [0, 2], 50))
+
+
+def test_a_runaway_clip_and_a_lost_loss_are_logged_once_and_noted(
+    tmp_path, caplog):
+  # At a clip learning rate of 5 Flower's adaptive wrapper moves the clip by
+  # about e^2.5 a round (here it grows, as metrics.csv shows). The clients'
+  # loss is NaN.
+
+  def lost(node, message):
+    del node
+    return RecordDict({'arrays': _nudged(message.content['arrays']),
+                       'metrics': MetricRecord({'num-examples': 1,
+                                                'train_loss': math.nan})})
+
+  dp = DifferentialPrivacyServerSideAdaptiveClipping(
+      _fedavg(), 0.3, COHORT, initial_clipping_norm=0.5, clip_norm_lr=5.0)
+  logger = 'one_shot_epe.runtime.training_health'
+  with caplog.at_level('WARNING', logger=logger):
+    _run(tmp_path / 'run', dp, rounds=6, k=30, m=10, client=lost)
+  clips = [row['clip'] for row in _rows(tmp_path / 'run' / 'metrics.csv')]
+  assert max(clips) / clips[0] > 100, clips
+  warnings = [record.getMessage() for record in caplog.records
+              if record.name == logger]
+  assert len(warnings) == 2, warnings
+  with open(tmp_path / 'run' / 'report.json') as stream:
+    clip_note, loss_note = json.load(stream)['notes']
+  assert clip_note.startswith(
+      f'The adaptive clip grew from {clips[0]:.4g} (round 1) to '
+      f'{max(clips):.4g} (round {clips.index(max(clips)) + 1})')
+  assert loss_note.startswith('The training loss became nan in round 1')
+  text = (tmp_path / 'run' / 'report.md').read_text()
+  for note in (clip_note, loss_note):
+    assert text.count(f'**Training health:** {note}') == 1

@@ -7,6 +7,7 @@ run lacks, ≥ for a saturated estimate). Cells are found by their column's
 header, never by position.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -122,62 +123,114 @@ def test_summary_table_shows_each_report_field():
   assert 'gdp = ε_tight-gdp, for Gaussian in' in text.replace('\n', ' ')
 
 
-def test_privacy_table_puts_the_sound_columns_first_and_labels_the_papers():
+def test_privacy_table_keeps_the_sentences_columns_and_details_the_rest():
   runs = _runs()
   text = grid_tables.privacy_table(runs)
   report = runs[3].report
   all_it, final = report.all_iterates, report.final
   all_low, all_high = all_it.epsilon_est_interval
   low, high = final.epsilon_est_interval
-  # A block per r, each with the sound table first, the paper's last.
+  # A block per r, each with the main table, the details and the attack.
   tables = _tables(text)
   assert len(tables) == 6
-  sound, attack, paper = ({row['noise']: row for row in rows}
-                          for rows in tables[3:])
-  expected = {
+  main, details, attack = ({row['noise']: row for row in rows}
+                           for rows in tables[3:])
+  # The main table: the sentences' columns and the accuracy, nothing else.
+  assert main['1'] == {
       'noise': '1', 'analytical ε (r = 2)': _g(report.analytical_epsilon),
-      'accounted ε': _g(report.accounted_epsilon),
-      'last-iterate ε': _g(report.last_iterate_epsilon),
       'ε_est-all 95% CI': f'{_g(all_it.epsilon_est)} [{_g(all_low)}, '
                           f'{_g(all_high)}]',
       'ε_lo-all': _g(all_it.epsilon_lo),
+      'ε_est-final 95% CI': f'{_g(final.epsilon_est)} [{_g(low)}, {_g(high)}]',
+      'ε_lo-final': _g(final.epsilon_lo), 'accuracy': '0.25'}
+  expected = {
+      'noise': '1', 'accounted ε': _g(report.accounted_epsilon),
+      'last-iterate ε': _g(report.last_iterate_epsilon),
       'ε_one-run-all': _g(all_it.epsilon_one_run),
       'ε_one-run-fdp-all (Gaussian)': _g(all_it.epsilon_one_run_fdp),
       'ε_tight-any-all': _cell(all_it.epsilon_lo_tight_any),
       'ε_tight-gdp-all (Gaussian)': _cell(all_it.epsilon_lo_tight_gdp),
-      'ε_est-final 95% CI': f'{_g(final.epsilon_est)} [{_g(low)}, {_g(high)}]',
-      'ε_lo-final': _g(final.epsilon_lo), 'ε_one-run-final': 'n/a',
-      'ε_one-run-fdp-final (Gaussian)': 'n/a',
+      "paper's ε_lo-all (nominal)": _g(all_it.epsilon_lo_paper),
+      "paper's ε_est-all": _g(all_it.epsilon_est_fitted),
+      'ε_one-run-final': 'n/a', 'ε_one-run-fdp-final (Gaussian)': 'n/a',
       'ε_tight-any-final': _cell(final.epsilon_lo_tight_any),
       'ε_tight-gdp-final (Gaussian)': _cell(final.epsilon_lo_tight_gdp),
-      'accuracy': '0.25'}
-  assert expected.items() <= sound['1'].items()
-  # Every lower bound of the report's fields has its column, by its label.
-  for field in report_fields.in_groups('lower bounds'):
+      "paper's ε_lo-final (nominal)": _g(final.epsilon_lo_paper),
+      "paper's ε_est-final": _g(final.epsilon_est_fitted)}
+  assert details['1'] == expected
+  # Every other bound of the report's fields has its column, by its label.
+  for field in report_fields.in_groups('lower bounds', 'nominal'):
     for model, threat in (('all', all_it), ('final', final)):
       header = f'{field.label}-{model}' + (
           f' ({field.assumes.tag})' if field.assumes.tag else '')
-      assert sound['1'][header] == _cell(getattr(threat, field.key)), header
-  assert len(sound['1']) == 7 + 2 * len(
-      report_fields.in_groups('lower bounds'))
-  assert paper['1'] == {
-      'noise': '1', "paper's ε_lo-all (nominal)": _g(all_it.epsilon_lo_paper),
-      "paper's ε_est-all (fitted)": _g(all_it.epsilon_est_fitted),
-      "paper's ε_lo-final (nominal)": _g(final.epsilon_lo_paper),
-      "paper's ε_est-final (fitted)": _g(final.epsilon_est_fitted)}
+      table = main if field.key == 'epsilon_lo' else details
+      assert table['1'][header] == _cell(getattr(threat, field.key)), header
   assert attack['1']['ε_gdp-all'] == _g(all_it.epsilon_gdp)
   final_only = runs[2].report.final
-  first_attack = {row['noise']: row for row in tables[1]}['1']
+  first_attack = {row['noise']: row for row in tables[2]}['1']
   assert (first_attack['AUROC-all'], first_attack['ε_gdp-final'],
           first_attack['AUROC-final']) == (
               'n/a', _g(final_only.epsilon_gdp), _g(final_only.auroc))
   assert text.count('canary repetition') == 2  # One block per r.
-  # In each block the sound table comes first, the paper's last, labelled.
-  for block in text.split('canary repetition')[1:]:
-    sound_at = block.index('lower bounds that hold')
-    attack_at = block.index('The attack:')
-    paper_at = block.index("The paper's own columns")
-    assert sound_at < attack_at < paper_at
+  # What each assumes, once per family, from the fields' entries.
+  legend = text.split('What each assumes: ')[1]
+  for family in report_fields.FAMILIES[:4]:
+    assert legend.count(family.text) == 1, family.text
+
+
+@pytest.mark.parametrize('bound_above', [False, True])
+def test_table_md_opens_with_each_runs_sentences_and_the_bounds_note(
+    bound_above):
+  runs = _runs()
+  if bound_above:  # A holding bound above the estimate in one run.
+    final = runs[2].report.final
+    runs[2] = dataclasses.replace(runs[2], report=dataclasses.replace(
+        runs[2].report, final=dataclasses.replace(
+            final, epsilon_lo_tight_any=2 * final.epsilon_est)))
+  text = grid_tables.privacy_table(runs)
+  lines = text.splitlines()
+  for i, run in enumerate(runs):
+    report = run.report
+    line = lines[2 * i]
+    assert line.startswith(f'**Noise {run.noise_multiplier:g}, r = '
+                           f'{run.canary_repeats}.** Final model: ε_est ')
+    low, high = report.final.epsilon_est_interval
+    assert (f'Final model: ε_est {_g(report.final.epsilon_est)} (95% CI '
+            f'{_g(low)}–{_g(high)}); with 95% confidence ε ≥ '
+            f'{_g(report.final.epsilon_lo)} for any (ε, δ)-DP mechanism; '
+            f'analytical ε {_number(report.analytical_epsilon)}.') in line
+    assert ('All iterates: ' in line) == (report.all_iterates is not None)
+  above = [run for run in runs if any(
+      value is not None and value > threat.epsilon_est
+      for threat in (run.report.final, run.report.all_iterates)
+      if threat is not None
+      for value in (threat.epsilon_lo, threat.epsilon_one_run,
+                    threat.epsilon_one_run_fdp, threat.epsilon_lo_tight_any,
+                    threat.epsilon_lo_tight_gdp))]
+  notes = [line for line in lines if 'a lower bound that holds exceeds' in line]
+  assert bool(above) == bound_above
+  if above:
+    (note,) = notes
+    for run in runs:
+      name = f'noise {run.noise_multiplier:g}, r = {run.canary_repeats}'
+      assert (name in note) == (run in above), name
+  else:
+    assert not notes
+
+
+def _number(value: float) -> str:
+  return '∞' if math.isinf(value) else _g(value)
+
+
+def test_training_health_notes_of_a_run_are_in_table_md():
+  runs = _runs()
+  noted = runs[3]
+  runs[3] = dataclasses.replace(noted, report=dataclasses.replace(
+      noted.report, notes=('The adaptive clip grew 300x.',)))
+  text = grid_tables.privacy_table(runs)
+  assert text.count('**Training health, noise 1, r = 2:** The adaptive clip '
+                    'grew 300x.') == 1
+  assert text.count('Training health') == 1
 
 
 def test_anderson_table_shows_each_cosine_sets_statistic():

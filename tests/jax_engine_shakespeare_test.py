@@ -53,8 +53,8 @@ def test_accuracy_counts_in_vocabulary_targets_only():
   for row in range(5):
     for step in range(7):
       target = targets[row, step]
-      if mask[row] and target not in (special.pad, *special.oov, special.bos,
-                                      special.eos):
+      # Beginning of sentence (never a target) counts, as in TFF's metric.
+      if mask[row] and target not in (special.pad, *special.oov, special.eos):
         counted += 1
         hits += int(predicted[row, step] == target)
   got, count = model.correct(params, tokens, targets, mask)

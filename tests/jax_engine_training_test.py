@@ -12,6 +12,7 @@ every round).
 
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -43,7 +44,7 @@ def _plan(**overrides) -> run_plan.RunPlan:
       client_optimizer=run_plan.OptimizerSpec('sgd', 0.1),
       server_optimizer=run_plan.OptimizerSpec('sgd', 1.0),
       batch_size=2, epochs=1, max_examples=None, total_rounds=5, seed=4,
-      noise_seed=None, rounds_per_checkpoint=3)
+      noise_seed=None, rounds_per_checkpoint=3, rounds_per_evaluation=2)
   settings.update(overrides)
   return run_plan.RunPlan(**settings)
 
@@ -108,17 +109,42 @@ def test_rounds_are_reported_before_their_cosines_and_checkpoints(runs):
   # checkpoint), {4, 5}; each round's record precedes its cosines.
   _, _, events, _ = runs['loop']
   order = [(type(e).__name__, e.round_num) for e in events]
-  assert order == [('RoundRecord', 1), ('RoundRecord', 2),
+  assert order == [('RoundRecord', 0), ('RoundRecord', 1), ('RoundRecord', 2),
                    ('CanaryCosines', 1), ('CanaryCosines', 2),
                    ('RoundRecord', 3), ('CanaryCosines', 3),
                    ('RoundRecord', 4), ('RoundRecord', 5),
                    ('CanaryCosines', 4), ('CanaryCosines', 5)]
-  record = events[0]
+  record = events[1]
   assert list(record.metrics) == ['clip', 'aggregate_norm',
                                   'canaries_inserted', 'num_clients',
                                   'training_time_in_seconds']
   assert record.clip == record.metrics['clip'] and record.seconds > 0
   assert record.metrics['canaries_inserted'] == 1  # schedule[0] == [0].
+  # Round 0 (a new run) and every 2nd round carry the test set's metrics.
+  evaluated = {e.round_num: e.metrics for e in events
+               if isinstance(e, round_record.RoundRecord) and
+               'evaluation/loss' in e.metrics}
+  assert sorted(evaluated) == [0, 2, 4]
+  assert list(evaluated[0]) == ['evaluation/accuracy', 'evaluation/loss',
+                                'evaluation/num_examples']
+  assert evaluated[2]['evaluation/num_examples'] == (
+      tiny_jax.arrays().offsets[-1])  # Every test example.
+
+
+def test_round_0_evaluation_is_the_initial_models_test_metrics(runs):
+  # numpy over every test example, from the initial parameters.
+  _, _, events, _ = runs['loop']
+  arrays = tiny_jax.arrays()
+  pixels, labels = arrays.features['pixels'], arrays.features['label']
+  params = tiny_jax.MODEL.init(jax.random.PRNGKey(4))  # The plan's seed.
+  logits = np.asarray(tiny_jax.MODEL.logits(params, pixels), np.float64)
+  log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  metrics = events[0].metrics
+  assert events[0].round_num == 0
+  assert metrics['evaluation/accuracy'] == pytest.approx(
+      np.mean(logits.argmax(-1) == labels), abs=1e-9)
+  assert metrics['evaluation/loss'] == pytest.approx(
+      -log_probs[np.arange(labels.size), labels].mean(), rel=1e-5)
 
 
 def test_a_resumed_run_equals_an_uninterrupted_one(runs, tmp_path):

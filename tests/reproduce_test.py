@@ -81,10 +81,10 @@ def _table_rows(text: str) -> dict[str, dict[tuple[str, str],
   """Data rows of each table of the privacy table, by the line that opens it.
 
   {section: {(noise, repetitions): {column header: cell}}}; sections are
-  'paper', 'bounds' and 'attack'.
+  'main', 'details' and 'attack'.
   """
-  openers = {"The paper's own columns": 'paper', 'Estimates,': 'bounds',
-             'The attack:': 'attack'}
+  openers = {"The sentences' estimates": 'main',
+             'Other estimates and bounds': 'details', 'The attack:': 'attack'}
   tables, repeats, section, headers = {}, None, None, []
   for line in text.splitlines():
     if line.startswith('**'):
@@ -136,26 +136,26 @@ def test_privacy_table_equals_run_reports(grid):
     table = stream.read()
   tables = _table_rows(table)
   reports = _reports(output_dir)
-  assert set(tables) == {'paper', 'bounds', 'attack'}
+  assert set(tables) == {'main', 'details', 'attack'}
   for point, report in reports.items():
-    # The paper's Table 3/4 columns hold the paper's statistics.
-    paper = tables['paper'][point]
+    # The paper's Table 3/4 columns, among the details, hold its statistics.
+    cells = tables['details'][point]
     for model in ('all', 'final'):
       for header, key in ((f"paper's ε_lo-{model} (nominal)",
                            'epsilon_lo_paper'),
-                          (f"paper's ε_est-{model} (fitted)",
-                           'epsilon_est_fitted')):
-        assert _close(paper[header], report[f'{key}_{model}']), (point, key)
-    # Headline estimates (with their interval) and the sound bounds.
-    cells = tables['bounds'][point]
-    assert _close(cells[f'analytical ε (r = {point[1]})'],
+                          (f"paper's ε_est-{model}", 'epsilon_est_fitted')):
+        assert _close(cells[header], report[f'{key}_{model}']), (point, key)
+    # The sentences' columns: headline estimates (with their interval), the
+    # bound for any mechanism, the analytical eps; and the accuracy.
+    main = tables['main'][point]
+    assert _close(main[f'analytical ε (r = {point[1]})'],
                   report['analytical_epsilon'])
-    assert _close(cells['accuracy'], report['accuracy'])
+    assert _close(main['accuracy'], report['accuracy'])
     for model in ('all', 'final'):
-      assert _close(cells[f'ε_est-{model} 95% CI'].split()[0],
+      assert _close(main[f'ε_est-{model} 95% CI'].split()[0],
                     report[f'epsilon_est_{model}'])
-      for header, key in (('ε_lo', 'epsilon_lo'),
-                          ('ε_one-run', 'epsilon_one_run'),
+      assert _close(main[f'ε_lo-{model}'], report[f'epsilon_lo_{model}'])
+      for header, key in (('ε_one-run', 'epsilon_one_run'),
                           ('ε_one-run-fdp', 'epsilon_one_run_fdp'),
                           ('ε_tight-any', 'epsilon_lo_tight_any'),
                           ('ε_tight-gdp', 'epsilon_lo_tight_gdp')):
@@ -163,6 +163,19 @@ def test_privacy_table_equals_run_reports(grid):
                                             'epsilon_lo_tight_gdp') else ''
         assert _close(cells[f'{header}-{model}{gaussian}'],
                       report[f'{key}_{model}']), (point, key)
+  # table.md opens with each run's sentence, of report.json's numbers.
+  opening = table.split('canary repetition')[0]
+  for (noise, repeats), report in reports.items():
+    line = next(line for line in opening.splitlines()
+                if line.startswith(f'**Noise {noise}, r = {repeats}.**'))
+    estimate, low, high, bound = re.match(
+        r'.*Final model: ε_est (?:≥ )?(\S+) \(95% CI (\S+)–(\S+)\); with 95% '
+        r'confidence ε ≥ (\S+) for any', line).groups()
+    for cell, value in ((estimate, report['epsilon_est_final']),
+                        (low, report['epsilon_est_interval_final'][0]),
+                        (high, report['epsilon_est_interval_final'][1]),
+                        (bound, report['epsilon_lo_final'])):
+      assert _close(cell, value), (noise, repeats, cell, value)
   # The terminal gets the compact table: every line fits 100 columns.
   printed = _summary(stdout)
   assert printed and max(len(line) for line in printed) <= 100

@@ -1,7 +1,9 @@
 """Tests of the end-of-run privacy report."""
 
+import dataclasses
 import json
 import math
+import re
 
 import dp_accounting
 import numpy as np
@@ -25,7 +27,7 @@ def _cosines(seed, mean, size=400, dim=10**5):
 def _build(*, final_cosines, dim, final_unseen_cosines=_EMPTY,
            seen_maxima=_EMPTY, unseen_maxima=_EMPTY, accuracy=None,
            decorrelated_scores=(None, None), mechanism=mechanisms.Gaussian(),
-           alpha=0.05, setting=None, seed=0, **facts):
+           alpha=0.05, setting=None, seed=0, notes=(), **facts):
   """`build_run_report` of an outcome of these scores and these facts."""
   outcome = canary_spec.CanaryOutcome(
       final_cosines=final_cosines, final_unseen_cosines=final_unseen_cosines,
@@ -36,7 +38,7 @@ def _build(*, final_cosines, dim, final_unseen_cosines=_EMPTY,
       decorrelated_unseen=decorrelated_scores[1])
   return run_report.build_run_report(
       outcome, references.RunFacts(dim=dim, **facts), mechanism, alpha=alpha,
-      setting=setting, seed=seed)
+      setting=setting, seed=seed, notes=notes)
 
 
 def test_report_combines_both_threat_models():
@@ -55,7 +57,8 @@ def test_report_combines_both_threat_models():
   assert parsed['epsilon_lo_all'] == report.all_iterates.epsilon_lo
   assert parsed['setting'] == {'task': 'emnist_character'}
   text = report.to_markdown()
-  assert text.splitlines()[2].startswith('| 0.5 | ')
+  assert text.startswith('Final model: ε_est ')
+  assert f'z = 0.5, d = {dim}, δ = 1e-05.' in text
   assert '| task | emnist_character |' in text
 
 
@@ -64,7 +67,8 @@ def test_no_noise_means_infinite_analytical_epsilon(tmp_path):
                   noise_multiplier=0)
   assert math.isinf(report.analytical_epsilon)
   assert json.loads(report.to_json())['analytical_epsilon'] is None
-  assert '| 0 | ∞ | n/a | n/a |' in report.to_markdown()
+  main = _table_with(report.to_markdown(), 'analytical ε')['final model']
+  assert (main['analytical ε'], main['accuracy']) == ('∞', 'n/a')
   report.write(str(tmp_path / 'r.json'), str(tmp_path / 'r.md'))
   assert json.loads((tmp_path / 'r.json').read_text())['epsilon_est_all'] is None
   # The facts' int noise multiplier is written as the float it is.
@@ -161,9 +165,14 @@ def test_report_carries_both_bounds_with_their_mechanisms():
   assert (f'| accounted ε (real client) | {accounted.epsilon:.4g} | '
           f'{accounted.mechanism} |') in text
   low, high = report.final.epsilon_est_interval
-  assert (f'| final model | {report.final.epsilon_est:.4g} | [{low:.4g}, '
-          f'{high:.4g}] | {report.final.epsilon_est_method} | '
-          f'{report.final.epsilon_est_fitted:.4g} |') in text
+  main = _table_with(text, 'analytical ε')['final model']
+  assert (main['ε_est'], main['95% bootstrap interval']) == (
+      f'{report.final.epsilon_est:.4g}', f'[{low:.4g}, {high:.4g}]')
+  details = _table_with(text, 'what it assumes', 'statistic')
+  assert details['how ε_est is computed']['final model'] == (
+      report.final.epsilon_est_method)
+  assert details["paper's ε_est"]['final model'] == (
+      f'{report.final.epsilon_est_fitted:.4g}')
   assert (f'| last-iterate heuristic ε (canary, final model) | '
           f'{report.last_iterate_epsilon:.4g} |') in text
   assert '| all iterates | ' in text
@@ -176,8 +185,11 @@ def test_a_saturated_estimate_is_marked_at_least():
   report = _build(
       final_cosines=_cosines(9, 2.0), dim=dim, delta=1e-5,
       noise_multiplier=0.5, seen_maxima=seen, unseen_maxima=unseen)
-  row = report.to_markdown().splitlines()[2]
-  assert f'| ≥{report.all_iterates.epsilon_est:.4g} |' in row
+  text = report.to_markdown()
+  row = _table_with(text, 'analytical ε')['all iterates']
+  assert row['ε_est'] == f'≥{report.all_iterates.epsilon_est:.4g}'
+  assert f'All iterates: ε_est ≥ {report.all_iterates.epsilon_est:.4g} (' in (
+      text)
   assert json.loads(report.to_json())['all_iterates']['epsilon_est_saturated']
 
 
@@ -321,11 +333,11 @@ def _markdown_tables(text):
   return tables
 
 
-def _table_with(text, header):
-  """The one table of report.md with a column `header`."""
+def _table_with(text, header, key='threat model'):
+  """The one table of report.md with a column `header`, rows by `key`."""
   found = [rows for rows in _markdown_tables(text) if header in rows[0]]
   assert len(found) == 1, header
-  return {row.get('threat model'): row for row in found[0]}
+  return {row.get(key): row for row in found[0]}
 
 
 def _g(value):
@@ -337,33 +349,154 @@ def test_markdown_shows_every_field_of_its_groups_under_its_label():
   final, seen, unseen = _cosines(30, 2.0), _cosines(31, 4.0), _cosines(32, 0.0)
   report = _build(final_cosines=final, dim=dim, delta=1e-5,
                   noise_multiplier=0.5, seen_maxima=seen, unseen_maxima=unseen,
-                  final_unseen_cosines=unseen, rounds=10)
+                  final_unseen_cosines=unseen, rounds=10, accuracy=0.5)
   text = report.to_markdown()
+  main = _table_with(text, 'analytical ε')
+  details = _table_with(text, 'what it assumes', 'statistic')
   for name, threat in (('final model', report.final),
                        ('all iterates', report.all_iterates)):
-    bounds = _table_with(text, 'ε_tight-any')[name]
-    for key, label in (('epsilon_lo', 'ε_lo'),
-                       ('epsilon_one_run', 'ε_one-run'),
-                       ('epsilon_lo_tight_any', 'ε_tight-any'),
-                       ('epsilon_one_run_fdp', 'ε_one-run-fdp (Gaussian)'),
-                       ('epsilon_lo_tight_gdp', 'ε_tight-gdp (Gaussian)'),
-                       ('epsilon_lo_paper', "paper's ε_lo (nominal)")):
-      assert bounds[label] == _g(getattr(threat, key)), (name, label)
-    estimates = _table_with(text, 'ε_est')[name]
     low, high = threat.epsilon_est_interval
-    assert estimates['ε_est'] == _g(threat.epsilon_est)
-    assert estimates['95% bootstrap interval'] == f'[{_g(low)}, {_g(high)}]'
-    assert estimates['how'] == threat.epsilon_est_method
-    assert estimates["paper's ε_est"] == _g(threat.epsilon_est_fitted)
+    # The main table: the sentence's columns and the accuracy, nothing else.
+    assert main[name] == {
+        'threat model': name, 'ε_est': _g(threat.epsilon_est),
+        '95% bootstrap interval': f'[{_g(low)}, {_g(high)}]',
+        'ε_lo': _g(threat.epsilon_lo),
+        'analytical ε': _g(report.analytical_epsilon), 'accuracy': '0.5'}
+    # Every other estimate and bound, with what it assumes.
+    for key, label, assumes in (
+        ('epsilon_one_run', 'ε_one-run', 'any (ε, δ)-DP mechanism'),
+        ('epsilon_lo_tight_any', 'ε_tight-any', 'any (ε, δ)-DP mechanism'),
+        ('epsilon_one_run_fdp', 'ε_one-run-fdp',
+         "Gaussian in the canary's direction"),
+        ('epsilon_lo_tight_gdp', 'ε_tight-gdp',
+         "Gaussian in the canary's direction"),
+        ('epsilon_lo_paper', "paper's ε_lo", 'nothing it can keep'),
+        ('epsilon_est_fitted', "paper's ε_est", 'Gaussian canary scores')):
+      assert details[label][name] == _g(getattr(threat, key)), (name, label)
+      assert details[label]['what it assumes'].startswith(assumes), label
+    assert details['how ε_est is computed'][name] == threat.epsilon_est_method
     attack = _table_with(text, 'AUROC')[name]
     assert attack['ε_gdp'] == _g(threat.epsilon_gdp)
     assert attack['GDP μ'] == _g(threat.gdp_mu)
     assert attack['AUROC'] == _g(threat.auroc)
     assert attack['TPR at FPR 1e-2'] == _g(threat.tpr_at_fpr['0.01'])
     assert attack['TPR at FPR 1e-3'] == _g(threat.tpr_at_fpr['0.001'])
-  headline = _table_with(text, 'ε_lo-all')[None]
-  assert headline['ε_est-final'] == _g(report.final.epsilon_est)
-  assert headline['ε_lo-all'] == _g(report.all_iterates.epsilon_lo)
+  # The headline fields are not repeated among the details.
+  assert {'ε_est', 'ε_lo', '95% bootstrap interval'}.isdisjoint(details)
+
+
+_SENTENCE = re.compile(
+    r'^(Final model|All iterates): ε_est (≥ )?(\S+) \(95% CI (\S+)–(\S+)\); '
+    r'with 95% confidence ε ≥ (\S+) for any \(ε, δ\)-DP mechanism; '
+    r'analytical ε (\S+)\.$')
+
+
+def _shows(cell, value):
+  """A 4-significant-digit cell shows `value` (None: infinity)."""
+  if value is None:
+    return cell == '∞'
+  return abs(float(cell) - value) <= 5e-4 * abs(value)
+
+
+@pytest.mark.parametrize('case', sorted(_round_trip_cases()))
+def test_the_report_opens_with_sentences_of_report_jsons_numbers(case):
+  report = _build(**_round_trip_cases()[case])
+  parsed = json.loads(report.to_json())
+  lines = report.to_markdown().splitlines()
+  models = [('Final model', 'final')]
+  if parsed['all_iterates'] is not None:
+    models.append(('All iterates', 'all'))
+  for i, (name, suffix) in enumerate(models):
+    match = _SENTENCE.match(lines[2 * i])
+    assert match, lines[2 * i]
+    assert match[1] == name
+    saturated = parsed['final' if suffix == 'final' else 'all_iterates'][
+        'epsilon_est_saturated']
+    assert bool(match[2]) == saturated
+    low, high = parsed[f'epsilon_est_interval_{suffix}']
+    for cell, value in ((match[3], parsed[f'epsilon_est_{suffix}']),
+                        (match[4], low), (match[5], high),
+                        (match[6], parsed[f'epsilon_lo_{suffix}']),
+                        (match[7], parsed['analytical_epsilon'])):
+      assert _shows(cell, value), (name, cell, value)
+  assert not _SENTENCE.match(lines[2 * len(models)])
+
+
+# The lower bounds that hold, as report.json names them.
+_HOLDING_BOUNDS = ('epsilon_lo', 'epsilon_one_run', 'epsilon_one_run_fdp',
+                   'epsilon_lo_tight_any', 'epsilon_lo_tight_gdp')
+
+
+def _with_bound(report, threat_name, key, value):
+  threat = dataclasses.replace(getattr(report, threat_name), **{key: value})
+  return dataclasses.replace(report, **{threat_name: threat})
+
+
+def _bound_reports():
+  """Reports with and without a holding bound above their estimate."""
+  reports = {case: _build(**kwargs)
+             for case, kwargs in _round_trip_cases().items()}
+  base = reports['all iterates, sampled']
+  final = base.final
+  below = dataclasses.replace(base, final=dataclasses.replace(
+      final, **{key: 0.5 * final.epsilon_est for key in _HOLDING_BOUNDS}))
+  below = dataclasses.replace(below, all_iterates=dataclasses.replace(
+      base.all_iterates, **{key: 0.5 * base.all_iterates.epsilon_est
+                            for key in _HOLDING_BOUNDS}))
+  reports['every bound below'] = below
+  reports['tight-any above, final'] = _with_bound(
+      below, 'final', 'epsilon_lo_tight_any', 2 * final.epsilon_est)
+  reports['equal is not above'] = _with_bound(
+      below, 'final', 'epsilon_one_run', final.epsilon_est)
+  reports['gdp above, all'] = _with_bound(
+      below, 'all_iterates', 'epsilon_lo_tight_gdp',
+      1.5 * base.all_iterates.epsilon_est)
+  # The nominal bound holds nothing: above the estimate, no note.
+  reports['nominal above'] = _with_bound(
+      below, 'final', 'epsilon_lo_paper', 3 * final.epsilon_est)
+  return reports
+
+
+@pytest.mark.parametrize('case', sorted(_bound_reports()))
+def test_the_note_appears_exactly_when_a_holding_bound_exceeds_the_estimate(
+    case):
+  report = _bound_reports()[case]
+  parsed = json.loads(report.to_json())
+  above = [(suffix, key) for suffix in ('final', 'all')
+           for key in _HOLDING_BOUNDS
+           if parsed[f'{key}_{suffix}'] is not None and
+           parsed[f'epsilon_est_{suffix}'] is not None and
+           parsed[f'{key}_{suffix}'] > parsed[f'epsilon_est_{suffix}']]
+  text = report.to_markdown()
+  assert text.count('A lower bound that holds exceeds the estimate') == (
+      1 if above else 0), case
+  assert text.count('the canaries enter at different clips') == (
+      1 if above else 0)
+  if case in ('tight-any above, final', 'gdp above, all'):
+    assert above
+  if case in ('every bound below', 'equal is not above', 'nominal above'):
+    assert not above
+  note = next((line for line in text.splitlines()
+               if line.startswith('A lower bound that holds')), '')
+  assert note.count(' > ε_est ') == len(above)
+
+
+def test_training_notes_are_shown_and_kept_in_report_json():
+  notes = ('The adaptive clip grew from 0.1 (round 1) to 50 (round 9).',
+           'The training loss became nan in round 9.')
+  report = _build(**_round_trip_cases()['all iterates, sampled'], notes=notes)
+  parsed = json.loads(report.to_json())
+  assert parsed['notes'] == list(notes)
+  assert run_report.RunReport.from_dict(parsed) == report
+  text = report.to_markdown()
+  for note in notes:
+    assert text.count(f'**Training health:** {note}') == 1
+  # Written before notes existed: none; a healthy run shows none.
+  del parsed['notes']
+  assert run_report.RunReport.from_dict(parsed).notes == ()
+  healthy = _build(**_round_trip_cases()['all iterates, sampled'])
+  assert json.loads(healthy.to_json())['notes'] == []
+  assert 'Training health' not in healthy.to_markdown()
 
 
 def test_every_repeated_field_is_at_the_top_level_and_older_reports_load():

@@ -97,9 +97,10 @@ REFERENCES = {
         np.sum(p == t), t.size),
     'accuracy': lambda p, t, v: (np.sum((p == t) & (t != 0)),
                                  np.sum(t != 0)),
+    # TFF's masked tokens: padding, the bucket, end of sentence.
     _IN_VOCAB: lambda p, t, v: (
-        np.sum((p == t) & (t >= 1) & (t <= v)),
-        np.sum((t >= 1) & (t <= v))),
+        np.sum((p == t) & ~np.isin(t, [0, v + 1, v + 3])),
+        np.sum(~np.isin(t, [0, v + 1, v + 3]))),
 }
 
 

@@ -1,13 +1,23 @@
-"""Tests of one_shot_epe.tff_engine.tasks.synthetic: structure, determinism, learnability."""
+"""Tests of one_shot_epe.tff_engine.tasks.synthetic: structure, determinism, learnability.
+
+Independent truths: TFF's real loaders' element structure and its `to_ids`
+preprocessing; the JAX engine's loader (the task entry's framework-free
+`jax.data`), whose arrays TFF's clients must serve element for element; each
+image's best-fitting class template by brute force.
+"""
 
 import collections
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 
 from one_shot_epe.data import client_arrays
+from one_shot_epe.data import task_data
+from one_shot_epe.design import tasks as task_entries
+from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine.tasks import emnist
 from one_shot_epe.tff_engine.tasks import stackoverflow
 from one_shot_epe.tff_engine.tasks import synthetic
@@ -36,11 +46,13 @@ def test_emnist_structure_sizes_and_ranges():
   assert all(0 <= e['label'] < 62 for e in examples)
 
 
-def test_emnist_examples_match_their_class_template():
+@pytest.mark.parametrize('split', [0, 1])
+def test_emnist_examples_match_their_class_template(split):
   # Brute force: an example's ink (1 - pixels) correlates best with the
-  # template of its own label, over all 62 classes and the 9 possible shifts.
-  templates = synthetic.emnist_templates(seed=3)
-  examples = _arrays(synthetic.emnist(4, 25, seed=3)[0], '1')
+  # template of its own label, over all 62 classes and the 9 possible shifts,
+  # in the training and in the test split: the seed's templates.
+  templates = client_arrays.emnist_templates(seed=3)
+  examples = _arrays(synthetic.emnist(4, 25, seed=3)[split], '1')
   shifted = np.stack([np.roll(templates, (dr, dc), axis=(1, 2))
                       for dr in (-1, 0, 1) for dc in (-1, 0, 1)])
   hits = 0
@@ -70,7 +82,7 @@ def test_emnist_is_deterministic_in_the_seed():
 
 def test_emnist_is_learnable_by_the_task_cnn():
   # Centralized SGD on 1,280 examples for 200 steps; chance accuracy is 1/62.
-  train, test = synthetic.emnist(20, 64, seed=1, test_examples_per_client=16)
+  train, test = synthetic.emnist(20, 64, seed=1)
 
   def batches(client_data, size):
     return client_data.create_tf_dataset_from_all_clients(seed=0).map(
@@ -97,12 +109,12 @@ def test_stackoverflow_structure_and_word_chain():
   examples = _arrays(train, '4')
   assert len(examples) == 30
   for example in examples:
+    # The model's first 20 words of sentences of 4 to 25 words.
     words = example['tokens'].decode().split(' ')
-    assert 4 <= len(words) <= 25
+    assert 4 <= len(words) <= 20
     ranks = [vocab.index(w) for w in words]
     assert all((b - a) % vocab_size in (1, 2, 3) for a, b in zip(ranks, ranks[1:]))
-    assert example['title'].decode() == ' '.join(words[:3])
-    assert example['type'] in (b'question', b'answer')
+    assert example['type'] == b'answer' and example['score'] == 0
 
 
 def test_stackoverflow_first_words_follow_zipf():
@@ -164,3 +176,47 @@ def test_realistic_sizes_are_the_jax_engines(task):
          for client in train.client_ids]
   assert got == client_arrays.client_sizes(task, 7, 12, 'realistic',
                                            seed=3).tolist()
+
+
+@pytest.mark.parametrize('task', ['emnist_character', 'stackoverflow_word'])
+def test_the_tff_task_serves_the_jax_engines_arrays(task):
+  # The same data flags: the TFF task's clients (`tasks.get_task`) and the
+  # JAX engine's loader (the task entry's `jax.data`), example for example.
+  sizes = dict(num_clients=5, examples_per_client=16,
+               client_sizes='realistic', seed=7, vocab_size=40)
+  tff_task = tasks.get_task(
+      task, client_batch_size=4, use_synthetic_data=True,
+      synthetic_num_clients=5, synthetic_examples_per_client=16,
+      synthetic_client_sizes='realistic', seed=7, vocab_size=40)
+  load = task_entries.entry_point(task_entries.task_entry(task).jax.data)
+  arrays = load(task_data.DataRequest(task=task, data_dir=None,
+                                      synthetic=True, **sizes))
+  to_ids = (tff.simulation.baselines.stackoverflow.word_prediction_preprocessing
+            .build_to_ids_fn(synthetic.stackoverflow_vocab(40), 20, 1))
+
+  def rows(dataset):
+    if task == 'emnist_character':
+      return [(int(e['label']), e['pixels'].numpy()) for e in dataset]
+    return [(np.pad(ids, (0, 21 - ids.size)),)
+            for ids in dataset.map(to_ids).as_numpy_iterator()]
+
+  def array_rows(split, start, end):
+    if task == 'emnist_character':
+      return list(zip(split.features['label'][start:end].tolist(),
+                      split.features['pixels'][start:end]))
+    return [(row,) for row in split.features['tokens'][start:end]]
+
+  for client_data, split in ((tff_task.train_data, arrays.train),
+                             (tff_task.baseline.datasets.test_data,
+                              arrays.test)):
+    assert client_data.client_ids == split.client_ids.tolist()
+    for index, client_id in enumerate(client_data.client_ids):
+      got = rows(client_data.create_tf_dataset_for_client(client_id))
+      want = array_rows(split, *split.offsets[index:index + 2])
+      assert len(got) == len(want) > 0
+      for a, b in zip(got, want):
+        for part_a, part_b in zip(a, b, strict=True):
+          np.testing.assert_array_equal(part_a, part_b)
+    # The whole split as the test set reads it (the traced dataset function).
+    pooled = rows(client_data.create_tf_dataset_from_all_clients(seed=0))
+    assert len(pooled) == split.offsets[-1]

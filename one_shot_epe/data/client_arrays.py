@@ -3,7 +3,9 @@
 TFF's SQLite files are converted to this format where TFF is installed
 (`one_shot_epe.tff_engine.tasks.export_arrays`); the JAX engine reads it
 (`one_shot_epe.jax_engine.data` batches a round's clients from it), and the
-synthetic stand-ins and Fashion-MNIST are generated in it here.
+synthetic stand-ins of EMNIST and StackOverflow are generated in it here, for
+both engines (the TFF engine's clients read them:
+`one_shot_epe.tff_engine.tasks.synthetic`).
 
 Format (`ClientArrays.save` / `load`): a directory per split holding one .npy
 file per array, so `load` can memory-map the 2 GB of EMNIST or the ~6 GB of
@@ -32,9 +34,10 @@ from one_shot_epe import validation
 
 __all__ = ['CLIENT_SIZE_LAWS', 'ClientArrays', 'EMNIST_CLASSES',
            'EMNIST_WRITER_SIZES', 'FEATURES', 'IMAGE_SIZE', 'KINDS',
-           'SEQUENCE_LENGTH', 'STACKOVERFLOW_USER_SIZES', 'SpecialTokens',
-           'client_sizes', 'encode_sentence', 'numbered_client_ids',
-           'special_tokens', 'synthetic_emnist', 'synthetic_stackoverflow']
+           'SEQUENCE_LENGTH', 'SPLITS', 'STACKOVERFLOW_USER_SIZES',
+           'SpecialTokens', 'client_sizes', 'emnist_templates',
+           'encode_sentence', 'numbered_client_ids', 'special_tokens',
+           'synthetic_emnist', 'synthetic_stackoverflow']
 
 KINDS = ('emnist', 'stackoverflow')
 FEATURES = {'emnist': ('pixels', 'label'), 'stackoverflow': ('tokens',)}
@@ -207,6 +210,9 @@ class ClientArrays:
 EMNIST_WRITER_SIZES = dict(mean=197.5, std=75.0, low=10, high=418)
 STACKOVERFLOW_USER_SIZES = dict(mean=396.6, median=60.0)
 CLIENT_SIZE_LAWS = ('equal', 'realistic')
+# The splits of a synthetic stand-in: one task structure (EMNIST's class
+# templates, StackOverflow's vocabulary law), other examples per split.
+SPLITS = ('train', 'test', 'heldout')
 
 
 @validation.arguments('num_clients', 'examples_per_client',
@@ -245,29 +251,17 @@ def client_sizes(kind: str, num_clients: int, examples_per_client: int,
   return np.maximum(1, np.rint(sizes)).astype(np.int64)
 
 
-def synthetic_emnist(num_clients: int, examples_per_client: int,
-                     seed: int = 0, sizes: str = 'equal') -> ClientArrays:
-  """Synthetic EMNIST-62 in numpy, with the structure of the real data.
+def _split_stream(seed: int, kind_code: int, split: str
+                  ) -> np.random.Generator:
+  """The draws of a stand-in's split: the kind's stream of `seed`; its own
+  sub-stream (seed, kind, split) for every split but 'train'."""
+  if split == 'train':
+    return np.random.default_rng([seed, kind_code])
+  return np.random.default_rng([seed, kind_code, SPLITS.index(split)])
 
-  Like `tff_engine.tasks.synthetic.emnist` (not its values): every class has
-  a template of three random pen strokes; an example is its class template
-  shifted by up to one pixel, drawn with the writer's ink strength in
-  [0.6, 1] plus N(0, 0.2^2) pixel noise on a white (1.0) background, clipped to
-  [0, 1]; labels uniform over the 62 classes. `sizes`: the law of the
-  clients' sizes (`client_sizes`), of mean `examples_per_client`.
 
-  Args:
-    num_clients: The number of clients.
-    examples_per_client: The mean client size.
-    seed: Seed of every draw.
-    sizes: 'equal' or 'realistic'.
-
-  Returns:
-    The clients' 28 x 28 images and labels.
-  """
-  counts = client_sizes('emnist', num_clients, examples_per_client, sizes,
-                        seed)
-  rng = np.random.default_rng([seed, 0])
+def _draw_templates(rng: np.random.Generator) -> np.ndarray:
+  """62 templates of three random pen strokes each, drawn from `rng`."""
   templates = np.zeros((EMNIST_CLASSES, IMAGE_SIZE, IMAGE_SIZE), np.float32)
   for label in range(EMNIST_CLASSES):
     for _ in range(3):
@@ -279,6 +273,54 @@ def synthetic_emnist(num_clients: int, examples_per_client: int,
                            22)
         row, col = int(position[0]), int(position[1])
         templates[label, row:row + 2, col:col + 2] = 1.0
+  return templates
+
+
+def emnist_templates(seed: int) -> np.ndarray:
+  """The class templates of `synthetic_emnist`'s every split of `seed`.
+
+  Args:
+    seed: The stand-in's seed.
+
+  Returns:
+    float32 [62, 28, 28]: 1 where the class's three pen strokes put ink, 0
+    elsewhere.
+  """
+  return _draw_templates(_split_stream(seed, 0, 'train'))
+
+
+@validation.arguments(split=validation.Choice(SPLITS))
+def synthetic_emnist(num_clients: int, examples_per_client: int,
+                     seed: int = 0, sizes: str = 'equal',
+                     split: str = 'train') -> ClientArrays:
+  """Synthetic EMNIST-62 in numpy, with the structure of the real data.
+
+  Both engines train on these arrays (the TFF engine reads them as its
+  clients' datasets: `tff_engine.tasks.synthetic`). Every class has a
+  template of three random pen strokes, drawn from `seed` alone, so that
+  every split of a seed has the same classes (`emnist_templates`); an
+  example is its class template shifted by up to one pixel, drawn with the
+  writer's ink strength in [0.6, 1] plus N(0, 0.2^2) pixel noise on a white
+  (1.0) background, clipped to [0, 1]; labels uniform over the 62 classes.
+  The training split's examples continue the stream of the templates; every
+  other split draws its own (`SPLITS`). `sizes`: the law of the clients'
+  sizes (`client_sizes`), of mean `examples_per_client`.
+
+  Args:
+    num_clients: The number of clients.
+    examples_per_client: The mean client size.
+    seed: Seed of every draw.
+    sizes: 'equal' or 'realistic'.
+    split: One of `SPLITS`: which examples.
+
+  Returns:
+    The clients' 28 x 28 images and labels.
+  """
+  counts = client_sizes('emnist', num_clients, examples_per_client, sizes,
+                        seed)
+  stream = _split_stream(seed, 0, 'train')
+  templates = _draw_templates(stream)
+  rng = stream if split == 'train' else _split_stream(seed, 0, split)
   n = int(counts.sum())
   labels = rng.integers(0, EMNIST_CLASSES, n).astype(np.int32)
   shifts = rng.integers(-1, 2, (n, 2))
@@ -295,18 +337,23 @@ def synthetic_emnist(num_clients: int, examples_per_client: int,
       features={'pixels': pixels.astype(np.float32), 'label': labels})
 
 
+@validation.arguments(split=validation.Choice(SPLITS))
 def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
                             vocab_size: int = 10_000, seed: int = 0,
                             sequence_length: int = SEQUENCE_LENGTH,
-                            sizes: str = 'equal') -> ClientArrays:
+                            sizes: str = 'equal',
+                            split: str = 'train') -> ClientArrays:
   """Synthetic StackOverflow sentences in numpy, already as token ids.
 
-  Like `tff_engine.tasks.synthetic.stackoverflow` (not its values):
-  sentences of 4 to 25 words; the first word's rank is Zipf-distributed over
-  the vocabulary, each next word 1 to 3 ranks further (mod vocab_size); rank r
-  has id r + 1, and sentences are encoded as TFF does (`encode_sentence`).
-  `sizes`: the law of the clients' sizes (`client_sizes`), of mean
-  `examples_per_client`.
+  Both engines train on these arrays (the TFF engine reads them back as
+  sentences of the words 'w0', 'w1', ...: `tff_engine.tasks.synthetic`).
+  Every split follows one law of the vocabulary: sentences of 4 to 25
+  words; the first word's rank is Zipf-distributed over the vocabulary,
+  each next word 1 to 3 ranks further (mod vocab_size); rank r has id
+  r + 1, and sentences are encoded as TFF does (`encode_sentence`, which
+  keeps the first `sequence_length` words). Each split draws its own
+  sentences (`SPLITS`). `sizes`: the law of the clients' sizes
+  (`client_sizes`), of mean `examples_per_client`.
 
   Args:
     num_clients: The number of clients.
@@ -315,6 +362,7 @@ def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
     seed: Seed of every draw.
     sequence_length: The model's sequence length.
     sizes: 'equal' or 'realistic'.
+    split: One of `SPLITS`: which sentences.
 
   Returns:
     The clients' encoded sentences.
@@ -322,7 +370,7 @@ def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
   counts = client_sizes('stackoverflow', num_clients, examples_per_client,
                         sizes, seed)
   tokens = special_tokens(vocab_size)
-  rng = np.random.default_rng([seed, 1])
+  rng = _split_stream(seed, 1, split)
   zipf = 1.0 / np.arange(1, vocab_size + 1)
   zipf /= zipf.sum()
   n = int(counts.sum())

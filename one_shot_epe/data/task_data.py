@@ -12,8 +12,14 @@ Fashion-MNIST's and Shakespeare's are in their own modules
 (`fashion_mnist.task_arrays`, `shakespeare.task_arrays`).
 
 A synthetic stand-in's training split has `DataRequest.num_clients` clients
-of the request's sizes, drawn with its seed; its test split a tenth of the
-clients (at least one) of equal sizes, drawn with the next seed.
+of the request's sizes; its test split (and StackOverflow's held-out split,
+which the TFF engine's task takes) the same clients with
+max(1, examples_per_client // 8) examples each, about EMNIST's ratio of test
+to training examples: `synthetic_split`. Every split comes from the request's
+seed and shares the task's structure (the same class templates, the same
+vocabulary law) with other examples. Both engines train and test on these
+arrays (`one_shot_epe.tff_engine.tasks.synthetic` reads them as TFF client
+data).
 """
 
 import dataclasses
@@ -24,7 +30,7 @@ from collections.abc import Callable
 from one_shot_epe.data import client_arrays
 
 __all__ = ['DataRequest', 'TaskArrays', 'emnist', 'exported',
-           'stackoverflow', 'synthetic']
+           'stackoverflow', 'synthetic', 'synthetic_split']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,24 +73,42 @@ class TaskArrays:
   source: str
 
 
-def synthetic(make: Callable[..., client_arrays.ClientArrays],
-              request: DataRequest) -> TaskArrays:
-  """A stand-in's splits: `make(num_clients, examples_per_client, ...)`.
+def synthetic_split(make: Callable[..., client_arrays.ClientArrays],
+                    request: DataRequest,
+                    split: str = 'train') -> client_arrays.ClientArrays:
+  """One split of a stand-in: `make(num_clients, examples_per_client, ...)`.
 
   Args:
     make: Draws a split: called with the clients, the examples per client
-      and the keywords `seed` (and `sizes`, the training split's law).
+      and the keywords `seed`, `sizes` and `split`
+      (`client_arrays.synthetic_emnist`'s).
+    request: The sizes and seed.
+    split: One of `client_arrays.SPLITS`.
+
+  Returns:
+    'train': the request's clients and sizes; any other split: the same
+    clients with max(1, examples_per_client // 8) examples each.
+  """
+  if split == 'train':
+    return make(request.num_clients, request.examples_per_client,
+                seed=request.seed, sizes=request.client_sizes, split=split)
+  return make(request.num_clients, max(1, request.examples_per_client // 8),
+              seed=request.seed, sizes='equal', split=split)
+
+
+def synthetic(make: Callable[..., client_arrays.ClientArrays],
+              request: DataRequest) -> TaskArrays:
+  """A stand-in's training and test splits (`synthetic_split`).
+
+  Args:
+    make: Draws a split, as `synthetic_split`'s.
     request: The sizes and seed.
 
   Returns:
-    The training split of the request's sizes (seed `request.seed`) and a
-    test split of a tenth of the clients, at least one (the next seed).
+    The splits 'train' and 'test' of the request's seed.
   """
-  train = make(request.num_clients, request.examples_per_client,
-               seed=request.seed, sizes=request.client_sizes)
-  test = make(max(1, request.num_clients // 10), request.examples_per_client,
-              seed=request.seed + 1)
-  return TaskArrays(train, test, 'synthetic')
+  return TaskArrays(synthetic_split(make, request, 'train'),
+                    synthetic_split(make, request, 'test'), 'synthetic')
 
 
 def exported(request: DataRequest) -> TaskArrays:

@@ -31,7 +31,7 @@ __all__ = ['ALL_ITERATES_STATISTICS', 'AUDITED_CANARIES', 'CANARY_CLIPS',
            'CanaryOutcome', 'CanarySpec', 'DPAggregation',
            'FINAL_MODEL_STATISTICS', 'MAX_SEED', 'SEED', 'UNSEEN_ID_OFFSET',
            'block_rounds', 'check_seed', 'default_buffer_rounds', 'seen_ids',
-           'tracked_ids', 'unseen_ids', 'value_noise_multiplier']
+           'tracked_ids', 'unit_rows', 'unseen_ids', 'value_noise_multiplier']
 
 # Unseen canary i has id UNSEEN_ID_OFFSET + i; seen ids are 0..k-1.
 UNSEEN_ID_OFFSET = run_options.UNSEEN_ID_OFFSET
@@ -152,6 +152,24 @@ def default_buffer_rounds(dim: int) -> int:
     ValueError: if `dim` is not an integer >= 1.
   """
   return max(1, min(_MAX_BUFFER_ROUNDS, _BUFFER_BYTES // (4 * dim)))
+
+
+def unit_rows(block: np.ndarray) -> np.ndarray:
+  """The rows of `block` over their norms: a zero row stays zero.
+
+  The one rule of every engine for a released vector of norm 0 (an all-zero
+  aggregate): its cosine with every canary is 0, not NaN. Each engine's
+  cosines divide by the norm where it is positive and by 1 elsewhere.
+
+  Args:
+    block: [B, d] vectors.
+
+  Returns:
+    float64 [B, d]: each nonzero row scaled to norm 1, each zero row zero.
+  """
+  block = np.asarray(block, np.float64)
+  norms = np.linalg.norm(block, axis=-1, keepdims=True)
+  return block / np.where(norms > 0, norms, 1.0)
 
 
 @validation.arguments(num_seen=_SEEN_COUNT)

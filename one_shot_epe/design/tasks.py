@@ -234,11 +234,9 @@ TASKS: dict[str, TaskEntry] = {
                       'arrays, experiments.export_arrays)',
             tff=EngineTask('stackoverflow:build_task', None,
                            _WORD_ACCURACY),
-            # The JAX engine's word LSTM counts every next token but
-            # padding: TFF's 'accuracy'.
-            jax=EngineTask('models:WordLstm',
+            jax=EngineTask('models:InVocabWordLstm',
                            'one_shot_epe.data.task_data:stackoverflow',
-                           'accuracy')),
+                           _WORD_ACCURACY)),
         TaskEntry(
             'fashion_mnist', kind='emnist', num_clients=1_200,
             examples_per_client=50.0, synthetic_sizes=('equal',),

@@ -99,6 +99,7 @@ from one_shot_epe.reporting import run_report
 from one_shot_epe.runtime import cosine_buffer
 from one_shot_epe.runtime import npz_checkpoints
 from one_shot_epe.runtime import run_directory
+from one_shot_epe.runtime import training_health
 
 __all__ = ['AuditRefused', 'CSV_FORMAT', 'CanaryAudit']
 
@@ -129,6 +130,8 @@ class CanaryAudit:
     outcome: What the run measured (`canary_spec.CanaryOutcome`), then.
     resumed_from: The checkpoint the last `start` resumed from.
     bank: The tracked canaries (`canaries.CanaryBank`), once started.
+    health: Watches the rounds' clip and loss (`training_health`); its
+      notes join the report.
   """
 
   def __init__(self, *, run_dir: str, num_canaries: int, rounds: int,
@@ -195,6 +198,7 @@ class CanaryAudit:
     self._initial = np.zeros(0)
     self._folded: cosine_buffer.CosineBuffer | None = None
     self._rows = _Rounds([], [], [], [])
+    self.health = training_health.TrainingHealth(name=self.run_dir)
 
   def wrap(self, strategy: Strategy) -> Strategy:
     """The strategy to start instead of `strategy`, canaries inside its noise.
@@ -227,7 +231,7 @@ class CanaryAudit:
     inner = strategies.CanaryStrategy(self, dp.strategy, dp)
     dp.strategy = inner
     self._wrapped = True
-    return audited_strategy.AuditedStrategy(self, dp, inner)
+    return audited_strategy.AuditedStrategy(self, dp, inner, self.health)
 
   @property
   def last_round(self) -> int:
@@ -451,7 +455,7 @@ class CanaryAudit:
         presentation_counts=spec.presentation_counts(), round_event=event)
     self.report = run_report.build_run_report(
         self.outcome, facts, mechanisms.Gaussian(), alpha=self.alpha,
-        setting=setting)
+        setting=setting, notes=self.health.notes())
     run_files.write_results(
         self.run_dir, self.outcome, self.report,
         title=f'Flower, noise {self.report.noise_multiplier:g}, '

@@ -5,8 +5,10 @@ user's server-side DP wrapper (itself around `strategies.CanaryStrategy`):
 it numbers the rounds from the run's start (a resumed run goes on from its
 newest checkpoint), seeds each round's random draws before its client
 sampling and before its noise, times the round, hands the released aggregate
-theta_t - theta_{t-1} to the audit (`strategies.Audit.on_round`), and holds
-the run directory while Flower's loop runs, writing the results at its end.
+theta_t - theta_{t-1} to the audit (`strategies.Audit.on_round`) and the
+round's clip and training loss (a 'train_loss' or 'loss' train metric) to a
+health watcher (`runtime.training_health`), and holds the run directory
+while Flower's loop runs, writing the results at its end.
 """
 
 import time
@@ -18,17 +20,31 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from one_shot_epe.flower_engine import strategies
+from one_shot_epe.runtime import round_record
 
 __all__ = ['AuditedStrategy']
+
+# The aggregated train metrics read as the round's training loss, in order.
+_LOSS_METRICS = ('train_loss', 'loss')
 
 
 class AuditedStrategy(Strategy):
   """The DP wrapper, observed: seeds, cosines, checkpoints, run directory."""
 
   def __init__(self, audit: strategies.Audit, dp: Strategy,
-               inner: strategies.CanaryStrategy):
+               inner: strategies.CanaryStrategy,
+               health: round_record.RoundObserver | None = None):
+    """Observes `dp`, whose inner strategy is `inner`, for `audit`.
+
+    Args:
+      audit: The run's audit (`audit.CanaryAudit`).
+      dp: The user's server-side DP wrapper.
+      inner: The canary strategy inside it.
+      health: Told of each round's clip and training loss; None: nobody.
+    """
     super().__init__()
     self._audit = audit
+    self._health = health
     self.dp = dp
     self._inner = inner
     self._offset = 0
@@ -96,6 +112,12 @@ class AuditedStrategy(Strategy):
     self._audit.on_round(t, self._released[1] - self._current,
                          time.perf_counter() - self._started,
                          self._inner, arrays, self.dp)
+    if self._health is not None:
+      loss = next((metrics[name] for name in _LOSS_METRICS
+                   if metrics is not None and name in metrics), None)
+      self._health.on_round(round_record.RoundRecord(
+          round_num=t, metrics={}, clip=self._inner.clip,
+          loss=float(loss) if isinstance(loss, (int, float)) else None))
     return arrays, metrics
 
   def configure_evaluate(self, server_round: int, arrays: ArrayRecord,

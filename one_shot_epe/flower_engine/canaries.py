@@ -115,15 +115,14 @@ class CanaryBank:
     """cos(c_j, v_b) for every tracked canary j and row v_b of `block`.
 
     Args:
-      block: [B, d] vectors (a zero row gives cosines 0).
+      block: [B, d] vectors (a zero row gives cosines 0,
+        `canary_spec.unit_rows`).
 
     Returns:
       float64 [k + m, B].
     """
     block = np.asarray(block, np.float32).reshape(-1, self.dim)
-    norms = np.linalg.norm(block.astype(np.float64), axis=1)
-    unit = (block / np.where(norms > 0, norms, 1.0)[:, None].astype(
-        np.float32)).T
+    unit = canary_spec.unit_rows(block).astype(np.float32).T
     if self._cache is not None:
       return (self._cache @ unit).astype(np.float64)
     parts = [_directions(self.spec.seed, self.ids[i:i + self._chunk],

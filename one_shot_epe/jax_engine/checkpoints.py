@@ -10,16 +10,31 @@ statistic is taken against (Algorithm 2), and under matrix-factorization
 noise the canaries' projections on every round so far (the decorrelated
 all-iterates statistic, `one_shot_epe.stats.decorrelation`). The files are
 the runtime's (`runtime.npz_checkpoints`: written atomically, all kept).
+
+Each checkpoint also keeps the canaries' generator (`canaries.fingerprint`):
+a checkpoint whose canaries this jax would not draw again is refused, in one
+line, by `verify` (the launcher's check before anything is written) and
+`load`, rather than resumed with other canaries. Checkpoints written before
+the fingerprint was kept are resumed as they are.
 """
 
+import os
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
+from one_shot_epe.jax_engine import canaries
+from one_shot_epe.runtime import checkpoint_store
 from one_shot_epe.runtime import npz_checkpoints
 
-__all__ = ['TrainingState', 'TrainingStateCheckpoints']
+__all__ = ['FINGERPRINT', 'TrainingState', 'TrainingStateCheckpoints']
+
+# The array of a checkpoint that holds `canaries.fingerprint()`.
+FINGERPRINT = 'canary_fingerprint'
+# Float rounding between jax versions stays far below this; other canaries
+# differ by O(1).
+_FINGERPRINT_TOLERANCE = 1e-5
 
 
 class TrainingState(NamedTuple):
@@ -57,8 +72,37 @@ class TrainingStateCheckpoints(npz_checkpoints.NpzCheckpoints):
     extra = ({} if state.projections is None else
              {'projections': state.projections})
     super().save({'maxima': state.maxima, 'initial': state.initial, **extra,
+                  FINGERPRINT: canaries.fingerprint(),
                   **{f'leaf_{i}': leaf for i, leaf in enumerate(leaves)}},
                  round_num)
+
+  def _check_canaries(self, round_num: int, saved: Any) -> None:
+    """Raises unless checkpoint `round_num`'s canaries are this jax's."""
+    if FINGERPRINT not in saved.files:
+      return
+    kept = np.asarray(saved[FINGERPRINT], np.float32)
+    now = canaries.fingerprint()
+    if kept.shape != now.shape or not np.allclose(
+        kept, now, rtol=0.0, atol=_FINGERPRINT_TOLERANCE):
+      raise checkpoint_store.CheckpointError(
+          f'checkpoint {os.path.basename(self._path(round_num))!r} was '
+          'written with other canaries than this jax '
+          f'{jax.__version__} draws (fingerprint {kept[:2].tolist()} vs '
+          f'{now[:2].tolist()}, generator {canaries.GENERATOR!r}): resume '
+          'it with the jax that started it, or start a new run.')
+
+  def verify(self) -> None:
+    """The newest checkpoint reads back and holds this jax's canaries.
+
+    Raises:
+      checkpoint_store.CheckpointError: the newest file cannot be read, or
+        its canaries' fingerprint is not this jax's (`canaries.fingerprint`).
+    """
+    super().verify()
+    latest = self.latest()
+    if latest is not None:
+      with np.load(self._path(latest)) as saved:
+        self._check_canaries(latest, saved)
 
   def load(self, round_num: int, template: TrainingState) -> TrainingState:
     """Checkpoint `round_num`; `template.server` gives the state's structure.
@@ -74,8 +118,11 @@ class TrainingStateCheckpoints(npz_checkpoints.NpzCheckpoints):
     Raises:
       OSError: the file is missing or unreadable (FileNotFoundError if absent).
       KeyError: it lacks a leaf of the template's structure.
+      checkpoint_store.CheckpointError: its canaries are not this jax's
+        (`verify`).
     """
     with np.load(self._path(round_num)) as saved:
+      self._check_canaries(round_num, saved)
       treedef = jax.tree_util.tree_structure(template.server)
       leaves = [saved[f'leaf_{i}'] for i in range(treedef.num_leaves)]
       return TrainingState(

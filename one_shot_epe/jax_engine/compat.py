@@ -9,7 +9,12 @@ jax.sharding) is spelled the same in both.
 import jax
 import numpy as np
 
-__all__ = ['prng_key']
+try:  # The newest jax.
+  from jax.extend.random import threefry_2x32  # pylint: disable=g-import-not-at-top
+except ImportError:  # jax 0.4.14.
+  from jax.prng import threefry_2x32  # pylint: disable=g-import-not-at-top
+
+__all__ = ['prng_key', 'threefry_2x32']
 
 
 def prng_key(seed: int) -> jax.Array:

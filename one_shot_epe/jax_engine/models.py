@@ -16,9 +16,8 @@ the code must run on jax 0.4.14 and on the newest jax), with
 * `logits` with an optional dropout key (None: dropout off, deterministic);
 * `loss`: the batch loss TFF's `from_keras_model` minimises, with a mask of
   valid examples (padded batches, `data.client_batches`);
-* `correct`: the numerator and denominator of the task's accuracy metric
-  (`InVocabWordLstm`: the word tasks' reported accuracy, in-vocabulary
-  targets only).
+* `correct`: the task's accuracy metric's numerator and denominator
+  (`correct_counts` over the word models' `counted` targets: TFF's masks).
 
 Widths are arguments so tests can use tiny models; the defaults are the paper's.
 """
@@ -34,7 +33,8 @@ import numpy as np
 from one_shot_epe import validation
 
 __all__ = ['EMBEDDING_INIT_RANGE', 'EmnistCnn', 'InVocabWordLstm', 'PAD_TOKEN',
-           'Params', 'Shapes', 'WordLstm', 'glorot_uniform', 'orthogonal']
+           'Params', 'Shapes', 'WordLstm', 'correct_counts', 'glorot_uniform',
+           'orthogonal']
 
 Params = tuple[jax.Array, ...]
 Shapes = tuple[tuple[int, ...], ...]
@@ -108,6 +108,22 @@ def _cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
   """Sparse softmax cross entropy per example (labels: int class ids)."""
   log_probs = jax.nn.log_softmax(logits, axis=-1)
   return -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+
+
+def correct_counts(logits: jax.Array, labels: jax.Array,
+                   weights: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(correct, counted): argmax hits and targets, weighted by `weights`.
+
+  Args:
+    logits: float [..., classes].
+    labels: int [...] class ids.
+    weights: [...] 1 for a counted target, 0 for one left out.
+
+  Returns:
+    Scalars sum(weights [argmax == label]) and sum(weights).
+  """
+  hits = jnp.argmax(logits, axis=-1) == labels
+  return jnp.sum(hits * weights), jnp.sum(weights)
 
 
 def _check_keras_weights(weights: Sequence[np.ndarray], shapes: Shapes,
@@ -286,11 +302,9 @@ class EmnistCnn(_Model):
       mask: [batch] 1 for a valid example, 0 for padding.
 
     Returns:
-      (correct, counted): scalars, the number of correct predictions
-      and the number of predictions counted.
+      (correct, counted): the correct predictions and those counted.
     """
-    hits = jnp.argmax(self.logits(params, pixels), axis=-1) == labels
-    return jnp.sum(hits * mask), jnp.sum(mask)
+    return correct_counts(self.logits(params, pixels), labels, mask)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,53 +443,58 @@ class WordLstm(_Model):
     weights = jnp.broadcast_to(mask[:, None], tokens.shape)
     return _masked_mean(_cross_entropy(logits, targets), weights)
 
+  def counted(self, targets: jax.Array, mask: jax.Array) -> jax.Array:
+    """Which targets TFF's 'accuracy' counts: valid examples' but padding.
+
+    Args:
+      targets: int [batch, time] next-token ids.
+      mask: [batch] 1 for a valid example, 0 for padding.
+
+    Returns:
+      float32 [batch, time] weights, 1 for a counted target.
+    """
+    return (targets != PAD_TOKEN) * jnp.asarray(mask, jnp.float32)[:, None]
+
   def correct(self, params: Params, tokens: jax.Array, targets: jax.Array,
               mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(correct, counted) of TFF's 'accuracy': targets other than padding.
+    """(correct, counted) of the model's accuracy over its `counted` targets.
 
     Args:
       params: The parameters (`init`, `from_keras_weights`).
       tokens: int [batch, time] input token ids.
-      targets: int [batch, time] next-token ids; `PAD_TOKEN` targets are not
-        counted.
+      targets: int [batch, time] next-token ids.
       mask: [batch] 1 for a valid example, 0 for padding.
 
     Returns:
       (correct, counted): scalars, the number of correct predictions
       and the number of predictions counted.
     """
-    hits = jnp.argmax(self.logits(params, tokens), axis=-1) == targets
-    weights = (targets != PAD_TOKEN) * mask[:, None]
-    return jnp.sum(hits * weights), jnp.sum(weights)
+    return correct_counts(self.logits(params, tokens), targets,
+                          self.counted(targets, mask))
 
 
 @dataclasses.dataclass(frozen=True)
 class InVocabWordLstm(WordLstm):
   """`WordLstm` whose accuracy counts in-vocabulary word targets only.
 
-  TFF's 'accuracy_without_out_of_vocab_or_end_of_sentence', the accuracy the
-  reports of the word tasks give (Reddi et al. 2020): targets that are
-  padding, an out-of-vocabulary bucket or end of sentence are not counted
-  (beginning of sentence is never a target). Word ids are 1..vocab_size.
+  TFF's 'accuracy_without_out_of_vocab_or_end_of_sentence' (Reddi et al.
+  2020), with TFF's masked tokens (`get_special_tokens`): padding 0, the
+  out-of-vocabulary buckets V + 1..V + num_oov_buckets and end of sentence
+  V + num_oov_buckets + 2 are left out; words and beginning of sentence
+  (never a target) count.
   """
 
-  def correct(self, params: Params, tokens: jax.Array, targets: jax.Array,
-              mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(correct, counted) over the in-vocabulary targets of valid examples.
+  def counted(self, targets: jax.Array, mask: jax.Array) -> jax.Array:
+    """`WordLstm.counted` less out-of-vocabulary and end-of-sentence targets.
 
     Args:
-      params: The parameters (`init`, `from_keras_weights`).
-      tokens: int [batch, time] input token ids.
-      targets: int [batch, time] next-token ids; only ids in
-        [1, vocab_size] are counted (not padding, the out-of-vocabulary
-        buckets or end of sentence).
+      targets: int [batch, time] next-token ids.
       mask: [batch] 1 for a valid example, 0 for padding.
 
     Returns:
-      (correct, counted): scalars, the correct predictions among the counted
-      targets and the number of targets counted.
+      float32 [batch, time] weights, 1 for a counted target.
     """
-    hits = jnp.argmax(self.logits(params, tokens), axis=-1) == targets
-    in_vocab = (targets > PAD_TOKEN) & (targets <= self.vocab_size)
-    weights = in_vocab * mask[:, None]
-    return jnp.sum(hits * weights), jnp.sum(weights)
+    words = self.vocab_size + self.num_oov_buckets
+    out_of_vocab = (targets > self.vocab_size) & (targets <= words)
+    left_out = (targets == PAD_TOKEN) | out_of_vocab | (targets == words + 2)
+    return ~left_out * jnp.asarray(mask, jnp.float32)[:, None]

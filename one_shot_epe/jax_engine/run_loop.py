@@ -8,12 +8,14 @@ with the split resident), canary directions, key and correlated-noise row,
 and what a trained round leaves: its report to the observer, its vector in
 Algorithm 3's block buffer (lines 10-16: B rounds scored against every
 canary at once, regenerating each canary once per block, folded into
-`cosine_buffer.CosineBuffer`) and the checkpoints. At the end, the canaries'
-cosines with the final model (Algorithm 2) and the maxima.
+`cosine_buffer.CosineBuffer`) and the checkpoints; with an evaluation, the
+test-set metrics of round 0 (a new run) and of every
+`RunPlan.rounds_per_evaluation`-th round in that round's record. At the end,
+the canaries' cosines with the final model (Algorithm 2) and the maxima.
 """
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -125,6 +127,7 @@ class RunLoop:
     slots: The run's fixed client slots.
     buckets: The batch counts its 'vmap' rounds are padded to.
     observer: Told of the run's rounds.
+    evaluated: The test-set metrics of the rounds evaluated now, by round.
   """
 
   def __init__(self, plan: run_plan.RunPlan,
@@ -134,7 +137,9 @@ class RunLoop:
                observer: round_record.RoundObserver | None = None,
                noise_rows: (
                    Callable[[int, int], Iterator[jax.Array]] | None) = None,
-               decorrelate: bool = False):
+               decorrelate: bool = False,
+               evaluate: (
+                   Callable[[Any], Mapping[str, float]] | None) = None):
     """Restores the run from `store`'s newest checkpoint, or saves round 0.
 
     Args:
@@ -148,6 +153,8 @@ class RunLoop:
         from that round on, or None for independent noise.
       decorrelate: Keep every tracked canary's projection on every round,
         for the decorrelated all-iterates statistic (`projections`).
+      evaluate: The test-set metrics of parameters (`training.Evaluation`),
+        or None for no evaluation. A new run reports round 0's.
 
     Raises:
       ValueError: `decorrelate` without the all-iterates statistic
@@ -187,6 +194,12 @@ class RunLoop:
     self.slots, self.buckets = _round_shapes(plan, train_data, engine)
     self._key = jax.random.PRNGKey(plan.seed)
     self.observer = observer or round_record.Observers([])
+    self._evaluate = evaluate
+    self.evaluated: dict[int, Mapping[str, float]] = {}
+    if evaluate is not None and resumed_from == 0:
+      self.evaluated[0] = evaluate(self.state.params)
+      self.observer.on_round(round_record.RoundRecord(
+          round_num=0, metrics=dict(self.evaluated[0])))
 
   @property
   def projections(self) -> np.ndarray | None:
@@ -280,15 +293,18 @@ class RunLoop:
       # its own device, from the replicated vector.
       vector = np.asarray(vector)
     clip = float(output.clip)
+    metrics = {'clip': clip,
+               'aggregate_norm': float(jnp.linalg.norm(output.aggregate)),
+               'canaries_inserted': int(output.canaries_inserted),
+               'num_clients': int(output.num_clients),
+               'training_time_in_seconds': seconds}
+    if (self._evaluate is not None and
+        (t + 1) % self.plan.rounds_per_evaluation == 0):
+      self.evaluated[t + 1] = self._evaluate(state.params)
+      metrics.update(self.evaluated[t + 1])
     # Before its block may be scored and reported.
     self.observer.on_round(round_record.RoundRecord(
-        round_num=t + 1, metrics={
-            'clip': clip,
-            'aggregate_norm': float(jnp.linalg.norm(output.aggregate)),
-            'canaries_inserted': int(output.canaries_inserted),
-            'num_clients': int(output.num_clients),
-            'training_time_in_seconds': seconds},
-        seconds=seconds, clip=clip))
+        round_num=t + 1, metrics=metrics, seconds=seconds, clip=clip))
     self.observer.on_cosines(self._blocks.add(t + 1, vector))
     if run_directory.is_checkpoint_round(t + 1, self.plan.rounds_per_checkpoint,
                                          self.plan.total_rounds):

@@ -30,7 +30,11 @@ processed) therefore resumes a run exactly: a run killed and rerun gives the
 same results as one never interrupted.
 
 The run reports its rounds through a `round_record.RoundObserver` and writes
-nothing but its checkpoints.
+nothing but its checkpoints. As on the TFF engine, the test set is evaluated
+before the first round of a new run (round 0) and after every
+`RunPlan.rounds_per_evaluation`-th round (`Evaluation`): those rounds'
+metrics hold 'evaluation/<the task's accuracy metric>', 'evaluation/loss'
+and 'evaluation/num_examples', TFF's names.
 
 Many runs in one program (`train_program`, the paper's Table 5 and grids at
 scale): R runs that share the model, data and shapes are trained together,
@@ -52,6 +56,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from one_shot_epe.design import canary_spec
@@ -68,8 +73,65 @@ from one_shot_epe.jax_engine import round_engine
 from one_shot_epe.jax_engine import run_loop
 from one_shot_epe.jax_engine import run_stats
 
-__all__ = ['Decorrelation', 'ProgramRun', 'evaluate', 'make_round_engine',
+__all__ = ['Decorrelation', 'Evaluation', 'ProgramRun', 'evaluate',
+           'make_round_engine',
            'optimizer', 'train', 'train_program']
+
+
+class Evaluation:
+  """The test-set metrics of a model's parameters, TFF's evaluation names.
+
+  The test examples are batched once and the metrics compiled once.
+  """
+
+  def __init__(self, model: Any, test: client_arrays.ClientArrays,
+               accuracy_metric: str = 'accuracy', batch_size: int = 256):
+    """Batches `test` (all clients pooled) for `model`.
+
+    Args:
+      model: The model (its `correct` and `loss`).
+      test: The evaluation examples.
+      accuracy_metric: The accuracy's name (the task entry's, TFF's name).
+      batch_size: Examples per evaluated batch.
+    """
+    pooled = client_arrays.ClientArrays(
+        kind=test.kind, client_ids=np.asarray(['all']),
+        offsets=np.asarray([0, test.offsets[-1]]), features=test.features)
+    self._batches = data.client_batches(
+        pooled, [0], batch_size=batch_size, epochs=1, max_examples=None,
+        rng=np.random.default_rng(0), shuffle_buffer=1)
+    self.accuracy_name = f'evaluation/{accuracy_metric}'
+
+    def sums(params, inputs, labels, mask):
+      hits, counted = model.correct(params, inputs, labels, mask)
+      examples = jnp.sum(mask)
+      return hits, counted, model.loss(params, inputs, labels, mask) * (
+          examples), examples
+
+    self._sums = jax.jit(sums)
+
+  def __call__(self, params: Any) -> dict[str, float]:
+    """The metrics of `params` on every test example.
+
+    Args:
+      params: The model's parameters.
+
+    Returns:
+      {accuracy_name: the fraction predicted correctly of the targets the
+      metric counts, 'evaluation/loss': the mean of the batches' losses
+      weighted by their examples (Keras'), 'evaluation/num_examples'}; 0
+      for an empty set.
+    """
+    batches = self._batches
+    totals = np.zeros(4)
+    for m in range(batches.example_mask.shape[1]):
+      totals += np.asarray(jax.device_get(self._sums(
+          params, batches.inputs[0, m], batches.labels[0, m],
+          batches.example_mask[0, m])), np.float64)
+    hits, counted, loss, examples = totals
+    return {self.accuracy_name: hits / max(counted, 1.0),
+            'evaluation/loss': loss / max(examples, 1.0),
+            'evaluation/num_examples': int(examples)}
 
 
 def evaluate(model: Any, params: Any, test: client_arrays.ClientArrays,
@@ -83,21 +145,11 @@ def evaluate(model: Any, params: Any, test: client_arrays.ClientArrays,
     batch_size: Examples per evaluated batch.
 
   Returns:
-    The fraction of the examples predicted correctly (0 without any).
+    The fraction of the counted targets predicted correctly (0 without
+    any).
   """
-  pooled = client_arrays.ClientArrays(
-      kind=test.kind, client_ids=np.asarray(['all']),
-      offsets=np.asarray([0, test.offsets[-1]]), features=test.features)
-  batches = data.client_batches(
-      pooled, [0], batch_size=batch_size, epochs=1, max_examples=None,
-      rng=np.random.default_rng(0), shuffle_buffer=1)
-  correct = jax.jit(model.correct)
-  hits = total = 0.0
-  for m in range(batches.example_mask.shape[1]):
-    got, count = correct(params, batches.inputs[0, m], batches.labels[0, m],
-                         batches.example_mask[0, m])
-    hits, total = hits + float(got), total + float(count)
-  return hits / max(total, 1.0)
+  evaluation = Evaluation(model, test, batch_size=batch_size)
+  return evaluation(params)[evaluation.accuracy_name]
 
 
 def optimizer(spec: run_plan.OptimizerSpec) -> optimizers.Optimizer:
@@ -179,7 +231,8 @@ def train(plan: run_plan.RunPlan, model: Any,
           stats: run_stats.RunStats | None = None,
           resident_data: bool = True,
           noise_rows: Callable[[int, int], Iterator[jax.Array]] | None = None,
-          decorrelation: Decorrelation | None = None
+          decorrelation: Decorrelation | None = None,
+          accuracy_metric: str = 'accuracy'
           ) -> canary_spec.CanaryOutcome:
   """Trains (or resumes from `store`'s newest checkpoint); returns the outcome.
 
@@ -204,6 +257,8 @@ def train(plan: run_plan.RunPlan, model: Any,
       (`correlated_noise.NoiseStream.rows`), each replacing a round's draw.
     decorrelation: With `noise_rows`, the decorrelated all-iterates
       statistic to end with (`Decorrelation`), or None.
+    accuracy_metric: The name of the model's accuracy in the evaluated
+      rounds' metrics (the task entry's `accuracy_metric`, TFF's name).
 
   Returns:
     The run's outcome: its cosines of both threat models, maxima, final
@@ -212,7 +267,8 @@ def train(plan: run_plan.RunPlan, model: Any,
   return train_program([ProgramRun(plan, store, observer, noise_rows,
                                    decorrelation)], model,
                        train_data, test_data, local_training=local_training,
-                       stats=stats, resident_data=resident_data)[0]
+                       stats=stats, resident_data=resident_data,
+                       accuracy_metric=accuracy_metric)[0]
 
 
 def train_program(runs: Sequence[ProgramRun], model: Any,
@@ -220,7 +276,8 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
                   test_data: client_arrays.ClientArrays | None, *,
                   local_training: str = 'auto',
                   stats: run_stats.RunStats | None = None,
-                  resident_data: bool = True
+                  resident_data: bool = True,
+                  accuracy_metric: str = 'accuracy'
                   ) -> list[canary_spec.CanaryOutcome]:
   """Trains (or resumes) R runs as one program; each run's outcome.
 
@@ -243,6 +300,7 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
     local_training: As `train`'s, for the runs' clients and the run axis.
     stats: As `train`'s, for the whole program.
     resident_data: As `train`'s.
+    accuracy_metric: As `train`'s.
 
   Returns:
     Each run's outcome, in order.
@@ -257,9 +315,12 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
     raise ValueError('runs of one program must have the same rounds; got '
                      f'{[run.plan.total_rounds for run in runs]}.')
   engine = make_round_engine(runs[0].plan, model, local_training)
+  evaluation = (None if test_data is None else
+                Evaluation(model, test_data, accuracy_metric))
   loops = [run_loop.RunLoop(run.plan, run.store, engine, model, train_data,
                             observer=run.observer, noise_rows=run.noise_rows,
-                            decorrelate=run.decorrelation is not None)
+                            decorrelate=run.decorrelation is not None,
+                            evaluate=evaluation)
            for run in runs]
   if engine.local_training == 'vmap':
     # One layout for every round of every run: one compile.
@@ -325,16 +386,19 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
     prefetch.shutdown(cancel_futures=True)
   stats.compiles = engine.compiles
   stats.compile_seconds = run_stats.CompileClock.total - compile_start
-  return [_outcome(run, loop, model, test_data)
-          for run, loop in zip(runs, loops)]
+  return [_outcome(run, loop, evaluation) for run, loop in zip(runs, loops)]
 
 
-def _outcome(run: ProgramRun, loop: run_loop.RunLoop, model: Any,
-             test_data: client_arrays.ClientArrays | None
-             ) -> canary_spec.CanaryOutcome:
+def _outcome(run: ProgramRun, loop: run_loop.RunLoop,
+             evaluation: Evaluation | None) -> canary_spec.CanaryOutcome:
   """The outcome of a trained run: cosines, accuracy, decorrelated scores."""
-  accuracy = (evaluate(model, loop.state.params, test_data)
-              if test_data is not None else float('nan'))
+  if evaluation is None:
+    accuracy = float('nan')
+  else:
+    # The last round's evaluation, if it was evaluated (the same model).
+    metrics = loop.evaluated.get(run.plan.total_rounds) or evaluation(
+        loop.state.params)
+    accuracy = float(metrics[evaluation.accuracy_name])
   outcome = loop.outcome(accuracy)
   if run.decorrelation is None:
     return outcome

@@ -37,14 +37,19 @@ from one_shot_epe.stats import estimation
 from one_shot_epe.stats import one_run
 
 __all__ = ['ANY_MECHANISM', 'ATTACK', 'Column', 'ESTIMATE', 'FAMILIES',
-           'FIELDS', 'FIT', 'Family', 'GAUSSIAN', 'GROUPS', 'NOMINAL',
-           'REQUIRED', 'ReportField', 'THREAT_MODELS', 'by_key', 'in_groups',
-           'number_cell']
+           'FIELDS', 'FIT', 'Family', 'GAUSSIAN', 'GROUPS', 'HEADLINE',
+           'NOMINAL', 'REQUIRED', 'ReportField', 'THREAT_MODELS', 'by_key',
+           'details', 'in_groups', 'number_cell']
 
 # The threat models: Algorithm 2 (final model) and Algorithm 3 (all iterates).
 THREAT_MODELS = ('final', 'all')
 # report.md's tables, in the order they appear.
 GROUPS = ('estimates', 'lower bounds', 'nominal', 'attack', 'fit')
+# The fields of the report's quotable sentence and main table, in their
+# order there: the headline estimate, its interval and the headline bound
+# for any mechanism. Every other estimate and bound goes to the table of
+# details, with what it assumes (`details`).
+HEADLINE = ('epsilon_est', 'epsilon_est_interval', 'epsilon_lo')
 
 
 class _Required:
@@ -277,8 +282,9 @@ FIELDS = (
     ReportField('epsilon_est_interval', '95% bootstrap interval', 'estimates',
                 _BOTH, ESTIMATE, _Scores.interval, kind=tuple[float, float],
                 layout='interval', read=_read_interval),
-    ReportField('epsilon_est_method', 'how', 'estimates', _BOTH, ESTIMATE,
-                _Scores.method, kind=str, repeated=False, layout='text'),
+    ReportField('epsilon_est_method', 'how ε_est is computed', 'estimates',
+                _BOTH, ESTIMATE, _Scores.method, kind=str, repeated=False,
+                layout='text'),
     ReportField('epsilon_est_fitted', "paper's ε_est", 'estimates', _BOTH,
                 ESTIMATE, _Scores.fitted),
     ReportField('epsilon_lo', 'ε_lo', 'lower bounds', _BOTH, ANY_MECHANISM,
@@ -357,3 +363,18 @@ def in_groups(*groups: str) -> list[ReportField]:
       raise ValueError(f'unknown group {group!r}; one of {GROUPS}.')
   chosen = [field for field in FIELDS if field.group in groups]
   return sorted(chosen, key=lambda field: FAMILIES.index(field.assumes))
+
+
+def details(*groups: str) -> list[ReportField]:
+  """The entries of `groups` but the `HEADLINE` ones, in `in_groups`' order.
+
+  Args:
+    *groups: Names from `GROUPS`.
+
+  Returns:
+    The entries the tables of details show.
+
+  Raises:
+    ValueError: if a group is unknown.
+  """
+  return [field for field in in_groups(*groups) if field.key not in HEADLINE]

@@ -23,7 +23,7 @@ and Markdown (for people, `run_markdown`), atomically.
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,9 @@ class RunReport:
   # Under matrix-factorization noise: the decorrelated all-iterates report
   # (`decorrelation`), None otherwise.
   all_iterates_decorrelated: privacy_report.PrivacyReport | None = None
+  # What the run's training health says (`runtime.training_health`), one
+  # sentence each; empty for a healthy run.
+  notes: tuple[str, ...] = ()
 
   def to_dict(self) -> dict[str, Any]:
     """JSON-ready dict; an infinite reference epsilon becomes None.
@@ -86,6 +89,7 @@ class RunReport:
     repeated at the top level with the suffix _final or _all (None without
     unseen canaries); a report with the decorrelated all-iterates statistic
     also has 'all_iterates_decorrelated' and the suffix _all_decorrelated.
+    'notes' lists the training-health notes.
 
     Returns:
       The report as nested dicts of str, numbers, lists and None.
@@ -107,6 +111,7 @@ class RunReport:
         'all_iterates': (None if self.all_iterates is None else
                          self.all_iterates.to_dict()),
         'setting': dict(self.setting),
+        'notes': list(self.notes),
     }
     threats = [('final', self.final), ('all', self.all_iterates)]
     if self.all_iterates_decorrelated is not None:
@@ -124,7 +129,8 @@ class RunReport:
     """The report whose `to_dict` (or report.json read back) is `fields`.
 
     Undoes `to_dict`: the mechanisms' keys get their field names back, the
-    top-level copies are dropped, and a None reference epsilon is infinite
+    top-level copies are dropped, a report written before 'notes' existed
+    has none, and a None reference epsilon is infinite
     where its mechanism is named (the analytical one always is).
 
     Args:
@@ -147,7 +153,7 @@ class RunReport:
       expected.add('all_iterates_decorrelated')
     # Reports written before these keys existed lack them.
     later = {f'{key}_{suffix}' for key in _repeated_keys(later=True)
-             for suffix in suffixes}
+             for suffix in suffixes} | {'notes'}
     missing = sorted(expected - set(fields))
     unknown = sorted(set(fields) - expected - later)
     if missing or unknown:
@@ -167,6 +173,7 @@ class RunReport:
           privacy_report.PrivacyReport.from_dict(
               fields['all_iterates_decorrelated']))
     values['setting'] = dict(fields['setting'])
+    values['notes'] = tuple(fields.get('notes', ()))
     return cls(**values)
 
   @classmethod
@@ -203,7 +210,7 @@ class RunReport:
                       allow_nan=False)
 
   def to_markdown(self) -> str:
-    """Headline row, estimates, bounds, references, attack summaries, fits.
+    """Quotable sentences, notes, main table, details, references, fits.
 
     Returns:
       The report as Markdown (`run_markdown.render`), ending with a newline.
@@ -265,7 +272,7 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
                      facts: references.RunFacts,
                      mechanism: mechanisms.Mechanism, *, alpha: float = 0.05,
                      setting: Mapping[str, Any] | None = None,
-                     seed: int = 0) -> RunReport:
+                     seed: int = 0, notes: Sequence[str] = ()) -> RunReport:
   """The one report builder: both threat models and the mechanism's references.
 
   Every engine's launcher (`experiments.run_outputs`), both `CanaryAudit`s
@@ -313,6 +320,9 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
     setting: The run's setting, shown in the report; the mechanism's
       entries are added after it.
     seed: Seeds the bootstrap intervals and the tight bounds' tie-breaking.
+    notes: What the run's training health says
+      (`runtime.training_health.TrainingHealth.notes`), shown in report.md
+      and kept in report.json's 'notes'.
 
   Returns:
     The `RunReport`.
@@ -371,4 +381,4 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
       accounted_mechanism=None if accounted is None else accounted.mechanism,
       last_iterate_epsilon=None if heuristic is None else heuristic.epsilon,
       last_iterate_mechanism=None if heuristic is None else heuristic.mechanism,
-      all_iterates_decorrelated=decorrelated)
+      all_iterates_decorrelated=decorrelated, notes=tuple(notes))

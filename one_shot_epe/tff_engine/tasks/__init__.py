@@ -15,7 +15,8 @@ Modules:
     with 10 classes (the real-data demo).
   stackoverflow: StackOverflow next word with the 4,050,748-parameter LSTM.
   shakespeare: Shakespeare's plays by speaking role, next word with that LSTM.
-  synthetic: seeded synthetic client data with the real element structure.
+  synthetic: the framework-free synthetic stand-ins (the JAX engine's arrays)
+    as client data with the real element structure.
   tff_cache: the `data_dir` layout TFF's loaders read; checks, no-download guard.
   determinism: seeded dropout and in-order batches (reproducible training).
   export_arrays: TFF's SQLite files as the JAX engine's client arrays.

@@ -1,155 +1,181 @@
 """Synthetic federated data with exactly the element structure of TFF's datasets.
 
 The demo and the tests run the paper's pipeline (Section 5) without the real
-EMNIST/StackOverflow files. These stand-ins yield the same feature names, dtypes and
-shapes as `tff.simulation.datasets.emnist.load_data` and
+EMNIST/StackOverflow files. The examples are the framework-free stand-ins the
+JAX engine trains and tests on (`one_shot_epe.data.task_data.emnist` and
+`stackoverflow`, drawn by `one_shot_epe.data.client_arrays.synthetic_emnist`
+and `synthetic_stackoverflow`: every split shares the task's class templates
+or vocabulary law), so the same flags give both engines the same examples.
+`ArraysClientData` serves them as TFF client data with the feature names,
+dtypes and shapes of `tff.simulation.datasets.emnist.load_data` and
 `tff.simulation.datasets.stackoverflow.load_data`, so TFF's preprocessing and
-models run on them unchanged. Every client's data is a pure function of
-(seed, split, client index, example index) through TensorFlow's stateless random
-ops, generated lazily inside `tf.data`, so any number of clients costs no memory
-and the same seed always gives the same data.
+models run on them unchanged:
 
-- EMNIST: each of the 62 classes has a fixed template of three random pen strokes;
-  an example is its class template, shifted by up to 1 pixel each way, drawn with the
-  writer's ink strength (per client, in [0.6, 1]) plus Gaussian pixel noise, on
-  EMNIST's white (1.0) background. Labels are uniform, so a CNN learns it quickly.
-- StackOverflow: sentences of 4 to 25 words over a vocabulary `w0, w1, ...`; the
-  first word is Zipf-distributed and each next word is 1 to 3 ranks after the
-  previous one (modulo the vocabulary size), which a language model can learn.
+- EMNIST: OrderedDict(label=int32 [], pixels=float32 [28, 28]), the arrays'
+  rows.
+- StackOverflow: each row's word ids back as the sentence of its words (rank
+  r is the word 'w<r>', `stackoverflow_vocab`), which TFF's `to_ids` maps to
+  that row again; the fields TFF's preprocessing does not read
+  (creation_date, score, tags, title, type) are constants.
 """
 
 import collections
+import functools
 import importlib
-import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from one_shot_epe.data import client_arrays
+from one_shot_epe.data import task_data
 from one_shot_epe.design import tasks
 from one_shot_epe import validation
 from one_shot_epe.tff_engine.tasks import tff_cache
 
-__all__ = ['emnist', 'emnist_templates', 'stackoverflow', 'stackoverflow_vocab',
-           'write_data_dir', 'write_splits']
-
-_SPLIT_CODES = {'train': 0, 'test': 1, 'heldout': 2}
-_EMNIST_CLASSES = 62
-_IMAGE_SIZE = 28
-_STROKES_PER_CLASS = 3
-_STROKE_STEPS = 14
-_MAX_SHIFT = 1
-_PIXEL_NOISE_STDDEV = 0.2
-_MIN_SENTENCE_WORDS = 4
-_MAX_SENTENCE_WORDS = 25
-_MAX_WORD_STEP = 3
+__all__ = ['ArraysClientData', 'emnist', 'stackoverflow',
+           'stackoverflow_vocab', 'write_data_dir', 'write_splits']
 
 
-def _client_ids(num_clients: int) -> list[str]:
-  width = len(str(num_clients - 1))
-  return [f'{i:0{width}d}' for i in range(num_clients)]
+def _stackoverflow_element(tokens: tf.Tensor) -> collections.OrderedDict:
+  """A sentence as TFF's StackOverflow element, in its parser's key order."""
+  return collections.OrderedDict(
+      creation_date=tf.constant('2010-01-01 00:00:00 UTC'),
+      score=tf.constant(0, tf.int64), tags=tf.constant(''),
+      title=tf.constant(''), tokens=tokens, type=tf.constant('answer'))
 
 
-def _client_seed(seed: int, split: str, client_id) -> tf.Tensor:
-  """Stateless seed of one client's stream: (seed, split) folded with its index."""
-  index = tf.strings.to_number(client_id, out_type=tf.int64)
-  split_seed = tf.constant([seed, _SPLIT_CODES[split]], dtype=tf.int64)
-  return tf.random.experimental.stateless_fold_in(split_seed, index)
+def _sentences(rows: np.ndarray, vocab: Sequence[str]) -> np.ndarray:
+  """Token rows as their sentences: the vocabulary words, space-separated."""
+  words = np.asarray(vocab)
+  in_vocab = (rows[:, 1:] >= 1) & (rows[:, 1:] <= len(words))
+  return np.asarray([' '.join(words[row[1:][kept] - 1])
+                     for row, kept in zip(rows, in_vocab)], dtype=bytes)
 
 
-def emnist_templates(seed: int) -> np.ndarray:
-  """The 62 class templates: ink (1) / no ink (0) images of three random strokes.
+class ArraysClientData(tff.simulation.datasets.ClientData):
+  """A stand-in's `ClientArrays` split as TFF client data, TFF's elements.
 
-  Args:
-    seed: Seed of the strokes.
-
-  Returns:
-    float32 [62, 28, 28] templates.
+  A client's dataset (`create_tf_dataset_for_client`) holds only its own
+  examples as constants, so TFF serialises a round's clients rather than the
+  split; `serializable_dataset_fn` (whole-split iteration, as the test set's)
+  holds all of them and reads the client's index from its numbered id.
   """
-  rng = np.random.default_rng([seed, _EMNIST_CLASSES])
-  templates = np.zeros((_EMNIST_CLASSES, _IMAGE_SIZE, _IMAGE_SIZE), np.float32)
-  for label in range(_EMNIST_CLASSES):
-    for _ in range(_STROKES_PER_CLASS):
-      position = rng.uniform(6, 21, size=2)
-      angle = rng.uniform(0, 2 * math.pi)
-      for _ in range(_STROKE_STEPS):
-        angle += rng.normal(0, 0.5)
-        position = np.clip(position + [math.cos(angle), math.sin(angle)], 4, 22)
-        row, col = int(position[0]), int(position[1])
-        templates[label, row:row + 2, col:col + 2] = 1.0
-  return templates
+
+  def __init__(self, arrays: client_arrays.ClientArrays,
+               vocab: Sequence[str] = ()):
+    """Keeps the split's columns in the form TFF's elements take.
+
+    Args:
+      arrays: A split of `client_arrays.synthetic_emnist` or
+        `synthetic_stackoverflow` (numbered client ids; sentences of
+        vocabulary words only).
+      vocab: A StackOverflow split's vocabulary, most frequent word first.
+    """
+    self._index = {str(client_id): index
+                   for index, client_id in enumerate(arrays.client_ids)}
+    self._offsets = np.asarray(arrays.offsets, np.int64)
+    self._kind = arrays.kind
+    if arrays.kind == 'emnist':
+      self._columns = collections.OrderedDict(
+          label=np.asarray(arrays.features['label'], np.int32),
+          pixels=np.asarray(arrays.features['pixels'], np.float32))
+    else:
+      self._columns = collections.OrderedDict(
+          tokens=_sentences(np.asarray(arrays.features['tokens']), vocab))
+    self._element_spec = self._dataset(collections.OrderedDict(
+        (name, column[:0]) for name, column in self._columns.items())
+                                       ).element_spec
+
+  def _dataset(self, columns: Mapping[str, object]) -> tf.data.Dataset:
+    """Rows of `columns` (arrays or tensors) as TFF's elements."""
+    if self._kind == 'emnist':
+      return tf.data.Dataset.from_tensor_slices(columns)
+    return tf.data.Dataset.from_tensor_slices(columns['tokens']).map(
+        _stackoverflow_element)
+
+  @property
+  def client_ids(self) -> list[str]:
+    """The arrays' client ids, in their order."""
+    return list(self._index)
+
+  def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
+    """The client's examples, as a dataset holding only them.
+
+    Args:
+      client_id: One of `client_ids`.
+
+    Returns:
+      Its examples in the arrays' order, TFF's element structure.
+
+    Raises:
+      ValueError: `client_id` is not a client of this split.
+    """
+    if client_id not in self._index:
+      raise ValueError(f'client_id must be one of the {len(self._index)} '
+                       f'client ids; got {client_id!r}.')
+    index = self._index[client_id]
+    start, end = self._offsets[index], self._offsets[index + 1]
+    return self._dataset(collections.OrderedDict(
+        (name, column[start:end]) for name, column in self._columns.items()))
+
+  @property
+  def serializable_dataset_fn(self):
+    """Traceable client id -> its examples, the split held as constants."""
+    columns, offsets = self._columns, self._offsets
+
+    def dataset_fn(client_id) -> tf.data.Dataset:
+      index = tf.strings.to_number(client_id, out_type=tf.int64)
+      bounds = tf.constant(offsets)
+      start, end = bounds[index], bounds[index + 1]
+      return self._dataset(collections.OrderedDict(
+          (name, tf.constant(column)[start:end])
+          for name, column in columns.items()))
+
+    return dataset_fn
+
+  @property
+  def element_type_structure(self):
+    """The elements' TensorSpecs: TFF's EMNIST or StackOverflow structure."""
+    return self._element_spec
 
 
-def _examples(sizes: np.ndarray, client_id) -> tf.Tensor:
-  """How many examples client `client_id` (its index, as a string) has."""
-  return tf.gather(tf.constant(sizes, tf.int64),
-                   tf.strings.to_number(client_id, out_type=tf.int64))
-
-
-def _emnist_split(sizes: np.ndarray, seed: int,
-                  split: str) -> tff.simulation.datasets.ClientData:
-  """One split of synthetic EMNIST as a lazily generated `ClientData`."""
-  template_values = emnist_templates(seed)
-
-  def dataset_fn(client_id) -> tf.data.Dataset:
-    templates = tf.constant(template_values)
-    client_seed = _client_seed(seed, split, client_id)
-    ink = tf.random.stateless_uniform([], client_seed, 0.6, 1.0)
-
-    def example(index):
-      seeds = tf.random.experimental.stateless_split(
-          tf.random.experimental.stateless_fold_in(client_seed, index), 3)
-      label = tf.random.stateless_uniform(
-          [], seeds[0], 0, _EMNIST_CLASSES, dtype=tf.int32)
-      shift = tf.random.stateless_uniform(
-          [2], seeds[1], -_MAX_SHIFT, _MAX_SHIFT + 1, dtype=tf.int32)
-      strokes = tf.roll(tf.gather(templates, label), shift, axis=[0, 1])
-      noise = tf.random.stateless_normal(
-          [_IMAGE_SIZE, _IMAGE_SIZE], seeds[2], stddev=_PIXEL_NOISE_STDDEV)
-      pixels = tf.clip_by_value(1.0 - ink * strokes + noise, 0.0, 1.0)
-      return collections.OrderedDict(label=label, pixels=pixels)
-
-    return tf.data.Dataset.range(_examples(sizes, client_id)).map(example)
-
-  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
-      _client_ids(len(sizes)), dataset_fn)
+def _request(task: str, num_clients: int, examples_per_client: int,
+             seed: int, sizes: str, vocab_size: int) -> task_data.DataRequest:
+  """The launcher's data request for a task's stand-in of these sizes."""
+  return task_data.DataRequest(
+      task=task, data_dir=None, synthetic=True, num_clients=num_clients,
+      examples_per_client=examples_per_client, client_sizes=sizes, seed=seed,
+      vocab_size=vocab_size)
 
 
 @validation.arguments('num_clients', 'examples_per_client', 'seed',
-                      test_examples_per_client=validation.Optional(
-                          validation.Int(1)),
                       sizes=validation.Choice(client_arrays.CLIENT_SIZE_LAWS))
 def emnist(num_clients: int, examples_per_client: int, seed: int = 0,
-           test_examples_per_client: int | None = None, sizes: str = 'equal'
-           ) -> tuple[tff.simulation.datasets.ClientData,
-                      tff.simulation.datasets.ClientData]:
-  """Synthetic EMNIST-62 (train, test) with TFF's element structure.
+           sizes: str = 'equal'
+           ) -> tuple[ArraysClientData, ArraysClientData]:
+  """Synthetic EMNIST-62 (train, test): the JAX engine's, as TFF client data.
 
-  Elements are OrderedDict(label=int32 [], pixels=float32 [28, 28]) in [0, 1].
-  Like the real data, the test split has the same client ids as the train split.
+  The splits of `one_shot_epe.data.task_data.emnist` for these sizes
+  (`task_data.synthetic_split`: the test split has the same client ids, as
+  the real data's, with max(1, examples_per_client // 8) images each).
 
   Args:
     num_clients: number of clients (writers), >= 1.
     examples_per_client: train examples per client, >= 1.
     seed: determines all data.
-    test_examples_per_client: test examples per client; default
-      max(1, examples_per_client // 8), about EMNIST's train/test ratio.
     sizes: the law of the train clients' sizes, of mean
       `examples_per_client` (`client_arrays.client_sizes`: 'equal', or the
-      writers' 'realistic' law; the JAX engine's stand-in has the same).
+      writers' 'realistic' law).
 
   Returns:
     (train, test) federated data.
   """
-  if test_examples_per_client is None:
-    test_examples_per_client = max(1, examples_per_client // 8)
-  return (_emnist_split(client_arrays.client_sizes.unchecked(
-      'emnist', num_clients, examples_per_client, sizes, seed), seed, 'train'),
-          _emnist_split(np.full(num_clients, test_examples_per_client), seed,
-                        'test'))
+  arrays = task_data.emnist(_request('emnist_character', num_clients,
+                                     examples_per_client, seed, sizes, 0))
+  return ArraysClientData(arrays.train), ArraysClientData(arrays.test)
 
 
 def stackoverflow_vocab(vocab_size: int) -> list[str]:
@@ -164,88 +190,46 @@ def stackoverflow_vocab(vocab_size: int) -> list[str]:
   return [f'w{rank}' for rank in range(vocab_size)]
 
 
-def _stackoverflow_split(sizes: np.ndarray, vocab_size: int, seed: int,
-                         split: str) -> tff.simulation.datasets.ClientData:
-  """One split of synthetic StackOverflow as a lazily generated `ClientData`."""
-  words = stackoverflow_vocab(vocab_size)
-  zipf_logits = -np.log(np.arange(1, vocab_size + 1, dtype=np.float32))
-
-  def dataset_fn(client_id) -> tf.data.Dataset:
-    vocab = tf.constant(words)
-    logits = tf.constant(zipf_logits[np.newaxis, :])
-    client_seed = _client_seed(seed, split, client_id)
-
-    def example(index):
-      seeds = tf.random.experimental.stateless_split(
-          tf.random.experimental.stateless_fold_in(client_seed, index), 5)
-      length = tf.random.stateless_uniform(
-          [], seeds[0], _MIN_SENTENCE_WORDS, _MAX_SENTENCE_WORDS + 1,
-          dtype=tf.int32)
-      first = tf.random.stateless_categorical(logits, 1, seeds[1])[0, 0]
-      steps = tf.random.stateless_uniform(
-          [length - 1], seeds[2], 1, _MAX_WORD_STEP + 1, dtype=tf.int64)
-      ranks = (first + tf.concat([[0], tf.cumsum(steps)], 0)) % vocab_size
-      sentence = tf.gather(vocab, ranks)
-      is_question = tf.random.stateless_uniform([], seeds[3]) < 0.3
-      return collections.OrderedDict(
-          creation_date=tf.constant('2010-01-01 00:00:00 UTC'),
-          score=tf.random.stateless_uniform(
-              [], seeds[4], -2, 20, dtype=tf.int64),
-          tags=tf.strings.join(['tag', tf.strings.as_string(first % 50)]),
-          title=tf.strings.reduce_join(sentence[:3], separator=' '),
-          tokens=tf.strings.reduce_join(sentence, separator=' '),
-          type=tf.where(is_question, 'question', 'answer'),
-      )
-
-    return tf.data.Dataset.range(_examples(sizes, client_id)).map(example)
-
-  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
-      _client_ids(len(sizes)), dataset_fn)
-
-
 @validation.arguments('num_clients', 'examples_per_client', 'vocab_size',
-                      'seed', eval_examples_per_client=validation.Optional(
-                          validation.Int(1)),
+                      'seed',
                       sizes=validation.Choice(client_arrays.CLIENT_SIZE_LAWS))
 def stackoverflow(num_clients: int, examples_per_client: int,
                   vocab_size: int = 10_000, seed: int = 0,
-                  eval_examples_per_client: int | None = None,
                   sizes: str = 'equal'
-                  ) -> tuple[tff.simulation.datasets.ClientData,
-                             tff.simulation.datasets.ClientData,
-                             tff.simulation.datasets.ClientData, list[str]]:
+                  ) -> tuple[ArraysClientData, ArraysClientData,
+                             ArraysClientData, list[str]]:
   """Synthetic StackOverflow (train, heldout, test, vocab) with TFF's structure.
 
-  Elements are OrderedDict(creation_date, score, tags, title, tokens, type): all
-  scalar tf.string except score (int64), in the key order of TFF's parser. The
-  vocabulary (default 10,000 words, as in the paper) gives the real model size.
+  The splits of `one_shot_epe.data.task_data.stackoverflow` for these sizes,
+  and a held-out split of the test split's sizes
+  (`task_data.synthetic_split`), as sentences of `stackoverflow_vocab`'s
+  words. Elements are OrderedDict(creation_date, score, tags, title, tokens,
+  type): all scalar tf.string except score (int64), in the key order of
+  TFF's parser. The vocabulary (default 10,000 words, as in the paper) gives
+  the real model size.
 
   Args:
     num_clients: number of clients (users), >= 1.
     examples_per_client: train sentences per client, >= 1.
     vocab_size: vocabulary size, >= 1.
     seed: determines all data.
-    eval_examples_per_client: heldout and test sentences per client; default
-      max(1, examples_per_client // 8).
     sizes: the law of the train clients' sizes, of mean
       `examples_per_client` (`client_arrays.client_sizes`: 'equal', or the
-      users' heavy-tailed 'realistic' law; the JAX engine's stand-in has the
-      same).
+      users' heavy-tailed 'realistic' law).
 
   Returns:
     (train, heldout, test, the vocabulary).
   """
-  if eval_examples_per_client is None:
-    eval_examples_per_client = max(1, examples_per_client // 8)
-  train_sizes = client_arrays.client_sizes.unchecked(
-      'stackoverflow', num_clients, examples_per_client, sizes, seed)
-  eval_sizes = np.full(num_clients, eval_examples_per_client)
-  return (
-      _stackoverflow_split(train_sizes, vocab_size, seed, 'train'),
-      _stackoverflow_split(eval_sizes, vocab_size, seed, 'heldout'),
-      _stackoverflow_split(eval_sizes, vocab_size, seed, 'test'),
-      stackoverflow_vocab(vocab_size),
-  )
+  request = _request('stackoverflow_word', num_clients, examples_per_client,
+                     seed, sizes, vocab_size)
+  arrays = task_data.stackoverflow(request)
+  heldout = task_data.synthetic_split(
+      functools.partial(client_arrays.synthetic_stackoverflow,
+                        vocab_size=vocab_size), request, 'heldout')
+  vocab = stackoverflow_vocab(vocab_size)
+  return (ArraysClientData(arrays.train, vocab),
+          ArraysClientData(heldout, vocab),
+          ArraysClientData(arrays.test, vocab), vocab)
 
 
 def write_splits(data_dir: str, file_name: str,
