@@ -156,13 +156,35 @@ def load_data(config: train_config.TrainConfig) -> Data:
 
 def _first_examples(arrays: client_arrays.ClientArrays,
                     count: int) -> client_arrays.ClientArrays:
-  """The split's first `count` examples (all for -1): --max_eval_examples."""
+  """The `count` examples the TFF engine evaluates (all for -1).
+
+  --max_eval_examples keeps the first `count` examples of the test clients
+  taken in TFF's order (`ClientData.create_tf_dataset_from_all_clients(
+  seed=0)`: the client list shuffled by `np.random.RandomState(0)`), so both
+  engines evaluate the same examples.
+
+  Args:
+    arrays: The test split.
+    count: --max_eval_examples (-1: all).
+
+  Returns:
+    The kept examples, as clients in TFF's order (the last one cut short).
+  """
   if count == -1 or count >= arrays.offsets[-1]:
     return arrays
+  order = np.arange(arrays.num_clients)
+  np.random.RandomState(0).shuffle(order)
+  sizes = np.diff(arrays.offsets)[order]
+  kept = int(np.searchsorted(np.cumsum(sizes), count)) + 1
+  order, sizes = order[:kept], sizes[:kept]
+  sizes[-1] -= int(sizes.sum()) - count
+  rows = np.concatenate([
+      np.arange(arrays.offsets[client], arrays.offsets[client] + size)
+      for client, size in zip(order, sizes)])
   return client_arrays.ClientArrays(
-      kind=arrays.kind, client_ids=arrays.client_ids,
-      offsets=np.minimum(arrays.offsets, count),
-      features={name: array[:count] for name, array in arrays.features.items()})
+      kind=arrays.kind, client_ids=arrays.client_ids[order],
+      offsets=np.concatenate([[0], np.cumsum(sizes)]),
+      features={name: array[rows] for name, array in arrays.features.items()})
 
 
 def model(config: train_config.TrainConfig) -> Any:

@@ -220,3 +220,30 @@ def test_the_tff_task_serves_the_jax_engines_arrays(task):
     # The whole split as the test set reads it (the traced dataset function).
     pooled = rows(client_data.create_tf_dataset_from_all_clients(seed=0))
     assert len(pooled) == split.offsets[-1]
+
+
+def test_a_capped_test_set_is_the_same_examples_on_both_engines():
+  # --max_eval_examples=37: the TFF engine takes the first 37 examples of its
+  # test clients in their seeded order (`Task.test_dataset`), the JAX engine
+  # (`backend_jax._first_examples`) must take the same 37, not the first 37
+  # of its arrays (the cap ends inside a client).
+  from experiments import backend_jax  # pylint: disable=g-import-not-at-top
+  count = 37
+  tff_task = tasks.get_task(
+      'emnist_character', client_batch_size=4, use_synthetic_data=True,
+      synthetic_num_clients=12, synthetic_examples_per_client=40,
+      synthetic_client_sizes='realistic', seed=7, vocab_size=40)
+  arrays = task_data.emnist(task_data.DataRequest(
+      task='emnist_character', data_dir=None, synthetic=True, num_clients=12,
+      examples_per_client=40, client_sizes='realistic', seed=7,
+      vocab_size=40))
+  assert arrays.test.offsets[-1] > count
+  tff_test = (tff_task.baseline.datasets.test_data
+              .create_tf_dataset_from_all_clients(seed=0).take(count))
+  want = [(int(e['label']), e['pixels'].numpy()) for e in tff_test]
+  kept = backend_jax._first_examples(arrays.test, count)  # pylint: disable=protected-access
+  assert kept.offsets[-1] == len(want) == count
+  np.testing.assert_array_equal(kept.features['label'],
+                                [label for label, _ in want])
+  np.testing.assert_array_equal(kept.features['pixels'],
+                                np.stack([pixels for _, pixels in want]))
