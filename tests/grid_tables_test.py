@@ -50,9 +50,10 @@ def _runs() -> list[grid.GridRun]:
       # No noise: every reference is infinite.
       _run(0.0, 1, rounds=20, seen_maxima=_cosines(3, 4.0),
            unseen_maxima=_cosines(4, 0.0), accuracy=0.75),
-      # Seen maxima all above unseen ones: a saturated estimate.
-      _run(0.0, 2, rounds=20, seen_maxima=np.linspace(0.5, 0.6, 50),
-           unseen_maxima=np.linspace(0.0, 0.1, 50), accuracy=0.5),
+      # Seen maxima all above unseen ones: a saturated estimate (spread
+      # enough that the Gaussian-pair bound stays below it).
+      _run(0.0, 2, rounds=20, seen_maxima=np.linspace(0.11, 0.6, 50),
+           unseen_maxima=np.linspace(-0.4, 0.1, 50), accuracy=0.5),
       # Final model only, no rounds and no accuracy: n/a everywhere else.
       _run(1.0, 1),
       _run(1.0, 2, rounds=20, seen_maxima=_cosines(5, 3.0),
@@ -150,11 +151,16 @@ def test_privacy_table_keeps_the_sentences_columns_and_details_the_rest():
       'ε_one-run-fdp-all (Gaussian)': _g(all_it.epsilon_one_run_fdp),
       'ε_tight-any-all': _cell(all_it.epsilon_lo_tight_any),
       'ε_tight-gdp-all (Gaussian)': _cell(all_it.epsilon_lo_tight_gdp),
+      'ε_gauss-pair-all (Gaussian)': _cell(all_it.epsilon_lo_gauss_pair),
+      'ε_gdp-thresholds-all (Gaussian)': _cell(
+          all_it.epsilon_lo_gdp_thresholds),
       "paper's ε_lo-all (nominal)": _g(all_it.epsilon_lo_paper),
       "paper's ε_est-all": _g(all_it.epsilon_est_fitted),
       'ε_one-run-final': 'n/a', 'ε_one-run-fdp-final (Gaussian)': 'n/a',
       'ε_tight-any-final': _cell(final.epsilon_lo_tight_any),
       'ε_tight-gdp-final (Gaussian)': _cell(final.epsilon_lo_tight_gdp),
+      'ε_gauss-pair-final (Gaussian)': _cell(final.epsilon_lo_gauss_pair),
+      'ε_gdp-thresholds-final (Gaussian)': 'n/a',
       "paper's ε_lo-final (nominal)": _g(final.epsilon_lo_paper),
       "paper's ε_est-final": _g(final.epsilon_est_fitted)}
   assert details['1'] == expected
@@ -206,7 +212,8 @@ def test_table_md_opens_with_each_runs_sentences_and_the_bounds_note(
       if threat is not None
       for value in (threat.epsilon_lo, threat.epsilon_one_run,
                     threat.epsilon_one_run_fdp, threat.epsilon_lo_tight_any,
-                    threat.epsilon_lo_tight_gdp))]
+                    threat.epsilon_lo_tight_gdp,
+                    threat.epsilon_lo_gauss_pair))]
   notes = [line for line in lines if 'a lower bound that holds exceeds' in line]
   assert bool(above) == bound_above
   if above:

@@ -1,7 +1,9 @@
-"""multi_split and bca_bootstrap against jax-privacy's main branch, their oracle.
+"""multi_split, bca_bootstrap and gdp_threshold against jax-privacy main.
 
-jax-privacy's `auditing.MultiSplit` and BCa bootstrap are newer than its
-2.0.0 release, so the test runs its main branch's `jax_privacy/auditing.py`
+jax-privacy's `auditing.MultiSplit`, BCa bootstrap and one-sided
+`epsilon_from_gdp` (fixed in its commit aab3e1c, PR #270, 2026-07-27) are
+newer than its 2.0.0 release, so the test runs its main branch's
+`jax_privacy/auditing.py` (the commit below, which holds all three)
 from source (it needs numpy, scipy and dp_accounting, not JAX). The source
 is not part of this project; fetch it to .cache/ (git-ignored):
 
@@ -12,7 +14,8 @@ is not part of this project; fetch it to .cache/ (git-ignored):
 
 Without it the tests are skipped. The same seeds give the same splits and
 resamples, so results are compared to 1e-6 relative (and, for the one-run
-certificates, whose roots jax-privacy finds to 1e-6 in eps, 1e-6 absolute).
+certificates and the GDP bound, whose roots jax-privacy finds to 1e-6 in
+eps, 1e-6 absolute).
 """
 
 import importlib.util
@@ -24,6 +27,7 @@ import pytest
 
 from one_shot_epe.stats import attack_metrics
 from one_shot_epe.stats import bca_bootstrap
+from one_shot_epe.stats import gdp_threshold
 from one_shot_epe.stats import multi_split
 
 _SOURCE = (pathlib.Path(__file__).resolve().parent.parent / '.cache' /
@@ -113,6 +117,39 @@ def test_multi_split_fdp_equals_jax_privacy_main():
         seen, unseen, bound='one_run_fdp', delta=delta, alpha=alpha,
         splits=8, seed=seed)
     assert got == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize('signal', [True, False])
+def test_one_sided_gdp_bound_equals_jax_privacy_main(signal):
+  values = []
+  for seen, unseen, alpha, delta, seed in _cases(8, 15):
+    if not signal:  # Where jax-privacy 2.0.0's two-sided bound finds eps > 1.
+      seen = np.random.default_rng(seed).normal(0.0, 1.0, seen.size)
+    expected = auditing.CanaryScoreAuditor(seen, unseen).epsilon_from_gdp(
+        alpha, delta)
+    got = gdp_threshold.epsilon_gdp_thresholds(seen, unseen, delta=delta,
+                                               alpha=alpha)
+    assert got == pytest.approx(expected, rel=1e-6, abs=1e-6), (
+        seen.size, unseen.size, alpha, delta)
+    values.append(got)
+  assert (max(values) > 0.5) == signal  # Not 0 == 0 throughout.
+
+
+def test_tpr_at_given_fpr_and_max_accuracy_equal_jax_privacy_main():
+  fprs = np.array([0.0, 1e-3, 0.01, 0.05, 0.1, 0.37, 1.0])
+  for seen, unseen, alpha, _, _ in _cases(8, 16):
+    auditor = auditing.CanaryScoreAuditor(seen, unseen)
+    np.testing.assert_allclose(
+        attack_metrics.tpr_at_given_fpr(seen, unseen, fprs),
+        auditor.tpr_at_given_fpr(fprs), rtol=1e-6)
+    assert attack_metrics.tpr_at_given_fpr(seen, unseen, 0.01) == (
+        pytest.approx(auditor.tpr_at_given_fpr(0.01), rel=1e-6))
+    assert attack_metrics.max_accuracy(seen, unseen) == pytest.approx(
+        auditor.max_accuracy(), rel=1e-6)
+    assert attack_metrics.max_accuracy(
+        seen, unseen, prevalence=0.3, alpha=alpha) == pytest.approx(
+            auditor.max_accuracy(prevalence=0.3, significance=alpha),
+            rel=1e-6)
 
 
 def _auroc(seen, unseen):

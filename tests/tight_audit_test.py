@@ -16,6 +16,7 @@ from scipy import optimize
 from scipy import special
 from scipy import stats
 
+from one_shot_epe.stats import balanced_null
 from one_shot_epe.stats import estimation
 from one_shot_epe.stats import tight_audit
 
@@ -118,8 +119,21 @@ def test_mistakes_count_the_label_free_guesses():
                                                             1.0])
   # Pooled median 0.15; by distance: 5 (in, right), 4 (in, right), -3 (out,
   # right), 1 (in, wrong), -0.5 (out, wrong), -0.2 (out, right), ...
-  np.testing.assert_array_equal(
-      tight_audit.mistakes(seen, unseen)[:6], [0, 0, 0, 1, 2, 2])
+  made, guessed_in = tight_audit.mistakes(seen, unseen)
+  np.testing.assert_array_equal(made[:6], [0, 0, 0, 1, 2, 2])
+  np.testing.assert_array_equal(guessed_in[:6], [1, 2, 2, 3, 3, 3])
+
+
+def test_identical_scores_put_their_wrong_guesses_first():
+  # Median 0.5. Distance 1.5, higher score first: the three 2.0s ("in", one
+  # unseen: wrong, counted first whatever order the sets come in), then the
+  # two -1.0s ("out", unseen: right); distance 0.5: 1.0 ("in", unseen:
+  # wrong), then the two 0.0s ("out", seen: wrong).
+  for seen, unseen in [([2.0, 2.0, 0.0, 0.0], [2.0, 1.0, -1.0, -1.0]),
+                       ([0.0, 0.0, 2.0, 2.0], [-1.0, -1.0, 1.0, 2.0])]:
+    made, guessed_in = tight_audit.mistakes(seen, unseen)
+    np.testing.assert_array_equal(made, [1, 1, 1, 1, 1, 2, 3, 4])
+    np.testing.assert_array_equal(guessed_in, [1, 2, 3, 3, 3, 4, 4, 4])
 
 
 def test_ties_cannot_favour_the_labels():
@@ -143,6 +157,27 @@ def test_bound_holds_on_simulated_gaussian_mechanisms(family):
   assert np.mean(bounds > epsilon) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / runs)
   assert np.mean(bounds) > (1.0 if family == 'gdp' else 0.2) * (
       0.5 * epsilon)
+
+
+def test_an_r_is_tested_only_where_no_signal_is_rejected():
+  # 17 seen + 17 unseen (grids [17, 8], level 0.025). The 17 most confident
+  # guesses: 8 "in" (2 wrong), 9 "out" (2 wrong); the 8 most confident: 2
+  # wrong. The Bernoulli game rejects no signal at r = 17 (P[Bin(17, 1/2)
+  # <= 4] = 0.0245), the balanced design does not (0.0262): no bound.
+  far_in, far_out = 10.0 + np.arange(8), -10.5 - np.arange(9)
+  near_in, near_out = 0.1 + 0.1 * np.arange(9), -0.1 - 0.1 * np.arange(8)
+  seen = np.concatenate([far_in[[0, 1, 3, 4, 5, 7]], far_out[[0, 4]],
+                         near_in[:5], near_out[:4]])
+  unseen = np.concatenate([far_in[[2, 6]], far_out[[1, 2, 3, 5, 6, 7, 8]],
+                           near_in[5:], near_out[4:]])
+  made, guessed_in = tight_audit.mistakes(seen, unseen)
+  assert (made[16], guessed_in[16], made[7]) == (4, 8, 2)
+  level = 0.05 / tight_audit.guess_grid(34, 'gdp').size
+  assert tight_audit.tight_p_value(4, 17, 34, 'gdp', 0.0, 1e-6) < level
+  assert balanced_null.permutation_p_value(4, 8, 17, 17, 34) > level
+  for family in tight_audit.FAMILIES:
+    assert tight_audit.epsilon_lo_tight(seen, unseen, delta=1e-6,
+                                        family=family) == 0.0
 
 
 def test_separated_scores_give_large_bounds_and_fixed_count_is_smaller():

@@ -18,7 +18,9 @@ seen against unseen canaries) bundle, from the same canary scores:
   tight one-run bounds of Xiang et al. (2025, `tight_audit`),
   `epsilon_lo_tight_any` (valid for every (eps, delta)-DP mechanism) and
   `epsilon_lo_tight_gdp` (valid when the mechanism is Gaussian in the
-  canary's direction), which need unseen canaries; and the paper's nominal
+  canary's direction), which need unseen canaries; the Gaussian-pair bound
+  `epsilon_lo_gauss_pair` (`gaussian_pair`: the fitted pair's mean shift,
+  valid when seen and null scores are Gaussian); and the paper's nominal
   bound `epsilon_lo_paper`;
 * the Anderson-Darling statistics of Table 6 and the attack's summaries
   (mean-shift Gaussian-DP eps, AUROC, TPR at fixed FPRs, `attack_metrics`).
@@ -100,13 +102,23 @@ class PrivacyReport:
     unseen counts cannot come from that design (`tight_audit.check_design`).
     For 'final' the channel family is tested against the exact null instead
     (`tight_audit.epsilon_lo_known_null`), with or without unseen canaries.
+    epsilon_lo_gdp_thresholds (`gdp_threshold`, jax-privacy main's one-sided
+    mu-GDP bound from Clopper-Pearson limits at the ROC hull's thresholds,
+    valid for a mechanism Gaussian in the canary's direction; None without
+    unseen canaries). epsilon_lo_gauss_pair (`gaussian_pair`: a lower
+    confidence bound on the mean shift in units of the larger std, as
+    mu-GDP's eps at delta; valid when seen and null scores are Gaussian,
+    any stds): against the exact null's mean 0 and std 1/sqrt(d) for
+    'final', against the unseen scores for 'all'.
     Nominal only: epsilon_lo_paper (the paper's Sec. 5.1 bound).
   Attack summaries: auroc, P(null statistic < seen statistic), ties one half,
     against the exact null (Theorem 3.1) for 'final', the unseen sample for
     'all'; tpr_at_fpr, the fraction of seen statistics above the threshold
     whose FPR is the key ('0.01', '0.001'): the exact null's quantile for
     'final', the unseen sample's (`attack_metrics.empirical_threshold`) for
-    'all'.
+    'all'; tpr_at_given_fpr (same keys) and max_accuracy, jax-privacy main's
+    summaries of the ROC hull of seen against unseen statistics
+    (`attack_metrics`; None without unseen canaries).
   Normality (Table 6): anderson_seen, anderson_unseen ('all' only), None for
     fewer than 8 scores.
   """
@@ -221,8 +233,7 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
       'split' (`lower_bound.epsilon_lower_bound`); the paper's is always
       reported as epsilon_lo_paper.
     bootstrap_resamples: Resamples (>= 20) of the headline's interval.
-    seed: Makes the bootstrap (and the 'split' halves, and the tight bounds'
-      tie-breaking) reproducible.
+    seed: Makes the bootstrap (and the 'split' halves) reproducible.
 
   Returns:
     The `PrivacyReport` with threat_model 'final'.
@@ -257,8 +268,8 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
     dim: Optional d >= 3, recorded in the report.
     threshold_strategy: As for `final_model_report`.
     bootstrap_resamples: Resamples (>= 20) of the headline's interval.
-    seed: Makes the bootstrap (seen and unseen resampled independently), the
-      'split' halves and the tight bounds' tie-breaking reproducible.
+    seed: Makes the bootstrap (seen and unseen resampled independently) and
+      the 'split' halves reproducible.
 
   Returns:
     The `PrivacyReport` with threat_model 'all'.

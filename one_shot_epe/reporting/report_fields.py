@@ -141,6 +141,11 @@ def _identity(value: Any) -> Any:
   return value
 
 
+def _read_optional_rates(
+    value: Mapping[str, float] | None) -> dict[str, float] | None:
+  return None if value is None else dict(value)
+
+
 def _number_columns(field: 'ReportField') -> tuple[Column, ...]:
   return (Column(field.label, field.assumes.tag, lambda report: number_cell(
       None if report is None else getattr(report, field.key))),)
@@ -179,10 +184,14 @@ def _rate_columns(field: 'ReportField') -> tuple[Column, ...]:
 
   def column(fpr: float) -> Column:
     mantissa, exponent = f'{fpr:.0e}'.split('e')
+
+    def cell(report: Any) -> str:
+      rates = None if report is None else getattr(report, field.key)
+      return number_cell(
+          None if rates is None else rates[report_scores.fpr_key(fpr)])
+
     return Column(f'{field.label} {mantissa}e{int(exponent)}',
-                  field.assumes.tag, lambda report: number_cell(
-                      None if report is None else
-                      getattr(report, field.key)[report_scores.fpr_key(fpr)]))
+                  field.assumes.tag, cell)
 
   return tuple(column(fpr) for fpr in report_scores.TPR_FPRS)
 
@@ -323,6 +332,19 @@ FIELDS = (
                 GAUSSIAN, lambda scores: scores.tight_game('gdp'),
                 kind=float | None, old_default=None, short='gdp',
                 summary=('final',)),
+    ReportField('epsilon_lo_gauss_pair', 'ε_gauss-pair', 'lower bounds', _BOTH,
+                GAUSSIAN, _Scores.gauss_pair, kind=float | None,
+                old_default=None),
+    # jax-privacy main's ROC-hull statistics; they need unseen canaries.
+    ReportField('epsilon_lo_gdp_thresholds', 'ε_gdp-thresholds',
+                'lower bounds', _BOTH, GAUSSIAN, _Scores.gdp_thresholds,
+                kind=float | None, old_default=None),
+    ReportField('tpr_at_given_fpr', 'hull TPR at FPR', 'attack', _BOTH,
+                ATTACK, _Scores.tpr_at_given_fpr,
+                kind=dict[str, float] | None, old_default=None,
+                layout='rates', read=_read_optional_rates),
+    ReportField('max_accuracy', 'max accuracy', 'attack', _BOTH, ATTACK,
+                _Scores.max_accuracy, kind=float | None, old_default=None),
 )
 
 

@@ -21,6 +21,8 @@ import numpy as np
 
 from one_shot_epe.stats import attack_metrics
 from one_shot_epe.stats import estimation
+from one_shot_epe.stats import gaussian_pair
+from one_shot_epe.stats import gdp_threshold
 from one_shot_epe.stats import lower_bound
 from one_shot_epe.stats import null_distribution
 from one_shot_epe.stats import tight_audit
@@ -61,8 +63,7 @@ class Scores:
     dim: d (the exact null's dimension for 'final'; recorded for 'all').
     delta: The delta of every eps.
     alpha: The lower bounds hold with probability 1 - alpha.
-    seed: Seeds the bootstrap, the 'split' halves and the tight bounds'
-      tie-breaking.
+    seed: Seeds the bootstrap and the 'split' halves.
     threshold_strategy: epsilon_lo's sound threshold choice.
     bootstrap_resamples: Resamples of the headline's interval.
   """
@@ -284,7 +285,7 @@ class Scores:
       return None
     return tight_audit.epsilon_lo_tight.unchecked(
         self.seen, self.unseen, delta=self.delta, family=family,
-        alpha=self.alpha, design='bernoulli', seed=self.seed)
+        alpha=self.alpha)
 
   def tight_any(self) -> float | None:
     """The tight bound for any (eps, delta)-DP mechanism.
@@ -298,3 +299,53 @@ class Scores:
           self.seen, lambda t: null_distribution.null_logsf(t, self.dim),
           delta=self.delta, alpha=self.alpha)
     return self.tight_game('channel')
+
+  def gauss_pair(self) -> float:
+    """The Gaussian-pair bound (`gaussian_pair`, docs/bounds.md).
+
+    Returns:
+      Final model: the seen scores against the exact null's mean 0 and
+      std 1/sqrt(d) (`gaussian_pair.epsilon_lo_known_null`); all
+      iterates: against the unseen scores
+      (`gaussian_pair.epsilon_lo_two_sample`).
+    """
+    if self.final:
+      return gaussian_pair.epsilon_lo_known_null.unchecked(
+          self.seen, null_std=self.null_fit[1], delta=self.delta,
+          alpha=self.alpha)
+    return gaussian_pair.epsilon_lo_two_sample.unchecked(
+        self.seen, self.unseen, delta=self.delta, alpha=self.alpha)
+
+  def gdp_thresholds(self) -> float | None:
+    """jax-privacy main's one-sided mu-GDP bound (`gdp_threshold`).
+
+    Returns:
+      Its eps_lo; None without unseen scores.
+    """
+    if self.unseen is None:
+      return None
+    return gdp_threshold.epsilon_gdp_thresholds.unchecked(
+        self.seen, self.unseen, delta=self.delta, alpha=self.alpha)
+
+  def tpr_at_given_fpr(self) -> dict[str, float] | None:
+    """The ROC hull's largest TPR at each of `TPR_FPRS` (jax-privacy main's).
+
+    Returns:
+      `fpr_key(fpr)` -> `attack_metrics.tpr_at_given_fpr`; None without
+      unseen scores.
+    """
+    if self.unseen is None:
+      return None
+    rates = attack_metrics.tpr_at_given_fpr.unchecked(
+        self.seen, self.unseen, list(TPR_FPRS))
+    return {fpr_key(fpr): float(rate) for fpr, rate in zip(TPR_FPRS, rates)}
+
+  def max_accuracy(self) -> float | None:
+    """The largest accuracy of a threshold test (`attack_metrics`).
+
+    Returns:
+      At the samples' own prevalence; None without unseen scores.
+    """
+    if self.unseen is None:
+      return None
+    return attack_metrics.max_accuracy.unchecked(self.seen, self.unseen)

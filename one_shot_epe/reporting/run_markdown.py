@@ -97,6 +97,9 @@ def headline_sentences(report: Any) -> list[str]:
 def bounds_above_estimate(report: Any) -> list[tuple[str, str, float, float]]:
   """The lower bounds that hold and exceed their threat model's ε_est.
 
+  A saturated ε_est (the most its canaries can show, '≥') is no estimate
+  to be exceeded: its threat model is skipped.
+
   Args:
     report: The `run_report.RunReport`.
 
@@ -106,6 +109,8 @@ def bounds_above_estimate(report: Any) -> list[tuple[str, str, float, float]]:
   """
   found = []
   for name, threat in _threats(report):
+    if threat.epsilon_est_saturated:
+      continue
     for field in report_fields.in_groups('lower bounds'):
       value = getattr(threat, field.key)
       if value is not None and value > threat.epsilon_est:

@@ -319,7 +319,7 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
     alpha: 1 - the confidence of the lower bounds.
     setting: The run's setting, shown in the report; the mechanism's
       entries are added after it.
-    seed: Seeds the bootstrap intervals and the tight bounds' tie-breaking.
+    seed: Seeds the bootstrap intervals.
     notes: What the run's training health says
       (`runtime.training_health.TrainingHealth.notes`), shown in report.md
       and kept in report.json's 'notes'.

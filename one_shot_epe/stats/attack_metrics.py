@@ -19,6 +19,11 @@ larger") are reported beside it:
   mu-GDP's optimal test has AUROC Phi(mu / sqrt(2)) and no test does better,
   so unlike the mean shift it cannot be inflated by a statistic whose spread
   differs between seen and unseen canaries (a maximum over rounds).
+* jax-privacy main's ROC-hull summaries (`auditing.CanaryScoreAuditor`):
+  the largest TPR at a given FPR of a test that may randomise between two
+  thresholds (`tpr_at_given_fpr`, interpolated along the hull of
+  `one_run.hull_counts`) and the largest accuracy of a threshold test, or
+  its Clopper-Pearson upper bound (`max_accuracy`).
 * A percentile bootstrap interval for the headline estimates
   (`bootstrap_means`, `bootstrap_aurocs`, `percentile_bootstrap_interval`).
 """
@@ -30,10 +35,13 @@ from numpy.typing import ArrayLike
 from scipy import stats
 
 from one_shot_epe import validation
+from one_shot_epe.stats import lower_bound
+from one_shot_epe.stats import one_run
 
 __all__ = ['auroc_against_cdf', 'auroc_two_samples', 'bootstrap_aurocs',
            'bootstrap_means', 'empirical_threshold', 'gdp_mu',
-           'gdp_mu_from_auroc', 'percentile_bootstrap_interval', 'tpr_above']
+           'gdp_mu_from_auroc', 'max_accuracy', 'percentile_bootstrap_interval',
+           'tpr_above', 'tpr_at_given_fpr']
 
 
 # Attack statistics: one value is a sample here.
@@ -173,6 +181,82 @@ def gdp_mu_from_auroc(auroc: float, num_pairs: int) -> float:
   margin = 0.5 / num_pairs
   return math.sqrt(2.0) * float(
       stats.norm.ppf(min(max(auroc, margin), 1.0 - margin)))
+
+
+@validation.arguments('seen', 'unseen')
+def tpr_at_given_fpr(seen: ArrayLike, unseen: ArrayLike,
+                     fpr: ArrayLike) -> float | np.ndarray:
+  """The largest TPR at FPR `fpr` of "score >= t", randomising between two t.
+
+  Along the ROC hull's vertices (true and false positives rising as t
+  falls) the first vertex with more false positives than fpr m is found
+  (the last one for fpr = 1) and the true positives are interpolated
+  linearly between it and the vertex before: the test that flags at the
+  lower threshold and, with the right probability, at the upper one.
+
+  Args:
+    seen: Scores of the inserted canaries, >= 2 values.
+    unseen: Scores of the canaries never inserted, m >= 2 values.
+    fpr: A false-positive rate in [0, 1], or an array of them.
+
+  Returns:
+    The TPR, a float for a scalar `fpr`, else an array of its shape.
+
+  Raises:
+    ValueError: a sample is too small or not finite, or an `fpr` lies
+      outside [0, 1].
+  """
+  rates = np.asarray(fpr, dtype=np.float64)
+  if not np.all((rates >= 0.0) & (rates <= 1.0)):
+    raise ValueError(f'fpr must lie in [0, 1]; got {fpr!r}.')
+  hits, alarms = (counts[::-1] for counts in one_run.hull_counts(seen, unseen))
+  target = rates * unseen.size
+  right = np.minimum(np.searchsorted(alarms, target, side='right'),
+                     alarms.size - 1)
+  share = (target - alarms[right - 1]) / (alarms[right] - alarms[right - 1])
+  tpr = (hits[right - 1] + share * (hits[right] - hits[right - 1])) / seen.size
+  return float(tpr) if tpr.ndim == 0 else tpr
+
+
+@validation.arguments('seen', 'unseen',
+                      prevalence=validation.Optional(validation.Real(0.0, 1.0)),
+                      alpha=validation.Optional(lower_bound.ALPHA))
+def max_accuracy(seen: ArrayLike, unseen: ArrayLike, *,
+                 prevalence: float | None = None,
+                 alpha: float | None = None) -> float:
+  """The largest accuracy of "score >= t" over the ROC hull's thresholds.
+
+  Accuracy is prevalence TPR + (1 - prevalence) TNR. With `alpha`, TPR and
+  TNR are replaced by their Clopper-Pearson upper bounds at level alpha / 2
+  each: a bound on the accuracy, as jax-privacy main computes it.
+
+  Args:
+    seen: Scores of the inserted canaries, >= 2 values.
+    unseen: Scores of the canaries never inserted, >= 2 values.
+    prevalence: The share of inserted canaries, in [0, 1]; None for the
+      samples' own, k / (k + m).
+    alpha: None for the observed rates; else 1 - the confidence of the upper
+      bounds, in (0, 0.5).
+
+  Returns:
+    The accuracy, in [0, 1].
+
+  Raises:
+    ValueError: a sample is too small or not finite, or `prevalence` or
+      `alpha` is out of range.
+  """
+  hits, alarms = one_run.hull_counts(seen, unseen)
+  rejections = unseen.size - alarms
+  if prevalence is None:
+    prevalence = seen.size / (seen.size + unseen.size)
+  if alpha is None:
+    tpr, tnr = hits / seen.size, rejections / unseen.size
+  else:
+    tpr = lower_bound.clopper_pearson_upper.unchecked(
+        hits.astype(np.float64), seen.size, alpha / 2.0)
+    tnr = lower_bound.clopper_pearson_upper.unchecked(
+        rejections.astype(np.float64), unseen.size, alpha / 2.0)
+  return float(np.max(prevalence * tpr + (1.0 - prevalence) * tnr))
 
 
 @validation.arguments('resamples', seen=_STATISTICS, unseen=_STATISTICS)

@@ -38,14 +38,24 @@ Two families (`FAMILIES`), derivations in docs/bounds.md:
   its mean error is Phi-bar(c + mu/2) / s. It holds when the mechanism is
   Gaussian in the canary's direction; eps is that of mu-GDP at delta.
 
-The auditor's guesses use the scores only: "in" above the pooled median of
-all n scores, "out" below, most confident = farthest from that median (the
-MAP rule of a location family symmetric about the midpoint of its two laws,
-which the pooled median estimates without labels); ties are broken by a
-seeded permutation, so their order cannot depend on the labels. The number
-of guesses r is not chosen on the data: every r of a fixed halving grid
-(n, n/2, n/4, ... >= `MIN_GUESSES`) is tested at alpha / (grid size) and the
-largest bound kept (union bound). numpy/scipy only.
+The auditor's guesses use the scores only: "in" at or above the pooled
+median of all n scores, "out" below, most confident = farthest from that
+median (the MAP rule of a location family symmetric about the midpoint of
+its two laws, which the pooled median estimates without labels); equal
+distances go highest score first, and among identical scores, which no rule
+of the scores can tell apart, the wrong guesses come first: the mistakes are
+the most that any order of the ties independent of the labels could give.
+
+The project's design inserts a uniformly random k of its n canaries, not
+each by a fair coin. Under it the game's p-value here is max(p(theta), p0),
+p0 the exact p-value of "no signal" under that design
+(`balanced_null.permutation_p_value`), so a bound above 0 is valid at its
+level under the design the project runs when the scores carry no signal; for
+a signal the Bernoulli game's p(theta) is used (docs/bounds.md).
+
+The number of guesses r is not chosen on the data: every r of a fixed
+halving grid (n, n/2, n/4, ... >= `MIN_GUESSES`) is tested at alpha / (grid
+size) and the largest bound kept (union bound). numpy/scipy only.
 """
 
 import math
@@ -59,6 +69,7 @@ from scipy import special
 from scipy import stats
 
 from one_shot_epe import validation
+from one_shot_epe.stats import balanced_null
 from one_shot_epe.stats import estimation
 from one_shot_epe.stats import lower_bound
 
@@ -70,13 +81,14 @@ __all__ = ['DESIGNS', 'Design', 'FAMILIES', 'Family', 'GUESS_FRACTIONS',
 
 Family = Literal['channel', 'gdp']
 FAMILIES = ('channel', 'gdp')
-# 'bernoulli': each canary inserted with probability 1/2 independently (the
-# paper's game). 'fixed_count': a uniformly random subset of the observed
-# size was inserted, the Bernoulli design conditioned on its count; its
-# p-value is the Bernoulli one divided by P[Bin(n, 1/2) = seen], which holds
-# exactly (docs/bounds.md) but costs that factor in the level.
-Design = Literal['bernoulli', 'fixed_count']
-DESIGNS = ('bernoulli', 'fixed_count')
+# Both: a uniformly random subset of the observed size was inserted (the
+# project's k of 2k; the Bernoulli(1/2) design given its count).
+# 'balanced': the p-value is max(p(theta), p0), p0 the exact p-value of no
+# signal under that design (module docstring). 'fixed_count': the Bernoulli
+# p-value divided by P[Bin(n, 1/2) = seen], which holds exactly at every
+# theta (docs/bounds.md) but costs that factor in the level.
+Design = Literal['balanced', 'fixed_count']
+DESIGNS = ('balanced', 'fixed_count')
 # The game needs this many canaries in all, and seen and unseen counts no
 # further than this many binomial standard deviations sqrt(n)/2 from n/2.
 MIN_CANARIES = 20
@@ -251,39 +263,37 @@ def _guess_grid(canaries: int, family: str) -> np.ndarray:
   return grid[::-1]
 
 
-@validation.arguments('seen', 'unseen', 'seed')
-def mistakes(seen: ArrayLike, unseen: ArrayLike, seed: int = 0) -> np.ndarray:
-  """Cumulative mistakes of the label-free guesses, most confident first.
+@validation.arguments('seen', 'unseen')
+def mistakes(seen: ArrayLike,
+             unseen: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+  """Cumulative mistakes and "in" guesses of the label-free guesses.
 
   Args:
     seen: Scores of the inserted canaries (higher means "inserted").
     unseen: Scores of the canaries never inserted.
-    seed: Seed of the permutation that breaks ties (and of the coin for a
-      score equal to the median).
 
   Returns:
-    m with m[r - 1] the mistakes among the r most confident guesses,
-    r = 1 ... n.
+    (m, a): m[r - 1] the mistakes and a[r - 1] the "in" guesses among the r
+    most confident guesses, r = 1 ... n (a depends on the scores only).
 
   Raises:
-    ValueError: if a set is not a 1-D sample of at least 2 finite numbers,
-      or `seed` is not an int >= 0.
+    ValueError: if a set is not a 1-D sample of at least 2 finite numbers.
   """
-  return _mistakes(seen, unseen, seed)
+  return _mistakes(seen, unseen)
 
 
-def _mistakes(seen: np.ndarray, unseen: np.ndarray, seed: int) -> np.ndarray:
+def _mistakes(seen: np.ndarray,
+              unseen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """`mistakes` of checked samples."""
-  rng = np.random.default_rng(seed)
   scores = np.concatenate([seen, unseen])
   inserted = np.arange(scores.size) < seen.size
-  order = rng.permutation(scores.size)
-  scores, inserted = scores[order], inserted[order]
   median = np.median(scores)
-  guess_in = np.where(scores == median, rng.random(scores.size) < 0.5,
-                      scores > median)
-  ranking = np.argsort(-np.abs(scores - median), kind='stable')
-  return np.cumsum(guess_in[ranking] != inserted[ranking])
+  guess_in = scores >= median
+  wrong = guess_in != inserted
+  # Farthest from the median first, then highest score; identical scores
+  # with their wrong guesses first (the last key sorts first).
+  ranking = np.lexsort((~wrong, -scores, -np.abs(scores - median)))
+  return np.cumsum(wrong[ranking]), np.cumsum(guess_in[ranking])
 
 
 def _largest_rejected(p_value, level: float) -> float:
@@ -323,12 +333,12 @@ def check_design(seen_size: int, unseen_size: int) -> None:
         'tight one-run bound assumes that design.')
 
 
-@validation.arguments('seen', 'unseen', 'delta', 'seed', family=_FAMILY,
+@validation.arguments('seen', 'unseen', 'delta', family=_FAMILY,
                       alpha=lower_bound.ALPHA,
                       design=validation.Choice(DESIGNS))
 def epsilon_lo_tight(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
                      family: str, alpha: float = 0.05,
-                     design: str = 'bernoulli', seed: int = 0) -> float:
+                     design: str = 'balanced') -> float:
   """1 - alpha lower bound on eps from the tight one-run audit.
 
   Args:
@@ -339,10 +349,11 @@ def epsilon_lo_tight(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
     family: 'channel' (holds for every (eps, delta)-DP mechanism) or 'gdp'
       (holds when the mechanism is Gaussian in the canary's direction).
     alpha: 1 - confidence, in (0, 0.5).
-    design: 'bernoulli' (each canary inserted with probability 1/2, the
-      paper's game) or 'fixed_count' (a uniformly random subset of the
-      observed size; the level is multiplied by P[Bin(n, 1/2) = seen]).
-    seed: Seed of the tie-breaking permutation (`mistakes`).
+    design: How the seen canaries were chosen, a uniformly random subset of
+      the observed size either way: 'balanced' (each r is tested only where
+      the exact no-signal p-value `balanced_null.permutation_p_value` is at
+      most the level too) or 'fixed_count' (the level is multiplied by
+      P[Bin(n, 1/2) = seen]).
 
   Returns:
     eps_lo >= 0, the best over the guess grid, each r at alpha / (grid size).
@@ -353,7 +364,7 @@ def epsilon_lo_tight(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
   """
   check_design(seen.size, unseen.size)
   canaries = seen.size + unseen.size
-  cumulative = _mistakes(seen, unseen, seed)
+  cumulative, guessed_in = _mistakes(seen, unseen)
   grid = _guess_grid(canaries, family)
   level = alpha / grid.size
   if design == 'fixed_count':
@@ -361,6 +372,10 @@ def epsilon_lo_tight(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
   best = 0.0
   for guesses in grid:
     made = int(cumulative[guesses - 1])
+    if design == 'balanced' and balanced_null.permutation_p_value.unchecked(
+        made, int(guessed_in[guesses - 1]), int(guesses), seen.size,
+        canaries) > level:
+      continue
     nodes = _quadrature(int(guesses), canaries)
     best = max(best, _largest_rejected(
         lambda theta, r=int(guesses), u=made, q=nodes: _p_value(
