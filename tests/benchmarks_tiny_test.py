@@ -2,17 +2,17 @@
 
 Each program of benchmarks/ (a module with a `__main__` block) takes --tiny
 (benchmarks/tiny.py): its imports, flags and one measurement at toy size.
-Its tiny mode runs here in this process, in exactly one environment's suite
+Its tiny mode runs as `python -m benchmarks.<name> --tiny`, in a process of
+its own (a benchmark installs TFF execution contexts and starts workers that
+must not outlive it in the test process), in exactly one environment's suite
 (`ENVIRONMENTS`: .venv's `make test`, .venv-jax's `make test-jax` or
-.venv-flower's `make test-flower`), as `python -m` would run it: absl
-programs with their flags parsed into a fresh `FlagValues`. A new program
-that no environment lists fails here until it has a tiny mode and a row.
+.venv-flower's `make test-flower`). A new program that no environment lists
+fails here until it has a tiny mode and a row.
 """
 
-import importlib
 import importlib.util
-import os
 import pathlib
+import subprocess
 import sys
 import types
 
@@ -21,7 +21,10 @@ from absl import flags
 
 from benchmarks import tiny
 
-BENCHMARKS = pathlib.Path(__file__).resolve().parent.parent / 'benchmarks'
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / 'benchmarks'
+# A tiny mode takes seconds (the slowest, with its JAX child, about 40 s).
+_TIMEOUT_S = 600
 
 # Where each program's tiny mode runs: 'tf' (.venv: TensorFlow and TFF, the
 # JAX children of the engine comparisons in .venv-jax), 'jax' (.venv-jax:
@@ -61,34 +64,18 @@ def _environment() -> str:
   return 'jax'
 
 
-@pytest.fixture(name='restored_environ')
-def fixture_restored_environ():
-  """os.environ as it was before the test (a benchmark may set variables)."""
-  saved = dict(os.environ)
-  yield
-  os.environ.clear()
-  os.environ.update(saved)
-
-
 @pytest.mark.parametrize('name', _modules(programs=True))
-def test_tiny_mode_runs(name, monkeypatch, capfd, restored_environ):
-  del restored_environ
+def test_tiny_mode_runs(name):
   assert name in ENVIRONMENTS, (
       f'benchmarks/{name}.py: give it a --tiny mode (benchmarks/tiny.py) and '
       'its environment in ENVIRONMENTS.')
   if ENVIRONMENTS[name] != _environment():
     pytest.skip(f'its tiny mode runs in the {ENVIRONMENTS[name]!r} suite.')
-  module = importlib.import_module(f'benchmarks.{name}')
-  argv = [f'benchmarks.{name}', '--tiny']
-  monkeypatch.setattr(sys, 'argv', argv)
-  if hasattr(module, 'define_flags'):
-    values = flags.FlagValues()
-    monkeypatch.setattr(module, '_FLAGS', types.SimpleNamespace(
-        **module.define_flags(values)))
-    module.main(values(argv))
-  else:
-    module.main(argv)
-  assert capfd.readouterr().out.strip(), 'the tiny run printed nothing'
+  run = subprocess.run([sys.executable, '-m', f'benchmarks.{name}', '--tiny'],
+                       cwd=ROOT, capture_output=True, text=True,
+                       timeout=_TIMEOUT_S, check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert run.stdout.strip(), 'the tiny run printed nothing'
 
 
 def test_every_listed_program_exists():
