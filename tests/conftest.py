@@ -16,6 +16,7 @@ directory is removed at the end unless a test failed.
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import urllib.request
 
@@ -33,6 +34,12 @@ _EXEMPT_TEMP_PREFIXES = ('pytest-of-', '__autograph_generated_file',
 
 
 def pytest_configure(config):
+  # A suite started in the background (`make test &`, nohup) inherits an
+  # ignored SIGINT, and so would every TFF worker it starts; TFF's own local
+  # executor (`ServiceManager.__del__`, TFF's test contexts) stops its worker
+  # with SIGINT and waits without a timeout, which would then never return.
+  if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
   # Under pytest-xdist each worker makes its own inside the controller's.
   config.session_temp = tempfile.mkdtemp(prefix='one_shot_epe_tests_')
   os.environ['TMPDIR'] = config.session_temp
