@@ -122,8 +122,10 @@ def test_a_resumed_stream_continues_the_uninterrupted_one(strategy):
 
 
 def _column(path, name: str) -> np.ndarray:
+  """The column over training rounds (metrics.csv's round 0: evaluation)."""
   with open(path, newline='', encoding='utf-8') as stream:
-    return np.asarray([float(row[name]) for row in csv.DictReader(stream)])
+    return np.asarray([float(row[name]) for row in csv.DictReader(stream)
+                       if int(row['round']) > 0])
 
 
 def _config(root, **overrides):

@@ -68,7 +68,8 @@ _RUN = textwrap.dedent('''
       def __init__(self):
         self.rounds = []
       def on_round(self, record):
-        self.rounds.append(record.metrics)
+        if record.round_num:  # Round 0: the initial evaluation only.
+          self.rounds.append(record.metrics)
       def on_cosines(self, cosines):
         pass
 
