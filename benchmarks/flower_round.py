@@ -1,7 +1,8 @@
 """What the canaries cost a Flower round: audited over plain DP-FedAvg.
 
 Both arms run the same rounds of the Flower example's task
-(`examples.flower_fashion_mnist`: softmax regression, d = 7850, 20 of 200
+(`examples.flower_fashion_mnist`, the task of the Flower App in
+examples/flowerapp: softmax regression, d = 7850, 20 of 200
 clients per round, one local epoch) under the same
 `DifferentialPrivacyServerSideFixedClipping` around FedAvg; one arm is
 wrapped by `flower_engine.audit.CanaryAudit` (500 seen and 500 unseen
@@ -36,6 +37,7 @@ from collections.abc import Callable, Sequence
 
 from benchmarks import tiny
 from examples import flower_fashion_mnist as example
+from examples.flowerapp.fashion_audit import task as fashion
 from one_shot_epe.flower_engine import audit as audit_lib
 from one_shot_epe.flower_engine import local_grid
 
@@ -62,25 +64,25 @@ class _Timed:
     return self._grid.send_and_receive(messages, timeout=timeout)
 
 
-def _arms(setting: example.Setting, repeats: int
+def _arms(setting: fashion.Setting, repeats: int
           ) -> Callable[[object], dict[str, list[tuple[float, float]]]]:
   """Runs both arms `repeats` times on a grid; their rounds' times."""
   times = {'plain': [], 'audited': []}
 
   def run(grid) -> dict[str, list[tuple[float, float]]]:
     # A first plain run, not timed: the clients load their data.
-    example.dp_strategy(setting, 1.0).start(grid, example.initial_arrays(),
+    fashion.dp_strategy(setting, 1.0).start(grid, fashion.initial_arrays(),
                                             num_rounds=setting.rounds)
     for _ in range(repeats):
       for arm, rounds in times.items():
         timed = _Timed(grid)
-        strategy = example.dp_strategy(setting, 1.0)
+        strategy = fashion.dp_strategy(setting, 1.0)
         run_dir = tempfile.mkdtemp()
         if arm == 'audited':
           strategy = audit_lib.CanaryAudit(
               run_dir=f'{run_dir}/run', num_canaries=setting.num_canaries,
               rounds=setting.rounds, delta=1e-5, seed=0).wrap(strategy)
-        strategy.start(timed, example.initial_arrays(),
+        strategy.start(timed, fashion.initial_arrays(),
                        num_rounds=setting.rounds)
         shutil.rmtree(run_dir)
         rounds.extend((b[0] - a[0], b[1] - a[1])
@@ -108,15 +110,15 @@ def main(argv: Sequence[str]) -> None:
     if getattr(args, name) is None:
       setattr(args, name, value)
   logging.getLogger('flwr').setLevel(logging.WARNING)
-  setting = example.Setting(rounds=args.rounds,
+  setting = fashion.Setting(rounds=args.rounds,
                             num_canaries=args.num_canaries)
   if args.tiny:
     setting = dataclasses.replace(setting, **_TINY_SETTING)
   run = _arms(setting, args.repeats)
   if args.runtime == 'local':
-    task = example.load_task(setting)
+    task = fashion.load_task(setting)
     times = run(local_grid.LocalGrid(
-        setting.num_clients, lambda node, message: example.train_reply(
+        setting.num_clients, lambda node, message: fashion.train_reply(
             task, setting, node - 1,
             message.content['config']['server-round'], message)))
     measures = ((1, 'CPU time of this process'), (0, 'wall time'))

@@ -101,6 +101,15 @@ OTHER_PROGRAMS_FLAGS = {
                             'grpc_max_message_length_megabytes'),
     'pytest': ('durations',),
     'ray start': ('head', 'address'),
+    # Flower 1.42's (docs/flower.md; tests/flower_engine_deployment_test.py
+    # checks each against the program's --help).
+    'flower-superlink': ('insecure', 'host', 'port', 'simulation',
+                         'disable-runtime-dependency-installation',
+                         'ssl-certfile', 'ssl-keyfile', 'ssl-ca-certfile',
+                         'database'),
+    'flower-supernode': ('insecure', 'superlink', 'host', 'port',
+                         'node-config', 'root-certificates'),
+    'flwr run': ('stream', 'run-config', 'federation-config'),
 }
 # File name endings that make a dotted word a file, not a Python name.
 FILE_SUFFIXES = ('md', 'json', 'csv', 'png', 'py', 'cfg', 'txt', 'npz', 'npy',

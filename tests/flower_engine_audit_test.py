@@ -249,19 +249,20 @@ def test_a_run_directory_of_another_run_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize('build, named', [
-    (lambda: DifferentialPrivacyClientSideFixedClipping(_fedavg(), 1.0, 1.0,
-                                                        COHORT),
-     'DifferentialPrivacyClientSideFixedClipping: client-side clipping'),
     (lambda: DifferentialPrivacyClientSideAdaptiveClipping(_fedavg(), 0.3,
                                                            COHORT),
-     'DifferentialPrivacyClientSideAdaptiveClipping: client-side clipping'),
+     'DifferentialPrivacyClientSideAdaptiveClipping: client-side adaptive '
+     'clipping noises a round at the clip Flower sets'),
+    (lambda: DifferentialPrivacyClientSideFixedClipping(FedAvgM(), 1.0, 1.0,
+                                                        COHORT),
+     'wraps FedAvgM'),
     (lambda: DifferentialPrivacyServerSideFixedClipping(
         FedAdam(), 1.0, 1.0, COHORT), 'wraps FedAdam'),
     (lambda: DifferentialPrivacyServerSideFixedClipping(
         FedAvgM(), 1.0, 1.0, COHORT), 'wraps FedAvgM'),
     (lambda: DifferentialPrivacyServerSideAdaptiveClipping(
         FedMedian(), 0.3, COHORT), 'wraps FedMedian'),
-    (_fedavg, 'FedAvg: the audit needs Flower\'s server-side DP wrapper'),
+    (_fedavg, 'FedAvg: the audit needs one of Flower\'s DP wrappers'),
 ])
 def test_strategies_it_cannot_audit_are_refused_by_name(tmp_path, build,
                                                          named):

@@ -4,7 +4,9 @@ Flower (`flwr.serverapp.strategy`, 1.42) makes FedAvg differentially private
 with a wrapper: `DifferentialPrivacyServerSideFixedClipping` or
 `...ServerSideAdaptiveClipping` clips each reply's difference from the
 current model inside `aggregate_train`, calls the inner strategy, then adds
-Gaussian noise of std z C / num_sampled_clients. `CanaryAudit.wrap` audits
+Gaussian noise of std z C / num_sampled_clients;
+`DifferentialPrivacyClientSideFixedClipping` adds the same noise to replies
+the clients clipped (Flower's fixedclipping_mod). `CanaryAudit.wrap` audits
 such a strategy (Andrew et al., ICLR 2024, Sections 3-4):
 
     outer  audited_strategy.AuditedStrategy  seeds, times, observes rounds
@@ -14,12 +16,13 @@ such a strategy (Andrew et al., ICLR 2024, Sections 3-4):
 
 so the canaries enter inside the noise. Canary j is a client whose update is
 S_t c_j, with S_t the clip the round's replies were clipped to (an unclipped
-client of norm exactly S_t: 'project', Algorithm 2 line 7), of the real
-replies' weight w. FedAvg's mean being linear, the round's k_t canaries are
-sent as one reply, theta + (S_t / k_t) sum_j c_j of weight k_t w, which adds
-exactly what k_t such clients would (one message instead of k_t), with the
-real replies' metric means (FedAvg's averages of the metrics do not move).
-The seen canaries are inserted on
+client of norm exactly S_t: 'project', Algorithm 2 line 7; what a client's
+fixedclipping_mod sends at most), of the real replies' weight w. FedAvg's
+mean being linear, the round's k_t canaries are sent as one reply,
+theta + (S_t / k_t) sum_j c_j of weight k_t w, which adds exactly what k_t
+such clients would (one message instead of k_t), with the real replies'
+metric means (FedAvg's averages of the metrics do not move). The seen
+canaries are inserted on
 `canary_schedules.periodic_canary_schedule` (each once in each of r periods,
 Sec. 5.2), the unseen ones never.
 
@@ -31,12 +34,14 @@ replies were clipped to S_t). The canary strategy sets the wrapper's
 divisor to N_t S_{t+1} / S_t for the round, so the noise std is exactly
 z S_t / N_t, and restores it when the next round is configured.
 
-What is refused (`AuditRefused`, naming it): client-side clipping (the
-canary could not be clipped like a client's update), any other strategy
-than a server-side DP wrapper around FedAvg's own aggregation (FedAvgM,
+What is refused (`AuditRefused`, naming it): client-side adaptive clipping
+(its noise is scaled to the clip it sets after averaging), any other
+strategy than these DP wrappers around FedAvg's own aggregation (FedAvgM,
 FedAdam, FedMedian, ... move or replace the mean the noise is scaled to),
-Flower's own accountant (the audit accounts), and, at aggregation, unequal
-client weights (a weighted mean changes the sensitivity).
+and, at aggregation, unequal client weights (a weighted mean changes the
+sensitivity) or, the clients clipping, an update beyond the clip. A
+wrapper's `accountant=` keeps accounting (`flower_accountant`); the report
+shows its ε beside the audit's.
 
 Each round the outer strategy takes every canary's cosine with the released
 aggregate rho_bar_t = theta_t - theta_{t-1} (Algorithm 3, the max over rounds
@@ -59,7 +64,7 @@ Gaussian of std sigma_b (adaptive: Flower counts clipped replies, a query of
 sensitivity 1, so the round's overall multiplier is (z_v^-2 + sigma_b^-2)^-1/2,
 not Flower's (z_v^-2 + (2 sigma_b)^-2)^-1/2); composed over every round: Flower's
 FedAvg samples a fixed-size cohort without replacement, and no amplification
-is claimed.
+is claimed. A wrapper's accountant gives the report's framework_epsilon.
 
 Example (examples/flower_fashion_mnist.py runs it):
 
@@ -88,6 +93,7 @@ from flwr.serverapp.strategy import (
 from one_shot_epe import validation
 from one_shot_epe.flower_engine import audited_strategy
 from one_shot_epe.flower_engine import canaries
+from one_shot_epe.flower_engine import flower_accountant
 from one_shot_epe.flower_engine import strategies
 from one_shot_epe.design import audit_checks
 from one_shot_epe.design import canary_spec
@@ -204,9 +210,11 @@ class CanaryAudit:
     """The strategy to start instead of `strategy`, canaries inside its noise.
 
     Args:
-      strategy: Flower's `DifferentialPrivacyServerSideFixedClipping` or
-        `DifferentialPrivacyServerSideAdaptiveClipping` around `FedAvg`;
-        its inner strategy is replaced by the canaries' around the FedAvg.
+      strategy: Flower's `DifferentialPrivacyServerSideFixedClipping`,
+        `DifferentialPrivacyServerSideAdaptiveClipping` or
+        `DifferentialPrivacyClientSideFixedClipping` around `FedAvg`, with
+        or without `accountant=`; its inner strategy is replaced by the
+        canaries' around the FedAvg.
 
     Returns:
       A `Strategy` whose `start` trains (or resumes) the run and writes its
@@ -305,6 +313,8 @@ class CanaryAudit:
 
     Raises:
       run_directory.RunDirectoryError: the directory holds another run.
+      AuditRefused: the wrapper's accountant holds other releases than the
+        rounds trained (`flower_accountant.resume`).
     """
     initial = strategies.flatten(initial_arrays)
     self._config = self._run_config(initial.size, dp)
@@ -313,6 +323,8 @@ class CanaryAudit:
                                     cache_bytes=self._cache_bytes)
     latest = self.store.latest()
     self.resumed_from = latest or 0
+    flower_accountant.resume(dp, self._inner(dp).num_sampled_clients,
+                             self.resumed_from)
     self._rows = _Rounds([], [], [], [])
     if latest is None:
       self._initial = initial
@@ -455,7 +467,9 @@ class CanaryAudit:
         presentation_counts=spec.presentation_counts(), round_event=event)
     self.report = run_report.build_run_report(
         self.outcome, facts, mechanisms.Gaussian(), alpha=self.alpha,
-        setting=setting, notes=self.health.notes())
+        setting=setting, notes=self.health.notes(),
+        framework_epsilon=flower_accountant.flower_epsilon(
+            dp, self.delta, self._inner(dp).num_sampled_clients))
     run_files.write_results(
         self.run_dir, self.outcome, self.report,
         title=f'Flower, noise {self.report.noise_multiplier:g}, '

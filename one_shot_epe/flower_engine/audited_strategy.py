@@ -1,7 +1,7 @@
 """The outer strategy of an audited Flower run: every round seen, the run kept.
 
 `AuditedStrategy` is what `audit.CanaryAudit.wrap` returns, around the
-user's server-side DP wrapper (itself around `strategies.CanaryStrategy`):
+user's DP wrapper (itself around `strategies.CanaryStrategy`):
 it numbers the rounds from the run's start (a resumed run goes on from its
 newest checkpoint), seeds each round's random draws before its client
 sampling and before its noise, times the round, hands the released aggregate
@@ -38,7 +38,7 @@ class AuditedStrategy(Strategy):
 
     Args:
       audit: The run's audit (`audit.CanaryAudit`).
-      dp: The user's server-side DP wrapper.
+      dp: The user's DP wrapper.
       inner: The canary strategy inside it.
       health: Told of each round's clip and training loss; None: nobody.
     """

@@ -2,10 +2,12 @@
 
 `CanaryAudit.wrap` (`audit`) nests a Flower strategy as:
 `audited_strategy.AuditedStrategy` (seeds each round, observes the released
-aggregate, checkpoints) around the user's server-side DP wrapper, around
-`CanaryStrategy` (FedAvg with the round's canary replies added, inside the
-noise), around the user's FedAvg. `check_strategy` refuses, by name, what
-cannot be audited soundly; `Audit` is what both strategies ask of the audit.
+aggregate, checkpoints) around the user's DP wrapper (server-side clipping,
+or client-side fixed clipping with Flower's fixedclipping_mod on the
+clients), around `CanaryStrategy` (FedAvg with the round's canary replies
+added, inside the noise), around the user's FedAvg. `check_strategy`
+refuses, by name, what cannot be audited soundly; `Audit` is what both
+strategies ask of the audit.
 """
 
 import math
@@ -51,7 +53,7 @@ class Audit(Protocol):
       seconds: the round's wall time in seconds, clients' training included.
       inner: the `CanaryStrategy` (its clip and the round's counts).
       arrays: theta_t, as Flower's ArrayRecord.
-      dp: the server-side DP wrapper (its clip after the round).
+      dp: the DP wrapper (its clip after the round).
     """
 
   def open_run(self, initial_arrays: Any, dp: Any) -> Any:
@@ -60,7 +62,7 @@ class Audit(Protocol):
     Args:
       initial_arrays: theta_0, as Flower's ArrayRecord (also the layout of a
         resumed model).
-      dp: the server-side DP wrapper (its clip is restored on resume).
+      dp: the DP wrapper (its clip is restored on resume).
 
     Returns:
       theta_0, or the newest checkpoint's model.
@@ -74,7 +76,7 @@ class Audit(Protocol):
 
     Args:
       final_arrays: theta_T, as Flower's ArrayRecord.
-      dp: the server-side DP wrapper (its noise multiplier and clip).
+      dp: the DP wrapper (its noise multiplier and clip).
       accuracy: the final model's accuracy in [0, 1], or None when unknown.
 
     Returns:
@@ -83,8 +85,9 @@ class Audit(Protocol):
 
 _SERVER_SIDE = (DifferentialPrivacyServerSideFixedClipping,
                 DifferentialPrivacyServerSideAdaptiveClipping)
-_CLIENT_SIDE = (DifferentialPrivacyClientSideFixedClipping,
-                DifferentialPrivacyClientSideAdaptiveClipping)
+# The DP wrappers audited: the server clips, or (at a fixed clip) the
+# clients do, with Flower's fixedclipping_mod.
+_AUDITED = _SERVER_SIDE + (DifferentialPrivacyClientSideFixedClipping,)
 
 
 class AuditRefused(ValueError):
@@ -106,7 +109,11 @@ def flatten(arrays: ArrayRecord) -> np.ndarray:
 
 
 def check_strategy(strategy: object) -> Strategy:
-  """The server-side DP wrapper around FedAvg, or AuditRefused naming why.
+  """A DP wrapper around FedAvg the audit can audit, or AuditRefused naming why.
+
+  Accepted: Flower's server-side wrappers (fixed or adaptive clip) and its
+  client-side fixed-clipping wrapper, with or without Flower's privacy
+  accountant (`accountant=`, which the wrapper keeps composing).
 
   Args:
     strategy: the strategy the user asks to audit.
@@ -115,24 +122,24 @@ def check_strategy(strategy: object) -> Strategy:
     `strategy` itself, once checked.
 
   Raises:
-    AuditRefused: `strategy` is a client-side DP wrapper, or no server-side
-      DP wrapper; it already holds an audit's canaries; it wraps a strategy
-      whose aggregate_train is not FedAvg's weighted mean; or it has Flower's
-      privacy accountant.
+    AuditRefused: `strategy` is the client-side adaptive wrapper, or no DP
+      wrapper; it already holds an audit's canaries; or it wraps a strategy
+      whose aggregate_train is not FedAvg's weighted mean.
   """
   name = type(strategy).__name__
-  if isinstance(strategy, _CLIENT_SIDE):
+  if isinstance(strategy, DifferentialPrivacyClientSideAdaptiveClipping):
     raise AuditRefused(
-        f'{name}: client-side clipping happens on the clients (Flower\'s '
-        'fixedclipping_mod/adaptiveclipping_mod), where a canary could not be '
-        'clipped like a client\'s update; use the server-side wrapper '
-        '(DifferentialPrivacyServerSideFixedClipping or '
-        'DifferentialPrivacyServerSideAdaptiveClipping).')
-  if not isinstance(strategy, _SERVER_SIDE):
+        f'{name}: client-side adaptive clipping noises a round at the clip '
+        'Flower sets from the clients\' norm bits after averaging the '
+        'replies, not at the clip the clients (and canaries) were clipped to; '
+        'use DifferentialPrivacyServerSideAdaptiveClipping, or '
+        'DifferentialPrivacyClientSideFixedClipping with fixedclipping_mod.')
+  if not isinstance(strategy, _AUDITED):
     raise AuditRefused(
-        f'{name}: the audit needs Flower\'s server-side DP wrapper '
-        '(DifferentialPrivacyServerSideFixedClipping or '
-        'DifferentialPrivacyServerSideAdaptiveClipping) around FedAvg; a '
+        f'{name}: the audit needs one of Flower\'s DP wrappers '
+        '(DifferentialPrivacyServerSideFixedClipping, '
+        'DifferentialPrivacyServerSideAdaptiveClipping or '
+        'DifferentialPrivacyClientSideFixedClipping) around FedAvg; a '
         'strategy without DP noise has nothing to audit.')
   inner = strategy.strategy
   if isinstance(inner, CanaryStrategy):
@@ -146,12 +153,31 @@ def check_strategy(strategy: object) -> Strategy:
         'or a robust aggregate (FedMedian, Krum, ...) moves; wrap FedAvg '
         '(FedProx too: its aggregation is FedAvg\'s) and apply a server '
         'optimizer to the noised model instead.')
-  if getattr(strategy, 'accountant', None) is not None:
-    raise AuditRefused(
-        f'{name} has Flower\'s privacy accountant: the audit accounts the '
-        'run itself (dp_accounting, for the noise it sets), so build the '
-        'wrapper without accountant=.')
   return strategy
+
+
+def _check_clipped(replies: list[Message], theta: np.ndarray, clip: float,
+                   wrapper: str) -> None:
+  """AuditRefused unless every reply's update is within the clip.
+
+  Up to float32 rounding: fixedclipping_mod takes the update's norm in
+  float32 (a sum of d squares, off by about sqrt(d) epsilons; allowed 16
+  sqrt(d)) and replies theta + the clipped update in the model's dtype
+  (off by a few epsilons of ||theta||; allowed 4).
+  """
+  eps = float(np.finfo(np.float32).eps)
+  slack = eps * (16 * math.sqrt(theta.size) * clip +
+                 4 * float(np.linalg.norm(theta)))
+  for reply in replies:
+    arrays = next(record for record in reply.content.values()
+                  if isinstance(record, ArrayRecord))
+    norm = float(np.linalg.norm(flatten(arrays) - theta))
+    if norm > clip + slack:
+      raise AuditRefused(
+          f'a reply\'s update has norm {norm:.6g} > the clip {clip:g}: with '
+          f'{wrapper} the clients clip, and a client without Flower\'s '
+          'fixedclipping_mod in its ClientApp\'s mods voids the noise\'s '
+          'guarantee; add the mod.')
 
 
 def _metric_record(reply: Message) -> tuple[str, MetricRecord | None]:
@@ -206,6 +232,8 @@ class CanaryStrategy(Strategy):
     self.fedavg = fedavg
     self._dp = dp
     self._divisor = dp.num_sampled_clients
+    self._clients_clip = isinstance(dp,
+                                    DifferentialPrivacyClientSideFixedClipping)
     self.clip = float(dp.clipping_norm)
     self._current: ArrayRecord | None = None
     # theta_{t-1} as one float64 vector, when the caller has it flat
@@ -218,6 +246,11 @@ class CanaryStrategy(Strategy):
   def num_sampled_clients(self) -> int:
     """The DP wrapper's own `num_sampled_clients`, as the user built it."""
     return self._divisor
+
+  @property
+  def weighted_by_key(self) -> str:
+    """FedAvg's `weighted_by_key` (read by a wrapper with an accountant)."""
+    return self.fedavg.weighted_by_key
 
   def summary(self) -> None:
     """Logs FedAvg's summary."""
@@ -259,8 +292,6 @@ class CanaryStrategy(Strategy):
     record_name = next(name for name, record in template.content.items()
                        if isinstance(record, ArrayRecord))
     update = self._audit.bank.seen(ids).sum(axis=0, dtype=np.float64)
-    if self.theta is None:
-      self.theta = flatten(self._current)
     reply = self.theta + (self.clip / ids.size) * update
     arrays, start = {}, 0
     for key, array in self._current.items():
@@ -286,7 +317,8 @@ class CanaryStrategy(Strategy):
     Args:
       server_round: the round, as the DP wrapper numbers it (from the run's
         start); round t inserts the schedule's row t - 1, none past it.
-      replies: the clients' replies, already clipped by the DP wrapper.
+      replies: the clients' replies, already clipped (by the server-side DP
+        wrapper, or by the clients' fixedclipping_mod).
 
     Returns:
       FedAvg's (arrays, metrics) of the mean; FedAvg's own answer when no
@@ -294,12 +326,17 @@ class CanaryStrategy(Strategy):
 
     Raises:
       AuditRefused: a valid reply has no number under FedAvg's
-        weighted_by_key, or the replies' weights differ.
+        weighted_by_key, or the replies' weights differ; or, the clients
+        clipping (client-side wrapper), a reply's update exceeds the clip.
     """
     replies = list(replies)
     valid = [reply for reply in replies if not reply.has_error()]
     if not valid:
       return self.fedavg.aggregate_train(server_round, replies)
+    if self.theta is None:
+      self.theta = flatten(self._current)
+    if self._clients_clip:
+      _check_clipped(valid, self.theta, self.clip, type(self._dp).__name__)
     key = self.fedavg.weighted_by_key
     named = [_metric_record(reply) for reply in valid]
     records = [record for _, record in named]

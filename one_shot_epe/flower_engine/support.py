@@ -1,8 +1,9 @@
 """Which plans the Flower engine runs: `supports(plan)`.
 
 The engine x mechanism table is the mechanisms' own (`accounting.mechanisms`,
-each entry's `engines`): Flower's server-side DP wrappers add independent
-Gaussian noise, which the audit needs canaries to measure. Framework-free.
+each entry's `engines`): Flower's DP wrappers (server-side clipping, or
+client-side fixed clipping) add independent Gaussian noise, which the audit
+needs canaries to measure. Framework-free.
 """
 
 from one_shot_epe.accounting import mechanisms

@@ -7,8 +7,9 @@ that holds exceeds the estimate (`bound_note`) and the run's training-health
 notes; then the main table (the sentence's columns, `report_fields.HEADLINE`,
 and the accuracy), the table of every other estimate and bound with what
 each assumes (`details_table`), the references with the mechanism each
-assumes, the attack's summaries, the cosine sets' fits and the run's
-setting. Every column is a report field's entry (`report_fields`).
+assumes (the training framework's own accounted ε beside the project's),
+the attack's summaries, the cosine sets' fits and the run's setting. Every
+column is a report field's entry (`report_fields`).
 """
 
 from collections.abc import Sequence
@@ -225,6 +226,10 @@ def render(report: Any) -> str:
     lines.append(f'| accounted ε (real client) | '
                  f'{_num(report.accounted_epsilon)} | '
                  f'{report.accounted_mechanism} |')
+  if report.framework_mechanism is not None:
+    lines.append(f'| framework\'s own accounted ε (real client) | '
+                 f'{_num(report.framework_epsilon)} | '
+                 f'{report.framework_mechanism} |')
   if report.last_iterate_mechanism is not None:
     lines.append(f'| last-iterate heuristic ε (canary, final model) | '
                  f'{_num(report.last_iterate_epsilon)} | '
