@@ -31,6 +31,7 @@ _TIMEOUT_S = 600
 # jax and jax-privacy, no TensorFlow) or 'flower' (.venv-flower).
 ENVIRONMENTS = {
     'accelerator_round': 'tf',
+    'bound_limits': 'tf',
     'canary_tracking': 'tf',
     'correlated_noise': 'jax',
     'coverage': 'tf',

@@ -18,9 +18,12 @@ import pytest
 
 from experiments import train
 from experiments import train_config
+from one_shot_epe.accounting import correlated_final_model
 from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.accounting import last_iterate
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.reporting import run_report
+from one_shot_epe.stats import estimation
 
 try:
   from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
@@ -70,6 +73,31 @@ def test_noise_covariance_is_sigma_squared_c_inverse_c_inverse_t(strategy):
   stderr = np.sqrt((np.outer(np.diag(expected), np.diag(expected)) +
                     expected**2) / samples.shape[1])
   assert np.all(np.abs(empirical - expected) <= 5 * stderr + 1e-6)
+
+
+@pytest.mark.parametrize('momentum', [0.0, 0.9])
+def test_final_model_noise_is_the_reports_final_noise_norm(strategy,
+                                                           momentum):
+  # The final model's noise is the privatizer's rows weighted by the
+  # server's w_t (all ones under SGD): std sigma ||w^T C^{-1}|| per
+  # coordinate (under SGD B's last row, not its first).
+  numbers = correlated_noise.report_numbers(strategy,
+                                            [[0]] + [[]] * (ROUNDS - 1))
+  weights = last_iterate.momentum_weights(ROUNDS, momentum)
+  inverse = np.linalg.inv(_matrix(strategy))
+  norm = correlated_final_model.final_noise_norm(numbers.coefs, weights)
+  assert norm == pytest.approx(np.linalg.norm(weights @ inverse), rel=1e-9)
+  noise_multiplier, clip, dim = 0.7, 2.0, 40_000
+  stream = correlated_noise.NoiseStream(
+      correlated_noise.privatizer(strategy, noise_multiplier, clip, seed=9))
+  rows = stream.rows(dim, 0)
+  total = sum(w * np.asarray(next(rows), np.float64) for w in weights)
+  sigma = noise_multiplier * clip * strategy.sensitivity
+  stderr = sigma * norm / math.sqrt(2 * dim)
+  assert abs(total.std() - sigma * norm) < 5 * stderr
+  unweighted = np.linalg.norm(inverse[0] if momentum == 0 else
+                              inverse.sum(axis=0))
+  assert abs(total.std() - sigma * unweighted) > 20 * stderr
 
 
 def test_sensitivity_is_the_brute_force_worst_participation(strategy):
@@ -178,6 +206,17 @@ def test_launcher_run_with_correlated_noise_resumes_exactly(tmp_path,
                                          run_directory.REPORT_JSON_FILE))
   assert report.all_iterates_decorrelated.num_seen == 5
   assert 'all_iterates_decorrelated' in report.setting
+  # The final-model reference: each canary once, against the final model's
+  # noise z sens ||1^T C^{-1}|| (3 rounds of 2 of 4 clients: 2 epochs).
+  run_strategy = correlated_noise.build_strategy(
+      overrides['mechanism'], 3,
+      correlated_noise.participation_bounds('shuffle', 3, 2),
+      overrides.get('num_bands'))
+  final_std = 0.1 * run_strategy.sensitivity * np.linalg.norm(
+      np.linalg.inv(_matrix(run_strategy)).sum(axis=0))
+  assert report.last_iterate_epsilon == pytest.approx(
+      estimation.gaussian_epsilon(final_std, report.delta), rel=1e-6)
+  assert 'correlated noise' in report.last_iterate_mechanism
   with pytest.raises(train_config.ConfigError, match='--mechanism'):
     train.run_training(_config(tmp_path / 'cut', mechanism='gaussian'))
 

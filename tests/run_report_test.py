@@ -285,9 +285,14 @@ def test_from_dict_rejects_what_is_not_a_report(tmp_path):
     run_report.RunReport.read(str(path))
 
 
+# C's first column for 20 rounds with ||1^T C^-1|| = 2.5: sqrt(20) / 2.5 I.
+_SCALED_IDENTITY = (math.sqrt(20) / 2.5,) + (0.0,) * 19
+
+
 def test_correlated_noise_references_are_the_strategys():
   correlated = dp_fedavg.CorrelatedNoise('banded', sensitivity=1.8,
-                                          canary_column_norm=1.2)
+                                          canary_column_norm=1.2,
+                                          coefs=_SCALED_IDENTITY)
   report = _build(
       final_cosines=_cosines(4, 2.0), dim=10**5, delta=1e-5,
       noise_multiplier=0.7, rounds=20, correlated=correlated,
@@ -299,7 +304,10 @@ def test_correlated_noise_references_are_the_strategys():
       estimation.gaussian_epsilon(0.7, 1e-5), rel=1e-12)
   assert 'banded' in report.analytical_mechanism
   assert 'banded' in report.accounted_mechanism
-  assert report.last_iterate_mechanism is None
+  # The final model's noise std is z sens ||1^T C^-1|| S; one presentation.
+  assert report.last_iterate_epsilon == pytest.approx(
+      estimation.gaussian_epsilon(0.7 * 1.8 * 2.5, 1e-5), rel=1e-9)
+  assert 'banded correlated noise' in report.last_iterate_mechanism
   assert run_report.RunReport.from_dict(report.to_dict()) == report
   # Without all-iterates maxima there is no statistic to qualify; with them
   # the report says what it estimates under correlated noise.
@@ -537,7 +545,8 @@ def test_decorrelated_scores_get_a_report_of_their_own():
       final_cosines=_cosines(42, 2.0), dim=dim, delta=1e-5,
       noise_multiplier=0.7, rounds=20,
       correlated=dp_fedavg.CorrelatedNoise('banded', sensitivity=1.8,
-                                           canary_column_norm=1.2),
+                                           canary_column_norm=1.2,
+                                           coefs=_SCALED_IDENTITY),
       mechanism=mechanisms.MatrixFactorization('banded', 4),
       seen_maxima=_cosines(43, 3.0), unseen_maxima=_cosines(44, 0.0))
   report = _build(**common, decorrelated_scores=(seen, unseen))
@@ -554,3 +563,42 @@ def test_decorrelated_scores_get_a_report_of_their_own():
   omitted = _build(**common, decorrelated_scores=(_EMPTY, _EMPTY))
   assert omitted.all_iterates_decorrelated is None
   assert 'all_iterates_decorrelated' not in omitted.to_dict()
+
+
+def test_a_frameworks_own_epsilon_stands_beside_the_accounted_one():
+  # Without one (every engine but an accounted Flower run), nothing changes.
+  plain = _build(**_round_trip_cases()['all iterates, sampled'])
+  assert plain.framework_epsilon is None
+  assert 'framework_epsilon' not in plain.to_dict()
+  assert "framework's own" not in plain.to_markdown()
+  outcome = canary_spec.CanaryOutcome(
+      final_cosines=_cosines(10, 2.0), final_unseen_cosines=_EMPTY,
+      seen_maxima=_EMPTY, unseen_maxima=_EMPTY, accuracy=math.nan,
+      dim=10**5, resumed_from_round=0, rounds_trained=0)
+  facts = references.RunFacts(noise_multiplier=1.5, delta=1e-5, dim=10**5,
+                              rounds=8)
+  flower = dp_fedavg.MechanismEpsilon(
+      9.98, "Flower's RdpAccountant (rdp, no-amplification): 8 releases")
+  report = run_report.build_run_report(outcome, facts, mechanisms.Gaussian(),
+                                       framework_epsilon=flower)
+  assert (report.framework_epsilon, report.framework_mechanism) == (
+      9.98, flower.mechanism)
+  assert dataclasses.replace(
+      report, framework_epsilon=None, framework_mechanism=None) == (
+          run_report.build_run_report(outcome, facts, mechanisms.Gaussian()))
+  parsed = json.loads(report.to_json())
+  assert (parsed['framework_epsilon'],
+          parsed['framework_epsilon_mechanism']) == (9.98, flower.mechanism)
+  assert run_report.RunReport.from_dict(parsed) == report
+  lines = report.to_markdown().splitlines()
+  at = next(i for i, line in enumerate(lines)
+            if line.startswith('| accounted ε (real client) |'))
+  assert lines[at + 1] == ("| framework's own accounted ε (real client) | "
+                           f'9.98 | {flower.mechanism} |')
+  # Infinite (no noise) stays apart from absent, as the other references.
+  endless = dataclasses.replace(report, framework_epsilon=math.inf)
+  assert math.isinf(run_report.RunReport.from_dict(
+      json.loads(endless.to_json())).framework_epsilon)
+  del parsed['framework_epsilon']
+  with pytest.raises(ValueError, match="missing keys \\['framework_epsilon'"):
+    run_report.RunReport.from_dict(parsed)

@@ -138,11 +138,16 @@ def test_analytical_epsilons_are_the_closed_form_gaussians():
   assert _gaussian_delta(analytical, math.sqrt(10) / z) == pytest.approx(
       delta, rel=1e-6)
   # Final model: the prefix at T = 6 = 0b110 is two nodes' noise (plain
-  # sum), and the canary appears twice in the exact sum.
-  final = tree_aggregation.final_model_epsilon(z, delta, tree).epsilon
+  # sum), and canary 0 appears twice in the exact sum.
+  final = tree_aggregation.final_model_epsilon(z, delta, tree, [2]).epsilon
   assert _gaussian_delta(final, 2 / (z * math.sqrt(2))) == pytest.approx(
       delta, rel=1e-6)
   assert final < analytical  # The final model is a post-processing.
+  # Both canaries: the mixture of K = 2 and K = 1, below K = 2 alone.
+  mixed = tree_aggregation.final_model_epsilon(z, delta, tree, [2, 1])
+  assert mixed.epsilon == pytest.approx(dp_fedavg.last_iterate_epsilon(
+      z * math.sqrt(2 / rounds), delta, rounds, [2, 1]).epsilon, rel=1e-12)
+  assert mixed.epsilon < final
   assert math.isinf(tree_aggregation.canary_epsilon(0.0, delta, tree).epsilon)
 
 
@@ -298,7 +303,8 @@ def test_canary_audit_reports_tree_aggregation_without_a_noise_multiplier():
   assert report['analytical_epsilon'] == pytest.approx(
       tree_aggregation.canary_epsilon(z, 1e-3, tree).epsilon)
   assert report['last_iterate_epsilon'] == pytest.approx(
-      tree_aggregation.final_model_epsilon(z, 1e-3, tree).epsilon)
+      tree_aggregation.final_model_epsilon(
+          z, 1e-3, tree, spec.presentation_counts(rounds)).epsilon)
   # No participation given: a client in every round.
   assert report['accounted_epsilon'] == pytest.approx(
       tree_aggregation.client_epsilon(z, 1e-3, rounds, None).epsilon)

@@ -24,11 +24,14 @@ assumes spelled out, because they answer different questions:
 
 A third number is a heuristic, not a bound: `last_iterate_epsilon`, the
 reference for the final-model estimate (Steinke et al., 2025, "The last
-iterate advantage"). For linear losses the final model is the initial one
-plus the sum of every round's noised update, so a canary presented K times
-in T rounds (K drawn by the run's schedule) is seen as N(K, T z^2) against
-N(0, T z^2) when absent: a mixture of Gaussians against one Gaussian, whose
-exact eps is computed here. Real training is not linear and nothing proves the
+iterate advantage"). For linear losses and server SGD the final model is
+the initial one plus the sum of every round's noised update, so a canary
+presented K times in T rounds (K drawn by the run's schedule) is seen as
+N(K, T z^2) against N(0, T z^2) when absent: a mixture of Gaussians against
+one Gaussian (`last_iterate.mixture_epsilon` has its exact eps). Server
+momentum beta weighs round t by w_t = (1 - beta^(T-t+1)) / (1 - beta): a
+canary in rounds R is seen as N(sum_(t in R) w_t, z^2 ||w||^2)
+(`last_iterate`). Real training is not linear and nothing proves the
 heuristic an upper bound, which is why it is labelled a heuristic.
 """
 
@@ -39,9 +42,8 @@ import math
 import dp_accounting
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import optimize
-from scipy import special
 
+from one_shot_epe.accounting import last_iterate
 from one_shot_epe.stats import estimation
 from one_shot_epe import validation
 
@@ -75,11 +77,18 @@ class CorrelatedNoise:
   under the run's participation (the noise std is z S sens);
   canary_column_norm: the largest ||sum of the columns of C at a seen
   canary's rounds|| over the seen canaries (so the analytical eps bounds
-  every seen canary's).
+  every seen canary's); coefs: C's first column (C[i, j] = coefs[i - j],
+  lower triangular Toeplitz), from which the final model's noise std
+  z S sens ||w^T C^-1|| follows (`correlated_final_model.final_noise_norm`).
   """
   mechanism: str
   sensitivity: float
   canary_column_norm: float
+  coefs: tuple[float, ...]
+
+  def __post_init__(self):
+    object.__setattr__(self, 'coefs', tuple(
+        float(c) for c in np.asarray(self.coefs, np.float64).reshape(-1)))
 
 
 @validation.fields('clients_per_round', 'num_clients', 'rounds',
@@ -378,115 +387,78 @@ def client_epsilon(noise_multiplier: float, delta: float,
       '(dp_accounting PLD)')
 
 
-def _mixture_log_delta(epsilon: float, scale: float, counts: np.ndarray,
-                       weights: np.ndarray) -> float:
-  """log delta(eps) between Q = sum_k w_k N(k, s^2) and P = N(0, s^2), both ways.
-
-  The privacy loss log q/p (x) = log sum_k w_k exp((2 k x - k^2) / (2 s^2))
-  increases in x, so the optimal sets are half-lines: Q - e^eps P is largest
-  on {x > x1} with loss(x1) = eps, and P - e^eps Q on {x < x2} with
-  loss(x2) = -eps, which exists only while -eps > log w_0 (the loss tends to
-  log w_0 as x -> -infinity). Tail masses are taken as logs.
-  """
-  log_weights = np.log(weights)
-
-  def loss(x: float) -> float:
-    return float(special.logsumexp(
-        log_weights + (2.0 * counts * x - counts**2) / (2.0 * scale**2)))
-
-  def root(level: float) -> float:
-    lo, hi = -1.0, 1.0
-    while loss(lo) > level:
-      lo *= 2.0
-    while loss(hi) < level:
-      hi *= 2.0
-    return optimize.brentq(lambda x: loss(x) - level, lo, hi, xtol=1e-12,
-                           rtol=1e-14, maxiter=500)
-
-  def log_diff(log_a: float, log_b: float) -> float:
-    return -math.inf if log_b >= log_a else log_a + math.log1p(
-        -math.exp(log_b - log_a))
-
-  x1 = root(epsilon)
-  forward = log_diff(
-      float(special.logsumexp(log_weights + special.log_ndtr(
-          (counts - x1) / scale))),
-      epsilon + float(special.log_ndtr(-x1 / scale)))
-  backward = -math.inf
-  zero = counts == 0
-  floor = log_weights[zero][0] if np.any(zero) else -math.inf
-  if -epsilon > floor:
-    x2 = root(-epsilon)
-    backward = log_diff(
-        float(special.log_ndtr(x2 / scale)),
-        epsilon + float(special.logsumexp(log_weights + special.log_ndtr(
-            (x2 - counts) / scale))))
-  return max(forward, backward)
-
-
-@validation.arguments('noise_multiplier', 'delta', 'rounds')
+@validation.arguments('noise_multiplier', 'delta', 'rounds', 'momentum')
 def last_iterate_epsilon(noise_multiplier: float, delta: float, rounds: int,
-                         presentations: ArrayLike) -> MechanismEpsilon:
+                         presentations: ArrayLike,
+                         momentum: float = 0.0) -> MechanismEpsilon:
   """The last-iterate heuristic eps of a canary (Steinke et al., 2025).
 
   Args:
     noise_multiplier: z, the noise std per round in units of the clip norm.
     delta: The delta of the eps, in (0, 1).
     rounds: T, the rounds summed into the final model.
-    presentations: How many times each seen canary was presented (the run's
-      schedule, `canary_schedules.CanarySchedule.appearance_counts()`); their
-      empirical law is the mixture's K.
+    presentations: Each seen canary's signal in the final model, the
+      mixture's draws: at momentum 0 how many times it was presented
+      (integers in [0, T]: the run's schedule,
+      `canary_spec.CanarySpec.presentation_counts`); under momentum beta
+      the sum of w_t over its rounds (`last_iterate.canary_signals`), reals
+      in [0, sum_t w_t].
+    momentum: beta in [0, 1), the server's heavy-ball momentum (0: SGD),
+      which weighs round t by w_t (`last_iterate.momentum_weights`).
 
   Returns:
-    eps between sum_k P(K = k) N(k, T z^2) and N(0, T z^2) (see the module
-    docstring), exact for a linear loss and a constant clip norm. When every
-    canary is presented r times it is one Gaussian mechanism at noise
+    eps between (1/k) sum_i N(s_i, z^2 ||w||^2) and N(0, z^2 ||w||^2)
+    (`last_iterate.mixture_epsilon`; ||w||^2 = T at momentum 0), exact for
+    a linear loss and a constant clip norm. When every canary is presented
+    r times under server SGD it is one Gaussian mechanism at noise
     z sqrt(T) / r (`estimation.gaussian_epsilon`).
 
   Raises:
     ValueError: if an argument is out of range or `presentations` is not a
-      non-empty 1-D array of integers in [0, rounds].
+      non-empty 1-D array of values in its range (integers at momentum 0).
   """
   z = noise_multiplier
-  counts = np.asarray(presentations)
-  if (counts.ndim != 1 or counts.size == 0 or
-      not np.issubdtype(counts.dtype, np.integer) or np.any(counts < 0) or
-      np.any(counts > rounds)):
-    raise ValueError('presentations must be a non-empty 1-D array of integers '
-                     f'in [0, rounds = {rounds}].')
-  tally = collections.Counter(int(c) for c in counts)
-  if len(tally) == 1:
-    presented = f'each canary presented {next(iter(tally))} time(s)'
-  else:
-    presented = 'canaries presented ' + ', '.join(
-        f'{k} time(s) ({n / counts.size:.1%})'
-        for k, n in sorted(tally.items()))
-  description = (f'heuristic, not a bound: the final model as the sum of '
+  weights = last_iterate.momentum_weights.unchecked(rounds, momentum)
+  signals = np.asarray(presentations)
+  top = float(weights.sum())
+  if (signals.ndim != 1 or signals.size == 0 or
+      not np.issubdtype(signals.dtype, np.number) or
+      not np.all(np.isfinite(signals)) or np.any(signals < 0) or
+      np.any(signals > top * (1.0 + 1e-12)) or
+      (momentum == 0 and np.any(signals != np.round(signals)))):
+    kind = 'integers' if momentum == 0 else 'reals'
+    raise ValueError(f'presentations must be a non-empty 1-D array of {kind} '
+                     f'in [0, {top:.6g}] (the sum of the rounds\' weights).')
+  norm = math.sqrt(float(np.dot(weights, weights)))
+  summed = 'sum' if momentum == 0 else 'weighted sum'
+  description = (f'heuristic, not a bound: the final model as the {summed} of '
                  f'{rounds} noised rounds at noise multiplier {z:g} (a linear '
-                 f'loss), {presented} (Steinke et al., 2025)')
-  if max(tally) == 0:
+                 f'loss), {_presented(signals, rounds, momentum, norm)} '
+                 '(Steinke et al., 2025)')
+  if not np.any(signals):
     return MechanismEpsilon(0.0, description)
   if z == 0:
     return MechanismEpsilon(math.inf, description)
-  scale = z * math.sqrt(rounds)
-  if len(tally) == 1:
-    (only,) = tally
-    return MechanismEpsilon(
-        estimation.gaussian_epsilon.unchecked(scale / only, delta),
-        description)
-  values = np.array(sorted(tally), dtype=np.float64)
-  weights = np.array([tally[int(k)] for k in values], dtype=np.float64)
-  weights /= weights.sum()
-  log_delta = math.log(delta)
-
-  def excess(epsilon: float) -> float:
-    return _mixture_log_delta(epsilon, scale, values, weights) - log_delta
-
-  if excess(0.0) <= 0.0:
-    return MechanismEpsilon(0.0, description)
-  hi = 1.0
-  while excess(hi) > 0.0:
-    hi *= 2.0
   return MechanismEpsilon(
-      optimize.brentq(excess, 0.0, hi, xtol=1e-10, rtol=1e-12, maxiter=500),
+      last_iterate.mixture_epsilon.unchecked(signals, z * norm, delta),
       description)
+
+
+def _presented(signals: np.ndarray, rounds: int, momentum: float,
+               norm: float) -> str:
+  """The canaries' presentations, and the server's weights, in words."""
+  if momentum == 0:
+    tally = collections.Counter(int(c) for c in signals)
+    if len(tally) == 1:
+      presented = f'each canary presented {next(iter(tally))} time(s)'
+    else:
+      presented = 'canaries presented ' + ', '.join(
+          f'{k} time(s) ({n / signals.size:.1%})'
+          for k, n in sorted(tally.items()))
+    return f'server SGD assumed (momentum 0), {presented}'
+  return (f'server momentum {momentum:g}: round t of T weighs w_t = '
+          f'(1 - {momentum:g}^(T-t+1)) / (1 - {momentum:g}) in the final '
+          f'model, noise std z ||w|| = {norm:.4g} z against sqrt(T) = '
+          f'{math.sqrt(rounds):.4g} z under SGD; each canary\'s signal the '
+          f'sum of w_t over its rounds, {signals.min():.4g} to '
+          f'{signals.max():.4g} (mean {signals.mean():.4g})')

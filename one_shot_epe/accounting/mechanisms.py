@@ -18,7 +18,8 @@ mechanisms:
   heuristic (Steinke et al., 2025).
 * `MatrixFactorization`: DP-FTRL's correlated noise from a BLT or banded
   strategy (jax-privacy; JAX engine): the canary under the strategy, one
-  Gaussian mechanism for a real client, no last-iterate heuristic.
+  Gaussian mechanism for a real client, the final model's Gaussian
+  (`correlated_final_model`).
 * `TreeAggregation`: DP-FTRL's binary-tree noise, one tree over the run (TFF
   and JAX engines; `tree_aggregation`).
 * `DistributedDP`: discrete noise shares added by the clients and summed by
@@ -38,6 +39,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from one_shot_epe import validation
+from one_shot_epe.accounting import correlated_final_model
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import references as references_lib
@@ -52,8 +54,8 @@ __all__ = ['CORRELATED_ALL_ITERATES_NOTE', 'DistributedDP', 'ENGINES',
 ENGINES = ('tff', 'jax', 'flower')
 # Why Flower's engine runs only independent Gaussian noise: its DP wrappers.
 _FLOWER_GAUSSIAN_ONLY = (
-    "Flower's server-side DP wrappers add independent Gaussian noise each "
-    'round, the one mechanism the Flower engine audits')
+    "Flower's DP wrappers add independent Gaussian noise each round, the "
+    'one mechanism the Flower engine audits')
 
 # What the all-iterates statistic estimates under matrix-factorization noise
 # (docs/mechanisms.md, "Coverage under correlated noise").
@@ -192,8 +194,9 @@ class MatrixFactorization:
         (the engine computes them from the schedule).
 
     Returns:
-      The references; no last-iterate heuristic (it assumes independent
-      rounds).
+      The references; the final-model reference is the Gaussian of the
+      final model's noise w^T C^-1 Z (`correlated_final_model`; w = 1 under
+      server SGD), None when `facts.rounds` is.
 
     Raises:
       ValueError: if `facts.correlated` is None.
@@ -212,8 +215,12 @@ class MatrixFactorization:
         f'Gaussian mechanism at noise multiplier {z:g} (noise std z S sens, '
         f'sens = {correlated.sensitivity:.4g} for the run\'s worst '
         'participation), no amplification')
+    final = (None if facts.rounds is None else
+             correlated_final_model.final_model_epsilon(
+                 z, facts.delta, correlated, facts.rounds, facts.seen_signals,
+                 facts.server_momentum))
     return references_lib.References(
-        z, analytical, accounted, None, self.setting(),
+        z, analytical, accounted, final, self.setting(),
         ('all_iterates_under_correlated_noise', CORRELATED_ALL_ITERATES_NOTE))
 
 
@@ -273,8 +280,8 @@ class TreeAggregation:
     Returns:
       The canary's eps over every node it shifts, a real client's exact eps
       at its largest node shift over its participation patterns
-      (`tree_aggregation.client_epsilon`), the final model's noised prefix
-      sum.
+      (`tree_aggregation.client_epsilon`), the final model's noise (the
+      noised prefix sum at T under server SGD).
 
     Raises:
       ValueError: if `facts.rounds` or `facts.schedule` is None.
@@ -289,7 +296,9 @@ class TreeAggregation:
         z, tree_aggregation.canary_epsilon(z, facts.delta, tree),
         tree_aggregation.client_epsilon(z, facts.delta, tree.rounds,
                                         facts.participation),
-        tree_aggregation.final_model_epsilon(z, facts.delta, tree),
+        tree_aggregation.final_model_epsilon(z, facts.delta, tree,
+                                             facts.seen_signals,
+                                             facts.server_momentum),
         self.setting(), ('all_iterates_under_tree_noise',
                          TREE_ALL_ITERATES_NOTE))
 
@@ -316,8 +325,8 @@ class DistributedDP:
       'tff': None,
       'jax': ('the JAX engine simulates no secure aggregation (clients\' '
               'discretized, modular noise shares); the TFF engine runs it'),
-      'flower': ("the Flower engine audits Flower's server-side DP wrappers, "
-                 'not secure aggregation')}
+      'flower': ("the Flower engine audits Flower's DP wrappers, not secure "
+                 'aggregation')}
 
   @classmethod
   def from_options(cls, name: str, ddp_bits: int = 16,

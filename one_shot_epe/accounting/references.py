@@ -3,13 +3,13 @@
 `RunFacts` holds what a mechanism's references depend on besides the
 mechanism itself (Andrew et al., ICLR 2024, Section 4): z, delta, d, the
 canaries' presentations and schedule, the rounds, the clip and cohort, the
-real clients' sampling, one round's DpEvent and, under matrix-factorization
-noise, the strategy's numbers. `References` is what a mechanism's entry
-(`accounting.mechanisms`) gives back for the report: the analytical eps of
-a canary, the accounted eps of a real client and the final-model
-reference, each with the mechanism it assumes. `gaussian_references` are
-the rules of independent Gaussian noise, which distributed DP reuses at its
-effective noise multiplier.
+real clients' sampling, one round's DpEvent, the server's momentum and,
+under matrix-factorization noise, the strategy's numbers. `References` is
+what a mechanism's entry (`accounting.mechanisms`) gives back for the
+report: the analytical eps of a canary, the accounted eps of a real client
+and the final-model reference, each with the mechanism it assumes.
+`gaussian_references` are the rules of independent Gaussian noise, which
+distributed DP reuses at its effective noise multiplier.
 """
 
 import dataclasses
@@ -19,11 +19,14 @@ from typing import Any
 import dp_accounting
 import numpy as np
 
+from one_shot_epe import validation
 from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.accounting import last_iterate
 
 __all__ = ['References', 'RunFacts', 'gaussian_references']
 
 
+@validation.fields(server_momentum=validation.PARAMETERS['momentum'])
 @dataclasses.dataclass(frozen=True)
 class RunFacts:
   """What a run's references depend on besides its mechanism (Sec. 4).
@@ -49,6 +52,15 @@ class RunFacts:
       recorded it; None: a Gaussian at z.
     correlated: The strategy's numbers under matrix-factorization noise,
       which the engine computes (`dp_fedavg.CorrelatedNoise`).
+    server_momentum: beta in [0, 1), the server's heavy-ball momentum (the
+      launcher's --server_momentum under sgdm), which weighs the rounds in
+      the final model (`last_iterate`); 0 for server SGD, or where the
+      server optimizer is not known (the final-model references then
+      assume SGD and say so).
+
+  Raises:
+    ValueError: at construction, for a server_momentum outside [0, 1) (a
+      `validation.ArgumentTypeError` for one that is not a number).
   """
   noise_multiplier: float
   delta: float
@@ -62,6 +74,47 @@ class RunFacts:
   schedule: Sequence[Any] | None = None
   round_event: dp_accounting.DpEvent | None = None
   correlated: dp_fedavg.CorrelatedNoise | None = None
+  server_momentum: float = 0.0
+
+  @property
+  def seen_presentations(self) -> np.ndarray:
+    """Each seen canary's insertions, the final-model references' K.
+
+    Returns:
+      `presentation_counts`, or [r] when they are not given.
+    """
+    if self.presentation_counts is None:
+      return np.full(1, self.canary_presentations)
+    return self.presentation_counts
+
+  @property
+  def seen_signals(self) -> np.ndarray:
+    """Each seen canary's signal in the final model, the references' draws.
+
+    The sum over its rounds of the server's weights w_t
+    (`last_iterate.canary_signals`): from the schedule's first `rounds`
+    entries where both are given (its presentations under SGD), else,
+    under SGD, `seen_presentations`.
+
+    Returns:
+      float64 [k] (or `seen_presentations` as they are).
+
+    Raises:
+      ValueError: if `server_momentum` > 0 and `rounds` or `schedule` is
+        None.
+    """
+    if self.rounds is None or self.schedule is None:
+      if self.server_momentum > 0:
+        raise ValueError('the final-model references under server momentum '
+                         'need each canary\'s rounds (RunFacts.rounds and '
+                         'RunFacts.schedule).')
+      return self.seen_presentations
+    # The rounds checked here, the momentum at construction.
+    weights = last_iterate.momentum_weights.unchecked(
+        validation.check_int('rounds', self.rounds, 1), self.server_momentum)
+    return last_iterate.canary_signals(
+        self.schedule, weights, None if self.presentation_counts is None else
+        self.presentation_counts.size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +128,10 @@ class References:
     accounted: A real client's epsilon over the run; None when the rounds
       are unknown.
     last_iterate: The final-model reference (the last-iterate heuristic, or
-      the tree's noised prefix sum); None where the mechanism has none.
+      under correlated noise the Gaussian a canary meets in the final model:
+      the tree's noised prefix sums, the matrix mechanism's w^T C^-1 Z, w
+      the server's weights of the rounds, all ones under SGD); None where
+      the rounds are unknown.
     setting: Entries the report's setting gains (the mechanism's
       parameters).
     all_iterates_note: What the all-iterates statistic estimates under this
@@ -112,9 +168,9 @@ def gaussian_references(noise_multiplier: float,
            if facts.round_event is None else facts.round_event)
   accounted = dp_fedavg.client_epsilon_of_event(event, facts.delta,
                                                 facts.participation, rounds)
-  counts = (np.full(1, facts.canary_presentations)
-            if facts.presentation_counts is None else
-            facts.presentation_counts)
-  heuristic = dp_fedavg.last_iterate_epsilon(noise_multiplier, facts.delta,
-                                             rounds, counts)
+  # z and delta checked by canary_epsilon, the rounds by the accountant,
+  # the momentum by RunFacts.
+  heuristic = dp_fedavg.last_iterate_epsilon.unchecked(
+      noise_multiplier, facts.delta, rounds, facts.seen_signals,
+      facts.server_momentum)
   return References(noise_multiplier, analytical, accounted, heuristic)

@@ -39,9 +39,12 @@ The references of a run's report (`run_report.build_run_report`):
   of w_l (`tree_prefix_variance`): w_l = 1 for the plain sum, and
   w_l = 1 / (2 - 2^-l) for the efficient estimator (its level-l buffer is
   v = n + (v_left + v_right) / 2, variance (2 - 2^-l) (z S)^2, reweighted by
-  1 / (2 - 2^-l)). So mu = K / (z sqrt(v(T))). Exact for a linear loss and
-  server SGD; a heuristic otherwise, like `dp_fedavg.last_iterate_epsilon`
-  (which is this with v(T) = T for independent noise).
+  1 / (2 - 2^-l)). So mu = K / (z sqrt(v(T))), mixed over the seen canaries'
+  K as in `dp_fedavg.last_iterate_epsilon` (which is this with v(T) = T for
+  independent noise). Server momentum weighs round t's update by
+  (1 - beta^(T-t+1)) / (1 - beta) (`last_iterate`), which changes both the
+  canary's signal and the noise (`correlated_final_model`'s module doc).
+  Exact for a linear loss; a heuristic otherwise.
 * `client_epsilon`, a real client's accounted eps, exact. A client takes
   part in rounds t_1..t_r with records of norm <= S (zeros when it is
   replaced: REPLACE_SPECIAL, dp_accounting's relation for the tree) and
@@ -74,7 +77,9 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
+from one_shot_epe.accounting import correlated_final_model
 from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.accounting import last_iterate
 from one_shot_epe.stats import estimation
 from one_shot_epe import validation
 
@@ -385,33 +390,44 @@ def canary_epsilon(noise_multiplier: float, delta: float,
       'amplification')
 
 
-@validation.arguments('noise_multiplier', 'delta')
+@validation.arguments('noise_multiplier', 'delta', 'momentum')
 def final_model_epsilon(noise_multiplier: float, delta: float,
-                        tree: TreeAggregation) -> dp_fedavg.MechanismEpsilon:
-  """Final-model eps of a canary under tree aggregation (module doc).
+                        tree: TreeAggregation, presentations: ArrayLike,
+                        momentum: float = 0.0) -> dp_fedavg.MechanismEpsilon:
+  """Final-model eps of the seen canaries under tree aggregation (module doc).
 
   Args:
     noise_multiplier: z >= 0, as for `canary_epsilon`.
     delta: The delta, in (0, 1).
-    tree: The run's tree (its leaves T and estimator give v(T)) and K.
+    tree: The run's tree (its leaves T and estimator).
+    presentations: Each seen canary's signal, as
+      `dp_fedavg.last_iterate_epsilon` takes it (its insertions under SGD).
+    momentum: beta in [0, 1), the server's heavy-ball momentum (0: SGD).
 
   Returns:
-    The eps of one Gaussian mechanism at mu = K / (z sqrt(v(T))), K the
-    most presentations of a seen canary (math.inf at z = 0), and its
-    description.
+    The eps of the mixture over the seen canaries of one Gaussian mechanism
+    at mu_i = s_i / (z ||sum_t (w_t - w_(t+1)) b_t||)
+    (`correlated_final_model.tree_final_noise_norm`; K_i / (z sqrt(v(T)))
+    under SGD; math.inf at z = 0), and its description.
 
   Raises:
     ValueError: if an argument is out of range.
   """
-  variance = _tree_prefix_variance(tree.rounds, tree.efficient)
-  presented = tree.canary_presentations
-  return _tree_epsilon(
-      noise_multiplier, presented / math.sqrt(variance), delta,
-      f'heuristic beyond a linear loss and server SGD: the final model as '
-      f'the noised prefix sum at T = {tree.rounds} under tree aggregation '
-      f'({tree.estimator}, noise variance {variance:.4g} (z S)^2), a canary '
-      f'presented {presented} time(s): one Gaussian mechanism at mu = '
-      f'{presented} / ({noise_multiplier:g} sqrt({variance:.4g}))')
+  weights = last_iterate.momentum_weights.unchecked(tree.rounds, momentum)
+  norm = correlated_final_model.tree_final_noise_norm(weights, tree.efficient)
+  per_round = noise_multiplier * norm / math.sqrt(float(np.dot(weights,
+                                                               weights)))
+  independent = dp_fedavg.last_iterate_epsilon.unchecked(
+      per_round, delta, tree.rounds, presentations, momentum)
+  return dp_fedavg.MechanismEpsilon(
+      independent.epsilon,
+      f'tree aggregation ({tree.estimator}, one tree over T = {tree.rounds} '
+      f'rounds): the final model\'s noise, the prefix noises weighted by '
+      f'w_t - w_(t+1), has std {norm:.4g} z S (sqrt(v(T)) = '
+      f'{math.sqrt(_tree_prefix_variance(tree.rounds, tree.efficient)):.4g} '
+      f'under server SGD), as the final model of {tree.rounds} independent '
+      f'rounds at noise multiplier z_T = {per_round:.4g}; '
+      f'{independent.mechanism}')
 
 
 @validation.arguments('noise_multiplier', 'delta', 'rounds')

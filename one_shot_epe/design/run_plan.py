@@ -165,7 +165,8 @@ class RunPlan:
 
     Returns:
       z, delta, d, the canaries' presentations and schedule (none without
-      canaries), T, the clip, the expected cohort and the clients' sampling.
+      canaries), T, the clip, the expected cohort, the clients' sampling
+      and the server's momentum (sgdm's; 0 for sgd and adam).
     """
     spec = self.spec
     return references.RunFacts(
@@ -177,4 +178,5 @@ class RunPlan:
         presentation_counts=(None if spec is None else
                              spec.presentation_counts()),
         schedule=None if spec is None else spec.schedule,
-        correlated=correlated)
+        correlated=correlated,
+        server_momentum=self.server_optimizer.momentum)

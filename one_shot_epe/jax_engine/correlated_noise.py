@@ -196,7 +196,9 @@ def report_numbers(strategy: Strategy,
     schedule: entry t: the seen canaries inserted in 0-based round t.
 
   Returns:
-    The mechanism, sens(C), and the largest seen canary's column norm.
+    The mechanism, sens(C), the largest seen canary's column norm and C's
+    first column (for the final model's noise,
+    `correlated_final_model.final_noise_norm`).
   """
   rounds_of: dict[int, list[int]] = {}
   for t, ids in enumerate(schedule):
@@ -205,7 +207,7 @@ def report_numbers(strategy: Strategy,
   norm = max((canary_column_norm(strategy, rounds)
               for rounds in rounds_of.values()), default=1.0)
   return dp_fedavg.CorrelatedNoise(strategy.mechanism, strategy.sensitivity,
-                                    norm)
+                                    norm, strategy.coefs)
 
 
 def privatizer(strategy: Strategy, noise_multiplier: float, clip: float,

@@ -7,12 +7,16 @@ Bundles, for one DP-FedAvg run with canaries:
   amplification; r = 1 is the paper's Tables 3 and 4), the accounted eps of
   a real client over the whole run under its sampling (dp_accounting), and
   the final-model reference (the last-iterate heuristic of Steinke et al.,
-  2025, or the tree's noised prefix sum);
+  2025, or under tree or matrix-factorization noise the Gaussian a canary
+  meets in the final model);
 * the final-model report (Algorithm 2) and the all-iterates report
   (Algorithm 3), `privacy_report.PrivacyReport`: headline estimates that do
   not run away and the paper's fitted ones, lower bounds that hold at
   1 - alpha and the paper's nominal one, attack summaries;
-* the run's accuracy and setting.
+* the run's accuracy and setting;
+* where the training framework accounts the run itself (Flower's
+  accountant), its epsilon for the same releases, beside the accounted eps
+  (given as a number: the core imports no framework).
 `build_run_report` builds it from what the run measured
 (`design.canary_spec.CanaryOutcome`), what its references rest on
 (`accounting.references.RunFacts`) and its mechanism. Written as JSON
@@ -28,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.accounting import references
 from one_shot_epe.design import canary_spec
@@ -56,8 +61,11 @@ class RunReport:
 
   analytical_epsilon is the canary's bound at canary_presentations = r
   (math.inf without noise); accounted_epsilon the real clients' bound over
-  the whole run; last_iterate_epsilon the canary's last-iterate heuristic
-  (None where the run's length or schedule was not given).
+  the whole run; last_iterate_epsilon the canary's final-model reference,
+  the last-iterate heuristic or its correlated-noise form (None where the
+  run's length or schedule was not given); framework_epsilon the training
+  framework's own accountant's eps at delta for the same releases (None
+  where it has none), beside accounted_epsilon.
   """
   noise_multiplier: float
   delta: float
@@ -80,6 +88,8 @@ class RunReport:
   # What the run's training health says (`runtime.training_health`), one
   # sentence each; empty for a healthy run.
   notes: tuple[str, ...] = ()
+  framework_epsilon: float | None = None  # math.inf without noise.
+  framework_mechanism: str | None = None
 
   def to_dict(self) -> dict[str, Any]:
     """JSON-ready dict; an infinite reference epsilon becomes None.
@@ -89,7 +99,9 @@ class RunReport:
     repeated at the top level with the suffix _final or _all (None without
     unseen canaries); a report with the decorrelated all-iterates statistic
     also has 'all_iterates_decorrelated' and the suffix _all_decorrelated.
-    'notes' lists the training-health notes.
+    'notes' lists the training-health notes; 'framework_epsilon' and
+    'framework_epsilon_mechanism' are there only where the framework's
+    accountant was given.
 
     Returns:
       The report as nested dicts of str, numbers, lists and None.
@@ -113,6 +125,9 @@ class RunReport:
         'setting': dict(self.setting),
         'notes': list(self.notes),
     }
+    if self.framework_mechanism is not None:
+      result['framework_epsilon'] = _finite_or_none(self.framework_epsilon)
+      result['framework_epsilon_mechanism'] = self.framework_mechanism
     threats = [('final', self.final), ('all', self.all_iterates)]
     if self.all_iterates_decorrelated is not None:
       result['all_iterates_decorrelated'] = (
@@ -130,7 +145,8 @@ class RunReport:
 
     Undoes `to_dict`: the mechanisms' keys get their field names back, the
     top-level copies are dropped, a report written before 'notes' existed
-    has none, and a None reference epsilon is infinite
+    has none, one without 'framework_epsilon_mechanism' no framework
+    epsilon, and a None reference epsilon is infinite
     where its mechanism is named (the analytical one always is).
 
     Args:
@@ -151,6 +167,9 @@ class RunReport:
         for suffix in suffixes}
     if 'all_iterates_decorrelated' in fields:
       expected.add('all_iterates_decorrelated')
+    framework = 'framework_epsilon_mechanism' in fields
+    if framework:
+      expected |= set(_FRAMEWORK_KEYS)
     # Reports written before these keys existed lack them.
     later = {f'{key}_{suffix}' for key in _repeated_keys(later=True)
              for suffix in suffixes} | {'notes'}
@@ -160,9 +179,12 @@ class RunReport:
       raise ValueError(f'not a run report: missing keys {missing}, unknown '
                        f'keys {unknown}.')
     values = {name: fields[key] for key, name in _JSON_KEYS.items()}
+    if framework:
+      values.update((name, fields[key])
+                    for key, name in _FRAMEWORK_KEYS.items())
     values['analytical_epsilon'] = _none_as_inf(values['analytical_epsilon'])
-    for name in ('accounted', 'last_iterate'):
-      if values[f'{name}_mechanism'] is not None:
+    for name in ('accounted', 'last_iterate', 'framework'):
+      if values.get(f'{name}_mechanism') is not None:
         values[f'{name}_epsilon'] = _none_as_inf(values[f'{name}_epsilon'])
     values['final'] = privacy_report.PrivacyReport.from_dict(fields['final'])
     if fields['all_iterates'] is not None:
@@ -256,6 +278,9 @@ _JSON_KEYS = {
     'accuracy': 'accuracy', 'final': 'final', 'all_iterates': 'all_iterates',
     'setting': 'setting',
 }
+# The framework's own accountant's keys (only in reports that have it).
+_FRAMEWORK_KEYS = {'framework_epsilon': 'framework_epsilon',
+                   'framework_epsilon_mechanism': 'framework_mechanism'}
 
 
 def _none_as_inf(value: float | None) -> float:
@@ -272,7 +297,9 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
                      facts: references.RunFacts,
                      mechanism: mechanisms.Mechanism, *, alpha: float = 0.05,
                      setting: Mapping[str, Any] | None = None,
-                     seed: int = 0, notes: Sequence[str] = ()) -> RunReport:
+                     seed: int = 0, notes: Sequence[str] = (),
+                     framework_epsilon: dp_fedavg.MechanismEpsilon | None = None
+                     ) -> RunReport:
   """The one report builder: both threat models and the mechanism's references.
 
   Every engine's launcher (`experiments.run_outputs`), both `CanaryAudit`s
@@ -323,6 +350,9 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
     notes: What the run's training health says
       (`runtime.training_health.TrainingHealth.notes`), shown in report.md
       and kept in report.json's 'notes'.
+    framework_epsilon: The training framework's own accountant's epsilon at
+      `facts.delta` for the same releases (e.g. Flower's RdpAccountant, as
+      the Flower audit computes it), with what it accounts; None: none.
 
   Returns:
     The `RunReport`.
@@ -381,4 +411,8 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
       accounted_mechanism=None if accounted is None else accounted.mechanism,
       last_iterate_epsilon=None if heuristic is None else heuristic.epsilon,
       last_iterate_mechanism=None if heuristic is None else heuristic.mechanism,
-      all_iterates_decorrelated=decorrelated, notes=tuple(notes))
+      all_iterates_decorrelated=decorrelated, notes=tuple(notes),
+      framework_epsilon=(None if framework_epsilon is None else
+                         framework_epsilon.epsilon),
+      framework_mechanism=(None if framework_epsilon is None else
+                           framework_epsilon.mechanism))

@@ -387,7 +387,9 @@ class CanaryAudit(audit_factories.AuditedAggregation):
 
     Returns:
       The `run_report.RunReport`; under Gaussian noise a real client's
-      accounted epsilon is composed from the aggregator's own DpEvents.
+      accounted epsilon is composed from the aggregator's own DpEvents. The
+      audit does not see the server optimizer: the final-model reference
+      assumes server SGD (momentum 0), as its description says.
 
     Raises:
       ValueError: if no training round was observed yet, or the noise
