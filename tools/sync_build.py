@@ -6,7 +6,8 @@ Adds a target for every module, program and test file that lacks one, drops
 targets whose sources are gone and sets every target's `deps` to what its
 imports require, by the rules that `tests/build_files_test.py` checks (that
 test is the rules' one statement; this program applies them). Tests that
-import TensorFlow (Federated) get the "tf" ("tff") tag. A package's header
+import TensorFlow (Federated) get the "tf" ("tff") tag, tests that skip
+themselves without Flower (a module-level importorskip) the "flower" tag. A package's header
 comment and the attributes of existing targets other than `deps` are kept.
 """
 
@@ -18,6 +19,25 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _ORDER = ('name', 'src', 'srcs', 'deps', 'data', 'args', 'size', 'tags',
           'main', 'visibility')
+
+
+def _skips_without(path: str, module: str) -> bool:
+  """Whether the test module skips itself where `module` is absent.
+
+  A module-level `pytest.importorskip('<module>')` (as the Flower tests
+  start): such a test runs only in that module's environment.
+  """
+  with open(path, encoding='utf-8') as source:
+    tree = ast.parse(source.read())
+  for node in tree.body:
+    value = getattr(node, 'value', None)
+    if (isinstance(value, ast.Call) and
+        isinstance(value.func, ast.Attribute) and
+        value.func.attr == 'importorskip' and value.args and
+        isinstance(value.args[0], ast.Constant) and
+        value.args[0].value == module):
+      return True
+  return False
 
 
 def _rules_module():
@@ -138,6 +158,8 @@ def main() -> int:
           attrs.setdefault('size', 'large')
         elif rules_module._imports_at_module_level(src, 'tensorflow', set()):
           tags |= {'tf'} if 'tff' not in tags else set()
+        if _skips_without(src, 'flwr'):
+          tags |= {'flower'}
         if tags:
           attrs['tags'] = sorted(tags)
       local = sorted(_local(dep, package) for dep in deps)
