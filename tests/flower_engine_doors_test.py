@@ -114,3 +114,38 @@ def test_ctrl_c_stops_the_example_in_one_line_and_it_resumes(tmp_path):
   done = _example(*flags, timeout=600)
   assert done.returncode == 0, done.stderr
   assert (tmp_path / 'noise_1' / 'report.json').exists()
+
+
+def _server_app(monkeypatch):
+  """The Flower App's ServerApp module, imported as `flwr run` loads it."""
+  monkeypatch.syspath_prepend(os.path.join(_REPO, 'examples', 'flowerapp'))
+  import importlib  # pylint: disable=import-outside-toplevel
+  return importlib.import_module('fashion_audit.server_app')
+
+
+def _app_config() -> dict[str, object]:
+  """The app's run config as its pyproject.toml declares it."""
+  import tomllib  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(_REPO, 'examples', 'flowerapp', 'pyproject.toml'),
+            'rb') as declared:
+    return dict(tomllib.load(declared)['tool']['flwr']['app']['config'])
+
+
+@pytest.mark.parametrize('changes, expected', [
+    ({'num-canaries': 1}, "run config 'num-canaries' must be in [2, "),
+    ({'num-server-rounds': 0}, "run config 'num-server-rounds' must be >= 1"),
+    ({'num-canaries': 1000}, "run config 'num-canaries'=1000: "),
+    ({'num-server-rounds': 10**9}, "run config 'num-server-rounds'="),
+    ({'use-synthetic-data': False, 'data-dir': '/none'},
+     "run config 'data-dir': '/none' holds neither"),
+])
+def test_the_app_refuses_a_bad_run_config_naming_its_key(
+    tmp_path, monkeypatch, changes, expected):
+  server_app = _server_app(monkeypatch)
+  config = {**_app_config(), 'use-synthetic-data': True,
+            'output-dir': str(tmp_path / 'runs'), **changes}
+  with pytest.raises(server_app.RunConfigError) as refused:
+    server_app.audited_run(None, config)  # Refused before the grid is used.
+  assert str(refused.value).startswith(expected), refused.value
+  assert '\n' not in str(refused.value)
+  assert not os.listdir(tmp_path)

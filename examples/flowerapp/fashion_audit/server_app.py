@@ -14,6 +14,7 @@ the run ends with the report's table.
 """
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,9 +42,32 @@ def run_directory(run_config: Mapping[str, Any]) -> str:
                       f'noise_{noise:g}')
 
 
+# The audit's arguments, by the run config keys that set them.
+_KEYS = {'num_canaries': 'num-canaries', 'rounds': 'num-server-rounds',
+         'delta': 'delta', 'seed': 'seed', 'run_dir': 'output-dir',
+         'rounds_per_checkpoint': 'rounds-per-checkpoint'}
+
+
+class RunConfigError(ValueError):
+  """A run config value refused before any work, naming its key."""
+
+
+def _naming_key(error: ValueError) -> RunConfigError:
+  """`error` with the audit's argument name replaced by its run config key."""
+  text = str(error)
+  # 'num_canaries must be ...', 'num_canaries=400: ...', 'delta: ...'.
+  name = text.split(maxsplit=1)[0].split('=')[0].rstrip(':') if text else ''
+  if name in _KEYS:
+    return RunConfigError(f'run config {_KEYS[name]!r}{text[len(name):]}')
+  return RunConfigError(f'run config: {text}')
+
+
 def audited_run(grid: Grid, run_config: Mapping[str, Any]
                 ) -> audit_lib.CanaryAudit:
   """Trains (or resumes) the audited run the run config describes.
+
+  The audit and its wrapped strategy are built (every value checked) before
+  the data loads and before any round.
 
   Args:
     grid: Flower's grid.
@@ -53,20 +77,28 @@ def audited_run(grid: Grid, run_config: Mapping[str, Any]
     The audit; its `report` is the run's privacy report.
 
   Raises:
-    ValueError: a run config value the audit refuses (naming its argument),
-      or a data directory without Fashion-MNIST.
+    RunConfigError: a run config value the audit or Flower's DP wrapper
+      refuses, or a data directory without Fashion-MNIST, naming its key.
   """
-  setting = task.setting_from_config(run_config)
-  data = task.load_task(setting)  # The test set: the model's accuracy.
-  seed, delta = int(run_config['seed']), float(run_config['delta'])
-  audit = audit_lib.CanaryAudit(
-      run_dir=run_directory(run_config), num_canaries=setting.num_canaries,
-      rounds=setting.rounds,
-      delta=setting.num_clients**-1.1 if delta < 0 else delta,
-      seed=None if seed < 0 else seed,
-      rounds_per_checkpoint=int(run_config['rounds-per-checkpoint']))
-  strategy = audit.wrap(task.dp_strategy(
-      setting, float(run_config['noise-multiplier'])))
+  try:
+    setting = task.setting_from_config(run_config)
+    seed, delta = int(run_config['seed']), float(run_config['delta'])
+    audit = audit_lib.CanaryAudit(
+        run_dir=run_directory(run_config), num_canaries=setting.num_canaries,
+        rounds=setting.rounds,
+        delta=setting.num_clients**-1.1 if delta < 0 else delta,
+        seed=None if seed < 0 else seed,
+        rounds_per_checkpoint=int(run_config['rounds-per-checkpoint']))
+    strategy = audit.wrap(task.dp_strategy(
+        setting, float(run_config['noise-multiplier'])))
+  except ValueError as error:
+    raise _naming_key(error) from None
+  try:
+    data = task.load_task(setting)  # The test set: the model's accuracy.
+  except ValueError as error:
+    raise RunConfigError(f"run config 'data-dir': {error} Point it at "
+                         "Fashion-MNIST's files or set "
+                         'use-synthetic-data=true.') from None
   strategy.start(grid, task.initial_arrays(), num_rounds=setting.rounds,
                  evaluate_fn=task.central_evaluation(data))
   return audit
@@ -79,10 +111,19 @@ def main(grid: Grid, context: Context) -> None:
   Args:
     grid: Flower's grid (the simulation's nodes, or the SuperNodes).
     context: The run's context (its run config).
+
+  Raises:
+    SystemExit: status 2, after one line naming the run config key of a
+      value refused before any work (`RunConfigError`).
   """
   run_config = context.run_config
   with console.flower_logs(bool(run_config['verbose'])):
-    audit = audited_run(grid, run_config)
+    try:
+      audit = audited_run(grid, run_config)
+    except RunConfigError as error:
+      # One line, no traceback; Flower ends the run with its exit code.
+      print(error, file=sys.stderr)
+      raise SystemExit(2) from None
   resumed = (f'resumed from round {audit.resumed_from}; '
              if audit.resumed_from else '')
   print(f'Audited {audit.rounds} rounds ({resumed}run directory '
