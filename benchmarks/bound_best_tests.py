@@ -37,6 +37,7 @@ import numpy as np
 from scipy import stats
 
 from benchmarks import bound_oracles
+from one_shot_epe.stats import lower_bound
 from one_shot_epe.stats import one_run
 from one_shot_epe.stats import tight_audit
 
@@ -63,8 +64,8 @@ def known_null_test(setting: bound_oracles.Setting) -> Test:
   def test(seen: np.ndarray, unseen: np.ndarray) -> float:
     del unseen  # The null is known.
     misses = np.count_nonzero(seen < threshold)
-    fnr_up = bound_oracles.clopper_pearson_upper(misses, setting.canaries,
-                                                 setting.alpha)
+    fnr_up = lower_bound.clopper_pearson_upper(misses, setting.canaries,
+                                               setting.alpha)
     return _positive(bound_oracles.threshold_epsilon(fpr, fnr_up,
                                                      setting.delta))
 
@@ -87,8 +88,8 @@ def two_sample_test(setting: bound_oracles.Setting) -> Test:
     alarms = np.count_nonzero(unseen >= threshold)
     misses = np.count_nonzero(seen < threshold)
     return _positive(bound_oracles.threshold_epsilon(
-        bound_oracles.clopper_pearson_upper(alarms, k, level),
-        bound_oracles.clopper_pearson_upper(misses, k, level),
+        lower_bound.clopper_pearson_upper(alarms, k, level),
+        lower_bound.clopper_pearson_upper(misses, k, level),
         setting.delta))
 
   return test
