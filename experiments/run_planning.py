@@ -183,13 +183,12 @@ def _check_mechanism(config: train_config.TrainConfig, plan: run_plan.RunPlan,
     raise train_config.ConfigError(
         f'--num_bands must be in [1, {plan.total_rounds}] (the run\'s '
         f'rounds); got {config.num_bands}.')
-  if isinstance(mechanism, mechanisms.DistributedDP):
-    try:
-      mechanism.calibration(references.RunFacts(
-          noise_multiplier=plan.dp.noise_multiplier, delta=plan.delta,
-          dim=dim, clip=plan.dp.clip, cohort=plan.dp.clients_per_round))
-    except ValueError as error:
-      raise train_config.ConfigError(f'--ddp_bits: {error}') from None
+  try:
+    mechanism.check_run(references.RunFacts(
+        noise_multiplier=plan.dp.noise_multiplier, delta=plan.delta,
+        dim=dim, clip=plan.dp.clip, cohort=plan.dp.clients_per_round))
+  except ValueError as error:  # '<option>: <why>' (`Mechanism.check_run`).
+    raise train_config.ConfigError(f'--{error}') from None
 
 
 def plan_run(

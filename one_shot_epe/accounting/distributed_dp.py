@@ -56,12 +56,13 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special
 
 from one_shot_epe import validation
+from one_shot_epe.accounting import references
 
 __all__ = ['ACCOUNTING', 'DDP_MAX_BITS', 'DDP_NOISES', 'DistributedDP',
            'DdpCalibration', 'SKELLAM_ACCOUNTING', 'SKELLAM_RDP_ORDERS',
            'calibrate', 'discrete_gaussian_variance',
-           'effective_noise_multiplier', 'inflated_l2_bound', 'skellam_epsilon',
-           'skellam_rdp']
+           'effective_noise_multiplier', 'inflated_l2_bound', 'run_calibration',
+           'run_references', 'skellam_epsilon', 'skellam_rdp']
 
 # How a distributed-DP round is accounted (the module docstring says more).
 ACCOUNTING = ('Gaussian approximation: the sum of n local discrete Gaussians '
@@ -365,3 +366,53 @@ def skellam_epsilon(calibration: DdpCalibration, delta: float,
   epsilon, _ = rdp_privacy_accountant.compute_epsilon(
       SKELLAM_RDP_ORDERS, rdp, delta)
   return float(epsilon)
+
+
+def run_calibration(ddp: DistributedDP,
+                    facts: references.RunFacts) -> DdpCalibration:
+  """The aggregation's parameters for a run's z, clip, cohort and d.
+
+  Args:
+    ddp: The secure sum's bits, modular-clip probability and local noise.
+    facts: The run's facts; `clip` and `cohort` are needed.
+
+  Returns:
+    TFF's calibration of the run (`calibrate`).
+
+  Raises:
+    ValueError: if `facts.clip` or `facts.cohort` is None, or as `calibrate`.
+  """
+  if facts.clip is None or facts.cohort is None:
+    raise ValueError('distributed DP needs a fixed clip and the expected '
+                     'cohort (RunFacts.clip, RunFacts.cohort).')
+  return calibrate(facts.noise_multiplier, facts.clip, facts.cohort,
+                   facts.dim, ddp)
+
+
+def run_references(ddp: DistributedDP,
+                   facts: references.RunFacts) -> references.References:
+  """A run's references: the Gaussian rules at z_eff, and Skellam's bound.
+
+  Args:
+    ddp: The secure sum's parameters.
+    facts: The run's facts; `clip` and `cohort` are needed.
+
+  Returns:
+    The references at the effective noise multiplier of the summed shares
+    (their Gaussian approximation), the calibration's setting with them;
+    with Skellam noise the setting adds `ddp_skellam_epsilon`, the RDP bound
+    over the rounds a real client may join (Agarwal et al., 2021).
+  """
+  calibration = run_calibration(ddp, facts)
+  found = references.gaussian_references(
+      calibration.noise_multiplier,
+      dataclasses.replace(facts, round_event=None))
+  setting = calibration.setting()
+  if calibration.noise == 'skellam':
+    participation = facts.participation
+    joins = (participation.epochs if participation is not None and
+             participation.sampling == 'shuffle' else facts.rounds)
+    if joins is not None:
+      setting['ddp_skellam_epsilon'] = skellam_epsilon(calibration,
+                                                       facts.delta, joins)
+  return dataclasses.replace(found, setting=setting)

@@ -3,14 +3,13 @@
 A run's server aggregate is privatized by one mechanism. Each is a frozen
 value built once (from the launcher's flags, `from_name`, or by the API's
 user) and carried by `design.run_plan.RunPlan`. Each mechanism is one entry,
-its class, which holds everything about it: its names (`names`), the
-options it takes (`options`, `from_options`), why it needs a fixed clip
-(`fixed_clip_reason`), the engines that run it and why each other one
-cannot (`engines`; each engine's `supports(plan)` asks `engine_reason`) and
-its report rules (`references`): the analytical eps of a canary, the
-accounted eps of a real client and the final-model reference. The noise
-itself is the engines' (each engine's noise for the mechanism). The
-mechanisms:
+its class (a `Mechanism`), which holds everything about it but its noise:
+its names and options, why it needs a fixed clip, the engines that run it
+and why each other one cannot (each engine's `supports(plan)` asks
+`engine_reason`), its own checks of a run and its report rules: the
+analytical eps of a canary, the accounted eps of a real client and the
+final-model reference. The noise is each engine's, in the engine's registry
+keyed by the mechanism's class (`entry_of`). The mechanisms:
 
 * `Gaussian`: independent Gaussian noise each round, DP-FedAvg (Andrew et
   al., ICLR 2024, Sections 2 and 4): the canary's r-fold Gaussian mechanism,
@@ -26,17 +25,14 @@ mechanisms:
   secure aggregation (TFF engine; `distributed_dp`): the Gaussian rules at
   the effective noise multiplier z_eff, and Skellam's own RDP bound.
 
-The mechanisms other than `Gaussian` need a fixed clip; each says why
-(`fixed_clip_reason`).
-
-Adding a mechanism: its class here (names, options, fixed-clip reason,
-engines, references) and `MECHANISMS` below, and its noise in each engine
-that runs it (docs/architecture.md, "Extending the house").
+Adding a mechanism: its class here and in `MECHANISMS` below, and its entry
+in the noise registry of each engine that runs it (docs/architecture.md,
+"Extending the house").
 """
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from one_shot_epe import validation
 from one_shot_epe.accounting import correlated_final_model
@@ -47,9 +43,12 @@ from one_shot_epe.accounting import tree_aggregation
 
 __all__ = ['CORRELATED_ALL_ITERATES_NOTE', 'DistributedDP', 'ENGINES',
            'Gaussian', 'MECHANISMS', 'MECHANISM_NAMES', 'MatrixFactorization',
-           'Mechanism', 'TREE_ALL_ITERATES_NOTE',
-           'TreeAggregation', 'check_clip', 'engine_reason', 'from_name']
+           'Mechanism', 'TREE_ALL_ITERATES_NOTE', 'TreeAggregation',
+           'check_clip', 'check_mechanism', 'engine_reason', 'entry_of',
+           'from_name']
 
+# An engine's entry of a mechanism (`entry_of`).
+_Entry = TypeVar('_Entry')
 # The engines a mechanism may run on: TensorFlow Federated, JAX, Flower.
 ENGINES = ('tff', 'jax', 'flower')
 # Why Flower's engine runs only independent Gaussian noise: its DP wrappers.
@@ -73,22 +72,33 @@ TREE_ALL_ITERATES_NOTE = (
     'bounds both threat models')
 
 
-@dataclasses.dataclass(frozen=True)
-class Gaussian:
-  """Independent Gaussian noise each round: DP-FedAvg (Sections 2 and 4)."""
-  name: ClassVar[str] = 'gaussian'
-  names: ClassVar[tuple[str, ...]] = ('gaussian',)
+class Mechanism:
+  """A mechanism's entry: what every mechanism class holds and does.
+
+  A subclass is a frozen dataclass of the mechanism's parameters that sets
+  the class attributes and computes its references in `_references`;
+  `references` adds its `setting()` to them, so no mechanism attaches it.
+
+  Attributes:
+    name: Its --mechanism name.
+    names: Every --mechanism name that builds the class.
+    options: The launcher's options it takes (`from_options`).
+    fixed_clip_reason: Why it needs a fixed clip; None if it does not.
+    engines: Per engine of `ENGINES`: None if the engine runs it, else one
+      line on why it cannot.
+  """
+  name: ClassVar[str]
+  names: ClassVar[tuple[str, ...]]
   options: ClassVar[tuple[str, ...]] = ()
   fixed_clip_reason: ClassVar[str | None] = None
-  engines: ClassVar[Mapping[str, str | None]] = {
-      'tff': None, 'jax': None, 'flower': None}
+  engines: ClassVar[Mapping[str, str | None]]
 
   @classmethod
-  def from_options(cls, name: str) -> 'Gaussian':
-    """The mechanism of --mechanism=`name` (it takes no options).
+  def from_options(cls, name: str) -> 'Mechanism':
+    """The mechanism of --mechanism=`name`, at its defaults (no options).
 
     Args:
-      name: 'gaussian'.
+      name: One of `names`.
 
     Returns:
       The mechanism.
@@ -97,31 +107,65 @@ class Gaussian:
     return cls()
 
   def setting(self) -> dict[str, Any]:
-    """The report's setting entries of the mechanism (none: the default).
+    """The report's setting entries of the mechanism (none by default).
 
     Returns:
       The entries by name, for the report's setting table.
     """
     return {}
 
-  def references(
-      self, facts: references_lib.RunFacts) -> references_lib.References:
-    """The canary's r-fold Gaussian, a real client's eps, the heuristic.
+  def check_run(self, facts: references_lib.RunFacts) -> None:
+    """Its own checks of a run's z, clip, cohort and d (none by default).
+
+    The launcher calls it before any work (`experiments.run_planning`); a
+    refusal is a ValueError '<option>: <why>' naming one of `options`.
 
     Args:
-      facts: The run's facts; `round_event`, if given, is what the
-        aggregator recorded (adaptive clipping's count noise included).
+      facts: The run's facts.
+    """
+    del facts
+
+  def references(
+      self, facts: references_lib.RunFacts) -> references_lib.References:
+    """The report's references of the run, with the mechanism's setting.
+
+    Args:
+      facts: The run's facts (those `_references` needs).
 
     Returns:
-      The references at z.
+      `_references(facts)`, its setting `setting()` updated with the
+      entries `_references` computed from the facts.
     """
+    computed = self._references(facts)
+    return dataclasses.replace(
+        computed, setting={**self.setting(), **computed.setting})
+
+  def _references(
+      self, facts: references_lib.RunFacts) -> references_lib.References:
+    """The references a subclass computes; `references` adds the setting."""
+    raise NotImplementedError(f'{type(self).__name__} computes no references.')
+
+
+@dataclasses.dataclass(frozen=True)
+class Gaussian(Mechanism):
+  """Independent Gaussian noise each round: DP-FedAvg (Sections 2 and 4)."""
+  name: ClassVar[str] = 'gaussian'
+  names: ClassVar[tuple[str, ...]] = ('gaussian',)
+  engines: ClassVar[Mapping[str, str | None]] = {
+      'tff': None, 'jax': None, 'flower': None}
+
+  def _references(
+      self, facts: references_lib.RunFacts) -> references_lib.References:
+    """The canary's r-fold Gaussian, a real client's eps, the heuristic, at
+    z (a real client under `facts.round_event` where the aggregator recorded
+    one: adaptive clipping's count noise included)."""
     return references_lib.gaussian_references(facts.noise_multiplier, facts)
 
 
 @validation.fields(strategy=validation.Choice(('blt', 'banded')),
                    num_bands=validation.Optional(validation.Int(1)))
 @dataclasses.dataclass(frozen=True)
-class MatrixFactorization:
+class MatrixFactorization(Mechanism):
   """DP-FTRL's correlated noise C^-1 Z from a BLT or banded strategy.
 
   Attributes:
@@ -156,10 +200,7 @@ class MatrixFactorization:
       num_bands: The bands of 'banded' (only there).
 
     Returns:
-      The mechanism.
-
-    Raises:
-      ValueError: as the constructor.
+      The mechanism (a ValueError as the constructor's).
     """
     return cls(name, num_bands)
 
@@ -185,22 +226,12 @@ class MatrixFactorization:
       setting['num_bands'] = self.num_bands
     return setting
 
-  def references(
+  def _references(
       self, facts: references_lib.RunFacts) -> references_lib.References:
-    """The canary under the strategy; a real client as one Gaussian.
-
-    Args:
-      facts: The run's facts; `correlated` must hold the strategy's numbers
-        (the engine computes them from the schedule).
-
-    Returns:
-      The references; the final-model reference is the Gaussian of the
-      final model's noise w^T C^-1 Z (`correlated_final_model`; w = 1 under
-      server SGD), None when `facts.rounds` is.
-
-    Raises:
-      ValueError: if `facts.correlated` is None.
-    """
+    """The canary under the strategy; a real client as one Gaussian; the
+    final model's noise w^T C^-1 Z (`correlated_final_model`; w = 1 under
+    server SGD), None without `facts.rounds`. `facts.correlated` must hold
+    the strategy's numbers (the engine's; a ValueError otherwise)."""
     correlated = facts.correlated
     if correlated is None:
       raise ValueError(f'the references of {self.strategy} noise need the '
@@ -220,40 +251,27 @@ class MatrixFactorization:
                  z, facts.delta, correlated, facts.rounds, facts.seen_signals,
                  facts.server_momentum))
     return references_lib.References(
-        z, analytical, accounted, final, self.setting(),
-        ('all_iterates_under_correlated_noise', CORRELATED_ALL_ITERATES_NOTE))
+        z, analytical, accounted, final,
+        all_iterates_note=('all_iterates_under_correlated_noise',
+                           CORRELATED_ALL_ITERATES_NOTE))
 
 
 @dataclasses.dataclass(frozen=True)
-class TreeAggregation:
+class TreeAggregation(Mechanism):
   """DP-FTRL's binary-tree noise: one tree over the run, never restarted.
 
   Attributes:
-    efficient: Honaker's efficient prefix-sum estimator (TFF's default) or
-      the plain sum of a prefix's nodes.
+    efficient: Honaker's efficient prefix-sum estimator (TFF's default, and
+      --mechanism=tree's) or the plain sum of a prefix's nodes.
   """
   efficient: bool = True
   name: ClassVar[str] = 'tree'
   names: ClassVar[tuple[str, ...]] = ('tree',)
-  options: ClassVar[tuple[str, ...]] = ()
   fixed_clip_reason: ClassVar[str] = (
       'each tree node\'s noise is calibrated to one clip for every round it '
       'covers')
   engines: ClassVar[Mapping[str, str | None]] = {
       'tff': None, 'jax': None, 'flower': _FLOWER_GAUSSIAN_ONLY}
-
-  @classmethod
-  def from_options(cls, name: str) -> 'TreeAggregation':
-    """The mechanism of --mechanism=`name` (TFF's default estimator).
-
-    Args:
-      name: 'tree'.
-
-    Returns:
-      The mechanism, with Honaker's efficient estimator.
-    """
-    del name
-    return cls()
 
   def __post_init__(self):
     if not isinstance(self.efficient, bool):
@@ -270,22 +288,13 @@ class TreeAggregation:
             'tree_estimator': ('efficient (Honaker 2015)' if self.efficient
                                else 'plain sum of nodes')}
 
-  def references(
+  def _references(
       self, facts: references_lib.RunFacts) -> references_lib.References:
-    """The tree's own references (`tree_aggregation`).
-
-    Args:
-      facts: The run's facts; `rounds` and `schedule` are needed.
-
-    Returns:
-      The canary's eps over every node it shifts, a real client's exact eps
-      at its largest node shift over its participation patterns
-      (`tree_aggregation.client_epsilon`), the final model's noise (the
-      noised prefix sum at T under server SGD).
-
-    Raises:
-      ValueError: if `facts.rounds` or `facts.schedule` is None.
-    """
+    """The tree's own (`tree_aggregation`): the canary's eps over every node
+    it shifts, a real client's exact eps at its largest node shift over its
+    participation patterns (`client_epsilon`), the final model's noise (the
+    noised prefix sum at T under server SGD). `facts.rounds` and
+    `facts.schedule` are needed (a ValueError otherwise)."""
     if facts.rounds is None or facts.schedule is None:
       raise ValueError('the references of tree aggregation need the rounds '
                        'and the canary schedule.')
@@ -299,12 +308,12 @@ class TreeAggregation:
         tree_aggregation.final_model_epsilon(z, facts.delta, tree,
                                              facts.seen_signals,
                                              facts.server_momentum),
-        self.setting(), ('all_iterates_under_tree_noise',
-                         TREE_ALL_ITERATES_NOTE))
+        all_iterates_note=('all_iterates_under_tree_noise',
+                           TREE_ALL_ITERATES_NOTE))
 
 
 @dataclasses.dataclass(frozen=True)
-class DistributedDP:
+class DistributedDP(Mechanism):
   """Distributed DP: clients' discrete noise shares summed by secure sum.
 
   Attributes:
@@ -347,24 +356,21 @@ class DistributedDP:
     del name
     return cls(distributed_dp.DistributedDP(bits=ddp_bits, noise=ddp_noise))
 
-  def calibration(
-      self, facts: references_lib.RunFacts) -> distributed_dp.DdpCalibration:
-    """The aggregation's parameters for the run's clip, cohort and d.
+  def check_run(self, facts: references_lib.RunFacts) -> None:
+    """Refuses a run whose secure sum cannot be calibrated.
 
     Args:
       facts: The run's facts; `clip` and `cohort` are needed.
 
-    Returns:
-      TFF's calibration of the run (`distributed_dp.calibrate`).
-
     Raises:
-      ValueError: if `facts.clip` or `facts.cohort` is None.
+      ValueError: 'ddp_bits: <why>', if the secure sum's bits are too few
+        for the run's cohort, or make its scaled norm bound overflow
+        (`distributed_dp.run_calibration`).
     """
-    if facts.clip is None or facts.cohort is None:
-      raise ValueError('distributed DP needs a fixed clip and the expected '
-                       'cohort (RunFacts.clip, RunFacts.cohort).')
-    return distributed_dp.calibrate(facts.noise_multiplier, facts.clip,
-                                    facts.cohort, facts.dim, self.params)
+    try:
+      distributed_dp.run_calibration(self.params, facts)
+    except ValueError as error:
+      raise ValueError(f'ddp_bits: {error}') from None
 
   def setting(self) -> dict[str, Any]:
     """The report's setting entry of the mechanism before calibration.
@@ -374,39 +380,16 @@ class DistributedDP:
     """
     return {'mechanism': self.name}
 
-  def references(
+  def _references(
       self, facts: references_lib.RunFacts) -> references_lib.References:
-    """The Gaussian rules at z_eff, and Skellam's RDP bound beside them.
+    """The Gaussian rules at z_eff, and Skellam's RDP bound beside them,
+    with the calibration's setting (`distributed_dp.run_references`)."""
+    return distributed_dp.run_references(self.params, facts)
 
-    Args:
-      facts: The run's facts; `clip` and `cohort` are needed.
-
-    Returns:
-      The references at the effective noise multiplier of the summed shares
-      (their Gaussian approximation); with Skellam noise the setting adds
-      `ddp_skellam_epsilon`, the RDP bound over the rounds a real client may
-      join (Agarwal et al., 2021).
-    """
-    calibration = self.calibration(facts)
-    references = references_lib.gaussian_references(
-        calibration.noise_multiplier,
-        dataclasses.replace(facts, round_event=None))
-    setting = calibration.setting()
-    if calibration.noise == 'skellam':
-      participation = facts.participation
-      joins = (participation.epochs if participation is not None and
-               participation.sampling == 'shuffle' else facts.rounds)
-      if joins is not None:
-        setting['ddp_skellam_epsilon'] = distributed_dp.skellam_epsilon(
-            calibration, facts.delta, joins)
-    return dataclasses.replace(references, setting=setting)
-
-
-Mechanism = Gaussian | MatrixFactorization | TreeAggregation | DistributedDP
 
 # Every mechanism, one entry each; the launcher's --mechanism names are theirs.
-MECHANISMS: tuple[type, ...] = (Gaussian, MatrixFactorization,
-                                DistributedDP, TreeAggregation)
+MECHANISMS: tuple[type[Mechanism], ...] = (
+    Gaussian, MatrixFactorization, DistributedDP, TreeAggregation)
 _TYPE_OF_NAME = {name: kind for kind in MECHANISMS for name in kind.names}
 MECHANISM_NAMES = tuple(_TYPE_OF_NAME)
 # The options of `from_name` and their values when not given.
@@ -440,6 +423,42 @@ def from_name(name: str, **options: Any) -> Mechanism:
                        'mechanism.')
   return kind.from_options(name, **{option: value for option, value in
                                     options.items() if option in kind.options})
+
+
+def check_mechanism(name: str, value: object) -> None:
+  """Refuses a value that is not one of the mechanisms of `MECHANISMS`.
+
+  Args:
+    name: The argument's name, for the message.
+    value: The argument.
+
+  Raises:
+    TypeError: if `value` is not one of them.
+  """
+  if not isinstance(value, MECHANISMS):
+    raise TypeError(f'{name} must be one of the mechanisms of '
+                    f'accounting.mechanisms; got {value!r}.')
+
+
+def entry_of(entries: Mapping[type[Mechanism], _Entry], mechanism: Mechanism,
+             engine: str) -> _Entry:
+  """`mechanism`'s entry in a registry of `engine` keyed by mechanism class.
+
+  Args:
+    entries: The registry (an engine's `mechanism_noise.NOISES`).
+    mechanism: A mechanism.
+    engine: The engine's name, for the message.
+
+  Returns:
+    The entry of the mechanism's class.
+
+  Raises:
+    ValueError: if the registry has none.
+  """
+  entry = entries.get(type(mechanism))
+  if entry is None:
+    raise ValueError(f'the {engine} engine has no entry for {mechanism!r}.')
+  return entry
 
 
 def engine_reason(mechanism: Mechanism, engine: str) -> str | None:
