@@ -8,6 +8,8 @@ engine and never imports it (tests/one_shot_epe_test.py).
 
 Modules:
   support: which plans the engine runs (`supports(plan)`; framework-free).
+  mechanism_noise: each mechanism's noise on the engine, one entry per
+    mechanism it runs (its factory's builder; framework-free).
   canaries: canary directions in TensorFlow, a pure function of (seed, id).
   seeded_queries: tensorflow-privacy's Gaussian queries with seeded noise.
   canary_aggregator: the TFF aggregator: DP-FedAvg + canary injection.

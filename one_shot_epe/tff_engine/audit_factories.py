@@ -10,6 +10,9 @@ and divides by the expected cohort, canaries included (they participate as
 clients do, Sec. 4); a factory method asking for another aggregation raises,
 so the report never depends on which one ran first. `AuditedAggregation`
 holds the aggregation and builds its factories; `audit.CanaryAudit` is one.
+Which builder serves a mechanism is the engine's entry of it
+(`mechanism_noise.NOISES`): `gaussian_factory`, `tree_factory` or
+`distributed_dp_factory` below.
 """
 
 from typing import Any
@@ -22,8 +25,10 @@ from one_shot_epe.design import canary_spec
 from one_shot_epe.tff_engine import aggregator_state
 from one_shot_epe.tff_engine import canary_aggregator
 from one_shot_epe.tff_engine import distributed_dp_aggregator
+from one_shot_epe.tff_engine import mechanism_noise
 
-__all__ = ['AuditedAggregation']
+__all__ = ['AuditedAggregation', 'distributed_dp_factory', 'gaussian_factory',
+           'tree_factory']
 
 
 class AuditedAggregation:
@@ -62,6 +67,21 @@ class AuditedAggregation:
     """The audited DP aggregation; None before a factory method built one."""
     return self._dp
 
+  @property
+  def noise_seed(self) -> int | None:
+    """The seed of the DP noise; None for unpredictable noise."""
+    return self._noise_seed
+
+  @property
+  def needs_record_specs(self) -> bool:
+    """Whether `aggregator()` needs the aggregated value's specs.
+
+    True under a mechanism whose noise has the value's shape (tree
+    aggregation; `mechanism_noise.MechanismNoise.needs_record_specs`).
+    """
+    return self.mechanism is not None and mechanism_noise.noise_of(
+        self.mechanism).needs_record_specs
+
   def _record(self, dp: canary_spec.DPAggregation,
               mechanism: mechanisms.Mechanism) -> None:
     """Records the factory's aggregation; one per audit."""
@@ -78,37 +98,27 @@ class AuditedAggregation:
     """The factory of the `dp` and `mechanism` given to `from_spec`.
 
     Args:
-      record_specs: Under tree aggregation: the `tf.TensorSpec`s of the
-        aggregated value (the model's trainable weights); ignored otherwise.
+      record_specs: Where the mechanism needs them (`needs_record_specs`:
+        tree aggregation), the `tf.TensorSpec`s of the aggregated value (the
+        model's trainable weights); ignored otherwise.
 
     Returns:
-      `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`;
-      under distributed DP `distributed_dp_aggregator`'s factory (the noise
-      seed seeds the rotations); under tree aggregation the tree's.
+      The factory of the mechanism's entry (`mechanism_noise.NOISES`):
+      `gaussian_factory`, `tree_factory` or `distributed_dp_factory`.
 
     Raises:
-      ValueError: if the audit was not built from a `dp`, or tree
-        aggregation is asked for without `record_specs`.
+      ValueError: if the audit was not built from a `dp`, or a mechanism
+        that needs `record_specs` (`needs_record_specs`) is asked for
+        without them.
     """
     if self._dp is None:
       raise ValueError('aggregator() needs the audit of from_spec(spec, dp); '
                        'otherwise call gaussian_fixed/gaussian_adaptive.')
-    mechanism = self.mechanism
-    if isinstance(mechanism, mechanisms.TreeAggregation):
-      if record_specs is None:
-        raise ValueError('aggregator() of tree aggregation needs '
-                         'record_specs, the aggregated value\'s specs.')
-      return canary_aggregator.CanaryDPFactory.tree_aggregation(
-          noise_multiplier=float(self._dp.noise_multiplier),
-          clients_per_round=self.expected_cohort,
-          l2_norm_clip=float(self._dp.clip), record_specs=record_specs,
-          spec=self.spec, noise_seed=self._noise_seed,
-          use_efficient=mechanism.efficient)
-    if isinstance(mechanism, mechanisms.DistributedDP):
-      return distributed_dp_aggregator.CanaryDistributedDPFactory(
-          self._dp, mechanism.params, self.spec, self._noise_seed)
-    return canary_aggregator.CanaryDPFactory.from_spec(
-        self._dp, self.spec, self._noise_seed)
+    noise = mechanism_noise.noise_of(self.mechanism)
+    if noise.needs_record_specs and record_specs is None:
+      raise ValueError(f'aggregator() of the {self.mechanism.name} mechanism '
+                       'needs record_specs, the aggregated value\'s specs.')
+    return noise.build(self, record_specs)
 
   def gaussian_fixed(
       self, *, noise_multiplier: float, clip: float,
@@ -229,3 +239,60 @@ class AuditedAggregation:
     """
     return aggregator_state.extract_dp_event_from_state(
         learning_state.aggregator)
+
+
+def gaussian_factory(
+    aggregation: AuditedAggregation,
+    record_specs: Any = None) -> canary_aggregator.CanaryDPFactory:
+  """The Gaussian mechanism's factory: DP-FedAvg, fixed or adaptive clip.
+
+  Args:
+    aggregation: The audited aggregation (its `dp` given).
+    record_specs: Ignored.
+
+  Returns:
+    `canary_aggregator.CanaryDPFactory.from_spec(dp, spec, noise_seed)`.
+  """
+  del record_specs
+  return canary_aggregator.CanaryDPFactory.from_spec(
+      aggregation.dp, aggregation.spec, aggregation.noise_seed)
+
+
+def tree_factory(aggregation: AuditedAggregation,
+                 record_specs: Any) -> canary_aggregator.CanaryDPFactory:
+  """Tree aggregation's factory: DP-FTRL's tree, with the mechanism's estimator.
+
+  Args:
+    aggregation: The audited aggregation (its `dp` given, fixed clip).
+    record_specs: The `tf.TensorSpec`s of the aggregated value.
+
+  Returns:
+    `canary_aggregator.CanaryDPFactory.tree_aggregation` at the aggregation's
+    noise multiplier, clip, expected cohort and noise seed.
+  """
+  dp = aggregation.dp
+  return canary_aggregator.CanaryDPFactory.tree_aggregation(
+      noise_multiplier=float(dp.noise_multiplier),
+      clients_per_round=aggregation.expected_cohort,
+      l2_norm_clip=float(dp.clip), record_specs=record_specs,
+      spec=aggregation.spec, noise_seed=aggregation.noise_seed,
+      use_efficient=aggregation.mechanism.efficient)
+
+
+def distributed_dp_factory(
+    aggregation: AuditedAggregation, record_specs: Any = None
+) -> distributed_dp_aggregator.CanaryDistributedDPFactory:
+  """Distributed DP's factory: the clients' noise shares and secure sum.
+
+  Args:
+    aggregation: The audited aggregation (its `dp` given, fixed clip).
+    record_specs: Ignored.
+
+  Returns:
+    `distributed_dp_aggregator.CanaryDistributedDPFactory` of the
+    mechanism's parameters; the noise seed seeds the rotations.
+  """
+  del record_specs
+  return distributed_dp_aggregator.CanaryDistributedDPFactory(
+      aggregation.dp, aggregation.mechanism.params, aggregation.spec,
+      aggregation.noise_seed)

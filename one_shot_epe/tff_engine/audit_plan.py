@@ -118,9 +118,7 @@ def check_plan(spec: canary_spec.CanarySpec, dp: canary_spec.DPAggregation,
   for name in ('num_seen', 'num_unseen'):
     canary_spec.AUDITED_CANARIES[name](f'spec.{name}', getattr(spec, name))
   mechanism = mechanisms.Gaussian() if mechanism is None else mechanism
-  if not isinstance(mechanism, mechanisms.MECHANISMS):
-    raise TypeError(f'mechanism must be one of the mechanisms of '
-                    f'accounting.mechanisms; got {mechanism!r}.')
+  mechanisms.check_mechanism('mechanism', mechanism)
   answer = support.supports(_Planned(mechanism, spec))
   if not answer:
     raise ValueError(f'mechanism={mechanism!r}: the TFF engine does not '

@@ -2,12 +2,15 @@
 
 The engine x mechanism table is the mechanisms' own (`accounting.mechanisms`,
 each entry's `engines`); a run without canaries uses TFF's own Gaussian DP
-factory, so the other mechanisms, whose aggregators insert canaries, need
-them. Framework-free, so the launcher asks it before TensorFlow is imported.
+factory, so a mechanism that factory does not run (the engine's noise entry
+says, `mechanism_noise.MechanismNoise.without_canaries`), whose aggregator
+inserts canaries, needs them. Framework-free, so the launcher asks it
+before TensorFlow is imported.
 """
 
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import run_plan
+from one_shot_epe.tff_engine import mechanism_noise
 
 __all__ = ['ENGINE', 'supports']
 
@@ -29,8 +32,8 @@ def supports(plan: run_plan.Supportable) -> run_plan.Support:
   """
   mechanism = plan.mechanism
   reason = mechanisms.engine_reason(mechanism, ENGINE)
-  if reason is None and plan.spec is None and not isinstance(
-      mechanism, mechanisms.Gaussian):
+  if reason is None and plan.spec is None and not mechanism_noise.noise_of(
+      mechanism).without_canaries:
     reason = (f'the {mechanism.name} mechanism needs canaries: a run without '
               "them uses TFF's own Gaussian DP factory")
   return run_plan.Support(reason)

@@ -31,7 +31,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
 from one_shot_epe.runtime import round_record
@@ -371,8 +370,7 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
                                     plan.total_rounds)
   else:
     aggregator = audit.aggregator(
-        _trainable_specs(task) if isinstance(
-            plan.mechanism, mechanisms.TreeAggregation) else None)
+        _trainable_specs(task) if audit.needs_record_specs else None)
     state_manager = audit.program_state_manager(
         store.program_state_manager(), plan.rounds_per_checkpoint, final_round=plan.total_rounds,
         release_managers=[_CosineReleases(observer)])
