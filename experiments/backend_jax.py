@@ -39,7 +39,6 @@ import numpy as np
 from experiments import engine
 from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
-from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import tasks
 from one_shot_epe.data import client_arrays
@@ -48,17 +47,17 @@ from one_shot_epe.stats import decorrelation as decorrelation_lib
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.jax_engine import checkpoints as checkpoints_lib
+from one_shot_epe.jax_engine import mechanism_noise
 from one_shot_epe.jax_engine import memory
 from one_shot_epe.jax_engine import models
 from one_shot_epe.jax_engine import run_stats
 from one_shot_epe.jax_engine import support
 from one_shot_epe.jax_engine import training
-from one_shot_epe.jax_engine import tree_noise
 
 __all__ = ['CSV_FORMAT', 'Data', 'PROGRAMS', 'check_device_memory',
            'check_options', 'checkpoint_bytes', 'checkpoints', 'supports',
-           'correlated_report', 'correlated_strategy', 'decorrelation',
-           'load_data', 'model', 'noise_rows', 'train', 'train_program']
+           'correlated_report', 'decorrelation', 'load_data', 'model',
+           'train', 'train_program']
 
 # Which plans the engine runs (`jax_engine.support`).
 supports = support.supports
@@ -247,31 +246,6 @@ def check_device_memory(run: engine.PreparedRun, runs: int = 1) -> None:
       f'has {gb(limit)}: {remedy}.')
 
 
-def correlated_strategy(run: engine.PreparedRun) -> Any:
-  """Matrix-factorization noise: its `correlated_noise.Strategy`, else None.
-
-  Optimised (BLT) or built (banded) for the run's rounds and its sampler's
-  participation worst case (`correlated_noise.participation_bounds`).
-
-  Args:
-    run: the prepared run; its plan's mechanism decides.
-
-  Returns:
-    The strategy for a `mechanisms.MatrixFactorization` run, else None.
-  """
-  mechanism = run.plan.mechanism
-  if not isinstance(mechanism, mechanisms.MatrixFactorization):
-    return None
-  # Imported here: jax-privacy is installed only with the [jax] extra.
-  from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
-  participation = run.plan.client_participation
-  bounds = correlated_noise.participation_bounds(
-      participation.sampling, run.plan.total_rounds, participation.epochs)
-  return correlated_noise.build_strategy(mechanism.strategy,
-                                         run.plan.total_rounds, bounds,
-                                         mechanism.num_bands)
-
-
 def correlated_report(
     run: engine.PreparedRun) -> dp_fedavg.CorrelatedNoise | None:
   """The report's numbers of matrix-factorization noise, else None.
@@ -280,51 +254,23 @@ def correlated_report(
     run: the prepared run (its mechanism and canary schedule).
 
   Returns:
-    The correlated-noise numbers of the report for a matrix-factorization
-    run, else None.
+    The correlated-noise numbers of the report where the mechanism's noise
+    has a strategy (`mechanism_noise.MechanismNoise.strategy`), else None.
   """
-  strategy = correlated_strategy(run)
+  strategy = mechanism_noise.noise_of(
+      run.plan.mechanism).correlated_strategy(run.plan)
   if strategy is None:
     return None
   from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
   return correlated_noise.report_numbers(strategy, run.plan.spec.schedule)
 
 
-def noise_rows(run: engine.PreparedRun) -> Any:
-  """`training.train`'s noise_rows: the MF privatizer's or the tree's rows.
-
-  The privatizer's key is derived from the plan's seed (a resumed run
-  replays the rounds before it, `correlated_noise.NoiseStream`); its noise
-  std is z S sens(C) with the plan's fixed clip S. The tree's nodes
-  (`tree_noise.TreeNoise`) have std z S and keys of the plan's seed.
-
-  Args:
-    run: the prepared run (its mechanism, noise multiplier, clip and seed).
-
-  Returns:
-    A function of (d, first round) giving the rounds' noise rows, for a
-    matrix-factorization or tree-aggregation run; else None.
-  """
-  mechanism = run.plan.mechanism
-  dp = run.plan.dp
-  if isinstance(mechanism, mechanisms.TreeAggregation):
-    return tree_noise.TreeNoise(dp.noise_multiplier * dp.clip, run.plan.seed,
-                                mechanism.efficient).rows
-  strategy = correlated_strategy(run)
-  if strategy is None:
-    return None
-  from one_shot_epe.jax_engine import correlated_noise  # pylint: disable=g-import-not-at-top
-  transform = correlated_noise.privatizer(
-      strategy, dp.noise_multiplier, dp.clip, seed=run.plan.seed)
-  return correlated_noise.NoiseStream(transform).rows
-
-
 def decorrelation(run: engine.PreparedRun) -> training.Decorrelation | None:
   """Matrix-factorization noise: the decorrelated statistic's C and s.
 
-  None for independent noise, without noise, or with the all-iterates
-  statistic 'model_delta' (the statistic needs the released sums). s = z S
-  sens(C) / the expected cohort: the aggregate's units.
+  None for noise without a strategy, without noise, or with the
+  all-iterates statistic 'model_delta' (the statistic needs the released
+  sums). s = z S sens(C) / the expected cohort: the aggregate's units.
 
   Args:
     run: the prepared run (its mechanism, DP parameters and canary spec).
@@ -332,7 +278,8 @@ def decorrelation(run: engine.PreparedRun) -> training.Decorrelation | None:
   Returns:
     The Toeplitz strategy C and the noise std s, or None.
   """
-  strategy = correlated_strategy(run)
+  strategy = mechanism_noise.noise_of(
+      run.plan.mechanism).correlated_strategy(run.plan)
   dp = run.plan.dp
   if (strategy is None or dp.noise_multiplier == 0 or
       run.plan.spec.all_iterates_statistic != 'aggregate'):
@@ -372,8 +319,8 @@ def checkpoint_bytes(run: engine.PreparedRun) -> int:
   spec = run.plan.spec
   tracked = spec.num_seen + spec.num_unseen
   # The decorrelated statistic's projections: one per canary and round.
-  per_canary = 1 + (run.plan.total_rounds if isinstance(
-      run.plan.mechanism, mechanisms.MatrixFactorization) else 0)
+  per_canary = 1 + (run.plan.total_rounds if mechanism_noise.noise_of(
+      run.plan.mechanism).decorrelates else 0)
   return 4 * (vectors * dim + tracked * per_canary)
 
 
@@ -430,8 +377,10 @@ def train_program(runs: Sequence[engine.PreparedRun],
   first = runs[0]
   try:
     return training.train_program(
-        [training.ProgramRun(run.plan, store, observer, noise_rows(run),
-                             decorrelation(run))
+        [training.ProgramRun(
+            run.plan, store, observer,
+            mechanism_noise.noise_of(run.plan.mechanism).noise_rows(run.plan),
+            decorrelation(run))
          for run, store, observer in zip(runs, stores, observers)],
         model(first.config), first.data.train, first.data.test, stats=stats,
         resident_data=first.config.resident_data,

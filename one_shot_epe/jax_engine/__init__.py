@@ -8,6 +8,8 @@ it).
 
 Modules:
   support: which plans the engine runs (`supports(plan)`; framework-free).
+  mechanism_noise: each mechanism's noise on the engine, one entry per
+    mechanism it runs (its rows and strategy; framework-free).
   compat: the few JAX calls whose spelling differs between jax 0.4.14 (this
     project's .venv, pinned by TFF) and the newest jax.
   models: the EMNIST `cnn_dropout` CNN and the StackOverflow word LSTM of

@@ -48,7 +48,7 @@ import dataclasses
 import functools
 import importlib.util
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +57,7 @@ import optax
 from jax_privacy import noise_addition
 
 from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.design import run_plan
 from jax_privacy.accounting import accountants
 from jax_privacy.accounting import analysis
 from jax_privacy.matrix_factorization import buffered_toeplitz
@@ -65,8 +66,8 @@ from jax_privacy.matrix_factorization import toeplitz
 
 __all__ = ['NoiseStream', 'ParticipationBounds', 'Strategy',
            'accounted_epsilon', 'available', 'build_strategy',
-           'canary_column_norm', 'participation_bounds', 'privatizer',
-           'report_numbers']
+           'canary_column_norm', 'participation_bounds', 'plan_rows',
+           'plan_strategy', 'privatizer', 'report_numbers']
 
 
 def available() -> bool:
@@ -289,3 +290,44 @@ class NoiseStream:
     while True:
       row, state = self._update(zeros, state)
       yield row
+
+
+def plan_strategy(plan: run_plan.RunPlan) -> Strategy:
+  """A matrix-factorization run's strategy (its `mechanism_noise` entry).
+
+  Optimised (BLT) or built (banded) for the run's rounds and its sampler's
+  participation worst case (`participation_bounds`).
+
+  Args:
+    plan: The run: a `mechanisms.MatrixFactorization` mechanism, its rounds
+      and its real clients' participation.
+
+  Returns:
+    The strategy (`build_strategy`, cached).
+  """
+  mechanism = plan.mechanism
+  participation = plan.client_participation
+  bounds = participation_bounds(participation.sampling, plan.total_rounds,
+                                participation.epochs)
+  return build_strategy(mechanism.strategy, plan.total_rounds, bounds,
+                        mechanism.num_bands)
+
+
+def plan_rows(
+    plan: run_plan.RunPlan) -> Callable[[int, int], Iterator[jax.Array]]:
+  """A matrix-factorization run's noise rows (its `mechanism_noise` entry).
+
+  The privatizer's key is the plan's seed (a resumed run replays the rounds
+  before it, `NoiseStream.rows`); its noise std is z S sens(C) with the
+  plan's fixed clip S.
+
+  Args:
+    plan: As for `plan_strategy`, with its noise multiplier, clip and seed.
+
+  Returns:
+    `NoiseStream(privatizer(...)).rows` of the run's strategy.
+  """
+  dp = plan.dp
+  transform = privatizer(plan_strategy(plan), dp.noise_multiplier, dp.clip,
+                         seed=plan.seed)
+  return NoiseStream(transform).rows

@@ -36,14 +36,15 @@ equals an uninterrupted one.
 
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import jax
 import jax.numpy as jnp
 
 from one_shot_epe import validation
+from one_shot_epe.design import run_plan
 
-__all__ = ['TREE_STREAM', 'TreeNoise']
+__all__ = ['TREE_STREAM', 'TreeNoise', 'plan_rows']
 
 # Folded into PRNGKey(seed) for the tree's node keys ('tree' in ASCII): the
 # rounds' keys fold in the round, far below it.
@@ -179,3 +180,20 @@ class TreeNoise:
       prefix = self._prefix(buffer)
       yield prefix - previous
       previous, leaf = prefix, leaf + 1
+
+
+def plan_rows(
+    plan: run_plan.RunPlan) -> Callable[[int, int], Iterator[jax.Array]]:
+  """The rows of a tree-aggregation run (its `mechanism_noise` entry).
+
+  Args:
+    plan: The run: a `mechanisms.TreeAggregation` mechanism (its estimator),
+      a fixed clip S, noise multiplier z and seed.
+
+  Returns:
+    `TreeNoise(z S, seed, efficient).rows`: nodes of std z S, keyed by the
+    plan's seed.
+  """
+  dp = plan.dp
+  return TreeNoise(dp.noise_multiplier * dp.clip, plan.seed,
+                   plan.mechanism.efficient).rows
