@@ -35,10 +35,8 @@ import sys
 
 if __name__ == '__main__':
   # The isolation mode's checks (exit 2), then a quiet TensorFlow import.
-  from one_shot_epe.tff_engine import isolation
-  from one_shot_epe.tff_engine import quiet
-  isolation.check_program(sys.argv)
-  quiet.quiet_startup(sys.argv, import_tensorflow=True)
+  from benchmarks import tff_start
+  tff_start.start(sys.argv)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 import json
