@@ -46,6 +46,7 @@ from absl import flags
 
 from benchmarks import round_timing
 from benchmarks import tiny
+from one_shot_epe.runtime import command_line
 
 # Per task: the launcher's task and the paper's optimizers (Tables 3 and 4).
 _SETTINGS = {
@@ -258,4 +259,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   vars(_FLAGS).update(define_flags())
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -50,6 +50,7 @@ from absl import app
 from absl import flags
 
 from benchmarks import tiny
+from one_shot_epe.runtime import command_line
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS
@@ -287,4 +288,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   vars(_FLAGS).update(define_flags())
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

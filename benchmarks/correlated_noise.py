@@ -30,6 +30,7 @@ from benchmarks import tiny
 from experiments import train
 from experiments import train_config
 from one_shot_epe.jax_engine import correlated_noise
+from one_shot_epe.runtime import command_line
 
 
 # What --mechanisms may name, in the order they run.
@@ -151,4 +152,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   vars(_FLAGS).update(define_flags())
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

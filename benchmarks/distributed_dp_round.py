@@ -45,6 +45,7 @@ from tensorflow_federated.python.aggregators import distributed_dp as tff_ddp
 from benchmarks import tiny
 from one_shot_epe.design import canary_spec
 from one_shot_epe.accounting import distributed_dp
+from one_shot_epe.runtime import command_line
 from one_shot_epe.tff_engine import distributed_dp_aggregator
 
 
@@ -158,4 +159,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   vars(_FLAGS).update(define_flags())
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

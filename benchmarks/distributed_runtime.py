@@ -43,6 +43,7 @@ import tensorflow_federated as tff
 from tensorflow.python.data.experimental.ops import testing as tf_data_testing
 
 from benchmarks import tiny
+from one_shot_epe.runtime import command_line
 from one_shot_epe.tff_engine import distributed_runtime
 from one_shot_epe.tff_engine import tff_workers
 
@@ -164,4 +165,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   vars(_FLAGS).update(define_flags())
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

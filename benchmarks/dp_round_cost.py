@@ -47,6 +47,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.emnist import char_recognition_tasks
 
 from benchmarks import tiny
+from one_shot_epe.runtime import command_line
 from one_shot_epe.tff_engine import audit as audit_lib
 from one_shot_epe.tff_engine import cosine_tracking
 from one_shot_epe.tff_engine import runtime
@@ -264,4 +265,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   vars(_FLAGS).update(define_flags())
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

@@ -28,6 +28,7 @@ import math
 
 from benchmarks import round_timing
 from experiments import grid
+from one_shot_epe.runtime import bounded_reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,12 +84,12 @@ def config_flags(path: str) -> dict[str, str]:
     The name and value of each line that starts with two dashes, in order.
   """
   found = {}
-  with open(path) as stream:
-    for line in stream:
-      line = line.strip()
-      if line.startswith('--'):
-        name, _, value = line[2:].partition('=')
-        found[name] = value
+  for line in bounded_reads.read_text(path, bounded_reads.FLAGFILES,
+                                      '--flagfile').splitlines():
+    line = line.strip()
+    if line.startswith('--'):
+      name, _, value = line[2:].partition('=')
+      found[name] = value
   return found
 
 

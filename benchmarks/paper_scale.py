@@ -97,6 +97,7 @@ from benchmarks import paper_figures
 from benchmarks import paper_grids
 from benchmarks import round_timing
 from benchmarks import tiny
+from one_shot_epe.runtime import command_line
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS
@@ -322,4 +323,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   vars(_FLAGS).update(define_flags())
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

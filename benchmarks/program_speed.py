@@ -37,6 +37,7 @@ from experiments import train
 from experiments import train_config
 from experiments import train_flags
 from one_shot_epe.jax_engine import round_engine
+from one_shot_epe.runtime import command_line
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS
@@ -161,4 +162,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   vars(_FLAGS).update(define_flags())
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

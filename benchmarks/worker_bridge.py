@@ -43,6 +43,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from benchmarks import tiny
+from one_shot_epe.runtime import command_line
 from one_shot_epe.tff_engine import audit as audit_lib
 from one_shot_epe.tff_engine import isolation
 from one_shot_epe.tff_engine import runtime
@@ -163,4 +164,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   vars(_FLAGS).update(define_flags())
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags_or_exit)

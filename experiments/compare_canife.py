@@ -79,6 +79,8 @@ import sys
 
 if __name__ == '__main__':
   # Before the baselines import TensorFlow: a quiet start.
+  from one_shot_epe.runtime import command_line as _cli
+  _cli.check_flagfiles_or_exit(sys.argv)  # Before absl opens them.
   from one_shot_epe.tff_engine import quiet
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 

@@ -16,6 +16,8 @@ import types
 
 if __name__ == '__main__':
   # Before TensorFlow starts a thread: a quiet TensorFlow import.
+  from one_shot_epe.runtime import command_line as _cli
+  _cli.check_flagfiles_or_exit(sys.argv)  # Before absl opens them.
   from one_shot_epe.tff_engine import quiet
   quiet.quiet_startup(sys.argv, import_tensorflow=True)
 

@@ -23,6 +23,7 @@ the tables depend on neither the executor nor the programs.
 
 import csv
 import dataclasses
+import io
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ import numpy as np
 from experiments import table5
 from experiments import train
 from experiments import train_config
+from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.reporting import run_report
 
@@ -108,23 +110,25 @@ def parse_grid(path: str) -> dict[str, list[str]]:
     Each grid flag's values, as written.
 
   Raises:
+    bounded_reads.InputRefused: the file is not a flagfile
+      (`bounded_reads.FLAGFILES`).
     ValueError: a grid line is malformed or names a flag twice.
   """
   grid = {}
-  with open(path, encoding='utf-8') as stream:
-    for number, line in enumerate(stream, 1):
-      if not line.startswith(GRID_PREFIX):
-        continue
-      flag, sep, values = line[len(GRID_PREFIX):].strip().partition('=')
-      items = [value.strip() for value in values.split(',')]
-      if not sep or not flag or not all(items):
-        raise ValueError(f'config {path} line {number}: a grid line must '
-                         f'read "{GRID_PREFIX}FLAG=V1,V2,..."; got '
-                         f'{line.strip()!r}.')
-      if flag in grid:
-        raise ValueError(f'config {path} line {number}: grid flag --{flag} '
-                         'is listed twice.')
-      grid[flag] = items
+  text = bounded_reads.read_text(path, bounded_reads.FLAGFILES, '--config')
+  for number, line in enumerate(text.splitlines(), 1):
+    if not line.startswith(GRID_PREFIX):
+      continue
+    flag, sep, values = line[len(GRID_PREFIX):].strip().partition('=')
+    items = [value.strip() for value in values.split(',')]
+    if not sep or not flag or not all(items):
+      raise ValueError(f'config {path} line {number}: a grid line must '
+                       f'read "{GRID_PREFIX}FLAG=V1,V2,..."; got '
+                       f'{line.strip()!r}.')
+    if flag in grid:
+      raise ValueError(f'config {path} line {number}: grid flag --{flag} '
+                       'is listed twice.')
+    grid[flag] = items
   return grid
 
 
@@ -206,10 +210,11 @@ class GridRun:
   final_cosines: np.ndarray
 
 
-def _read_column(path: str, column: str) -> np.ndarray:
-  with open(path, newline='', encoding='utf-8') as stream:
-    return np.array([float(row[column]) for row in csv.DictReader(stream)
-                     if row[column] != ''])
+def _read_column(path: str, column: str, rows: int) -> np.ndarray:
+  """A column of a run's cosine CSV of `rows` rows (`bounded_reads`)."""
+  text = bounded_reads.read_text(path, bounded_reads.cosine_csv(rows))
+  return np.array([float(row[column]) for row in csv.DictReader(
+      io.StringIO(text, newline='')) if row[column] != ''])
 
 
 def load_run(config: train_config.TrainConfig) -> GridRun:
@@ -229,7 +234,8 @@ def load_run(config: train_config.TrainConfig) -> GridRun:
                  report=report,
                  final_cosines=_read_column(
                      os.path.join(run_dir, run_directory.FINAL_COSINES_FILE),
-                     'cosine'))
+                     'cosine', max(config.num_canaries,
+                                   config.num_unseen_canaries)))
 
 
 def train_unless_reported(program: Program) -> None:

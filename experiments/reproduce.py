@@ -95,6 +95,8 @@ if __name__ == '__main__':
   # local TFF workers. `main` imports TensorFlow quietly once the flags have
   # been checked. JAX runs need neither.
   from one_shot_epe.runtime import command_line as _cli
+  # Before absl opens them: --flagfile, --config and the flagfiles they name.
+  _cli.check_flagfiles_or_exit(sys.argv, flagfile_flags=('config',))
   if _cli.requested_backend(sys.argv, flagfile_flags=('config',)) != 'jax':
     from one_shot_epe.tff_engine import isolation
     isolation.check_program(sys.argv, flagfile_flags=('config',))
@@ -119,6 +121,7 @@ from experiments import train
 from experiments import train_config
 from experiments import train_flags
 from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.runtime import command_line
 from one_shot_epe.runtime import interrupts
 from one_shot_epe.runtime import run_directory
@@ -271,10 +274,12 @@ def config_and_grid(
   if not flag_values['config'].value:
     raise train_config.ConfigError('--config must name a flagfile; got none.')
   config_path = flag_values['config'].value
-  if not os.path.isfile(config_path):
-    raise train_config.ConfigError(f'--config {config_path!r} is not a file.')
   try:
+    command_line.check_flagfiles(['reproduce', f'--config={config_path}'],
+                                 flagfile_flags=('config',))
     grid_lines = grid.parse_grid(config_path)
+  except bounded_reads.InputRefused as refusal:
+    raise train_config.ConfigError(str(refusal)) from None
   except ValueError as error:
     raise train_config.ConfigError(f'--config: {error}') from None
   unknown = set(grid_lines) - set(grid.GRID_FLAGS)

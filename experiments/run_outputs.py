@@ -22,6 +22,7 @@ from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import run_files
+from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.runtime import run_lock
@@ -33,9 +34,10 @@ __all__ = ['REPORTED_ERRORS', 'RoundWriter', 'RunResult', 'rounds_line',
 
 # What a launcher reports in one line with exit status 2: a bad flag, a run
 # directory in use by another launcher, a failed write (a full disk, ...), a
-# device out of memory.
+# device out of memory, a file refused by its limit (`bounded_reads`).
 REPORTED_ERRORS = (train_config.ConfigError, run_lock.RunLockedError,
-                   write_failures.WriteFailure, engine.DeviceOutOfMemory)
+                   write_failures.WriteFailure, engine.DeviceOutOfMemory,
+                   bounded_reads.InputRefused)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +103,7 @@ class RoundWriter:
     self._files = {}
     for name in names:
       columns, rows = run_directory.read_rounds(os.path.join(run_dir, name),
-                                                resumed_from)
+                                                resumed_from, total_rounds)
       self._files[name] = (columns or ['round'], rows)
     self._records: list[round_record.RoundRecord] = []
 

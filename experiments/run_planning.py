@@ -27,6 +27,8 @@ import numpy as np
 from experiments import train_config
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.accounting import references
+from one_shot_epe.data import client_arrays
+from one_shot_epe.design import audit_checks
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
 from one_shot_epe.design import run_options
@@ -34,10 +36,12 @@ from one_shot_epe.design import run_plan
 from one_shot_epe.design import run_size
 from one_shot_epe.design import tasks
 from one_shot_epe.jax_engine import support as jax_support
+from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.tff_engine import support as tff_support
 
-__all__ = ['SUPPORTS', 'check_plan', 'participation_plan', 'plan_run']
+__all__ = ['SUPPORTS', 'check_plan', 'checkpoint_limit', 'participation_plan',
+           'participation_sizes', 'plan_run']
 
 # Each --backend's `supports(plan)` (framework-free; `engine.Backend.supports`
 # is the same function).
@@ -46,6 +50,32 @@ SUPPORTS: dict[str, Callable[[run_plan.Supportable], run_plan.Support]] = {
 # Evaluation examples assumed for --max_eval_examples=-1 (all of the test
 # set), where the set's size is not known before it is read.
 _ALL_EVAL_EXAMPLES = 10_000
+
+
+def participation_sizes(config: train_config.TrainConfig,
+                        num_clients: int) -> tuple[int, float]:
+  """T and the expected real clients per round, in arithmetic only.
+
+  What `participation_plan`'s sampler will have, known before it is built
+  (a sampler of m clients allocates in proportion to m): with shuffled
+  epochs, R = ceil(m / n) rounds an epoch of m / R clients each; with
+  sampling, --clients_per_round expected clients and ceil(m / n) rounds an
+  epoch.
+
+  Args:
+    config: The validated config (--sampling, --clients_per_round,
+      --total_rounds or --train_epochs).
+    num_clients: m, the task's training clients (>= --clients_per_round).
+
+  Returns:
+    (T, the expected real clients per round).
+  """
+  rounds_per_epoch = math.ceil(num_clients / config.clients_per_round)
+  expected = (num_clients / rounds_per_epoch if config.sampling == 'shuffle'
+              else float(config.clients_per_round))
+  total_rounds = (config.total_rounds if config.total_rounds is not None else
+                  config.train_epochs * rounds_per_epoch)
+  return total_rounds, expected
 
 
 def participation_plan(
@@ -69,16 +99,11 @@ def participation_plan(
   if config.sampling == 'shuffle':
     sampler = participation.ShuffledEpochs(clients, config.clients_per_round,
                                            config.seed)
-    rounds_per_epoch = sampler.rounds_per_epoch
   else:
     sampler_class = (participation.BernoulliSampling if config.sampling ==
                      'bernoulli' else participation.PoissonSampling)
     sampler = sampler_class(clients, config.clients_per_round, config.seed)
-    rounds_per_epoch = math.ceil(sampler.num_clients /
-                                 config.clients_per_round)
-  total_rounds = (config.total_rounds if config.total_rounds is not None else
-                  config.train_epochs * rounds_per_epoch)
-  return sampler, total_rounds
+  return sampler, participation_sizes(config, sampler.num_clients)[0]
 
 
 def _rounds_flag(config: train_config.TrainConfig, total_rounds: int) -> str:
@@ -88,21 +113,53 @@ def _rounds_flag(config: train_config.TrainConfig, total_rounds: int) -> str:
   return f'--train_epochs={config.train_epochs} ({total_rounds} rounds)'
 
 
+def _model_flag(config: train_config.TrainConfig) -> str:
+  """The flag that sets the model's d: --vocab_size, else --task."""
+  entry = tasks.task_entry(config.task)
+  return (f'--vocab_size={config.vocab_size}' if entry.vocabulary else
+          f'--task={config.task}')
+
+
 def _refused(config: train_config.TrainConfig, total_rounds: int,
              error: run_size.PlanRefused) -> train_config.ConfigError:
   """The launcher's one line for a refused plan: its flag, then why."""
-  flag = (_rounds_flag(config, total_rounds)
-          if error.parameter == 'total_rounds' else
-          f'--{error.parameter}={getattr(config, error.parameter)}')
+  if error.parameter == 'total_rounds':
+    flag = _rounds_flag(config, total_rounds)
+  elif error.parameter == 'dim':
+    flag = _model_flag(config)
+  elif error.parameter == 'synthetic_num_clients':
+    flag = (f'--synthetic_num_clients={config.synthetic_num_clients} with '
+            '--synthetic_examples_per_client='
+            f'{config.synthetic_examples_per_client}')
+  else:
+    flag = f'--{error.parameter}={getattr(config, error.parameter)}'
   return train_config.ConfigError(f'{flag}: {error}.')
 
 
-def _shape(config: train_config.TrainConfig,
-           sampler: participation.ClientSampler,
-           total_rounds: int) -> run_size.RunShape:
+def _check_dim(config: train_config.TrainConfig) -> int:
+  """The task model's d, refused below the final-model null's 3."""
+  dim = tasks.task_entry(config.task).dim(config.vocab_size)
+  try:
+    audit_checks.check_dim(dim)
+  except ValueError as error:
+    raise train_config.ConfigError(f'{_model_flag(config)}: {error}') from None
+  return dim
+
+
+def _shape(config: train_config.TrainConfig, num_clients: int,
+           expected_clients: float, total_rounds: int) -> run_size.RunShape:
   """The run's sizes, from the flags and the task's entry."""
   entry = tasks.task_entry(config.task)
   dim = entry.dim(config.vocab_size)
+  # Each seen canary r times (shuffled epochs), or at the clients' rate.
+  presentations = config.num_canaries * (
+      config.canary_repeats if config.sampling == 'shuffle' else
+      expected_clients / num_clients * total_rounds)
+  data_bytes = 0.0
+  if config.use_synthetic_data:
+    data_bytes = client_arrays.synthetic_bytes(
+        entry.kind, num_clients, config.synthetic_examples_per_client,
+        config.vocab_size)
   examples = (config.synthetic_examples_per_client if
               config.use_synthetic_data else entry.examples_per_client)
   examples *= config.client_epochs_per_round
@@ -115,13 +172,55 @@ def _shape(config: train_config.TrainConfig,
   return run_size.RunShape(
       total_rounds=total_rounds, num_seen=config.num_canaries,
       num_unseen=config.num_unseen_canaries, dim=dim,
-      clients_per_round=sampler.expected_clients_per_round,
+      clients_per_round=expected_clients,
       examples_per_client=examples,
       flops_per_example=entry.flops_per_example(config.vocab_size),
       state_vectors=3 + slots, buffer_rounds=buffer_rounds,
       evaluations=total_rounds // config.rounds_per_evaluation + 1,
       eval_examples=(_ALL_EVAL_EXAMPLES if config.max_eval_examples == -1 else
-                     config.max_eval_examples))
+                     config.max_eval_examples),
+      canary_presentations=presentations, data_bytes=data_bytes)
+
+
+def checkpoint_limit(
+    config: train_config.TrainConfig) -> bounded_reads.Limit | None:
+  """The most a checkpoint of the run may hold, from its flags alone.
+
+  The state a checkpoint holds, counted generously (4 bytes a float32): the
+  model's d (the task's entry) times the model, theta_0, the last aggregate
+  and both optimizers' slots, and under tree aggregation the tree's levels;
+  each tracked canary's maximum, and under matrix-factorization noise its
+  projection on every round. `bounded_reads.checkpoint` adds its margin.
+
+  Args:
+    config: The validated config.
+
+  Returns:
+    The limit; None where it depends on a T that the flags do not fix
+    (--train_epochs under matrix-factorization noise, with real data of
+    unknown size).
+  """
+  entry = tasks.task_entry(config.task)
+  dim = entry.dim(config.vocab_size)
+  num_clients = (config.synthetic_num_clients if config.use_synthetic_data
+                 else entry.num_clients)
+  total_rounds = config.total_rounds
+  if total_rounds is None and num_clients is not None:
+    total_rounds = participation_sizes(
+        config, max(num_clients, config.clients_per_round))[0]
+  mechanism = config.the_mechanism()
+  kept_rounds = 0
+  if isinstance(mechanism, mechanisms.MatrixFactorization):
+    if total_rounds is None:
+      return None
+    kept_rounds = total_rounds
+  vectors = 4 + sum(run_options.OPTIMIZER_SLOTS[name] for name in (
+      config.client_optimizer, config.server_optimizer))
+  if isinstance(mechanism, mechanisms.TreeAggregation):
+    vectors += 2 + math.ceil(math.log2((total_rounds or 2**32) + 1))
+  tracked = config.num_canaries + config.num_unseen_canaries
+  return bounded_reads.checkpoint(4 * (vectors * dim +
+                                       tracked * (1 + kept_rounds)))
 
 
 def _dp_aggregation(config: train_config.TrainConfig,
@@ -220,13 +319,16 @@ def plan_run(
     raise train_config.ConfigError(
         f'--clients_per_round must be in [1, {num_clients}] (the task has '
         f'{num_clients} training clients); got {config.clients_per_round}.')
-  sampler, total_rounds = participation_plan(config, clients)
+  dim = _check_dim(config)
+  total_rounds, expected_clients = participation_sizes(config, num_clients)
   if config.canary_repeats > total_rounds:
     raise train_config.ConfigError(
         f'--canary_repeats must be in [1, {total_rounds}] (the number of '
         f'training rounds); got {config.canary_repeats}.')
   try:
-    run_size.check(_shape(config, sampler, total_rounds))
+    run_size.check(_shape(config, num_clients, expected_clients,
+                          total_rounds))
+    sampler, _ = participation_plan(config, clients)
     schedule, cohort = participation.canary_plan(
         sampler, config.num_canaries, total_rounds, config.canary_repeats,
         config.canary_seed)
@@ -253,8 +355,7 @@ def plan_run(
       max_eval_examples=(None if config.max_eval_examples == -1 else
                          config.max_eval_examples),
       mechanism=config.the_mechanism())
-  _check_mechanism(config, plan,
-                   tasks.task_entry(config.task).dim(config.vocab_size))
+  _check_mechanism(config, plan, dim)
   _check_supported(config, plan, supports)
   return plan
 
@@ -305,11 +406,13 @@ def check_plan(config: train_config.TrainConfig) -> None:
   if config.use_synthetic_data:
     plan_run(config, config.synthetic_num_clients, supports)
     return
+  _check_dim(config)
   published = tasks.task_entry(config.task).num_clients
   if published is not None and config.clients_per_round <= published:
-    sampler, total_rounds = participation_plan(config, published)
+    total_rounds, expected_clients = participation_sizes(config, published)
     try:
-      run_size.check(_shape(config, sampler, total_rounds))
+      run_size.check(_shape(config, published, expected_clients,
+                            total_rounds))
     except run_size.PlanRefused as error:
       raise _refused(config, total_rounds, error) from None
   spec = None

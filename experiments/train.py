@@ -103,6 +103,7 @@ if __name__ == '__main__':
   # Before TensorFlow or JAX is imported: the flags, then (TFF only) the
   # network isolation mode's checks (exit 2) and a quiet TensorFlow import.
   from one_shot_epe.runtime import command_line as _cli
+  _cli.check_flagfiles_or_exit(sys.argv)  # Before absl opens them.
   if _cli.requested_backend(sys.argv) == 'jax':
     from experiments import train_flags as _train_flags
     _train_flags.check_flags_or_exit(sys.argv)
@@ -200,7 +201,8 @@ def _check_run_dir(config: train_config.TrainConfig,
         config.run_dir,
         accept_config=lambda saved: train_config.check_resumable(
             config, saved, config.run_dir),
-        checkpoints=_checkpoints(backend, config.run_dir))
+        checkpoints=_checkpoints(backend, config.run_dir),
+        checkpoint_limit=run_planning.checkpoint_limit(config))
   except train_config.ConfigError:
     raise
   except run_directory.RunDirectoryError as error:

@@ -32,7 +32,6 @@ from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import run_options
 from one_shot_epe.design import run_plan
 from one_shot_epe.design import tasks
-from one_shot_epe.stats import lower_bound
 from one_shot_epe import validation
 
 __all__ = ['ConfigError', 'ENUMS', 'PROGRAM_DIFFERENCES', 'SAMPLINGS',
@@ -333,7 +332,7 @@ _CORE_RULES: dict[str, validation.Rule] = {
     'canary_buffer_rounds': canary_spec.CanarySpec.rules['buffer_rounds'],
     'delta': validation.Optional(validation.PARAMETERS['delta']),
     # The reports' alpha (their lower bounds hold at 1 - alpha).
-    'alpha': lower_bound.ALPHA,
+    'alpha': validation.PARAMETERS['alpha'],
 }
 # --clipping_norm: a fixed clip (`DPAggregation.clip`), or 0 for adaptive.
 _FIXED_CLIP = validation.PARAMETERS['clip']

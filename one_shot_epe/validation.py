@@ -348,7 +348,10 @@ _COUNT = Int(1)
 PARAMETERS: dict[str, Rule] = {
     # Privacy parameters (Sections 3 and 5).
     'delta': Probability(),
-    'alpha': Probability(),
+    # The error probability of a 1 - alpha lower bound: a level below one
+    # half (every door takes it by this rule: the launcher, the epsilon
+    # command line, both `CanaryAudit`s).
+    'alpha': Real(0.0, 0.5, low_open=True, high_open=True),
     'epsilon': _POSITIVE,
     'noise_multiplier': _NON_NEGATIVE,
     'sigma': _POSITIVE,

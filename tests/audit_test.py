@@ -327,6 +327,16 @@ def test_misuse_is_named():
     _audit(repetitions=ROUNDS + 1)
 
 
+def test_a_model_too_small_for_the_null_is_refused_before_any_round():
+  # Softmax regression from 1 feature to 1 class: d = 2 < 3, refused where
+  # TFF creates the audit's aggregation on the model, naming its d.
+  with pytest.raises(ValueError, match='the model has 2 parameters'):
+    tff.learning.algorithms.build_unweighted_fed_avg(
+        linear_model.model_fn_for(1, 1),
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
+        model_aggregator=_audit().gaussian_adaptive(noise_multiplier=0.5))
+
+
 # ----------------------------------------------------------------------------
 # all_iterates_statistic='model_delta': the noised aggregate vs the model step.
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.tff_engine import checkpoints
 
 
@@ -146,3 +147,18 @@ def test_store_keeps_round_zero_and_the_last_two(tmp_path):
   with pytest.raises(checkpoints.CheckpointError,
                      match='program_state_6.*resume from version 4'):
     store.verify()
+
+
+def test_a_version_past_its_limit_is_refused_before_it_is_read(saved):
+  # The state of 1,000 float32 is 4 kB; a variables file grown to 1 GiB
+  # (sparse: no block written) is refused by its size, unread.
+  store = checkpoints.ProgramStateCheckpoints(saved)
+  limit = bounded_reads.checkpoint(4_000)
+  store.verify(limit)  # The intact versions are within it.
+  with open(_data_file(saved, 4), 'r+b') as stream:
+    os.truncate(stream.fileno(), 1 << 30)
+  with pytest.raises(checkpoints.CheckpointError) as refused:
+    store.verify(limit)
+  assert 'program_state_4' in str(refused.value)
+  assert 'limit of a checkpoint' in str(refused.value)
+  assert 'resume from version 2' in str(refused.value)

@@ -98,11 +98,12 @@ def test_an_unreadable_flagfile_is_one_clean_line_naming_it(tmp_path, where):
       [sys.executable, '-c', script, f'--flagfile={tmp_path / where}'],
       cwd=_REPO, capture_output=True, text=True, timeout=60, check=False)
   unreadable = tmp_path / ('inner.cfg' if where == 'outer.cfg' else where)
-  reason = ('Is a directory' if where == 'a_directory' else
-            'No such file or directory')
+  flag = (f"--flagfile (in '{tmp_path / 'outer.cfg'}')"
+          if where == 'outer.cfg' else '--flagfile')
+  reason = ('is a directory, not a regular file.' if where == 'a_directory'
+            else 'cannot be read: No such file or directory.')
   assert done.returncode == 2
-  assert done.stderr == (f"error: --flagfile '{unreadable}' cannot be read: "
-                         f'{reason}.\n')
+  assert done.stderr == f"error: {flag} '{unreadable}' {reason}\n"
 
 
 def test_flagfile_flags_are_followed_and_the_command_line_wins(tmp_path):

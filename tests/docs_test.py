@@ -1305,7 +1305,7 @@ _PLANTED = [
     ('The engine: `engine.backend(--backend)`.',
      'The engine: `engine.Backend` (--backend).',
      'engine.backend: backend is not defined in experiments/engine.py'),
-    ('`one_shot_epe.lower_bond.x`', '`one_shot_epe.stats.lower_bound.check_alpha`',
+    ('`one_shot_epe.lower_bond.x`', '`one_shot_epe.stats.lower_bound.clopper_pearson_upper`',
      'one_shot_epe.lower_bond.x: lower_bond.x is not defined in '
      'one_shot_epe/__init__.py'),
     ('`CanaryAudit.from_spek(c, d)`', '`CanaryAudit.from_spec(c, d)`',

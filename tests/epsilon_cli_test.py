@@ -101,7 +101,7 @@ def test_malformed_input_exits_2_with_message(tmp_path, content, flags, message)
 
 def test_missing_file_and_bad_delta(tmp_path):
   done = _run(f'--cosines={tmp_path / "absent.csv"}', '--delta=1e-5')
-  assert done.returncode == 2 and 'cannot read' in done.stderr
+  assert done.returncode == 2 and 'cannot be read' in done.stderr
   path = tmp_path / 'ok.csv'
   path.write_text('cosine\n0.1\n0.2\n0.15\n')
   done = _run(f'--cosines={path}', '--dim=100', '--delta=1.5')

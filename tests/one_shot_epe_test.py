@@ -62,7 +62,7 @@ WINGS_BELOW = {
     'stats': (),
     'accounting': ('stats',),
     'design': ('accounting', 'stats'),
-    'data': (),
+    'data': ('runtime',),
     'runtime': ('design',),
     'reporting': ('accounting', 'design', 'runtime', 'stats'),
 }

@@ -32,8 +32,9 @@ class _Checkpoints:
     self.calls = []
     self._error = error
 
-  def verify(self):
+  def verify(self, limit=None):
     self.calls.append('verify')
+    self.limit = limit
     if self._error is not None:
       raise self._error
 

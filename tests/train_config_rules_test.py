@@ -26,7 +26,6 @@ from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
 from one_shot_epe.design import run_plan
-from one_shot_epe.stats import lower_bound
 
 _INTS = (-1, 0, 1, 2, 3, 2**16, 2**16 + 1, 10**9, 10**9 + 1,
          2**31 - 10**9, 2**31 - 10**9 + 1, 2**31 - 1, 2**31, 2**32 - 1,
@@ -129,7 +128,7 @@ CORE = {
     # The reports' delta and alpha (their lower bounds' alpha).
     'delta': (_FLOATS + (None,),
               lambda value: value is None or _parameter('delta')(value), {}),
-    'alpha': (_FLOATS, lower_bound.check_alpha, {}),
+    'alpha': (_FLOATS, _parameter('alpha'), {}),
     'synthetic_num_clients': (_INTS, _parameter('num_clients'), {}),
     'synthetic_examples_per_client': (
         _INTS, _parameter('examples_per_client'), {}),

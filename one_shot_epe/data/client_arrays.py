@@ -31,12 +31,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from one_shot_epe import validation
+from one_shot_epe.runtime import bounded_reads
 
 __all__ = ['CLIENT_SIZE_LAWS', 'ClientArrays', 'EMNIST_CLASSES',
            'EMNIST_WRITER_SIZES', 'FEATURES', 'IMAGE_SIZE', 'KINDS',
            'SEQUENCE_LENGTH', 'SPLITS', 'STACKOVERFLOW_USER_SIZES',
-           'SpecialTokens', 'client_sizes', 'emnist_templates',
-           'encode_sentence', 'numbered_client_ids', 'special_tokens',
+           'SYNTHETIC_CLIENT_BYTES', 'SYNTHETIC_EXAMPLE_BYTES', 'SpecialTokens',
+           'client_sizes', 'emnist_templates', 'encode_sentence',
+           'numbered_client_ids', 'special_tokens', 'synthetic_bytes',
            'synthetic_emnist', 'synthetic_stackoverflow']
 
 KINDS = ('emnist', 'stackoverflow')
@@ -176,23 +178,42 @@ class ClientArrays:
     Returns:
       The split.
 
+    Each file is checked against its limit before it is read or mapped
+    (`bounded_reads.CLIENT_ARRAYS_MANIFEST`, `CLIENT_ARRAYS_INDEX`,
+    `CLIENT_ARRAYS_FEATURE`; a .npy's header must fit its file).
+
     Raises:
-      FileNotFoundError: the directory or one of its files is missing.
+      FileNotFoundError: the directory is missing.
+      bounded_reads.InputRefused: a file is missing, not a regular file, past
+        its limit or not of its format.
       ValueError: the manifest is not this format's.
     """
+    if not os.path.isdir(directory):
+      raise FileNotFoundError(f'{directory!r} is not a directory of client '
+                              'arrays.')
     manifest_path = os.path.join(directory, _MANIFEST)
-    with open(manifest_path) as f:
-      manifest = json.load(f)
-    if manifest.get('format') != _FORMAT_VERSION:
+    try:
+      manifest = json.loads(bounded_reads.read_text(
+          manifest_path, bounded_reads.CLIENT_ARRAYS_MANIFEST, '--data_dir'))
+    except json.JSONDecodeError as error:
+      raise ValueError(f'{manifest_path} is not JSON: {error}') from None
+    if not isinstance(manifest, dict) or manifest.get(
+        'format') != _FORMAT_VERSION:
       raise ValueError(f'{manifest_path} is not a client-array manifest of '
                        f'format {_FORMAT_VERSION}.')
-    mode = 'r' if mmap else None
+
+    def read(name: str, limit: bounded_reads.Limit,
+             mode: str | None = None) -> np.ndarray:
+      path = os.path.join(directory, f'{name}.npy')
+      bounded_reads.check_npy(path, limit, '--data_dir')
+      return np.load(path, mmap_mode=mode)
+
     return cls(
         kind=manifest['kind'],
-        client_ids=np.load(os.path.join(directory, 'client_ids.npy')),
-        offsets=np.load(os.path.join(directory, 'offsets.npy')),
-        features={name: np.load(os.path.join(directory, f'{name}.npy'),
-                                mmap_mode=mode)
+        client_ids=read('client_ids', bounded_reads.CLIENT_ARRAYS_INDEX),
+        offsets=read('offsets', bounded_reads.CLIENT_ARRAYS_INDEX),
+        features={name: read(name, bounded_reads.CLIENT_ARRAYS_FEATURE,
+                             'r' if mmap else None)
                   for name in manifest['features']})
 
 
@@ -385,6 +406,42 @@ def synthetic_stackoverflow(num_clients: int, examples_per_client: int,
       kind='stackoverflow', client_ids=numbered_client_ids(num_clients),
       offsets=np.concatenate([[0], np.cumsum(counts)]),
       features={'tokens': np.stack(rows)})
+
+
+# Host memory of one synthetic example while its split is drawn (measured
+# orders of magnitude): an EMNIST image's float64 strokes, noise and pixels
+# before its float32 copy; a StackOverflow sentence's row of tokens and the
+# Python list holding it.
+SYNTHETIC_EXAMPLE_BYTES = {'emnist': 24 * 1024, 'stackoverflow': 512}
+# Per synthetic client: its id, its offset and its place in a permutation.
+SYNTHETIC_CLIENT_BYTES = 128
+
+
+def synthetic_bytes(kind: str, num_clients: int,
+                    examples_per_client: float, vocab_size: int) -> float:
+  """Host memory of a synthetic stand-in's splits, before any is drawn.
+
+  The training split and the test (and held-out) splits of an eighth of
+  its examples each (`task_data.synthetic_split`), at
+  `SYNTHETIC_EXAMPLE_BYTES` per example and `SYNTHETIC_CLIENT_BYTES` per
+  client and split; StackOverflow's vocabulary law adds 8 bytes a word.
+  An estimate for a run's size check (`design.run_size`), in arithmetic
+  only: nothing is allocated.
+
+  Args:
+    kind: One of `KINDS`.
+    num_clients: The stand-in's training clients.
+    examples_per_client: Their mean examples.
+    vocab_size: The vocabulary's size (StackOverflow).
+
+  Returns:
+    The estimate in bytes.
+  """
+  splits = 1.0 + len(SPLITS[1:]) / 8.0
+  per_client = (examples_per_client * SYNTHETIC_EXAMPLE_BYTES[kind] +
+                SYNTHETIC_CLIENT_BYTES)
+  vocabulary = 8.0 * vocab_size if kind == 'stackoverflow' else 0.0
+  return splits * num_clients * per_client + vocabulary
 
 
 def numbered_client_ids(num_clients: int) -> np.ndarray:

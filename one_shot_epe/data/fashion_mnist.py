@@ -33,7 +33,6 @@ split as client arrays, and `task_arrays` is the task's loader
 """
 
 import dataclasses
-import gzip
 import math
 import os
 import struct
@@ -43,6 +42,7 @@ import numpy as np
 from one_shot_epe import validation
 from one_shot_epe.data import client_arrays
 from one_shot_epe.data import task_data
+from one_shot_epe.runtime import bounded_reads
 
 __all__ = ['DEFAULT_DIRECTORY', 'Dataset', 'IDX_NAMES', 'IMAGE_SHAPE',
            'NPZ_NAME', 'NUM_CLASSES', 'NUM_CLIENTS', 'PARTITION_SEED',
@@ -104,11 +104,14 @@ def read_idx(path: str) -> np.ndarray:
     Its array, uint8, of the header's shape.
 
   Raises:
+    bounded_reads.InputRefused: the file is not a regular file, or it (or
+      its gzip contents) holds more than `bounded_reads.FASHION_MNIST_FILE`.
     ValueError: the file is not unsigned-byte IDX, or is truncated.
   """
-  opener = gzip.open if path.endswith('.gz') else open
-  with opener(path, 'rb') as stream:
-    data = stream.read()
+  limit = bounded_reads.FASHION_MNIST_FILE
+  data = bounded_reads.read_bytes(path, limit, '--data_dir')
+  if path.endswith('.gz'):
+    data = bounded_reads.decompress_gzip(data, path, limit, '--data_dir')
   if len(data) < 4 or data[0] != 0 or data[1] != 0:
     raise ValueError(f'{path} is not an IDX file (bad magic number).')
   if data[2] != _UNSIGNED_BYTE:
@@ -167,6 +170,7 @@ def load(directory: str) -> Dataset:
         f'({", ".join(IDX_NAMES.values())}, optionally .gz) nor {NPZ_NAME}.')
   npz = os.path.join(directory, NPZ_NAME)
   if os.path.isfile(npz):
+    bounded_reads.check_npz(npz, bounded_reads.FASHION_MNIST_FILE, '--data_dir')
     with np.load(npz) as arrays:
       missing = {'x_train', 'y_train', 'x_test', 'y_test'} - set(arrays.files)
       if missing:

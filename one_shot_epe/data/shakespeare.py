@@ -63,6 +63,7 @@ import numpy as np
 from one_shot_epe import validation
 from one_shot_epe.data import client_arrays
 from one_shot_epe.data import task_data
+from one_shot_epe.runtime import bounded_reads
 
 __all__ = ['Corpus', 'INSTALL_COMMAND', 'PACKAGE', 'SEQUENCE_LENGTH',
            'TEST_FRACTION', 'VOCAB_SIZE', 'build_vocab', 'client_arrays_of',
@@ -285,18 +286,23 @@ def load(directory: str | None = None, *, vocab_size: int = VOCAB_SIZE,
     FileNotFoundError: `directory` holds no play.
     ValueError: a count is out of range, the plays hold no speech, or their
       train split has fewer than `vocab_size` distinct tokens.
+    bounded_reads.InputRefused: a play file is not a regular UTF-8 text
+      file, or the plays hold more than `bounded_reads.PLAYS`.
   """
   vocab_size = validation.check_int('vocab_size', vocab_size, low=1)
   sequence_length = validation.check_int('sequence_length', sequence_length,
                                          low=1)
   directory = os.path.abspath(directory or plays_directory())
   by_role = collections.defaultdict(list)
+  left = bounded_reads.PLAYS.max_bytes
   for path in play_files(directory):
     play = os.path.splitext(os.path.basename(path))[0]
-    with open(path, encoding='utf-8') as stream:
-      for role, speech in parse_play(stream.read()):
-        by_role[(play, role)].extend(
-            speech_examples(tokenize(speech), sequence_length))
+    text = bounded_reads.read_text(path, bounded_reads.Limit(
+        f'what is left of {bounded_reads.PLAYS}', left), '--data_dir')
+    left -= len(text.encode('utf-8'))
+    for role, speech in parse_play(text):
+      by_role[(play, role)].extend(
+          speech_examples(tokenize(speech), sequence_length))
   roles = sorted(key for key, examples in by_role.items() if examples)
   if not roles:
     raise ValueError(f'the plays in {directory!r} hold no speech.')

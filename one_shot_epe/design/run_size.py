@@ -4,7 +4,8 @@ A run is refused at its door, before any data is loaded, any computation
 compiled or any file written, when it cannot run on the machine: when its
 memory (the model's state, the canaries' tracking block, and what grows
 with the rounds: the canary schedule and the per-round records a run keeps)
-exceeds the memory available, or when its work (training the clients,
+exceeds the memory available (with synthetic data, also the clients'
+examples drawn in memory), or when its work (training the clients,
 scoring every tracked canary against every round, evaluating) exceeds
 `MAX_WORK_FLOPS`. Every door (the launcher, `experiments.reproduce`, both
 `CanaryAudit`s) asks `check` with the run's `RunShape`; the error names the
@@ -22,14 +23,19 @@ import dataclasses
 import math
 import os
 
-__all__ = ['MAX_WORK_FLOPS', 'PlanRefused', 'ROUND_CSV_BYTES',
-           'ROUND_RECORD_BYTES', 'RunShape', 'available_memory', 'check']
+__all__ = ['MAX_WORK_FLOPS', 'PRESENTATION_BYTES', 'PlanRefused',
+           'ROUND_CSV_BYTES', 'ROUND_RECORD_BYTES', 'RunShape',
+           'available_memory', 'check']
 
 # Host memory a run keeps per round: the schedule's entry and the rows of the
 # per-round CSVs (metrics, canary cosines) it holds until it ends.
 ROUND_RECORD_BYTES = 2048
 # The same rows on disk (metrics.csv and canary_cosines.csv).
 ROUND_CSV_BYTES = 400
+# Host memory of one canary presentation in the schedule (its id in the
+# numpy schedule and in the aggregator's tuples of Python ints: 56 bytes
+# measured, doubled).
+PRESENTATION_BYTES = 128
 # FLOPs of regenerating one canary coordinate (a Gaussian draw, counter-based
 # generator included) when a block of rounds is scored.
 _GAUSSIAN_DRAW_FLOPS = 30
@@ -48,7 +54,8 @@ class PlanRefused(ValueError):
 
   Attributes:
     parameter: The run parameter to change ('total_rounds', 'num_canaries',
-      'num_unseen_canaries').
+      'num_unseen_canaries', 'dim': the model's size, 'synthetic_num_clients':
+      the synthetic data's).
   """
 
   def __init__(self, parameter: str, message: str):
@@ -75,6 +82,12 @@ class RunShape:
     buffer_rounds: B, the rounds buffered per canary block.
     evaluations: How many times the test set is evaluated.
     eval_examples: Test examples of one evaluation.
+    canary_presentations: The seen canaries' presentations over the run
+      (k r, or their expected number under sampling), each an entry of the
+      schedule.
+    data_bytes: Host memory of the data the run draws in memory (a
+      synthetic stand-in: `data.client_arrays.synthetic_bytes`); 0 for data
+      read from files.
   """
   total_rounds: int
   num_seen: int
@@ -87,14 +100,17 @@ class RunShape:
   buffer_rounds: int = 1
   evaluations: int = 0
   eval_examples: float = 0.0
+  canary_presentations: float = 0.0
+  data_bytes: float = 0.0
 
   def memory(self) -> dict[str, float]:
     """The host memory the run needs, by part, in bytes.
 
     Returns:
       'per-round records' (the schedule and the per-round rows), 'model
-      state' and 'canary tracking' (the block of B buffered rounds and a
-      chunk of regenerated canaries, and each canary's statistics).
+      state', 'canary tracking' (the block of B buffered rounds and a chunk
+      of regenerated canaries, and each canary's statistics), 'canary
+      schedule' (each presentation) and 'data' (`data_bytes`).
     """
     dim = self.dim or 0
     tracked = self.num_seen + self.num_unseen
@@ -104,6 +120,9 @@ class RunShape:
         'canary tracking': (4.0 * dim * (self.buffer_rounds +
                                          min(tracked, _CANARY_CHUNK)) +
                             64.0 * tracked),
+        'canary schedule': PRESENTATION_BYTES * float(
+            self.canary_presentations),
+        'data': float(self.data_bytes),
     }
 
   def work(self) -> dict[str, float]:
@@ -187,8 +206,7 @@ def check(shape: RunShape, memory_limit: int | None = None) -> None:
   memory = shape.memory()
   need = sum(memory.values())
   if limit is not None and need > limit:
-    parameter = ('total_rounds' if memory['per-round records'] >= max(
-        memory.values()) else _canary_parameter(shape))
+    parameter = _memory_parameter(shape, memory)
     raise PlanRefused(
         parameter, f'the run needs about {_size(need)} of memory '
         f'({_parts(memory, _size)}) and this machine has {_size(limit)} '
@@ -203,6 +221,23 @@ def check(shape: RunShape, memory_limit: int | None = None) -> None:
         f'({_parts(work, lambda value: f"{value:.2g}")}), over the '
         f'{MAX_WORK_FLOPS:.0e} a run may take (100 times the paper\'s largest '
         'run)')
+
+
+def _memory_parameter(shape: RunShape, memory: dict[str, float]) -> str:
+  """The parameter behind the largest part of `memory`.
+
+  The canaries' tracking is the model's d-sized block where that outweighs
+  the canaries' own statistics (a model too large for its block of
+  buffered rounds and regenerated canaries), else the canaries'.
+  """
+  largest = max(memory, key=memory.get)
+  tracked = shape.num_seen + shape.num_unseen
+  if largest == 'canary tracking' and (memory[largest] > 2 * 64.0 * tracked):
+    return 'dim'
+  return {'per-round records': 'total_rounds', 'model state': 'dim',
+          'canary schedule': 'num_canaries',
+          'data': 'synthetic_num_clients'}.get(largest,
+                                               _canary_parameter(shape))
 
 
 def _canary_parameter(shape: RunShape) -> str:

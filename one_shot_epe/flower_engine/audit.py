@@ -178,7 +178,7 @@ class CanaryAudit:
         rounds, num_canaries,
         num_canaries if num_unseen_canaries is None else num_unseen_canaries)
     self.delta = validation.check_probability('delta', delta)
-    self.alpha = validation.check_probability('alpha', alpha)
+    self.alpha = validation.PARAMETERS['alpha']('alpha', alpha)
     self.rounds_per_checkpoint = validation.check_int(
         'rounds_per_checkpoint', rounds_per_checkpoint, 1)
     self._cache_bytes = validation.check_int('cache_bytes', cache_bytes, 0)

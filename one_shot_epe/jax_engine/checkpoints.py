@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from one_shot_epe.jax_engine import canaries
+from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.runtime import checkpoint_store
 from one_shot_epe.runtime import npz_checkpoints
 
@@ -91,14 +92,18 @@ class TrainingStateCheckpoints(npz_checkpoints.NpzCheckpoints):
           f'{now[:2].tolist()}, generator {canaries.GENERATOR!r}): resume '
           'it with the jax that started it, or start a new run.')
 
-  def verify(self) -> None:
+  def verify(self, limit: bounded_reads.Limit | None = None) -> None:
     """The newest checkpoint reads back and holds this jax's canaries.
 
+    Args:
+      limit: The most the file may hold (`bounded_reads.checkpoint`).
+
     Raises:
-      checkpoint_store.CheckpointError: the newest file cannot be read, or
-        its canaries' fingerprint is not this jax's (`canaries.fingerprint`).
+      checkpoint_store.CheckpointError: the newest file is not a regular
+        file within `limit` or cannot be read, or its canaries' fingerprint
+        is not this jax's (`canaries.fingerprint`).
     """
-    super().verify()
+    super().verify(limit)
     latest = self.latest()
     if latest is not None:
       with np.load(self._path(latest)) as saved:
@@ -121,6 +126,7 @@ class TrainingStateCheckpoints(npz_checkpoints.NpzCheckpoints):
       checkpoint_store.CheckpointError: its canaries are not this jax's
         (`verify`).
     """
+    self._check_file(self._path(round_num))
     with np.load(self._path(round_num)) as saved:
       self._check_canaries(round_num, saved)
       treedef = jax.tree_util.tree_structure(template.server)

@@ -21,21 +21,29 @@ Columns may differ in length (leave trailing cells empty). Prints the report
 the paper's nominal eps_lo, the tight one-run bounds epsilon_lo_tight_any
 and epsilon_lo_tight_gdp, attack summaries) as JSON (--format=json) or a
 Markdown table (default). Bad input exits with status 2 and one line naming
-the problem; a reader that closes the pipe early (`| head`) ends it quietly.
+the problem: --delta, --alpha and --dim by their rules before the file is
+read, and a --cosines that is not a regular UTF-8 text file of at most
+`bounded_reads.COSINE_CSV_ROWS` data rows (`bounded_reads.COSINE_CSV`). A
+reader that closes the pipe early (`| head`) ends it quietly.
 """
 
 import csv
+import io
+import itertools
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from absl import app
 from absl import flags
 
+from one_shot_epe import validation
+from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.runtime import command_line
 from one_shot_epe.stats import estimation
+from one_shot_epe.stats import null_distribution
 from one_shot_epe.reporting import privacy_report
 
 __all__ = ['build_report', 'define_flags', 'format_markdown', 'main',
@@ -92,8 +100,19 @@ def _is_number(cell: str) -> bool:
   return True
 
 
+def _data_rows(path: str) -> Iterator[tuple[int, list[str]]]:
+  """The CSV's non-blank rows with their numbers in the file (from 1)."""
+  text = bounded_reads.read_text(path, bounded_reads.COSINE_CSV, '--cosines')
+  for number, row in enumerate(csv.reader(io.StringIO(text, newline='')), 1):
+    if any(cell.strip() for cell in row):
+      yield number, row
+
+
 def read_cosine_columns(path: str) -> dict[str, list[float]]:
   """Reads the CSV's columns (the accepted forms of the module docstring).
+
+  The file is read against `bounded_reads.COSINE_CSV` and may hold at most
+  `bounded_reads.COSINE_CSV_ROWS` data rows.
 
   Args:
     path: The CSV file.
@@ -103,37 +122,38 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
     values, empty cells skipped.
 
   Raises:
-    ValueError: naming the file, row and column of what cannot be read.
+    ValueError: naming the file, row and column of what cannot be read
+      (`bounded_reads.InputRefused` for a file that is not a text file
+      within its limit).
   """
-  try:
-    with open(path, newline='', encoding='utf-8') as handle:
-      rows = list(csv.reader(handle))
-  except OSError as error:
-    raise ValueError(f'--cosines: cannot read {path!r}: {error.strerror}.') from None
-  except UnicodeDecodeError:
-    raise ValueError(f'--cosines: {path!r} is not a text CSV file.') from None
-  rows = [row for row in rows if any(cell.strip() for cell in row)]
-  first = [cell.strip() for cell in rows[0]] if rows else []
+  rows = _data_rows(path)
+  first_number, first_row = next(rows, (0, []))
+  first = [cell.strip() for cell in first_row]
   headerless = len(first) == 1 and _is_number(first[0])
   if headerless:
-    rows = [['cosine']] + rows  # No header: every row is data.
+    rows = itertools.chain([(first_number, first_row)], rows)
+    header = ['cosine']  # No header: every row is data.
   elif any(_is_number(cell) for cell in first):
     raise ValueError(f'--cosines: {path!r} has {len(first)} columns and no '
                      'header row; name them `cosine,unseen` or `seen,unseen`.')
-  if len(rows) < 2:
-    raise ValueError(f'--cosines: {path!r} needs a header row and data rows.')
-  header = [name.strip() for name in rows[0]]
+  else:
+    header = first
   if len(header) == 1 and header[0] not in _NAMES:
     header = ['cosine']  # A single column of any name is final-model cosines.
   allowed = ({'cosine'}, {'cosine', 'unseen'}, {'seen', 'unseen'})
-  if set(header) not in allowed or len(set(header)) != len(header):
+  if header and (set(header) not in allowed or
+                 len(set(header)) != len(header)):
     raise ValueError(
-        f'--cosines: header {rows[0]} must be a single column (`cosine`), '
+        f'--cosines: header {first_row} must be a single column (`cosine`), '
         '`cosine` and `unseen` (final model, with never-inserted canaries) or '
         '`seen` and `unseen` (maxima over rounds).')
   columns: dict[str, list[float]] = {name: [] for name in header}
-  # Row numbers as a reader counts them in the file (blank rows aside).
-  for number, row in enumerate(rows[1:], start=1 if headerless else 2):
+  count = 0
+  for count, (number, row) in enumerate(rows, 1):
+    if count > bounded_reads.COSINE_CSV_ROWS:
+      raise ValueError(f'--cosines: {path!r} has more than '
+                       f'{bounded_reads.COSINE_CSV_ROWS:,} data rows, the '
+                       'most this program reads.')
     if len(row) != len(header):
       raise ValueError(f'--cosines: row {number} has {len(row)} fields; '
                        f'expected {len(header)}.')
@@ -150,6 +170,8 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
         raise ValueError(f'--cosines: row {number}, column {name!r}: {cell!r} '
                          'is not a cosine in [-1, 1].')
       columns[name].append(value)
+  if not count:
+    raise ValueError(f'--cosines: {path!r} needs a header row and data rows.')
   return columns
 
 
@@ -255,6 +277,11 @@ def main(argv: Sequence[str]) -> None:
     if values[name] is None:
       _fail(f'--{name} is required (--helpshort lists the flags).')
   try:
+    # Each flag by its parameter's rule, named as a flag, before the file.
+    for name, rule in (('delta', validation.PARAMETERS['delta']),
+                       ('alpha', validation.PARAMETERS['alpha']),
+                       ('dim', validation.Optional(null_distribution.DIM))):
+      rule(f'--{name}', values[name])
     columns = read_cosine_columns(values['cosines'])
     report = build_report(columns, values['dim'], values['delta'],
                           values['alpha'], values['threshold_strategy'])

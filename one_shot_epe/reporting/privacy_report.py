@@ -208,8 +208,7 @@ _RESAMPLES = validation.Int(20)
 _DIM = validation.Int(3)
 
 
-@validation.arguments('cosines', 'delta', 'seed', dim=_DIM,
-                      alpha=lower_bound.ALPHA,
+@validation.arguments('cosines', 'delta', 'seed', 'alpha', dim=_DIM,
                       unseen=validation.Optional(validation.Cosines()),
                       threshold_strategy=_sound_strategy,
                       bootstrap_resamples=_RESAMPLES)
@@ -248,8 +247,8 @@ def final_model_report(cosines: ArrayLike, dim: int, delta: float,
       bootstrap_resamples=bootstrap_resamples))
 
 
-@validation.arguments('delta', 'seed', seen=validation.Cosines(),
-                      unseen=validation.Cosines(), alpha=lower_bound.ALPHA,
+@validation.arguments('delta', 'seed', 'alpha', seen=validation.Cosines(),
+                      unseen=validation.Cosines(),
                       dim=validation.Optional(_DIM),
                       threshold_strategy=_sound_strategy,
                       bootstrap_resamples=_RESAMPLES)

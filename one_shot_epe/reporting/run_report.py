@@ -40,6 +40,7 @@ from one_shot_epe.reporting import privacy_report
 from one_shot_epe.reporting import report_fields
 from one_shot_epe.reporting import run_markdown
 from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import bounded_reads
 
 __all__ = ['DECORRELATED_ALL_ITERATES_NOTE', 'RunReport', 'build_run_report']
 
@@ -209,11 +210,11 @@ class RunReport:
       The `RunReport` it holds.
 
     Raises:
-      OSError: if the file cannot be read.
+      bounded_reads.InputRefused: the file cannot be read, is not a regular
+        file, not text or past `bounded_reads.RUN_REPORT`.
       ValueError: if it does not hold a run report (names `path`).
     """
-    with open(path, encoding='utf-8') as stream:
-      text = stream.read()
+    text = bounded_reads.read_text(path, bounded_reads.RUN_REPORT)
     try:
       return cls.from_dict(json.loads(text))
     except (ValueError, TypeError, AttributeError) as error:

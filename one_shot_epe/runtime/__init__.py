@@ -6,6 +6,7 @@
 files, its lock and resumption; with `run_lock`, `atomic_io` and
 `write_failures`), `round_progress` (a progress bar), `training_health`
 (a runaway clip or a non-finite loss: one warning, the report's notes),
-`command_line` (how the programs answer bad flags) and `interrupts` (Ctrl-C
+`command_line` (how the programs answer bad flags), `bounded_reads` (every
+file the project reads, against its kind's limit) and `interrupts` (Ctrl-C
 and SIGTERM: one line, status 130, state consistent).
 """

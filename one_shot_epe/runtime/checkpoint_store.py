@@ -10,11 +10,14 @@ training loops the coroutines they await) or .npz files
 (`runtime.npz_checkpoints.NpzCheckpoints`, the Flower engine's, and
 `jax_engine.checkpoints.TrainingStateCheckpoints` on it). All implement this
 protocol with the same signatures, rounds named `round_num`: the launcher sees
-what exists, whether the newest reads back, the leftovers of a killed write
+what exists, whether the newest reads back (and is no larger than the state
+it should hold: `bounded_reads.checkpoint`), the leftovers of a killed write
 and how many are kept; an engine saves and loads.
 """
 
 from typing import Any, Protocol
+
+from one_shot_epe.runtime import bounded_reads
 
 __all__ = ['CheckpointError', 'CheckpointStore']
 
@@ -48,10 +51,15 @@ class CheckpointStore(Protocol):
     found = self.rounds()
     return found[-1] if found else None
 
-  def verify(self) -> None:
+  def verify(self, limit: bounded_reads.Limit | None = None) -> None:
     """Raises `CheckpointError` unless the newest checkpoint can be resumed.
 
-    Reads it back completely; nothing to check if there is none.
+    Its files are checked first: regular files, together no larger than
+    `limit` (`bounded_reads.checkpoint` of the state it should hold); then
+    it is read back completely. Nothing to check if there is none.
+
+    Args:
+      limit: The most the checkpoint may hold; None: no size limit.
     """
 
   def remove_partial(self) -> None:

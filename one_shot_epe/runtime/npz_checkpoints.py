@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.runtime import checkpoint_store
 
 __all__ = ['NpzCheckpoints']
@@ -45,6 +46,12 @@ class NpzCheckpoints(checkpoint_store.CheckpointStore):
   def _path(self, round_num: int) -> str:
     return os.path.join(self.directory, f'round_{round_num:08d}.npz')
 
+  @staticmethod
+  def _check_file(path: str, limit: bounded_reads.Limit | None = None) -> None:
+    """`bounded_reads.check_npz` of a checkpoint, before any array is read."""
+    bounded_reads.check_npz(path, bounded_reads.NO_LIMIT if limit is None
+                            else limit, 'checkpoint')
+
   def rounds(self) -> list[int]:
     """The rounds of the complete checkpoints, ascending.
 
@@ -56,20 +63,31 @@ class NpzCheckpoints(checkpoint_store.CheckpointStore):
     return sorted(int(match.group(1)) for match in map(
         _FILE.match, os.listdir(self.directory)) if match)
 
-  def verify(self) -> None:
+  def verify(self, limit: bounded_reads.Limit | None = None) -> None:
     """Raises CheckpointError unless every array of the newest reads back.
 
+    The file is checked before any array is read (`bounded_reads.check_npz`).
+
+    Args:
+      limit: The most the file may hold (`bounded_reads.checkpoint`); None:
+        no size limit.
+
     Raises:
-      checkpoint_store.CheckpointError: the newest file cannot be read.
+      checkpoint_store.CheckpointError: the newest file is not a regular
+        file, is larger than `limit`, or cannot be read.
     """
     latest = self.latest()
     if latest is None:
       return
     path = self._path(latest)
     try:
+      self._check_file(path, limit)
       with np.load(path) as saved:
         for name in saved.files:
           saved[name]  # pylint: disable=pointless-statement
+    except bounded_reads.InputRefused as refusal:
+      raise checkpoint_store.CheckpointError(
+          f'{refusal} Delete it to resume from the one before.') from None
     except (OSError, ValueError, EOFError) as error:
       raise checkpoint_store.CheckpointError(
           f'the newest checkpoint {path!r} does not read back ({error}); '
@@ -108,8 +126,12 @@ class NpzCheckpoints(checkpoint_store.CheckpointStore):
     del template
     path = self._path(round_num)
     try:
+      self._check_file(path)
       with np.load(path) as saved:
         return {name: saved[name] for name in saved.files}
+    except bounded_reads.InputRefused as refusal:
+      raise checkpoint_store.CheckpointError(
+          f'{refusal} Delete it to resume from the one before.') from None
     except (OSError, ValueError, EOFError) as error:
       raise checkpoint_store.CheckpointError(
           f'the checkpoint {path!r} does not read back ({error}); delete it '

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from one_shot_epe.runtime import atomic_io
+from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.runtime import checkpoint_store
 from one_shot_epe.runtime import run_lock
 from one_shot_epe.runtime import write_failures
@@ -101,7 +102,8 @@ class RunDirectoryError(ValueError):
 
 
 def check(run_dir: str, *, accept_config: Callable[[Mapping[str, Any]], None],
-          checkpoints: checkpoint_store.CheckpointStore) -> None:
+          checkpoints: checkpoint_store.CheckpointStore,
+          checkpoint_limit: bounded_reads.Limit | None = None) -> None:
   """Whether `run_dir` may hold the run; reads, never writes.
 
   Args:
@@ -110,6 +112,9 @@ def check(run_dir: str, *, accept_config: Callable[[Mapping[str, Any]], None],
       earlier invocation may be resumed with this one's.
     checkpoints: The engine's checkpoints in the run directory's
       CHECKPOINT_DIR; the newest must read back (`verify`).
+    checkpoint_limit: The most the newest checkpoint may hold
+      (`bounded_reads.checkpoint` of the state the run keeps); None: no
+      size limit.
 
   Raises:
     RunDirectoryError: the root or the run directory is not a directory, the
@@ -133,12 +138,15 @@ def check(run_dir: str, *, accept_config: Callable[[Mapping[str, Any]], None],
           'another --run_name or --root_output_dir.')
     return
   try:
-    with open(config_path, encoding='utf-8') as stream:
-      saved = json.load(stream)
-  except (OSError, ValueError) as error:
+    saved = json.loads(bounded_reads.read_text(config_path,
+                                               bounded_reads.RUN_CONFIG))
+  except bounded_reads.InputRefused as refusal:
+    raise RunDirectoryError(f'{refusal} Choose another --run_name or '
+                            '--root_output_dir.') from None
+  except ValueError as error:
     raise RunDirectoryError(f'cannot read {config_path!r}: {error}.') from None
   accept_config(saved)
-  checkpoints.verify()
+  checkpoints.verify(checkpoint_limit)
 
 
 def check_writable(run_dir: str) -> None:
@@ -298,7 +306,12 @@ def write_config(run_dir: str, config: Mapping[str, Any]) -> None:
                        '\n')
 
 
-def read_rounds(path: str, last_round: int
+# Rounds a per-round CSV may hold past the checkpoint a run resumes from,
+# where the run's T is not given to `read_rounds`.
+_ROUNDS_PAST_CHECKPOINT = 1 << 16
+
+
+def read_rounds(path: str, last_round: int, total_rounds: int | None = None
                 ) -> tuple[list[str], list[dict[str, str]]]:
   """A per-round CSV's columns and its rows up to `last_round` (or [], []).
 
@@ -306,20 +319,26 @@ def read_rounds(path: str, last_round: int
     path: the CSV file; a missing file reads as ([], []).
     last_round: the last round to keep (rows of later rounds, written
       after the checkpoint a run resumes from, are dropped).
+    total_rounds: the run's rounds T, which bound the file's size
+      (`bounded_reads.round_csv`); None: `last_round` + 65,536 rounds.
 
   Returns:
     The header's column names and the kept rows, as strings by column.
 
   Raises:
+    bounded_reads.InputRefused: the file is not a regular file, not text or
+      larger than a CSV of T rounds can be.
     KeyError: the file has rows but no 'round' column.
     ValueError: a 'round' cell is not an integer.
   """
-  if not os.path.exists(path):
+  if not os.path.lexists(path):
     return [], []
-  with open(path, newline='') as stream:
-    reader = csv.DictReader(stream)
-    rows = [row for row in reader if int(row['round']) <= last_round]
-    return list(reader.fieldnames or []), rows
+  if total_rounds is None:
+    total_rounds = last_round + _ROUNDS_PAST_CHECKPOINT
+  text = bounded_reads.read_text(path, bounded_reads.round_csv(total_rounds))
+  reader = csv.DictReader(io.StringIO(text, newline=''))
+  rows = [row for row in reader if int(row['round']) <= last_round]
+  return list(reader.fieldnames or []), rows
 
 
 def write_rounds(path: str, fields: Sequence[str],

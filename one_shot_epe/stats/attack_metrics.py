@@ -220,7 +220,8 @@ def tpr_at_given_fpr(seen: ArrayLike, unseen: ArrayLike,
 
 @validation.arguments('seen', 'unseen',
                       prevalence=validation.Optional(validation.Real(0.0, 1.0)),
-                      alpha=validation.Optional(lower_bound.ALPHA))
+                      alpha=validation.Optional(
+                          validation.PARAMETERS['alpha']))
 def max_accuracy(seen: ArrayLike, unseen: ArrayLike, *,
                  prevalence: float | None = None,
                  alpha: float | None = None) -> float:

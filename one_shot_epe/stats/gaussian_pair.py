@@ -40,7 +40,6 @@ from scipy import stats
 
 from one_shot_epe import validation
 from one_shot_epe.stats import estimation
-from one_shot_epe.stats import lower_bound
 
 __all__ = ['epsilon_lo_known_null', 'epsilon_lo_two_sample',
            'mu_lo_known_null', 'mu_lo_two_sample', 'noncentrality_lower']
@@ -124,7 +123,7 @@ def _moments(sample: np.ndarray, name: str) -> tuple[float, float]:
   return float(np.mean(sample)), std
 
 
-@validation.arguments('seen', alpha=lower_bound.ALPHA, null_std=_POSITIVE,
+@validation.arguments('seen', 'alpha', null_std=_POSITIVE,
                       null_mean=validation.Real())
 def mu_lo_known_null(seen: ArrayLike, *, null_std: float,
                      null_mean: float = 0.0, alpha: float = 0.05) -> float:
@@ -153,7 +152,7 @@ def mu_lo_known_null(seen: ArrayLike, *, null_std: float,
   return min(known, fitted)
 
 
-@validation.arguments('seen', 'unseen', alpha=lower_bound.ALPHA)
+@validation.arguments('seen', 'unseen', 'alpha')
 def mu_lo_two_sample(seen: ArrayLike, unseen: ArrayLike, *,
                      alpha: float = 0.05) -> float:
   """1 - alpha lower bound on (seen mean - unseen mean) / max(both stds).
@@ -182,7 +181,7 @@ def mu_lo_two_sample(seen: ArrayLike, unseen: ArrayLike, *,
                                (unseen_std, unseen.size)))
 
 
-@validation.arguments('seen', 'delta', alpha=lower_bound.ALPHA,
+@validation.arguments('seen', 'delta', 'alpha',
                       null_std=_POSITIVE, null_mean=validation.Real())
 def epsilon_lo_known_null(seen: ArrayLike, *, null_std: float, delta: float,
                           null_mean: float = 0.0,
@@ -210,7 +209,7 @@ def epsilon_lo_known_null(seen: ArrayLike, *, null_std: float, delta: float,
       seen, null_std=null_std, null_mean=null_mean, alpha=alpha), delta)
 
 
-@validation.arguments('seen', 'unseen', 'delta', alpha=lower_bound.ALPHA)
+@validation.arguments('seen', 'unseen', 'delta', 'alpha')
 def epsilon_lo_two_sample(seen: ArrayLike, unseen: ArrayLike, *,
                           delta: float, alpha: float = 0.05) -> float:
   """1 - alpha lower bound on eps: the Gaussian pair, seen against unseen.

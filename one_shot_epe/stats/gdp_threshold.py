@@ -41,7 +41,7 @@ from one_shot_epe.stats import one_run
 __all__ = ['epsilon_gdp_thresholds', 'gdp_mu_thresholds']
 
 
-@validation.arguments('seen', 'unseen', 'delta', alpha=lower_bound.ALPHA)
+@validation.arguments('seen', 'unseen', 'delta', 'alpha')
 def gdp_mu_thresholds(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
                       alpha: float = 0.05) -> float:
   """1 - alpha lower bound on mu from the ROC hull's threshold tests.
@@ -74,7 +74,7 @@ def gdp_mu_thresholds(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
   return max(0.0, float(np.max(mus)))
 
 
-@validation.arguments('seen', 'unseen', 'delta', alpha=lower_bound.ALPHA)
+@validation.arguments('seen', 'unseen', 'delta', 'alpha')
 def epsilon_gdp_thresholds(seen: ArrayLike, unseen: ArrayLike, *,
                            delta: float, alpha: float = 0.05) -> float:
   """1 - alpha lower bound on eps of a mu-GDP mechanism (one-sided).

@@ -34,10 +34,10 @@ from scipy import stats
 from one_shot_epe.stats import null_distribution
 from one_shot_epe import validation
 
-__all__ = ['ALPHA', 'CLOSED_FORM_LOG10_FPRS', 'EMPIRICAL_MAX_RANK_FRACTION',
+__all__ = ['CLOSED_FORM_LOG10_FPRS', 'EMPIRICAL_MAX_RANK_FRACTION',
            'EMPIRICAL_RANK_COUNT', 'NullKind', 'SOUND_STRATEGIES',
            'NULLS', 'THRESHOLD_STRATEGIES', 'ThresholdStrategy', 'UpperBound',
-           'check_alpha', 'check_sound_strategy', 'clopper_pearson_upper',
+           'check_sound_strategy', 'clopper_pearson_upper',
            'epsilon_lower_bound', 'jeffreys_upper']
 
 NullKind = Literal['exact', 'gaussian']
@@ -57,24 +57,7 @@ EMPIRICAL_RANK_COUNT = 24
 EMPIRICAL_MAX_RANK_FRACTION = 0.3
 
 
-# The bound's level 1 - alpha needs alpha in (0, 0.5).
-ALPHA = validation.Real(0.0, 0.5, low_open=True, high_open=True)
 NULLS = ('exact', 'gaussian')
-
-
-def check_alpha(alpha: float) -> float:
-  """`alpha` checked by `ALPHA`, for callers that take it from users.
-
-  Args:
-    alpha: The bound's error probability.
-
-  Returns:
-    `alpha` as a float.
-
-  Raises:
-    ValueError: if `alpha` is not in (0, 0.5).
-  """
-  return ALPHA('alpha', alpha)
 
 
 def check_sound_strategy(strategy: str) -> str:
@@ -367,10 +350,10 @@ def _split_bound(seen: np.ndarray, *, dim: int | None,
   return bound
 
 
-@validation.arguments('delta', 'seed', seen=validation.Cosines(),
+@validation.arguments('delta', 'seed', 'alpha', seen=validation.Cosines(),
                       dim=validation.Optional(null_distribution.DIM),
                       unseen=validation.Optional(validation.Cosines()),
-                      alpha=ALPHA, null=validation.Choice(NULLS),
+                      null=validation.Choice(NULLS),
                       threshold_strategy=validation.Choice(
                           THRESHOLD_STRATEGIES))
 def epsilon_lower_bound(seen: ArrayLike,

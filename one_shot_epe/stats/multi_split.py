@@ -29,7 +29,6 @@ from scipy import special
 from scipy import stats
 
 from one_shot_epe import validation
-from one_shot_epe.stats import lower_bound
 from one_shot_epe.stats import one_run
 
 __all__ = ['BOUNDS', 'Bound', 'DEFAULT_SPLITS', 'epsilon_multi_split',
@@ -207,8 +206,8 @@ def _check_parts(seen: np.ndarray, unseen: np.ndarray, bound: str,
     raise ValueError('the one-run certificates are one-sided only.')
 
 
-@validation.arguments('seen', 'unseen', 'delta', 'seed',
-                      bound=validation.Choice(BOUNDS), alpha=lower_bound.ALPHA,
+@validation.arguments('seen', 'unseen', 'delta', 'seed', 'alpha',
+                      bound=validation.Choice(BOUNDS),
                       splits=validation.Int(1),
                       fraction=validation.Probability())
 def split_bounds(seen: ArrayLike, unseen: ArrayLike, *, bound: str,

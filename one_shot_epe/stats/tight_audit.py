@@ -71,7 +71,6 @@ from scipy import stats
 from one_shot_epe import validation
 from one_shot_epe.stats import balanced_null
 from one_shot_epe.stats import estimation
-from one_shot_epe.stats import lower_bound
 
 __all__ = ['DESIGNS', 'Design', 'FAMILIES', 'Family', 'GUESS_FRACTIONS',
            'MAX_IMBALANCE_SDS', 'MIN_CANARIES', 'MIN_GUESSES',
@@ -333,8 +332,7 @@ def check_design(seen_size: int, unseen_size: int) -> None:
         'tight one-run bound assumes that design.')
 
 
-@validation.arguments('seen', 'unseen', 'delta', family=_FAMILY,
-                      alpha=lower_bound.ALPHA,
+@validation.arguments('seen', 'unseen', 'delta', 'alpha', family=_FAMILY,
                       design=validation.Choice(DESIGNS))
 def epsilon_lo_tight(seen: ArrayLike, unseen: ArrayLike, *, delta: float,
                      family: str, alpha: float = 0.05,
@@ -409,7 +407,7 @@ def _known_null_ranks(seen_size: int) -> np.ndarray:
   return np.unique(ranks)[::-1]
 
 
-@validation.arguments('seen', 'delta', alpha=lower_bound.ALPHA)
+@validation.arguments('seen', 'delta', 'alpha')
 def epsilon_lo_known_null(seen: ArrayLike, null_logsf: Callable[
     [np.ndarray], np.ndarray], *, delta: float, alpha: float = 0.05) -> float:
   """1 - alpha lower bound on eps, the channel family against a known null.

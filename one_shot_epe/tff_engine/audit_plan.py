@@ -57,9 +57,10 @@ def plan(*, num_canaries: int | None, rounds: int | None,
   Raises:
     TypeError: `num_canaries`, `rounds` or `clients_per_round` is missing,
       or `mechanism` is given.
-    ValueError: an argument is out of range (`audit_checks.check_audit`), or
-      canaries would be over half of a round's expected participants
-      (`audit_checks.check_share`).
+    ValueError: an argument is out of range or the plan cannot fit this
+      machine (`audit_checks.check_audit`), or canaries would be over half
+      of a round's expected participants (`audit_checks.check_share`),
+      each before the schedule is drawn.
   """
   if num_canaries is None or rounds is None or clients_per_round is None:
     raise TypeError('CanaryAudit needs num_canaries, rounds and '
@@ -69,9 +70,14 @@ def plan(*, num_canaries: int | None, rounds: int | None,
                     'factory method called chooses it.')
   num_unseen = (num_canaries if num_unseen_canaries is None else
                 num_unseen_canaries)
-  audit_checks.check_audit(rounds, num_canaries, num_unseen)
   repetitions = 1 if repetitions is None else repetitions
+  audit_checks.check_audit(rounds, num_canaries, num_unseen, repetitions)
   canary_seed = 0 if canary_seed is None else canary_seed
+  # The cohort and the canaries' share of it before the schedule, which
+  # grows with k r.
+  expected_cohort = canary_schedules.expected_cohort(
+      clients_per_round, num_canaries, repetitions, rounds)
+  audit_checks.check_share(num_canaries, clients_per_round, expected_cohort)
   schedule = canary_schedules.periodic_canary_schedule(
       num_canaries, rounds, repetitions, canary_seed)
   spec = canary_spec.CanarySpec(
@@ -79,9 +85,6 @@ def plan(*, num_canaries: int | None, rounds: int | None,
       schedule=schedule.as_round_lists(),
       canary_clip='project' if canary_clip is None else canary_clip,
       repetitions=repetitions)
-  expected_cohort = canary_schedules.expected_cohort(
-      clients_per_round, num_canaries, repetitions, rounds)
-  audit_checks.check_share(num_canaries, clients_per_round, expected_cohort)
   return spec, expected_cohort, canary_schedules.canary_share_warning(
       clients_per_round, expected_cohort)
 

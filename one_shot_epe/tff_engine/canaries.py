@@ -38,11 +38,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from one_shot_epe.design import audit_checks
 from one_shot_epe.design import canary_spec
 
-__all__ = ['RNG_ALGORITHM', 'canary', 'canary_structure', 'cosines',
-           'default_chunk_size', 'flat_size', 'flatten', 'gaussian',
-           'gaussians', 'unflatten']
+__all__ = ['RNG_ALGORITHM', 'canary', 'canary_structure', 'check_model',
+           'cosines', 'default_chunk_size', 'flat_size', 'flatten',
+           'gaussian', 'gaussians', 'unflatten']
 
 # The bit generator behind every canary; fixing it (rather than TF's
 # 'auto_select') keeps canaries identical across devices and TF versions.
@@ -218,6 +219,26 @@ def flat_size(specs: Any) -> int:
     The sum of their element counts.
   """
   return sum(math.prod(spec.shape.as_list()) for spec in tf.nest.flatten(specs))
+
+
+def check_model(dim: int, spec: canary_spec.CanarySpec) -> None:
+  """Refuses a model of d = `dim` parameters that `spec`'s audit cannot audit.
+
+  Where an aggregation factory first sees the user's model (its `create`),
+  before any round: `audit_checks.check_model` with the spec's rounds (the
+  schedule's length, at least 1) and canaries.
+
+  Args:
+    dim: d, the aggregated value's elements (the model's trainable
+      parameters).
+    spec: The audit's canaries.
+
+  Raises:
+    ValueError: naming the model's parameter count: d < 3 or a run too
+      large for this machine's memory.
+  """
+  audit_checks.check_model(dim, max(1, len(spec.schedule)), spec.num_seen,
+                           spec.num_unseen)
 
 
 def flatten(structure: Any) -> tf.Tensor:

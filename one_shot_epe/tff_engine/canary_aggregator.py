@@ -385,10 +385,12 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
     Raises:
       ValueError: for a `value_type` that `aggregator_state.check_value_type`
-        refuses.
+        refuses, or a model the audit cannot audit (`canaries.check_model`:
+        d < 3, or too large for this machine), naming its parameter count.
     """
     specs = aggregator_state.check_value_type(value_type)
     dim = canaries.flat_size(specs)
+    canaries.check_model(dim, self._spec)
     core_fields = self._core_fields()
 
     @tff.tensorflow.computation

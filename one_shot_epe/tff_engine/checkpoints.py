@@ -30,6 +30,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 import tensorflow_federated as tff
 from tensorflow_federated.python.program import file_utils
 
+from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.runtime import checkpoint_store
 
 __all__ = ['CheckpointError', 'PREFIX', 'ProgramStateCheckpoints',
@@ -80,20 +81,30 @@ def remove_partial(directory: str) -> list[str]:
   return removed
 
 
-def verify(path: str) -> None:
+def verify(path: str, limit: bounded_reads.Limit | None = None) -> None:
   """Reads the SavedModel at `path` completely; raises CheckpointError if damaged.
+
+  Its files are checked first (`bounded_reads.directory_bytes`): regular
+  files, together no larger than `limit`.
 
   Args:
     path: Directory of one saved version (`program_state_N`).
+    limit: The most its files may hold (`bounded_reads.checkpoint`); None:
+      no size limit.
 
   Raises:
-    CheckpointError: a file is missing or unreadable, the SavedModel proto
-      does not parse, or a variable cannot be read back.
+    CheckpointError: it holds more than `limit` or something other than
+      files, a file is missing or unreadable, the SavedModel proto does not
+      parse, or a variable cannot be read back.
   """
   try:
+    bounded_reads.directory_bytes(path, limit or bounded_reads.NO_LIMIT, 'checkpoint')
+  except bounded_reads.InputRefused as refusal:
+    raise CheckpointError(str(refusal).rstrip('.')) from None
+  try:
     proto = os.path.join(path, 'saved_model.pb')
-    with open(proto, 'rb') as stream:
-      saved_model_pb2.SavedModel.FromString(stream.read())
+    saved_model_pb2.SavedModel.FromString(
+        bounded_reads.read_bytes(proto, limit or bounded_reads.NO_LIMIT))
     reader = tf.train.load_checkpoint(os.path.join(path, 'variables',
                                                    'variables'))
     for name in reader.get_variable_to_shape_map():
@@ -131,11 +142,13 @@ def check_layout(path: str) -> None:
         '--root_output_dir')
 
 
-def verify_latest(directory: str) -> int | None:
+def verify_latest(directory: str,
+                  limit: bounded_reads.Limit | None = None) -> int | None:
   """Verifies the newest complete version in `directory`; returns it (or None).
 
   Args:
     directory: The run's checkpoint directory.
+    limit: The most a version may hold (`verify`).
 
   Returns:
     The newest complete version, or None when there is none.
@@ -149,7 +162,7 @@ def verify_latest(directory: str) -> int | None:
     return None
   latest = found[-1]
   try:
-    verify(os.path.join(directory, f'{PREFIX}{latest}'))
+    verify(os.path.join(directory, f'{PREFIX}{latest}'), limit)
   except CheckpointError as error:
     fallback = (f'remove it to resume from version {found[-2]}'
                 if len(found) > 1 else 'remove it to start the run afresh')
@@ -193,12 +206,15 @@ class ProgramStateCheckpoints(checkpoint_store.CheckpointStore):
     """
     return versions(self.directory)
 
-  def verify(self) -> None:
+  def verify(self, limit: bounded_reads.Limit | None = None) -> None:
     """Raises CheckpointError if the newest version is damaged or too old.
 
     Too old: saved in the layout of version 0.1 of the launcher.
+
+    Args:
+      limit: The most the version's files may hold (`verify`).
     """
-    latest = verify_latest(self.directory)
+    latest = verify_latest(self.directory, limit)
     if latest is not None:
       check_layout(os.path.join(self.directory, f'{PREFIX}{latest}'))
 

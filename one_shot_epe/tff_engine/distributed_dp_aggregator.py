@@ -304,11 +304,13 @@ class CanaryDistributedDPFactory(tff.aggregators.UnweightedAggregationFactory):
       The process.
 
     Raises:
-      ValueError: for another value type, or one whose dimension the
-        modulus cannot hold (`distributed_dp.calibrate`).
+      ValueError: for another value type, a model the audit cannot audit
+        (`canaries.check_model`), or one whose dimension the modulus cannot
+        hold (`distributed_dp.calibrate`).
     """
     specs = aggregator_state.check_value_type(value_type)
     dim = canaries.flat_size(specs)
+    canaries.check_model(dim, self._spec)
     cal = self.calibration(dim)
     event = dp_accounting.GaussianDpEvent(cal.noise_multiplier)
     fixed_seed = self._rotation_seed

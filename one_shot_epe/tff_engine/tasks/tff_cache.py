@@ -40,6 +40,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.datasets import download
 
+from one_shot_epe.runtime import bounded_reads
+
 __all__ = ['CachedDataset', 'EMNIST', 'STACKOVERFLOW', 'WORD_COUNT_ARCHIVE',
            'WORD_COUNT_FILE', 'client_data_to_examples', 'no_download',
            'read_word_counts', 'verify_sqlite', 'write_sqlite',
@@ -133,6 +135,8 @@ def verify_sqlite(data_dir: str | None, dataset: CachedDataset) -> str:
 
   Raises:
     FileNotFoundError: `data_dir` or the file is missing.
+    bounded_reads.InputRefused: the file is not a regular file or is larger
+      than `bounded_reads.TFF_SQLITE`.
     ValueError: the file is not a SQLite database in TFF's layout.
   """
   data_dir = _require_dir(data_dir)
@@ -146,6 +150,7 @@ def verify_sqlite(data_dir: str | None, dataset: CachedDataset) -> str:
         f'--data_dir {data_dir!r} does not contain {dataset.file_name}, the '
         'file TFF\'s loader reads (it would otherwise download it; this project '
         f'never downloads).{hint} Files present: {sorted(os.listdir(data_dir))}.')
+  bounded_reads.check_file(path, bounded_reads.TFF_SQLITE, '--data_dir')
   with open(path, 'rb') as f:
     if f.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
       raise _malformed(path, 'no SQLite header')
@@ -212,6 +217,8 @@ def read_word_counts(data_dir: str | None, vocab_size: int) -> list[str]:
 
   Raises:
     FileNotFoundError: no word-count file or archive in `data_dir`.
+    bounded_reads.InputRefused: it is not a regular file or is larger than
+      `bounded_reads.WORD_COUNTS`.
     ValueError: malformed lines or fewer than `vocab_size` words.
   """
   data_dir = _require_dir(data_dir)
@@ -226,6 +233,7 @@ def read_word_counts(data_dir: str | None, vocab_size: int) -> list[str]:
         f'--data_dir {data_dir!r} contains no StackOverflow vocabulary: expected '
         f'{WORD_COUNT_FILE} (or {WORD_COUNT_ARCHIVE}) in it or in its '
         f'{_KERAS_SUBDIR}/ subdirectory.')
+  bounded_reads.check_file(path, bounded_reads.WORD_COUNTS, '--data_dir')
   words = []
   try:
     for number, line in enumerate(_word_count_lines(path), start=1):
