@@ -201,7 +201,7 @@ def test_final_model_bound_holds_on_cosines_from_its_minimum_dimension(
 
 def test_below_its_minimum_dimension_the_report_refuses_it():
   # At d = 100 the bound would exceed the cosines' eps at eps = 10 in about
-  # half the runs (47% measured; a bound holding at 5% exceeds 25% of 200
+  # half the runs (48.5% measured; a bound holding at 5% exceeds 25% of 200
   # runs with probability below 1e-14).
   bounds, truth = _final_bounds(100, 10.0, _RUNS, seed=9)
   assert np.mean(bounds > truth) > 0.25

@@ -52,8 +52,9 @@ __all__ = ['MIN_FINAL_DIM', 'epsilon_lo_known_null', 'epsilon_lo_two_sample',
 # the cosines' laws are too far from Gaussian: for a canary released as
 # c + N(0, sigma^2 I_d), the bound at its population value exceeds the
 # cosines' own eps by about 4/d of it, which 1,000 canaries at d = 100
-# (47% of runs above the truth at eps = 10) and 10,000 at d = 1,000 (9%)
-# expose; at d = 10,000 the excess is 0.04% (docs/bounds.md).
+# (48% of runs above the truth at eps = 10) and 100,000 at d = 1,000 (57%)
+# expose; at d = 10,000 the excess is 0.04% and 100,000 canaries hold (2%;
+# docs/bounds.md, benchmarks.final_model_dim).
 MIN_FINAL_DIM = 10_000
 
 _NODES = 80  # Gauss-Hermite nodes of the noncentral-t distribution function.
