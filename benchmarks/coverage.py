@@ -16,9 +16,9 @@ seen and as many unseen canaries, delta = --delta:
   update), so every canary is exactly a Gaussian mechanism at sigma; the
   statistic is each canary's maximum over rounds.
 
-For every statistic the report labels a bound at 1 - alpha (epsilon_lo,
-epsilon_one_run, epsilon_one_run_fdp, epsilon_lo_tight_any,
-epsilon_lo_tight_gdp) it prints the share of runs in which it exceeds the
+For every lower bound of the report at 1 - alpha (`coverage_cells.BOUNDS`:
+those for any (eps, delta)-DP mechanism, then those that hold only for a
+Gaussian one, marked) it prints the share of runs in which it exceeds the
 true eps, with its binomial standard error, whether that share is within
 alpha + 2 standard errors, and the mean bound and its ratio to the truth;
 the paper's nominal epsilon_lo_paper is printed beside them. For every estimate (epsilon_est,
@@ -57,14 +57,17 @@ Gaussian mechanism of the cell's eps; the truth of both threat models is the
 exact eps of the seen canary with the largest rounded norm, from the
 discrete Gaussian's privacy loss distribution (dp_accounting).
 
-With --mechanism=laplace or mixture, out of the Gaussian family: a canary's
-score is 1 + noise when inserted and noise when not (one release), the
-noise Laplace or a half-half mixture of N(0, s^2) and N(0, (3 s)^2), scaled
-so that the mechanism is exactly (eps, delta)-DP
-(`heavy_tailed.laplace_scale`, `heavy_tailed.mixture_scale`); the
-all-iterates report (empirical null) scores them. Bounds that assume a
-Gaussian mechanism (epsilon_lo_tight_gdp, epsilon_one_run_fdp) may fail
-there; the others must hold.
+With --mechanism=laplace, mixture, student_t or contaminated, out of the
+Gaussian family: a canary's score is 1 + noise when inserted and noise when
+not (one release), the noise Laplace, a half-half mixture of N(0, s^2) and
+N(0, (3 s)^2), s times a Student t with 30 degrees of freedom, or N(0, s^2)
+with 2% of its draws from N(0, (2 s)^2), scaled so that the mechanism is
+exactly (eps, delta)-DP (`heavy_tailed.laplace_scale`,
+`heavy_tailed.noise_scale`); the all-iterates report (empirical null)
+scores them. The bounds that hold only for a Gaussian mechanism (the
+GAUSSIAN family of `report_fields`) may fail there; the others must hold.
+The last two are the scores a normality test on 1,000 of them often passes
+(the table's last column).
 
   python -m benchmarks.coverage                   # 200 runs per cell, ~10 min
   python -m benchmarks.coverage --runs=20 --json=/tmp/coverage.json
@@ -72,6 +75,7 @@ there; the others must hold.
   python -m benchmarks.coverage --mechanism=discrete_gaussian --dim=20000 \
       --canaries=250 --runs=100
   python -m benchmarks.coverage --mechanism=laplace --epsilons=1,3,10 --runs=100
+  python -m benchmarks.coverage --mechanism=student_t --epsilons=1,3,10
 """
 
 import json
@@ -133,14 +137,16 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS
           flag_values=flag_values),
       'mechanism': flags.DEFINE_enum(
           'mechanism', 'gaussian',
-          ['gaussian', 'blt', 'banded', 'discrete_gaussian', 'laplace',
-           'mixture'],
+          ['gaussian', 'blt', 'banded', 'discrete_gaussian',
+           *heavy_tailed.NOISES],
           'Independent noise, or correlated noise with a BLT or a 4-band '
           'banded strategy for --rounds rounds (needs jax-privacy), or the '
           'distributed discrete Gaussian (canaries rounded to integers, '
           "--dg_scale), or a canary's score with heavier-tailed noise than "
-          'Gaussian: Laplace, or a half-half mixture of two Gaussians of '
-          'scales 1 and 3.', flag_values=flag_values),
+          'Gaussian: Laplace, a half-half mixture of two Gaussians of '
+          'scales 1 and 3, a Student t with 30 degrees of freedom, or a '
+          'Gaussian with 2% of its draws at twice its scale.',
+          flag_values=flag_values),
       'dg_scale': flags.DEFINE_float(
           'dg_scale', 4.0, 'With --mechanism=discrete_gaussian: a unit canary '
           'is scaled by dg_scale * sqrt(d) before rounding, so its '
@@ -165,11 +171,13 @@ def simulate_heavy_tailed(mechanism: str, epsilons: Sequence[float],
   The report is the all-iterates one (empirical null from the unseen
   scores); the mechanism is exactly (eps, delta)-DP (Laplace: b from
   `heavy_tailed.laplace_scale`, the truth from dp_accounting's privacy loss
-  distribution; mixture: `heavy_tailed.mixture_scale`), but not Gaussian,
-  so the 'gdp' bounds and the f-DP one-run certificate lose their premise.
+  distribution; the others: `heavy_tailed.noise_scale`, the truth
+  `heavy_tailed.noise_epsilon`), but not Gaussian, so the bounds of the
+  GAUSSIAN family lose their premise. Every run's seen and unseen scores
+  feed every bound of the report.
 
   Args:
-    mechanism: 'laplace' or 'mixture'.
+    mechanism: One of `heavy_tailed.NOISES`.
     epsilons: The cells' true eps, each > 0.
     runs: Simulated runs per cell.
     dim: d.
@@ -192,8 +200,8 @@ def simulate_heavy_tailed(mechanism: str, epsilons: Sequence[float],
           scale, sensitivity=1.0,
           value_discretization_interval=1e-5).get_epsilon_for_delta(delta)
     else:
-      scale = heavy_tailed.mixture_scale(epsilon, delta)
-      truth = heavy_tailed.mixture_epsilon(scale, delta)
+      scale = heavy_tailed.noise_scale(mechanism, epsilon, delta)
+      truth = heavy_tailed.noise_epsilon(mechanism, scale, delta)
     reports = []
     for _ in range(runs):
       seen, unseen = heavy_tailed.scores(rng, mechanism, canaries, scale, dim)
@@ -391,7 +399,7 @@ def main(argv: Sequence[str]) -> None:
     table = simulate(epsilons, _FLAGS.runs.value, _FLAGS.dim.value,
                      _FLAGS.canaries.value, _FLAGS.rounds.value,
                      _FLAGS.delta.value, _FLAGS.alpha.value, _FLAGS.seed.value)
-  elif _FLAGS.mechanism.value in ('laplace', 'mixture'):
+  elif _FLAGS.mechanism.value in heavy_tailed.NOISES:
     table = simulate_heavy_tailed(_FLAGS.mechanism.value, epsilons,
                                   _FLAGS.runs.value, _FLAGS.dim.value,
                                   _FLAGS.canaries.value, _FLAGS.delta.value,

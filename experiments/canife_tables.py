@@ -70,7 +70,8 @@ def _one_shot_rows(results: Sequence[canife_runs.RunResult], field: str,
       f'variances) | {column("epsilon_est_fitted")} | {paper} |',
       f'| — headline eps_est ({reports[0].epsilon_est_method}) | '
       f'{column("epsilon_est")} | — |',
-      f'| — headline eps_est, bootstrap 95% interval [lo, hi] | '
+      f'| — headline eps_est, 95% bootstrap interval of the estimate '
+      f'[lo, hi] | '
       f'[{_mean_std([lo for lo, _ in interval])}, '
       f'{_mean_std([hi for _, hi in interval])}] | — |',
       f'| — eps_gdp (mu-Gaussian DP, mu = mean shift / null std) | '
@@ -87,7 +88,8 @@ def _one_shot_rows(results: Sequence[canife_runs.RunResult], field: str,
       f'| — eps_lo (95% lower bound, threshold paid for) | '
       f'{column("epsilon_lo")} | — |',
       f'| — one-run eps (95%; Steinke et al. 2023) / f-DP (Mahloujifar et '
-      f'al. 2024) | {column("epsilon_one_run")} / '
+      f'al. 2024; only if the mechanism is Gaussian in the canary\'s '
+      f'direction) | {column("epsilon_one_run")} / '
       f'{column("epsilon_one_run_fdp")} | — |',
       f'| — paper\'s eps_lo (Sec. 5.1; nominal only) | '
       f'{column("epsilon_lo_paper")} | — |',
@@ -171,8 +173,9 @@ def format_report(setting: canife_runs.Setting, data: fashion_mnist.Dataset,
       'CANIFE eps_hat_r per audit | canary health | attack acc. | '
       'mean abs cos (held-out) | CANIFE eps_hat (capped) | '
       'seen max-cos mean/std | unseen max-cos mean/std | '
-      'eps_est all [95% interval] | eps_lo all | '
-      'eps_est final [95% interval] | eps_lo final |',
+      'eps_est all [95% bootstrap interval of the estimate] | eps_lo all | '
+      'eps_est final [95% bootstrap interval of the estimate] | '
+      'eps_lo final |',
       '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ]
   for i, r in enumerate(results):

@@ -36,8 +36,9 @@ rounds 0, s, 2s, ... the frozen model is audited by CANIFE
 over training with the RDP accountant (`canife_accounting`). The one-shot
 estimates come from the same run's canary cosines (`one_shot_epe.stats.estimation`
 reports: all iterates, Algorithm 3, and final model, Algorithm 2), each with
-eps_est (Sec. 3.2), its bootstrap 95% interval, the Gaussian-DP estimate, the
-attack's AUROC and TPR at FPR 1e-2 and 1e-3, and eps_lo (Sec. 5.1). The
+eps_est (Sec. 3.2), its 95% bootstrap interval (of the estimate), the
+Gaussian-DP estimate, the attack's AUROC and TPR at FPR 1e-2 and 1e-3, and
+eps_lo (Sec. 5.1). The
 program prints a Markdown table of the means +- sample std over --num_runs
 runs beside the paper's numbers, with the wall time each method added to
 training, and a table per run. With --output_dir, each run's one-shot

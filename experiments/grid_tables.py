@@ -137,13 +137,16 @@ def _summary_header(model: str) -> str:
   return f'{names}-{_SHORT_MODELS[model]}'
 
 
-def _families_sentence(fields: Sequence[report_fields.ReportField]) -> str:
-  """'ε_lo, ...: any (ε, δ)-DP mechanism; ...': the fields by assumption."""
+def _families_sentence(fields: Sequence[report_fields.ReportField],
+                       confidence: str) -> str:
+  """'ε_lo, ...: 95% lower bound, whatever the mechanism; ...': the fields by
+  what they assume (`run_markdown.assumption_cell` of their family)."""
   parts = []
   for family in report_fields.FAMILIES:
-    labels = [field.label for field in fields if field.assumes == family]
-    if labels:
-      parts.append(f'{", ".join(labels)}: {family.text}')
+    chosen = [field for field in fields if field.assumes == family]
+    if chosen:
+      parts.append(f'{", ".join(field.label for field in chosen)}: '
+                   f'{run_markdown.assumption_cell(chosen[0], confidence)}')
   return '; '.join(parts)
 
 
@@ -175,7 +178,8 @@ def summary_table(runs: Sequence[grid.GridRun]) -> str:
   summary = [field for field in report_fields.in_groups(*report_fields.GROUPS)
              if field.summary]
   lines = [
-      "**Privacy of the grid's runs**: estimates, and lower bounds that hold",
+      "**Privacy of the grid's runs**: estimates, and lower bounds (each "
+      'holds where its legend says)',
       '',
       '| z | r | analyt. | acct. | est-all | '
       f'{_summary_header("all")} | est-fin | {_summary_header("final")} | '
@@ -194,6 +198,7 @@ def summary_table(runs: Sequence[grid.GridRun]) -> str:
           f'{_estimate_cell(report, "final")} | '
           f'{_summary_cell(report, "final")} | '
           f'{_last_iterate_cell(report)} | {_cell(report.accuracy)} |')
+  confidence = f'{1 - runs[0].report.alpha:.0%}'
   lines += [
       '',
       _setting_line(runs),
@@ -204,9 +209,11 @@ def summary_table(runs: Sequence[grid.GridRun]) -> str:
       'est-*: ε estimates (not bounds; ≥: the most the canaries can show); '
       'acc.: accuracy.',
       *textwrap.wrap(
-          "The '/'-separated cells (-all: all iterates, -fin: final model): " +
-          '; '.join(f'{field.short} = {field.label}, for '
-                    f'{field.assumes.text}' for field in summary) + '.', 100),
+          "The '/'-separated cells (-all: all iterates, -fin: final model), "
+          f'{confidence} lower bounds: ' +
+          '; '.join(f'{field.short} = {field.label}, which holds '
+                    f'{field.assumes.holds}' for field in summary) + '.', 100,
+          break_on_hyphens=False),
       "table.md adds each run's sentences, both threat models' bounds and "
       'their intervals,',
       "and the paper's nominal columns.",
@@ -219,18 +226,21 @@ def _run_name(run: grid.GridRun) -> str:
 
 
 def _opening(runs: Sequence[grid.GridRun]) -> list[str]:
-  """Each run's quotable sentences, why bounds exceed estimates, notes."""
+  """Each run's quotable sentences and assumption notes, why bounds exceed
+  estimates, the training-health notes."""
   lines = []
   for run in runs:
-    sentences = ' '.join(run_markdown.headline_sentences(run.report))
+    sentences = ' '.join(
+        run_markdown.headline_sentences(run.report) +
+        run_markdown.assumption_notes(run_markdown.threat_models(run.report)))
     lines += [f'**{_capitalized(_run_name(run))}.** {sentences}', '']
   above = [_run_name(run) for run in runs
            if run_markdown.bounds_above_estimate(run.report)]
   if above:
     runs_named = (f'the run at {above[0]}' if len(above) == 1 else
                   f'{len(above)} runs ({"; ".join(above)})')
-    lines += [f'In {runs_named}, a lower bound that holds exceeds the '
-              "estimate (each run's report.md names it) because "
+    lines += [f'In {runs_named}, a lower bound exceeds the estimate (each '
+              "run's report.md names it and when it holds) because "
               f'{run_markdown.BOUND_ABOVE_ESTIMATE_REASON}.', '']
   for run in runs:
     lines += [f'**Training health, {_run_name(run)}:** {note}'
@@ -255,10 +265,12 @@ def _detail_columns(model: str) -> list[report_fields.Column]:
 def privacy_table(runs: Sequence[grid.GridRun]) -> str:
   """Each run's quotable sentences, then per r the main table and the details.
 
-  Opens with each run's sentences (`run_markdown.headline_sentences`: ε_est
-  with its interval, the lower bound that holds for any mechanism, the
-  analytical ε, per threat model), one sentence on why a lower bound that
-  holds exceeds its estimate where one does (`run_markdown.bound_note`'s
+  Opens with each run's sentences (`run_markdown.headline_sentences`: the
+  lower bound that holds whatever the mechanism at the run's δ, ε_est with
+  its bootstrap interval, the analytical ε, per threat model, and
+  `run_markdown.assumption_notes`: where a bound that holds only for a
+  Gaussian mechanism exceeds every other), one sentence on why a lower
+  bound exceeds its estimate where one does (`run_markdown.bound_note`'s
   reason) and the runs' training-health notes. Then per block of r: the
   main table (the sentences' columns, `report_fields.HEADLINE`, with the
   analytical ε at the block's r and the accuracy); the table of details
@@ -266,7 +278,8 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
   `report_fields.details`, the paper's nominal Table 3/4 columns among
   them, marked); the attack's summaries (Gaussian-DP eps from the mean
   shift, AUROC, TPR at FPR 1e-2 and 1e-3). Last, what each column assumes,
-  stated once per family (`report_fields.FAMILIES`).
+  stated once per family (`report_fields.FAMILIES`), and when each bound
+  holds (`run_markdown.bounds_sentences`).
 
   Args:
     runs: The grid's runs.
@@ -279,7 +292,7 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
   for repeats, block in _blocks(runs):
     details = {model: _detail_columns(model) for model in _MODELS}
     main_header = ' | '.join(
-        f'{estimate.header(f"-{model}")} 95% CI | '
+        f'{estimate.header(f"-{model}")} ({interval.label}) | '
         f'{bound.header(f"-{model}")}' for model in _MODELS)
     lines += [
         f'**{repeats} canary repetition{"s" if repeats != 1 else ""}**',
@@ -330,23 +343,23 @@ def privacy_table(runs: Sequence[grid.GridRun]) -> str:
   sampling = runs[0].report.setting.get('sampling', 'the configured')
   shown = [report_fields.by_key(key) for key in report_fields.HEADLINE] + (
       report_fields.details('estimates', 'lower bounds', 'nominal'))
+  confidence = f'{1 - runs[0].report.alpha:.0%}'
   lines += [
       _setting_line(runs),
       '',
       'What each assumes: ' + _families_sentence(
-          [field for field in shown if field.layout != 'text']) + '. '
+          [field for field in shown if field.layout != 'text'],
+          confidence) + '. '
       'Analytical ε: a canary presented r times in known rounds (r-fold '
       'Gaussian mechanism, no amplification). Accounted ε: a real client '
       f'under {sampling} sampling over the whole run (each run\'s report.md '
       'names the mechanism). Last-iterate ε: the heuristic of Steinke et al. '
       '(2025) for the final model, not a bound. ε_est: final model, two '
       'Gaussians with the variance fixed at 1/d; all iterates, Gaussian DP '
-      'at the AUROC\'s μ; CI: percentile bootstrap interval; the paper\'s '
-      'ε_est fits both variances (it runs high). ε_lo (Bonferroni over a '
-      'fixed family of thresholds, Clopper-Pearson), ε_one-run (Steinke et '
-      'al., 2023), ε_one-run-fdp (Mahloujifar et al., 2024) and the tight '
-      'one-run bounds (Xiang et al., 2025) hold at the stated confidence; '
-      'the paper\'s ε_lo picks its threshold on the data it tests (nominal '
+      f'at the AUROC\'s μ; its {interval.label}: a percentile bootstrap '
+      'over resampled canaries; the paper\'s ε_est fits both variances (it '
+      'runs high). ' + ' '.join(run_markdown.bounds_sentences(confidence)) +
+      ' The paper\'s ε_lo picks its threshold on the data it tests (nominal '
       'confidence, not a bound). ε_gdp: Gaussian-DP estimate from the mean '
       'shift in null standard deviations; AUROC and TPR of the attack "the '
       'statistic is larger".',

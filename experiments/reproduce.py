@@ -12,9 +12,11 @@ and cosine CSVs:
                       presentations, its nominal eps_lo and fitted eps_est
                       per threat model, accuracy); the accounted eps of a
                       real client, the last-iterate heuristic, the headline
-                      eps_est with bootstrap intervals and the lower bounds
-                      that hold (eps_lo, one-run, one-run f-DP); the
-                      attack's summaries (eps_gdp, AUROC, TPR). The terminal
+                      eps_est with bootstrap intervals of the estimate and
+                      every lower bound, each with when it holds (whatever
+                      the mechanism, or only for one Gaussian in the
+                      canary's direction); the attack's summaries (eps_gdp,
+                      AUROC, TPR). The terminal
                       shows `summary_table`, at most 100 columns wide
   anderson.md         Table 6: Anderson-Darling A^2 of each cosine set
   results.json        the same numbers at full precision, one entry per run

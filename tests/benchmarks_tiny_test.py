@@ -38,6 +38,7 @@ ENVIRONMENTS = {
     'distributed_dp_round': 'tf',
     'distributed_runtime': 'tf',
     'dp_round_cost': 'tf',
+    'final_model_dim': 'tf',
     'flower_round': 'flower',
     'micro_batch_round': 'jax',
     'packing': 'jax',

@@ -127,7 +127,8 @@ def test_quick_config_prints_every_estimate_and_records_insertion(tmp_path):
               '| — the same release, exact',
               '| accounted eps of real clients: RDP of 32 Poisson-subsampled',
               '| **one-shot, all iterates', '| **one-shot, final model',
-              '| — headline eps_est, bootstrap 95% interval', '| — eps_gdp',
+              '| — headline eps_est, 95% bootstrap interval of the estimate',
+              '| — eps_gdp',
               '| — attack AUROC', '| — attack TPR at FPR 0.01',
               '| — attack TPR at FPR 0.001', '| — eps_lo', '| — one-run eps',
               "| — paper's eps_lo"):

@@ -80,6 +80,10 @@ def test_python_block_runs_as_written(path, code, reason, tmp_path):
   assert completed.returncode == 0, (
       f'{path}: the block exits {completed.returncode}:\n'
       f'{completed.stderr[-3000:]}')
+  # A block shows the project used as it advises: without its own warnings
+  # (e.g. canaries too large a share of each round's participants).
+  assert 'UserWarning' not in completed.stderr, (
+      f'{path}: the block warns:\n{completed.stderr[-3000:]}')
 
 
 def test_the_documents_have_python_blocks():

@@ -10,6 +10,8 @@ import pytest
 from one_shot_epe.reporting import epsilon_cli
 from one_shot_epe.reporting import privacy_report
 
+import report_sentences
+
 
 def _run(*args):
   return subprocess.run([sys.executable, '-m', 'one_shot_epe.reporting.epsilon_cli', *args],
@@ -70,6 +72,30 @@ def test_seen_unseen_columns_of_different_length(tmp_path):
   assert done.returncode == 0, done.stderr
   expected = privacy_report.all_iterates_report(seen, unseen, 1e-5)
   assert f'| epsilon_est | {expected.epsilon_est:.6g} |' in done.stdout
+
+
+def test_the_printed_report_says_when_each_bound_holds(tmp_path):
+  rng = np.random.default_rng(4)
+  seen, unseen = rng.normal(3e-3, 1e-3, 300), rng.normal(0.0, 1e-3, 300)
+  path = tmp_path / 'maxima.csv'
+  path.write_text('seen,unseen\n' + '\n'.join(
+      f'{a!r},{b!r}' for a, b in zip(seen, unseen)) + '\n')
+  done = _run(f'--cosines={path}', '--delta=1e-5')
+  assert done.returncode == 0, done.stderr
+  expected = privacy_report.all_iterates_report(seen, unseen, 1e-5)
+  low, high = expected.epsilon_est_interval
+  assert done.stdout.startswith(
+      'All iterates (k = 300 seen against m = 300 unseen canaries): with 95% '
+      "confidence this run's mechanism has ε ≥ "
+      f'{expected.epsilon_lo:.4g} at δ = 1e-05 (ε_lo, which holds whatever '
+      f'the mechanism); the estimate ε_est is {expected.epsilon_est:.4g} (95% '
+      f'bootstrap interval of the estimate {low:.4g}–{high:.4g}).\n')
+  assert report_sentences.unconditional_claims(done.stdout) == []
+  assert report_sentences.named_with_condition(done.stdout) == {
+      field.label for field in report_sentences.conditional_fields()}
+  assert ('| epsilon_lo_tight_gdp | '
+          f'{expected.epsilon_lo_tight_gdp:.6g} | 95% lower bound, only if the '
+          "mechanism is Gaussian in the canary's direction |") in done.stdout
 
 
 @pytest.mark.parametrize('content,flags,message', [

@@ -22,6 +22,8 @@ from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import report_fields
 from one_shot_epe.reporting import run_report
 
+import report_sentences
+
 _DIM = 10**4
 _EMPTY = np.zeros(0)
 
@@ -121,7 +123,11 @@ def test_summary_table_shows_each_report_field():
                         f'{_cell(report.final.epsilon_lo_tight_any)}/'
                         f'{_cell(report.final.epsilon_lo_tight_gdp)}',
       'last-it': _g(report.last_iterate_epsilon), 'acc.': '0.25'}
-  assert 'gdp = ε_tight-gdp, for Gaussian in' in text.replace('\n', ' ')
+  legend = text.replace('\n', ' ')
+  assert ("gdp = ε_tight-gdp, which holds only if the mechanism is Gaussian "
+          "in the canary's direction.") in legend
+  assert 'lo = ε_lo, which holds whatever the mechanism;' in legend
+  assert report_sentences.unconditional_claims(text) == []
 
 
 def test_privacy_table_keeps_the_sentences_columns_and_details_the_rest():
@@ -139,10 +145,11 @@ def test_privacy_table_keeps_the_sentences_columns_and_details_the_rest():
   # The main table: the sentences' columns and the accuracy, nothing else.
   assert main['1'] == {
       'noise': '1', 'analytical ε (r = 2)': _g(report.analytical_epsilon),
-      'ε_est-all 95% CI': f'{_g(all_it.epsilon_est)} [{_g(all_low)}, '
-                          f'{_g(all_high)}]',
+      'ε_est-all (95% bootstrap interval of the estimate)': (
+          f'{_g(all_it.epsilon_est)} [{_g(all_low)}, {_g(all_high)}]'),
       'ε_lo-all': _g(all_it.epsilon_lo),
-      'ε_est-final 95% CI': f'{_g(final.epsilon_est)} [{_g(low)}, {_g(high)}]',
+      'ε_est-final (95% bootstrap interval of the estimate)': (
+          f'{_g(final.epsilon_est)} [{_g(low)}, {_g(high)}]'),
       'ε_lo-final': _g(final.epsilon_lo), 'accuracy': '0.25'}
   expected = {
       'noise': '1', 'accounted ε': _g(report.accounted_epsilon),
@@ -180,8 +187,22 @@ def test_privacy_table_keeps_the_sentences_columns_and_details_the_rest():
   assert text.count('canary repetition') == 2  # One block per r.
   # What each assumes, once per family, from the fields' entries.
   legend = text.split('What each assumes: ')[1]
-  for family in report_fields.FAMILIES[:4]:
-    assert legend.count(family.text) == 1, family.text
+  for family, assumes in (
+      (report_fields.ANY_MECHANISM, '95% lower bound, whatever the mechanism'),
+      (report_fields.GAUSSIAN, '95% lower bound, only if the mechanism is '
+       "Gaussian in the canary's direction"),
+      (report_fields.NOMINAL, report_fields.NOMINAL.text),
+      (report_fields.ESTIMATE, report_fields.ESTIMATE.text)):
+    assert legend.count(f': {assumes}') == 1, family.text
+  # A saturated estimate (r = 2, no noise) has no interval to show.
+  assert runs[1].report.all_iterates.epsilon_est_saturated
+  assert main['0']['ε_est-all (95% bootstrap interval of the estimate)'] == (
+      f'≥{_g(runs[1].report.all_iterates.epsilon_est)} no interval '
+      '(saturated)')
+  # Each bound is said to hold where its family does, and no further.
+  assert report_sentences.unconditional_claims(text) == []
+  labels = {field.label for field in report_sentences.conditional_fields()}
+  assert report_sentences.named_with_condition(legend) == labels
 
 
 @pytest.mark.parametrize('bound_above', [False, True])
@@ -199,22 +220,33 @@ def test_table_md_opens_with_each_runs_sentences_and_the_bounds_note(
     report = run.report
     line = lines[2 * i]
     assert line.startswith(f'**Noise {run.noise_multiplier:g}, r = '
-                           f'{run.canary_repeats}.** Final model: ε_est ')
+                           f'{run.canary_repeats}.** Final model (k = 200 '
+                           'seen canaries against the exact null): ')
     low, high = report.final.epsilon_est_interval
-    assert (f'Final model: ε_est {_g(report.final.epsilon_est)} (95% CI '
-            f'{_g(low)}–{_g(high)}); with 95% confidence ε ≥ '
-            f'{_g(report.final.epsilon_lo)} for any (ε, δ)-DP mechanism; '
-            f'analytical ε {_number(report.analytical_epsilon)}.') in line
-    assert ('All iterates: ' in line) == (report.all_iterates is not None)
+    assert ("Final model (k = 200 seen canaries against the exact null): "
+            "with 95% confidence this run's mechanism has ε ≥ "
+            f'{_g(report.final.epsilon_lo)} at δ = 0.0001 (ε_lo, which holds '
+            'whatever the mechanism); the estimate ε_est is '
+            f'{_g(report.final.epsilon_est)} (95% bootstrap interval of the '
+            f'estimate {_g(low)}–{_g(high)}); analytical ε '
+            f'{_number(report.analytical_epsilon)}.') in line
+    all_it = report.all_iterates
+    assert ('All iterates (' in line) == (all_it is not None)
+    if all_it is not None and all_it.epsilon_est_saturated:
+      assert ('All iterates (k = 50 seen against m = 50 unseen canaries): '
+              'these canaries cannot support an estimate: ε_est is at least '
+              f'{_g(all_it.epsilon_est)}, the most 50 + 50 canaries can show '
+              'at this δ;') in line
   above = [run for run in runs if any(
       value is not None and value > threat.epsilon_est
       for threat in (run.report.final, run.report.all_iterates)
-      if threat is not None
+      if threat is not None and not threat.epsilon_est_saturated
       for value in (threat.epsilon_lo, threat.epsilon_one_run,
                     threat.epsilon_one_run_fdp, threat.epsilon_lo_tight_any,
                     threat.epsilon_lo_tight_gdp,
-                    threat.epsilon_lo_gauss_pair))]
-  notes = [line for line in lines if 'a lower bound that holds exceeds' in line]
+                    threat.epsilon_lo_gauss_pair,
+                    threat.epsilon_lo_gdp_thresholds))]
+  notes = [line for line in lines if 'a lower bound exceeds' in line]
   assert bool(above) == bound_above
   if above:
     (note,) = notes

@@ -152,7 +152,8 @@ def test_privacy_table_equals_run_reports(grid):
                   report['analytical_epsilon'])
     assert _close(main['accuracy'], report['accuracy'])
     for model in ('all', 'final'):
-      assert _close(main[f'ε_est-{model} 95% CI'].split()[0],
+      assert _close(main[f'ε_est-{model} (95% bootstrap interval of the '
+                         'estimate)'].split()[0],
                     report[f'epsilon_est_{model}'])
       assert _close(main[f'ε_lo-{model}'], report[f'epsilon_lo_{model}'])
       for header, key in (('ε_one-run', 'epsilon_one_run'),
@@ -168,9 +169,12 @@ def test_privacy_table_equals_run_reports(grid):
   for (noise, repeats), report in reports.items():
     line = next(line for line in opening.splitlines()
                 if line.startswith(f'**Noise {noise}, r = {repeats}.**'))
-    estimate, low, high, bound = re.match(
-        r'.*Final model: ε_est (?:≥ )?(\S+) \(95% CI (\S+)–(\S+)\); with 95% '
-        r'confidence ε ≥ (\S+) for any', line).groups()
+    bound, estimate, low, high = re.match(
+        r'.*Final model \(k = \d+ seen canaries against the exact null\): '
+        r"with 95% confidence this run's mechanism has ε ≥ (\S+) at "
+        r'δ = \S+ \(ε_lo, which holds whatever the mechanism\); the '
+        r'estimate ε_est is (\S+) \(95% bootstrap interval of the estimate '
+        r'(\S+)–(\S+)\)', line).groups()
     for cell, value in ((estimate, report['epsilon_est_final']),
                         (low, report['epsilon_est_interval_final'][0]),
                         (high, report['epsilon_est_interval_final'][1]),

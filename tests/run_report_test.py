@@ -15,7 +15,10 @@ from one_shot_epe.accounting import references
 from one_shot_epe.design import canary_spec
 from one_shot_epe.stats import estimation
 from one_shot_epe.reporting import privacy_report
+from one_shot_epe.reporting import report_fields
 from one_shot_epe.reporting import run_report
+
+import report_sentences
 
 _EMPTY = np.zeros(0)
 
@@ -57,7 +60,9 @@ def test_report_combines_both_threat_models():
   assert parsed['epsilon_lo_all'] == report.all_iterates.epsilon_lo
   assert parsed['setting'] == {'task': 'emnist_character'}
   text = report.to_markdown()
-  assert text.startswith('Final model: ε_est ')
+  assert text.startswith('Final model (k = 400 seen canaries against the '
+                         "exact null): with 95% confidence this run's "
+                         'mechanism has ε ≥ ')
   assert f'z = 0.5, d = {dim}, δ = 1e-05.' in text
   assert '| task | emnist_character |' in text
 
@@ -166,7 +171,7 @@ def test_report_carries_both_bounds_with_their_mechanisms():
           f'{accounted.mechanism} |') in text
   low, high = report.final.epsilon_est_interval
   main = _table_with(text, 'analytical ε')['final model']
-  assert (main['ε_est'], main['95% bootstrap interval']) == (
+  assert (main['ε_est'], main['95% bootstrap interval of the estimate']) == (
       f'{report.final.epsilon_est:.4g}', f'[{low:.4g}, {high:.4g}]')
   details = _table_with(text, 'what it assumes', 'statistic')
   assert details['how ε_est is computed']['final model'] == (
@@ -188,8 +193,14 @@ def test_a_saturated_estimate_is_marked_at_least():
   text = report.to_markdown()
   row = _table_with(text, 'analytical ε')['all iterates']
   assert row['ε_est'] == f'≥{report.all_iterates.epsilon_est:.4g}'
-  assert f'All iterates: ε_est ≥ {report.all_iterates.epsilon_est:.4g} (' in (
-      text)
+  # No interval: a saturated estimate has none to give.
+  assert row['95% bootstrap interval of the estimate'] == (
+      'no interval (saturated)')
+  # Its sentence opens with it: the canaries cannot support an estimate.
+  assert ('All iterates (k = 50 seen against m = 50 unseen canaries): these '
+          'canaries cannot support an estimate: ε_est is at least '
+          f'{report.all_iterates.epsilon_est:.4g}, the most 50 + 50 canaries '
+          'can show at this δ; with 95% confidence') in text
   assert json.loads(report.to_json())['all_iterates']['epsilon_est_saturated']
 
 
@@ -367,17 +378,21 @@ def test_markdown_shows_every_field_of_its_groups_under_its_label():
     # The main table: the sentence's columns and the accuracy, nothing else.
     assert main[name] == {
         'threat model': name, 'ε_est': _g(threat.epsilon_est),
-        '95% bootstrap interval': f'[{_g(low)}, {_g(high)}]',
+        '95% bootstrap interval of the estimate': f'[{_g(low)}, {_g(high)}]',
         'ε_lo': _g(threat.epsilon_lo),
         'analytical ε': _g(report.analytical_epsilon), 'accuracy': '0.5'}
     # Every other estimate and bound, with what it assumes.
     for key, label, assumes in (
-        ('epsilon_one_run', 'ε_one-run', 'any (ε, δ)-DP mechanism'),
-        ('epsilon_lo_tight_any', 'ε_tight-any', 'any (ε, δ)-DP mechanism'),
+        ('epsilon_one_run', 'ε_one-run',
+         '95% lower bound, whatever the mechanism'),
+        ('epsilon_lo_tight_any', 'ε_tight-any',
+         '95% lower bound, whatever the mechanism'),
         ('epsilon_one_run_fdp', 'ε_one-run-fdp',
-         "Gaussian in the canary's direction"),
+         "95% lower bound, only if the mechanism is Gaussian in the canary's "
+         'direction'),
         ('epsilon_lo_tight_gdp', 'ε_tight-gdp',
-         "Gaussian in the canary's direction"),
+         "95% lower bound, only if the mechanism is Gaussian in the canary's "
+         'direction'),
         ('epsilon_lo_paper', "paper's ε_lo", 'nothing it can keep'),
         ('epsilon_est_fitted', "paper's ε_est", 'Gaussian canary scores')):
       assert details[label][name] == _g(getattr(threat, key)), (name, label)
@@ -390,13 +405,22 @@ def test_markdown_shows_every_field_of_its_groups_under_its_label():
     assert attack['TPR at FPR 1e-2'] == _g(threat.tpr_at_fpr['0.01'])
     assert attack['TPR at FPR 1e-3'] == _g(threat.tpr_at_fpr['0.001'])
   # The headline fields are not repeated among the details.
-  assert {'ε_est', 'ε_lo', '95% bootstrap interval'}.isdisjoint(details)
+  assert {'ε_est', 'ε_lo', '95% bootstrap interval of the estimate'
+         }.isdisjoint(details)
 
 
+_OPENING = (r'^(Final model|All iterates) \(k = (\d+) seen (?:canaries '
+            r'against the exact null|against m = (\d+) unseen canaries)\): ')
+_BOUND = (r"with 95% confidence this run's mechanism has ε ≥ (\S+) at "
+          r'δ = (\S+) \(ε_lo, which holds whatever the mechanism\)')
+_ANALYTICAL = r'analytical ε (\S+)\.$'
 _SENTENCE = re.compile(
-    r'^(Final model|All iterates): ε_est (≥ )?(\S+) \(95% CI (\S+)–(\S+)\); '
-    r'with 95% confidence ε ≥ (\S+) for any \(ε, δ\)-DP mechanism; '
-    r'analytical ε (\S+)\.$')
+    _OPENING + _BOUND + r'; the estimate ε_est is (\S+) \(95% bootstrap '
+    r'interval of the estimate (\S+)–(\S+)\); ' + _ANALYTICAL)
+_SATURATED_SENTENCE = re.compile(
+    _OPENING + r'these canaries cannot support an estimate: ε_est is at '
+    r'least (\S+), the most (\d+) \+ (\d+) canaries can show at this δ; ' +
+    _BOUND + '; ' + _ANALYTICAL)
 
 
 def _shows(cell, value):
@@ -411,29 +435,47 @@ def test_the_report_opens_with_sentences_of_report_jsons_numbers(case):
   report = _build(**_round_trip_cases()[case])
   parsed = json.loads(report.to_json())
   lines = report.to_markdown().splitlines()
-  models = [('Final model', 'final')]
+  models = [('Final model', 'final', 'final')]
   if parsed['all_iterates'] is not None:
-    models.append(('All iterates', 'all'))
-  for i, (name, suffix) in enumerate(models):
-    match = _SENTENCE.match(lines[2 * i])
-    assert match, lines[2 * i]
+    models.append(('All iterates', 'all', 'all_iterates'))
+  for i, (name, suffix, key) in enumerate(models):
+    threat = parsed[key]
+    line = lines[2 * i]
+    if threat['epsilon_est_saturated']:
+      match = _SATURATED_SENTENCE.match(line)
+      assert match, line
+      assert (match[5], match[6]) == (str(threat['num_seen']),
+                                      str(threat['num_unseen']))
+      cells = {'bound': match[7], 'delta': match[8], 'estimate': match[4],
+               'analytical': match[9]}
+    else:
+      match = _SENTENCE.match(line)
+      assert match, line
+      low, high = parsed[f'epsilon_est_interval_{suffix}']
+      assert _shows(match[7], low) and _shows(match[8], high), line
+      cells = {'bound': match[4], 'delta': match[5], 'estimate': match[6],
+               'analytical': match[9]}
     assert match[1] == name
-    saturated = parsed['final' if suffix == 'final' else 'all_iterates'][
-        'epsilon_est_saturated']
-    assert bool(match[2]) == saturated
-    low, high = parsed[f'epsilon_est_interval_{suffix}']
-    for cell, value in ((match[3], parsed[f'epsilon_est_{suffix}']),
-                        (match[4], low), (match[5], high),
-                        (match[6], parsed[f'epsilon_lo_{suffix}']),
-                        (match[7], parsed['analytical_epsilon'])):
+    assert match[2] == str(threat['num_seen'])
+    assert match[3] == (None if suffix == 'final' else
+                        str(threat['num_unseen']))
+    for cell, value in ((cells['estimate'], parsed[f'epsilon_est_{suffix}']),
+                        (cells['bound'], parsed[f'epsilon_lo_{suffix}']),
+                        (cells['analytical'], parsed['analytical_epsilon'])):
       assert _shows(cell, value), (name, cell, value)
+    assert float(cells['delta']) == pytest.approx(parsed['delta'], rel=5e-3)
   assert not _SENTENCE.match(lines[2 * len(models)])
+  assert not _SATURATED_SENTENCE.match(lines[2 * len(models)])
 
 
-# The lower bounds that hold, as report.json names them.
-_HOLDING_BOUNDS = ('epsilon_lo', 'epsilon_one_run', 'epsilon_one_run_fdp',
-                   'epsilon_lo_tight_any', 'epsilon_lo_tight_gdp',
-                   'epsilon_lo_gauss_pair')
+# The lower bounds, as report.json names them, and those that hold only if
+# the mechanism is Gaussian in the canary's direction.
+_BOUNDS = ('epsilon_lo', 'epsilon_one_run', 'epsilon_one_run_fdp',
+           'epsilon_lo_tight_any', 'epsilon_lo_tight_gdp',
+           'epsilon_lo_gauss_pair', 'epsilon_lo_gdp_thresholds')
+_GAUSSIAN_BOUNDS = ('epsilon_one_run_fdp', 'epsilon_lo_tight_gdp',
+                    'epsilon_lo_gauss_pair', 'epsilon_lo_gdp_thresholds')
+_IF_GAUSSIAN = "if the mechanism is Gaussian in the canary's direction"
 
 
 def _with_bound(report, threat_name, key, value):
@@ -442,16 +484,16 @@ def _with_bound(report, threat_name, key, value):
 
 
 def _bound_reports():
-  """Reports with and without a holding bound above their estimate."""
+  """Reports with and without a lower bound above their estimate."""
   reports = {case: _build(**kwargs)
              for case, kwargs in _round_trip_cases().items()}
   base = reports['all iterates, sampled']
   final = base.final
   below = dataclasses.replace(base, final=dataclasses.replace(
-      final, **{key: 0.5 * final.epsilon_est for key in _HOLDING_BOUNDS}))
+      final, **{key: 0.5 * final.epsilon_est for key in _BOUNDS}))
   below = dataclasses.replace(below, all_iterates=dataclasses.replace(
       base.all_iterates, **{key: 0.5 * base.all_iterates.epsilon_est
-                            for key in _HOLDING_BOUNDS}))
+                            for key in _BOUNDS}))
   reports['every bound below'] = below
   reports['tight-any above, final'] = _with_bound(
       below, 'final', 'epsilon_lo_tight_any', 2 * final.epsilon_est)
@@ -467,21 +509,20 @@ def _bound_reports():
 
 
 @pytest.mark.parametrize('case', sorted(_bound_reports()))
-def test_the_note_appears_exactly_when_a_holding_bound_exceeds_the_estimate(
-    case):
+def test_the_note_appears_exactly_when_a_bound_exceeds_the_estimate(case):
   report = _bound_reports()[case]
   parsed = json.loads(report.to_json())
   # A saturated estimate ('≥', the most the canaries can show) is not
   # exceeded by a bound: no note.
   above = [(suffix, key) for suffix in ('final', 'all')
-           for key in _HOLDING_BOUNDS
+           for key in _BOUNDS
            if parsed[f'{key}_{suffix}'] is not None and
            parsed[f'epsilon_est_{suffix}'] is not None and
            not (parsed.get({'final': 'final', 'all': 'all_iterates'}[suffix])
                 or {}).get('epsilon_est_saturated') and
            parsed[f'{key}_{suffix}'] > parsed[f'epsilon_est_{suffix}']]
   text = report.to_markdown()
-  assert text.count('A lower bound that holds exceeds the estimate') == (
+  assert text.count('A lower bound exceeds the estimate') == (
       1 if above else 0), case
   assert text.count('the canaries enter at different clips') == (
       1 if above else 0)
@@ -490,8 +531,11 @@ def test_the_note_appears_exactly_when_a_holding_bound_exceeds_the_estimate(
   if case in ('every bound below', 'equal is not above', 'nominal above'):
     assert not above
   note = next((line for line in text.splitlines()
-               if line.startswith('A lower bound that holds')), '')
+               if line.startswith('A lower bound exceeds')), '')
   assert note.count(' > ε_est ') == len(above)
+  # Each bound of the Gaussian family is named with its condition.
+  assert note.count(_IF_GAUSSIAN) == len(
+      [key for _, key in above if key in _GAUSSIAN_BOUNDS])
 
 
 def test_training_notes_are_shown_and_kept_in_report_json():
@@ -602,3 +646,80 @@ def test_a_frameworks_own_epsilon_stands_beside_the_accounted_one():
   del parsed['framework_epsilon']
   with pytest.raises(ValueError, match="missing keys \\['framework_epsilon'"):
     run_report.RunReport.from_dict(parsed)
+
+
+def _every_field_set():
+  """A report with every field of every threat model set, the Gaussian
+  family's bounds above the estimate and every bound for any mechanism."""
+  base = _build(**_round_trip_cases()['all iterates, sampled'])
+  base = dataclasses.replace(base, all_iterates_decorrelated=base.all_iterates)
+  threats = {}
+  for name in ('final', 'all_iterates', 'all_iterates_decorrelated'):
+    threat = getattr(base, name)
+    top = max([threat.epsilon_est] + [
+        getattr(threat, key) for key in _BOUNDS if key not in _GAUSSIAN_BOUNDS])
+    threats[name] = dataclasses.replace(threat, **{
+        key: (2 + index) * top for index, key in enumerate(_GAUSSIAN_BOUNDS)})
+  return dataclasses.replace(base, **threats)
+
+
+def test_every_field_is_set_in_the_sentences_report():
+  report = _every_field_set()
+  for name, threat in (('final', report.final),
+                       ('all', report.all_iterates),
+                       ('all', report.all_iterates_decorrelated)):
+    unset = [field.key for field in report_fields.FIELDS
+             if name in field.threat_models and
+             getattr(threat, field.key) is None]
+    assert not unset, (name, unset)
+
+
+def test_the_gaussian_familys_bounds_are_never_said_to_hold_bare():
+  assert set(report_sentences.GAUSSIAN_BOUNDS) == {
+      field.key for field in report_sentences.conditional_fields()}
+  report = _every_field_set()
+  text = report.to_markdown()
+  assert report_sentences.unconditional_claims(text) == []
+  labels = {report_fields.by_key(key).label
+            for key in report_sentences.GAUSSIAN_BOUNDS}
+  assert report_sentences.named_with_condition(text) == labels
+  # Each Gaussian bound above every bound for any mechanism is said to
+  # rest on the assumption alone, once per threat model.
+  notes = [line for line in text.splitlines()
+           if 'carries the difference' in line]
+  assert [line.split(':')[0] for line in notes] == [
+      'Final model', 'All iterates', 'All iterates, decorrelated']
+  for line in notes:
+    assert all(label in line for label in labels), line
+  # The note on bounds above the estimate names each with its condition.
+  note = next(line for line in text.splitlines()
+              if line.startswith('A lower bound exceeds'))
+  assert note.count(_IF_GAUSSIAN) == 3 * len(_GAUSSIAN_BOUNDS)
+
+
+@pytest.mark.parametrize('text', [
+    'ε_lo and ε_one-run-fdp hold at 95%.',
+    '| ε_gauss-pair | 2.1 | 95% lower bound |',
+    'At 95%, ε_lo, ε_tight-gdp (Xiang et al., 2025) and\nε_one-run hold.',
+])
+def test_a_bare_claim_is_caught(text):
+  assert report_sentences.unconditional_claims(text)
+
+
+def test_a_sentence_on_the_bound_for_any_mechanism_is_no_claim():
+  # ε_one-run is not ε_one-run-fdp; the paper's nominal ε_lo is no bound.
+  assert report_sentences.unconditional_claims(
+      'ε_one-run holds. Nothing here: ε_gdp-thresholds 2.') == []
+
+
+def test_a_bound_refused_below_its_dimension_says_why():
+  dim = 2000  # Below gaussian_pair.MIN_FINAL_DIM = 10,000.
+  report = _build(final_cosines=_cosines(50, 2.0, dim=dim), dim=dim,
+                  delta=1e-5, noise_multiplier=1.0)
+  assert report.final.epsilon_lo_gauss_pair is None
+  text = report.to_markdown()
+  assert _table_with(text, 'what it assumes', 'statistic')['ε_gauss-pair'][
+      'final model'] == 'n/a'
+  assert ('n/a: ε_gauss-pair, final model: d = 2000 is below 10,000, where '
+          "the cosines' laws are too far from Gaussian for it "
+          '(docs/bounds.md).') in text

@@ -17,10 +17,10 @@ The CSV's accepted forms, every data row read:
 Final-model cosines give the final-model report (Algorithm 2) and need --dim;
 the all-iterates report has no use for --dim, which is then an error.
 Columns may differ in length (leave trailing cells empty). Prints the report
-(`privacy_report.PrivacyReport`: estimates, bounds that hold at 1 - alpha,
-the paper's nominal eps_lo, the tight one-run bounds epsilon_lo_tight_any
-and epsilon_lo_tight_gdp, attack summaries) as JSON (--format=json) or a
-Markdown table (default). Bad input exits with status 2 and one line naming
+(`privacy_report.PrivacyReport`: estimates, lower bounds at 1 - alpha, each
+with when it holds, the paper's nominal eps_lo, attack summaries) as JSON
+(--format=json) or, by default, its quotable sentence, when each bound
+holds and a Markdown table. Bad input exits with status 2 and one line naming
 the problem: --delta, --alpha and --dim by their rules before the file is
 read, and a --cosines that is not a regular UTF-8 text file of at most
 `bounded_reads.COSINE_CSV_ROWS` data rows (`bounded_reads.COSINE_CSV`). A
@@ -45,6 +45,8 @@ from one_shot_epe.runtime import command_line
 from one_shot_epe.stats import estimation
 from one_shot_epe.stats import null_distribution
 from one_shot_epe.reporting import privacy_report
+from one_shot_epe.reporting import report_fields
+from one_shot_epe.reporting import run_markdown
 
 __all__ = ['build_report', 'define_flags', 'format_markdown', 'main',
            'read_cosine_columns']
@@ -226,19 +228,35 @@ def _format_value(value: object) -> str:
 
 
 def format_markdown(report: privacy_report.PrivacyReport) -> str:
-  """The report as a two-column Markdown table, floats to 6 digits.
+  """The report's sentence, when its bounds hold, then a three-column table.
 
-  tpr_at_fpr shows as "FPR: TPR" pairs, the bootstrap interval as [low, high].
+  The sentence is `run_markdown.threat_sentence`'s (no analytical ε: the
+  cosines alone do not give it), with `run_markdown.assumption_notes`;
+  then `run_markdown.bounds_sentences` and
+  `run_markdown.missing_notes`; then every field, floats to 6 digits
+  (tpr_at_fpr as "FPR: TPR" pairs, the bootstrap interval as [low, high]),
+  with what it assumes (`run_markdown.assumption_cell`; blank for the
+  scores' facts).
 
   Args:
     report: The report.
 
   Returns:
-    The table's lines joined by newlines.
+    The text's lines joined by newlines.
   """
-  lines = ['| quantity | value |', '|---|---|']
+  confidence = f'{1 - report.alpha:.0%}'
+  name = 'Final model' if report.threat_model == 'final' else 'All iterates'
+  threats = [(name.lower(), report)]
+  lines = [run_markdown.threat_sentence(name, report),
+           *run_markdown.assumption_notes(threats), '',
+           *run_markdown.bounds_sentences(confidence),
+           *run_markdown.missing_notes(threats), '',
+           '| quantity | value | what it assumes |', '|---|---|---|']
+  entries = {field.key: field for field in report_fields.FIELDS}
   for key, value in report.to_dict().items():
-    lines.append(f'| {key} | {_format_value(value)} |')
+    assumes = ('' if key not in entries else
+               run_markdown.assumption_cell(entries[key], confidence))
+    lines.append(f'| {key} | {_format_value(value)} | {assumes} |')
   return '\n'.join(lines)
 
 

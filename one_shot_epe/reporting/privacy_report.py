@@ -11,17 +11,17 @@ seen against unseen canaries) bundle, from the same canary scores:
   expectation), with a bootstrap interval, and the paper's estimate as
   written, `epsilon_est_fitted` (Sec. 3.2: fitted variances, biased upwards
   because unequal-variance Gaussians have unbounded privacy loss);
-* lower bounds that hold at 1 - alpha: `epsilon_lo` (`lower_bound`,
-  Bonferroni over a fixed family of thresholds) and the one-run certificates
-  `epsilon_one_run` (Steinke, Nasr and Jagielski, 2023) and
-  `epsilon_one_run_fdp` (Mahloujifar et al., 2024) of `one_run`, and the
-  tight one-run bounds of Xiang et al. (2025, `tight_audit`),
-  `epsilon_lo_tight_any` (valid for every (eps, delta)-DP mechanism) and
-  `epsilon_lo_tight_gdp` (valid when the mechanism is Gaussian in the
-  canary's direction), which need unseen canaries; the Gaussian-pair bound
-  `epsilon_lo_gauss_pair` (`gaussian_pair`: the fitted pair's mean shift,
-  valid when seen and null scores are Gaussian); and the paper's nominal
-  bound `epsilon_lo_paper`;
+* lower bounds at 1 - alpha, each valid where its entry's family says
+  (`report_fields.Family`): for every (eps, delta)-DP mechanism,
+  `epsilon_lo` (`lower_bound`, Bonferroni over a fixed family of
+  thresholds), the one-run certificate `epsilon_one_run` (Steinke, Nasr and
+  Jagielski, 2023) and the tight one-run bound `epsilon_lo_tight_any` (Xiang
+  et al., 2025, `tight_audit`); only when the mechanism is Gaussian in the
+  canary's direction, `epsilon_one_run_fdp` (Mahloujifar et al., 2024),
+  `epsilon_lo_tight_gdp`, the Gaussian-pair bound `epsilon_lo_gauss_pair`
+  (`gaussian_pair`: the fitted pair's mean shift; the final model's from
+  d = `gaussian_pair.MIN_FINAL_DIM` on) and `epsilon_lo_gdp_thresholds`;
+  and the paper's nominal bound `epsilon_lo_paper`;
 * the Anderson-Darling statistics of Table 6 and the attack's summaries
   (mean-shift Gaussian-DP eps, AUROC, TPR at fixed FPRs, `attack_metrics`).
 
@@ -86,7 +86,8 @@ class PrivacyReport:
       largest value the sample size can show (all iterates: every seen
       statistic above every unseen one), so the truth may be larger;
       epsilon_est_interval: its percentile bootstrap 95%
-      interval (seen, and unseen where used, resampled with replacement).
+      interval, an interval of the estimate (seen, and unseen where used,
+      resampled with replacement), not a confidence bound on eps.
     epsilon_est_fitted: Algorithm 2 (final) or 3 (all) as written.
     gdp_mu, epsilon_gdp: mu = (seen mean - null mean) / null std and the eps of
       mu-Gaussian DP at delta (`estimation.epsilon_of_gdp`); null N(0, 1/d) for
@@ -109,7 +110,8 @@ class PrivacyReport:
     confidence bound on the mean shift in units of the larger std, as
     mu-GDP's eps at delta; valid when seen and null scores are Gaussian,
     any stds): against the exact null's mean 0 and std 1/sqrt(d) for
-    'final', against the unseen scores for 'all'.
+    'final' (None for d below `gaussian_pair.MIN_FINAL_DIM`), against the
+    unseen scores for 'all'.
     Nominal only: epsilon_lo_paper (the paper's Sec. 5.1 bound).
   Attack summaries: auroc, P(null statistic < seen statistic), ties one half,
     against the exact null (Theorem 3.1) for 'final', the unseen sample for

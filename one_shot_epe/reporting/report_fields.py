@@ -2,7 +2,7 @@
 
 A threat model's report (`privacy_report.PrivacyReport`) holds the facts of
 its scores (counts, Gaussian fits) and then one field per entry of `FIELDS`:
-the estimates, the lower bounds that hold at 1 - alpha, the paper's nominal
+the estimates, the lower bounds at 1 - alpha, the paper's nominal
 bound, the attack's summaries and the Anderson-Darling statistics. Each
 entry (`ReportField`) says once:
 
@@ -11,7 +11,8 @@ entry (`ReportField`) says once:
 * its group, the table of report.md it appears in (`GROUPS`), and the
   threat models it is computed for ('final', 'all'; None elsewhere);
 * what it assumes of the mechanism (`Family`: any (eps, delta)-DP mechanism,
-  one Gaussian in the canary's direction, ...);
+  one Gaussian in the canary's direction, ...), from which every sentence
+  of the reports says when a bound holds (`run_markdown`);
 * how it is computed from the threat model's scores (a function of
   `report_scores.Scores`, which caches what several fields share: the
   Gaussian fits, the AUROC, the GDP mu);
@@ -34,6 +35,7 @@ from typing import Any
 
 from one_shot_epe.reporting import report_scores
 from one_shot_epe.stats import estimation
+from one_shot_epe.stats import gaussian_pair
 from one_shot_epe.stats import one_run
 
 __all__ = ['ANY_MECHANISM', 'ATTACK', 'Column', 'ESTIMATE', 'FAMILIES',
@@ -69,13 +71,44 @@ class Family:
   Attributes:
     text: The assumption, e.g. 'any (ε, δ)-DP mechanism'.
     tag: Its mark after a column's label, e.g. 'Gaussian'; '' for none.
+    bound: Whether its statistics are lower bounds at the report's
+      confidence (where `assumption` holds).
+    assumption: What must hold of the mechanism for its bounds to hold, a
+      clause, e.g. "the mechanism is Gaussian in the canary's direction";
+      '' for none.
+    caveat: For a family with an assumption: what its failing can do, a
+      clause (docs/bounds.md).
   """
   text: str
   tag: str = ''
+  bound: bool = False
+  assumption: str = ''
+  caveat: str = ''
+
+  @property
+  def condition(self) -> str:
+    """'if <assumption>', or '' for a family without one."""
+    return f'if {self.assumption}' if self.assumption else ''
+
+  @property
+  def holds(self) -> str:
+    """When its bounds hold, completing 'they hold ...'; '' for no bounds.
+
+    'whatever the mechanism', or 'only if <assumption>'.
+    """
+    if not self.bound:
+      return ''
+    return (f'only if {self.assumption}' if self.assumption else
+            'whatever the mechanism')
 
 
-ANY_MECHANISM = Family('any (ε, δ)-DP mechanism')
-GAUSSIAN = Family("Gaussian in the canary's direction", 'Gaussian')
+ANY_MECHANISM = Family('any (ε, δ)-DP mechanism', bound=True)
+GAUSSIAN = Family(
+    "Gaussian in the canary's direction", 'Gaussian', bound=True,
+    assumption="the mechanism is Gaussian in the canary's direction",
+    caveat='scores with tails a little heavier than a Gaussian\'s, which '
+    'a normality test on 1,000 of them often passes, put them above the '
+    'true ε in most runs (docs/bounds.md)')
 NOMINAL = Family('nothing it can keep: its threshold is chosen on the data '
                  'it tests (nominal only)', 'nominal')
 ESTIMATE = Family('Gaussian canary scores (an estimate, not a bound)')
@@ -146,6 +179,20 @@ def _read_optional_rates(
   return None if value is None else dict(value)
 
 
+def _no_reason(report: Any) -> None:
+  del report  # A value, or None without a stated reason.
+
+
+def _gauss_pair_missing(report: Any) -> str | None:
+  """Why the final model has no Gaussian-pair bound: d below its minimum."""
+  if report.threat_model != 'final' or (
+      report.dim >= gaussian_pair.MIN_FINAL_DIM):
+    return None
+  return (f'd = {report.dim} is below {gaussian_pair.MIN_FINAL_DIM:,}, where '
+          "the cosines' laws are too far from Gaussian for it "
+          '(docs/bounds.md)')
+
+
 def _number_columns(field: 'ReportField') -> tuple[Column, ...]:
   return (Column(field.label, field.assumes.tag, lambda report: number_cell(
       None if report is None else getattr(report, field.key))),)
@@ -164,10 +211,13 @@ def _estimate_columns(field: 'ReportField') -> tuple[Column, ...]:
 
 
 def _interval_columns(field: 'ReportField') -> tuple[Column, ...]:
+  """[low, high]; none for a saturated estimate, which has no interval."""
 
   def cell(report: Any) -> str:
     if report is None:
       return 'n/a'
+    if report.epsilon_est_saturated:
+      return 'no interval (saturated)'
     low, high = getattr(report, field.key)
     return f'[{number_cell(low)}, {number_cell(high)}]'
 
@@ -230,6 +280,10 @@ class ReportField:
     short: Its name in the terminal's summary table ('' where not shown).
     summary: The threat models whose summary cell shows it.
     read: Turns the value JSON gives back into the field's value.
+    source: For a bound, how it is computed or whose it is, in a few words
+      (the report's sentences on the bounds name it).
+    missing: Why a threat model's report lacks its value (None), in a
+      clause; None where no reason is given.
   """
   key: str
   label: str
@@ -244,6 +298,8 @@ class ReportField:
   short: str = ''
   summary: tuple[str, ...] = ()
   read: Callable[[Any], Any] = _identity
+  source: str = ''
+  missing: Callable[[Any], str | None] = _no_reason
 
   def __post_init__(self):
     if self.group not in GROUPS:
@@ -288,8 +344,9 @@ FIELDS = (
     ReportField('epsilon_est_saturated', 'saturated', 'estimates', _BOTH,
                 ESTIMATE, _Scores.saturated, kind=bool, repeated=False,
                 layout='none'),
-    ReportField('epsilon_est_interval', '95% bootstrap interval', 'estimates',
-                _BOTH, ESTIMATE, _Scores.interval, kind=tuple[float, float],
+    ReportField('epsilon_est_interval',
+                '95% bootstrap interval of the estimate', 'estimates', _BOTH,
+                ESTIMATE, _Scores.interval, kind=tuple[float, float],
                 layout='interval', read=_read_interval),
     ReportField('epsilon_est_method', 'how ε_est is computed', 'estimates',
                 _BOTH, ESTIMATE, _Scores.method, kind=str, repeated=False,
@@ -298,17 +355,19 @@ FIELDS = (
                 ESTIMATE, _Scores.fitted),
     ReportField('epsilon_lo', 'ε_lo', 'lower bounds', _BOTH, ANY_MECHANISM,
                 lambda scores: scores.lower_bound(scores.threshold_strategy),
-                short='lo', summary=_BOTH),
+                short='lo', summary=_BOTH,
+                source='Clopper-Pearson, Bonferroni over a fixed family of '
+                'thresholds'),
     ReportField('epsilon_lo_paper', "paper's ε_lo", 'nominal', _BOTH, NOMINAL,
                 lambda scores: scores.lower_bound('paper')),
     ReportField('epsilon_one_run', 'ε_one-run', 'lower bounds', _BOTH,
                 ANY_MECHANISM,
                 lambda scores: scores.one_run(one_run.epsilon_one_run),
-                kind=float | None),
+                kind=float | None, source='Steinke et al., 2023'),
     ReportField('epsilon_one_run_fdp', 'ε_one-run-fdp', 'lower bounds', _BOTH,
                 GAUSSIAN,
                 lambda scores: scores.one_run(one_run.epsilon_one_run_fdp),
-                kind=float | None),
+                kind=float | None, source='Mahloujifar et al., 2024'),
     ReportField('anderson_seen', 'A² seen', 'fit', _BOTH, FIT,
                 lambda scores: scores.anderson(scores.seen),
                 kind=float | None, repeated=False),
@@ -327,18 +386,24 @@ FIELDS = (
                 read=dict),
     ReportField('epsilon_lo_tight_any', 'ε_tight-any', 'lower bounds', _BOTH,
                 ANY_MECHANISM, _Scores.tight_any, kind=float | None,
-                old_default=None, short='any', summary=('final',)),
+                old_default=None, short='any', summary=('final',),
+                source='Xiang et al., 2025, (ε, δ) channel: the final model '
+                'against the exact null, all iterates by their game'),
     ReportField('epsilon_lo_tight_gdp', 'ε_tight-gdp', 'lower bounds', _BOTH,
                 GAUSSIAN, lambda scores: scores.tight_game('gdp'),
                 kind=float | None, old_default=None, short='gdp',
-                summary=('final',)),
+                summary=('final',),
+                source='Xiang et al., 2025, μ-GDP, by their game'),
     ReportField('epsilon_lo_gauss_pair', 'ε_gauss-pair', 'lower bounds', _BOTH,
                 GAUSSIAN, _Scores.gauss_pair, kind=float | None,
-                old_default=None),
+                old_default=None,
+                source="the fitted Gaussian pair's mean shift",
+                missing=_gauss_pair_missing),
     # jax-privacy main's ROC-hull statistics; they need unseen canaries.
     ReportField('epsilon_lo_gdp_thresholds', 'ε_gdp-thresholds',
                 'lower bounds', _BOTH, GAUSSIAN, _Scores.gdp_thresholds,
-                kind=float | None, old_default=None),
+                kind=float | None, old_default=None,
+                source='μ-GDP from threshold tests, jax-privacy'),
     ReportField('tpr_at_given_fpr', 'hull TPR at FPR', 'attack', _BOTH,
                 ATTACK, _Scores.tpr_at_given_fpr,
                 kind=dict[str, float] | None, old_default=None,

@@ -300,16 +300,19 @@ class Scores:
           delta=self.delta, alpha=self.alpha)
     return self.tight_game('channel')
 
-  def gauss_pair(self) -> float:
+  def gauss_pair(self) -> float | None:
     """The Gaussian-pair bound (`gaussian_pair`, docs/bounds.md).
 
     Returns:
       Final model: the seen scores against the exact null's mean 0 and
-      std 1/sqrt(d) (`gaussian_pair.epsilon_lo_known_null`); all
-      iterates: against the unseen scores
+      std 1/sqrt(d) (`gaussian_pair.epsilon_lo_known_null`), None for d
+      below `gaussian_pair.MIN_FINAL_DIM`, where the cosines' laws are too
+      far from Gaussian; all iterates: against the unseen scores
       (`gaussian_pair.epsilon_lo_two_sample`).
     """
     if self.final:
+      if self.dim < gaussian_pair.MIN_FINAL_DIM:
+        return None
       return gaussian_pair.epsilon_lo_known_null.unchecked(
           self.seen, null_std=self.null_fit[1], delta=self.delta,
           alpha=self.alpha)

@@ -11,8 +11,9 @@ Bundles, for one DP-FedAvg run with canaries:
   meets in the final model);
 * the final-model report (Algorithm 2) and the all-iterates report
   (Algorithm 3), `privacy_report.PrivacyReport`: headline estimates that do
-  not run away and the paper's fitted ones, lower bounds that hold at
-  1 - alpha and the paper's nominal one, attack summaries;
+  not run away and the paper's fitted ones, lower bounds at 1 - alpha (each
+  valid for the mechanisms its family names) and the paper's nominal one,
+  attack summaries;
 * the run's accuracy and setting;
 * where the training framework accounts the run itself (Flower's
   accountant), its epsilon for the same releases, beside the accounted eps
