@@ -15,6 +15,9 @@ STAMP := $(VENV)/.installed
 # run each, then the combined privacy table, Table 6 and the figures). configs/demo.cfg is the same
 # pipeline on synthetic EMNIST-shaped data (no data needed; used by tests).
 DEMO_CONFIG := configs/demo_fashion_mnist.cfg
+# The demo's numbers over seeds (experiments/seed_band.py): `make demo`
+# prints each of its numbers against their band, within or outside.
+DEMO_SEEDS := configs/demo_fashion_mnist_seeds.csv
 THIS_MAKEFILE := $(lastword $(MAKEFILE_LIST))
 .DEFAULT_GOAL := help
 
@@ -67,7 +70,8 @@ data:
 ## demo: the main job: audit DP-FedAvg on Fashion-MNIST at 3 noise levels (output/demo)
 demo: $(STAMP) data
 	$(PY) -m experiments.reproduce --config=$(DEMO_CONFIG) \
-	  --data_dir=$(FASHION_MNIST_DIR) --output_dir=$(DEMO_DIR)
+	  --data_dir=$(FASHION_MNIST_DIR) --output_dir=$(DEMO_DIR) \
+	  --band=$(DEMO_SEEDS)
 	@echo "Per-run reports, cosine CSVs and density plots: $(DEMO_DIR)/runs/*/"
 
 ## table2-quick: the paper's Table 2 (Gaussian mechanism) with 10 simulations

@@ -118,6 +118,7 @@ from experiments import grid_figures
 from experiments import grid_tables
 from experiments import run_outputs
 from experiments import run_planning
+from experiments import seed_band
 from experiments import table5
 from experiments import train
 from experiments import train_config
@@ -229,6 +230,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_integer('table5_runs', 10, 'Table 5: runs of the split arm '
                        '(>= 2, dividing --num_canaries).',
                        flag_values=flag_values)
+  flags.DEFINE_string('band', None, "A seeds' table (CSV, "
+                      'experiments.seed_band): after the tables, each run\'s '
+                      'numbers against the band of its grid point, within '
+                      'or outside the seeds\' range.', flag_values=flag_values)
   flags.DEFINE_integer('runs_per_program', 1, '--backend=jax: train up to R '
                        'runs that share every shape (grid points, Table 5\'s '
                        'runs) as one program (a run axis on accelerators, '
@@ -339,17 +344,33 @@ def _executor(flag_values: flags.FlagValues) -> grid.Executor:
   return ray_executor.connect(flag_values['ray_address'].value)
 
 
+def _band_rows(path: str | None) -> list[dict[str, str]] | None:
+  """The seeds' table of --band, read before any run; None without it.
+
+  Raises:
+    ConfigError: naming --band, for a file that is not a seeds' table.
+  """
+  if path is None:
+    return None
+  try:
+    return seed_band.read_table(path)
+  except ValueError as error:  # Its message starts with the quoted path.
+    raise train_config.ConfigError(f'--band {error}') from None
+
+
 def _run(flag_values: flags.FlagValues
          ) -> tuple[list[grid.GridRun], dict[float, float], str | None,
-                    dict[str, str]]:
+                    dict[str, str], list[dict[str, str]] | None]:
   """Validates the whole grid, runs (or resumes) it and writes the outputs.
 
   Returns:
     The grid's runs, the accuracies without canaries (empty without
-    --accuracy_table), Table 5's text (None without it) and the paths
-    written by name.
+    --accuracy_table), Table 5's text (None without it), the paths
+    written by name and the rows of --band's seeds' table (None without
+    it).
   """
   base, noises, repetitions = config_and_grid(flag_values)
+  band_rows = _band_rows(flag_values['band'].value)
   output_dir = flag_values.output_dir
   configs = grid.grid_configs(base, noises, repetitions, output_dir)
   baselines = (grid.accuracy_configs(base, noises, output_dir)
@@ -383,7 +404,25 @@ def _run(flag_values: flags.FlagValues
                           without_canaries)
   if table5_text is not None:
     paths[TABLE5_FILE] = os.path.join(output_dir, TABLE5_FILE)
-  return runs, without_canaries, table5_text, paths
+  return runs, without_canaries, table5_text, paths, band_rows
+
+
+def _band_text(runs: Sequence[grid.GridRun],
+               band_rows: Sequence[Mapping[str, str]], path: str) -> str:
+  """The runs' numbers against the seeds' band of --band, with its legend."""
+  seeds = sorted({int(row['seed']) for row in band_rows})
+  machines = sorted({f"{row['cpu_model']} (family {row['cpu_family']}; "
+                     f"{row['vector_extensions'] or 'no vector extensions'})"
+                     for row in band_rows})
+  plural = '' if len(seeds) == 1 else 's'
+  return (f'**This grid against the band of {len(seeds)} seed{plural}** '
+          f"({path}; {', '.join(machines)}): 'within' where a number lies "
+          "in the seeds' range. Another CPU generation sums in another "
+          'order, so its numbers may leave the range.\n\n' +
+          seed_band.compare_table(
+              [run.report for run in runs],
+              [(run.noise_multiplier, run.canary_repeats) for run in runs],
+              band_rows))
 
 
 def main(argv: Sequence[str]) -> None:
@@ -408,7 +447,8 @@ def main(argv: Sequence[str]) -> None:
     logging.set_verbosity(logging.WARNING)
   try:
     with interrupts.stop_on_signals():
-      runs, without_canaries, table5_text, paths = _run(flags.FLAGS)
+      runs, without_canaries, table5_text, paths, band_rows = _run(
+          flags.FLAGS)
   except run_outputs.REPORTED_ERRORS as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(2)
@@ -418,6 +458,9 @@ def main(argv: Sequence[str]) -> None:
         'written: rerun the same command')
   print(grid_tables.summary_table(runs), end='')
   print()
+  if band_rows is not None:
+    print(_band_text(runs, band_rows, flags.FLAGS.band), end='')
+    print()
   print(grid_tables.anderson_table(runs), end='')
   if without_canaries:
     print()

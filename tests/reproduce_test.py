@@ -360,6 +360,38 @@ def test_rerun_skips_finished_runs(grid):
   assert _summary(completed.stdout) == _summary(stdout)
 
 
+def test_a_grid_against_the_band_of_its_own_runs_is_within(grid, tmp_path):
+  # The seeds' table of the grid's own runs: every number of a rerun lies
+  # in its band (a band of one seed is that seed's numbers).
+  output_dir, _ = grid
+  table = str(tmp_path / 'seeds.csv')
+  made = programs.run([sys.executable, '-m', 'experiments.seed_band',
+                       f'--seed_dirs={output_dir}', f'--output={table}'],
+                      cwd=_REPO, timeout=300)
+  assert made.returncode == 0, made.stderr[-3000:]
+  with open(table, encoding='utf-8') as stream:
+    rows = list(csv.DictReader(stream))
+  assert len(rows) == len(_NOISES) * len(_REPETITIONS)
+  completed = _reproduce(*_TINY, f'--output_dir={output_dir}',
+                         f'--band={table}')
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  verdicts = re.findall(r'\| (within|outside) \|$', completed.stdout,
+                        flags=re.MULTILINE)
+  assert verdicts and set(verdicts) == {'within'}
+  assert 'band of 1 seed**' in completed.stdout
+
+
+def test_a_band_that_is_not_a_seeds_table_exits_2(grid, tmp_path):
+  output_dir, _ = grid
+  table = tmp_path / 'other.csv'
+  table.write_text('a,b\n1,2\n', encoding='utf-8')
+  completed = _reproduce(*_TINY, f'--output_dir={output_dir}',
+                         f'--band={table}')
+  assert completed.returncode == 2
+  assert '--band' in completed.stderr
+  assert 'Running ' not in completed.stdout
+
+
 @pytest.mark.parametrize('scale', ['1.5'])
 def test_bad_scale_exits_2_and_writes_nothing(tmp_path, scale):
   output_dir = tmp_path / 'out'

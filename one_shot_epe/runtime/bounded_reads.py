@@ -34,7 +34,8 @@ __all__ = ['CHECKPOINT_FLOOR', 'CHECKPOINT_MARGIN', 'CLIENT_ARRAYS_FEATURE',
            'CLIENT_ARRAYS_INDEX', 'CLIENT_ARRAYS_MANIFEST', 'COSINE_CSV',
            'COSINE_CSV_ROWS', 'COSINE_ROW_BYTES', 'FASHION_MNIST_FILE',
            'FLAGFILES', 'InputRefused', 'Limit', 'NO_LIMIT', 'PLAYS',
-           'ROUND_ROW_BYTES', 'RUN_CONFIG', 'RUN_REPORT', 'TFF_SQLITE',
+           'ROUND_ROW_BYTES', 'RUN_CONFIG', 'RUN_REPORT', 'SEED_TABLE',
+           'TFF_SQLITE',
            'WORD_COUNTS', 'check_file', 'check_npy', 'check_npz', 'checkpoint',
            'cosine_csv', 'decompress_gzip', 'directory_bytes', 'read_bytes',
            'read_text', 'round_csv', 'size_text']
@@ -100,6 +101,9 @@ RUN_CONFIG = Limit("a run's config.json", _MIB)
 # A run directory's report.json (6 kB: its size does not grow with the
 # canaries).
 RUN_REPORT = Limit("a run's report.json", 16 * _MIB)
+# A seeds' table (experiments.seed_band, experiments.reproduce's --band): the
+# demo's is 2 kB, a row per seed and grid point.
+SEED_TABLE = Limit("a seeds' table", _MIB)
 # A row of a cosine CSV: at most two cosines of 25 characters each.
 COSINE_ROW_BYTES = 128
 # The rows the epsilon command line reads from --cosines (the paper's runs
