@@ -210,14 +210,13 @@ def checkpoint_limit(
         config, max(num_clients, config.clients_per_round))[0]
   mechanism = config.the_mechanism()
   kept_rounds = 0
-  if isinstance(mechanism, mechanisms.MatrixFactorization):
+  if mechanism.projects_canaries_every_round:
     if total_rounds is None:
       return None
     kept_rounds = total_rounds
   vectors = 4 + sum(run_options.OPTIMIZER_SLOTS[name] for name in (
       config.client_optimizer, config.server_optimizer))
-  if isinstance(mechanism, mechanisms.TreeAggregation):
-    vectors += 2 + math.ceil(math.log2((total_rounds or 2**32) + 1))
+  vectors += mechanism.state_vectors(total_rounds)
   tracked = config.num_canaries + config.num_unseen_canaries
   return bounded_reads.checkpoint(4 * (vectors * dim +
                                        tracked * (1 + kept_rounds)))

@@ -89,3 +89,16 @@ def test_every_mechanisms_references_carry_its_setting():
   calibration = distributed_dp.calibrate(0.5, 1.0, 10.0, 1000, ddp.params)
   assert list(ddp.references(facts).setting.items()) == list(
       calibration.setting().items())
+
+
+def test_each_entry_says_what_its_noise_keeps_in_a_checkpoint():
+  # Gaussian noise keeps nothing between rounds; the tree keeps its path's
+  # nodes (a leaf of a tree of 8 leaves sits under 3 levels, plus the
+  # tree's two sums) and, with T unknown, a tree of 2^32 leaves' path; a
+  # matrix factorization keeps each tracked canary's projection every round.
+  assert mechanisms.Gaussian().state_vectors(7) == 0
+  assert mechanisms.TreeAggregation().state_vectors(7) == 2 + 3
+  assert mechanisms.TreeAggregation().state_vectors(None) == 2 + 33
+  assert [kind.projects_canaries_every_round for kind in mechanisms.MECHANISMS
+          ] == [kind is mechanisms.MatrixFactorization
+                for kind in mechanisms.MECHANISMS]

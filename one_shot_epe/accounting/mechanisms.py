@@ -31,6 +31,7 @@ in the noise registry of each engine that runs it (docs/architecture.md,
 """
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
@@ -86,12 +87,15 @@ class Mechanism:
     fixed_clip_reason: Why it needs a fixed clip; None if it does not.
     engines: Per engine of `ENGINES`: None if the engine runs it, else one
       line on why it cannot.
+    projects_canaries_every_round: Whether a run keeps each tracked
+      canary's projection on every round's noise (a checkpoint holds them).
   """
   name: ClassVar[str]
   names: ClassVar[tuple[str, ...]]
   options: ClassVar[tuple[str, ...]] = ()
   fixed_clip_reason: ClassVar[str | None] = None
   engines: ClassVar[Mapping[str, str | None]]
+  projects_canaries_every_round: ClassVar[bool] = False
 
   @classmethod
   def from_options(cls, name: str) -> 'Mechanism':
@@ -113,6 +117,18 @@ class Mechanism:
       The entries by name, for the report's setting table.
     """
     return {}
+
+  def state_vectors(self, total_rounds: int | None) -> int:
+    """Model-sized vectors its noise keeps between rounds (none by default).
+
+    Args:
+      total_rounds: The run's rounds T; None where the flags do not fix it.
+
+    Returns:
+      How many vectors of the model's size a checkpoint holds for the noise.
+    """
+    del total_rounds
+    return 0
 
   def check_run(self, facts: references_lib.RunFacts) -> None:
     """Its own checks of a run's z, clip, cohort and d (none by default).
@@ -181,6 +197,7 @@ class MatrixFactorization(Mechanism):
   num_bands: int | None = None
   names: ClassVar[tuple[str, ...]] = ('blt', 'banded')
   options: ClassVar[tuple[str, ...]] = ('num_bands',)
+  projects_canaries_every_round: ClassVar[bool] = True
   fixed_clip_reason: ClassVar[str] = (
       'the correlated noise of different rounds must share one scale')
   engines: ClassVar[Mapping[str, str | None]] = {
@@ -277,6 +294,17 @@ class TreeAggregation(Mechanism):
     if not isinstance(self.efficient, bool):
       raise validation.ArgumentTypeError(
           f'efficient must be a bool; got {self.efficient!r}.')
+
+  def state_vectors(self, total_rounds: int | None) -> int:
+    """The tree's nodes on the path to the current round, and two sums.
+
+    Args:
+      total_rounds: The run's rounds T; None counts a tree of 2^32 leaves.
+
+    Returns:
+      2 + ceil(log2(T + 1)).
+    """
+    return 2 + math.ceil(math.log2((total_rounds or 2**32) + 1))
 
   def setting(self) -> dict[str, Any]:
     """The report's setting entries: the mechanism and its estimator.
