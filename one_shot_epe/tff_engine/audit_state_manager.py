@@ -16,7 +16,7 @@ state, its buffered rounds unscored) once a loop has been interrupted.
 
 import asyncio
 import collections
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,7 +26,28 @@ from one_shot_epe.runtime import interrupts
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 
-__all__ = ['AuditingStateManager', 'learning_state']
+__all__ = ['AuditingStateManager', 'learning_state', 'run_alone']
+
+
+def run_alone(coroutine: Coroutine[Any, Any, Any]) -> Any:
+  """Runs `coroutine` to its end on an event loop of its own; its result.
+
+  For a save after a loop was interrupted (its event loop may have stopped
+  mid-await): the thread's current event loop, if any, stays as it was, so
+  a later TFF loop in the same thread finds it.
+
+  Args:
+    coroutine: What to run.
+
+  Returns:
+    What it returns.
+  """
+  loop = asyncio.new_event_loop()
+  try:
+    return loop.run_until_complete(coroutine)
+  finally:
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()
 
 
 def learning_state(program_state: Any) -> Any:
@@ -155,19 +176,20 @@ class AuditingStateManager(tff.program.ProgramStateManager):
                               'audit': self._audit.state()}, version)
       self._saved = version
 
-  async def save_last_observed(self) -> int | None:
+  def save_last_observed(self) -> int | None:
     """Saves the last state observed to the inner manager, unless it is saved.
 
     For a loop stopped between checkpoints (Ctrl-C): the rerun resumes from
     the last round observed instead of the last checkpoint. The audit's
     buffered rounds are saved unscored, so that its blocks of rounds, and
     hence its cosines, are those of an uninterrupted run. Call it once the
-    loop has stopped, on an event loop of its own (`asyncio.run`), e.g.:
+    loop has stopped, outside any running event loop (it runs the save on
+    one of its own, `run_alone`), e.g.:
 
       try:
         tff.simulation.run_training_process(..., program_state_manager=manager)
       except KeyboardInterrupt:
-        asyncio.run(manager.save_last_observed())
+        manager.save_last_observed()
         raise
 
     Returns:
@@ -180,7 +202,7 @@ class AuditingStateManager(tff.program.ProgramStateManager):
     program_state, version = self._last
     if version != self._saved:
       with interrupts.deferred():
-        await self._inner.save({'program': program_state,
-                                'audit': self._audit.state()}, version)
+        run_alone(self._inner.save({'program': program_state,
+                                    'audit': self._audit.state()}, version))
         self._saved = version
     return version

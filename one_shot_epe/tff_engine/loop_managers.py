@@ -23,6 +23,7 @@ import tensorflow_federated as tff
 from one_shot_epe.runtime import interrupts
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
+from one_shot_epe.tff_engine import audit_state_manager
 
 __all__ = ['AnnouncedSaves', 'CosineReleases', 'ReportedRounds',
            'RoundReleases', 'ScheduledSaves', 'compact_metrics']
@@ -189,13 +190,13 @@ class ReportedRounds(tff.program.ProgramStateManager):
       self._releases.report(version)
       await self._inner.save(program_state, version)
 
-  async def save_last_observed(self) -> int | None:
+  def save_last_observed(self) -> int | None:
     """Saves the last state the inner manager was offered, unless saved.
 
     Returns:
       Its round, or None when there is none.
     """
-    return await self._inner.save_last_observed()
+    return self._inner.save_last_observed()
 
 
 class ScheduledSaves(tff.program.ProgramStateManager):
@@ -259,8 +260,10 @@ class ScheduledSaves(tff.program.ProgramStateManager):
         await self._inner.save(program_state, version)
         self._saved = version
 
-  async def save_last_observed(self) -> int | None:
+  def save_last_observed(self) -> int | None:
     """Saves the last state offered, unless it is saved (an interrupt).
+
+    Outside any running event loop (as the audit's manager's).
 
     Returns:
       Its round, or None when no state was offered since the manager was
@@ -271,7 +274,8 @@ class ScheduledSaves(tff.program.ProgramStateManager):
     program_state, version = self._last
     if version != self._saved:
       with interrupts.deferred():
-        await self._inner.save(program_state, version)
+        audit_state_manager.run_alone(self._inner.save(program_state,
+                                                       version))
         self._saved = version
     return version
 

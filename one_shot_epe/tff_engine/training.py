@@ -41,7 +41,6 @@ import tensorflow_federated as tff
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
-from one_shot_epe.runtime import interrupts
 from one_shot_epe.runtime import round_record
 from one_shot_epe.design import run_plan
 from one_shot_epe.design import tasks as task_entries
@@ -320,9 +319,7 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
           rounds_per_saving_program_state=1,
           metrics_managers=[rounds])
     except KeyboardInterrupt:
-      # The loop's event loop may have stopped mid-await: a loop of its own.
-      with interrupts.deferred():
-        asyncio.run(state_manager.save_last_observed())
+      state_manager.save_last_observed()  # On an event loop of its own.
       raise
     # The task's accuracy (its entry's): StackOverflow and Shakespeare count
     # in-vocabulary words only, as Reddi et al. (2020) report it.
