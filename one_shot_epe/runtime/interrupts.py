@@ -104,9 +104,15 @@ def deferred() -> Iterator[None]:
   was not installed from Python is left alone.
 
   Blocks nest (an inner block's signal reaches the outer one's record and
-  waits for the outer block). Outside the main thread, where Python runs
-  no signal handler, the block does nothing. `_thread.interrupt_main`
-  (which Ray's cancellation uses) is deferred as a SIGINT is.
+  waits for the outer block). `_thread.interrupt_main` (which Ray's
+  cancellation uses) is deferred as a SIGINT is.
+
+  Main thread only: Python runs signal handlers in the main thread alone and
+  lets only the main thread install them, so entered from any other thread
+  the block does nothing (no handler is touched) and protects nothing: an
+  interrupt then reaches the main thread at once, wherever it is, and
+  nothing waits for the other thread's block. Bookkeeping that must not be
+  cut in half therefore runs in the main thread.
 
   Yields:
     None.
