@@ -9,10 +9,12 @@ cosines as the uninterrupted run does, bit for bit, ending with the same
 cosines (also under correlated BLT noise, whose stream restarts at the
 resumed round, with its decorrelated statistic). As a user would: `python
 -m experiments.train --backend=jax` is stopped with SIGINT once its progress
-mark shows a random round, rerun and stopped with SIGTERM later, then rerun
-to the end; each stop must end with status 130 and the line naming the
-round saved, each rerun must say it resumed from there, and the run
-directory must end as an uninterrupted run's, file by file.
+mark shows a random round, rerun and stopped with SIGTERM later, rerun and
+killed with SIGKILL a round later still (no checkpoint of that round), then
+rerun to the end; each stop must end with status 130 and the line naming
+the round saved, the last rerun must say it resumed from the round the
+SIGTERM saved and how many rounds the SIGKILL lost, and the run directory
+must end as an uninterrupted run's, file by file.
 """
 
 import csv
@@ -248,6 +250,28 @@ def _interrupt(root: str, env: dict[str, str], signum: int,
   return saved
 
 
+def _kill(root: str, env: dict[str, str], after: int) -> int:
+  """Runs the command; kills it with SIGKILL once round `after` is marked.
+
+  Returns:
+    The last round the killed run marked.
+  """
+  run_dir = os.path.join(root, 'run')
+  with subprocess.Popen(_command(root), cwd=_REPO, env=env,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        start_new_session=True) as process:
+    try:
+      deadline = time.monotonic() + 300
+      while (run_directory.read_progress(run_dir) or 0) < after:
+        assert process.poll() is None, 'the run ended before it was killed'
+        assert time.monotonic() < deadline, f'round {after} never came'
+        time.sleep(0.01)
+    finally:
+      if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+  return run_directory.read_progress(run_dir)
+
+
 def test_the_launcher_stopped_twice_ends_as_an_uninterrupted_run(
     tmp_path_factory):
   env = _environment(str(tmp_path_factory.mktemp('jax_cache')))
@@ -255,14 +279,19 @@ def test_the_launcher_stopped_twice_ends_as_an_uninterrupted_run(
   done = programs.run(_command(reference), cwd=_REPO, env=env, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
   root = str(tmp_path_factory.mktemp('stopped'))
-  first = random.randint(2, 5)
+  first = random.randint(2, 4)
   saved = _interrupt(root, env, signal.SIGINT, first)
   second = _interrupt(root, env, signal.SIGTERM, saved + 2)
-  assert second > saved
+  assert saved < second < 11, (first, saved, second)
+  reached = _kill(root, env, second + 1)
+  assert second < reached < 12, (second, reached)  # Between checkpoints.
+  lost = reached - second
   rerun = programs.run(_command(root), cwd=_REPO, env=env, timeout=600)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
-  assert f'resumed from round {second}, trained {12 - second} now' in (
-      rerun.stdout), rerun.stdout
+  assert (f'resumed from round {second}; the previous invocation had '
+          f'completed round {reached}: {lost} round{"s" if lost > 1 else ""} '
+          f'lost (ended between checkpoints); trained {12 - second} now'
+          ) in rerun.stdout, rerun.stdout
   for name in _RESULT_FILES:
     assert _read(os.path.join(root, 'run'), name) == _read(
         os.path.join(reference, 'run'), name), (name, first, saved, second)

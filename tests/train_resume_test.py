@@ -15,10 +15,11 @@ per-round metrics less their wall-clock timing columns):
 * during the report: killed after the new report.json is written to its
   temporary file, before the rename.
 
-And stopped as a user stops it: SIGINT once the progress mark shows a
-random round of at least 2, wherever in a round it lands; the launcher must
-end with status 130 and the line naming the round it saved, and its rerun
-must resume from that round to the same files.
+And stopped as a user or a scheduler stops it: SIGINT, and SIGTERM, once
+the progress mark shows a random round of at least 2, wherever in a round
+it lands; the launcher must end with status 130 and the line naming the
+round it saved, and its rerun must resume from that round to the same
+files.
 
 Training is bit-reproducible (seeded DP noise, input-keyed dropout, in-order
 batches, per-round data seeds), so equality is exact, not approximate.
@@ -176,7 +177,10 @@ def test_kill_between_checkpoints_then_resume(reference, tmp_path):
       f'{lost} round{"s" if lost > 1 else ""} lost')
 
 
-def test_ctrl_c_saves_the_last_round_then_resume(reference, tmp_path):
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM],
+                         ids=['SIGINT', 'SIGTERM'])
+def test_an_interrupt_saves_the_last_round_then_resume(reference, tmp_path,
+                                                       signum):
   root = str(tmp_path)
   after = random.randint(2, 6)
   process = subprocess.Popen(_command(root, '-m', 'experiments.train'),
@@ -189,7 +193,7 @@ def test_ctrl_c_saves_the_last_round_then_resume(reference, tmp_path):
       assert process.poll() is None, process.communicate()[1][-3000:]
       assert time.monotonic() < deadline, f'round {after} never came'
       time.sleep(0.01)
-    os.killpg(process.pid, signal.SIGINT)  # As a terminal's Ctrl-C.
+    os.killpg(process.pid, signum)  # As a terminal's Ctrl-C, or a kill.
     _, stderr = process.communicate(timeout=240)
   finally:
     if process.poll() is None:
