@@ -256,6 +256,9 @@ def run_jax(run: LauncherRun, cost_round: int = 1) -> JaxRun:
     def on_cosines(self, cosines) -> None:
       del cosines
 
+    def on_checkpoint(self, round_num) -> None:
+      del round_num
+
   with tempfile.TemporaryDirectory() as root:
     values = flags.FlagValues()
     train_flags.define_flags(values)

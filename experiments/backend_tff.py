@@ -174,6 +174,10 @@ class _TensorBoard:
       self._write(row.round_num, dict(zip(
           run_directory.COSINE_FIELDS[1:], row[1:])))
 
+  def on_checkpoint(self, round_num: int) -> None:
+    """Nothing: every scalar is flushed as it is written."""
+    del round_num
+
 
 def train(run: engine.PreparedRun,
           store: checkpoints_lib.ProgramStateCheckpoints,

@@ -18,7 +18,10 @@ directory. Who runs the programs is an `Executor`: `sequential` (one after
 the other, in this process) or `experiments.ray_executor.RayExecutor` (Ray
 tasks, on one machine or a cluster sharing the output directory). Either
 only trains; the runs are then read back from their directories here, so
-the tables depend on neither the executor nor the programs.
+the tables depend on neither the executor nor the programs. Ctrl-C or
+SIGTERM stops the grid with the line of the runs it interrupted, each saved
+after its last completed round (`experiments.train.run_program`); a rerun
+skips the finished runs and resumes those.
 """
 
 import csv
@@ -30,6 +33,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from experiments import run_outputs
 from experiments import table5
 from experiments import train
 from experiments import train_config
@@ -238,6 +242,21 @@ def load_run(config: train_config.TrainConfig) -> GridRun:
                                    config.num_unseen_canaries)))
 
 
+def _run_program(program: Program) -> list[train.RunResult]:
+  """Trains (or resumes) the runs; prints each one's rounds line.
+
+  Raises:
+    interrupts.Interrupted: for Ctrl-C or SIGTERM, naming each run and the
+      round it resumes from.
+  """
+  for config in program:
+    print(f'Running {config.run_dir}', flush=True)
+  results = train.run_program(program, name_runs=True)
+  for result in results:
+    print(f'{result.run_dir}: {run_outputs.rounds_line(result)}', flush=True)
+  return results
+
+
 def train_unless_reported(program: Program) -> None:
   """Runs (or resumes) the program's runs whose report is not written.
 
@@ -246,10 +265,8 @@ def train_unless_reported(program: Program) -> None:
   """
   pending = [config for config in program if not os.path.exists(
       os.path.join(config.run_dir, run_directory.REPORT_JSON_FILE))]
-  for config in pending:
-    print(f'Running {config.run_dir}', flush=True)
   if pending:
-    train.run_program(pending)
+    _run_program(pending)
 
 
 def baseline_accuracy(program: Program) -> list[float]:
@@ -261,9 +278,7 @@ def baseline_accuracy(program: Program) -> list[float]:
   Returns:
     Each run's final test accuracy, in order.
   """
-  for config in program:
-    print(f'Running {config.run_dir}', flush=True)
-  return [result.accuracy for result in train.run_program(program)]
+  return [result.accuracy for result in _run_program(program)]
 
 
 def run_grid(

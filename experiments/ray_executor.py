@@ -19,16 +19,31 @@ atomically (`one_shot_epe.runtime.atomic_io`), so a killed task leaves no file h
 written. An exception raised by a run (a bad flag, a failed write) is not
 retried: it reaches the driver as itself.
 
+Ctrl-C or SIGTERM in the driver cancels the unfinished tasks the way Ray
+cancels a running task (`ray.cancel`, not forced: a `KeyboardInterrupt` in
+the task, which saves each of its runs after its last completed round,
+`experiments.train.run_program`; a queued task never starts; a cancelled
+task is not retried) and waits for them to end before the driver stops
+with one line naming each unfinished run and the round its newest
+checkpoint holds. A second interrupt stops the waiting; the line then
+names what was saved by then. (A terminal's Ctrl-C also reaches the
+workers of a local cluster, which share the driver's process group; the
+effect is the same.)
+
 Ray is imported here only, and this module only with --executor=ray.
 `connect` checks what a bad --ray_address or a missing Ray would break
 before anything is written: `train_config.ConfigError` naming the flag.
 """
 
+import os
 import socket
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from experiments import train
 from experiments import train_config
+from one_shot_epe.runtime import interrupts
+from one_shot_epe.runtime import run_directory
 
 __all__ = ['DEFAULT_MAX_RETRIES', 'MIN_RAY_VERSION', 'RayExecutor', 'connect']
 
@@ -36,6 +51,8 @@ T = TypeVar('T')
 
 # Retries of a run whose worker died; each resumes from the last checkpoint.
 DEFAULT_MAX_RETRIES = 3
+# How long the driver waits for interrupted tasks to save their runs.
+_STOP_TIMEOUT_SECONDS = 600.0
 # The oldest Ray this module accepts: the first with Python 3.11 wheels; the
 # task API used here (`ray.remote(max_retries=...)`, `RayTaskError.cause`) is
 # older. Tested: the pin in requirements.txt.
@@ -105,6 +122,8 @@ class RayExecutor:
       Exception: the first failed task's own exception (not retried).
       ray.exceptions.RayError: a task whose worker died more than
         `max_retries` times, or a lost cluster.
+      interrupts.Interrupted: Ctrl-C or SIGTERM; the unfinished tasks were
+        cancelled and have saved their runs (see the module docstring).
     """
     remote = self._ray.remote(max_retries=self._max_retries)(task)
     # Ray hides every GPU from a task that asks for none.
@@ -117,6 +136,43 @@ class RayExecutor:
       if isinstance(error.cause, Exception):
         raise error.cause from None
       raise
+    except KeyboardInterrupt:
+      unfinished = self._stop(pending)
+      raise interrupts.Interrupted(_stopped_line(
+          [config for i in unfinished for config in programs[i]])) from None
+
+  def _stop(self, pending: Sequence[Any]) -> list[int]:
+    """Cancels the unfinished tasks and waits for them; their indices."""
+    done, _ = self._ray.wait(list(pending), num_returns=len(pending),
+                             timeout=0)
+    unfinished = [i for i, ref in enumerate(pending) if ref not in done]
+    for i in unfinished:
+      self._ray.cancel(pending[i])
+    if unfinished:
+      try:
+        self._ray.wait([pending[i] for i in unfinished],
+                       num_returns=len(unfinished),
+                       timeout=_STOP_TIMEOUT_SECONDS)
+      except KeyboardInterrupt:
+        pass  # A second interrupt: stop waiting.
+    return unfinished
+
+
+def _stopped_line(configs: Sequence[train_config.TrainConfig]) -> str:
+  """The line of an interrupted grid: each unfinished run's saved round.
+
+  Runs with a report (finished before) are left out.
+  """
+  saved = [(config.run_dir, train.saved_round(config)) for config in configs
+           if not os.path.exists(os.path.join(
+               config.run_dir, run_directory.REPORT_JSON_FILE))]
+  started = [(run_dir, done) for run_dir, done in saved if done is not None]
+  if not started:
+    return ('interrupted before the unfinished runs began; rerun the same '
+            'command to run them')
+  return ('interrupted after ' + ', '.join(
+      f'round {done} ({run_dir})' for run_dir, done in started) +
+          '; rerun the same command to resume each from its round')
 
 
 def connect(address: str | None, num_cpus: int | None = None,

@@ -52,6 +52,8 @@ class RunResult:
     outcome: What the engine measured (cosines, accuracy, rounds trained
       now); its fields are also this result's (`result.accuracy`, ...).
     report: The privacy report; None without canaries.
+    previous_round: The last round an earlier invocation of the run reached
+      (`RoundWriter.previous_round`), or None.
   """
   config: train_config.TrainConfig
   run_dir: str
@@ -59,6 +61,7 @@ class RunResult:
   delta: float
   outcome: canary_spec.CanaryOutcome
   report: run_report.RunReport | None
+  previous_round: int | None = None
 
   def __getattr__(self, name: str):
     if name in canary_spec.CanaryOutcome._fields:
@@ -69,32 +72,41 @@ class RunResult:
 class RoundWriter:
   """Writes metrics.csv and canary_cosines.csv from an engine's rounds.
 
-  A `round_record.RoundObserver`: each round's `RoundRecord` is completed
-  with its `CanaryCosines` when they are scored. The rows an earlier
-  invocation wrote up to the checkpoint this one resumes from are kept; both
-  files are rewritten, atomically, whenever every round up to a checkpoint
-  round is complete, which both engines make so before they save that
-  checkpoint: a resumed run finds the rows of its checkpoint. Columns: round,
-  then each column in the order rows first bring it (`csv_format`).
+  A `round_record.RoundObserver`: each round's `RoundRecord` is kept,
+  completed with its `CanaryCosines` when they are scored, and written at
+  the next `on_checkpoint`, which the engines call just before they save a
+  checkpoint: both files are rewritten, atomically, with every round
+  through the checkpoint's, so a resumed run finds the rows of its
+  checkpoint. A round whose vector the checkpoint holds unscored (one saved
+  on an interrupt) gets its metrics row then and its cosines row when it is
+  scored, in this invocation or in the next, which resumes from that
+  checkpoint. The rows an earlier invocation wrote up to the checkpoint this
+  one resumes from are kept. Columns: round, then each column in the order
+  rows first bring it (`csv_format`).
+
+  It also marks the last round reached in the run directory
+  (`run_directory.write_progress`): each trained round as it is reported,
+  and a checkpoint's round (which a round reported after it but not saved
+  with it may exceed). `previous_round` is the mark an earlier invocation
+  left.
+
+  Attributes:
+    previous_round: The last round an earlier invocation of the run reached,
+      or None if none left a mark.
   """
 
-  def __init__(self, run_dir: str, *, total_rounds: int,
-               rounds_per_checkpoint: int, with_canaries: bool,
+  def __init__(self, run_dir: str, *, with_canaries: bool,
                resumed_from: int, csv_format: run_directory.CsvFormat):
-    """Reads the rows to keep; writes nothing yet.
+    """Reads the rows to keep and the progress mark; writes nothing yet.
 
     Args:
       run_dir: The run directory.
-      total_rounds: T (a checkpoint round).
-      rounds_per_checkpoint: The engine checkpoints every this many rounds.
       with_canaries: Whether the run reports cosines (and canary_cosines.csv
         is written).
       resumed_from: The checkpoint the run resumes from (0: a fresh run).
       csv_format: The engine's layout of the files.
     """
     self._run_dir = run_dir
-    self._every = rounds_per_checkpoint
-    self._total_rounds = total_rounds
     self._with_canaries = with_canaries
     self._format = csv_format
     names = [run_directory.METRICS_FILE]
@@ -106,10 +118,17 @@ class RoundWriter:
                                                 resumed_from, total_rounds)
       self._files[name] = (columns or ['round'], rows)
     self._records: list[round_record.RoundRecord] = []
-
-  def _complete(self, record: round_record.RoundRecord) -> bool:
-    return (record.cosines is not None or record.round_num == 0 or
-            not self._with_canaries)
+    # Rounds with a metrics row and no cosines row yet, ascending.
+    self._unscored: list[int] = []
+    if with_canaries:
+      scored = {row['round'] for row in
+                self._files[run_directory.CANARY_COSINES_FILE][1]}
+      self._unscored = [
+          int(row['round']) for row in
+          self._files[run_directory.METRICS_FILE][1]
+          if int(row['round']) >= 1 and row['round'] not in scored]
+    self.previous_round = run_directory.read_progress(run_dir)
+    self._marked = self.previous_round
 
   def _add(self, name: str, row: dict[str, object]) -> None:
     columns, rows = self._files[name]
@@ -117,62 +136,86 @@ class RoundWriter:
     columns.extend(sorted(new) if self._format.sort_new_columns else new)
     rows.append(row)
 
-  def _write_if_checkpoint(self) -> None:
-    """Writes the records so far if they end complete at a checkpoint."""
-    if not (run_directory.is_checkpoint_round(
-        self._records[-1].round_num, self._every, self._total_rounds) and
-            all(map(self._complete, self._records))):
-      return
-    for record in self._records:
-      self._add(run_directory.METRICS_FILE,
-                {'round': record.round_num, **record.metrics})
-      if record.cosines is not None:
-        self._add(run_directory.CANARY_COSINES_FILE,
-                  dict(zip(run_directory.COSINE_FIELDS, record.cosines)))
-    self._records = []
-    for name, (columns, rows) in self._files.items():
-      run_directory.write_rounds(os.path.join(self._run_dir, name), columns,
-                                 rows, self._format)
+  def _add_cosines(self, cosines: round_record.CanaryCosines) -> None:
+    self._add(run_directory.CANARY_COSINES_FILE,
+              dict(zip(run_directory.COSINE_FIELDS, cosines)))
+
+  def _mark(self, round_num: int) -> None:
+    """Marks `round_num` as the last round reached (unless it is already)."""
+    if round_num != self._marked:
+      run_directory.write_progress(self._run_dir, round_num)
+      self._marked = round_num
 
   def on_round(self, record: round_record.RoundRecord) -> None:
     """Keeps the round's record (round 0: the initial evaluation).
-
-    The records so far are written once they end, complete, at a checkpoint
-    round.
 
     Args:
       record: the round just trained or evaluated.
 
     Raises:
-      OSError: rewriting the CSVs failed.
+      OSError: writing the progress mark failed.
     """
     self._records.append(record)
-    self._write_if_checkpoint()
+    if record.round_num >= 1:
+      self._mark(record.round_num)
 
   def on_cosines(self, cosines: Sequence[round_record.CanaryCosines]) -> None:
     """Completes the rounds' records with their cosines.
 
     Args:
-      cosines: one entry per scored round, each of a round already reported
-        to `on_round`.
+      cosines: one entry per scored round, in round order, each of a round
+        reported to `on_round` or of a round written without its cosines
+        (by this invocation or the one it resumed from).
 
     Raises:
       ValueError: a row's round was not reported.
-      OSError: rewriting the CSVs failed.
     """
     index = {record.round_num: i for i, record in enumerate(self._records)}
     for row in cosines:
-      if row.round_num not in index:
+      if self._unscored and row.round_num == self._unscored[0]:
+        self._unscored.pop(0)
+        self._add_cosines(row)
+      elif row.round_num in index:
+        i = index[row.round_num]
+        self._records[i] = dataclasses.replace(self._records[i], cosines=row)
+      else:
         raise ValueError(f'cosines of round {row.round_num}, whose record '
                          'was not reported.')
-      i = index[row.round_num]
-      self._records[i] = dataclasses.replace(self._records[i], cosines=row)
-    if cosines:
-      self._write_if_checkpoint()
+
+  def on_checkpoint(self, round_num: int) -> None:
+    """Writes both files with every round through `round_num`.
+
+    Records of later rounds are kept for a later checkpoint.
+
+    Args:
+      round_num: the checkpoint the engine saves next.
+
+    Raises:
+      OSError: rewriting the CSVs or the progress mark failed.
+    """
+    done = [record for record in self._records
+            if record.round_num <= round_num]
+    self._records = [record for record in self._records
+                     if record.round_num > round_num]
+    for record in done:
+      self._add(run_directory.METRICS_FILE,
+                {'round': record.round_num, **record.metrics})
+      if record.cosines is not None:
+        self._add_cosines(record.cosines)
+      elif self._with_canaries and record.round_num >= 1:
+        self._unscored.append(record.round_num)
+    for name, (columns, rows) in self._files.items():
+      run_directory.write_rounds(os.path.join(self._run_dir, name), columns,
+                                 rows, self._format)
+    self._mark(round_num)
 
 
 def rounds_line(result: RunResult) -> str:
   """What this invocation did, in a line: a fresh run, a resumed one, or none.
+
+  A resumed run whose previous invocation had reached a later round than
+  the checkpoint it resumes from (it ended between checkpoints: killed, say)
+  says how many rounds were lost.
 
   Args:
     result: the run's result.
@@ -180,14 +223,22 @@ def rounds_line(result: RunResult) -> str:
   Returns:
     'Rounds: T (...); test accuracy x', without a trailing newline.
   """
-  if result.resumed_from_round == 0:
+  resumed = result.resumed_from_round
+  previous = result.previous_round
+  lost = ''
+  if previous is not None and previous > resumed:
+    count = previous - resumed
+    lost = (f'; the previous invocation had completed round {previous}: '
+            f'{count} round{"s" if count > 1 else ""} lost (ended between '
+            'checkpoints)')
+  if resumed == 0 and not lost:
     what = f'trained {result.rounds_trained}'
   elif result.rounds_trained == 0:
-    what = (f'resumed from round {result.resumed_from_round}: already '
-            'complete, nothing trained')
+    what = (f'resumed from round {resumed}: already complete, nothing '
+            'trained')
   else:
-    what = (f'resumed from round {result.resumed_from_round}, trained '
-            f'{result.rounds_trained} now')
+    what = (f'resumed from round {resumed}{lost}'
+            f'{";" if lost else ","} trained {result.rounds_trained} now')
   return (f'Rounds: {result.total_rounds} ({what}); test accuracy '
           f'{result.accuracy:.4f}')
 

@@ -49,12 +49,16 @@ Resume: checkpoints are taken at round 0, every --rounds_per_checkpoint rounds
 and after the last round, the canaries' state with the learning state.
 Rerunning the same command (same flags) loads the latest complete checkpoint
 and continues from there; a finished run does no training and rewrites the
-same results. A checkpoint is complete or absent; a rerun deletes the
-leftovers of a killed run, and refuses with exit status 2 to resume from a
-checkpoint whose files fail to read back. A resumed run (even one killed with
-SIGKILL mid-round or mid-checkpoint), a second run with the same flags, and a
-TFF run spread over --tff_workers processes all write the same final cosines,
-maxima and report, byte for byte (tests/train_resume_test.py); only the
+same results. Ctrl-C or SIGTERM first saves the last completed round as a
+checkpoint ('interrupted after round N of T; rerun the same command to
+resume from round N', status 130); a run killed with SIGKILL loses the
+rounds since its last checkpoint, and its rerun says how many. A checkpoint
+is complete or absent; a rerun deletes the leftovers of a killed run, and
+refuses with exit status 2 to resume from a checkpoint whose files fail to
+read back. A resumed run (interrupted, or killed mid-round or
+mid-checkpoint), a second run with the same flags, and a TFF run spread
+over --tff_workers processes all write the same cosines, maxima, per-round
+CSVs and report, byte for byte (tests/train_resume_test.py); only the
 wall-clock columns of metrics.csv differ. Checkpoints written before the
 canaries' state joined the learning state (version 0.1) cannot be resumed:
 the run is refused with exit status 2 and one line, before anything is
@@ -148,7 +152,7 @@ from one_shot_epe.runtime import training_health
 
 __all__ = ['BACKENDS', 'PreparedRun', 'REPORTED_ERRORS', 'RunResult',
            'check_runs_per_program', 'main', 'prepare', 'run_program',
-           'run_training']
+           'run_training', 'saved_round']
 
 PreparedRun = engine.PreparedRun
 RunResult = run_outputs.RunResult
@@ -191,6 +195,18 @@ def _checkpoints(backend: engine.Backend,
   """The engine's checkpoints of the run in `run_dir`."""
   return backend.checkpoints(os.path.join(run_dir,
                                           run_directory.CHECKPOINT_DIR))
+
+
+def saved_round(config: train_config.TrainConfig) -> int | None:
+  """The round of the newest checkpoint in `config`'s run directory.
+
+  Args:
+    config: a validated config (its run directory and engine).
+
+  Returns:
+    The round a rerun resumes from, or None when there is no checkpoint.
+  """
+  return _checkpoints(_backend(config.backend), config.run_dir).latest()
 
 
 def _check_run_dir(config: train_config.TrainConfig,
@@ -324,8 +340,8 @@ def run_training(config: train_config.TrainConfig) -> RunResult:
   return run_program([config])[0]
 
 
-def run_program(configs: Sequence[train_config.TrainConfig]
-                ) -> list[RunResult]:
+def run_program(configs: Sequence[train_config.TrainConfig], *,
+                name_runs: bool = False) -> list[RunResult]:
   """Trains (or resumes) R runs as one program; writes each run's outputs.
 
   One config is `run_training`. Several run on the JAX engine as one
@@ -336,9 +352,16 @@ def run_program(configs: Sequence[train_config.TrainConfig]
   directory, lock, checkpoints, CSVs and report, as if run alone (a run
   resumes from its own checkpoint).
 
+  Ctrl-C or SIGTERM while training: the engine saves each run's state after
+  its last completed round as a checkpoint (unless that round has one), the
+  run's CSVs through it written first, before the interrupt ends the
+  program; a rerun resumes every run from there.
+
   Args:
     configs: the runs' configs (at least one), alike but for
       `train_config.PROGRAM_DIFFERENCES`.
+    name_runs: whether the line of an interrupt names the runs (their
+      directories) even for a single run.
 
   Returns:
     Each run's result, in the order of `configs`.
@@ -347,9 +370,9 @@ def run_program(configs: Sequence[train_config.TrainConfig]
     As `run_training`, for every run before any is written; also
     `train_config.ConfigError` naming --runs_per_program when the runs
     cannot share a program, and `interrupts.Interrupted` ('interrupted
-    after round N of T; rerun the same command to resume') for Ctrl-C or
-    SIGTERM while training or writing, every lock released and every
-    checkpoint complete or absent.
+    after round N of T; rerun the same command to resume from round N',
+    N the round saved) for Ctrl-C or SIGTERM while training or writing,
+    every lock released and every checkpoint complete or absent.
   """
   runs = [prepare(config) for config in configs]
   backend = _backend(runs[0].config.backend)
@@ -369,11 +392,23 @@ def run_program(configs: Sequence[train_config.TrainConfig]
   try:
     return _train_and_write(backend, runs, stores, progress)
   except KeyboardInterrupt:
-    done = progress.last_round
-    if done is None:
-      done = stores[0].latest() or 0
-    raise interrupts.Interrupted(interrupts.resume_line(
-        done, runs[0].plan.total_rounds)) from None
+    raise interrupts.Interrupted(_interrupted_line(
+        runs, stores, name_runs or len(runs) > 1)) from None
+
+
+def _interrupted_line(runs: Sequence[PreparedRun],
+                      stores: Sequence[checkpoint_store.CheckpointStore],
+                      name_runs: bool) -> str:
+  """The one line of interrupted runs: the round each resumes from."""
+  total = runs[0].plan.total_rounds
+  saved = [store.latest() or 0 for store in stores]
+  names = [run.config.run_dir for run in runs]
+  if len(set(saved)) == 1:
+    return interrupts.resume_line(
+        saved[0], total, ', '.join(names) if name_runs else '', saved=True)
+  return ('interrupted after ' + ', '.join(
+      f'round {done} of {total} ({name})' for done, name in zip(saved, names))
+          + '; rerun the same command to resume each from its round')
 
 
 def _train_and_write(
@@ -391,9 +426,7 @@ def _train_and_write(
           checkpoints=store))
       run_directory.write_config(config.run_dir, config.to_json_dict())
       writers.append(run_outputs.RoundWriter(
-          config.run_dir, total_rounds=run.plan.total_rounds,
-          rounds_per_checkpoint=run.plan.rounds_per_checkpoint,
-          with_canaries=run.plan.spec is not None,
+          config.run_dir, with_canaries=run.plan.spec is not None,
           resumed_from=store.latest() or 0, csv_format=backend.CSV_FORMAT))
     healths = [training_health.TrainingHealth(name=run.config.run_dir)
                for run in runs]
@@ -408,7 +441,8 @@ def _train_and_write(
     finally:
       progress.close()
     results = []
-    for run, outcome, health in zip(runs, outcomes, healths):
+    for run, outcome, health, writer in zip(runs, outcomes, healths,
+                                            writers):
       report = None
       if run.plan.spec is not None:
         report = run_outputs.write_results(
@@ -417,7 +451,8 @@ def _train_and_write(
       results.append(RunResult(
           config=run.config, run_dir=run.config.run_dir,
           total_rounds=run.plan.total_rounds, delta=run.plan.delta,
-          outcome=outcome, report=report))
+          outcome=outcome, report=report,
+          previous_round=writer.previous_round))
   return results
 
 
@@ -427,8 +462,9 @@ def main(argv: Sequence[str]) -> None:
   A bad flag, or a run directory in use by another launcher, exits with
   status 2 before anything is written; a failed write (a full disk) exits
   with status 2 naming the file and the cause (`REPORTED_ERRORS`). Ctrl-C
-  or SIGTERM stops the run with one line, 'interrupted after round N of T;
-  rerun the same command to resume', and status 130 (`interrupts`).
+  or SIGTERM saves the last completed round and stops the run with one
+  line, 'interrupted after round N of T; rerun the same command to resume
+  from round N', and status 130 (`interrupts`).
 
   Args:
     argv: what absl leaves after parsing the flags: the program name only.

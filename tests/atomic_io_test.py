@@ -31,6 +31,18 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
   assert os.listdir(tmp_path) == ['report.json']
 
 
+def test_a_write_that_need_not_be_durable_skips_the_sync(tmp_path,
+                                                          monkeypatch):
+  path = tmp_path / '.progress.json'
+  synced = []
+  monkeypatch.setattr(os, 'fsync', synced.append)
+  atomic_io.write_text(str(path), '{"round": 3}\n', durable=False)
+  assert path.read_text(encoding='utf-8') == '{"round": 3}\n'
+  assert os.listdir(tmp_path) == ['.progress.json'] and synced == []
+  atomic_io.write_text(str(path), '{"round": 4}\n')
+  assert len(synced) == 1  # The default: synced before the rename.
+
+
 def test_a_full_disk_names_the_target_and_keeps_the_old_file(tmp_path,
                                                              monkeypatch):
   path = tmp_path / 'final_cosines.csv'

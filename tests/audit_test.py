@@ -2,11 +2,13 @@
 
 Independent truths: TFF's stock DP factory (the cohort arithmetic), canaries
 regenerated and cosines taken by brute force in numpy (the tracking), an
-uninterrupted run (resumption), and the example file run as a user would.
+uninterrupted run (resumption, also after Ctrl-C in the user's loop), and
+the example file run as a user would.
 """
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 
@@ -221,6 +223,42 @@ def test_run_training_process_with_checkpoints_resumes_exactly(tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-6)
   np.testing.assert_allclose(resumed.final_cosines(),
                              uninterrupted.final_cosines(), rtol=1e-5)
+
+
+def test_ctrl_c_in_the_loop_keeps_the_last_round_observed(tmp_path):
+  # Checkpoints every 4 rounds; Ctrl-C while round 4 starts. The manager
+  # saves round 3 (its 3 rounds unscored), and the run resumed from there
+  # ends as the same run uninterrupted, bit for bit.
+  def train(directory, interrupt_at=None):
+    canary_audit = _audit()
+    process = _process(canary_audit.gaussian_adaptive(
+        noise_multiplier=0.3, initial_l2_norm_clip=0.5))
+    manager = canary_audit.program_state_manager(
+        tff.program.FileProgramStateManager(str(directory)),
+        rounds_per_checkpoint=4)
+
+    def select(round_num):
+      if round_num == interrupt_at:
+        os.kill(os.getpid(), signal.SIGINT)
+      return _data(round_num - 1)
+
+    try:
+      tff.simulation.run_training_process(process, select, ROUNDS,
+                                          program_state_manager=manager)
+    except KeyboardInterrupt:
+      return manager.save_last_observed()
+    return canary_audit
+
+  uninterrupted = train(tmp_path / 'whole')
+  assert train(tmp_path / 'cut', interrupt_at=4) == 3  # The round saved.
+  assert sorted(os.listdir(tmp_path / 'cut')) == ['program_state_0',
+                                                  'program_state_3']
+  resumed = train(tmp_path / 'cut')
+  assert resumed.rounds_observed == ROUNDS
+  for got, want in zip(resumed.cosine_maxima(), uninterrupted.cosine_maxima()):
+    np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(resumed.final_cosines(),
+                                uninterrupted.final_cosines())
 
 
 class _RoundData(tff.program.FederatedDataSourceIterator):

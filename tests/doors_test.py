@@ -8,11 +8,12 @@ mechanism the engine does not run. Each exits 2 (or raises) with one line
 naming the flag or argument, within seconds, before TensorFlow or JAX is
 imported (the programs run where importing either fails), and writes
 nothing. Ctrl-C and SIGTERM stop a training run with one line and status
-130, its state consistent: the rerun resumes and finishes. The Flower
+130, naming the round saved for the rerun to resume from. The Flower
 doors are in flower_engine_doors_test.py (`make test-flower`).
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -185,12 +186,9 @@ def test_an_interrupted_run_stops_in_one_line_and_resumes(tmp_path, signum):
   assert process.returncode == 130, stderr
   lines = stderr.strip().splitlines()
   assert 'Traceback' not in stderr, stderr
-  assert lines[-1].startswith('interrupted after round '), stderr
-  assert lines[-1].endswith(' of 40; rerun the same command to resume')
-  if signum == signal.SIGTERM:
-    return  # The same unwinding as Ctrl-C's; the rerun is tested once.
-  resumed = _launcher(str(tmp_path))
-  stdout, stderr = resumed.communicate(timeout=600)
-  assert resumed.returncode == 0, stderr
-  assert 'resumed from round ' in stdout, stdout
-  assert (tmp_path / 'run' / 'report.json').exists()
+  saved = re.fullmatch(r'interrupted after round (\d+) of 40; rerun the same '
+                       r'command to resume from round \1', lines[-1])
+  assert saved, stderr
+  # The round the rerun resumes from is on disk (train_resume_test.py
+  # reruns such a run to the end against an uninterrupted one).
+  assert (checkpoints / f'program_state_{saved.group(1)}').is_dir()

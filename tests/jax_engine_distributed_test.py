@@ -72,6 +72,8 @@ _RUN = textwrap.dedent('''
           self.rounds.append(record.metrics)
       def on_cosines(self, cosines):
         pass
+      def on_checkpoint(self, round_num):
+        pass
 
     metrics, stats = Metrics(), run_stats.RunStats()
     with tempfile.TemporaryDirectory() as directory:

@@ -4,9 +4,12 @@ The program runs a 2 (noise) x 2 (repetitions) grid of 4-round runs through
 the real command line (module fixture). Its tables are checked against the
 runs' own report.json files and, for the Anderson statistics, against
 `estimation.anderson_darling` applied here to the cosine CSVs the runs wrote;
-its figures must be readable PNGs. A rerun skips finished runs. The grid
-parser is checked on the project's configs, --scale against hand-computed
-values, and a bad --scale exits with status 2 before writing anything.
+its figures must be readable PNGs. A rerun skips finished runs. A grid
+stopped with SIGTERM in its second run ends with the line naming that run
+and the round it saved, and its rerun resumes it there and ends with the
+module grid's files. The grid parser is checked on the project's configs,
+--scale against hand-computed values, and a bad --scale exits with status 2
+before writing anything.
 """
 
 import csv
@@ -14,8 +17,10 @@ import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 from absl import flags
 import matplotlib.image
@@ -390,6 +395,63 @@ def test_a_band_that_is_not_a_seeds_table_exits_2(grid, tmp_path):
   assert completed.returncode == 2
   assert '--band' in completed.stderr
   assert 'Running ' not in completed.stdout
+
+
+def _files(run_dir: str) -> dict[str, object]:
+  """A run's result files (metrics.csv without its wall-clock times)."""
+  files = {}
+  for name in (run_directory.FINAL_COSINES_FILE,
+               run_directory.MAX_COSINES_FILE, run_directory.REPORT_JSON_FILE,
+               run_directory.CANARY_COSINES_FILE):
+    with open(os.path.join(run_dir, name), 'rb') as stream:
+      files[name] = stream.read()
+  with open(os.path.join(run_dir, run_directory.METRICS_FILE),
+            newline='') as stream:
+    files[run_directory.METRICS_FILE] = [
+        {key: value for key, value in row.items() if 'time' not in key}
+        for row in csv.DictReader(stream)]
+  return files
+
+
+def test_a_grid_stopped_mid_run_resumes_to_the_same_files(grid, tmp_path):
+  output_dir = str(tmp_path)
+  # Two of the module grid's runs; stopped inside the second, at round 2 or
+  # 3 of 4 (between its checkpoints 0 and 4).
+  args = (*_TINY, '--noise_multipliers=0.2', f'--output_dir={output_dir}')
+  second = os.path.join(output_dir, grid_lib.RUNS_DIR, 'noise0.2_rep2')
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  with subprocess.Popen(
+      [sys.executable, '-m', 'experiments.reproduce', *args], cwd=_REPO,
+      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      start_new_session=True) as process:
+    try:
+      deadline = time.monotonic() + 900
+      while (run_directory.read_progress(second) or 0) < 2:
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, 'round 2 never came'
+        time.sleep(0.01)
+      os.killpg(process.pid, signal.SIGTERM)
+      _, stderr = process.communicate(timeout=300)
+    finally:
+      if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+  assert process.returncode == 130, stderr[-3000:]
+  assert 'Traceback' not in stderr, stderr[-3000:]
+  line = re.fullmatch(
+      r'interrupted after round (\d) of 4 \((.*)\); rerun the same command '
+      r'to resume from round \1', stderr.strip().splitlines()[-1])
+  assert line and line.group(2) == second, stderr[-3000:]
+  saved = int(line.group(1))
+  completed = _reproduce(*args)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert completed.stdout.count('Running ') == 1
+  assert (f'{second}: Rounds: 4 (resumed from round {saved}, trained '
+          f'{4 - saved} now)') in completed.stdout, completed.stdout
+  for repeats in _REPETITIONS:
+    name = f'noise0.2_rep{repeats}'
+    assert _files(os.path.join(output_dir, grid_lib.RUNS_DIR, name)) == (
+        _files(os.path.join(grid[0], grid_lib.RUNS_DIR, name))), name
 
 
 @pytest.mark.parametrize('scale', ['1.5'])

@@ -1,4 +1,4 @@
-"""Tests of one_shot_epe.tff_engine.training: round selection and metrics.
+"""Tests of one_shot_epe.tff_engine.training and loop_managers: rounds, metrics.
 
 Each round's client datasets depend on (seed, round) only, so a resumed run
 trains on the data an uninterrupted one does; the compact metrics keep the
@@ -16,6 +16,7 @@ import tensorflow as tf
 from experiments import train
 from one_shot_epe.design import participation
 from one_shot_epe.design import run_plan
+from one_shot_epe.tff_engine import loop_managers
 from one_shot_epe.tff_engine import training
 import tiny_run
 
@@ -58,7 +59,7 @@ def test_compact_metrics_keeps_named_scalars_only():
   metrics = {'aggregator': {'clip': np.float32(0.5), 'update': np.zeros(7),
                             'inserted': np.int32(3)},
              'pair': (1.0, np.ones(2)), 'empty': ()}
-  assert training.compact_metrics(metrics) == {
+  assert loop_managers.compact_metrics(metrics) == {
       'aggregator/clip': 0.5, 'aggregator/inserted': 3, 'pair/0': 1.0}
 
 

@@ -33,3 +33,6 @@ class Recorder:
 
   def on_cosines(self, cosines) -> None:
     self.events.extend(cosines)
+
+  def on_checkpoint(self, round_num) -> None:
+    del round_num  # The events are the rounds and their cosines.

@@ -6,12 +6,20 @@ worker) with SIGKILL at a chosen moment, reruns the same command to the end,
 and requires every result file to equal the reference byte for byte (the
 per-round metrics less their wall-clock timing columns):
 
-* between checkpoints: killed from outside once checkpoint 2 is on disk;
+* between checkpoints: killed from outside once the progress mark shows
+  round 3 (checkpoint 2 on disk): the rerun also says how many rounds the
+  kill lost;
 * during a checkpoint: the launcher writes half of checkpoint 4 (the
   SavedModel in its temporary directory, its variables file truncated) and
   kills itself before the rename;
 * during the report: killed after the new report.json is written to its
   temporary file, before the rename.
+
+And stopped as a user or a scheduler stops it: SIGINT, and SIGTERM, once
+the progress mark shows a random round of at least 2, wherever in a round
+it lands; the launcher must end with status 130 and the line naming the
+round it saved, and its rerun must resume from that round to the same
+files.
 
 Training is bit-reproducible (seeded DP noise, input-keyed dropout, in-order
 batches, per-round data seeds), so equality is exact, not approximate.
@@ -19,6 +27,8 @@ batches, per-round data seeds), so equality is exact, not approximate.
 
 import csv
 import os
+import random
+import re
 import shutil
 import signal
 import subprocess
@@ -122,12 +132,12 @@ def fixture_reference(tmp_path_factory):
   return run_dir, {name: _read(run_dir, name) for name in _RESULT_FILES}
 
 
-def _resume_and_compare(root, reference, resumed_from):
+def _resume_and_compare(root, reference, resumed_from, lost=''):
   """Reruns the command in `root` to its end; compares with `reference`."""
   _, reference_files = reference
   done = _run(_command(root, '-m', 'experiments.train'))
   assert done.returncode == 0, done.stderr[-3000:]
-  assert f'resumed from round {resumed_from}' in done.stdout, done.stdout
+  assert f'resumed from round {resumed_from}{lost}' in done.stdout, done.stdout
   run_dir = os.path.join(root, 'run')
   for name in _RESULT_FILES:
     assert _read(run_dir, name) == reference_files[name], name
@@ -137,22 +147,70 @@ def _resume_and_compare(root, reference, resumed_from):
   assert not [name for name in os.listdir(run_dir) if name.startswith('.tmp')]
 
 
+def _reached(root):
+  return run_directory.read_progress(os.path.join(root, 'run')) or 0
+
+
 def test_kill_between_checkpoints_then_resume(reference, tmp_path):
   root = str(tmp_path)
-  checkpoint = os.path.join(root, 'run', 'checkpoints', 'program_state_2')
   process = subprocess.Popen(_command(root, '-m', 'experiments.train'),
                              cwd=_REPO, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
   deadline = time.monotonic() + 240
-  while not os.path.isdir(checkpoint) and process.poll() is None:
-    assert time.monotonic() < deadline, 'checkpoint 2 never appeared'
-    time.sleep(0.02)
+  while _reached(root) < 3 and process.poll() is None:
+    assert time.monotonic() < deadline, 'round 3 never came'
+    time.sleep(0.01)
   assert process.poll() is None, 'the run ended before it could be killed'
   os.killpg(process.pid, signal.SIGKILL)
   process.wait()
   assert not _group_alive(process.pid)  # The TFF worker died with it.
   assert not os.path.exists(os.path.join(root, 'run', run_directory.REPORT_JSON_FILE))
-  _resume_and_compare(root, reference, resumed_from=2)
+  checkpoints = os.listdir(os.path.join(root, 'run', 'checkpoints'))
+  saved = max(int(name.rsplit('_', 1)[1]) for name in checkpoints
+              if re.fullmatch(r'program_state_\d+', name))
+  reached = _reached(root)
+  assert reached > saved, (reached, saved)  # Killed between checkpoints.
+  lost = reached - saved
+  _resume_and_compare(
+      root, reference, resumed_from=saved,
+      lost=f'; the previous invocation had completed round {reached}: '
+      f'{lost} round{"s" if lost > 1 else ""} lost')
+
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM],
+                         ids=['SIGINT', 'SIGTERM'])
+def test_an_interrupt_saves_the_last_round_then_resume(reference, tmp_path,
+                                                       signum):
+  root = str(tmp_path)
+  after = random.randint(2, 6)
+  process = subprocess.Popen(_command(root, '-m', 'experiments.train'),
+                             cwd=_REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+  try:
+    deadline = time.monotonic() + 240
+    while _reached(root) < after:
+      assert process.poll() is None, process.communicate()[1][-3000:]
+      assert time.monotonic() < deadline, f'round {after} never came'
+      time.sleep(0.01)
+    os.killpg(process.pid, signum)  # As a terminal's Ctrl-C, or a kill.
+    _, stderr = process.communicate(timeout=240)
+  finally:
+    if process.poll() is None:
+      os.killpg(process.pid, signal.SIGKILL)
+      process.communicate()
+  assert process.returncode == 130, stderr[-3000:]
+  assert 'Traceback' not in stderr, stderr[-3000:]
+  line = stderr.strip().splitlines()[-1]
+  match = re.fullmatch(r'interrupted after round (\d+) of 8; rerun the same '
+                       r'command to resume from round \1', line)
+  assert match, (after, stderr[-3000:])
+  saved = int(match.group(1))
+  assert saved >= after - 1, (after, saved)  # The last round it observed.
+  assert os.path.isdir(os.path.join(root, 'run', 'checkpoints',
+                                    f'program_state_{saved}'))
+  assert not _group_alive(process.pid)
+  _resume_and_compare(root, reference, resumed_from=saved)
 
 
 def test_kill_while_writing_a_checkpoint_then_resume(reference, tmp_path):

@@ -8,8 +8,11 @@ optimizer), the canaries' running maxima (Andrew et al., ICLR 2024,
 Algorithm 3, lines 10-16) and theta_0, the initial model the final-model
 statistic is taken against (Algorithm 2), and under matrix-factorization
 noise the canaries' projections on every round so far (the decorrelated
-all-iterates statistic, `one_shot_epe.stats.decorrelation`). The files are
-the runtime's (`runtime.npz_checkpoints`: written atomically, all kept).
+all-iterates statistic, `one_shot_epe.stats.decorrelation`). A checkpoint
+saved on an interrupt between two regular ones also holds the vectors of
+the rounds its cosine block had buffered, unscored (a regular checkpoint
+scores its block first and holds none). The files are the runtime's
+(`runtime.npz_checkpoints`: written atomically, all kept).
 
 Each checkpoint also keeps the canaries' generator (`canaries.fingerprint`):
 a checkpoint whose canaries this jax would not draw again is refused, in one
@@ -47,11 +50,15 @@ class TrainingState(NamedTuple):
     initial: float32 [d] theta_0, flattened.
     projections: float32 [k + m, T], the canaries' projections on the
       rounds' released vectors (0 after the checkpoint's round), or None.
+    pending: float32 [p, d], the vectors of the checkpoint's last p rounds,
+      buffered and not yet scored against the canaries (p < B); None (as in
+      a checkpoint written before they were kept) for none.
   """
   server: Any
   maxima: np.ndarray
   initial: np.ndarray
   projections: np.ndarray | None = None
+  pending: np.ndarray | None = None
 
 
 class TrainingStateCheckpoints(npz_checkpoints.NpzCheckpoints):
@@ -72,6 +79,8 @@ class TrainingStateCheckpoints(npz_checkpoints.NpzCheckpoints):
     leaves = jax.tree_util.tree_leaves(state.server)
     extra = ({} if state.projections is None else
              {'projections': state.projections})
+    if state.pending is not None and len(state.pending):
+      extra['pending'] = state.pending
     super().save({'maxima': state.maxima, 'initial': state.initial, **extra,
                   FINGERPRINT: canaries.fingerprint(),
                   **{f'leaf_{i}': leaf for i, leaf in enumerate(leaves)}},
@@ -134,4 +143,5 @@ class TrainingStateCheckpoints(npz_checkpoints.NpzCheckpoints):
       return TrainingState(
           jax.tree_util.tree_unflatten(treedef, leaves), saved['maxima'],
           saved['initial'], saved['projections']
-          if 'projections' in saved.files else None)
+          if 'projections' in saved.files else None,
+          saved['pending'] if 'pending' in saved.files else None)

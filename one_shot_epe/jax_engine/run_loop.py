@@ -12,6 +12,9 @@ canary at once, regenerating each canary once per block, folded into
 test-set metrics of round 0 (a new run) and of every
 `RunPlan.rounds_per_evaluation`-th round in that round's record. At the end,
 the canaries' cosines with the final model (Algorithm 2) and the maxima.
+On an interrupt, `save_last_recorded` checkpoints the state after the last
+round recorded, its block's buffered vectors unscored, so that the blocks
+of a resumed run start at the same rounds as an uninterrupted run's.
 """
 
 import math
@@ -32,6 +35,7 @@ from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import round_engine
 from one_shot_epe.runtime import cosine_buffer
+from one_shot_epe.runtime import interrupts
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 
@@ -49,14 +53,25 @@ class _BlockScorer:
   """
 
   def __init__(self, spec: canary_spec.CanarySpec, maxima: np.ndarray,
-               rounds: int, projections: np.ndarray | None = None):
+               rounds: int, projections: np.ndarray | None = None,
+               pending: np.ndarray | None = None, last_round: int = 0):
     self._spec = spec
     self._ids = spec.tracked_ids()
     self.folded = cosine_buffer.CosineBuffer(spec.num_seen, spec.num_unseen,
                                              maxima, projections)
     self._rounds = rounds
-    self._vectors: list[jax.Array] = []
-    self._round_nums: list[int] = []
+    # A checkpoint's buffered vectors: its last len(pending) rounds.
+    pending = [] if pending is None else list(np.asarray(pending, np.float32))
+    self._vectors: list[Any] = pending
+    self._round_nums = list(range(last_round - len(pending) + 1,
+                                  last_round + 1))
+
+  def pending(self) -> np.ndarray | None:
+    """The buffered rounds' vectors, float32 [p, d]; None if none."""
+    if not self._vectors:
+      return None
+    return np.stack([np.asarray(vector, np.float32)
+                     for vector in self._vectors])
 
   def add(self, round_num: int,
           vector: jax.Array) -> list[round_record.CanaryCosines]:
@@ -176,12 +191,14 @@ class RunLoop:
         np.zeros((tracked, plan.total_rounds), np.float32) if decorrelate
         else None)
     resumed_from = store.latest()
-    if resumed_from is None:
+    new = resumed_from is None
+    if new:
       resumed_from = 0
-      store.save(saved, 0)
     else:
       saved = store.load(resumed_from, saved)
     self.resumed_from = resumed_from
+    # The last round recorded, and the last saved.
+    self._recorded = self._saved = resumed_from
     self.state, self.initial = saved.server, saved.initial
     self._rows = (None if noise_rows is None else
                   noise_rows(self.dim, resumed_from))
@@ -189,17 +206,24 @@ class RunLoop:
         spec, np.asarray(saved.maxima, np.float32),
         spec.buffer_rounds_for(self.dim, plan.rounds_per_checkpoint),
         None if saved.projections is None else
-        np.array(saved.projections, np.float32))
+        np.array(saved.projections, np.float32), saved.pending,
+        resumed_from)
     self.canary_slots = max(1, max(len(ids) for ids in spec.schedule))
     self.slots, self.buckets = _round_shapes(plan, train_data, engine)
     self._key = jax.random.PRNGKey(plan.seed)
     self.observer = observer or round_record.Observers([])
     self._evaluate = evaluate
     self.evaluated: dict[int, Mapping[str, float]] = {}
-    if evaluate is not None and resumed_from == 0:
-      self.evaluated[0] = evaluate(self.state.params)
-      self.observer.on_round(round_record.RoundRecord(
-          round_num=0, metrics=dict(self.evaluated[0])))
+    if new:
+      # A new run: round 0's evaluation, then checkpoint 0 (its rows first).
+      metrics = None if evaluate is None else evaluate(self.state.params)
+      with interrupts.deferred():
+        if metrics is not None:
+          self.evaluated[0] = metrics
+          self.observer.on_round(round_record.RoundRecord(
+              round_num=0, metrics=dict(metrics)))
+        self.observer.on_checkpoint(0)
+        store.save(saved, 0)
 
   @property
   def projections(self) -> np.ndarray | None:
@@ -272,10 +296,31 @@ class RunLoop:
     return (canaries.directions(self.spec.seed, ids, self.dim), mask,
             jax.random.fold_in(self._key, t), noise)
 
+  def evaluation(self, t: int, state: fedavg.ServerState
+                 ) -> Mapping[str, float] | None:
+    """The test-set metrics of the state after round t, if it is evaluated.
+
+    Args:
+      t: The 0-based round just trained.
+      state: The server state after it.
+
+    Returns:
+      The metrics every `RunPlan.rounds_per_evaluation`-th round (for
+      `record`), else None (also without an evaluation).
+    """
+    if (self._evaluate is None or
+        (t + 1) % self.plan.rounds_per_evaluation != 0):
+      return None
+    return self._evaluate(state.params)
+
   def record(self, t: int, previous: fedavg.ServerState,
              state: fedavg.ServerState, output: fedavg.RoundOutput,
-             seconds: float) -> None:
+             seconds: float,
+             evaluated: Mapping[str, float] | None = None) -> None:
     """Reports round t, scores its block, checkpoints; `state` is after t.
+
+    Call it inside `interrupts.deferred`: the run's state, outputs and
+    checkpoints move by whole rounds.
 
     Args:
       t: The 0-based round just trained.
@@ -283,6 +328,7 @@ class RunLoop:
       state: The server state after it.
       output: The round's output (aggregate, clip, counts).
       seconds: The round's training time.
+      evaluated: The round's test-set metrics (`evaluation`), or None.
     """
     self.state = state
     vector = output.aggregate
@@ -298,20 +344,36 @@ class RunLoop:
                'canaries_inserted': int(output.canaries_inserted),
                'num_clients': int(output.num_clients),
                'training_time_in_seconds': seconds}
-    if (self._evaluate is not None and
-        (t + 1) % self.plan.rounds_per_evaluation == 0):
-      self.evaluated[t + 1] = self._evaluate(state.params)
-      metrics.update(self.evaluated[t + 1])
+    if evaluated is not None:
+      self.evaluated[t + 1] = evaluated
+      metrics.update(evaluated)
     # Before its block may be scored and reported.
     self.observer.on_round(round_record.RoundRecord(
         round_num=t + 1, metrics=metrics, seconds=seconds, clip=clip))
     self.observer.on_cosines(self._blocks.add(t + 1, vector))
+    self._recorded = t + 1
     if run_directory.is_checkpoint_round(t + 1, self.plan.rounds_per_checkpoint,
                                          self.plan.total_rounds):
       self.observer.on_cosines(self._blocks.flush())
-      self.store.save(checkpoints.TrainingState(
-          state, self._blocks.folded.maxima, self.initial,
-          self._blocks.folded.projections), t + 1)
+      self._save()
+
+  def _save(self) -> None:
+    """Checkpoints the state after the last round recorded, announced first."""
+    self.observer.on_checkpoint(self._recorded)
+    self.store.save(checkpoints.TrainingState(
+        self.state, self._blocks.folded.maxima, self.initial,
+        self._blocks.folded.projections, self._blocks.pending()),
+                    self._recorded)
+    self._saved = self._recorded
+
+  def save_last_recorded(self) -> None:
+    """Checkpoints the last round recorded unless it is saved (an interrupt).
+
+    Its cosine block's buffered vectors are saved unscored, so that the
+    run resumed from it scores the same blocks as an uninterrupted run.
+    """
+    if self._recorded != self._saved:
+      self._save()
 
   def outcome(self, accuracy: float) -> canary_spec.CanaryOutcome:
     """The run's cosines of both threat models, with its final accuracy.

@@ -27,7 +27,13 @@ DP noise on `fold_in(PRNGKey(seed), t)` (t 0-based here: training round
 t + 1 of `round_record`'s numbering). A checkpoint (`jax_engine.checkpoints`:
 an .npz of the server state and the maxima, written after the buffer is
 processed) therefore resumes a run exactly: a run killed and rerun gives the
-same results as one never interrupted.
+same results as one never interrupted. On Ctrl-C or SIGTERM, a round's
+bookkeeping (every run's record, cosines and checkpoint) finishes first
+(`interrupts.deferred`), then each run's state after its last recorded
+round is checkpointed, its buffered vectors unscored
+(`run_loop.RunLoop.save_last_recorded`), and the interrupt goes on: the
+rerun resumes from there with the same blocks of rounds, hence the same
+results.
 
 The run reports its rounds through a `round_record.RoundObserver` and writes
 nothing but its checkpoints. As on the TFF engine, the test set is evaluated
@@ -62,6 +68,7 @@ import numpy as np
 from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe.stats import decorrelation
+from one_shot_epe.runtime import interrupts
 from one_shot_epe.runtime import round_record
 from one_shot_epe.design import run_plan
 from one_shot_epe.jax_engine import checkpoints
@@ -242,10 +249,12 @@ def train(plan: run_plan.RunPlan, model: Any,
     train_data: The training clients (the sampler's indices).
     test_data: The evaluation examples (all clients pooled), or None.
     store: The run's checkpoints: written after round 0 (the initial state),
-      every `RunPlan.rounds_per_checkpoint` rounds and after the last round.
-    observer: Told of every round trained now (`on_round`) and of the
-      rounds' canary cosines as their block is scored (`on_cosines`, always
-      before a checkpoint).
+      every `RunPlan.rounds_per_checkpoint` rounds and after the last round,
+      and on Ctrl-C or SIGTERM after the last round recorded.
+    observer: Told of every round trained now (`on_round`), of the rounds'
+      canary cosines as their block is scored (`on_cosines`), and of each
+      checkpoint before it is saved (`on_checkpoint`; `round_record` says
+      which cosines precede it).
     local_training: `round_engine.RoundEngine`'s strategy ('auto': the
       platform's, `round_engine.default_local_training`).
     stats: If given, gathers the run's `run_stats.RunStats`.
@@ -307,6 +316,9 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
 
   Raises:
     ValueError: the runs' plans differ in rounds.
+    KeyboardInterrupt: Ctrl-C or SIGTERM (under
+      `interrupts.stop_on_signals`), once each run's state after its last
+      recorded round is saved.
   """
   stats = run_stats.RunStats() if stats is None else stats
   compile_start = run_stats.CompileClock.start()
@@ -379,9 +391,18 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
       jax.block_until_ready(results)
       seconds = time.perf_counter() - start
       run_stats.count_round(stats, engine, batches, example_bytes)
-      for loop, is_active, result in zip(loops, active, results):
-        if is_active:
-          loop.record(t, *result, seconds)
+      evaluated = [loop.evaluation(t, result[1]) if is_active else None
+                   for loop, is_active, result in zip(loops, active, results)]
+      with interrupts.deferred():  # Every run records the whole round.
+        for loop, is_active, result, metrics in zip(loops, active, results,
+                                                    evaluated):
+          if is_active:
+            loop.record(t, *result, seconds, metrics)
+  except KeyboardInterrupt:
+    with interrupts.deferred():
+      for loop in loops:
+        loop.save_last_recorded()
+    raise
   finally:
     prefetch.shutdown(cancel_futures=True)
   stats.compiles = engine.compiles

@@ -5,6 +5,9 @@ directory, flushed to disk, and renamed over the target with `os.replace`, which
 is atomic on POSIX file systems. A crash mid-write leaves at most a stray
 temporary file (named `.tmp-*`), never a truncated result;
 `remove_temporaries` deletes such leftovers when the directory is next used.
+A file that only needs to survive the process being killed, not the machine
+losing power (a progress mark rewritten every round), may skip the flush to
+disk (`durable=False`): the rename is as atomic, and much cheaper.
 """
 
 import csv
@@ -19,26 +22,30 @@ __all__ = ['TEMPORARY_PREFIX', 'remove_temporaries', 'write_bytes',
 TEMPORARY_PREFIX = '.tmp-'
 
 
-def write_text(path: str, text: str) -> None:
+def write_text(path: str, text: str, durable: bool = True) -> None:
   """Writes `text` (UTF-8) to `path` atomically.
 
   Args:
     path: the target file; its directory must exist.
     text: the whole new content.
+    durable: as for `write_bytes`.
 
   Raises:
     OSError: the write failed (as `write_bytes`); the old file is untouched.
   """
-  write_bytes(path, text.encode('utf-8'))
+  write_bytes(path, text.encode('utf-8'), durable)
 
 
-def write_bytes(path: str, data: bytes) -> None:
+def write_bytes(path: str, data: bytes, durable: bool = True) -> None:
   """Writes `data` to `path` atomically, syncing it before the rename.
 
   Args:
     path: the target file; its directory must exist and receives the
       temporary file.
     data: the whole new content.
+    durable: sync the data to disk before the rename (False: the rename is
+      atomic for other processes and survives this one being killed, but a
+      machine that loses power may keep an empty file).
 
   Raises:
     OSError: the write failed (a full disk, an I/O error, ...). Its
@@ -55,7 +62,8 @@ def write_bytes(path: str, data: bytes) -> None:
     with os.fdopen(handle, 'wb') as stream:
       stream.write(data)
       stream.flush()
-      os.fsync(stream.fileno())
+      if durable:
+        os.fsync(stream.fileno())
     os.chmod(temporary, 0o644)  # mkstemp creates files readable by us only.
     os.replace(temporary, path)
   except BaseException as error:

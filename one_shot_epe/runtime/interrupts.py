@@ -9,18 +9,26 @@ checkpoint is complete or absent), and the program's top level turns the
 interrupt into one line on stderr and exit status 130 (`exit_interrupted`),
 never a traceback. The code that knows how far the work got raises
 `Interrupted` with that line: "interrupted after round N of T; rerun the
-same command to resume". Framework-free.
+same command to resume from round N" where round N was saved on the way
+out.
+
+An interrupt may land anywhere, also between two updates that belong
+together (a round's record, its cosines, its checkpoint). Such bookkeeping
+runs inside `deferred`: a signal that arrives there is recorded and raised
+again once the block is done, so what the process holds in memory always
+corresponds to whole rounds when the interrupt unwinds it. Framework-free.
 """
 
 import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from typing import NoReturn
 
-__all__ = ['EXIT_STATUS', 'Interrupted', 'exit_interrupted', 'resume_line',
-           'stop_on_signals']
+__all__ = ['EXIT_STATUS', 'Interrupted', 'deferred', 'exit_interrupted',
+           'resume_line', 'stop_on_signals']
 
 # The exit status of a program stopped by a signal it was asked to stop on
 # (128 + SIGINT's number, the shell's convention).
@@ -35,7 +43,8 @@ class Interrupted(KeyboardInterrupt):
   """
 
 
-def resume_line(round_num: int, total_rounds: int, what: str = '') -> str:
+def resume_line(round_num: int, total_rounds: int, what: str = '',
+                saved: bool = False) -> str:
   """The one line of an interrupted run.
 
   Args:
@@ -43,14 +52,17 @@ def resume_line(round_num: int, total_rounds: int, what: str = '') -> str:
     total_rounds: T, the run's rounds.
     what: The run, for a program of several (e.g. its directory); '' for
       one.
+    saved: Whether round `round_num` was saved, so that the rerun resumes
+      from it (the line says so).
 
   Returns:
     'interrupted after round N of T[ (<what>)]; rerun the same command to
-    resume'.
+    resume[ from round N]'.
   """
   run = f' ({what})' if what else ''
+  where = f' from round {round_num}' if saved else ''
   return (f'interrupted after round {round_num} of {total_rounds}{run}; rerun '
-          'the same command to resume')
+          f'the same command to resume{where}')
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -71,6 +83,60 @@ def stop_on_signals() -> Iterator[None]:
     yield
   finally:
     signal.signal(signal.SIGTERM, previous)
+
+
+# The signals `deferred` holds back: those a long program stops on.
+_DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+  """The block in which SIGINT and SIGTERM wait for the block to end.
+
+  For work that must not be cut in half by an interrupt (a round's
+  bookkeeping, a checkpoint saved on the way out). Inside the block each of
+  the two signals is recorded instead of handled; on leaving it (however it
+  is left) the handlers that were installed before are back, and the first
+  signal recorded is raised again (`signal.raise_signal`), so that its
+  handler runs then: Ctrl-C's `KeyboardInterrupt` (or that of SIGTERM under
+  `stop_on_signals`) comes out of the block's end, after its work. A
+  signal whose previous handler ignores it stays ignored; one whose handler
+  was not installed from Python is left alone.
+
+  Blocks nest (an inner block's signal reaches the outer one's record and
+  waits for the outer block). `_thread.interrupt_main` (which Ray's
+  cancellation uses) is deferred as a SIGINT is.
+
+  Main thread only: Python runs signal handlers in the main thread alone and
+  lets only the main thread install them, so entered from any other thread
+  the block does nothing (no handler is touched) and protects nothing: an
+  interrupt then reaches the main thread at once, wherever it is, and
+  nothing waits for the other thread's block. Bookkeeping that must not be
+  cut in half therefore runs in the main thread.
+
+  Yields:
+    None.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  received: list[int] = []
+
+  def record(signum: int, frame: object) -> None:
+    del frame
+    received.append(signum)
+
+  previous = {}
+  try:
+    for signum in _DEFERRED_SIGNALS:
+      if signal.getsignal(signum) is not None:
+        previous[signum] = signal.signal(signum, record)
+    yield
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
+    if received:
+      signal.raise_signal(received[0])
 
 
 def exit_interrupted(error: KeyboardInterrupt, otherwise: str) -> NoReturn:

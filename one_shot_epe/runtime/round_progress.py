@@ -36,7 +36,6 @@ class ProgressBar:
     self._enabled = enabled
     self._accuracy_metric = accuracy_metric
     self._bar = None
-    self._last_round: int | None = None
     self._evaluation: dict[str, str] = {}
 
   def _note_evaluation(self, metrics: Mapping[str, float | int]) -> None:
@@ -51,11 +50,6 @@ class ProgressBar:
     if 'evaluation/loss' in metrics:
       self._evaluation['test_loss'] = f'{metrics["evaluation/loss"]:.4g}'
 
-  @property
-  def last_round(self) -> int | None:
-    """The last training round reported; None before the first."""
-    return self._last_round
-
   def on_round(self, record: round_record.RoundRecord) -> None:
     """Advances the bar by training round `record.round_num`.
 
@@ -67,7 +61,6 @@ class ProgressBar:
     self._note_evaluation(record.metrics)
     if record.round_num < 1:
       return
-    self._last_round = record.round_num
     if self._bar is None:
       self._bar = tqdm.tqdm(total=self._total_rounds,
                             initial=record.round_num - 1, unit='round',
@@ -87,6 +80,13 @@ class ProgressBar:
 
     Args:
       cosines: the canary cosines of a scored block (ignored).
+    """
+
+  def on_checkpoint(self, round_num: int) -> None:
+    """Nothing: the bar counts rounds, not checkpoints.
+
+    Args:
+      round_num: the checkpoint's round (ignored).
     """
 
   def close(self) -> None:

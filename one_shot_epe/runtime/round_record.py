@@ -7,13 +7,19 @@ Training round t releases rho_bar_t (Andrew et al., ICLR 2024, Algorithm 3)
 and leaves the state that checkpoint t holds; it inserts the seen canaries
 of `CanarySpec.schedule[t - 1]`.
 
-Both engines report through the same two callbacks of a `RoundObserver`:
+Both engines report through the same three callbacks of a `RoundObserver`:
 `on_round` once a round is trained (its `RoundRecord`: metrics, time, clip),
-and `on_cosines` once the canaries have been scored against a block of
-rounds' vectors (`CanaryCosines`, one per round; the cosines are taken B
-rounds at a time, so they lag the rounds). Every round up to a checkpoint is
-reported, cosines included, before the checkpoint is saved.
-`experiments.run_outputs.RoundWriter` writes them into the run directory.
+`on_cosines` once the canaries have been scored against a block of rounds'
+vectors (`CanaryCosines`, one per round; the cosines are taken B rounds at a
+time, so they lag the rounds), and `on_checkpoint` just before a checkpoint
+is saved. By then every round through the checkpoint's has been reported,
+and so have their cosines, except for the rounds whose vectors the
+checkpoint holds unscored: a regular checkpoint scores its block first, but
+one saved on an interrupt keeps the block's rounds buffered (so that blocks
+start at the same rounds in every invocation); their cosines are reported
+when the block is scored, by a later invocation resumed from that
+checkpoint. `experiments.run_outputs.RoundWriter` writes them into the run
+directory.
 """
 
 import dataclasses
@@ -74,7 +80,16 @@ class RoundObserver(Protocol):
     """The canaries were scored against these rounds' vectors, in order.
 
     Args:
-      cosines: one entry per scored round, in round order.
+      cosines: one entry per scored round, in round order; a round may be
+        one that an earlier invocation reported (see the module docstring).
+    """
+
+  def on_checkpoint(self, round_num: int) -> None:
+    """Checkpoint `round_num` is saved next; a rerun would resume from it.
+
+    Args:
+      round_num: the checkpoint's round; rounds reported after it (a round
+        trained but not yet in the saved state) are not part of it.
     """
 
 
@@ -108,3 +123,12 @@ class Observers:
       return
     for observer in self._observers:
       observer.on_cosines(cosines)
+
+  def on_checkpoint(self, round_num: int) -> None:
+    """Tells every observer that checkpoint `round_num` is saved next.
+
+    Args:
+      round_num: the checkpoint's round.
+    """
+    for observer in self._observers:
+      observer.on_checkpoint(round_num)

@@ -12,6 +12,7 @@ Layout (both engines; all result files written atomically):
   max_cosines.csv        columns `seen`, `unseen`: max-over-rounds cosines
   report.json, report.md the privacy report (`run_report`)
   cosine_densities.png   the cosine sets against the null N(0, 1/d)
+  .progress.json         the last round the run reached (`write_progress`)
 
 `check_writable` decides first, before anything is read or loaded, whether
 the run directory can be written at all; `check`, before anything is
@@ -19,6 +20,9 @@ written, whether a directory may hold
 the run: absent, empty (but for the lock file), or holding a run whose saved
 config the caller accepts and whose newest checkpoint reads back;
 `check_free_space`, whether its disk holds the checkpoints still to come.
+`write_progress` and `read_progress` keep a marker of the last round a run
+reached, so that the next invocation can say how many rounds a kill between
+checkpoints lost; nothing else reads it.
 `owned` is the block in which a launcher writes: the run lock (`run_lock`) held, the
 directory checked again (another launcher may have written it meanwhile),
 unfinished writes of a killed run removed, and a failed write reported as
@@ -46,11 +50,11 @@ from one_shot_epe.runtime import write_failures
 __all__ = ['CANARY_COSINES_FILE', 'CHECKPOINT_DIR', 'CONFIG_FILE',
            'COSINE_FIELDS', 'CsvFormat', 'DENSITY_PLOT_FILE',
            'FINAL_COSINES_FILE', 'MAX_COSINES_FILE', 'METRICS_FILE',
-           'REPORT_JSON_FILE', 'REPORT_MARKDOWN_FILE', 'RunDirectoryError',
-           'TENSORBOARD_DIR', 'check', 'check_free_space', 'check_writable',
-           'checkpoint_rounds',
-           'is_checkpoint_round', 'owned', 'read_rounds', 'write_config',
-           'write_rounds']
+           'PROGRESS_FILE', 'REPORT_JSON_FILE', 'REPORT_MARKDOWN_FILE',
+           'RunDirectoryError', 'TENSORBOARD_DIR', 'check', 'check_free_space',
+           'check_writable', 'checkpoint_rounds', 'is_checkpoint_round',
+           'owned', 'read_progress', 'read_rounds', 'write_config',
+           'write_progress', 'write_rounds']
 
 CONFIG_FILE = 'config.json'
 METRICS_FILE = 'metrics.csv'
@@ -62,6 +66,8 @@ MAX_COSINES_FILE = 'max_cosines.csv'
 REPORT_JSON_FILE = 'report.json'
 REPORT_MARKDOWN_FILE = 'report.md'
 DENSITY_PLOT_FILE = 'cosine_densities.png'
+# The progress marker: {"round": N}, the last round the run reached.
+PROGRESS_FILE = '.progress.json'
 # The columns of canary_cosines.csv (`round`: the training round, from 1;
 # `round_record` numbers rounds).
 COSINE_FIELDS = ('round', 'seen_cosine_mean', 'seen_cosine_max',
@@ -364,3 +370,41 @@ def write_rounds(path: str, fields: Sequence[str],
   writer.writeheader()
   writer.writerows(rows)
   atomic_io.write_text(path, buffer.getvalue())
+
+
+def write_progress(run_dir: str, round_num: int) -> None:
+  """Marks round `round_num` as the last the run reached, atomically.
+
+  Not synced to disk (`atomic_io.write_bytes`'s `durable=False`): the mark
+  must outlive a killed process, and costs little every round.
+
+  Args:
+    run_dir: the run directory (must exist).
+    round_num: the round (0: the initial state).
+
+  Raises:
+    OSError: the write failed (see `atomic_io.write_bytes`).
+  """
+  atomic_io.write_text(os.path.join(run_dir, PROGRESS_FILE),
+                       json.dumps({'round': int(round_num)}) + '\n',
+                       durable=False)
+
+
+def read_progress(run_dir: str) -> int | None:
+  """The round the progress marker names; None if there is none to read.
+
+  Args:
+    run_dir: the run directory.
+
+  Returns:
+    The last round an earlier invocation reached (`write_progress`), or
+    None when the marker is absent or unreadable (a run written before the
+    marker was kept, say).
+  """
+  try:
+    with open(os.path.join(run_dir, PROGRESS_FILE), encoding='utf-8') as stream:
+      value = json.load(stream)['round']
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+  return value if isinstance(value, int) and not isinstance(value, bool) else (
+      None)

@@ -119,6 +119,13 @@ class TrainingHealth:
       cosines: the canary cosines of a scored block (ignored).
     """
 
+  def on_checkpoint(self, round_num: int) -> None:
+    """Nothing: health is read from the rounds' records.
+
+    Args:
+      round_num: the checkpoint's round (ignored).
+    """
+
   def _grew(self) -> bool:
     return (self._first is not None and
             self._high[1] > self.clip_factor * self._first[1])

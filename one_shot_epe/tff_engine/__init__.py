@@ -33,6 +33,8 @@ Modules:
   checkpoints: TFF program-state checkpoints (`runtime.checkpoint_store`).
   training: a whole resumable run on `tff.simulation`, the launcher's
     `--backend=tff`.
+  loop_managers: the release and program state managers `training` hands
+    TFF's loop (round records, cosines, checkpoints announced and kept).
   runtime: TFF's C++ runtime in this process, with no leaked workers.
   tff_workers: TFF's C++ worker processes, started and stopped.
   distributed_runtime: a round's clients spread over many workers.

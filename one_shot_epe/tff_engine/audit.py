@@ -277,6 +277,10 @@ class CanaryAudit(audit_factories.AuditedAggregation):
 
     For `tff.simulation.run_training_process` (with the default
     rounds_per_saving_program_state=1) or `tff.learning.programs.train_model`.
+    If Ctrl-C stops the loop between checkpoints,
+    `manager.save_last_observed()` saves the last round it observed to
+    `inner`, so that a rerun resumes from there
+    (`audit_state_manager.AuditingStateManager.save_last_observed`).
 
     Args:
       inner: A manager (e.g. `tff.program.FileProgramStateManager`) that

@@ -7,20 +7,47 @@ it, it hands each to the audit (`CanaryAudit.observe`), releases the
 canaries' per-round cosine summaries, and saves the audit's state beside the
 program state in an inner manager's checkpoints, so that a rerun resumes
 both.
+
+A round's observation and checkpoint run inside `interrupts.deferred`, so
+that Ctrl-C leaves the audit at a whole round; the manager keeps the last
+state it observed, and `save_last_observed` saves it (with the audit's
+state, its buffered rounds unscored) once a loop has been interrupted.
 """
 
 import asyncio
 import collections
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 import tensorflow_federated as tff
 
+from one_shot_epe.runtime import interrupts
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 
-__all__ = ['AuditingStateManager', 'learning_state']
+__all__ = ['AuditingStateManager', 'learning_state', 'run_alone']
+
+
+def run_alone(coroutine: Coroutine[Any, Any, Any]) -> Any:
+  """Runs `coroutine` to its end on an event loop of its own; its result.
+
+  For a save after a loop was interrupted (its event loop may have stopped
+  mid-await): the thread's current event loop, if any, stays as it was, so
+  a later TFF loop in the same thread finds it.
+
+  Args:
+    coroutine: What to run.
+
+  Returns:
+    What it returns.
+  """
+  loop = asyncio.new_event_loop()
+  try:
+    return loop.run_until_complete(coroutine)
+  finally:
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()
 
 
 def learning_state(program_state: Any) -> Any:
@@ -81,6 +108,9 @@ class AuditingStateManager(tff.program.ProgramStateManager):
     self._every = rounds_per_checkpoint
     self._final_round = final_round
     self._release_managers = list(release_managers)
+    # The last state observed and its round; the round saved last.
+    self._last: tuple[Any, int] | None = None
+    self._saved: int | None = None
 
   async def get_versions(self) -> Sequence[int] | None:
     """The inner manager's versions (None without one: nothing to resume).
@@ -111,6 +141,7 @@ class AuditingStateManager(tff.program.ProgramStateManager):
     saved = await self._inner.load(version, {'program': structure,
                                              'audit': template})
     self._audit.restore(saved['audit'], learning_state(saved['program']))
+    self._saved = version
     return saved['program']
 
   async def _release(
@@ -126,15 +157,52 @@ class AuditingStateManager(tff.program.ProgramStateManager):
   async def save(self, program_state: Any, version: int) -> None:
     """Observes the state of round `version`; checkpoints it when due.
 
+    Interrupts wait for the observation and the checkpoint
+    (`interrupts.deferred`).
+
     Args:
       program_state: What the loop saves.
       version: Its round.
     """
-    await self._release(self._audit.observe(learning_state(program_state)))
-    due = run_directory.is_checkpoint_round(version, self._every,
-                                            self._final_round)
-    if self._inner is None or not due:
-      return
-    await self._release(self._audit.flush())
-    await self._inner.save({'program': program_state,
-                            'audit': self._audit.state()}, version)
+    with interrupts.deferred():
+      await self._release(self._audit.observe(learning_state(program_state)))
+      self._last = (program_state, version)
+      due = run_directory.is_checkpoint_round(version, self._every,
+                                              self._final_round)
+      if self._inner is None or not due:
+        return
+      await self._release(self._audit.flush())
+      await self._inner.save({'program': program_state,
+                              'audit': self._audit.state()}, version)
+      self._saved = version
+
+  def save_last_observed(self) -> int | None:
+    """Saves the last state observed to the inner manager, unless it is saved.
+
+    For a loop stopped between checkpoints (Ctrl-C): the rerun resumes from
+    the last round observed instead of the last checkpoint. The audit's
+    buffered rounds are saved unscored, so that its blocks of rounds, and
+    hence its cosines, are those of an uninterrupted run. Call it once the
+    loop has stopped, outside any running event loop (it runs the save on
+    one of its own, `run_alone`), e.g.:
+
+      try:
+        tff.simulation.run_training_process(..., program_state_manager=manager)
+      except KeyboardInterrupt:
+        manager.save_last_observed()
+        raise
+
+    Returns:
+      The round of the last state observed, now saved; None when no state
+      was observed since the manager was made or loaded, or there is no
+      inner manager.
+    """
+    if self._inner is None or self._last is None:
+      return None
+    program_state, version = self._last
+    if version != self._saved:
+      with interrupts.deferred():
+        run_alone(self._inner.save({'program': program_state,
+                                    'audit': self._audit.state()}, version))
+        self._saved = version
+    return version

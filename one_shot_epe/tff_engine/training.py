@@ -13,18 +13,25 @@ then rename). What the loop is given besides the process:
   data as an uninterrupted one;
 * the test-set evaluation (`evaluation_fn`, TFF's `build_fed_eval`);
 * release managers that hand each round's compact metrics and canary
-  cosines to a `round_record.RoundObserver`: the engine writes nothing but
-  its checkpoints.
+  cosines to a `round_record.RoundObserver` (`loop_managers`): the engine
+  writes nothing but its checkpoints, each announced to the observer first
+  (`on_checkpoint`).
 
 A run without canaries (the accuracy baseline) uses TFF's own DP factory,
 whose noise is unseeded, and the same checkpoints without the audit.
+
+Ctrl-C or SIGTERM: a round's bookkeeping (its record, the audit's
+observation, a checkpoint) finishes first (`interrupts.deferred`); then the
+state after the last round observed is saved as a checkpoint, unless it is
+one already, with the audit's buffered rounds unscored
+(`AuditingStateManager.save_last_observed`), and the interrupt goes on.
 """
 
 import asyncio
 import collections
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -34,122 +41,20 @@ import tensorflow_federated as tff
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
 from one_shot_epe.runtime import round_record
-from one_shot_epe.runtime import run_directory
 from one_shot_epe.design import run_plan
 from one_shot_epe.design import tasks as task_entries
 from one_shot_epe.tff_engine import audit as audit_lib
 from one_shot_epe.tff_engine import checkpoints
 from one_shot_epe.tff_engine import distributed_runtime
+from one_shot_epe.tff_engine import loop_managers
 from one_shot_epe.tff_engine import runtime
 from one_shot_epe.tff_engine import tasks
 from one_shot_epe.tff_engine import tff_workers
 
-__all__ = ['compact_metrics', 'evaluation_fn', 'event_loop',
-           'execution_context', 'optimizer', 'plain_aggregator', 'selection_fn',
-           'train']
+__all__ = ['evaluation_fn', 'event_loop', 'execution_context', 'optimizer',
+           'plain_aggregator', 'selection_fn', 'train']
 
 _TF_SEED_BITS = 2**31 - 1
-# Where the clip norm is among the compact metrics: the canary aggregator's
-# measurement, or that of TFF's DP factory (runs without canaries).
-_CLIP_METRICS = ('aggregator/clip', 'aggregator/dp_query_metrics/clip')
-
-
-def compact_metrics(metrics: Any) -> collections.OrderedDict[str, Any]:
-  """Flattens nested round metrics to '/'-joined names of scalars only.
-
-  Non-scalar values (none are expected; the aggregator reports summaries) are
-  dropped so that no d-sized vector reaches the CSV or TensorBoard.
-
-  Args:
-    metrics: A round's metrics, nested mappings (or structures) of values.
-
-  Returns:
-    Name -> scalar, in traversal order.
-  """
-  flat = collections.OrderedDict()
-
-  def visit(prefix: str, value: Any) -> None:
-    if isinstance(value, Mapping):
-      items = value.items()
-    elif hasattr(value, '_asdict'):
-      items = value._asdict().items()
-    elif isinstance(value, (list, tuple)):
-      items = ((str(i), v) for i, v in enumerate(value))
-    else:
-      array = np.asarray(value)
-      if array.ndim == 0 and array.dtype.kind in 'biuf':
-        flat[prefix] = array.item()
-      return
-    for key, item in items:
-      visit(f'{prefix}/{key}' if prefix else str(key), item)
-
-  visit('', metrics)
-  return flat
-
-
-class _RoundReleases(tff.program.ReleaseManager):
-  """Hands each round's released metrics to an observer; counts the rounds."""
-
-  def __init__(self, observer: round_record.RoundObserver):
-    self._observer = observer
-    self.rounds_trained = 0
-
-  async def release(self, value: Any, key: int) -> None:
-    """Reports round `key` (0: the initial evaluation) as a `RoundRecord`."""
-    metrics = compact_metrics(value)
-    if key >= 1:
-      self.rounds_trained += 1
-    clip = next((metrics[name] for name in _CLIP_METRICS if name in metrics),
-                None)
-    self._observer.on_round(round_record.RoundRecord(
-        round_num=key, metrics=metrics,
-        seconds=metrics.get('training_time_in_seconds'), clip=clip,
-        loss=metrics.get('client_work/train/loss')))
-
-
-class _CosineReleases(tff.program.ReleaseManager):
-  """Hands the audit's released canary cosines of a round to an observer."""
-
-  def __init__(self, observer: round_record.RoundObserver):
-    self._observer = observer
-
-  async def release(self, value: Any, key: int) -> None:
-    """Reports training round `key`'s `CanaryCosines`."""
-    self._observer.on_cosines([round_record.CanaryCosines(
-        key, value['seen_cosine_mean'], value['seen_cosine_max'],
-        value['unseen_cosine_mean'], value['unseen_cosine_max'])])
-
-
-class _ScheduledSaves(tff.program.ProgramStateManager):
-  """Saves round 0, every `every`-th round and the final round only.
-
-  `run_training_process` offers every round (rounds_per_saving_program_state
-  = 1); a multiple-of-k rule alone would miss the final round, which a
-  finished run resumes from without training. For runs without an audit,
-  whose own manager applies the same rule.
-  """
-
-  def __init__(self, inner: tff.program.ProgramStateManager, every: int,
-               final_round: int):
-    self._inner = inner
-    self._every = every
-    self._final_round = final_round
-
-  async def get_versions(self) -> Sequence[int] | None:
-    """The saved rounds (None while there is no checkpoint directory)."""
-    return await self._inner.get_versions()
-
-  async def load(self, version: int, structure: Any) -> Any:
-    """The state saved at round `version`."""
-    return await self._inner.load(version, structure)
-
-  async def save(self, program_state: Any, version: int) -> None:
-    """Saves round `version` if it is one of the rounds to save."""
-    if run_directory.is_checkpoint_round(version, self._every,
-                                         self._final_round):
-      await self._inner.save(program_state, version)
-
-
 def _round_seed(seed: int, round_num: int) -> int:
   """TF global seed for round `round_num`'s client datasets, pure in both."""
   return int(np.random.SeedSequence(seed, spawn_key=(round_num,))
@@ -348,10 +253,12 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
       with.
     task: The model and the federated data (`tasks`).
     store: The run's checkpoints: round 0, every `plan.rounds_per_checkpoint`
-      rounds and round T are saved.
+      rounds and round T are saved, and on Ctrl-C or SIGTERM the last round
+      observed.
     observer: Told of round 0's evaluation and every round trained now
-      (`on_round`), and of the rounds' canary cosines as the audit scores
-      them (`on_cosines`, always before a checkpoint).
+      (`on_round`), of the rounds' canary cosines as the audit scores them
+      (`on_cosines`), and of each checkpoint before it is saved
+      (`on_checkpoint`; `round_record` says which cosines precede it).
     device: TF device of the canary tracking (`accelerators`).
 
   Calls `tf.keras.utils.set_random_seed(plan.seed)` once the aggregator is
@@ -360,20 +267,28 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
   Returns:
     The run's `canary_spec.CanaryOutcome`; its cosine arrays are empty for a
     run without canaries.
+
+  Raises:
+    KeyboardInterrupt: Ctrl-C or SIGTERM (under
+      `interrupts.stop_on_signals`), once the state after the last round
+      observed is saved.
   """
   audit = _audit(plan, task, device)
-  rounds = _RoundReleases(observer)
+  rounds = loop_managers.RoundReleases(observer)
+  checkpoints_made = loop_managers.AnnouncedSaves(
+      store.program_state_manager(), observer)
   if audit is None:
     aggregator = plain_aggregator(plan.dp)
-    state_manager = _ScheduledSaves(store.program_state_manager(),
+    state_manager = loop_managers.ScheduledSaves(checkpoints_made,
                                     plan.rounds_per_checkpoint,
                                     plan.total_rounds)
   else:
     aggregator = audit.aggregator(
         _trainable_specs(task) if audit.needs_record_specs else None)
     state_manager = audit.program_state_manager(
-        store.program_state_manager(), plan.rounds_per_checkpoint, final_round=plan.total_rounds,
-        release_managers=[_CosineReleases(observer)])
+        checkpoints_made, plan.rounds_per_checkpoint,
+        final_round=plan.total_rounds,
+        release_managers=[loop_managers.CosineReleases(observer)])
   # Python, numpy and TF global seeds, reset once the aggregator is built
   # (building it may draw from them) and before the model is.
   tf.keras.utils.set_random_seed(plan.seed)
@@ -386,19 +301,24 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
     evaluate = evaluation_fn(task, process)
     test_data = [task.test_dataset(plan.max_eval_examples)]
     resumed_from = store.latest() or 0
-    state = tff.simulation.run_training_process(
-        process,
-        selection_fn(
-            plan.sampler,
-            task.preprocessed_train_data.create_tf_dataset_for_client,
-            plan.seed),
-        plan.total_rounds,
-        evaluation_fn=evaluate,
-        evaluation_selection_fn=lambda round_num: test_data,
-        rounds_per_evaluation=plan.rounds_per_evaluation,
-        program_state_manager=state_manager,
-        rounds_per_saving_program_state=1,
-        metrics_managers=[rounds])
+    try:
+      state = tff.simulation.run_training_process(
+          process,
+          selection_fn(
+              plan.sampler,
+              task.preprocessed_train_data.create_tf_dataset_for_client,
+              plan.seed),
+          plan.total_rounds,
+          evaluation_fn=evaluate,
+          evaluation_selection_fn=lambda round_num: test_data,
+          rounds_per_evaluation=plan.rounds_per_evaluation,
+          program_state_manager=loop_managers.ReportedRounds(
+              state_manager, rounds),
+          rounds_per_saving_program_state=1,
+          metrics_managers=[rounds])
+    except KeyboardInterrupt:
+      state_manager.save_last_observed()  # On an event loop of its own.
+      raise
     # The task's accuracy (its entry's): StackOverflow and Shakespeare count
     # in-vocabulary words only, as Reddi et al. (2020) report it.
     metric = task_entries.task_entry(task.name).tff.accuracy_metric
