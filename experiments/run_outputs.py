@@ -95,12 +95,14 @@ class RoundWriter:
       or None if none left a mark.
   """
 
-  def __init__(self, run_dir: str, *, with_canaries: bool,
+  def __init__(self, run_dir: str, *, total_rounds: int, with_canaries: bool,
                resumed_from: int, csv_format: run_directory.CsvFormat):
     """Reads the rows to keep and the progress mark; writes nothing yet.
 
     Args:
       run_dir: The run directory.
+      total_rounds: T, which bounds the size of the files read back
+        (`bounded_reads.round_csv`).
       with_canaries: Whether the run reports cosines (and canary_cosines.csv
         is written).
       resumed_from: The checkpoint the run resumes from (0: a fresh run).

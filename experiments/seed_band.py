@@ -226,7 +226,14 @@ class Band:
   high: float
 
   def holds(self, value: float) -> bool:
-    """Whether `value` lies in [low, high], the seeds' range."""
+    """Whether `value` lies in the seeds' range.
+
+    Args:
+      value: A run's number of the band's column.
+
+    Returns:
+      Whether low <= value <= high.
+    """
     return self.low <= value <= self.high
 
 

@@ -426,7 +426,8 @@ def _train_and_write(
           checkpoints=store))
       run_directory.write_config(config.run_dir, config.to_json_dict())
       writers.append(run_outputs.RoundWriter(
-          config.run_dir, with_canaries=run.plan.spec is not None,
+          config.run_dir, total_rounds=run.plan.total_rounds,
+          with_canaries=run.plan.spec is not None,
           resumed_from=store.latest() or 0, csv_format=backend.CSV_FORMAT))
     healths = [training_health.TrainingHealth(name=run.config.run_dir)
                for run in runs]

@@ -67,7 +67,8 @@ def test_rounds_line_counts_the_rounds_a_kill_lost():
 
 def _writer(run_dir, csv_format, resumed_from=0, with_canaries=True):
   return run_outputs.RoundWriter(
-      str(run_dir), with_canaries=with_canaries, resumed_from=resumed_from,
+      str(run_dir), total_rounds=8, with_canaries=with_canaries,
+      resumed_from=resumed_from,
       csv_format=csv_format)
 
 
