@@ -390,7 +390,7 @@ class DistributedDP:
     calibration = self.calibration(facts)
     references = references_lib.gaussian_references(
         calibration.noise_multiplier,
-        dataclasses.replace(facts, round_event=None))
+        dataclasses.replace(facts, round_event=None, round_events=None))
     setting = calibration.setting()
     if calibration.noise == 'skellam':
       participation = facts.participation
