@@ -9,18 +9,21 @@ checkpoint is complete or absent), and the program's top level turns the
 interrupt into one line on stderr and exit status 130 (`exit_interrupted`),
 never a traceback. The code that knows how far the work got raises
 `Interrupted` with that line: "interrupted after round N of T; rerun the
-same command to resume". Framework-free.
+same command to resume". A block that must complete or not start (a
+round's bookkeeping) runs inside `deferred_signals`: SIGINT and SIGTERM
+received meanwhile are delivered when it ends. Framework-free.
 """
 
 import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from typing import NoReturn
 
-__all__ = ['EXIT_STATUS', 'Interrupted', 'exit_interrupted', 'resume_line',
-           'stop_on_signals']
+__all__ = ['EXIT_STATUS', 'Interrupted', 'deferred_signals',
+           'exit_interrupted', 'resume_line', 'stop_on_signals']
 
 # The exit status of a program stopped by a signal it was asked to stop on
 # (128 + SIGINT's number, the shell's convention).
@@ -71,6 +74,38 @@ def stop_on_signals() -> Iterator[None]:
     yield
   finally:
     signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+  """The block that SIGINT and SIGTERM do not interrupt: they wait for its end.
+
+  In the main thread (where Python runs signal handlers), each signal's
+  handler installed from Python is replaced for the block by one that notes
+  the signal; at the block's end the handlers are restored and each noted
+  signal is raised again, once, so that its handler (Python's, the
+  program's, a framework's) runs then. Elsewhere the block runs as is: no
+  handler runs in its thread.
+
+  Yields:
+    None.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  noted = []
+  held = {}
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    if signal.getsignal(signum) is not None:  # None: not set from Python.
+      held[signum] = signal.signal(
+          signum, lambda number, frame: noted.append(number))
+  try:
+    yield
+  finally:
+    for signum, handler in held.items():
+      signal.signal(signum, handler)
+    for signum in dict.fromkeys(noted):
+      signal.raise_signal(signum)
 
 
 def exit_interrupted(error: KeyboardInterrupt, otherwise: str) -> NoReturn:
