@@ -202,17 +202,3 @@ class Releases:
       entries['effective_noise_multipliers'] = {
           str(t): effective for t, _, _, effective in self.other_noise}
     return entries
-
-  def framework_note(self) -> str:
-    """What a framework accountant's ε leaves out ('' when nothing).
-
-    Returns:
-      A clause naming the rounds released at another noise multiplier,
-      which Flower's accountant composes at z.
-    """
-    if not self.other_noise:
-      return ''
-    return ('; it counts ' + ', '.join(
-        f'round {t}' for t, *_ in self.other_noise) +
-            f' at z = {self.noise_multiplier:g}, not at the effective noise '
-            'multiplier the round was released at')
