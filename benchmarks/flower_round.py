@@ -19,21 +19,41 @@ time), or the clients called in this process (`flower_engine.local_grid`,
 no messaging cost: the least favourable case for the ratio; this process's
 CPU time, steadier than wall time on a shared machine, and wall time).
 
+The mode `engines` measures something else: the Flower App
+(examples/flowerapp) under `flwr run`, its audited round on the deployment
+engine (a SuperLink and two SuperNodes on 127.0.0.1, as docs/flower.md's
+deployment on one machine, a private FLWR_HOME, every process stopped at
+the end) against the same run config on
+the simulation engine (a local SuperLink in simulation mode, as many
+simulated nodes): the mean of metrics.csv's round times, the first round of
+each left out (Ray's actors, the data cache), and their ratio. The run
+config is the app's default but for the federation: num-clients =
+clients-per-round = the SuperNodes (a SuperNode is one client), as many
+canaries as rounds.
+
   python -m benchmarks.flower_round [--runtime=local] [--tiny]
+  python -m benchmarks.flower_round engines [--rounds=20]
 
 --tiny (benchmarks/tiny.py): 2 rounds of 2 of 4 synthetic clients, 2 + 2
 canaries, one repeat, the local runtime (unless --runtime is given).
 """
 
 import argparse
+import csv
 import dataclasses
+import glob
 import logging
+import os
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+
+import psutil
 
 from benchmarks import tiny
 from examples import flower_fashion_mnist as example
@@ -92,6 +112,127 @@ def _arms(setting: fashion.Setting, repeats: int
   return run
 
 
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Flower's programs, installed beside this interpreter.
+_BIN = os.path.dirname(sys.executable)
+
+
+def _free_port() -> int:
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    return probe.getsockname()[1]
+
+
+def _serving(port: int) -> bool:
+  with socket.socket() as probe:
+    return probe.connect_ex(('127.0.0.1', port)) == 0
+
+
+def _stop(processes: Sequence[psutil.Process]) -> None:
+  """Stops the processes and their descendants (10 s, then SIGKILL)."""
+  everything = []
+  for process in processes:
+    try:
+      everything += [process, *process.children(recursive=True)]
+    except psutil.NoSuchProcess:
+      continue
+  for process in everything:
+    try:
+      process.terminate()
+    except psutil.NoSuchProcess:
+      continue
+  _, alive = psutil.wait_procs(everything, timeout=10)
+  for process in alive:
+    try:
+      process.kill()
+    except psutil.NoSuchProcess:
+      continue
+  psutil.wait_procs(alive, timeout=5)
+
+
+def _round_seconds(output_dir: str) -> list[float]:
+  """The audited run's round times (metrics.csv), its first round left out."""
+  path, = glob.glob(os.path.join(output_dir, '*', 'metrics.csv'))
+  with open(path, encoding='utf-8') as stream:
+    return [float(row['training_time_in_seconds'])
+            for row in csv.DictReader(stream)][1:]
+
+
+def _engines(rounds: int, supernodes: int) -> dict[str, list[float]]:
+  """The app's round times on the simulation and the deployment engine."""
+  work = tempfile.mkdtemp(prefix='flower_engines_')
+  home = os.path.join(work, 'flwr_home')
+  os.makedirs(home)
+  port, local_port = _free_port(), _free_port()
+  env = dict(os.environ, FLWR_HOME=home, FLWR_TELEMETRY_ENABLED='0',
+             FLWR_DISABLE_UPDATE_CHECK='1',
+             FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION='1',
+             FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(local_port),
+             FLWR_LOCAL_CONTROL_API_PORT=str(_free_port()),
+             XDG_CACHE_HOME=os.path.join(work, 'cache'),
+             PATH=_BIN + os.pathsep + os.environ.get('PATH', ''))
+  with open(os.path.join(home, 'config.toml'), 'w', encoding='utf-8') as out:
+    out.write('[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+              'address = ":local:"\n\n[superlink.deployment]\n'
+              f'address = "127.0.0.1:{port}"\ninsecure = true\n')
+  started = []
+
+  def start(*command: str) -> None:
+    with open(os.path.join(work, f'{len(started)}.log'), 'w',
+              encoding='utf-8') as log:
+      started.append(psutil.Process(subprocess.Popen(
+          [os.path.join(_BIN, command[0]), *command[1:]], cwd=work, env=env,
+          stdout=log, stderr=subprocess.STDOUT,
+          start_new_session=True).pid))
+
+  def wait_for(served: int) -> None:
+    deadline = time.monotonic() + 120
+    while not _serving(served):
+      if time.monotonic() > deadline:
+        raise RuntimeError(f'nothing serves 127.0.0.1:{served}; see {work}.')
+      time.sleep(0.2)
+
+  config = (f'num-clients={supernodes} clients-per-round={supernodes} '
+            f'num-server-rounds={rounds} num-canaries={rounds} seed=0 '
+            f'rounds-per-checkpoint={rounds}')
+  times = {}
+  try:
+    start('flower-superlink', '--insecure', '--host', '127.0.0.1', '--port',
+          str(port), '--disable-runtime-dependency-installation')
+    wait_for(port)
+    # The local SuperLink as `flwr run ... local` starts it (flwr 1.42
+    # allows it 15 s, which a loaded machine exceeds); `flwr run` uses it.
+    start('flower-superlink', '--insecure', '--simulation', '--isolation',
+          'subprocess', '--host', '127.0.0.1', '--port', str(local_port))
+    wait_for(local_port)
+    for partition in range(supernodes):
+      node_port = _free_port()
+      start('flower-supernode', '--insecure', '--superlink',
+            f'127.0.0.1:{port}', '--host', '127.0.0.1', '--port',
+            str(node_port), '--node-config',
+            f'partition-id={partition} num-partitions={supernodes}')
+      wait_for(node_port)
+    for engine, connection, federation in (
+        ('simulation', 'local', ['--federation-config',
+                                 f'num-supernodes={supernodes}']),
+        ('deployment', 'deployment', [])):
+      output_dir = os.path.join(work, engine)
+      done = subprocess.run(
+          [os.path.join(_BIN, 'flwr'), 'run',
+           os.path.join(_REPO, 'examples', 'flowerapp'), connection,
+           '--stream', *federation, '--run-config',
+           f"{config} output-dir='{output_dir}'"], cwd=work, env=env,
+          capture_output=True, text=True, timeout=3600, check=False)
+      if done.returncode:
+        raise RuntimeError(f'flwr run on the {engine} engine failed:\n'
+                           f'{done.stdout}{done.stderr}')
+      times[engine] = _round_seconds(output_dir)
+  finally:
+    _stop(started)
+    shutil.rmtree(work, ignore_errors=True)
+  return times
+
+
 def main(argv: Sequence[str]) -> None:
   """Times both arms and prints their mean rounds and the ratio.
 
@@ -103,12 +244,28 @@ def main(argv: Sequence[str]) -> None:
   parser.add_argument('--repeats', type=int)
   parser.add_argument('--num_canaries', type=int)
   parser.add_argument('--runtime', choices=('simulation', 'local'))
+  parser.add_argument('mode', nargs='?', default='arms',
+                      choices=('arms', 'engines'),
+                      help="arms: audited over plain rounds; engines: the "
+                      "Flower App's round on the deployment engine over the "
+                      'simulation engine.')
   parser.add_argument('--tiny', action='store_true', help=tiny.HELP)
   args = parser.parse_args(argv[1:])
   defaults = _TINY if args.tiny else _DEFAULTS
   for name, value in defaults.items():
     if getattr(args, name) is None:
       setattr(args, name, value)
+  if args.mode == 'engines':
+    supernodes = 2
+    times = _engines(args.rounds, supernodes)
+    simulated, deployed = (statistics.fmean(times[engine])
+                           for engine in ('simulation', 'deployment'))
+    print(f'the Flower App under flwr run: {args.rounds} rounds of '
+          f'{supernodes} clients, audited (the first round of each left '
+          'out)')
+    print(f'mean round, wall time: simulation {simulated:.2f} s, deployment '
+          f'{deployed:.2f} s; ratio {deployed / simulated:.2f} (target <= 2)')
+    return
   logging.getLogger('flwr').setLevel(logging.WARNING)
   setting = fashion.Setting(rounds=args.rounds,
                             num_canaries=args.num_canaries)

@@ -16,13 +16,22 @@ Flower's simulation runtime runs them in Ray through
 the reports' table:
 
   python -m examples.flower_fashion_mnist --output_dir=/tmp/flower_demo
+
+(or, from anywhere, `python <repo>/examples/flower_fashion_mnist.py`). Ctrl-C
+or SIGTERM saves each run after its last completed round and ends with one
+line naming it; the same command resumes from there.
 """
 
+import dataclasses
 import logging
 import os
 import sys
 import types
 from collections.abc import Callable, Sequence
+
+if not __package__:  # Run as a script: its repository's root is the path.
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+      __file__))))
 
 from absl import app as absl_app
 from absl import flags
@@ -155,6 +164,13 @@ def define_flags() -> dict[str, flags.FlagHolder]:
 _FLAGS = types.SimpleNamespace()
 
 
+def _defining(setting: fashion.Setting) -> dict[str, object]:
+  """What defines a run of the demo, besides its noise: its directory's name."""
+  return {**dataclasses.asdict(setting),
+          'data_dir': None if setting.use_synthetic_data else os.path.abspath(
+              setting.data_dir)}
+
+
 def _checked_plan() -> tuple[fashion.Setting, list[audit_lib.CanaryAudit],
                              list[Strategy], fashion.Task]:
   """The flags' setting, audits, audited strategies and data, all checked.
@@ -165,12 +181,19 @@ def _checked_plan() -> tuple[fashion.Setting, list[audit_lib.CanaryAudit],
 
   Raises:
     ValueError: naming the flag, for any bad flag, an output directory that
-      cannot be written or a data directory without Fashion-MNIST.
+      cannot be written or a data directory without Fashion-MNIST (checked
+      before Flower's strategies are built).
   """
   setting = fashion.Setting(
       rounds=_FLAGS.rounds.value, num_canaries=_FLAGS.num_canaries.value,
       data_dir=_FLAGS.data_dir.value,
       use_synthetic_data=_FLAGS.use_synthetic_data.value)
+  try:
+    fashion.check_data(setting)
+  except ValueError as error:
+    raise ValueError(f'--data_dir: {error} Install Debian\'s '
+                     'dataset-fashion-mnist, point --data_dir at the files, '
+                     'or pass --use_synthetic_data.') from None
   noises = []
   for value in _FLAGS.noise_multipliers.value:
     try:
@@ -186,8 +209,8 @@ def _checked_plan() -> tuple[fashion.Setting, list[audit_lib.CanaryAudit],
   except run_directory.RunDirectoryError as error:
     raise ValueError(f'--output_dir: {error}') from None
   try:
-    audits = [make_audit(setting, os.path.join(output_dir, f'noise_{z:g}'))
-              for z in noises]
+    audits = [make_audit(setting, os.path.join(
+        output_dir, fashion.run_name(z, _defining(setting)))) for z in noises]
     # 2. Wrap (the canaries' share of a round is checked here).
     wrapped = [audit.wrap(fashion.dp_strategy(setting, z))
                for audit, z in zip(audits, noises)]
@@ -195,10 +218,8 @@ def _checked_plan() -> tuple[fashion.Setting, list[audit_lib.CanaryAudit],
     raise ValueError(f'--{error}') from None
   try:
     task = fashion.load_task(setting)
-  except ValueError as error:
-    raise ValueError(f'--data_dir: {error} Install Debian\'s '
-                     'dataset-fashion-mnist, point --data_dir at the files, '
-                     'or pass --use_synthetic_data.') from None
+  except ValueError as error:  # Files there, but malformed.
+    raise ValueError(f'--data_dir: {error}') from None
   return setting, audits, wrapped, task
 
 
@@ -220,8 +241,9 @@ def main(argv: Sequence[str]) -> None:
   """Runs the demo at each noise multiplier and prints the reports' table.
 
   Every flag, the output directory and the data are checked before the
-  first round (a bad one: one line, exit 2); Ctrl-C or SIGTERM stops with
-  one line and exit 130, and a rerun resumes.
+  first round (a bad one: one line, exit 2); Ctrl-C or SIGTERM saves the
+  run after its last completed round and stops with one line naming it,
+  exit 130, and a rerun resumes from it.
 
   Args:
     argv: absl's leftover arguments (none expected).
@@ -256,9 +278,9 @@ def main(argv: Sequence[str]) -> None:
       else:
         simulate(setting, run_all, verbose)
   except KeyboardInterrupt as error:
-    if current:
-      error = interrupts.Interrupted(interrupts.resume_line(
-          current[0].last_round, setting.rounds, current[0].run_dir))
+    if current and not isinstance(error, interrupts.Interrupted):
+      # Flower's simulation runs the ServerApp in a thread: saved from here.
+      error = interrupts.Interrupted(current[0].stop())
     interrupts.exit_interrupted(
         error, 'interrupted before the first round; rerun the same command')
   print(f'Data: {task.source}; {setting.num_clients} clients, '

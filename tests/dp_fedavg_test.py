@@ -106,6 +106,45 @@ def test_event_epsilon_of_a_composed_round_is_dp_accountings_pld():
       dp_accounting.GaussianDpEvent(0.0), 1e-6, None, 3).epsilon)
 
 
+def test_rounds_of_different_events_compose_as_dp_accountings_pld():
+  # A round released at an effective multiplier below z (0.5 of 1), one that
+  # released nothing (None), an adaptive clip's composed round.
+  adaptive = dp_accounting.ComposedDpEvent([
+      dp_accounting.GaussianDpEvent(1.1), dp_accounting.GaussianDpEvent(5.0)])
+  g = dp_accounting.GaussianDpEvent
+  events = [g(1.0), None, g(0.5), adaptive]
+  got = dp_fedavg.client_epsilon_of_rounds(events, 1e-5)
+  assert got.epsilon == pytest.approx(_pld_epsilon(
+      dp_accounting.ComposedDpEvent([g(1.0), g(0.5), adaptive]), 1e-5),
+                                      rel=2e-3)
+  assert '3 released round(s) of 4' in got.mechanism
+  full = dp_fedavg.client_epsilon_of_event(g(1.0), 1e-5, None, 4).epsilon
+  skipped = dp_fedavg.client_epsilon_of_rounds([g(1.0)] * 3 + [None], 1e-5)
+  short = dp_fedavg.client_epsilon_of_rounds([g(1.0)] * 3 + [g(0.5)], 1e-5)
+  assert skipped.epsilon < full < short.epsilon
+  assert dp_fedavg.client_epsilon_of_rounds([None, None], 1e-5).epsilon == 0
+  assert math.isinf(dp_fedavg.client_epsilon_of_rounds(
+      [g(1.0), g(0.0)], 1e-5).epsilon)
+  # Bernoulli: each round subsampled at q = 1/4, the adaptive one merged.
+  bernoulli = dp_fedavg.Participation('bernoulli', 5, 20, 4)
+  merged = g((1.1**-2 + 5.0**-2)**-0.5)
+  assert dp_fedavg.client_epsilon_of_rounds(
+      events, 1e-5, bernoulli).epsilon == pytest.approx(_pld_epsilon(
+          dp_accounting.ComposedDpEvent([
+              dp_accounting.PoissonSampledDpEvent(0.25, e)
+              for e in (g(1.0), g(0.5), merged)]), 1e-5), rel=2e-3)
+  # Shuffled epochs of 2 rounds: once per epoch, at its least-noised round.
+  shuffle = dp_fedavg.Participation('shuffle', 10, 20, 4)
+  assert dp_fedavg.client_epsilon_of_rounds(
+      [g(1.0), g(0.5), None, g(2.0)], 1e-5, shuffle).epsilon == (
+          pytest.approx(_pld_epsilon(dp_accounting.ComposedDpEvent(
+              [g(0.5), g(2.0)]), 1e-5), rel=2e-3))
+  with pytest.raises(TypeError, match='round_events'):
+    dp_fedavg.client_epsilon_of_rounds([1.0], 1e-5)
+  with pytest.raises(ValueError, match='participation 4'):
+    dp_fedavg.client_epsilon_of_rounds(events[:3], 1e-5, bernoulli)
+
+
 def _mixture_delta_by_quadrature(epsilon, scale, counts, weights):
   """max of both hockey-stick divergences, by numerical integration."""
   def q(x):

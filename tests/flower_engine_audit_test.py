@@ -31,6 +31,7 @@ from flwr.serverapp.strategy import (
 from one_shot_epe.flower_engine import audit as audit_lib
 from one_shot_epe.flower_engine import canaries
 from one_shot_epe.flower_engine import local_grid
+from one_shot_epe.runtime import interrupts
 from one_shot_epe.stats import null_distribution
 
 DIM = 2000
@@ -225,6 +226,35 @@ def test_a_killed_run_resumes_to_the_same_report(tmp_path):
   assert len(result.arrays.to_numpy_ndarrays()) == 2
 
 
+def test_an_interrupt_saves_the_last_round_and_the_rerun_matches(tmp_path):
+  # Ctrl-C in round 5: round 4, not a checkpoint round (every 3), is saved
+  # with its cosines still buffered; the rerun resumes from it.
+  def interrupted(node, message):
+    if message.content['config']['server-round'] == 5:
+      raise KeyboardInterrupt
+    return _still(node, message)
+
+  with pytest.raises(interrupts.Interrupted) as stopped:
+    _run(tmp_path / 'resumed', _fixed(0.7), client=interrupted,
+         rounds_per_checkpoint=3)
+  assert str(stopped.value) == (
+      f'interrupted after round 4 of 8 ({tmp_path / "resumed"}); rerun the '
+      'same command to resume')
+  audit, _ = _run(tmp_path / 'resumed', _fixed(0.7), rounds_per_checkpoint=3)
+  assert audit.resumed_from == 4
+  assert audit.opening == f'resumed from round 4 in {tmp_path / "resumed"}'
+  whole, _ = _run(tmp_path / 'whole', _fixed(0.7), rounds_per_checkpoint=3)
+  for name in ('report.json', 'final_cosines.csv', 'max_cosines.csv',
+               'canary_cosines.csv', 'metrics.csv'):
+    resumed_text = (tmp_path / 'resumed' / name).read_text()
+    whole_text = (tmp_path / 'whole' / name).read_text()
+    if name == 'metrics.csv':  # The rounds' times differ, nothing else.
+      resumed_text, whole_text = (
+          [line.rsplit(',', 1)[0] for line in text.splitlines()]
+          for text in (resumed_text, whole_text))
+    assert resumed_text == whole_text, name
+
+
 def test_without_unseen_canaries_the_final_models_report_is_written(
     tmp_path):
   audit, _ = _run(tmp_path / 'run', _fixed(0.7), rounds=2, k=4, m=0)
@@ -306,6 +336,21 @@ def test_canary_replies_leave_the_train_metrics_mean_unchanged(tmp_path):
   assert all(len(ids) for ids in audit.spec.schedule)  # Canaries each round.
   for round_num, metrics in result.train_metrics_clientapp.items():
     assert metrics['loss'] == pytest.approx(np.mean(sampled[round_num]))
+
+
+def test_flowers_reply_count_counts_the_clients_and_names_the_canaries(
+    tmp_path, caplog):
+  with caplog.at_level('INFO', logger='flwr'):
+    audit, _ = _run(tmp_path / 'run', _fixed(1.0), rounds=2, k=6, m=4)
+  counted = [record.getMessage() for record in caplog.records
+             if 'Received' in record.getMessage()]
+  canaries = [len(ids) for ids in audit.spec.schedule]
+  # The DP wrapper's count, then FedAvg's, each round.
+  assert counted == [
+      line for k in canaries for line in (
+          f'aggregate_train: Received {COHORT} results and 0 failures',
+          f'aggregate_train: Received {COHORT} results and 0 failures, and '
+          f'the round\'s {k} canaries as one reply')]
 
 
 def test_canaries_are_the_banks_unit_directions():

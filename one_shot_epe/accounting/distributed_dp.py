@@ -406,7 +406,7 @@ def run_references(ddp: DistributedDP,
   calibration = run_calibration(ddp, facts)
   found = references.gaussian_references(
       calibration.noise_multiplier,
-      dataclasses.replace(facts, round_event=None))
+      dataclasses.replace(facts, round_event=None, round_events=None))
   setting = calibration.setting()
   if calibration.noise == 'skellam':
     participation = facts.participation

@@ -20,7 +20,10 @@ assumes spelled out, because they answer different questions:
   for shuffling are not known; the paper's footnote 5).
   `client_epsilon_of_event` does the same from the DpEvent that the DP
   aggregation reports for one round (TFF's `extract_dp_event_from_state`), so
-  an adaptive clip's count query is accounted as well.
+  an adaptive clip's count query is accounted as well;
+  `client_epsilon_of_rounds` from each round's own event, where rounds differ
+  (a round noised at a lower effective noise multiplier, one that released
+  nothing).
 
 A third number is a heuristic, not a bound: `last_iterate_epsilon`, the
 reference for the final-model estimate (Steinke et al., 2025, "The last
@@ -38,6 +41,7 @@ heuristic an upper bound, which is why it is labelled a heuristic.
 import collections
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import dp_accounting
 import numpy as np
@@ -49,6 +53,7 @@ from one_shot_epe import validation
 
 __all__ = ['CorrelatedNoise', 'MechanismEpsilon', 'Participation', 'SAMPLINGS', 'canary_epsilon',
            'client_epsilon', 'client_epsilon_of_event',
+           'client_epsilon_of_rounds',
            'composed_gaussian_epsilon', 'last_iterate_epsilon',
            'matrix_factorization_canary_epsilon']
 
@@ -342,6 +347,96 @@ def client_epsilon_of_event(round_event: dp_accounting.DpEvent, delta: float,
                    '(dp_accounting PLD)')
   epsilon = _pld_epsilon(event, delta) if _has_noise(round_event) else math.inf
   return MechanismEpsilon(epsilon, description)
+
+
+def _least_noised(events: list[dp_accounting.DpEvent]) -> dp_accounting.DpEvent:
+  """The event of `events` with the least noise, all of them Gaussian."""
+  merged = [_merged_gaussians(event) for event in events]
+  if not all(isinstance(event, dp_accounting.GaussianDpEvent)
+             for event in merged):
+    raise ValueError('rounds of different events within a shuffled epoch '
+                     'are accounted only for Gaussian events; got '
+                     f'{events!r}.')
+  return min(merged, key=lambda event: event.noise_multiplier)
+
+
+@validation.arguments('delta')
+def client_epsilon_of_rounds(
+    round_events: Sequence[dp_accounting.DpEvent | None], delta: float,
+    participation: Participation | None = None) -> MechanismEpsilon:
+  """Accounted eps of a real client over rounds whose DpEvents differ.
+
+  Entry t is round t + 1's event as released (e.g. a Gaussian at the
+  round's effective noise multiplier), or None for a round that released
+  nothing (no event). participation None: the client takes part in every
+  round, the events composed. Bernoulli/Poisson cohorts: each round's event
+  Poisson-subsampled at q, composed. Shuffled epochs (ceil(m / n) rounds
+  each): once per epoch, in its least-noised round (Gaussian events, merged
+  as in `client_epsilon_of_event`), composed over the epochs.
+
+  Args:
+    round_events: One entry per round, in order: its DpEvent or None.
+    delta: The delta, in (0, 1).
+    participation: How real clients take part (its rounds must be the
+      entries'); None for every round.
+
+  Returns:
+    The eps (0 when no round released anything; math.inf when a released
+    round adds no noise) and a description of the mechanism accounted.
+
+  Raises:
+    TypeError: if an entry is neither a DpEvent nor None, or
+      `participation` is not a `Participation`.
+    ValueError: if `delta` is out of range, `participation` has another
+      number of rounds, or, under shuffled epochs, an epoch holds events
+      other than Gaussian ones.
+  """
+  events = list(round_events)
+  for event in events:
+    if event is not None and not isinstance(event, dp_accounting.DpEvent):
+      raise TypeError('round_events must hold dp_accounting.DpEvents or None; '
+                      f'got {type(event).__name__}.')
+  if participation is not None and not isinstance(participation,
+                                                  Participation):
+    raise TypeError('participation must be an accounting.Participation; got '
+                    f'{type(participation).__name__}.')
+  if participation is not None and participation.rounds != len(events):
+    raise ValueError(f'round_events has {len(events)} rounds, participation '
+                     f'{participation.rounds}.')
+  released = [event for event in events if event is not None]
+  skipped = len(events) - len(released)
+  rounds = (f'{len(released)} released round(s) of {len(events)}, each at '
+            'its own event' + (f' ({skipped} released nothing)' if skipped
+                                else ''))
+  if participation is None:
+    composed = released
+    description = (f'a real client in every one of {rounds}: the events '
+                   'composed (dp_accounting PLD)')
+  elif participation.sampling == 'shuffle':
+    length = math.ceil(participation.num_clients /
+                       participation.clients_per_round)
+    epochs = [[event for event in events[start:start + length]
+               if event is not None]
+              for start in range(0, len(events), length)]
+    composed = [_least_noised(epoch) for epoch in epochs if epoch]
+    description = (f'a real client at most once in each of {len(epochs)} '
+                   f'shuffled epoch(s) of {rounds}: each epoch\'s least-noised '
+                   'round, composed, no amplification by shuffling claimed '
+                   '(dp_accounting PLD)')
+  else:
+    q = participation.sampling_probability
+    composed = [dp_accounting.PoissonSampledDpEvent(q, _merged_gaussians(event))
+                for event in released]
+    description = (f'a real client, independent inclusion at q = {q:.4g} per '
+                   f'round, over {rounds}: each round\'s event '
+                   'Poisson-subsampled, composed (dp_accounting PLD)')
+  if not composed:
+    return MechanismEpsilon(0.0, description)
+  if not all(_has_noise(event) for event in released):
+    return MechanismEpsilon(math.inf, description)
+  return MechanismEpsilon(
+      _pld_epsilon(dp_accounting.ComposedDpEvent(composed), delta),
+      description)
 
 
 @validation.arguments('noise_multiplier', 'delta')

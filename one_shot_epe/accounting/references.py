@@ -50,6 +50,11 @@ class RunFacts:
       t), for the tree's references.
     round_event: One round's `dp_accounting.DpEvent` as the aggregator
       recorded it; None: a Gaussian at z.
+    round_events: Where the rounds' events differ (a round noised at a
+      lower effective noise multiplier, one that released nothing): one
+      entry per round of `rounds`, its event or None
+      (`dp_fedavg.client_epsilon_of_rounds`); None: `round_event` in every
+      round.
     correlated: The strategy's numbers under matrix-factorization noise,
       which the engine computes (`dp_fedavg.CorrelatedNoise`).
     server_momentum: beta in [0, 1), the server's heavy-ball momentum (the
@@ -73,6 +78,7 @@ class RunFacts:
   presentation_counts: np.ndarray | None = None
   schedule: Sequence[Any] | None = None
   round_event: dp_accounting.DpEvent | None = None
+  round_events: Sequence[dp_accounting.DpEvent | None] | None = None
   correlated: dp_fedavg.CorrelatedNoise | None = None
   server_momentum: float = 0.0
 
@@ -152,7 +158,8 @@ def gaussian_references(noise_multiplier: float,
   Args:
     noise_multiplier: z of the Gaussian noise (z_eff for distributed DP).
     facts: The run's facts; `round_event`, if given, is one round's event
-      as the aggregator recorded it (default a Gaussian at z).
+      as the aggregator recorded it (default a Gaussian at z);
+      `round_events`, if given, each round's own.
 
   Returns:
     The canary's r-fold Gaussian eps, and with `facts.rounds` a real
@@ -164,10 +171,14 @@ def gaussian_references(noise_multiplier: float,
   rounds = facts.rounds
   if rounds is None:
     return References(noise_multiplier, analytical, None, None)
-  event = (dp_accounting.GaussianDpEvent(noise_multiplier)
-           if facts.round_event is None else facts.round_event)
-  accounted = dp_fedavg.client_epsilon_of_event(event, facts.delta,
-                                                facts.participation, rounds)
+  if facts.round_events is not None:
+    accounted = dp_fedavg.client_epsilon_of_rounds(
+        facts.round_events, facts.delta, facts.participation)
+  else:
+    event = (dp_accounting.GaussianDpEvent(noise_multiplier)
+             if facts.round_event is None else facts.round_event)
+    accounted = dp_fedavg.client_epsilon_of_event(event, facts.delta,
+                                                  facts.participation, rounds)
   # z and delta checked by canary_epsilon, the rounds by the accountant,
   # the momentum by RunFacts.
   heuristic = dp_fedavg.last_iterate_epsilon.unchecked(

@@ -3,68 +3,53 @@
 Flower (`flwr.serverapp.strategy`, 1.42) makes FedAvg differentially private
 with a wrapper: `DifferentialPrivacyServerSideFixedClipping` or
 `...ServerSideAdaptiveClipping` clips each reply's difference from the
-current model inside `aggregate_train`, calls the inner strategy, then adds
-Gaussian noise of std z C / num_sampled_clients;
-`DifferentialPrivacyClientSideFixedClipping` adds the same noise to replies
-the clients clipped (Flower's fixedclipping_mod). `CanaryAudit.wrap` audits
-such a strategy (Andrew et al., ICLR 2024, Sections 3-4):
+current model, calls the inner strategy, then adds Gaussian noise of std
+z C / num_sampled_clients; `DifferentialPrivacyClientSideFixedClipping` adds
+the same noise to replies the clients clipped (Flower's fixedclipping_mod).
+`CanaryAudit.wrap` audits such a strategy (Andrew et al., ICLR 2024, Sec. 4):
 
     outer  audited_strategy.AuditedStrategy  seeds, times, observes rounds
     DP     the user's wrapper                clips the replies, adds the noise
-    inner  strategies.CanaryStrategy         adds the round's canaries (Sec. 4)
+    inner  strategies.CanaryStrategy         adds the round's canaries
     FedAvg the user's FedAvg                 averages
 
-so the canaries enter inside the noise. Canary j is a client whose update is
-S_t c_j, with S_t the clip the round's replies were clipped to (an unclipped
-client of norm exactly S_t: 'project', Algorithm 2 line 7; what a client's
-fixedclipping_mod sends at most), of the real replies' weight w. FedAvg's
-mean being linear, the round's k_t canaries are sent as one reply,
-theta + (S_t / k_t) sum_j c_j of weight k_t w, which adds exactly what k_t
-such clients would (one message instead of k_t), with the real replies'
-metric means (FedAvg's averages of the metrics do not move). The seen
-canaries are inserted on
-`canary_schedules.periodic_canary_schedule` (each once in each of r periods,
-Sec. 5.2), the unseen ones never.
-
-The noise's scale. The mean of N_t records has sensitivity S_t / N_t; the
-accounting assumes noise std z S_t / N_t. Flower divides by its fixed
-`num_sampled_clients` (wrong with canaries, and with replies missing) and
-its adaptive wrapper multiplies by the clip after its update S_{t+1} (the
-replies were clipped to S_t). The canary strategy sets the wrapper's
-divisor to N_t S_{t+1} / S_t for the round, so the noise std is exactly
-z S_t / N_t, and restores it when the next round is configured.
+so the canaries enter inside the noise, each a client whose update is
+S_t c_j (S_t the round's clip: 'project', Algorithm 2 line 7), inserted on
+`canary_schedules.periodic_canary_schedule` (Sec. 5.2); the unseen ones
+never. The noise keeps Flower's calibration to the sample, the canaries
+counted in it: std z S_t / (n + k_t), z S_t / N_t when every sampled client
+replied, an effective multiplier z N_t / (n + k_t) when fewer did
+(`strategies.CanaryStrategy`). A round Flower's wrapper skips (an error
+reply: a lost node) releases nothing and the audit goes on, as Flower does;
+its canaries stay seen, presented fewer times (the seen/unseen split is the
+design's random draw, made before the run), and the accounting composes
+each released round at its own noise (`releases`). A round's bookkeeping is
+whole or absent, and an interrupt saves the state after the last completed
+round (`round_book`).
 
 What is refused (`AuditRefused`, naming it): client-side adaptive clipping
 (its noise is scaled to the clip it sets after averaging), any other
 strategy than these DP wrappers around FedAvg's own aggregation (FedAvgM,
 FedAdam, FedMedian, ... move or replace the mean the noise is scaled to),
 and, at aggregation, unequal client weights (a weighted mean changes the
-sensitivity) or, the clients clipping, an update beyond the clip. A
-wrapper's `accountant=` keeps accounting (`flower_accountant`); the report
-shows its ε beside the audit's.
+sensitivity) or, the clients clipping, an update beyond the clip; before
+round 1, a model of fewer than 3 parameters. A wrapper's `accountant=` keeps
+accounting (`flower_accountant`); the report shows its ε beside the audit's.
 
 Each round the outer strategy takes every canary's cosine with the released
-aggregate rho_bar_t = theta_t - theta_{t-1} (Algorithm 3, the max over rounds
-kept), B rounds at a time; at the end each canary's
-cosine with theta_T - theta_0 (Algorithm 2). It checkpoints every
-`rounds_per_checkpoint` rounds (`runtime.npz_checkpoints.NpzCheckpoints`:
-the model's arrays, theta_0, the canaries' running maxima and the DP
-wrapper's clip, which adaptive clipping moves) and writes the
-project's run directory (`runtime.run_directory`): config.json, metrics.csv,
-canary_cosines.csv, final_cosines.csv, max_cosines.csv, report.json,
-report.md (`reporting.run_report.build_run_report`) and the density plot
-(`reporting.run_files.write_results`, the writer of every engine). A
-rerun of `start` on the same directory resumes from the newest checkpoint.
-
+aggregate theta_t - theta_{t-1} (Algorithm 3, the max over rounds kept), B
+rounds at a time; at the end each canary's cosine with theta_T - theta_0
+(Algorithm 2). It checkpoints every `rounds_per_checkpoint` rounds and
+writes the project's run directory (`runtime.run_directory`, the result
+files by `reporting.run_files.write_results`, the writer of every engine);
+a rerun of `start` on the same directory resumes from the newest checkpoint.
 The report's references: the canary's analytical eps at the update's noise
-multiplier (an r-fold Gaussian mechanism), and a real client's eps accounted
-with dp_accounting (PLD) for Flower's actual noise: each round a Gaussian at
-z (fixed clip), or at the update's z_v composed with the clipped count's
-Gaussian of std sigma_b (adaptive: Flower counts clipped replies, a query of
-sensitivity 1, so the round's overall multiplier is (z_v^-2 + sigma_b^-2)^-1/2,
-not Flower's (z_v^-2 + (2 sigma_b)^-2)^-1/2); composed over every round: Flower's
-FedAvg samples a fixed-size cohort without replacement, and no amplification
-is claimed. A wrapper's accountant gives the report's framework_epsilon.
+multiplier (an r-fold Gaussian mechanism), and a real client's eps
+accounted with dp_accounting (PLD), each released round a Gaussian at its
+(effective) z, or, adaptive, the update's z_v composed with the clipped
+count's Gaussian of std sigma_b (Flower counts clipped replies, a query of
+sensitivity 1); no amplification is claimed (Flower's FedAvg samples a
+fixed-size cohort).
 
 Example (examples/flower_fashion_mnist.py runs it):
 
@@ -78,13 +63,13 @@ Example (examples/flower_fashion_mnist.py runs it):
 """
 
 import contextlib
-import dataclasses
+import functools
+import math
 import os
 import random
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import dp_accounting
 import numpy as np
 from flwr.app import Array, ArrayRecord
 from flwr.serverapp.strategy import (
@@ -94,15 +79,18 @@ from one_shot_epe import validation
 from one_shot_epe.flower_engine import audited_strategy
 from one_shot_epe.flower_engine import canaries
 from one_shot_epe.flower_engine import flower_accountant
+from one_shot_epe.flower_engine import releases as releases_lib
+from one_shot_epe.flower_engine import round_book
 from one_shot_epe.flower_engine import strategies
 from one_shot_epe.design import audit_checks
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import canary_schedules
+from one_shot_epe.design import run_size
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.accounting import references
 from one_shot_epe.reporting import run_files
 from one_shot_epe.reporting import run_report
-from one_shot_epe.runtime import cosine_buffer
+from one_shot_epe.runtime import interrupts
 from one_shot_epe.runtime import npz_checkpoints
 from one_shot_epe.runtime import run_directory
 from one_shot_epe.runtime import training_health
@@ -111,25 +99,16 @@ __all__ = ['AuditRefused', 'CSV_FORMAT', 'CanaryAudit']
 
 AuditRefused = strategies.AuditRefused
 
-# The run directory's per-round CSVs: columns as reported, LF (as JAX's).
-CSV_FORMAT = run_directory.CsvFormat(sort_new_columns=False,
-                                     line_terminator='\n')
-
-
-@dataclasses.dataclass
-class _Rounds:
-  """The per-round CSVs' rows so far and the rounds awaiting their cosines."""
-  metrics: list[dict[str, object]]
-  cosines: list[dict[str, object]]
-  vectors: list[np.ndarray]
-  round_nums: list[int]
+# The run directory's per-round CSVs' layout (`round_book`).
+CSV_FORMAT = round_book.CSV_FORMAT
 
 
 class CanaryAudit:
   """The canaries of one Flower training run, from strategy to report.
 
   Attributes:
-    spec: The canary plan (`canary_spec.CanarySpec`).
+    spec: The canary plan (`canary_spec.CanarySpec`), drawn when first read
+      (`wrap` checks the canaries' share of a round before).
     rounds: T.
     run_dir: The run directory.
     report: The run's `run_report.RunReport` once `start` has finished.
@@ -149,7 +128,8 @@ class CanaryAudit:
     """Plans the canaries of a run of `rounds` rounds.
 
     Args:
-      run_dir: Where the run's files go (its parent is created as needed).
+      run_dir: Where the run's files go (its parent is created as needed);
+        it, or its nearest existing parent, must be writable.
       num_canaries: k >= 2 seen canaries, inserted `repetitions` times each
         (a Gaussian is fitted to their statistics).
       rounds: T >= 1 training rounds.
@@ -170,8 +150,9 @@ class CanaryAudit:
 
     Raises:
       ValueError: before any work, if an argument is out of range (fewer
-        than 2 seen canaries, 1 unseen), or the rounds or canaries cannot
-        fit this machine (`audit_checks.check_audit`).
+        than 2 seen canaries, 1 unseen), the rounds or canaries cannot fit
+        this machine (`audit_checks.check_audit`), or `run_dir` cannot be
+        written (naming 'run_dir').
     """
     self.run_dir = os.path.abspath(run_dir)
     self.rounds, num_canaries, num_unseen_canaries = audit_checks.check_audit(
@@ -184,15 +165,14 @@ class CanaryAudit:
     self._cache_bytes = validation.check_int('cache_bytes', cache_bytes, 0)
     self._seed = (None if seed is None else
                   canary_spec.check_seed(seed, 'seed'))
-    canary_seed = canary_spec.check_seed(canary_seed)
-    schedule = canary_schedules.periodic_canary_schedule(
-        num_canaries, self.rounds,
-        validation.check_int('repetitions', repetitions, 1, self.rounds),
-        canary_seed)
-    self.spec = canary_spec.CanarySpec(
-        seed=canary_seed, num_seen=num_canaries,
-        num_unseen=num_unseen_canaries,
-        schedule=schedule.as_round_lists(), repetitions=repetitions)
+    self._plan = (num_canaries, num_unseen_canaries,
+                  validation.check_int('repetitions', repetitions, 1,
+                                       self.rounds),
+                  canary_spec.check_seed(canary_seed))
+    try:
+      run_directory.check_writable(self.run_dir)
+    except run_directory.RunDirectoryError as error:
+      raise ValueError(f'run_dir: {error}') from None
     self.store = npz_checkpoints.NpzCheckpoints(
         os.path.join(self.run_dir, run_directory.CHECKPOINT_DIR))
     self.report: run_report.RunReport | None = None
@@ -201,10 +181,19 @@ class CanaryAudit:
     self.bank: canaries.CanaryBank | None = None
     self._wrapped = False
     self._config: dict[str, Any] = {}
-    self._initial = np.zeros(0)
-    self._folded: cosine_buffer.CosineBuffer | None = None
-    self._rows = _Rounds([], [], [], [])
+    # The rounds recorded, once `open_run` has started or resumed the run.
+    self._book: round_book.RoundBook | None = None
     self.health = training_health.TrainingHealth(name=self.run_dir)
+
+  @functools.cached_property
+  def spec(self) -> canary_spec.CanarySpec:
+    """The canary plan: the seen canaries' schedule, drawn when first read."""
+    num_seen, num_unseen, repetitions, canary_seed = self._plan
+    schedule = canary_schedules.periodic_canary_schedule(
+        num_seen, self.rounds, repetitions, canary_seed)
+    return canary_spec.CanarySpec(
+        seed=canary_seed, num_seen=num_seen, num_unseen=num_unseen,
+        schedule=schedule.as_round_lists(), repetitions=repetitions)
 
   def wrap(self, strategy: Strategy) -> Strategy:
     """The strategy to start instead of `strategy`, canaries inside its noise.
@@ -225,27 +214,31 @@ class CanaryAudit:
         module docstring), naming it.
       ValueError: the canaries would be more than half of a round's
         participants (`num_sampled_clients` replies and k r / T canaries;
-        `audit_checks.check_share`).
+        `audit_checks.check_share`), checked before the schedule is drawn.
       RuntimeError: this audit already wrapped a strategy.
     """
     if self._wrapped:
       raise RuntimeError('a CanaryAudit audits one strategy; make another.')
     dp = strategies.check_strategy(strategy)
-    spec = self.spec
+    num_seen, _, repetitions, _ = self._plan
     clients = float(dp.num_sampled_clients)
-    audit_checks.check_share(
-        spec.num_seen, clients,
-        clients + spec.num_seen * spec.repetitions / self.rounds)
+    audit_checks.check_share(num_seen, clients,
+                             clients + num_seen * repetitions / self.rounds)
     inner = strategies.CanaryStrategy(self, dp.strategy, dp)
     dp.strategy = inner
     self._wrapped = True
     return audited_strategy.AuditedStrategy(self, dp, inner, self.health)
 
   @property
-  def last_round(self) -> int:
-    """The last training round recorded (the round resumed from before any)."""
-    metrics = self._rows.metrics
-    return int(metrics[-1]['round']) if metrics else self.resumed_from
+  def opening(self) -> str:
+    """The line a started run opens with: 'new run in <dir>' or 'resumed ...'.
+
+    Returns:
+      'new run in <run_dir>', or 'resumed from round N in <run_dir>'.
+    """
+    if self.resumed_from:
+      return f'resumed from round {self.resumed_from} in {self.run_dir}'
+    return f'new run in {self.run_dir}'
 
   def seed_round(self, round_num: int, stage: int) -> None:
     """Seeds Python's and numpy's generators for a stage of a round.
@@ -300,9 +293,37 @@ class CanaryAudit:
     run_directory.check(self.run_dir, accept_config=self._accept,
                         checkpoints=self.store)
 
+  def _check_model(self, dim: int) -> None:
+    """ValueError naming initial_arrays for a model the audit cannot score.
+
+    The cosines need d >= 3 (the null law of a canary's cosine,
+    `stats.null_distribution`), and the run's canaries, buffered rounds
+    and model copies must fit this machine (`run_size.check`).
+    """
+    if dim < 3:
+      raise ValueError(
+          f'initial_arrays: the model has {dim} parameter(s); the canaries\' '
+          'cosines need at least 3 (their null law is that of a uniform '
+          'direction on the sphere S^(d-1), d >= 3).')
+    spec = self.spec
+    cached = min(self._cache_bytes,
+                 4 * (spec.num_seen + spec.num_unseen) * dim)
+    try:
+      run_size.check(run_size.RunShape(
+          total_rounds=self.rounds, num_seen=spec.num_seen,
+          num_unseen=spec.num_unseen, dim=dim,
+          state_vectors=4 + math.ceil(cached / (4 * dim)),
+          buffer_rounds=spec.buffer_rounds_for(dim)))
+    except run_size.PlanRefused as error:
+      raise ValueError(f'initial_arrays: a model of {dim} parameters: '
+                       f'{error}.') from None
+
   def open_run(self, initial_arrays: ArrayRecord,
                dp: Strategy) -> ArrayRecord:
-    """Checks the run directory; the arrays to start from (resumed or not).
+    """Checks the model and the run directory; the arrays to start from.
+
+    Nothing is written: a model or directory refused here leaves the
+    directory as it was.
 
     Args:
       initial_arrays: theta_0 (its layout also that of a resumed model).
@@ -312,37 +333,35 @@ class CanaryAudit:
       theta_0, or the newest checkpoint's model.
 
     Raises:
+      ValueError: naming initial_arrays, for a model of fewer than 3
+        parameters or one whose audit cannot fit this machine.
       run_directory.RunDirectoryError: the directory holds another run.
       AuditRefused: the wrapper's accountant holds other releases than the
-        rounds trained (`flower_accountant.resume`).
+        rounds released (`flower_accountant.resume`).
     """
     initial = strategies.flatten(initial_arrays)
+    self._check_model(initial.size)
     self._config = self._run_config(initial.size, dp)
     self._recheck()
     self.bank = canaries.CanaryBank(self.spec, initial.size,
                                     cache_bytes=self._cache_bytes)
+    book = round_book.RoundBook(self.run_dir, self.store, self.bank,
+                                self.spec, self.rounds,
+                                self.rounds_per_checkpoint)
     latest = self.store.latest()
     self.resumed_from = latest or 0
-    flower_accountant.resume(dp, self._inner(dp).num_sampled_clients,
-                             self.resumed_from)
-    self._rows = _Rounds([], [], [], [])
     if latest is None:
-      self._initial = initial
-      self._folded = cosine_buffer.CosineBuffer(self.spec.num_seen,
-                                                self.spec.num_unseen)
-      return initial_arrays
-    saved = self.store.load(latest, None)
-    self._initial = saved['initial']
-    self._folded = cosine_buffer.CosineBuffer(
-        self.spec.num_seen, self.spec.num_unseen, saved['maxima'])
-    dp.clipping_norm = float(saved['clip'])
-    for name, rows in (('metrics', self._rows.metrics),
-                       ('cosines', self._rows.cosines)):
-      rows.extend(run_directory.read_rounds(
-          os.path.join(self.run_dir, _CSV[name]), latest)[1])
-    keys = list(initial_arrays.keys())
-    return ArrayRecord({key: Array(saved[f'array_{i}'])
-                        for i, key in enumerate(keys)})
+      book.start(initial)
+      arrays = initial_arrays
+    else:
+      saved = book.resume(latest)
+      dp.clipping_norm = float(saved['clip'])
+      arrays = ArrayRecord({key: Array(saved[f'array_{i}'])
+                            for i, key in enumerate(initial_arrays.keys())})
+    self._book = book
+    flower_accountant.resume(dp, self._inner(dp).num_sampled_clients,
+                             self._releases(dp).released)
+    return arrays
 
   @contextlib.contextmanager
   def owned(self) -> Iterator[None]:
@@ -359,33 +378,6 @@ class CanaryAudit:
       run_directory.write_config(self.run_dir, self._config)
       yield
 
-  def _save(self, round_num: int, arrays: ArrayRecord | None,
-            dp: Strategy) -> None:
-    """Scores the buffered rounds, writes the CSVs, saves the checkpoint."""
-    self._flush()
-    for name, rows in (('metrics', self._rows.metrics),
-                       ('cosines', self._rows.cosines)):
-      columns = (list(run_directory.COSINE_FIELDS) if name == 'cosines' else
-                 list(dict.fromkeys(c for row in rows for c in row)))
-      run_directory.write_rounds(os.path.join(self.run_dir, _CSV[name]),
-                                 columns or ['round'], rows, CSV_FORMAT)
-    if arrays is not None:
-      state = {f'array_{i}': a
-               for i, a in enumerate(arrays.to_numpy_ndarrays())}
-      state.update(initial=self._initial, maxima=self._folded.maxima,
-                   clip=np.float64(dp.clipping_norm))
-      self.store.save(state, round_num)
-
-  def _flush(self) -> None:
-    """Scores the buffered rounds' vectors against every tracked canary."""
-    rows = self._rows
-    if not rows.vectors:
-      return
-    block = self.bank.cosines(np.stack(rows.vectors))
-    for summary in self._folded.fold(rows.round_nums, block):
-      rows.cosines.append(dict(zip(run_directory.COSINE_FIELDS, summary)))
-    rows.vectors, rows.round_nums = [], []
-
   def on_round(self, round_num: int, vector: np.ndarray, seconds: float,
                inner: strategies.CanaryStrategy, arrays: ArrayRecord,
                dp: Strategy) -> None:
@@ -398,35 +390,80 @@ class CanaryAudit:
       inner: The canary strategy (its round's counts and noise std).
       arrays: theta_t.
       dp: The DP wrapper (its clip).
+
+    Raises:
+      interrupts.Interrupted: the audit was stopped (`stop`) meanwhile.
     """
-    rows = self._rows
-    rows.metrics.append({
+    self._book.record({
         'round': round_num, 'clip': inner.clip,
         'aggregate_norm': float(np.linalg.norm(vector)),
-        **inner.round_stats, 'training_time_in_seconds': seconds})
-    rows.vectors.append(vector)
-    rows.round_nums.append(round_num)
-    if len(rows.vectors) >= self.spec.buffer_rounds_for(vector.size):
-      self._flush()
-    if run_directory.is_checkpoint_round(round_num,
-                                         self.rounds_per_checkpoint,
-                                         self.rounds):
-      self._save(round_num, arrays, dp)
+        **inner.round_stats, 'released': 1,
+        'training_time_in_seconds': seconds}, vector, arrays,
+                      float(dp.clipping_norm))
 
-  def _round_event(self, dp: Strategy) -> tuple[float, Any, dict[str, Any]]:
-    """The update's noise multiplier, a round's DpEvent, the DP setting."""
+  def on_skipped_round(self, round_num: int, seconds: float, clip: float,
+                       replies: int, failures: int, arrays: ArrayRecord,
+                       dp: Strategy) -> None:
+    """Records a round the DP wrapper released nothing for.
+
+    Its scheduled canaries were never inserted (the canary strategy never
+    ran); the model stays theta_{t-1}.
+
+    Args:
+      round_num: The training round (1-based).
+      seconds: The round's time.
+      clip: The clip the round's replies were to be clipped to.
+      replies: The replies free of errors.
+      failures: The error replies.
+      arrays: theta_{t-1}, still the model.
+      dp: The DP wrapper (its clip).
+
+    Raises:
+      interrupts.Interrupted: the audit was stopped (`stop`) meanwhile.
+    """
+    self._book.record({
+        'round': round_num, 'clip': clip, 'aggregate_norm': '',
+        'num_clients': replies, 'failures': failures,
+        'canaries_inserted': 0, 'noise_std': '',
+        'effective_noise_multiplier': '', 'released': 0,
+        'training_time_in_seconds': seconds}, None, arrays,
+                      float(dp.clipping_norm))
+
+  def stop(self) -> str:
+    """Saves the state after the last completed round; the interrupt's line.
+
+    Called when the run is interrupted, from any thread but one inside a
+    round's bookkeeping (the main thread defers its signals there): waits
+    for a round's bookkeeping under way to end, checkpoints the last
+    completed round unless it is saved (`round_book.RoundBook.stop`), and
+    stops the run: a round recorded later raises `interrupts.Interrupted`.
+    A finished or stopped run saves nothing.
+
+    Returns:
+      'interrupted after round N of T (<run_dir>); rerun the same command
+      to resume', N the round the rerun resumes from.
+    """
+    if self._book is None:
+      return interrupts.resume_line(self.resumed_from, self.rounds,
+                                    self.run_dir)
+    return self._book.stop()
+
+  def _releases(self, dp: Strategy) -> releases_lib.Releases:
+    """The rounds recorded, as released (`releases`)."""
+    adaptive = isinstance(dp, DifferentialPrivacyServerSideAdaptiveClipping)
+    return releases_lib.Releases.of_rounds(
+        self._book.metrics, self.spec.schedule, self.spec.num_seen,
+        float(dp.noise_multiplier),
+        float(dp.clipped_count_stddev) if adaptive else None)
+
+  def _dp_setting(self, dp: Strategy) -> dict[str, Any]:
+    """The report setting's DP entries."""
     z = float(dp.noise_multiplier)
     if isinstance(dp, DifferentialPrivacyServerSideAdaptiveClipping):
-      sigma = float(dp.clipped_count_stddev)
-      event = dp_accounting.ComposedDpEvent([
-          dp_accounting.GaussianDpEvent(z),
-          dp_accounting.GaussianDpEvent(sigma)])
-      return z, event, {'clipping': 'adaptive',
-                        'update_noise_multiplier': z,
-                        'clipped_count_stddev': sigma,
-                        'final_clip': float(dp.clipping_norm)}
-    return z, dp_accounting.GaussianDpEvent(z), {
-        'clipping': float(dp.clipping_norm), 'noise_multiplier': z}
+      return {'clipping': 'adaptive', 'update_noise_multiplier': z,
+              'clipped_count_stddev': float(dp.clipped_count_stddev),
+              'final_clip': float(dp.clipping_norm)}
+    return {'clipping': float(dp.clipping_norm), 'noise_multiplier': z}
 
   def finish(self, final_arrays: ArrayRecord, dp: Strategy,
              accuracy: float | None) -> run_report.RunReport:
@@ -440,34 +477,43 @@ class CanaryAudit:
     Returns:
       The report (also `self.report`).
     """
-    self._flush()
+    book = self._book
+    book.finish()
     spec, k = self.spec, self.spec.num_seen
     final = self.bank.cosines(
-        (strategies.flatten(final_arrays) - self._initial)[None])[:, 0]
-    maxima = self._folded.maxima.astype(np.float64)
+        (strategies.flatten(final_arrays) - book.initial)[None])[:, 0]
+    maxima = book.maxima
     self.outcome = canary_spec.CanaryOutcome(
         final_cosines=final[:k], final_unseen_cosines=final[k:],
         seen_maxima=maxima[:k], unseen_maxima=maxima[k:],
         accuracy=float('nan') if accuracy is None else accuracy,
         dim=self.bank.dim, resumed_from_round=self.resumed_from,
         rounds_trained=self.rounds - self.resumed_from)
-    z, event, dp_setting = self._round_event(dp)
+    released = self._releases(dp)
+    z = float(dp.noise_multiplier)
     setting = {'engine': 'flower', 'dp_wrapper': type(dp).__name__,
                'rounds': self.rounds,
                'num_sampled_clients': self._inner(dp).num_sampled_clients,
-               **dp_setting, 'num_canaries': k,
+               **self._dp_setting(dp), 'num_canaries': k,
                'num_unseen_canaries': spec.num_unseen,
                'canary_repeats': spec.repetitions, 'seed': self._seed,
-               'canary_seed': spec.seed}
+               'canary_seed': spec.seed, **released.setting()}
     # Without unseen canaries their arrays are empty: the final model's
-    # report alone.
+    # report alone. The accounting composes the rounds released, each at
+    # its own noise; the final-model reference sums the released rounds.
     facts = references.RunFacts(
         noise_multiplier=z, delta=self.delta, dim=self.bank.dim,
-        canary_presentations=spec.repetitions, rounds=self.rounds,
-        presentation_counts=spec.presentation_counts(), round_event=event)
+        canary_presentations=spec.repetitions,
+        rounds=max(1, released.released),
+        presentation_counts=released.presentation_counts,
+        round_event=releases_lib.round_event(
+            z, setting.get('clipped_count_stddev')),
+        round_events=None if released.uniform else released.round_events())
+    # Flower's accountant composes the rounds its wrapper released; with an
+    # accountant the wrapper releases no short round (its strict check).
     self.report = run_report.build_run_report(
         self.outcome, facts, mechanisms.Gaussian(), alpha=self.alpha,
-        setting=setting, notes=self.health.notes(),
+        setting=setting, notes=(*released.notes(), *self.health.notes()),
         framework_epsilon=flower_accountant.flower_epsilon(
             dp, self.delta, self._inner(dp).num_sampled_clients))
     run_files.write_results(
@@ -475,8 +521,3 @@ class CanaryAudit:
         title=f'Flower, noise {self.report.noise_multiplier:g}, '
         f'{spec.repetitions} repetition(s)')
     return self.report
-
-
-_CSV = {'metrics': run_directory.METRICS_FILE,
-        'cosines': run_directory.CANARY_COSINES_FILE}
-

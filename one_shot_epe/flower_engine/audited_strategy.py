@@ -8,18 +8,28 @@ sampling and before its noise, times the round, hands the released aggregate
 theta_t - theta_{t-1} to the audit (`strategies.Audit.on_round`) and the
 round's clip and training loss (a 'train_loss' or 'loss' train metric) to a
 health watcher (`runtime.training_health`), and holds the run directory
-while Flower's loop runs, writing the results at its end.
+while Flower's loop runs, writing the results at its end. A round the DP
+wrapper releases nothing for (an error reply: a lost node) is recorded as
+such and the run goes on, as Flower's own loop does. It opens with one of
+Flower's log lines, 'new run in <dir>' or 'resumed from round N in <dir>',
+and an interrupt (KeyboardInterrupt, SIGTERM made one) saves the state
+after the last completed round (`audit.CanaryAudit.stop`) and becomes
+`runtime.interrupts.Interrupted`, whose line names the round the rerun
+resumes from.
 """
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from one_shot_epe.flower_engine import strategies
+from one_shot_epe.runtime import interrupts
 from one_shot_epe.runtime import round_record
 
 __all__ = ['AuditedStrategy']
@@ -53,6 +63,8 @@ class AuditedStrategy(Strategy):
     self._released: tuple[ArrayRecord | None, np.ndarray] = (None,
                                                               np.zeros(0))
     self._started = 0.0
+    # theta_{t-1} as Flower passed it (a skipped round keeps it).
+    self._arrays = ArrayRecord()
 
   def summary(self) -> None:
     """Logs the DP wrapper's summary."""
@@ -79,6 +91,7 @@ class AuditedStrategy(Strategy):
     self._audit.seed_round(t, 0)
     released, flat = self._released
     self._current = flat if arrays is released else strategies.flatten(arrays)
+    self._arrays = arrays
     self._started = time.perf_counter()
     messages = self.dp.configure_train(t, arrays, config, grid)
     self._inner.theta = self._current
@@ -94,20 +107,20 @@ class AuditedStrategy(Strategy):
       replies: the clients' training replies.
 
     Returns:
-      The DP wrapper's (arrays, metrics): theta_t and its metrics.
-
-    Raises:
-      RuntimeError: the DP wrapper aggregated nothing (a client reported an
-        error, or no reply came back): every round must be released.
+      The DP wrapper's (arrays, metrics): theta_t and its metrics; (None,
+      None) when it skipped the round (an error reply, no reply), which is
+      recorded as a round without a release.
     """
     t = server_round + self._offset
     self._audit.seed_round(t, 1)
+    replies = list(replies)
     arrays, metrics = self.dp.aggregate_train(t, replies)
     if arrays is None:
-      raise RuntimeError(
-          f'round {t}: {type(self.dp).__name__} aggregated nothing (a client '
-          'reported an error, or no reply came back); the audit needs every '
-          'round released.')
+      failures = sum(reply.has_error() for reply in replies)
+      self._audit.on_skipped_round(
+          t, time.perf_counter() - self._started, self._inner.clip,
+          len(replies) - failures, failures, self._arrays, self.dp)
+      return arrays, metrics
     self._released = (arrays, strategies.flatten(arrays))
     self._audit.on_round(t, self._released[1] - self._current,
                          time.perf_counter() - self._started,
@@ -179,8 +192,12 @@ class AuditedStrategy(Strategy):
       Flower's `Result`, its `arrays` theta_T.
 
     Raises:
-      ValueError: `num_rounds` is not the audit's rounds.
+      ValueError: `num_rounds` is not the audit's rounds, or the model has
+        fewer than 3 parameters (naming initial_arrays), before any work.
       run_directory.RunDirectoryError: the run directory holds another run.
+      interrupts.Interrupted: an interrupt (KeyboardInterrupt) stopped the
+        run, its state saved after the last completed round; its message
+        names that round.
     """
     audit = self._audit
     if num_rounds != audit.rounds:
@@ -188,6 +205,7 @@ class AuditedStrategy(Strategy):
                        f'({audit.rounds}); got {num_rounds!r}.')
     arrays = audit.open_run(initial_arrays, self.dp)
     self._offset = audit.resumed_from
+    log(logging.INFO, '%s', audit.opening)
     last = {}
 
     def offset_evaluate(server_round: int, model: ArrayRecord
@@ -198,10 +216,16 @@ class AuditedStrategy(Strategy):
       return metrics
 
     with audit.owned():
-      result = super().start(
-          grid, arrays, num_rounds - self._offset, timeout, train_config,
-          evaluate_config, offset_evaluate if evaluate_fn else None)
-      if self._offset == num_rounds:
+      try:
+        result = super().start(
+            grid, arrays, num_rounds - self._offset, timeout, train_config,
+            evaluate_config, offset_evaluate if evaluate_fn else None)
+      except KeyboardInterrupt:
+        raise interrupts.Interrupted(audit.stop()) from None
+      # theta_T: the last release (none at all: theta as started from).
+      if self._released[0] is not None:
+        result.arrays = self._released[0]
+      else:
         result.arrays = arrays
       accuracy = last.get('metrics', {}).get('accuracy')
       audit.finish(result.arrays, self.dp,

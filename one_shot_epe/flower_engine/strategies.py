@@ -10,13 +10,16 @@ refuses, by name, what cannot be audited soundly; `Audit` is what both
 strategies ask of the audit.
 """
 
+import contextlib
+import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
 from flwr.app import (Array, ArrayRecord, ConfigRecord, Message, MessageType,
                       MetricRecord, RecordDict)
+from flwr.common.logger import FLOWER_LOGGER
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import (
     DifferentialPrivacyClientSideAdaptiveClipping,
@@ -41,6 +44,32 @@ class Audit(Protocol):
     Args:
       round_num: the training round, 1-based, counted from the run's start.
       stage: 0 before the round's client sampling, 1 before its noise.
+    """
+
+  @property
+  def opening(self) -> str:
+    """The run's opening line: where it runs, new or resumed."""
+
+  def on_skipped_round(self, round_num: int, seconds: float, clip: float,
+                       replies: int, failures: int, arrays: Any,
+                       dp: Any) -> None:
+    """Records a round the DP wrapper released nothing for.
+
+    Args:
+      round_num: the training round, 1-based, counted from the run's start.
+      seconds: the round's wall time in seconds.
+      clip: the clip the round's replies were to be clipped to.
+      replies: the replies free of errors.
+      failures: the error replies.
+      arrays: theta_{t-1}, still the model, as Flower's ArrayRecord.
+      dp: the DP wrapper (its clip).
+    """
+
+  def stop(self) -> str:
+    """Saves the state after the last completed round; the interrupt's line.
+
+    Returns:
+      The line, naming the round the rerun resumes from.
     """
 
   def on_round(self, round_num: int, vector: Any, seconds: float,
@@ -223,6 +252,48 @@ def _metric_means(records: list[MetricRecord], key: str) -> dict[str, Any]:
   return means
 
 
+# FedAvg's line counting a round's replies (`FedAvg._check_and_log_replies`).
+_RECEIVED = '%s: Received %s results and %s failures'
+
+
+class _RealReplies(logging.Filter):
+  """FedAvg's count of a round's replies without the canaries' one reply."""
+
+  def __init__(self, canaries: int):
+    super().__init__()
+    self._canaries = canaries
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    """Rewrites FedAvg's 'Received N results' line; passes every record.
+
+    Args:
+      record: A record of Flower's logger.
+
+    Returns:
+      True.
+    """
+    if record.msg == _RECEIVED and isinstance(record.args, tuple) and len(
+        record.args) == 3 and record.args[0] == 'aggregate_train':
+      kind, results, failures = record.args
+      record.msg = _RECEIVED + ', and the round\'s %s canaries as one reply'
+      record.args = (kind, results - 1, failures, self._canaries)
+    return True
+
+
+@contextlib.contextmanager
+def _counting_real_replies(canaries: int) -> Iterator[None]:
+  """The block in which FedAvg's reply count leaves the canaries' reply out."""
+  if not canaries:
+    yield
+    return
+  real = _RealReplies(canaries)
+  FLOWER_LOGGER.addFilter(real)
+  try:
+    yield
+  finally:
+    FLOWER_LOGGER.removeFilter(real)
+
+
 class CanaryStrategy(Strategy):
   """FedAvg with the round's canary replies added (inside the DP wrapper)."""
 
@@ -310,9 +381,12 @@ class CanaryStrategy(Strategy):
     """FedAvg over the clipped replies and the round's canaries.
 
     Adds the round's scheduled canaries as one reply (`_canary_reply`), sets
-    the DP wrapper's divisor so that its noise std is z S_t / N_t for the
-    N_t real and canary replies, and notes the round's counts and noise std
-    in `round_stats`.
+    the DP wrapper's divisor so that its noise std is z S_t / (n + k_t) for
+    its n sampled clients and the k_t canaries (Flower's calibration to the
+    sample, the canaries counted: z S_t / N_t when every sampled reply
+    came), and notes the round's counts, noise std and effective noise
+    multiplier z N_t / (n + k_t) in `round_stats`. FedAvg's log line
+    counting the replies counts the real ones and names the canaries.
 
     Args:
       server_round: the round, as the DP wrapper numbers it (from the run's
@@ -349,13 +423,23 @@ class CanaryStrategy(Strategy):
       added.append(self._canary_reply(ids, valid[0], named[0][0],
                                       _metric_means(records, key), weight))
     count = len(valid) + ids.size
-    # The noise std z S_{t+1} / divisor becomes z S_t / N_t.
-    self._dp.num_sampled_clients = (count * float(self._dp.clipping_norm) /
+    # Flower calibrates the noise to the sample: std z S / num_sampled_clients
+    # (at the clip after its update, S_{t+1}, under adaptive clipping). With
+    # the round's canaries counted in the sample, the std becomes
+    # z S_t / (n + k_t), whatever the number of replies aggregated: all n
+    # sampled replies came, and it is z S_t / N_t; fewer came, and the
+    # mean of N_t records got the noise of a multiplier z N_t / (n + k_t).
+    planned = self._divisor + ids.size
+    self._dp.num_sampled_clients = (planned * float(self._dp.clipping_norm) /
                                     self.clip)
+    z = float(self._dp.noise_multiplier)
     self.round_stats = {
-        'num_clients': len(valid), 'canaries_inserted': int(ids.size),
-        'noise_std': float(self._dp.noise_multiplier) * self.clip / count}
-    return self.fedavg.aggregate_train(server_round, replies + added)
+        'num_clients': len(valid), 'failures': len(replies) - len(valid),
+        'canaries_inserted': int(ids.size),
+        'noise_std': z * self.clip / planned,
+        'effective_noise_multiplier': z * count / planned}
+    with _counting_real_replies(int(ids.size)):
+      return self.fedavg.aggregate_train(server_round, replies + added)
 
   def configure_evaluate(self, server_round: int, arrays: ArrayRecord,
                          config: ConfigRecord,

@@ -7,10 +7,23 @@ softmax regression in numpy (hand-written gradients); the server runs FedAvg
 under Flower's server-side DP wrapper. Shared by the app's ServerApp and
 ClientApp and by examples/flower_fashion_mnist.py, which imports it as
 `examples.flowerapp.fashion_audit.task`; it imports nothing of the app.
+
+On the deployment engine a SuperNode starts a process per message, so the
+data is read once per machine, not per message: the images and labels are
+cached as .npy files (`cache_directory`, keyed by the data files' names,
+sizes and modification times, or by the synthetic stand-in's size) and
+memory-mapped, a client standardising only its own shard
+(`Task.client_data`). A process that lives (a simulation's Ray actor) keeps
+its task (`load_task`).
 """
 
 import dataclasses
 import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -80,21 +93,146 @@ def setting_from_config(run_config: Mapping[str, Any],
       use_synthetic_data=bool(run_config['use-synthetic-data']))
 
 
+# The synthetic stand-in's images per client.
+_SYNTHETIC_EXAMPLES = 60
+# The cached arrays, each `<name>.npy`, and the data's description.
+_ARRAYS = ('train_images', 'train_labels', 'test_images', 'test_labels')
+_SOURCE_FILE = 'source.txt'
+
+
+def cache_directory() -> str:
+  """Where the data's arrays are cached: $XDG_CACHE_HOME or ~/.cache.
+
+  Returns:
+    The cache home's one-shot-epe/fashion-mnist.
+  """
+  home = (os.environ.get('XDG_CACHE_HOME') or
+          os.path.join(os.path.expanduser('~'), '.cache'))
+  return os.path.join(home, 'one-shot-epe', 'fashion-mnist')
+
+
+def _identity(setting: Setting) -> str:
+  """What identifies the setting's data: its files' names, sizes and times."""
+  if setting.use_synthetic_data:
+    return f'synthetic {setting.num_clients} x {_SYNTHETIC_EXAMPLES}, seed 0'
+  directory = os.path.realpath(setting.data_dir)
+  files = []
+  for name in sorted(os.listdir(directory)):
+    stat = os.stat(os.path.join(directory, name))
+    files.append(f'{name} {stat.st_size} {stat.st_mtime_ns}')
+  return '\n'.join([directory, *files])
+
+
+def _read_cache(path: str) -> fashion_mnist.Dataset | None:
+  """The cached dataset at `path`, memory-mapped; None if it is not there."""
+  try:
+    arrays = [np.load(os.path.join(path, f'{name}.npy'), mmap_mode='r')
+              for name in _ARRAYS]
+    with open(os.path.join(path, _SOURCE_FILE), encoding='utf-8') as stream:
+      source = stream.read()
+  except (OSError, ValueError):
+    return None
+  return fashion_mnist.Dataset(*arrays, source=source)
+
+
+def _write_cache(path: str, data: fashion_mnist.Dataset) -> None:
+  """Writes `data` to `path` whole, or not at all (another writer won)."""
+  root = os.path.dirname(path)
+  try:
+    os.makedirs(root, exist_ok=True)
+    temporary = tempfile.mkdtemp(prefix='.partial-', dir=root)
+  except OSError:
+    return  # No cache here: every process reads the files.
+  try:
+    for name in _ARRAYS:
+      np.save(os.path.join(temporary, f'{name}.npy'), getattr(data, name))
+    with open(os.path.join(temporary, _SOURCE_FILE), 'w',
+              encoding='utf-8') as stream:
+      stream.write(data.source)
+    os.replace(temporary, path)
+  except OSError:
+    pass
+  finally:
+    shutil.rmtree(temporary, ignore_errors=True)
+
+
+def check_data(setting: Setting) -> None:
+  """Whether the setting's data can be read, without reading it.
+
+  Args:
+    setting: The setting.
+
+  Raises:
+    ValueError: `setting.data_dir` holds no Fashion-MNIST files (and the
+      setting does not ask for the synthetic stand-in).
+  """
+  if not setting.use_synthetic_data and not fashion_mnist.available(
+      setting.data_dir):
+    raise ValueError(
+        f'{setting.data_dir!r} holds neither the four Fashion-MNIST IDX files '
+        f'({", ".join(fashion_mnist.IDX_NAMES.values())}, optionally .gz) '
+        f'nor {fashion_mnist.NPZ_NAME}.')
+
+
+def _dataset(setting: Setting) -> fashion_mnist.Dataset:
+  """The setting's images and labels, from the cache (written on a miss)."""
+  check_data(setting)
+  path = os.path.join(cache_directory(), hashlib.sha256(
+      _identity(setting).encode()).hexdigest()[:16])
+  cached = _read_cache(path)
+  if cached is not None:
+    return cached
+  if setting.use_synthetic_data:
+    data = fashion_mnist.synthetic_clients(setting.num_clients,
+                                           _SYNTHETIC_EXAMPLES, seed=0)
+  else:
+    data = fashion_mnist.load(setting.data_dir)
+  _write_cache(path, data)
+  return data
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
-  """Standardised images [n, 784] and labels, per client and for testing."""
-  client_x: list[np.ndarray]
-  client_y: list[np.ndarray]
-  test_x: np.ndarray
-  test_y: np.ndarray
-  source: str
+  """The clients' label shards and the test set, standardised on demand.
+
+  Attributes:
+    data: The images (uint8, memory-mapped from the cache) and labels.
+    parts: Client i's example indices in the training split.
+  """
+  data: fashion_mnist.Dataset
+  parts: tuple[np.ndarray, ...]
+
+  @property
+  def source(self) -> str:
+    """Where the data came from."""
+    return self.data.source
+
+  def client_data(self, client: int) -> tuple[np.ndarray, np.ndarray]:
+    """Client `client`'s standardised images [n, 784] and labels [n].
+
+    Args:
+      client: The client's index (its shard).
+
+    Returns:
+      (images, labels).
+    """
+    part = self.parts[client]
+    return (fashion_mnist.standardise(self.data.train_images[part]).reshape(
+        -1, FEATURES), np.asarray(self.data.train_labels[part], np.int64))
+
+  @functools.cached_property
+  def test_set(self) -> tuple[np.ndarray, np.ndarray]:
+    """The standardised test images [n, 784] and labels [n]."""
+    return (fashion_mnist.standardise(self.data.test_images).reshape(
+        -1, FEATURES), np.asarray(self.data.test_labels, np.int64))
 
 
 @functools.lru_cache(maxsize=2)
 def load_task(setting: Setting) -> Task:
   """The clients' shards and the test set.
 
-  Cached: a process running many clients (a Ray actor) loads it once.
+  Read from the data cache (`cache_directory`), and kept: a process
+  running many clients (a Ray actor) loads it once.
 
   Args:
     setting: The setting.
@@ -107,19 +245,26 @@ def load_task(setting: Setting) -> Task:
       setting does not ask for the synthetic stand-in), or they are
       malformed.
   """
-  if setting.use_synthetic_data:
-    data = fashion_mnist.synthetic_clients(setting.num_clients, 60, seed=0)
-  else:
-    data = fashion_mnist.load(setting.data_dir)
-  x = fashion_mnist.standardise(data.train_images).reshape(-1, FEATURES)
+  data = _dataset(setting)
   parts = fashion_mnist.partition_by_label_shards(
-      data.train_labels, setting.num_clients,
+      np.asarray(data.train_labels), setting.num_clients,
       fashion_mnist.SHARDS_PER_CLIENT, fashion_mnist.PARTITION_SEED)
-  y = data.train_labels.astype(np.int64)
-  return Task([x[p] for p in parts], [y[p] for p in parts],
-              fashion_mnist.standardise(data.test_images).reshape(
-                  -1, FEATURES), data.test_labels.astype(np.int64),
-              data.source)
+  return Task(data, tuple(np.asarray(part) for part in parts))
+
+
+def run_name(noise_multiplier: float, defining: Mapping[str, Any]) -> str:
+  """A run directory's name: 'noise_<z>-<digest of what defines the run>'.
+
+  Args:
+    noise_multiplier: z.
+    defining: The values that define the run (JSON-serialisable); runs
+      whose values differ get different names, equal ones the same.
+
+  Returns:
+    e.g. 'noise_1-3fa2c9d81e'.
+  """
+  digest = hashlib.sha256(json.dumps(dict(defining), sort_keys=True).encode())
+  return f'noise_{noise_multiplier:g}-{digest.hexdigest()[:10]}'
 
 
 def initial_arrays() -> ArrayRecord:
@@ -185,8 +330,8 @@ def accuracy(arrays: ArrayRecord, task: Task) -> float:
     The fraction of test images classified right.
   """
   w, b = (arrays[name].numpy() for name in ('w', 'b'))
-  return float(np.mean(_logits(w, b, task.test_x).argmax(axis=1) ==
-                       task.test_y))
+  x, y = task.test_set
+  return float(np.mean(_logits(w, b, x).argmax(axis=1) == y))
 
 
 def central_evaluation(task: Task
@@ -221,8 +366,8 @@ def train_reply(task: Task, setting: Setting, client: int, round_num: int,
     The reply's content.
   """
   arrays = message.content['arrays']
-  w, b, loss = local_sgd(arrays['w'].numpy(), arrays['b'].numpy(),
-                         task.client_x[client], task.client_y[client],
+  x, y = task.client_data(client)
+  w, b, loss = local_sgd(arrays['w'].numpy(), arrays['b'].numpy(), x, y,
                          setting, np.random.default_rng([client, round_num]))
   return RecordDict({'arrays': ArrayRecord({'w': Array(w), 'b': Array(b)}),
                      'metrics': MetricRecord({'num-examples': 1,
