@@ -292,14 +292,15 @@ def band_table(rows: Sequence[Mapping[str, str]]) -> str:
     rows: The seeds' table's rows (`read_table`).
 
   Returns:
-    The table, each cell 'mean ± sd (min–max)' over the seeds (one number
-    where all seeds agree), ending with a newline.
+    The table, a row per grid point in ascending z then r, each cell
+    'mean ± sd (min–max)' over the seeds (one number where all seeds
+    agree), ending with a newline.
   """
   found = bands(rows)
   names = [column.name for column in COLUMNS]
   lines = ['| z | r | seeds | ' + ' | '.join(names) + ' |',
            '|---|---|---|' + '---|' * len(names)]
-  for (noise, repeats), columns in found.items():
+  for (noise, repeats), columns in sorted(found.items()):
     count = max(band.count for band in columns.values())
     lines.append(f'| {noise:g} | {repeats} | {count} | ' + ' | '.join(
         _band_cell(columns[name]) if name in columns else 'n/a'
