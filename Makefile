@@ -128,7 +128,8 @@ test-jax: $(JAX_STAMP)
 
 # The Flower engine's environment (one_shot_epe/flower_engine, docs/flower.md):
 # Python 3.12 with the [flower] extra (flwr 1.42 and Ray, its simulation
-# runtime; no TensorFlow, no JAX), pytest and psutil (tests/conftest.py),
+# runtime; no TensorFlow, no JAX), pytest, pytest-xdist (two workers, as the
+# main suite) and psutil (tests/conftest.py),
 # resolved under the pins of requirements-flower.txt, the project installed
 # editable; its tests (tests/flower_engine_*_test.py, skipped where flwr is
 # absent) and the layers' import check, Flower's layer included.
@@ -141,13 +142,13 @@ FLOWER_TESTS = $(wildcard tests/flower_engine_*_test.py) tests/one_shot_epe_test
 $(FLOWER_STAMP): requirements-flower.txt pyproject.toml
 	@test -n "$(JAX_PYTHON)" || { echo 'make test-flower needs Python 3.12: put python3.12 on PATH or set JAX_PYTHON' >&2; exit 2; }
 	test -x $(FLOWER_PY) || $(JAX_PYTHON) -m venv $(FLOWER_VENV)
-	$(FLOWER_PY) -m pip install --quiet --disable-pip-version-check -c requirements-flower.txt -e '.[flower]' pytest psutil
+	$(FLOWER_PY) -m pip install --quiet --disable-pip-version-check -c requirements-flower.txt -e '.[flower]' pytest pytest-xdist psutil
 	$(FLOWER_PY) -m pip check
 	touch $(FLOWER_STAMP)
 
 ## test-flower: the Flower engine's tests in .venv-flower
 test-flower: $(FLOWER_STAMP)
-	$(FLOWER_PY) -m pytest -q $(FLOWER_TESTS)
+	$(FLOWER_PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(FLOWER_TESTS)
 
 # The package as users install it: pip resolves `.[jax]` from the package
 # index in a fresh Python 3.12 venv (with requirements-jax.txt as constraints)
