@@ -142,7 +142,7 @@ class CanaryAudit:
         in [0, canary_spec.MAX_SEED] seeds Python's and numpy's global
         generators, which Flower's sampling and DP noise draw from, at each
         round (simulations: a resumed run repeats an uninterrupted one).
-      alpha: 1 - the confidence of the report's lower bounds, in (0, 1).
+      alpha: 1 - the confidence of the report's lower bounds, in (0, 0.5).
       rounds_per_checkpoint: Checkpoint (and score the buffered rounds)
         every this many rounds, and after the last.
       cache_bytes: Memory the tracked canaries may take as a matrix
