@@ -141,23 +141,10 @@ class CosineReleases(tff.program.ReleaseManager):
         value['unseen_cosine_mean'], value['unseen_cosine_max'])])
 
 
-class ReportedRounds(tff.program.ProgramStateManager):
-  """Reports a round's record when the loop offers its state, then passes it.
+class _Forwarding(tff.program.ProgramStateManager):
+  """A manager over `self._inner`, whose saved rounds and states it reads."""
 
-  The record (`RoundReleases.report`), the audit's observation and a
-  checkpoint of one round run in one `interrupts.deferred` block.
-  """
-
-  def __init__(self, inner: Any, releases: RoundReleases):
-    """Reports `releases`' records before `inner` is offered each state.
-
-    Args:
-      inner: The run's manager (the audit's, or `ScheduledSaves`), with
-        `save_last_observed`.
-      releases: The loop's release manager of the rounds' metrics.
-    """
-    self._inner = inner
-    self._releases = releases
+  _inner: Any
 
   async def get_versions(self) -> Sequence[int] | None:
     """The saved rounds.
@@ -179,6 +166,25 @@ class ReportedRounds(tff.program.ProgramStateManager):
     """
     return await self._inner.load(version, structure)
 
+
+class ReportedRounds(_Forwarding):
+  """Reports a round's record when the loop offers its state, then passes it.
+
+  The record (`RoundReleases.report`), the audit's observation and a
+  checkpoint of one round run in one `interrupts.deferred` block.
+  """
+
+  def __init__(self, inner: Any, releases: RoundReleases):
+    """Reports `releases`' records before `inner` is offered each state.
+
+    Args:
+      inner: The run's manager (the audit's, or `ScheduledSaves`), with
+        `save_last_observed`.
+      releases: The loop's release manager of the rounds' metrics.
+    """
+    self._inner = inner
+    self._releases = releases
+
   async def save(self, program_state: Any, version: int) -> None:
     """Reports round `version`, then offers its state to the inner manager.
 
@@ -199,7 +205,7 @@ class ReportedRounds(tff.program.ProgramStateManager):
     return self._inner.save_last_observed()
 
 
-class ScheduledSaves(tff.program.ProgramStateManager):
+class ScheduledSaves(_Forwarding):
   """Saves round 0, every `every`-th round and the final round only.
 
   `run_training_process` offers every round (rounds_per_saving_program_state
@@ -223,14 +229,6 @@ class ScheduledSaves(tff.program.ProgramStateManager):
     self._final_round = final_round
     self._last: tuple[Any, int] | None = None
     self._saved: int | None = None
-
-  async def get_versions(self) -> Sequence[int] | None:
-    """The saved rounds.
-
-    Returns:
-      The inner manager's versions (None: no checkpoint directory yet).
-    """
-    return await self._inner.get_versions()
 
   async def load(self, version: int, structure: Any) -> Any:
     """The state saved at round `version`.
@@ -280,7 +278,7 @@ class ScheduledSaves(tff.program.ProgramStateManager):
     return version
 
 
-class AnnouncedSaves(tff.program.ProgramStateManager):
+class AnnouncedSaves(_Forwarding):
   """The run's checkpoints, each announced to the observer before it is saved.
 
   `round_record.RoundObserver.on_checkpoint`: the launcher writes the
@@ -297,26 +295,6 @@ class AnnouncedSaves(tff.program.ProgramStateManager):
     """
     self._inner = inner
     self._observer = observer
-
-  async def get_versions(self) -> Sequence[int] | None:
-    """The saved rounds.
-
-    Returns:
-      The inner manager's versions (None: no checkpoint directory yet).
-    """
-    return await self._inner.get_versions()
-
-  async def load(self, version: int, structure: Any) -> Any:
-    """The state saved at round `version`.
-
-    Args:
-      version: A saved round.
-      structure: The program state's structure.
-
-    Returns:
-      The inner manager's state of that round.
-    """
-    return await self._inner.load(version, structure)
 
   async def save(self, program_state: Any, version: int) -> None:
     """Announces checkpoint `version`, then saves it.
