@@ -102,7 +102,8 @@ def _shape(config: train_config.TrainConfig,
            total_rounds: int) -> run_size.RunShape:
   """The run's sizes, from the flags and the task's entry."""
   entry = tasks.task_entry(config.task)
-  dim = entry.dim(config.vocab_size)
+  widths = (config.vocab_size, config.embedding_size, config.lstm_size)
+  dim = entry.dim(*widths)
   examples = (config.synthetic_examples_per_client if
               config.use_synthetic_data else entry.examples_per_client)
   examples *= config.client_epochs_per_round
@@ -117,7 +118,7 @@ def _shape(config: train_config.TrainConfig,
       num_unseen=config.num_unseen_canaries, dim=dim,
       clients_per_round=sampler.expected_clients_per_round,
       examples_per_client=examples,
-      flops_per_example=entry.flops_per_example(config.vocab_size),
+      flops_per_example=entry.flops_per_example(*widths),
       state_vectors=3 + slots, buffer_rounds=buffer_rounds,
       evaluations=total_rounds // config.rounds_per_evaluation + 1,
       eval_examples=(_ALL_EVAL_EXAMPLES if config.max_eval_examples == -1 else
@@ -255,7 +256,9 @@ def plan_run(
                          config.max_eval_examples),
       mechanism=config.the_mechanism())
   _check_mechanism(config, plan,
-                   tasks.task_entry(config.task).dim(config.vocab_size))
+                   tasks.task_entry(config.task).dim(
+                       config.vocab_size, config.embedding_size,
+                       config.lstm_size))
   _check_supported(config, plan, supports)
   return plan
 

@@ -277,3 +277,22 @@ def test_correlated_noise_outside_the_jax_environment_is_one_line_exit_2(
   assert ('--backend=jax does not run --mechanism=blt: the blt mechanism '
           'needs jax-privacy' in done.stderr)
   assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize('flag', ['embedding_size', 'lstm_size'])
+def test_word_model_widths_other_than_tffs_need_the_jax_engine(flag):
+  # TFF trains its own baseline LSTM (embedding 96, LSTM 670); the JAX
+  # engine's model takes the widths; the image tasks ignore them.
+  default = train_config.TrainConfig.__dataclass_fields__[flag].default
+  config = train_config.TrainConfig(backend='tff', task='shakespeare',
+                                    total_rounds=1, **{flag: 32})
+  with pytest.raises(train_config.ConfigError) as raised:
+    config.validate()
+  assert str(raised.value) == (
+      f"--{flag}=32 applies to --backend=jax only: the TFF engine trains "
+      f"TFF's baseline LSTM (--{flag}={default}); got --backend=tff.")
+  for other in (dict(backend='jax'), dict(task='emnist_character',
+                                          use_synthetic_data=True)):
+    fields = {**config.to_json_dict(), **other}
+    assert getattr(train_config.TrainConfig(**fields).validate(), flag) == 32
+
