@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from absl import flags
+import dp_accounting
 import pytest
 import tensorflow as tf
 
@@ -19,6 +20,7 @@ from experiments import grid
 from experiments import train
 from experiments import train_config
 from experiments import train_flags
+from one_shot_epe.data import shakespeare
 from one_shot_epe.design import canary_spec
 import programs
 import tiny_run
@@ -296,3 +298,21 @@ def test_word_model_widths_other_than_tffs_need_the_jax_engine(flag):
     fields = {**config.to_json_dict(), **other}
     assert getattr(train_config.TrainConfig(**fields).validate(), flag) == 32
 
+
+def test_shakespeare_dp_config_trains_the_narrow_lstm_at_a_meaningful_epsilon():
+  config = _parse_flagfile('shakespeare_dp.cfg')
+  assert (config.backend, config.task, config.vocab_size,
+          config.embedding_size, config.lstm_size, config.clipping_norm,
+          config.canary_repeats) == ('jax', 'shakespeare', 5000, 32, 128, 0.5,
+                                     1)
+  assert config.num_canaries == config.num_unseen_canaries >= 50
+  grid_values = _grid('shakespeare_dp.cfg')
+  assert grid_values == {'noise_multiplier': ['0', str(
+      config.noise_multiplier)]}
+  # A canary is presented once: its analytical epsilon is one Gaussian
+  # mechanism's at the config's z, here by dp_accounting's PLD accountant,
+  # at delta = m^-1.1 for the plays' m roles.
+  roles = len(shakespeare.load(vocab_size=config.vocab_size).client_ids)
+  accountant = dp_accounting.pld.PLDAccountant()
+  accountant.compose(dp_accounting.GaussianDpEvent(config.noise_multiplier))
+  assert accountant.get_epsilon(roles**-1.1) <= 50
