@@ -190,17 +190,21 @@ def model(config: train_config.TrainConfig) -> Any:
   """The task's model: its entry's class with its arguments.
 
   Args:
-    config: the validated launcher config (its task and --vocab_size).
+    config: the validated launcher config (its task, --vocab_size and the
+      word model's widths).
 
   Returns:
     The model (its entry's `TaskEntry.jax.model`, e.g. `models.EmnistCnn`
-    or `models.WordLstm`, with vocab_size=--vocab_size for a task with a
-    vocabulary): `init`, `loss`, `correct` and `num_parameters`.
+    or `models.WordLstm`, with --vocab_size, --embedding_size and
+    --lstm_size for a task with a vocabulary): `init`, `loss`, `correct`
+    and `num_parameters`.
   """
   entry = tasks.task_entry(config.task)
   args = dict(entry.jax.model_args)
   if entry.vocabulary:
-    args['vocab_size'] = config.vocab_size
+    args.update(vocab_size=config.vocab_size,
+                embedding_size=config.embedding_size,
+                lstm_size=config.lstm_size)
   return tasks.entry_point(entry.jax.model, _ENGINE_PACKAGE)(**args)
 
 

@@ -136,9 +136,15 @@ def _refused(config: train_config.TrainConfig, total_rounds: int,
   return train_config.ConfigError(f'{flag}: {error}.')
 
 
+def _model_dim(config: train_config.TrainConfig) -> int:
+  """The task model's d at the flags' vocabulary and widths."""
+  return tasks.task_entry(config.task).dim(
+      config.vocab_size, config.embedding_size, config.lstm_size)
+
+
 def _check_dim(config: train_config.TrainConfig) -> int:
   """The task model's d, refused below the final-model null's 3."""
-  dim = tasks.task_entry(config.task).dim(config.vocab_size)
+  dim = _model_dim(config)
   try:
     audit_checks.check_dim(dim)
   except ValueError as error:
@@ -150,7 +156,7 @@ def _shape(config: train_config.TrainConfig, num_clients: int,
            expected_clients: float, total_rounds: int) -> run_size.RunShape:
   """The run's sizes, from the flags and the task's entry."""
   entry = tasks.task_entry(config.task)
-  dim = entry.dim(config.vocab_size)
+  dim = _model_dim(config)
   # Each seen canary r times (shuffled epochs), or at the clients' rate.
   presentations = config.num_canaries * (
       config.canary_repeats if config.sampling == 'shuffle' else
@@ -174,7 +180,8 @@ def _shape(config: train_config.TrainConfig, num_clients: int,
       num_unseen=config.num_unseen_canaries, dim=dim,
       clients_per_round=expected_clients,
       examples_per_client=examples,
-      flops_per_example=entry.flops_per_example(config.vocab_size),
+      flops_per_example=entry.flops_per_example(
+          config.vocab_size, config.embedding_size, config.lstm_size),
       state_vectors=3 + slots, buffer_rounds=buffer_rounds,
       evaluations=total_rounds // config.rounds_per_evaluation + 1,
       eval_examples=(_ALL_EVAL_EXAMPLES if config.max_eval_examples == -1 else
@@ -201,7 +208,7 @@ def checkpoint_limit(
     unknown size).
   """
   entry = tasks.task_entry(config.task)
-  dim = entry.dim(config.vocab_size)
+  dim = _model_dim(config)
   num_clients = (config.synthetic_num_clients if config.use_synthetic_data
                  else entry.num_clients)
   total_rounds = config.total_rounds

@@ -70,6 +70,8 @@ class TrainConfig:
   synthetic_examples_per_client: int = 32
   synthetic_client_sizes: str = 'equal'
   vocab_size: int = 10_000
+  embedding_size: int = 96
+  lstm_size: int = 670
   client_optimizer: str = 'sgd'
   client_learning_rate: float = 0.1
   client_momentum: float = 0.9
@@ -198,6 +200,7 @@ class TrainConfig:
           f'--sampling={self.sampling} canaries are sampled like real '
           f'clients); got --canary_repeats={self.canary_repeats}.')
     entry = tasks.task_entry(self.task)
+    _check_word_model(self, entry)
     if self.synthetic_client_sizes != 'equal' and (
         self.synthetic_client_sizes not in entry.synthetic_sizes or
         not self.use_synthetic_data):
@@ -293,6 +296,23 @@ def _check_flag(check: Callable[..., Any], name: str, value: Any, *args: Any,
     raise ConfigError(message) from None
 
 
+def _check_word_model(config: TrainConfig, entry: tasks.TaskEntry) -> None:
+  """Refuses word-model widths other than TFF's on the TFF engine.
+
+  The TFF engine trains TFF's own baseline LSTM, whose widths are fixed; the
+  JAX engine's model takes them as arguments. The tasks without a
+  vocabulary ignore the widths, as they do --vocab_size.
+  """
+  if config.backend != 'tff' or not entry.vocabulary:
+    return
+  for name in ('embedding_size', 'lstm_size'):
+    if getattr(config, name) != _DEFAULTS[name]:
+      raise ConfigError(
+          f'--{name}={getattr(config, name)} applies to --backend=jax only: '
+          f"the TFF engine trains TFF's baseline LSTM (--{name}="
+          f'{_DEFAULTS[name]}); got --backend=tff.')
+
+
 def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
   _check_flag(validation.check_choice, name, value, choices)
 
@@ -311,6 +331,8 @@ _CORE_RULES: dict[str, validation.Rule] = {
     'synthetic_examples_per_client':
         validation.PARAMETERS['examples_per_client'],
     'vocab_size': validation.PARAMETERS['vocab_size'],
+    'embedding_size': validation.PARAMETERS['embedding_size'],
+    'lstm_size': validation.PARAMETERS['lstm_size'],
     'client_learning_rate': run_plan.OptimizerSpec.rules['learning_rate'],
     'client_momentum': run_plan.OptimizerSpec.rules['momentum'],
     'server_learning_rate': run_plan.OptimizerSpec.rules['learning_rate'],

@@ -41,6 +41,11 @@ _FLAG_HELP = {
                               "StackOverflow's heavy-tailed users).",
     'vocab_size': 'StackOverflow or Shakespeare vocabulary size (>= 1; the '
                   'paper: 10000).',
+    'embedding_size': 'Word LSTM of StackOverflow and Shakespeare: its '
+                      'embedding and dense width (>= 1; the paper: 96; '
+                      'another width needs --backend=jax).',
+    'lstm_size': 'Word LSTM of StackOverflow and Shakespeare: its LSTM units '
+                 '(>= 1; the paper: 670; another width needs --backend=jax).',
     'client_optimizer': 'Client optimizer: sgd, sgdm (with --client_momentum) '
                         'or adam.',
     'client_learning_rate': 'Client learning rate (> 0).',

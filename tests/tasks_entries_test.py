@@ -29,6 +29,10 @@ _HAS_TFF = importlib.util.find_spec('tensorflow_federated') is not None
 _HAS_JAX = importlib.util.find_spec('jax') is not None
 # A vocabulary small enough for quick models, large enough for the plays.
 VOCAB_SIZE = 30
+# The TFF engine's word LSTM widths (embedding, LSTM units); the JAX engine's
+# models are also checked at narrower ones.
+TFF_WIDTHS = (96, 670)
+NARROW_WIDTHS = (5, 7)
 ENTRIES = list(tasks.TASKS.values())
 NAMES = [entry.name for entry in ENTRIES]
 
@@ -43,10 +47,11 @@ def _request(entry: tasks.TaskEntry) -> task_data.DataRequest:
       vocab_size=VOCAB_SIZE)
 
 
-def _jax_model(entry: tasks.TaskEntry):
+def _jax_model(entry: tasks.TaskEntry, widths: tuple[int, int]):
   args = dict(entry.jax.model_args)
   if entry.vocabulary:
-    args['vocab_size'] = VOCAB_SIZE
+    args.update(vocab_size=VOCAB_SIZE, embedding_size=widths[0],
+                lstm_size=widths[1])
   return tasks.entry_point(entry.jax.model,
                            'one_shot_epe.jax_engine')(**args)
 
@@ -81,7 +86,7 @@ def test_d_and_accuracy_metric_are_the_tff_models(name):
       synthetic_examples_per_client=request.examples_per_client,
       vocab_size=VOCAB_SIZE)
   assert task.name == name
-  assert task.num_parameters == entry.dim(VOCAB_SIZE)
+  assert task.num_parameters == entry.dim(VOCAB_SIZE, *TFF_WIDTHS)
   # What TFF's evaluation reports: the model's metric names.
   with tf.Graph().as_default():
     reported = set(task.model_fn().metric_finalizers())
@@ -110,8 +115,10 @@ def test_d_and_accuracy_metric_are_the_jax_models(name):
   import jax  # pylint: disable=g-import-not-at-top
   from one_shot_epe.jax_engine import data  # pylint: disable=g-import-not-at-top
   entry = tasks.task_entry(name)
-  model = _jax_model(entry)
-  assert model.num_parameters() == entry.dim(VOCAB_SIZE)
+  for widths in (TFF_WIDTHS, NARROW_WIDTHS):
+    assert _jax_model(entry, widths).num_parameters() == entry.dim(
+        VOCAB_SIZE, *widths), widths
+  model = _jax_model(entry, NARROW_WIDTHS)
   arrays = tasks.entry_point(entry.jax.data)(_request(entry))
   assert arrays.train.kind == arrays.test.kind == entry.kind
   inputs, labels = data.model_inputs(entry.kind, {
@@ -234,7 +241,13 @@ def test_every_entry_is_complete_and_consistent():
     assert entry.tff.data is None and entry.tff.model.endswith(':build_task')
     assert entry.synthetic == bool(entry.synthetic_sizes)
     assert set(entry.synthetic_sizes) <= {'equal', 'realistic'}
-    assert entry.dim(VOCAB_SIZE) > 0 and entry.flops_per_example(
-        VOCAB_SIZE) > 0
-    assert entry.vocabulary == (entry.dim(VOCAB_SIZE) != entry.dim(
-        2 * VOCAB_SIZE)), entry.name
+    assert entry.dim(VOCAB_SIZE, *TFF_WIDTHS) > 0 and entry.flops_per_example(
+        VOCAB_SIZE, *TFF_WIDTHS) > 0
+    for other in ((2 * VOCAB_SIZE, *TFF_WIDTHS), (VOCAB_SIZE, 2 * TFF_WIDTHS[0],
+                                                  TFF_WIDTHS[1]),
+                  (VOCAB_SIZE, TFF_WIDTHS[0], 2 * TFF_WIDTHS[1])):
+      assert entry.vocabulary == (entry.dim(VOCAB_SIZE, *TFF_WIDTHS) !=
+                                  entry.dim(*other)), (entry.name, other)
+      assert entry.vocabulary == (
+          entry.flops_per_example(VOCAB_SIZE, *TFF_WIDTHS) !=
+          entry.flops_per_example(*other)), (entry.name, other)

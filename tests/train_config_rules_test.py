@@ -133,6 +133,8 @@ CORE = {
     'synthetic_examples_per_client': (
         _INTS, _parameter('examples_per_client'), {}),
     'vocab_size': (_INTS, _parameter('vocab_size'), {}),
+    'embedding_size': (_INTS, _parameter('embedding_size'), {}),
+    'lstm_size': (_INTS, _parameter('lstm_size'), {}),
     'num_bands': (_INTS, lambda value: mechanisms.from_name(
         'banded', num_bands=value), {'mechanism': 'banded',
                                      'clipping_norm': 1.0}),

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from absl import flags
+import dp_accounting
 import pytest
 import tensorflow as tf
 
@@ -19,6 +20,7 @@ from experiments import grid
 from experiments import train
 from experiments import train_config
 from experiments import train_flags
+from one_shot_epe.data import shakespeare
 from one_shot_epe.design import canary_spec
 import programs
 import tiny_run
@@ -277,3 +279,40 @@ def test_correlated_noise_outside_the_jax_environment_is_one_line_exit_2(
   assert ('--backend=jax does not run --mechanism=blt: the blt mechanism '
           'needs jax-privacy' in done.stderr)
   assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize('flag', ['embedding_size', 'lstm_size'])
+def test_word_model_widths_other_than_tffs_need_the_jax_engine(flag):
+  # TFF trains its own baseline LSTM (embedding 96, LSTM 670); the JAX
+  # engine's model takes the widths; the image tasks ignore them.
+  default = train_config.TrainConfig.__dataclass_fields__[flag].default
+  config = train_config.TrainConfig(backend='tff', task='shakespeare',
+                                    total_rounds=1, **{flag: 32})
+  with pytest.raises(train_config.ConfigError) as raised:
+    config.validate()
+  assert str(raised.value) == (
+      f"--{flag}=32 applies to --backend=jax only: the TFF engine trains "
+      f"TFF's baseline LSTM (--{flag}={default}); got --backend=tff.")
+  for other in (dict(backend='jax'), dict(task='emnist_character',
+                                          use_synthetic_data=True)):
+    fields = {**config.to_json_dict(), **other}
+    assert getattr(train_config.TrainConfig(**fields).validate(), flag) == 32
+
+
+def test_shakespeare_dp_config_trains_the_narrow_lstm_at_a_meaningful_epsilon():
+  config = _parse_flagfile('shakespeare_dp.cfg')
+  assert (config.backend, config.task, config.vocab_size,
+          config.embedding_size, config.lstm_size, config.clipping_norm,
+          config.canary_repeats) == ('jax', 'shakespeare', 5000, 32, 128, 0.5,
+                                     1)
+  assert config.num_canaries == config.num_unseen_canaries >= 50
+  grid_values = _grid('shakespeare_dp.cfg')
+  assert grid_values == {'noise_multiplier': ['0', str(
+      config.noise_multiplier)]}
+  # A canary is presented once: its analytical epsilon is one Gaussian
+  # mechanism's at the config's z, here by dp_accounting's PLD accountant,
+  # at delta = m^-1.1 for the plays' m roles.
+  roles = len(shakespeare.load(vocab_size=config.vocab_size).client_ids)
+  accountant = dp_accounting.pld.PLDAccountant()
+  accountant.compose(dp_accounting.GaussianDpEvent(config.noise_multiplier))
+  assert accountant.get_epsilon(roles**-1.1) <= 50

@@ -14,7 +14,8 @@ nothing else lists the tasks (`tests/tasks_entries_test.py` checks it):
 * what the launcher's flags accept: whether the task has synthetic
   stand-ins and the laws of their client sizes (--use_synthetic_data,
   --synthetic_client_sizes), whether it reads its data without --data_dir,
-  whether it has a vocabulary (--vocab_size), and the flags' help;
+  whether it has a vocabulary and a word model (--vocab_size,
+  --embedding_size, --lstm_size), and the flags' help;
 * its data kind: the kind of its client arrays (`data.client_arrays.KINDS`:
   'emnist', 28 x 28 images and their labels; 'stackoverflow', token
   sequences), which fixes what the engines feed the model (the images and
@@ -38,7 +39,8 @@ split into 1,200 clients of 50 images (`data.fashion_mnist`); Shakespeare's
 speaking roles depend on the plays read (`data.shakespeare`). The models:
 TFF's `cnn_dropout` CNN (conv 3x3x32, conv 3x3x64, dense 128, dense
 classes) and TFF's StackOverflow word LSTM (embedding 96, LSTM 670, dense
-96, dense vocab + 4) on sequences of 20 tokens. Training costs about three
+96, dense vocab + 4; the JAX engine also trains narrower ones) on sequences
+of 20 tokens. Training costs about three
 times the forward pass (forward, and backward for activations and weights);
 the forward pass costs 2 FLOPs per multiply-add.
 """
@@ -58,11 +60,9 @@ _CNN_MACS = 26 * 26 * 32 * 9 + 24 * 24 * 64 * 9 * 32 + 9216 * 128
 # Its parameters without the last layer (conv, conv, dense with biases).
 _CNN_PARAMETERS = (3 * 3 * 32 + 32) + (3 * 3 * 32 * 64 + 64) + (9216 * 128 +
                                                                128)
-# The word LSTM: embedding 96, LSTM 670, dense 96; the output layer has
-# vocab + 4 tokens (padding, out of vocabulary, beginning and end).
-_EMBEDDING, _LSTM, _SPECIAL_TOKENS = 96, 670, 4
-_LSTM_PARAMETERS = 4 * _LSTM * (_EMBEDDING + _LSTM + 1) + (_LSTM * _EMBEDDING +
-                                                          _EMBEDDING)
+# The word LSTM's special tokens: padding, out of vocabulary, beginning and
+# end of sentence (the output layer has vocab + 4 tokens).
+_SPECIAL_TOKENS = 4
 _SEQUENCE_LENGTH = 20
 # Training: the forward pass, and the backward pass for activations and
 # weights; 2 FLOPs per multiply-add.
@@ -79,16 +79,19 @@ def _cnn_flops(classes: int) -> float:
   return float(_TRAINING_FLOPS_PER_MAC * (_CNN_MACS + 128 * classes))
 
 
-def _lstm_dim(vocab_size: int) -> int:
-  """d of the word LSTM over a vocabulary of `vocab_size` words."""
+def _lstm_dim(vocab_size: int, embedding_size: int, lstm_size: int) -> int:
+  """d of the word LSTM: embedding, LSTM, dense to the embedding, output."""
   tokens = vocab_size + _SPECIAL_TOKENS
-  return tokens * _EMBEDDING + _LSTM_PARAMETERS + _EMBEDDING * tokens + tokens
+  lstm = 4 * lstm_size * (embedding_size + lstm_size + 1)
+  dense = lstm_size * embedding_size + embedding_size
+  return tokens * embedding_size + lstm + dense + embedding_size * tokens + tokens
 
 
-def _lstm_flops(vocab_size: int) -> float:
+def _lstm_flops(vocab_size: int, embedding_size: int, lstm_size: int) -> float:
   """Training FLOPs of one 20-token sequence through the word LSTM."""
-  per_token = (4 * _LSTM * (_EMBEDDING + _LSTM) + _LSTM * _EMBEDDING +
-               _EMBEDDING * (vocab_size + _SPECIAL_TOKENS))
+  per_token = (4 * lstm_size * (embedding_size + lstm_size) +
+               lstm_size * embedding_size +
+               embedding_size * (vocab_size + _SPECIAL_TOKENS))
   return float(_TRAINING_FLOPS_PER_MAC * per_token * _SEQUENCE_LENGTH)
 
 
@@ -131,8 +134,8 @@ class EngineTask:
       engine's is its task module's `build_task(client_spec, request)`,
       which returns the `tff_engine.tasks.Task` (TFF builds the model with
       its data); the JAX engine's is the model's class, called with
-      `model_args` (and vocab_size=--vocab_size where the task has a
-      vocabulary).
+      `model_args` (and vocab_size, embedding_size and lstm_size from
+      their flags where the task has a vocabulary).
     data: 'package.module:name' of the framework-free loader of the task's
       client arrays, `loader(request) -> data.task_data.TaskArrays` for a
       `data.task_data.DataRequest`; None where `model` reads the data
@@ -171,11 +174,13 @@ class TaskEntry:
     synthetic_sizes: The laws of the synthetic stand-in's client sizes
       (--synthetic_client_sizes, `data.client_arrays.CLIENT_SIZE_LAWS`);
       empty where the task has no stand-in (--use_synthetic_data).
-    vocabulary: Whether the task has a vocabulary (--vocab_size).
-    dim: d, the model's trainable parameters, given the vocabulary size
-      (ignored by the tasks without a vocabulary).
+    vocabulary: Whether the task has a vocabulary (--vocab_size) and a word
+      model of adjustable widths (--embedding_size, --lstm_size).
+    dim: d, the model's trainable parameters, given the vocabulary size,
+      the embedding size and the LSTM size (all three ignored by the tasks
+      without a vocabulary).
     flops_per_example: FLOPs of training on one example (forward and
-      backward), given the vocabulary size.
+      backward), given the same three sizes.
     model_help: The model, for --task's help.
     data_help: What --data_dir holds for the task, for the flag's help and
       the launcher's refusals.
@@ -190,8 +195,8 @@ class TaskEntry:
   examples_per_client: float
   synthetic_sizes: tuple[str, ...]
   vocabulary: bool
-  dim: Callable[[int], int]
-  flops_per_example: Callable[[int], float]
+  dim: Callable[[int, int, int], int]
+  flops_per_example: Callable[[int, int, int], float]
   model_help: str
   data_help: str
   tff: EngineTask
@@ -213,8 +218,8 @@ TASKS: dict[str, TaskEntry] = {
             'emnist_character', kind='emnist', num_clients=3_383,
             examples_per_client=671_585 / 3_383,
             synthetic_sizes=('equal', 'realistic'), vocabulary=False,
-            dim=lambda vocab_size: _cnn_dim(62),
-            flops_per_example=lambda vocab_size: _cnn_flops(62),
+            dim=lambda *widths: _cnn_dim(62),
+            flops_per_example=lambda *widths: _cnn_flops(62),
             model_help='CNN, 1,206,590 parameters',
             data_help="TFF's cached emnist_all.sqlite (--backend=jax: "
                       'its arrays, experiments.export_arrays)',
@@ -240,8 +245,8 @@ TASKS: dict[str, TaskEntry] = {
         TaskEntry(
             'fashion_mnist', kind='emnist', num_clients=1_200,
             examples_per_client=50.0, synthetic_sizes=('equal',),
-            vocabulary=False, dim=lambda vocab_size: _cnn_dim(10),
-            flops_per_example=lambda vocab_size: _cnn_flops(10),
+            vocabulary=False, dim=lambda *widths: _cnn_dim(10),
+            flops_per_example=lambda *widths: _cnn_flops(10),
             model_help='1,200 non-IID clients, CNN with 10 classes, '
                        '1,199,882 parameters',
             data_help='the Fashion-MNIST IDX files',
