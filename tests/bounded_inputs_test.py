@@ -199,7 +199,7 @@ def test_the_launcher_refuses_a_model_too_small_before_any_work(
   # door, before the data, the engine or the run directory.
   entry = tasks.TASKS['emnist_character']
   monkeypatch.setitem(tasks.TASKS, 'emnist_character', dataclasses.replace(
-      entry, dim=lambda vocab_size: 2))
+      entry, dim=lambda *widths: 2))
   config = train_config.TrainConfig(
       use_synthetic_data=True, synthetic_num_clients=20, clients_per_round=5,
       total_rounds=2, num_canaries=4, num_unseen_canaries=4,
