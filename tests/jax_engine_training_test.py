@@ -268,5 +268,5 @@ def test_damaged_newest_checkpoint_is_named(tmp_path):
   with open(tmp_path / 'round_00000002.npz', 'wb') as stream:
     stream.write(b'PK not a zip')
   with pytest.raises(checkpoint_store.CheckpointError,
-                     match='round_00000002.npz.*does not read back'):
+                     match='round_00000002.npz.*is not an .npz archive.*Delete it'):
     store.verify()

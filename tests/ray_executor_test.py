@@ -51,8 +51,8 @@ def _killed_once(marker_dir: str, task, program):
   if not os.path.exists(marker):
     write_bytes = atomic_io.write_bytes
 
-    def write_then_die(path: str, data: bytes) -> None:
-      write_bytes(path, data)
+    def write_then_die(path: str, data: bytes, *args, **kwargs) -> None:
+      write_bytes(path, data, *args, **kwargs)
       if (os.path.basename(os.path.dirname(path)) ==
           run_directory.CHECKPOINT_DIR and
           not path.endswith('round_00000000.npz')):
