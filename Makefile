@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup data demo test test-jax test-flower test-install device-wheels device-check device-check-cpu bench table2 table2-quick canife clean bazel-build bazel-test
+.PHONY: help setup data demo test test-all test-jax test-flower test-install test-install-all device-wheels device-check device-check-cpu bench table2 table2-quick canife clean bazel-build bazel-test
 
 # The demo: DP-FedAvg with canaries on real images, Fashion-MNIST split into
 # non-IID clients (configs/demo_fashion_mnist.cfg), at the three noise
@@ -86,10 +86,19 @@ table2: $(STAMP)
 # --dist worksteal: a worker that runs out of tests takes queued ones from
 # the other, so one long test near the end does not leave a worker idle.
 TEST_WORKERS ?= 2
+# The tests marked slow (pytest.ini: whole engine runs, runs stopped and
+# resumed in a subprocess, runs that must learn; about an hour of the 2 cores
+# together) are deselected by `make test`, `make test-jax` and `make
+# test-flower`, as in CI; `make test-all` runs every suite whole (MARK=).
+MARK ?= not slow
 
-## test: the whole test suite in .venv (about 15 minutes on 2 cores)
+## test: the test suite in .venv, the slow tests aside (about 12 minutes on 2 cores)
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 -m '$(MARK)' tests
+
+## test-all: every test of every environment, the slow ones included (about 2 hours on 2 cores)
+test-all:
+	$(MAKE) -f $(THIS_MAKEFILE) test test-jax test-flower MARK=
 
 # The TensorFlow-free JAX environment: the accelerator machines'
 # stack (Python 3.12, jax 0.11, numpy, scipy, absl-py, pytest; no TensorFlow)
@@ -122,9 +131,9 @@ $(JAX_STAMP): requirements-jax.txt scripts/check_jax_env.py pyproject.toml
 	$(JAX_PY) scripts/check_jax_env.py
 	touch $(JAX_STAMP)
 
-## test-jax: the JAX engine's tests in the TensorFlow-free .venv-jax
+## test-jax: the JAX engine's tests in the TensorFlow-free .venv-jax (slow ones aside)
 test-jax: $(JAX_STAMP)
-	$(JAX_PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(JAX_TESTS)
+	$(JAX_PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m '$(MARK)' $(JAX_TESTS)
 
 # The Flower engine's environment (one_shot_epe/flower_engine, docs/flower.md):
 # Python 3.12 with the [flower] extra (flwr 1.42 and Ray, its simulation
@@ -146,24 +155,33 @@ $(FLOWER_STAMP): requirements-flower.txt pyproject.toml
 	$(FLOWER_PY) -m pip check
 	touch $(FLOWER_STAMP)
 
-## test-flower: the Flower engine's tests in .venv-flower
+## test-flower: the Flower engine's tests in .venv-flower (slow ones aside)
 test-flower: $(FLOWER_STAMP)
-	$(FLOWER_PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(FLOWER_TESTS)
+	$(FLOWER_PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m '$(MARK)' $(FLOWER_TESTS)
 
-# The package as users install it: pip resolves `.[jax]` from the package
-# index in a fresh Python 3.12 venv (with requirements-jax.txt as constraints)
-# and a fresh 3.13 venv (unconstrained), and the core alone (`pip install .`)
-# in a fresh $(PYTHON) venv, and `.[flower]` in fresh 3.13 and $(PYTHON)
-# venvs (3.12: make test-flower; flwr and Ray: about 4.5 min per venv on a
-# loaded 2-core machine, downloads included); then the
-# installed console scripts and a 2-round audited Flower run
-# (scripts/test_install.py; 65-95 s on 2 cores without [flower]). [tff] is not
-# among them: it cannot be resolved (pyproject.toml), `make setup` installs it.
+# The package as users install it, by pip's resolver from the package index
+# (scripts/test_install.py; the installs run at once): `make test-install`
+# (CI) installs what no environment of the project resolves already, `.[jax]`
+# and `.[flower]` unconstrained in fresh Python 3.13 venvs and the core alone
+# (`pip install .`) in a fresh $(PYTHON) venv; `make test-install-all` adds
+# `.[jax]` in a fresh 3.12 venv under requirements-jax.txt and `.[flower]`
+# in a fresh $(PYTHON) venv (flwr and Ray: about 4.5 min per venv on a
+# loaded 2-core machine, downloads included). Then the installed console
+# scripts and a 2-round audited Flower run (65-95 s on 2 cores without
+# [flower]). [tff] is not among them: it cannot be resolved
+# (pyproject.toml), `make setup` installs it.
 INSTALL_PYTHON313 ?= $(call find_python,3.13)
+INSTALL_PYTHONS_MISSING = echo 'make $@ needs Python 3.13 (test-install-all also 3.12): put python3.13 and python3.12 on PATH or set INSTALL_PYTHON313 and JAX_PYTHON' >&2; exit 2
 
 ## test-install: install the package with pip into fresh venvs and try it
 test-install:
-	@test -n "$(JAX_PYTHON)" -a -n "$(INSTALL_PYTHON313)" || { echo 'make test-install needs Python 3.12 and 3.13: put python3.12 and python3.13 on PATH or set JAX_PYTHON and INSTALL_PYTHON313' >&2; exit 2; }
+	@test -n "$(INSTALL_PYTHON313)" || { $(INSTALL_PYTHONS_MISSING); }
+	$(PYTHON) scripts/test_install.py --jax=$(INSTALL_PYTHON313) \
+	  --core=$(PYTHON) --flower=$(INSTALL_PYTHON313)
+
+## test-install-all: test-install, plus [jax] under its constraints on 3.12 and [flower] on $(PYTHON)
+test-install-all:
+	@test -n "$(JAX_PYTHON)" -a -n "$(INSTALL_PYTHON313)" || { $(INSTALL_PYTHONS_MISSING); }
 	$(PYTHON) scripts/test_install.py --jax=$(JAX_PYTHON),requirements-jax.txt \
 	  --jax=$(INSTALL_PYTHON313) --core=$(PYTHON) \
 	  --flower=$(INSTALL_PYTHON313) --flower=$(PYTHON)

@@ -1,7 +1,7 @@
 """Installs the package by resolution into fresh environments and runs it.
 
-`make test-install` (CI runs it after `make test-jax`). Each environment is a
-new virtual environment under one temporary directory (removed at the end)
+`make test-install` (CI runs it last) and `make test-install-all`. Each
+environment is a new virtual environment under one temporary directory (removed at the end)
 into which pip installs a copy of the source tree (one per environment: pip
 builds in the tree, and the installs run at once) with its dependencies
 resolved from the package index (pip's download cache keeps this quick):

@@ -152,6 +152,7 @@ def test_epsilon_of_gdp_is_zero_without_shift():
   assert est.epsilon_of_gdp(-1.0, 1e-5) == 0.0
 
 
+@pytest.mark.slow
 def test_bootstrap_interval_covers_table2_epsilon():
   # 200 exact simulations of Table 2 at eps = 3: the headline estimate's
   # 95% interval must cover 3 in at least 90% of runs.

@@ -66,6 +66,7 @@ def _context():
     yield
 
 
+@pytest.mark.slow
 def test_cohort_counts_expected_canaries_as_tffs_stock_factory_would():
   # 12 canaries x 2 presentations over 6 rounds: 4 expected per round, so the
   # DP mean divides by 4 + 4 = 8. Against TFF's own factory with that
@@ -123,6 +124,7 @@ def _run_observed(canary_audit, rounds=ROUNDS):
   return initial, state, np.stack(aggregates)
 
 
+@pytest.mark.slow
 def test_maxima_and_final_cosines_equal_brute_force():
   canary_audit = _audit()
   initial, state, aggregates = _run_observed(canary_audit)
@@ -171,6 +173,7 @@ def _csv_columns(path) -> dict[str, np.ndarray]:
           for i, name in enumerate(header)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('num_unseen', [10, 0])
 def test_write_results_writes_a_launchers_result_files(tmp_path, num_unseen):
   canary_audit = _audit(num_unseen_canaries=num_unseen)
@@ -202,6 +205,7 @@ def test_write_results_writes_a_launchers_result_files(tmp_path, num_unseen):
     assert report.all_iterates is None
 
 
+@pytest.mark.slow
 def test_run_training_process_with_checkpoints_resumes_exactly(tmp_path):
   uninterrupted = _audit()
   _run_observed(uninterrupted)
@@ -225,6 +229,7 @@ def test_run_training_process_with_checkpoints_resumes_exactly(tmp_path):
                              uninterrupted.final_cosines(), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_the_loop_keeps_the_last_round_observed(tmp_path):
   # Checkpoints every 4 rounds; Ctrl-C while round 4 starts. The manager
   # saves round 3 (its 3 rounds unscored), and the run resumed from there
@@ -333,6 +338,7 @@ def test_train_model_program_is_observed_every_round():
   assert len(canary_audit.cosine_maxima().seen) == 8
 
 
+@pytest.mark.slow
 def test_example_runs_and_prints_both_threat_models():
   # The user's environment, less any TensorFlow log setting of ours.
   env = {key: value for key, value in os.environ.items()
@@ -524,6 +530,7 @@ def _adaptive_dp(cohort: float) -> canary_spec.DPAggregation:
                                    clients_per_round=cohort, initial_clip=0.5)
 
 
+@pytest.mark.slow
 def test_constructor_paths_give_equal_reports():
   # The plan's arguments with gaussian_adaptive, from_spec with aggregator()
   # and the constructor given spec and dp (no factory method called at all)

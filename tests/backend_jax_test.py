@@ -61,6 +61,7 @@ def _config(root, **overrides) -> train_config.TrainConfig:
   return train_config.TrainConfig(**settings)
 
 
+@pytest.mark.slow
 def test_program_runs_without_tensorflow_and_writes_the_run_layout(tmp_path):
   completed = subprocess.run(
       [sys.executable, '-c', _WITHOUT_TF, *FLAGS,
@@ -86,6 +87,7 @@ def test_program_runs_without_tensorflow_and_writes_the_run_layout(tmp_path):
       float(rows[-1]['evaluation/sparse_categorical_accuracy']), abs=1e-7)
 
 
+@pytest.mark.slow
 def test_resumed_run_equals_uninterrupted_and_final_cosines_are_exact(
     tmp_path):
   whole = train.run_training(_config(tmp_path / 'whole'))
@@ -192,6 +194,7 @@ def test_fashion_mnist_trains_the_ten_class_cnn_on_the_demos_clients(
   assert result.report is not None and 0.0 <= result.accuracy <= 1.0
 
 
+@pytest.mark.slow
 def test_a_device_out_of_memory_is_one_line_and_the_run_resumes(tmp_path):
   # XLA's allocation failure (its error type differs across jax versions)
   # in round 3, after the checkpoint of round 2: the launcher says so in one

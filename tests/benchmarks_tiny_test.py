@@ -66,6 +66,7 @@ def _environment() -> str:
   return 'jax'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', _modules(programs=True))
 def test_tiny_mode_runs(name):
   assert name in ENVIRONMENTS, (

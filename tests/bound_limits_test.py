@@ -203,6 +203,7 @@ def test_bounds_are_the_reports():
                                                                threat)
 
 
+@pytest.mark.slow
 def test_cell_rows_and_tables(tmp_path):
   rows = bound_limits.simulate_cell(100, 10.0, 3, _DELTA, _ALPHA, seed=0)
   assert [row.bound for row in rows] == list(bound_limits.BOUNDS)

@@ -25,6 +25,7 @@ from one_shot_epe.stats import estimation
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_tiny_comparison_runs_both_methods_on_one_training(tmp_path):
   setting = canife_runs.Setting(
       data='synthetic', synthetic_num_train=512, synthetic_num_test=64,
@@ -118,6 +119,7 @@ def _run_program(*args):
       env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_quick_config_prints_every_estimate_and_records_insertion(tmp_path):
   output = tmp_path / 'details.json'
   result = _run_program('--flagfile=configs/compare_canife_quick.cfg',

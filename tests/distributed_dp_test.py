@@ -57,6 +57,7 @@ def _spec(schedule, num_seen=2) -> canary_spec.CanarySpec:
                                 repetitions=1)
 
 
+@pytest.mark.slow
 def test_calibration_and_accounted_epsilon_match_tffs_factory():
   z, clip, n, bits = 0.7, 0.5, 4, 16
   tff_process = tff_ddp.DistributedDpSumFactory(
@@ -203,6 +204,7 @@ def test_canary_survives_rotation_discretization_and_modulus_without_noise():
     assert np.linalg.norm(aggregate) == pytest.approx(1.0 / 3.0, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_canary_audit_runs_distributed_dp_end_to_end():
   features, classes, clients, rounds = 4, 2, 3, 3
   dp = canary_spec.DPAggregation(noise_multiplier=0.5, clients_per_round=4.0,
@@ -252,6 +254,7 @@ def fixture_ddp_run(tmp_path_factory):
       rounds_per_checkpoint=2, canary_repeats=1))
 
 
+@pytest.mark.slow
 def test_launcher_reports_accounted_and_analytical_epsilon_of_ddp(ddp_run):
   with open(os.path.join(ddp_run.run_dir,
                          run_directory.REPORT_JSON_FILE)) as stream:
@@ -270,6 +273,7 @@ def test_launcher_reports_accounted_and_analytical_epsilon_of_ddp(ddp_run):
   assert report['analytical_epsilon'] == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_resume_with_another_mechanism_is_refused(ddp_run):
   changed = dataclasses.replace(ddp_run.config, mechanism='gaussian',
                                 compression='none')

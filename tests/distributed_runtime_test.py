@@ -146,6 +146,7 @@ def _two_rounds(process, data):
   return initial, outputs
 
 
+@pytest.mark.slow
 def test_fed_avg_rounds_match_one_process():
   spec = canary_spec.CanarySpec(seed=5, num_seen=2, num_unseen=2,
                                 schedule=[[0], []])

@@ -53,6 +53,7 @@ def _authors_epsilon(scale: float, l2: float, l1: float, central_var: float,
   return best
 
 
+@pytest.mark.slow
 def test_calibration_and_epsilon_match_tffs_skellam_factory():
   z, clip, n, bits = 0.7, 0.5, 4, 16
   tff_process = tff_ddp.DistributedDpSumFactory(

@@ -67,6 +67,7 @@ def _cases() -> list:
   return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('path, code, reason', _cases())
 def test_python_block_runs_as_written(path, code, reason, tmp_path):
   if reason is not None:
@@ -130,6 +131,7 @@ def test_a_failing_block_fails(tmp_path):
   assert completed.returncode != 0 and 'NameError' in completed.stderr
 
 
+@pytest.mark.slow
 def test_the_example_runs_by_path_from_another_directory(tmp_path):
   # README: `examples` is not installed; from outside the repository root
   # the example runs by its path.

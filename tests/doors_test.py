@@ -167,6 +167,7 @@ def _launcher(root: str, *flags: str) -> subprocess.Popen:
       text=True, start_new_session=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_run_stops_in_one_line_and_resumes(tmp_path, signum):
   checkpoints = tmp_path / 'run' / 'checkpoints'

@@ -77,6 +77,7 @@ def test_stackoverflow_rows_are_tffs_token_ids(tmp_path):
   np.testing.assert_array_equal(test.features['tokens'][0, :4], [5, 4, 2, 6])
 
 
+@pytest.mark.slow
 def test_exported_emnist_trains_on_the_jax_engine(tmp_path):
   tff_cache.write_sqlite(str(tmp_path / 'emnist_all.sqlite'), {
       'all_train': _emnist_clients(0, {f'w{i}': 8 for i in range(4)}),

@@ -338,6 +338,7 @@ def test_the_app_runs_audited_on_the_deployment_engine(deployment,
     time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_an_audit_survives_a_lost_supernode(deployment, tmp_path):
   # A third SuperNode, stopped while it trains a round's message: Flower's
   # DP wrapper gets its error reply and skips the round; the audit goes on.
@@ -393,6 +394,7 @@ def _serverapps(deployment: _Deployment) -> list[psutil.Process]:
           if _running(process) and _named(process, 'flwr-serverapp')]
 
 
+@pytest.mark.slow
 def test_a_stopped_server_app_saves_its_last_round_and_resumes(
     deployment, uninterrupted, tmp_path):
   # SIGTERM (Flower's graceful stop) to the ServerApp after its first
@@ -448,6 +450,7 @@ _REFUSED = ("run config 'noise-multiplier' must be a finite number >= 0.0; "
             'got -1.0.')
 
 
+@pytest.mark.slow
 def test_a_refused_value_fails_the_run_in_one_line(deployment, tmp_path):
   output = deployment.flwr_run(
       f"{_RUN_CONFIG} noise-multiplier=-1 output-dir='{tmp_path}'",
@@ -474,6 +477,7 @@ def _documented_commands() -> list[tuple[str, str]]:
   return re.findall(r'```(sh|toml)\n(.*?)```', section, re.S)
 
 
+@pytest.mark.slow
 def test_the_documented_commands_run_in_order(tmp_path):
   # §3's simulation and §4's deployment, as docs/flower.md writes them, on a
   # fresh FLWR_HOME, both SuperLinks in one working directory (the default

@@ -122,6 +122,7 @@ def _checkpointed(output_dir) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_the_last_round_and_the_rerun_matches_a_whole_run(
     tmp_path):
   flags = ['--use_synthetic_data', '--rounds=120', '--num_canaries=20',

@@ -127,6 +127,7 @@ def _round_event(kind, z_update):
   return dp_accounting.GaussianDpEvent(z_update)
 
 
+@pytest.mark.slow
 def test_a_round_with_lost_nodes_releases_nothing_and_the_audit_goes_on(
     tmp_path):
   full, _ = _run(tmp_path / 'full', _wrapper('fixed'),

@@ -238,6 +238,7 @@ def _await_workers(process: subprocess.Popen, count: int) -> list[int]:
   return []
 
 
+@pytest.mark.slow
 @_NEEDS_NETWORK
 def test_control_plain_tff_context_listens_on_every_interface():
   # Without this project's isolation TFF's own worker is exposed: the check
@@ -282,6 +283,7 @@ _TINY_RUN = ('--use_synthetic_data', '--synthetic_num_clients=12',
              '--max_eval_examples=16', '--run_name=tiny', '--noprogress_bar')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('tff_workers', [1, 2])
 def test_launcher_workers_listen_only_in_a_private_network(tmp_path,
                                                            tff_workers):

@@ -138,12 +138,14 @@ def _assert_same_run(got: dict, reference: dict) -> None:
   assert got['resident_bytes'] > 0
 
 
+@pytest.mark.slow
 def test_four_local_devices_give_the_one_device_run(reference):
   got = _one_process(4, 'vmap')
   assert (got['processes'], got['devices']) == (1, 4)
   _assert_same_run(got, reference)
 
 
+@pytest.mark.slow
 def test_two_processes_of_two_devices_give_the_one_device_run(reference):
   jax = pytest.importorskip('jax')
   if 'jax_cpu_collectives_implementation' not in jax.config.values:

@@ -329,6 +329,7 @@ _MULTI_DEVICE = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_sharded_round_on_four_devices_equals_one_device():
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=4',
              JAX_PLATFORMS='cpu')
@@ -345,6 +346,7 @@ def test_sharded_round_on_four_devices_equals_one_device():
                              atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('canary_clip', ['project', 'clip'])
 def test_loop_and_vmap_local_training_give_the_same_rounds(canary_clip):
   # The two strategies of RoundEngine against each other: a CNN with

@@ -132,6 +132,7 @@ def fixture_whole(tmp_path_factory):
 
 # Interrupted in the first block (round 1 unscored), and after checkpoint 3
 # (round 4 unscored; under BLT the noise stream restarts at round 4).
+@pytest.mark.slow
 @pytest.mark.parametrize('at, kind', [(1, ''), (4, ''), (4, 'blt')])
 def test_an_interrupted_run_resumes_as_if_uninterrupted(whole, tmp_path, at,
                                                         kind):
@@ -272,6 +273,7 @@ def _kill(root: str, env: dict[str, str], after: int) -> int:
   return run_directory.read_progress(run_dir)
 
 
+@pytest.mark.slow
 def test_the_launcher_stopped_twice_ends_as_an_uninterrupted_run(
     tmp_path_factory):
   env = _environment(str(tmp_path_factory.mktemp('jax_cache')))

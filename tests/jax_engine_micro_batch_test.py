@@ -81,6 +81,7 @@ def _assert_same(got, want):
     np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('strategy', round_engine.LOCAL_TRAINING)
 @pytest.mark.parametrize('micro_batch', [1, 2])
 def test_micro_batches_give_the_whole_batch_rounds(strategy, micro_batch):
@@ -90,6 +91,7 @@ def test_micro_batches_give_the_whole_batch_rounds(strategy, micro_batch):
   assert np.abs(np.asarray(want[1].aggregate)).max() > 0
 
 
+@pytest.mark.slow
 def test_both_strategies_give_micro_batches_the_same_dropout():
   loop = _rounds('loop', 2, dropout=True)
   _assert_same(_rounds('vmap', 2, dropout=True), loop)
@@ -98,6 +100,7 @@ def test_both_strategies_give_micro_batches_the_same_dropout():
   assert not np.allclose(whole[1].aggregate, loop[1].aggregate, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_padding_is_counted_in_micro_batches():
   sizes = np.diff(_OFFSETS)
   # 'loop' runs each client's non-empty micro-batches, two rounds.
@@ -177,6 +180,7 @@ class _CnnWithoutDropout(models.EmnistCnn):
   dropout_rates = (0.0, 0.0)
 
 
+@pytest.mark.slow
 def test_a_vmap_run_of_small_clients_takes_micro_batches(tmp_path):
   # Clients of mean 9 examples in batches of 8: partial batches dominate.
   # Without dropout the micro-batched 'vmap' run is the whole-batch 'loop'

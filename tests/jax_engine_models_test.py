@@ -103,6 +103,7 @@ def test_emnist_padding_examples_change_nothing():
   _assert_close(full, -logp[np.arange(3), [1, 4, 2]].mean(), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_word_lstm_equals_keras_logits_loss_gradients_and_accuracy():
   task = tasks.get_task('stackoverflow_word', client_batch_size=3,
                         use_synthetic_data=True, synthetic_num_clients=1,

@@ -121,6 +121,7 @@ def _cnn_arrays():
   return cnn, arrays
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('adaptive', [True, False])
 def test_packed_round_equals_the_loop_round(adaptive):
   cnn, arrays = _cnn_arrays()
@@ -230,6 +231,7 @@ def test_packed_rows_gather_the_packed_batches():
   assert packed_rows.rows.dtype == np.int32
 
 
+@pytest.mark.slow
 def test_resident_rounds_equal_host_fed_rounds():
   cnn, arrays = _cnn_arrays()
   config = canary_spec.DPAggregation(noise_multiplier=0.5,

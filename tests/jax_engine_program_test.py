@@ -101,6 +101,7 @@ def _assert_same_run(ours: str, theirs: str) -> None:
           assert row[column] == other[column], f'{name}:{column}'
 
 
+@pytest.mark.slow
 def test_runs_in_one_program_write_what_separate_runs_write(tmp_path):
   alone = [train.run_training(_config(tmp_path / 'alone', f'r{i}', **flags))
            for i, flags in enumerate(_RUNS)]
@@ -127,6 +128,7 @@ def _plan(run: int) -> run_plan.RunPlan:
       noise_seed=None, rounds_per_checkpoint=3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('local_training', ['vmap', 'loop'])
 def test_a_run_resumed_later_sits_the_programs_first_rounds_out(
     tmp_path, local_training):
@@ -176,6 +178,7 @@ def test_a_run_resumed_later_sits_the_programs_first_rounds_out(
         assert event.clip == pytest.approx(clips[event.round_num])
 
 
+@pytest.mark.slow
 def test_a_loop_program_runs_its_runs_in_turn_as_they_run_alone(tmp_path):
   # 'loop' (the CPU's strategy, `round_engine.default_local_training`) for
   # the run axis too: the program processes exactly the examples of its

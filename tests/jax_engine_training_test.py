@@ -228,6 +228,7 @@ def test_resident_data_gives_the_host_fed_run_and_sends_only_rows(runs):
       packed * 4 + batches * per_batch + canary_masks)
 
 
+@pytest.mark.slow
 def test_a_realistic_round_sends_under_one_percent_of_its_examples(tmp_path):
   # EMNIST-sized examples (28 x 28 float32), realistic client sizes (mean
   # 198), batches of 16, about 10 clients a round: the rows and per-batch

@@ -329,6 +329,7 @@ _TREE_FLAGS = dict(mechanism='tree', clipping_norm=1.0, noise_multiplier=0.5,
                    num_unseen_canaries=4)
 
 
+@pytest.mark.slow
 def test_launcher_reports_the_trees_epsilons(tmp_path):
   result = train.run_training(tiny_run.config(str(tmp_path), backend='jax',
                                               **_TREE_FLAGS))
@@ -363,6 +364,7 @@ def _launcher_config(root, **overrides):
   return tiny_run.config(str(root), **settings)
 
 
+@pytest.mark.slow
 def test_launcher_run_carries_the_trees_rows_and_resumes_exactly(tmp_path):
   whole = train.run_training(_launcher_config(tmp_path / 'whole'))
   with open(os.path.join(whole.run_dir, run_directory.METRICS_FILE),

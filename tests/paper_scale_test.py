@@ -47,6 +47,7 @@ def test_grids_are_the_papers():
           (16, 510), (16, 2048), (1100, 2048)]
 
 
+@pytest.mark.slow
 def test_measured_round_is_the_runs_round_one(toy_figures):
   measured, child, _ = toy_figures
   plan = measured.prepared.plan
@@ -65,6 +66,7 @@ def test_measured_round_is_the_runs_round_one(toy_figures):
   assert child['flops'] > 0 and child['round_s'] > 0
 
 
+@pytest.mark.slow
 def test_figures_follow_from_the_measurement(toy_figures):
   _, child, figures = toy_figures
   examples, batches = [], []

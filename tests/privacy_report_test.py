@@ -86,6 +86,7 @@ def test_perfect_separation_saturates_the_all_iterates_headline():
       seen, 10**4, 1e-5).epsilon_est_saturated
 
 
+@pytest.mark.slow
 def test_final_headline_is_unbiased_on_the_gaussian_mechanism():
   # Exact simulations of Algorithm 1 (d = 10^5, k = 1000, delta = 1e-6): the
   # headline's mean ratio to the true eps is within 10% at eps = 1, 3 and

@@ -59,6 +59,7 @@ def _help(module: str, *flags: str, **env: str):
                       cwd=_REPO, env=_env(**env), timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('module', ['experiments.train', 'experiments.reproduce',
                                     'experiments.compare_canife'])
 def test_programs_start_quietly(module):

@@ -80,6 +80,7 @@ def _grid(output_dir: str, executor: grid.Executor) -> dict[str, bytes]:
   return outputs
 
 
+@pytest.mark.slow
 def test_ray_grid_with_killed_workers_equals_sequential(tmp_path):
   output_dir = str(tmp_path / 'grid')
   sequential = _grid(output_dir, grid.sequential)

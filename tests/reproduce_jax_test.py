@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from experiments import grid
 from experiments import reproduce
 from one_shot_epe.runtime import run_directory
@@ -40,6 +42,7 @@ def _reproduce(output_dir: str) -> subprocess.CompletedProcess:
       cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
 
 
+@pytest.mark.slow
 def test_jax_grid_runs_without_tensorflow_and_reruns_nothing(tmp_path):
   completed = _reproduce(str(tmp_path))
   assert completed.returncode == 0, completed.stderr[-3000:]

@@ -121,6 +121,7 @@ def _close(cell: str, value: float | None) -> bool:
   return abs(float(cell.lstrip('≥')) - value) <= 5e-4 * abs(value)
 
 
+@pytest.mark.slow
 def test_every_grid_point_ran_in_its_own_directory(grid):
   output_dir, _ = grid
   for noise in _NOISES:
@@ -134,6 +135,7 @@ def test_every_grid_point_ran_in_its_own_directory(grid):
                   float(noise), int(repeats), 4, 8)
 
 
+@pytest.mark.slow
 def test_privacy_table_equals_run_reports(grid):
   output_dir, stdout = grid
   with open(os.path.join(output_dir, reproduce.TABLE_FILE),
@@ -223,6 +225,7 @@ def _column(path: str, name: str) -> list[float]:
     return [float(row[name]) for row in csv.DictReader(stream) if row[name]]
 
 
+@pytest.mark.slow
 def test_anderson_table_recomputes_from_cosine_csvs(grid):
   output_dir, _ = grid
   with open(os.path.join(output_dir, reproduce.ANDERSON_FILE),
@@ -256,6 +259,7 @@ def _final_accuracy(run_dir: str) -> float:
   return float(rows[-1]['evaluation/sparse_categorical_accuracy'])
 
 
+@pytest.mark.slow
 def test_accuracy_table_compares_runs_with_and_without_canaries(grid):
   output_dir, stdout = grid
   with open(os.path.join(output_dir, reproduce.ACCURACY_FILE),
@@ -285,6 +289,7 @@ def test_accuracy_table_compares_runs_with_and_without_canaries(grid):
         100 * max(abs(v - without) for v in with_canaries), abs=6e-3)
 
 
+@pytest.mark.slow
 def test_table5_pools_the_runs_final_cosines(grid):
   output_dir, stdout = grid
   with open(os.path.join(output_dir, reproduce.TABLE5_FILE),
@@ -319,6 +324,7 @@ def test_table5_pools_the_runs_final_cosines(grid):
       assert rows[(noise, arm)][-1] == '1'
 
 
+@pytest.mark.slow
 def test_every_report_json_reads_back_as_the_same_typed_report(grid):
   output_dir, _ = grid
   paths = sorted(glob.glob(os.path.join(
@@ -339,6 +345,7 @@ def test_every_report_json_reads_back_as_the_same_typed_report(grid):
   assert report.all_iterates is not None
 
 
+@pytest.mark.slow
 def test_figures_are_png_images(grid):
   output_dir, stdout = grid
   for name in (reproduce.DENSITY_FILE, reproduce.EPSILON_FINAL_FILE,
@@ -351,6 +358,7 @@ def test_figures_are_png_images(grid):
     assert image.ndim == 3 and min(image.shape[:2]) > 100
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_runs(grid):
   output_dir, stdout = grid
   # 4 grid runs, 2 without canaries, and per noise 1 + 2 Table 5 runs.
@@ -365,6 +373,7 @@ def test_rerun_skips_finished_runs(grid):
   assert _summary(completed.stdout) == _summary(stdout)
 
 
+@pytest.mark.slow
 def test_a_grid_against_the_band_of_its_own_runs_is_within(grid, tmp_path):
   # The seeds' table of the grid's own runs: every number of a rerun lies
   # in its band (a band of one seed is that seed's numbers).
@@ -386,6 +395,7 @@ def test_a_grid_against_the_band_of_its_own_runs_is_within(grid, tmp_path):
   assert 'band of 1 seed**' in completed.stdout
 
 
+@pytest.mark.slow
 def test_a_band_that_is_not_a_seeds_table_exits_2(grid, tmp_path):
   output_dir, _ = grid
   table = tmp_path / 'other.csv'
@@ -413,6 +423,7 @@ def _files(run_dir: str) -> dict[str, object]:
   return files
 
 
+@pytest.mark.slow
 def test_a_grid_stopped_mid_run_resumes_to_the_same_files(grid, tmp_path):
   output_dir = str(tmp_path)
   # Two of the module grid's runs; stopped inside the second, at round 2 or

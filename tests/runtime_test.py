@@ -136,6 +136,7 @@ print('WORKERS LEFT', len(runtime.worker_processes()))
 """
 
 
+@pytest.mark.slow
 def test_a_script_running_rounds_keeps_its_network_namespace():
   # A plug-in script: the worker runs in a loopback-only namespace of its own
   # and nothing of it listens in the script's namespace while rounds run.

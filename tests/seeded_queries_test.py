@@ -122,6 +122,7 @@ def test_adaptive_query_matches_tensorflow_privacy_without_noise():
   np.testing.assert_allclose(ours[1].sum_state.l2_norm_clip, 1.0)
 
 
+@pytest.mark.slow
 def test_adaptive_count_noise_is_seeded_with_the_stated_law():
   query = _adaptive(sq.SeededQuantileAdaptiveClipSumQuery, 0.8)
   clips = np.array([

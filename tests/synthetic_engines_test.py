@@ -26,6 +26,7 @@ from one_shot_epe.runtime import run_directory
 _REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('task, accuracy', [
     ('emnist_character', synthetic_runs.EMNIST_ACCURACY),
     ('stackoverflow_word', synthetic_runs.STACKOVERFLOW_ACCURACY)])
@@ -49,6 +50,7 @@ def _demo_accuracy(backend: str, root: str) -> float:
     return json.load(f)['accuracy']
 
 
+@pytest.mark.slow
 def test_the_engines_agree_on_the_demo_at_noise_0(tmp_path):
   tff = _demo_accuracy('tff', str(tmp_path / 'tff'))
   jax = _demo_accuracy('jax', str(tmp_path / 'jax'))

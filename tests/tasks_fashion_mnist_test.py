@@ -287,6 +287,7 @@ def test_one_round_through_the_launcher(tmp_path):
   assert report['delta'] == pytest.approx(fashion_mnist.NUM_CLIENTS**-1.1)
 
 
+@pytest.mark.slow
 @_needs_data
 def test_demo_pipeline_prints_the_same_digits_twice_on_one_machine(tmp_path):
   # The demo's flags (its config, noise 0.2207), shortened to 2 rounds of 3

@@ -78,6 +78,7 @@ def test_synthetic_data_is_refused(plays):
   del plays
 
 
+@pytest.mark.slow
 def test_a_launcher_run_with_canaries_reports_its_accuracy(plays, tmp_path):
   result = train.run_training(train_config.TrainConfig(
       task='shakespeare', data_dir=plays,

@@ -141,6 +141,7 @@ def test_preprocessing_respects_batch_size_and_cap(so_dir):
   assert task.num_train_clients == 2
 
 
+@pytest.mark.slow
 def test_one_fedavg_round_and_forward_pass(so_dir, network_calls):
   task = tasks.get_task('stackoverflow_word', client_batch_size=2,
                         data_dir=so_dir)

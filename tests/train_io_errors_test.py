@@ -125,6 +125,7 @@ def _fill_but(disk, free_bytes):
   os.truncate(filler, os.path.getsize(filler) - free_bytes)
 
 
+@pytest.mark.slow
 def test_a_disk_too_small_for_the_checkpoints_is_refused_before_training(
     disk):
   root = str(disk / 'out')
@@ -136,6 +137,7 @@ def test_a_disk_too_small_for_the_checkpoints_is_refused_before_training(
   assert not os.path.exists(root)
 
 
+@pytest.mark.slow
 def test_full_disk_fails_cleanly_and_the_rerun_resumes(disk):
   root = str(disk / 'out')
   run_dir = os.path.join(root, 'run')

@@ -140,6 +140,7 @@ def fixture_reference(tmp_path_factory):
   return _outputs(os.path.join(root, 'run'))
 
 
+@pytest.mark.slow
 def test_two_launches_at_once_one_trains_the_other_exits_2(reference,
                                                           tmp_path):
   root, go = str(tmp_path / 'out'), str(tmp_path / 'go')
@@ -169,6 +170,7 @@ def test_two_launches_at_once_one_trains_the_other_exits_2(reference,
   assert (pathlib.Path(run_dir, run_lock.LOCK_FILE).read_text() == '')
 
 
+@pytest.mark.slow
 def test_killed_holder_then_the_rerun_takes_the_lock_and_resumes(reference,
                                                                  tmp_path):
   root, go = str(tmp_path / 'out'), str(tmp_path / 'go')
@@ -203,6 +205,7 @@ def test_killed_holder_then_the_rerun_takes_the_lock_and_resumes(reference,
   assert lock_file.read_text() == ''
 
 
+@pytest.mark.slow
 def test_a_run_in_use_stops_a_second_reproduce_naming_it(tmp_path):
   config = tmp_path / 'tiny.cfg'
   config.write_text('\n'.join([*_FLAGS[:-2], '--total_rounds=4', '']),

@@ -151,6 +151,7 @@ def _reached(root):
   return run_directory.read_progress(os.path.join(root, 'run')) or 0
 
 
+@pytest.mark.slow
 def test_kill_between_checkpoints_then_resume(reference, tmp_path):
   root = str(tmp_path)
   process = subprocess.Popen(_command(root, '-m', 'experiments.train'),
@@ -177,6 +178,7 @@ def test_kill_between_checkpoints_then_resume(reference, tmp_path):
       f'{lost} round{"s" if lost > 1 else ""} lost')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM],
                          ids=['SIGINT', 'SIGTERM'])
 def test_an_interrupt_saves_the_last_round_then_resume(reference, tmp_path,
@@ -213,6 +215,7 @@ def test_an_interrupt_saves_the_last_round_then_resume(reference, tmp_path,
   _resume_and_compare(root, reference, resumed_from=saved)
 
 
+@pytest.mark.slow
 def test_kill_while_writing_a_checkpoint_then_resume(reference, tmp_path):
   root = str(tmp_path)
   crashed = _run(_command(root, '-c', _CRASHING_LAUNCHER, 'checkpoint'))
@@ -223,6 +226,7 @@ def test_kill_while_writing_a_checkpoint_then_resume(reference, tmp_path):
   _resume_and_compare(root, reference, resumed_from=2)
 
 
+@pytest.mark.slow
 def test_kill_while_writing_the_report_then_resume(reference, tmp_path):
   root = str(tmp_path)
   crashed = _run(_command(root, '-c', _CRASHING_LAUNCHER, 'report'))
@@ -234,6 +238,7 @@ def test_kill_while_writing_the_report_then_resume(reference, tmp_path):
   _resume_and_compare(root, reference, resumed_from=8)
 
 
+@pytest.mark.slow
 def test_damaged_checkpoint_is_refused_untouched(reference, tmp_path):
   root = str(tmp_path)
   run_dir = os.path.join(root, 'run')

@@ -190,6 +190,7 @@ def test_canaries_are_detectable_at_low_noise(run):
   assert run.final_cosines.mean() > 5 * null_std
 
 
+@pytest.mark.slow
 def test_rerun_of_a_finished_run_trains_nothing_and_rewrites_the_same(run):
   before = _snapshot(run.run_dir)
   again = train.run_training(run.config)
@@ -225,12 +226,14 @@ def _result_files(run_dir):
                        run_directory.REPORT_JSON_FILE, run_directory.CANARY_COSINES_FILE)}
 
 
+@pytest.mark.slow
 def test_same_flags_give_identical_results(run, tmp_path):
   again = train.run_training(
       dataclasses.replace(run.config, root_output_dir=str(tmp_path)))
   assert _result_files(again.run_dir) == _result_files(run.run_dir)
 
 
+@pytest.mark.slow
 def test_two_tff_workers_give_identical_results(run, tmp_path):
   # Clients spread over two worker processes (distributed_runtime), the
   # aggregate folded in client order: the same bits as one worker.
@@ -241,6 +244,7 @@ def test_two_tff_workers_give_identical_results(run, tmp_path):
   assert not runtime.worker_processes()
 
 
+@pytest.mark.slow
 def test_other_canary_seed_gives_other_canaries(run, tmp_path):
   other = train.run_training(
       dataclasses.replace(run.config, root_output_dir=str(tmp_path),
@@ -269,6 +273,7 @@ def fixture_model_delta_run(run, tmp_path_factory):
       run.config, root_output_dir=root, all_iterates_statistic='model_delta'))
 
 
+@pytest.mark.slow
 def test_model_delta_statistic_equals_aggregate_under_sgd_at_rate_1(
     run, model_delta_run):
   # The tiny run's server optimizer is SGD at learning rate 1, so the model
@@ -299,6 +304,7 @@ def test_model_delta_statistic_equals_aggregate_under_sgd_at_rate_1(
     assert np.all(np.abs(got - want) <= cosine_bound)
 
 
+@pytest.mark.slow
 def test_model_delta_run_resumes_to_the_same_bytes(model_delta_run, tmp_path):
   # The previous model of the resumed round is the checkpointed one.
   copy = str(tmp_path / 'tiny')
@@ -348,6 +354,7 @@ def test_command_line_bad_flag_exits_2_untouched(tmp_path, bad_flag, named):
   assert _snapshot(str(root)) == before
 
 
+@pytest.mark.slow
 def test_sqlite_data_dir_trains_through_tff_loading(tmp_path):
   data_dir = tmp_path / 'data'
   data_dir.mkdir()

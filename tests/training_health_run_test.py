@@ -38,6 +38,7 @@ def _clips(run_dir: str, backend: str) -> list[float]:
   return [float(row[column]) for row in rows if row.get(column)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('backend', ['tff', 'jax'])
 def test_a_runaway_clip_is_logged_once_and_noted_in_the_report(
     tmp_path, caplog, backend):

@@ -224,6 +224,7 @@ def test_one_epoch_is_dp_accountings_tree_event_converted_exactly():
   assert 'SingleEpochTreeAggregationDpEvent' in got.mechanism
 
 
+@pytest.mark.slow
 def test_epochs_are_accounted_at_their_worst_pattern():
   z, delta, num_clients, per_round = 1.3, 1e-6, 40, 5
   # Three epochs of 8 rounds in one tree of 24: the brute-force worst
@@ -331,6 +332,7 @@ def fixture_tree_run(tmp_path_factory):
   return train.run_training(tiny_run.config(root, **_TREE_FLAGS))
 
 
+@pytest.mark.slow
 def test_launcher_reports_the_trees_epsilons(tree_run):
   report = _report(tree_run.run_dir)
   z, delta = 0.5, report['delta']
@@ -352,6 +354,7 @@ def test_launcher_reports_the_trees_epsilons(tree_run):
     assert 'SingleEpochTreeAggregationDpEvent' in stream.read()
 
 
+@pytest.mark.slow
 def test_the_jax_engine_reports_the_same_references(tree_run, tmp_path):
   # The same flags on --backend=jax (where jax is installed): the same
   # facts, so the same references; the estimates are the run's own.
@@ -367,6 +370,7 @@ def test_the_jax_engine_reports_the_same_references(tree_run, tmp_path):
     assert jax_report['setting'][name] == tff_report['setting'][name], name
 
 
+@pytest.mark.slow
 def test_resume_with_another_mechanism_is_refused(tree_run):
   changed = dataclasses.replace(tree_run.config, mechanism='gaussian')
   with pytest.raises(train_config.ConfigError, match='--mechanism'):
