@@ -245,9 +245,10 @@ bazel-build:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y bazel-bootstrap; }
 	$(BAZEL) build //...
 
-## bazel-test: Bazel's fast (numpy/scipy-only) test suite
+## bazel-test: Bazel's fast (numpy/scipy-only) test suite (BAZEL_TESTS=//tests:runfiles: CI's)
+BAZEL_TESTS ?= //tests:fast
 bazel-test: $(STAMP) bazel-build
-	$(BAZEL) test //tests:fast
+	$(BAZEL) test $(BAZEL_TESTS)
 
 ## clean: remove the virtual environments, device wheels and output/
 clean:
