@@ -87,8 +87,8 @@ table2: $(STAMP)
 # the other, so one long test near the end does not leave a worker idle.
 TEST_WORKERS ?= 2
 # The tests marked slow (pytest.ini: whole engine runs, runs stopped and
-# resumed in a subprocess, runs that must learn; about an hour of the 2 cores
-# together) are deselected by `make test`, `make test-jax` and `make
+# resumed in a subprocess, runs that must learn; about 45 minutes on 2 cores)
+# are deselected by `make test`, `make test-jax` and `make
 # test-flower`, as in CI; `make test-all` runs every suite whole (MARK=).
 MARK ?= not slow
 
@@ -96,7 +96,7 @@ MARK ?= not slow
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 -m '$(MARK)' tests
 
-## test-all: every test of every environment, the slow ones included (about 2 hours on 2 cores)
+## test-all: every test of every environment, the slow ones included (about 80 minutes on 2 cores)
 test-all:
 	$(MAKE) -f $(THIS_MAKEFILE) test test-jax test-flower MARK=
 
