@@ -171,20 +171,19 @@ test-flower: $(FLOWER_STAMP)
 # [flower]). [tff] is not among them: it cannot be resolved
 # (pyproject.toml), `make setup` installs it.
 INSTALL_PYTHON313 ?= $(call find_python,3.13)
+INSTALL_CHECKS = --jax=$(INSTALL_PYTHON313) --core=$(PYTHON) --flower=$(INSTALL_PYTHON313)
 INSTALL_PYTHONS_MISSING = echo 'make $@ needs Python 3.13 (test-install-all also 3.12): put python3.13 and python3.12 on PATH or set INSTALL_PYTHON313 and JAX_PYTHON' >&2; exit 2
 
 ## test-install: install the package with pip into fresh venvs and try it
 test-install:
 	@test -n "$(INSTALL_PYTHON313)" || { $(INSTALL_PYTHONS_MISSING); }
-	$(PYTHON) scripts/test_install.py --jax=$(INSTALL_PYTHON313) \
-	  --core=$(PYTHON) --flower=$(INSTALL_PYTHON313)
+	$(PYTHON) scripts/test_install.py $(INSTALL_CHECKS)
 
 ## test-install-all: test-install, plus [jax] under its constraints on 3.12 and [flower] on $(PYTHON)
 test-install-all:
 	@test -n "$(JAX_PYTHON)" -a -n "$(INSTALL_PYTHON313)" || { $(INSTALL_PYTHONS_MISSING); }
-	$(PYTHON) scripts/test_install.py --jax=$(JAX_PYTHON),requirements-jax.txt \
-	  --jax=$(INSTALL_PYTHON313) --core=$(PYTHON) \
-	  --flower=$(INSTALL_PYTHON313) --flower=$(PYTHON)
+	$(PYTHON) scripts/test_install.py $(INSTALL_CHECKS) \
+	  --jax=$(JAX_PYTHON),requirements-jax.txt --flower=$(PYTHON)
 
 # A lent accelerator machine (Python 3.12, jax with CUDA, no TensorFlow, no
 # network; docs/accelerators.md): `make device-wheels` here downloads the
