@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from experiments import engine
+from experiments import run_planning
 from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.design import canary_spec
@@ -384,7 +385,8 @@ def train_program(runs: Sequence[engine.PreparedRun],
         [training.ProgramRun(
             run.plan, store, observer,
             mechanism_noise.noise_of(run.plan.mechanism).noise_rows(run.plan),
-            decorrelation(run))
+            decorrelation(run),
+            run_planning.data_canary_arrays(run.config, run.plan))
          for run, store, observer in zip(runs, stores, observers)],
         model(first.config), first.data.train, first.data.test, stats=stats,
         resident_data=first.config.resident_data,

@@ -285,9 +285,12 @@ def write_results(run: engine.PreparedRun,
       canary_seed=config.canary_seed)
   if config.backend != 'tff':
     setting['backend'] = config.backend
+  if plan.data_canaries is not None:
+    setting['data_canary_examples'] = plan.data_canaries.examples_per_canary
   report = run_report.build_run_report(
       outcome, plan.run_facts(outcome.dim, correlated), plan.mechanism,
-      alpha=config.alpha, setting=setting, notes=notes)
+      alpha=config.alpha, setting=setting, notes=notes,
+      canary_kind=plan.canary_kind)
   run_files.write_results(
       config.run_dir, outcome, report,
       title=f'{config.task}, noise {config.noise_multiplier:g}, '

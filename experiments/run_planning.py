@@ -29,6 +29,7 @@ from one_shot_epe.accounting import mechanisms
 from one_shot_epe.accounting import references
 from one_shot_epe.data import client_arrays
 from one_shot_epe.design import audit_checks
+from one_shot_epe.design import canary_kinds
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
 from one_shot_epe.design import run_options
@@ -260,6 +261,44 @@ def _spec(config: train_config.TrainConfig,
       buffer_rounds=config.canary_buffer_rounds)
 
 
+def _data_canaries(config: train_config.TrainConfig, schedule: object,
+                   num_clients: int) -> canary_kinds.DataCanaryPlan | None:
+  """The flags' data canaries: the gradient canaries' schedule, as clients."""
+  if schedule is None or not any(
+      kind.joins_cohort for kind in canary_kinds.kinds_of(config.canary_kind)):
+    return None
+  return canary_kinds.DataCanaryPlan(
+      seed=config.canary_seed, num_seen=config.num_canaries,
+      num_unseen=config.num_unseen_canaries,
+      examples_per_canary=config.data_canary_examples,
+      schedule=schedule.as_round_lists(), num_real_clients=num_clients)
+
+
+def data_canary_arrays(config: train_config.TrainConfig,
+                       plan: run_plan.RunPlan) -> client_arrays.ClientArrays | None:
+  """Every tracked data canary's examples, seen first; None without any.
+
+  Made by the 'data' kind's entry (`canary_kinds.CANARY_KINDS`, its
+  `maker`) from the canary seed and ids, for the task's data kind, classes
+  or vocabulary: the same arrays on every engine.
+
+  Args:
+    config: The validated config (--task, --vocab_size).
+    plan: The run's plan.
+
+  Returns:
+    The canaries as client arrays, or None for a run without data canaries.
+  """
+  canaries = plan.data_canaries
+  if canaries is None:
+    return None
+  entry = tasks.task_entry(config.task)
+  make = tasks.entry_point(canary_kinds.canary_kind('data').maker)
+  return make(canaries.seed, canaries.tracked_ids(), entry.kind,
+              canaries.examples_per_canary, num_labels=entry.num_labels,
+              vocab_size=config.vocab_size if entry.vocabulary else None)
+
+
 def _optimizer(name: str, learning_rate: float,
                momentum: float) -> run_plan.OptimizerSpec:
   """An optimizer of the flags; the momentum flag counts for sgdm only."""
@@ -340,6 +379,9 @@ def plan_run(
         config.canary_seed)
   except run_size.PlanRefused as error:
     raise _refused(config, total_rounds, error) from None
+  if config.canary_kind == 'both':
+    # Each scheduled round has a gradient canary and a data canary client.
+    cohort += cohort - sampler.expected_clients_per_round
   delta = config.delta if config.delta is not None else num_clients**-1.1
   plan = run_plan.RunPlan(
       sampler=sampler, total_rounds=total_rounds,
@@ -360,7 +402,8 @@ def plan_run(
       rounds_per_evaluation=config.rounds_per_evaluation,
       max_eval_examples=(None if config.max_eval_examples == -1 else
                          config.max_eval_examples),
-      mechanism=config.the_mechanism())
+      mechanism=config.the_mechanism(), canary_kind=config.canary_kind,
+      data_canaries=_data_canaries(config, schedule, num_clients))
   _check_mechanism(config, plan, dim)
   _check_supported(config, plan, supports)
   return plan

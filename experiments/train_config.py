@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from one_shot_epe.design import canary_kinds
 from one_shot_epe.design import canary_spec
 from one_shot_epe.data import client_arrays
 from one_shot_epe.accounting import distributed_dp
@@ -103,6 +104,8 @@ class TrainConfig:
   final_model_statistic: str = 'delta'
   all_iterates_statistic: str = 'aggregate'
   canary_clip: str = 'project'
+  canary_kind: str = 'gradient'
+  data_canary_examples: int = canary_kinds.DATA_CANARY_EXAMPLES
   delta: float | None = None
   alpha: float = 0.05
   rounds_per_evaluation: int = 10
@@ -191,6 +194,14 @@ class TrainConfig:
       _check_int('train_epochs', self.train_epochs, 1)
     for name, rule in _CANARY_COUNTS.items():
       _check_flag(rule, name, getattr(self, name))
+    _check_int('data_canary_examples', self.data_canary_examples, 1, 4096)
+    if self.canary_kind != 'gradient' and (
+        self.num_canaries < 2 or self.num_unseen_canaries < 2):
+      raise ConfigError(
+          f'--canary_kind={self.canary_kind} needs --num_canaries >= 2 and '
+          '--num_unseen_canaries >= 2 (data canaries are scored against '
+          f'unseen ones); got --num_canaries={self.num_canaries}, '
+          f'--num_unseen_canaries={self.num_unseen_canaries}.')
     if self.num_unseen_canaries and not self.num_canaries:
       raise ConfigError('--num_unseen_canaries needs seen canaries '
                         '(--num_canaries >= 2); got --num_canaries=0.')
@@ -471,4 +482,5 @@ ENUMS = {'backend': run_options.BACKENDS, 'task': run_options.TASK_NAMES,
           'final_model_statistic': canary_spec.FINAL_MODEL_STATISTICS,
           'all_iterates_statistic': canary_spec.ALL_ITERATES_STATISTICS,
           'canary_clip': canary_spec.CANARY_CLIPS,
+          'canary_kind': canary_kinds.CANARY_KIND_OPTIONS,
           'synthetic_client_sizes': client_arrays.CLIENT_SIZE_LAWS}

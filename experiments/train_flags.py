@@ -118,6 +118,13 @@ _FLAG_HELP = {
                    'paper\'s text), or a 1e4 x S_t record clipped to S_t by '
                    'the DP query and counted as clipped (clip, the published '
                    'code).',
+    'canary_kind': 'Canaries of the audit: gradient (random directions the '
+                   'server adds to the aggregate, the paper\'s), data '
+                   '(clients holding random examples, trained as any '
+                   'client, scored by the final model\'s loss: no server '
+                   'change) or both in one run.',
+    'data_canary_examples': 'Examples each data canary holds, in [1, 4096] '
+                            '(--canary_kind=data or both).',
     'delta': 'delta of the estimates, in (0, 1); default m^-1.1 for m real '
              'clients.',
     'alpha': 'eps_lo holds with confidence 1 - alpha; alpha in (0, 0.5).',

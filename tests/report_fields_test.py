@@ -20,7 +20,7 @@ from one_shot_epe.stats import estimation
 from one_shot_epe.stats import tight_audit
 
 _FACTS = ('threat_model', 'dim', 'delta', 'alpha', 'num_seen', 'num_unseen',
-          'seen_mean', 'seen_std', 'null_mean', 'null_std')
+          'seen_mean', 'seen_std', 'null_mean', 'null_std', 'canary_kind')
 
 
 def _scores(seed, mean, size=400, dim=10**5):

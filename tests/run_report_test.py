@@ -60,9 +60,9 @@ def test_report_combines_both_threat_models():
   assert parsed['epsilon_lo_all'] == report.all_iterates.epsilon_lo
   assert parsed['setting'] == {'task': 'emnist_character'}
   text = report.to_markdown()
-  assert text.startswith('Final model (k = 400 seen canaries against the '
-                         "exact null): with 95% confidence this run's "
-                         'mechanism has ε ≥ ')
+  assert text.split('\n\n')[1].startswith(
+      "Final model (k = 400 seen canaries against the exact null): with 95% "
+      "confidence this run's mechanism has ε ≥ ")
   assert f'z = 0.5, d = {dim}, δ = 1e-05.' in text
   assert '| task | emnist_character |' in text
 
@@ -434,7 +434,9 @@ def _shows(cell, value):
 def test_the_report_opens_with_sentences_of_report_jsons_numbers(case):
   report = _build(**_round_trip_cases()[case])
   parsed = json.loads(report.to_json())
-  lines = report.to_markdown().splitlines()
+  first, blank, *lines = report.to_markdown().splitlines()
+  # The first line names the canaries and what each measured.
+  assert first.startswith('**Canaries:** gradient canaries (') and not blank
   models = [('Final model', 'final', 'final')]
   if parsed['all_iterates'] is not None:
     models.append(('All iterates', 'all', 'all_iterates'))

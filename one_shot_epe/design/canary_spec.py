@@ -483,6 +483,9 @@ class CanaryOutcome(NamedTuple):
     decorrelated_seen, decorrelated_unseen: Under matrix-factorization
       noise, the canaries' decorrelated all-iterates scores
       (`decorrelation.matched_filter_scores`); None otherwise.
+    data_seen_losses, data_unseen_losses: With data canaries
+      (`canary_kinds`), the final model's mean loss on each seen and unseen
+      data canary's examples; None otherwise.
   """
   final_cosines: np.ndarray
   final_unseen_cosines: np.ndarray
@@ -494,3 +497,5 @@ class CanaryOutcome(NamedTuple):
   rounds_trained: int
   decorrelated_seen: np.ndarray | None = None
   decorrelated_unseen: np.ndarray | None = None
+  data_seen_losses: np.ndarray | None = None
+  data_unseen_losses: np.ndarray | None = None

@@ -21,10 +21,13 @@ it and keep no list of their own.
 import dataclasses
 from typing import Protocol
 
+import numpy as np
+
 from one_shot_epe import validation
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.accounting import references
+from one_shot_epe.design import canary_kinds
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
 from one_shot_epe.design import run_options
@@ -116,6 +119,11 @@ class RunPlan:
     max_eval_examples: Test examples evaluated; None for all.
     mechanism: The DP mechanism of the aggregate (`mechanisms`): independent
       Gaussian noise by default; the others need a fixed clip (`dp.clip`).
+    canary_kind: --canary_kind: 'gradient' (the server inserts `spec`'s
+      canaries), 'data' (the canary clients of `data_canaries` join the
+      rounds `spec` schedules; the server inserts nothing) or 'both'
+      (`canary_kinds`).
+    data_canaries: The data canaries ('data' and 'both'), else None.
 
   Raises:
     ValueError: at construction, if total_rounds or a period is not an int
@@ -138,12 +146,48 @@ class RunPlan:
   rounds_per_evaluation: int = 1
   max_eval_examples: int | None = None
   mechanism: mechanisms.Mechanism = mechanisms.Gaussian()
+  canary_kind: str = 'gradient'
+  data_canaries: canary_kinds.DataCanaryPlan | None = None
 
   def __post_init__(self):
+    kinds = canary_kinds.kinds_of(self.canary_kind)
+    if any(kind.joins_cohort for kind in kinds) != (
+        self.data_canaries is not None):
+      raise ValueError(f'canary_kind {self.canary_kind!r} needs data_canaries '
+                       'exactly when its canaries join the cohort.')
     if self.spec is not None and len(self.spec.schedule) < self.total_rounds:
       raise ValueError(f'spec.schedule must cover the {self.total_rounds} '
                        f'rounds; got {len(self.spec.schedule)}.')
     mechanisms.check_clip(self.mechanism, self.dp.adaptive)
+
+  @property
+  def inserted_spec(self) -> canary_spec.CanarySpec | None:
+    """The canaries the server inserts: `spec`, with no rounds for 'data'.
+
+    Under --canary_kind=data the gradient canaries are tracked (their
+    cosines cost a matrix product per block) but never inserted: only the
+    data canaries' clients join the rounds.
+    """
+    spec = self.spec
+    if spec is None or any(kind.server_inserts for kind in
+                           canary_kinds.kinds_of(self.canary_kind)):
+      return spec
+    return dataclasses.replace(spec, schedule=[()] * len(spec.schedule))
+
+  def cohort(self, round_index: int) -> np.ndarray:
+    """The clients of 0-based round `round_index`, data canaries included.
+
+    Args:
+      round_index: The round, in [0, T).
+
+    Returns:
+      The sampler's indices, then the data canaries' clients that join
+      (indices from `data_canaries.num_real_clients` on), int64.
+    """
+    real = np.asarray(self.sampler.indices(round_index), np.int64)
+    if self.data_canaries is None:
+      return real
+    return np.concatenate([real, self.data_canaries.clients(round_index)])
 
   @property
   def client_participation(self) -> dp_fedavg.Participation:

@@ -188,6 +188,8 @@ class TaskEntry:
     jax: The task on the JAX engine; None where that engine does not run it.
     data_dir_optional: Whether the task's data has a default location, so
       that --data_dir may be unset without --use_synthetic_data.
+    num_labels: The classes of an image task (its data canaries' labels);
+      None for a task with a vocabulary.
   """
   name: str
   kind: str
@@ -202,6 +204,7 @@ class TaskEntry:
   tff: EngineTask
   jax: EngineTask | None
   data_dir_optional: bool = False
+  num_labels: int | None = None
 
   @property
   def synthetic(self) -> bool:
@@ -227,7 +230,7 @@ TASKS: dict[str, TaskEntry] = {
                            _IMAGE_ACCURACY),
             jax=EngineTask('models:EmnistCnn',
                            'one_shot_epe.data.task_data:emnist',
-                           _IMAGE_ACCURACY)),
+                           _IMAGE_ACCURACY), num_labels=62),
         TaskEntry(
             'stackoverflow_word', kind='stackoverflow', num_clients=342_477,
             examples_per_client=135_818_730 / 342_477,
@@ -254,7 +257,8 @@ TASKS: dict[str, TaskEntry] = {
                            _IMAGE_ACCURACY),
             jax=EngineTask('models:EmnistCnn',
                            'one_shot_epe.data.fashion_mnist:task_arrays',
-                           _IMAGE_ACCURACY, model_args={'num_classes': 10})),
+                           _IMAGE_ACCURACY, model_args={'num_classes': 10}),
+            num_labels=10),
         TaskEntry(
             'shakespeare', kind='stackoverflow', num_clients=None,
             examples_per_client=60.0, synthetic_sizes=(), vocabulary=True,

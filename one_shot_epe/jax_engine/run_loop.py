@@ -115,7 +115,7 @@ def _round_shapes(plan: run_plan.RunPlan,
                   train_data: client_arrays.ClientArrays,
                   engine: round_engine.RoundEngine) -> tuple[int, list[int]]:
   """The run's fixed client slots and the batch buckets of its rounds."""
-  cohort = max(len(plan.sampler.indices(t)) for t in range(plan.total_rounds))
+  cohort = max(len(plan.cohort(t)) for t in range(plan.total_rounds))
   sizes = _examples_used(plan, train_data)
   largest = data.max_batches_for(int(sizes.max()), plan.batch_size)
   buckets = sorted({max(1, math.ceil(f * largest)) for f in _BATCH_BUCKETS})
@@ -132,7 +132,7 @@ class RunLoop:
 
   Attributes:
     plan: The run.
-    spec: Its canaries (`plan.spec`).
+    spec: The canaries the server inserts (`plan.inserted_spec`).
     store: Its checkpoints.
     dim: d, the model's parameters.
     resumed_from: The checkpoint round the run starts from (0: a new run).
@@ -176,7 +176,8 @@ class RunLoop:
         'aggregate'.
     """
     self.plan = plan
-    self.spec = spec = plan.spec
+    # The canaries the server inserts (none for data canaries alone).
+    self.spec = spec = plan.inserted_spec
     self.store = store
     state = engine.init_state(model.init(jax.random.PRNGKey(plan.seed)))
     self.dim = int(ravel_pytree(state.params)[0].shape[0])
@@ -250,7 +251,7 @@ class RunLoop:
       The round's batches, or their rows when `resident`.
     """
     plan = self.plan
-    clients = plan.sampler.indices(t)
+    clients = plan.cohort(t)
     bucket = _bucket(data.batches_needed(
         train_data, clients, batch_size=plan.batch_size, epochs=plan.epochs,
         max_examples=plan.max_examples), self.buckets)
@@ -272,7 +273,7 @@ class RunLoop:
       Per round, the examples each of its clients uses.
     """
     examples = _examples_used(self.plan, train_data)
-    return [examples[np.asarray(self.plan.sampler.indices(t), np.int64)]
+    return [examples[self.plan.cohort(t)]
             for t in range(self.plan.total_rounds)]
 
   def inputs(self, t: int, canary_slots: int

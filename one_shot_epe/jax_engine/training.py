@@ -66,6 +66,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from one_shot_epe.design import canary_spec
+from one_shot_epe.data import canary_examples
 from one_shot_epe.data import client_arrays
 from one_shot_epe.stats import decorrelation
 from one_shot_epe.runtime import interrupts
@@ -221,12 +222,17 @@ class ProgramRun:
     decorrelation: With correlated noise, its decorrelated statistic
       (`Decorrelation`; the all-iterates statistic must be 'aggregate'), or
       None.
+    data_canaries: With data canaries (`plan.data_canaries`), every
+      tracked data canary's examples, seen ones first
+      (`data.canary_examples.canary_arrays` of `DataCanaryPlan.tracked_ids`):
+      the seen ones train as clients after the real ones, all are scored.
   """
   plan: run_plan.RunPlan
   store: checkpoints.TrainingStateCheckpoints
   observer: round_record.RoundObserver | None = None
   noise_rows: Callable[[int, int], Iterator[jax.Array]] | None = None
   decorrelation: Decorrelation | None = None
+  data_canaries: client_arrays.ClientArrays | None = None
 
 
 def train(plan: run_plan.RunPlan, model: Any,
@@ -239,7 +245,8 @@ def train(plan: run_plan.RunPlan, model: Any,
           resident_data: bool = True,
           noise_rows: Callable[[int, int], Iterator[jax.Array]] | None = None,
           decorrelation: Decorrelation | None = None,
-          accuracy_metric: str = 'accuracy'
+          accuracy_metric: str = 'accuracy',
+          data_canaries: client_arrays.ClientArrays | None = None
           ) -> canary_spec.CanaryOutcome:
   """Trains (or resumes from `store`'s newest checkpoint); returns the outcome.
 
@@ -268,13 +275,15 @@ def train(plan: run_plan.RunPlan, model: Any,
       statistic to end with (`Decorrelation`), or None.
     accuracy_metric: The name of the model's accuracy in the evaluated
       rounds' metrics (the task entry's `accuracy_metric`, TFF's name).
+    data_canaries: With data canaries, their examples (`ProgramRun`).
 
   Returns:
     The run's outcome: its cosines of both threat models, maxima, final
-    accuracy and, with `decorrelation`, the decorrelated scores.
+    accuracy and, with `decorrelation`, the decorrelated scores; with data
+    canaries, their losses.
   """
   return train_program([ProgramRun(plan, store, observer, noise_rows,
-                                   decorrelation)], model,
+                                   decorrelation, data_canaries)], model,
                        train_data, test_data, local_training=local_training,
                        stats=stats, resident_data=resident_data,
                        accuracy_metric=accuracy_metric)[0]
@@ -326,6 +335,14 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
   if len({run.plan.total_rounds for run in runs}) > 1:
     raise ValueError('runs of one program must have the same rounds; got '
                      f'{[run.plan.total_rounds for run in runs]}.')
+  with_canaries = [run for run in runs if run.data_canaries is not None]
+  if with_canaries:
+    if program:
+      raise ValueError('data canaries train as clients of their own run: '
+                       'train such a run alone, not in a program.')
+    train_data = canary_examples.append_clients(
+        train_data, canary_examples.select_clients(
+            runs[0].data_canaries, runs[0].plan.data_canaries.num_seen))
   engine = make_round_engine(runs[0].plan, model, local_training)
   evaluation = (None if test_data is None else
                 Evaluation(model, test_data, accuracy_metric))
@@ -407,12 +424,39 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
     prefetch.shutdown(cancel_futures=True)
   stats.compiles = engine.compiles
   stats.compile_seconds = run_stats.CompileClock.total - compile_start
-  return [_outcome(run, loop, evaluation) for run, loop in zip(runs, loops)]
+  return [_outcome(run, loop, evaluation, model)
+          for run, loop in zip(runs, loops)]
+
+
+def canary_losses(model: Any, params: Any,
+                  canaries: client_arrays.ClientArrays) -> np.ndarray:
+  """The model's mean loss on each data canary's examples (no dropout).
+
+  Args:
+    model: The model (its `loss`).
+    params: Its parameters.
+    canaries: The canaries, one client each (`data.canary_examples`).
+
+  Returns:
+    float64 [canaries]: each canary's mean loss over its examples.
+  """
+  loss = jax.jit(model.loss)
+  losses = []
+  for i in range(canaries.num_clients):
+    rows = slice(int(canaries.offsets[i]), int(canaries.offsets[i + 1]))
+    inputs, labels = data.model_inputs(canaries.kind, {
+        name: np.asarray(array[rows]) for name, array
+        in canaries.features.items()})
+    losses.append(float(loss(params, inputs, labels,
+                             np.ones(len(inputs), np.float32))))
+  return np.asarray(losses, np.float64)
 
 
 def _outcome(run: ProgramRun, loop: run_loop.RunLoop,
-             evaluation: Evaluation | None) -> canary_spec.CanaryOutcome:
-  """The outcome of a trained run: cosines, accuracy, decorrelated scores."""
+             evaluation: Evaluation | None,
+             model: Any) -> canary_spec.CanaryOutcome:
+  """The outcome of a trained run: cosines, accuracy, decorrelated scores
+  and the data canaries' losses."""
   if evaluation is None:
     accuracy = float('nan')
   else:
@@ -421,6 +465,11 @@ def _outcome(run: ProgramRun, loop: run_loop.RunLoop,
         loop.state.params)
     accuracy = float(metrics[evaluation.accuracy_name])
   outcome = loop.outcome(accuracy)
+  if run.data_canaries is not None:
+    losses = canary_losses(model, loop.state.params, run.data_canaries)
+    seen = run.plan.data_canaries.num_seen
+    outcome = outcome._replace(data_seen_losses=losses[:seen],
+                               data_unseen_losses=losses[seen:])
   if run.decorrelation is None:
     return outcome
   spec = run.plan.spec

@@ -35,6 +35,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from numpy.typing import ArrayLike
 
 from one_shot_epe.reporting import report_fields
@@ -44,7 +45,7 @@ from one_shot_epe import validation
 
 __all__ = ['ALL_ITERATES_ESTIMATE', 'DEFAULT_BOOTSTRAP_RESAMPLES',
            'FINAL_ESTIMATE', 'PrivacyReport', 'TPR_FPRS', 'all_iterates_report',
-           'final_model_report']
+           'data_canary_report', 'final_model_report', 'loss_scores']
 
 DEFAULT_BOOTSTRAP_RESAMPLES = 1000
 # False-positive rates of `PrivacyReport.tpr_at_fpr`.
@@ -134,6 +135,7 @@ class PrivacyReport:
   seen_std: float
   null_mean: float
   null_std: float
+  canary_kind: str = 'gradient'
 
   def to_dict(self) -> dict[str, object]:
     """The fields by name (None for a statistic not computed).
@@ -173,6 +175,8 @@ class PrivacyReport:
     names = [field.name for field in dataclasses.fields(cls)]
     optional = {field.key: field.old_default for field in report_fields.FIELDS
                 if field.old_default is not report_fields.REQUIRED}
+    # Reports written before data canaries existed are of gradient canaries.
+    optional['canary_kind'] = 'gradient'
     missing = [name for name in names
                if name not in fields and name not in optional]
     unknown = sorted(set(fields) - set(names))
@@ -195,7 +199,7 @@ def _report(scores: report_scores.Scores) -> PrivacyReport:
       alpha=scores.alpha, num_seen=scores.seen.size,
       num_unseen=0 if scores.unseen is None else scores.unseen.size,
       seen_mean=seen_mean, seen_std=seen_std, null_mean=null_mean,
-      null_std=null_std,
+      null_std=null_std, canary_kind=scores.canary_kind,
       **{field.key: field.value(scores) for field in report_fields.FIELDS})
 
 
@@ -283,3 +287,79 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
       'all', seen, unseen, dim=dim, delta=delta, alpha=alpha, seed=seed,
       threshold_strategy=threshold_strategy,
       bootstrap_resamples=bootstrap_resamples))
+
+
+def loss_scores(seen_losses: ArrayLike, unseen_losses: ArrayLike
+                ) -> tuple[np.ndarray, np.ndarray]:
+  """Data canaries' losses as scores in [-1, 1]: negated, one common scale.
+
+  A lower loss is more member-like, so the score is -loss; both sets are
+  divided by one factor (the largest |loss|, at least 1), which no estimate
+  or bound of a report against unseen scores depends on (they compare
+  ranks, thresholds of the unseen sample and Gaussian fits in units of
+  their own spread).
+
+  Args:
+    seen_losses: The seen canaries' losses, finite.
+    unseen_losses: The unseen canaries' losses, finite.
+
+  Returns:
+    (seen scores, unseen scores), float64.
+
+  Raises:
+    ValueError: a loss is not finite.
+  """
+  seen = np.asarray(seen_losses, np.float64).reshape(-1)
+  unseen = np.asarray(unseen_losses, np.float64).reshape(-1)
+  both = np.concatenate([seen, unseen])
+  if not np.all(np.isfinite(both)):
+    raise ValueError('data canaries\' losses must be finite; got '
+                     f'{both[~np.isfinite(both)][:3].tolist()}.')
+  scale = max(1.0, float(np.abs(both).max(initial=0.0)))
+  return -seen / scale, -unseen / scale
+
+
+@validation.arguments('delta', 'seed', 'alpha',
+                      dim=validation.Optional(_DIM),
+                      threshold_strategy=_sound_strategy,
+                      bootstrap_resamples=_RESAMPLES)
+def data_canary_report(seen_losses: ArrayLike, unseen_losses: ArrayLike,
+                       delta: float, alpha: float = 0.05,
+                       dim: int | None = None,
+                       threshold_strategy: str = 'bonferroni',
+                       bootstrap_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
+                       seed: int = 0) -> PrivacyReport:
+  """Report for data canaries on the final model (black box, empirical null).
+
+  The seen canaries' losses under the final model against the unseen
+  ones' (`loss_scores`). The threshold tests (epsilon_lo, the one-run
+  bounds for any mechanism) hold at 1 - alpha whatever the mechanism: each
+  is a test of seen against unseen scores. The headline is the Gaussian DP
+  eps of the AUROC (an estimate); the bounds that assume a Gaussian
+  mechanism in the canary's direction are None
+  (`report_fields.DATA_CANARY_GAUSSIAN`).
+
+  Args:
+    seen_losses: The inserted data canaries' mean losses, finite.
+    unseen_losses: The never-inserted ones', finite.
+    delta: The delta of every eps, in (0, 1).
+    alpha: The lower bounds hold with probability 1 - alpha; in (0, 0.5).
+    dim: Optional d >= 3, recorded in the report.
+    threshold_strategy: As for `final_model_report`.
+    bootstrap_resamples: Resamples (>= 20) of the headline's interval.
+    seed: Makes the bootstrap and the 'split' halves reproducible.
+
+  Returns:
+    The `PrivacyReport` with threat_model 'final' and canary_kind 'data'.
+
+  Raises:
+    ValueError: an argument is out of range, a loss is not finite or a
+      sample has fewer than two scores or zero spread.
+  """
+  seen, unseen = loss_scores(seen_losses, unseen_losses)
+  seen = validation.Cosines()('seen_losses', seen)
+  unseen = validation.Cosines()('unseen_losses', unseen)
+  return _report(report_scores.Scores(
+      'final', seen, unseen, dim=dim, delta=delta, alpha=alpha, seed=seed,
+      threshold_strategy=threshold_strategy,
+      bootstrap_resamples=bootstrap_resamples, canary_kind='data'))

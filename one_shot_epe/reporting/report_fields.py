@@ -40,7 +40,7 @@ from one_shot_epe.stats import one_run
 
 __all__ = ['ANY_MECHANISM', 'ATTACK', 'Column', 'ESTIMATE', 'FAMILIES',
            'FIELDS', 'FIT', 'Family', 'GAUSSIAN', 'GROUPS', 'HEADLINE',
-           'NOMINAL', 'REQUIRED', 'ReportField', 'THREAT_MODELS', 'by_key',
+           'NOMINAL', 'REQUIRED', 'DATA_CANARY_GAUSSIAN', 'TIED_SCORES', 'ReportField', 'THREAT_MODELS', 'by_key',
            'details', 'in_groups', 'number_cell']
 
 # The threat models: Algorithm 2 (final model) and Algorithm 3 (all iterates).
@@ -114,6 +114,17 @@ NOMINAL = Family('nothing it can keep: its threshold is chosen on the data '
 ESTIMATE = Family('Gaussian canary scores (an estimate, not a bound)')
 ATTACK = Family('nothing: a summary of the attack (not a bound)')
 FIT = Family("nothing: a test of the scores' normality")
+# Why data canaries' reports lack the bounds of the GAUSSIAN family.
+DATA_CANARY_GAUSSIAN = (
+    "not reported for data canaries: a loss is no Gaussian mechanism's "
+    "output in the canary's direction (the noise is added to the update, "
+    'and the loss is a non-linear function of the whole model), so these '
+    'bounds would assume what does not hold; the bounds for any mechanism '
+    'apply')
+# Why fit-based fields are n/a when a sample's scores all tie.
+TIED_SCORES = ("a sample's scores all tie (zero spread: e.g. a model so "
+               'noised that every canary has the same loss), so no Gaussian '
+               'can be fit to it')
 # Columns of one table appear in this order of their families (bounds for
 # any mechanism before those that assume a Gaussian one), then in `FIELDS`'.
 FAMILIES = (ANY_MECHANISM, GAUSSIAN, NOMINAL, ESTIMATE, ATTACK, FIT)
@@ -284,6 +295,8 @@ class ReportField:
       (the report's sentences on the bounds name it).
     missing: Why a threat model's report lacks its value (None), in a
       clause; None where no reason is given.
+    needs_fit: Whether it needs Gaussian fits of both samples; None where
+      a sample has no spread (data canaries' tied losses, `Scores.fits`).
   """
   key: str
   label: str
@@ -300,6 +313,7 @@ class ReportField:
   read: Callable[[Any], Any] = _identity
   source: str = ''
   missing: Callable[[Any], str | None] = _no_reason
+  needs_fit: bool = False
 
   def __post_init__(self):
     if self.group not in GROUPS:
@@ -328,11 +342,31 @@ class ReportField:
       scores: The threat model's scores.
 
     Returns:
-      `compute(scores)`, or None for a threat model it is not computed for.
+      `compute(scores)`, or None for a threat model it is not computed for
+      and for a bound that assumes a Gaussian mechanism on data canaries'
+      loss scores (`DATA_CANARY_GAUSSIAN`).
     """
-    if scores.threat_model not in self.threat_models:
+    if scores.threat_model not in self.threat_models or (
+        scores.canary_kind == 'data' and self.assumes is GAUSSIAN) or (
+            self.needs_fit and not scores.fits):
       return None
     return self.compute(scores)
+
+  def why_missing(self, report: Any) -> str | None:
+    """Why a threat model's report lacks the field's value, or None.
+
+    Args:
+      report: The threat model's `privacy_report.PrivacyReport`.
+
+    Returns:
+      `DATA_CANARY_GAUSSIAN` for a Gaussian-family bound of data canaries,
+      else the entry's own reason (`missing`).
+    """
+    if report.canary_kind == 'data' and self.assumes is GAUSSIAN:
+      return DATA_CANARY_GAUSSIAN
+    if self.needs_fit and (report.seen_std == 0 or report.null_std == 0):
+      return TIED_SCORES
+    return self.missing(report)
 
 
 _BOTH = THREAT_MODELS
@@ -352,7 +386,7 @@ FIELDS = (
                 _BOTH, ESTIMATE, _Scores.method, kind=str, repeated=False,
                 layout='text'),
     ReportField('epsilon_est_fitted', "paper's ε_est", 'estimates', _BOTH,
-                ESTIMATE, _Scores.fitted),
+                ESTIMATE, _Scores.fitted, needs_fit=True),
     ReportField('epsilon_lo', 'ε_lo', 'lower bounds', _BOTH, ANY_MECHANISM,
                 lambda scores: scores.lower_bound(scores.threshold_strategy),
                 short='lo', summary=_BOTH,
@@ -370,15 +404,15 @@ FIELDS = (
                 kind=float | None, source='Mahloujifar et al., 2024'),
     ReportField('anderson_seen', 'A² seen', 'fit', _BOTH, FIT,
                 lambda scores: scores.anderson(scores.seen),
-                kind=float | None, repeated=False),
+                kind=float | None, repeated=False, needs_fit=True),
     ReportField('anderson_unseen', 'A² unseen', 'fit', ('all',), FIT,
                 lambda scores: scores.anderson(scores.unseen),
-                kind=float | None, repeated=False),
+                kind=float | None, repeated=False, needs_fit=True),
     ReportField('epsilon_gdp', 'ε_gdp', 'attack', _BOTH, ATTACK,
                 lambda scores: estimation.epsilon_of_gdp.unchecked(
-                    scores.gdp_mu, scores.delta)),
+                    scores.gdp_mu, scores.delta), needs_fit=True),
     ReportField('gdp_mu', 'GDP μ', 'attack', _BOTH, ATTACK,
-                lambda scores: scores.gdp_mu),
+                lambda scores: scores.gdp_mu, needs_fit=True),
     ReportField('auroc', 'AUROC', 'attack', _BOTH, ATTACK,
                 lambda scores: scores.auroc),
     ReportField('tpr_at_fpr', 'TPR at FPR', 'attack', _BOTH, ATTACK,

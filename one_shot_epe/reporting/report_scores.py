@@ -66,12 +66,15 @@ class Scores:
     seed: Seeds the bootstrap and the 'split' halves.
     threshold_strategy: epsilon_lo's sound threshold choice.
     bootstrap_resamples: Resamples of the headline's interval.
+    canary_kind: 'gradient' (cosines) or 'data' (the final model's losses,
+      negated: higher is more member-like), whose null is always the unseen
+      canaries' scores.
   """
 
   def __init__(self, threat_model: str, seen: np.ndarray,
                unseen: np.ndarray | None, *, dim: int | None, delta: float,
                alpha: float, seed: int, threshold_strategy: str,
-               bootstrap_resamples: int):
+               bootstrap_resamples: int, canary_kind: str = 'gradient'):
     """Keeps the checked scores and arguments; computes nothing yet.
 
     Args:
@@ -94,15 +97,27 @@ class Scores:
     self.seed = seed
     self.threshold_strategy = threshold_strategy
     self.bootstrap_resamples = bootstrap_resamples
+    self.canary_kind = canary_kind
 
   @property
   def final(self) -> bool:
-    """Whether this is the final-model threat model."""
-    return self.threat_model == 'final'
+    """Whether the null is the exact one of Theorem 3.1.
+
+    True for gradient canaries' final-model cosines; every other score
+    (all iterates; data canaries' losses) is tested against the unseen
+    canaries' scores.
+    """
+    return self.threat_model == 'final' and self.canary_kind == 'gradient'
 
   @functools.cached_property
   def seen_fit(self) -> tuple[float, float]:
-    """The seen scores' mean and std (Algorithm 1, line 9)."""
+    """The seen scores' mean and std (Algorithm 1, line 9).
+
+    Data canaries' losses may tie (a saturated model gives every canary
+    the same loss): their std may be 0 (`fits`); cosines' may not.
+    """
+    if self.canary_kind == 'data':
+      return float(np.mean(self.seen)), float(np.std(self.seen))
     return estimation.fit_gaussian(self.seen,
                                    'cosines' if self.final else 'seen')
 
@@ -111,7 +126,14 @@ class Scores:
     """The null's mean and std: (0, 1/sqrt(d)), or the unseen scores' fit."""
     if self.final:
       return 0.0, 1.0 / math.sqrt(self.dim)
+    if self.canary_kind == 'data':
+      return float(np.mean(self.unseen)), float(np.std(self.unseen))
     return estimation.fit_gaussian(self.unseen, 'unseen')
+
+  @property
+  def fits(self) -> bool:
+    """Whether both samples have spread, so Gaussians can be fit to them."""
+    return self.seen_fit[1] > 0 and self.null_fit[1] > 0
 
   @functools.cached_property
   def auroc(self) -> float:
@@ -233,10 +255,13 @@ class Scores:
       bound: `one_run.epsilon_one_run` or `one_run.epsilon_one_run_fdp`.
 
     Returns:
-      Its eps_lo; None without unseen scores.
+      Its eps_lo; None without unseen scores; 0 when every score ties.
     """
     if self.unseen is None:
       return None
+    if np.all(self.seen == self.seen[0]) and np.all(
+        self.unseen == self.seen[0]):
+      return 0.0  # All scores tie: no guess beats chance, nothing certified.
     return bound.unchecked(self.seen, self.unseen, delta=self.delta,
                            alpha=self.alpha)
 

@@ -53,6 +53,11 @@ def write_results(run_dir: str, outcome: canary_spec.CanaryOutcome,
         {'seen': outcome.seen_maxima, 'unseen': outcome.unseen_maxima})
     panels['max over rounds'] = {'seen canaries': outcome.seen_maxima,
                                  'unseen canaries': outcome.unseen_maxima}
+  if outcome.data_seen_losses is not None:
+    atomic_io.write_columns_csv(
+        os.path.join(run_dir, run_directory.DATA_CANARY_LOSSES_FILE),
+        {'seen': outcome.data_seen_losses,
+         'unseen': outcome.data_unseen_losses})
   report.write(os.path.join(run_dir, run_directory.REPORT_JSON_FILE),
                os.path.join(run_dir, run_directory.REPORT_MARKDOWN_FILE))
   plots.plot_cosine_densities(

@@ -1,6 +1,7 @@
 """report.md: a run's privacy report for people (`run_report.RunReport`).
 
-It opens with a sentence a reader can quote per threat model
+It opens with a line naming the run's canaries and what each measured
+(`canaries_line`), then a sentence a reader can quote per threat model
 (`headline_sentences`: the canaries compared, this run's lower bound that
 holds whatever the mechanism at the run's δ, ε_est with its bootstrap
 interval or, saturated, the most its canaries can show, the analytical ε),
@@ -22,12 +23,14 @@ bounds, is read from the report fields' entries and their families
 from collections.abc import Sequence
 from typing import Any
 
+from one_shot_epe.design import canary_kinds
 from one_shot_epe.reporting import privacy_report
 from one_shot_epe.reporting import report_fields
 
 __all__ = ['BOUND_ABOVE_ESTIMATE_REASON', 'assumption_cell',
            'assumption_notes', 'bound_fields', 'bound_note',
-           'bounds_above_estimate', 'bounds_sentences', 'details_table',
+           'bounds_above_estimate', 'bounds_sentences', 'canaries_line',
+           'details_table',
            'headline_sentences', 'missing_notes', 'render', 'threat_models',
            'threat_sentence', 'threat_table']
 
@@ -75,14 +78,41 @@ def threat_models(
     ('final model', ...), then 'all iterates' and 'all iterates,
     decorrelated' where the run has them.
   """
+  final = ('final model, data canaries' if report.canary_kind == 'data' else
+           'final model')
   return [(name, threat) for name, threat in (
-      ('final model', report.final), ('all iterates', report.all_iterates),
-      ('all iterates, decorrelated', report.all_iterates_decorrelated))
+      (final, report.final), ('all iterates', report.all_iterates),
+      ('all iterates, decorrelated', report.all_iterates_decorrelated),
+      ('final model, data canaries', report.final_data))
           if threat is not None]
+
+
+def canaries_line(report: Any) -> str:
+  """report.md's first line: which canaries measured what.
+
+  Args:
+    report: The `run_report.RunReport`.
+
+  Returns:
+    E.g. 'Canaries: gradient (random unit directions ..., inserted ...,
+    scored by ...) measure the final model and all iterates.'
+  """
+  names = {'final': 'the final model', 'all': 'all iterates'}
+  parts = []
+  for kind in canary_kinds.kinds_of(report.canary_kind):
+    measured = ' and '.join(names[model] for model in kind.threat_models)
+    unmeasured = ''.join(f' ({names[model]}: not measured, {why})'
+                         for model, why in kind.missing_threat_models)
+    parts.append(f'{kind.name} canaries ({kind.made}; {kind.inserted}; '
+                 f'scored by {kind.scored}) measure {measured}{unmeasured}')
+  return '**Canaries:** ' + '; '.join(parts) + '.'
 
 
 def _canaries(threat: privacy_report.PrivacyReport) -> str:
   """Which canaries a threat model's statistics compare."""
+  if threat.canary_kind == 'data':
+    return (f'k = {threat.num_seen} seen against m = {threat.num_unseen} '
+            "unseen data canaries, the final model's loss")
   if threat.threat_model == 'final':
     return f'k = {threat.num_seen} seen canaries against the exact null'
   return (f'k = {threat.num_seen} seen against m = {threat.num_unseen} '
@@ -146,7 +176,8 @@ def headline_sentences(report: Any) -> list[str]:
   """
   return [threat_sentence(name, threat, report.analytical_epsilon)
           for name, threat in (('Final model', report.final),
-                               ('All iterates', report.all_iterates))
+                               ('All iterates', report.all_iterates),
+                               ('Final model', report.final_data))
           if threat is not None]
 
 
@@ -320,16 +351,18 @@ def missing_notes(
     threats: (name, that threat model's report).
 
   Returns:
-    'n/a: <label>, <threat model>: <reason>.' per such statistic.
+    'n/a: <labels>, <threat model>: <reason>.' per threat model and reason
+    (the statistics that share a reason listed together).
   """
-  notes = []
+  reasons: dict[tuple[str, str], list[str]] = {}
   for field in report_fields.FIELDS:
     for name, threat in threats:
       if getattr(threat, field.key) is None:
-        reason = field.missing(threat)
+        reason = field.why_missing(threat)
         if reason:
-          notes.append(f'n/a: {field.label}, {name}: {reason}.')
-  return notes
+          reasons.setdefault((name, reason), []).append(field.label)
+  return [f'n/a: {", ".join(labels)}, {name}: {reason}.'
+          for (name, reason), labels in reasons.items()]
 
 
 def details_table(threats: Sequence[tuple[str, privacy_report.PrivacyReport]],
@@ -384,7 +417,7 @@ def render(report: Any) -> str:
   confidence = f'{1 - report.alpha:.0%}'
   threats = threat_models(report)
   headline_bound = report_fields.by_key(report_fields.HEADLINE[-1])
-  lines = []
+  lines = [canaries_line(report), '']
   for sentence in headline_sentences(report):
     lines += [sentence, '']
   for note in assumption_notes(threats):
@@ -453,11 +486,15 @@ def _fit_table(report: Any) -> list[str]:
       '| cosine set | count | mean | std | null mean | null std | '
       'Anderson A² |',
       '|---|---|---|---|---|---|---|',
-      f'| final model, seen | {final.num_seen} | '
-      f'{final.seen_mean:.4g} | {final.seen_std:.4g} | 0 | '
-      f'{final.null_std:.4g} | {_num(final.anderson_seen)} |',
   ]
+  if final.canary_kind == 'gradient':
+    lines.append(
+        f'| final model, seen | {final.num_seen} | '
+        f'{final.seen_mean:.4g} | {final.seen_std:.4g} | 0 | '
+        f'{final.null_std:.4g} | {_num(final.anderson_seen)} |')
   for name, threat in (
+      ('final model loss score, data canaries, seen vs unseen',
+       final if final.canary_kind == 'data' else report.final_data),
       ('max over rounds, seen vs unseen', all_it),
       ('decorrelated matched filter, seen vs unseen',
        report.all_iterates_decorrelated)):

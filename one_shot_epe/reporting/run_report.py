@@ -36,6 +36,7 @@ import numpy as np
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.accounting import references
+from one_shot_epe.design import canary_kinds
 from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import privacy_report
 from one_shot_epe.reporting import report_fields
@@ -92,6 +93,12 @@ class RunReport:
   notes: tuple[str, ...] = ()
   framework_epsilon: float | None = None  # math.inf without noise.
   framework_mechanism: str | None = None
+  # --canary_kind: what `final` and `all_iterates` measure ('gradient':
+  # gradient canaries; 'data': data canaries, `final` only; 'both': gradient
+  # canaries there and the data canaries' final-model report in
+  # `final_data`).
+  canary_kind: str = 'gradient'
+  final_data: privacy_report.PrivacyReport | None = None
 
   def to_dict(self) -> dict[str, Any]:
     """JSON-ready dict; an infinite reference epsilon becomes None.
@@ -126,6 +133,7 @@ class RunReport:
                          self.all_iterates.to_dict()),
         'setting': dict(self.setting),
         'notes': list(self.notes),
+        'canary_kind': self.canary_kind,
     }
     if self.framework_mechanism is not None:
       result['framework_epsilon'] = _finite_or_none(self.framework_epsilon)
@@ -135,6 +143,9 @@ class RunReport:
       result['all_iterates_decorrelated'] = (
           self.all_iterates_decorrelated.to_dict())
       threats.append(('all_decorrelated', self.all_iterates_decorrelated))
+    if self.final_data is not None:
+      result['final_data'] = self.final_data.to_dict()
+      threats.append(('final_data', self.final_data))
     for suffix, report in threats:
       fields = None if report is None else report.to_dict()
       for key in _repeated_keys():
@@ -164,17 +175,20 @@ class RunReport:
     suffixes = ('final', 'all')
     if 'all_iterates_decorrelated' in fields:
       suffixes += ('all_decorrelated',)
+    if 'final_data' in fields:
+      suffixes += ('final_data',)
     expected = set(_JSON_KEYS) | {
         f'{key}_{suffix}' for key in _repeated_keys(later=False)
         for suffix in suffixes}
-    if 'all_iterates_decorrelated' in fields:
-      expected.add('all_iterates_decorrelated')
+    for optional in ('all_iterates_decorrelated', 'final_data'):
+      if optional in fields:
+        expected.add(optional)
     framework = 'framework_epsilon_mechanism' in fields
     if framework:
       expected |= set(_FRAMEWORK_KEYS)
     # Reports written before these keys existed lack them.
     later = {f'{key}_{suffix}' for key in _repeated_keys(later=True)
-             for suffix in suffixes} | {'notes'}
+             for suffix in suffixes} | {'notes', 'canary_kind'}
     missing = sorted(expected - set(fields))
     unknown = sorted(set(fields) - expected - later)
     if missing or unknown:
@@ -196,8 +210,12 @@ class RunReport:
       values['all_iterates_decorrelated'] = (
           privacy_report.PrivacyReport.from_dict(
               fields['all_iterates_decorrelated']))
+    if 'final_data' in fields:
+      values['final_data'] = privacy_report.PrivacyReport.from_dict(
+          fields['final_data'])
     values['setting'] = dict(fields['setting'])
     values['notes'] = tuple(fields.get('notes', ()))
+    values['canary_kind'] = fields.get('canary_kind', 'gradient')
     return cls(**values)
 
   @classmethod
@@ -300,8 +318,8 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
                      mechanism: mechanisms.Mechanism, *, alpha: float = 0.05,
                      setting: Mapping[str, Any] | None = None,
                      seed: int = 0, notes: Sequence[str] = (),
-                     framework_epsilon: dp_fedavg.MechanismEpsilon | None = None
-                     ) -> RunReport:
+                     framework_epsilon: dp_fedavg.MechanismEpsilon | None = None,
+                     canary_kind: str = 'gradient') -> RunReport:
   """The one report builder: both threat models and the mechanism's references.
 
   Every engine's launcher (`experiments.run_outputs`), both `CanaryAudit`s
@@ -315,7 +333,8 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
 
     >>> import numpy as np
     >>> from one_shot_epe.accounting import mechanisms
-    >>> from one_shot_epe.design import canary_spec
+    >>> from one_shot_epe.design import canary_kinds
+from one_shot_epe.design import canary_spec
     >>> from one_shot_epe.reporting import run_report
     >>> rng = np.random.default_rng(0)
     >>> empty = np.zeros(0)
@@ -355,6 +374,10 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
     framework_epsilon: The training framework's own accountant's epsilon at
       `facts.delta` for the same releases (e.g. Flower's RdpAccountant, as
       the Flower audit computes it), with what it accounts; None: none.
+    canary_kind: The run's canaries (`design.canary_kinds`): 'gradient',
+      'data' (the report's final model is the data canaries', from the
+      outcome's losses; no all-iterates report) or 'both' (the data
+      canaries' report as `final_data`).
 
   Returns:
     The `RunReport`.
@@ -381,11 +404,23 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
               facts.participation is not None else facts.rounds))
   dim, delta = facts.dim, facts.delta
   references = mechanism.references(facts)
-  final = privacy_report.final_model_report(
-      outcome.final_cosines, dim, delta, alpha,
-      unseen=_present(outcome.final_unseen_cosines), seed=seed)
+  kinds = [kind.name for kind in canary_kinds.kinds_of(canary_kind)]
+  final_data = None
+  if 'data' in kinds:
+    if outcome.data_seen_losses is None or outcome.data_unseen_losses is None:
+      raise ValueError(f'canary_kind {canary_kind!r} needs the data '
+                       "canaries' losses in the outcome.")
+    final_data = privacy_report.data_canary_report(
+        outcome.data_seen_losses, outcome.data_unseen_losses, delta, alpha,
+        dim=dim, seed=seed)
+  if 'gradient' in kinds:
+    final = privacy_report.final_model_report(
+        outcome.final_cosines, dim, delta, alpha,
+        unseen=_present(outcome.final_unseen_cosines), seed=seed)
+  else:
+    final, final_data = final_data, None
   all_iterates = None
-  if _present(outcome.unseen_maxima) is not None:
+  if 'gradient' in kinds and _present(outcome.unseen_maxima) is not None:
     all_iterates = privacy_report.all_iterates_report(
         outcome.seen_maxima, outcome.unseen_maxima, delta, alpha, dim=dim,
         seed=seed)
@@ -417,4 +452,5 @@ def build_run_report(outcome: canary_spec.CanaryOutcome,
       framework_epsilon=(None if framework_epsilon is None else
                          framework_epsilon.epsilon),
       framework_mechanism=(None if framework_epsilon is None else
-                           framework_epsilon.mechanism))
+                           framework_epsilon.mechanism),
+      canary_kind=canary_kind, final_data=final_data)

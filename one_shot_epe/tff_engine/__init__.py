@@ -22,6 +22,8 @@ Modules:
   cosine_tracking: the blocks of buffered rounds scored in TensorFlow and
     folded into `runtime.cosine_buffer` (exact max-over-rounds cosines).
   final_model: canary cosines with the final model (Algorithm 2).
+  canary_clients: data canaries as clients: their datasets in the task's
+    structure, the rounds they join, their losses on a model.
   audit: `CanaryAudit`, canaries for any `tff.learning` pipeline: its
     factories and its report.
   audit_plan: `CanaryAudit`'s canary plan, made from its arguments or

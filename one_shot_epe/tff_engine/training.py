@@ -38,6 +38,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from one_shot_epe.data import canary_examples
+from one_shot_epe.data import client_arrays
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
 from one_shot_epe.runtime import round_record
@@ -45,6 +47,7 @@ from one_shot_epe.design import run_plan
 from one_shot_epe.design import tasks as task_entries
 from one_shot_epe.tff_engine import audit as audit_lib
 from one_shot_epe.tff_engine import checkpoints
+from one_shot_epe.tff_engine import canary_clients
 from one_shot_epe.tff_engine import distributed_runtime
 from one_shot_epe.tff_engine import loop_managers
 from one_shot_epe.tff_engine import runtime
@@ -64,7 +67,9 @@ def _round_seed(seed: int, round_num: int) -> int:
 def selection_fn(
     sampler: participation.ClientSampler,
     create_tf_dataset_for_client: Callable[[str], tf.data.Dataset],
-    seed: int) -> Callable[[int], list[tf.data.Dataset]]:
+    seed: int,
+    canaries: Callable[[int], list[tf.data.Dataset]] | None = None
+) -> Callable[[int], list[tf.data.Dataset]]:
   """Round `round_num`'s client datasets, with their shuffles seeded per round.
 
   The client preprocessing shuffles with TF's global seed; resetting it before
@@ -75,6 +80,9 @@ def selection_fn(
     sampler: Selects each round's clients (`participation`).
     create_tf_dataset_for_client: Maps a client id to its preprocessed data.
     seed: The run's seed.
+    canaries: 0-based round -> the data canaries' datasets that join it
+      (`canary_clients.round_datasets`), after the real clients'; None for
+      none.
 
   Returns:
     round_num -> the round's client datasets.
@@ -84,7 +92,10 @@ def selection_fn(
 
   def seeded_selection_fn(round_num: int) -> list[tf.data.Dataset]:
     tf.random.set_seed(_round_seed(seed, round_num))
-    return select(round_num)
+    datasets = select(round_num)
+    if canaries is not None:
+      datasets = datasets + canaries(round_num - 1)
+    return datasets
 
   return seeded_selection_fn
 
@@ -220,7 +231,7 @@ def _audit(plan: run_plan.RunPlan, task: tasks.Task,
   """The run's audit; its tracker buffers <= the rounds between checkpoints."""
   if plan.spec is None:
     return None
-  spec = plan.spec
+  spec = plan.inserted_spec
   if spec.buffer_rounds is None:
     spec = dataclasses.replace(spec, buffer_rounds=spec.buffer_rounds_for(
         task.num_parameters,
@@ -245,7 +256,9 @@ def _trainable_specs(task: tasks.Task) -> list[tf.TensorSpec]:
 def train(plan: run_plan.RunPlan, task: tasks.Task,
           store: checkpoints.ProgramStateCheckpoints,
           observer: round_record.RoundObserver, *,
-          device: str = '/CPU:0') -> canary_spec.CanaryOutcome:
+          device: str = '/CPU:0',
+          canaries: client_arrays.ClientArrays | None = None
+          ) -> canary_spec.CanaryOutcome:
   """Trains (or resumes from `store`'s newest checkpoint) the run of `plan`.
 
   Args:
@@ -260,13 +273,16 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
       (`on_cosines`), and of each checkpoint before it is saved
       (`on_checkpoint`; `round_record` says which cosines precede it).
     device: TF device of the canary tracking (`accelerators`).
+    canaries: With data canaries (`plan.data_canaries`), every tracked data
+      canary's examples, seen ones first: the seen ones join their rounds
+      as clients, all are scored on the final model.
 
   Calls `tf.keras.utils.set_random_seed(plan.seed)` once the aggregator is
   built, before the model is. Call it inside `execution_context`.
 
   Returns:
     The run's `canary_spec.CanaryOutcome`; its cosine arrays are empty for a
-    run without canaries.
+    run without canaries; with data canaries it holds their losses.
 
   Raises:
     KeyboardInterrupt: Ctrl-C or SIGTERM (under
@@ -301,13 +317,22 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
     evaluate = evaluation_fn(task, process)
     test_data = [task.test_dataset(plan.max_eval_examples)]
     resumed_from = store.latest() or 0
+    joining = None
+    if canaries is not None:
+      seen = canary_examples.select_clients(canaries,
+                                            plan.data_canaries.num_seen)
+      joining = canary_clients.round_datasets(
+          canary_clients.client_datasets(
+              seen, task.element_spec, batch_size=plan.batch_size,
+              epochs=plan.epochs, max_examples=plan.max_examples),
+          plan.data_canaries.clients, plan.data_canaries.num_real_clients)
     try:
       state = tff.simulation.run_training_process(
           process,
           selection_fn(
               plan.sampler,
               task.preprocessed_train_data.create_tf_dataset_for_client,
-              plan.seed),
+              plan.seed, joining),
           plan.total_rounds,
           evaluation_fn=evaluate,
           evaluation_selection_fn=lambda round_num: test_data,
@@ -323,6 +348,9 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
     # in-vocabulary words only, as Reddi et al. (2020) report it.
     metric = task_entries.task_entry(task.name).tff.accuracy_metric
     accuracy = float(evaluate(state, test_data)[metric])
+    losses = (None if canaries is None else canary_clients.losses(
+        task.model_fn, process.get_model_weights(state), canaries,
+        task.element_spec))
   empty = np.zeros(0)
   if audit is None:
     return canary_spec.CanaryOutcome(
@@ -335,4 +363,8 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
       seen_maxima=maxima.seen.astype(np.float64),
       unseen_maxima=maxima.unseen.astype(np.float64), accuracy=accuracy,
       dim=task.num_parameters, resumed_from_round=resumed_from,
-      rounds_trained=rounds.rounds_trained)
+      rounds_trained=rounds.rounds_trained,
+      data_seen_losses=(None if losses is None else
+                        losses[:plan.data_canaries.num_seen]),
+      data_unseen_losses=(None if losses is None else
+                          losses[plan.data_canaries.num_seen:]))

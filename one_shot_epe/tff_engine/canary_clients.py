@@ -1,0 +1,123 @@
+"""Data canaries on the TFF engine: their clients' datasets and their losses.
+
+A data canary (`design.canary_kinds`, `data.canary_examples`) is a client
+whose examples are the canary's: here its dataset is built from the
+canary's arrays in the task's preprocessed element structure (images
+(x [n, 28, 28, 1], y [n]), token sequences (x = tokens[:, :-1],
+y = tokens[:, 1:]), as TFF's preprocessing gives them), repeated for the
+client epochs, cut to the client's example cap and batched as any client's
+(not shuffled: the canary's examples are fixed, their order immaterial to
+the audit), so it trains through `tff.learning`'s client path, its clip and
+its noise. `losses` scores the canaries on a model's weights: the keras
+model's loss on each canary's examples, without dropout.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from one_shot_epe.data import client_arrays
+
+__all__ = ['canary_batch', 'client_datasets', 'losses', 'round_datasets']
+
+
+def canary_batch(arrays: client_arrays.ClientArrays, index: int,
+                 element_spec: Sequence[tf.TensorSpec]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+  """Canary `index`'s examples as one batch of the task's (x, y) structure.
+
+  Args:
+    arrays: The canaries, one client each.
+    index: The canary's client index in `arrays`.
+    element_spec: The task's preprocessed (x, y) TensorSpecs.
+
+  Returns:
+    (x, y), numpy arrays of the spec's dtypes and shapes.
+  """
+  rows = slice(int(arrays.offsets[index]), int(arrays.offsets[index + 1]))
+  if arrays.kind == 'emnist':
+    inputs = np.asarray(arrays.features['pixels'][rows])
+    labels = np.asarray(arrays.features['label'][rows])
+  else:
+    tokens = np.asarray(arrays.features['tokens'][rows])
+    inputs, labels = tokens[:, :-1], tokens[:, 1:]
+  x_spec, y_spec = element_spec
+  return (inputs.reshape((-1, *x_spec.shape[1:])).astype(
+      x_spec.dtype.as_numpy_dtype),
+          labels.reshape((-1, *y_spec.shape[1:])).astype(
+              y_spec.dtype.as_numpy_dtype))
+
+
+def client_datasets(arrays: client_arrays.ClientArrays,
+                    element_spec: Sequence[tf.TensorSpec], *,
+                    batch_size: int, epochs: int,
+                    max_examples: int | None) -> list[tf.data.Dataset]:
+  """Each canary's client dataset, preprocessed as a training client's.
+
+  Args:
+    arrays: The seen canaries, one client each.
+    element_spec: The task's preprocessed (x, y) TensorSpecs.
+    batch_size: The client batch size.
+    epochs: The client epochs per round.
+    max_examples: A client's example cap per round (after the epochs);
+      None for all.
+
+  Returns:
+    One dataset per canary, in the order of `arrays`.
+  """
+  datasets = []
+  for index in range(arrays.num_clients):
+    dataset = tf.data.Dataset.from_tensor_slices(
+        canary_batch(arrays, index, element_spec)).repeat(epochs)
+    if max_examples is not None:
+      dataset = dataset.take(max_examples)
+    datasets.append(dataset.batch(batch_size))
+  return datasets
+
+
+def round_datasets(datasets: Sequence[tf.data.Dataset],
+                   clients: Callable[[int], np.ndarray], num_real_clients: int
+                   ) -> Callable[[int], list[tf.data.Dataset]]:
+  """The canary datasets joining each 0-based round.
+
+  Args:
+    datasets: The seen canaries' datasets (`client_datasets`), canary j at
+      index j.
+    clients: 0-based round -> the canary clients that join it, client
+      indices from `num_real_clients` on (`DataCanaryPlan.clients`).
+    num_real_clients: The real training clients before the canaries.
+
+  Returns:
+    0-based round -> the joining canaries' datasets.
+  """
+  return lambda t: [datasets[int(i) - num_real_clients] for i in clients(t)]
+
+
+def losses(model_fn: Callable[[], Any], weights: Any,
+           arrays: client_arrays.ClientArrays,
+           element_spec: Sequence[tf.TensorSpec]) -> np.ndarray:
+  """The model's mean loss on each canary's examples (no dropout).
+
+  Args:
+    model_fn: Builds the task's `tff.learning` model.
+    weights: The model's weights (`tff.learning.models.ModelWeights`, as
+      `LearningProcess.get_model_weights` returns them).
+    arrays: The canaries, one client each.
+    element_spec: The task's preprocessed (x, y) TensorSpecs.
+
+  Returns:
+    float64 [canaries].
+  """
+  model = model_fn()
+  tff.learning.models.ModelWeights(
+      trainable=list(weights.trainable),
+      non_trainable=list(weights.non_trainable)).assign_weights_to(model)
+  values = []
+  for index in range(arrays.num_clients):
+    output = model.forward_pass(canary_batch(arrays, index, element_spec),
+                                training=False)
+    values.append(float(output.loss))
+  return np.asarray(values, np.float64)

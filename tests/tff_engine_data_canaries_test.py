@@ -1,0 +1,99 @@
+"""Data canaries on the TFF engine, through `experiments.train`.
+
+Independent truths: the canary schedule (each seen data canary joins its
+rounds as one more client of `tff.learning`'s round, its examples counted
+by TFF's own client metrics; the server inserts nothing); the truth eps = 0
+at overwhelming noise; memorization without noise; the canaries' bytes in
+TFF's preprocessed structure, pinned by the digests the JAX engine's test
+pins (`pinned_canaries.py`): both engines train and score the
+same examples.
+"""
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+
+from experiments import train
+from one_shot_epe.data import canary_examples
+from one_shot_epe.runtime import run_directory
+from one_shot_epe.tff_engine import canary_clients
+from one_shot_epe.tff_engine import tasks
+import pinned_canaries
+import tiny_run
+
+
+def _task(name: str, vocab_size: int = 100) -> tasks.Task:
+  return tasks.get_task(
+      name, client_batch_size=4, client_epochs_per_round=1,
+      max_examples_per_client=-1, data_dir=None, use_synthetic_data=True,
+      synthetic_num_clients=2, synthetic_examples_per_client=2,
+      synthetic_client_sizes='equal', seed=0, vocab_size=vocab_size)
+
+
+def test_the_engine_feeds_the_pinned_canary_examples():
+  images = canary_examples.canary_arrays(0, [0, 10**9], 'emnist', 4,
+                                         num_labels=62)
+  x, y = canary_clients.canary_batch(images, 0,
+                                    _task('emnist_character').element_spec)
+  assert x.shape == (4, 28, 28, 1)
+  assert pinned_canaries.digest(x, y) == pinned_canaries.EMNIST_DIGEST
+  text = canary_examples.canary_arrays(0, [0], 'stackoverflow', 3,
+                                       vocab_size=100)
+  x, y = canary_clients.canary_batch(text, 0,
+                                    _task('stackoverflow_word').element_spec)
+  assert pinned_canaries.digest(x, y) == pinned_canaries.TEXT_DIGEST
+  # A client's dataset: the examples, repeated for the epochs, batched.
+  dataset, = canary_clients.client_datasets(
+      canary_examples.select_clients(images, 1),
+      _task('emnist_character').element_spec, batch_size=3, epochs=2,
+      max_examples=None)
+  batches = [tuple(np.asarray(part) for part in batch) for batch in dataset]
+  assert [len(b[1]) for b in batches] == [3, 3, 2]
+  np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]),
+                                np.tile(images.features['label'][:4], 2))
+
+
+def _data_config(root, **overrides):
+  settings = dict(canary_kind='data', data_canary_examples=4,
+                  clipping_norm=1.0, noise_multiplier=1000.0)
+  return tiny_run.config(str(root), **{**settings, **overrides})
+
+
+def test_data_canaries_under_overwhelming_noise_claim_nothing(tmp_path):
+  config = _data_config(tmp_path)
+  result = train.run_training(config)
+  with open(os.path.join(result.run_dir,
+                         run_directory.REPORT_JSON_FILE)) as f:
+    report = json.load(f)
+  assert report['canary_kind'] == 'data'
+  assert report['final']['canary_kind'] == 'data'
+  assert report['epsilon_lo_final'] == 0.0
+  assert report['epsilon_lo_tight_any_final'] == 0.0
+  assert report['all_iterates'] is None
+  assert report['epsilon_one_run_fdp_final'] is None
+  assert result.outcome.data_seen_losses.shape == (tiny_run.NUM_CANARIES,)
+  assert result.outcome.data_unseen_losses.shape == (
+      tiny_run.NUM_UNSEEN_CANARIES,)
+  plan = train.prepare(config).plan
+  with open(os.path.join(result.run_dir, run_directory.METRICS_FILE)) as f:
+    metrics = [row for row in csv.DictReader(f) if row['round'] != '0']
+  for t, row in enumerate(metrics):
+    assert float(row['aggregator/canaries_inserted']) == 0
+    # TFF's own count of the round's training examples: the real clients'
+    # 8 each, and 4 for each data canary that joined.
+    assert int(row['client_work/train/num_examples']) == (
+        8 * len(plan.sampler.indices(t)) +
+        4 * len(plan.data_canaries.schedule[t]))
+
+
+@pytest.mark.slow
+def test_data_canaries_are_memorized_without_noise(tmp_path):
+  result = train.run_training(_data_config(
+      tmp_path, noise_multiplier=0.0, clipping_norm=100.0,
+      client_epochs_per_round=20, client_learning_rate=0.1))
+  seen = result.outcome.data_seen_losses
+  unseen = result.outcome.data_unseen_losses
+  assert seen.max() < np.median(unseen), (seen, unseen)
