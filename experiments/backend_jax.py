@@ -43,7 +43,6 @@ from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import tasks
 from one_shot_epe.data import client_arrays
-from one_shot_epe.data import task_data
 from one_shot_epe.stats import decorrelation as decorrelation_lib
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
@@ -132,16 +131,9 @@ def load_data(config: train_config.TrainConfig) -> Data:
     train_config.ConfigError: naming --data_dir (or
       --synthetic_examples_per_client), if the data cannot be read.
   """
-  request = task_data.DataRequest(
-      task=config.task, data_dir=config.data_dir,
-      synthetic=config.use_synthetic_data,
-      num_clients=config.synthetic_num_clients,
-      examples_per_client=config.synthetic_examples_per_client,
-      client_sizes=config.synthetic_client_sizes,
-      seed=engine.SYNTHETIC_DATA_SEED, vocab_size=config.vocab_size)
   load = tasks.entry_point(tasks.task_entry(config.task).jax.data)
   try:
-    arrays = load(request)
+    arrays = load(run_planning.data_request(config))
   except (OSError, ValueError, ImportError) as error:
     message = str(error)
     flag = ('--synthetic_examples_per_client' if config.use_synthetic_data
@@ -385,8 +377,7 @@ def train_program(runs: Sequence[engine.PreparedRun],
         [training.ProgramRun(
             run.plan, store, observer,
             mechanism_noise.noise_of(run.plan.mechanism).noise_rows(run.plan),
-            decorrelation(run),
-            run_planning.data_canary_arrays(run.config, run.plan))
+            decorrelation(run), run.canaries)
          for run, store, observer in zip(runs, stores, observers)],
         model(first.config), first.data.train, first.data.test, stats=stats,
         resident_data=first.config.resident_data,

@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 import tensorflow as tf
 
 from experiments import engine
-from experiments import run_planning
 from experiments import train_config
 from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import round_record
@@ -208,4 +207,4 @@ def train(run: engine.PreparedRun,
         run.plan, run.data, store,
         round_record.Observers([observer, tensorboard]),
         device=accelerators.launcher_device(config.accelerator),
-        canaries=run_planning.data_canary_arrays(config, run.plan))
+        canaries=run.canaries)

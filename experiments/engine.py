@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
+from one_shot_epe.data import client_arrays
 from one_shot_epe.design import canary_spec
 from one_shot_epe.runtime import checkpoint_store
 from one_shot_epe.runtime import round_record
@@ -64,10 +65,14 @@ class PreparedRun:
     config: The validated config (run name resolved).
     data: The engine's data of the task.
     plan: The run, engine-neutral (its delta: --delta, else m^-1.1).
+    canaries: With data canaries (--canary_kind=data or both), every
+      tracked data canary's examples, seen first
+      (`run_planning.data_canary_arrays`); None otherwise.
   """
   config: train_config.TrainConfig
   data: Any
   plan: run_plan.RunPlan
+  canaries: client_arrays.ClientArrays | None = None
 
   @property
   def num_train_clients(self) -> int:

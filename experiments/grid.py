@@ -89,8 +89,8 @@ def programs(configs: Sequence[train_config.TrainConfig],
 
   Raises:
     train_config.ConfigError: `runs_per_program` is not an integer >= 1, or
-      is > 1 for an engine that trains one run at a time
-      (`train.check_runs_per_program`).
+      is > 1 for an engine that trains one run at a time or runs with data
+      canaries (`train.check_runs_per_program`).
   """
   if (isinstance(runs_per_program, bool) or
       not isinstance(runs_per_program, int) or runs_per_program < 1):
@@ -98,7 +98,8 @@ def programs(configs: Sequence[train_config.TrainConfig],
                                    f'>= 1; got {runs_per_program!r}.')
   groups: dict[Any, list[train_config.TrainConfig]] = {}
   for config in configs:
-    train.check_runs_per_program(config.backend, runs_per_program)
+    train.check_runs_per_program(config.backend, runs_per_program,
+                                 config.canary_kind)
     groups.setdefault(train_config.program_key(config), []).append(config)
   return [tuple(group[i:i + runs_per_program]) for group in groups.values()
           for i in range(0, len(group), runs_per_program)]

@@ -24,10 +24,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from experiments import engine
 from experiments import train_config
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.accounting import references
 from one_shot_epe.data import client_arrays
+from one_shot_epe.data import task_data
 from one_shot_epe.design import audit_checks
 from one_shot_epe.design import canary_kinds
 from one_shot_epe.design import canary_spec
@@ -274,29 +276,71 @@ def _data_canaries(config: train_config.TrainConfig, schedule: object,
       schedule=schedule.as_round_lists(), num_real_clients=num_clients)
 
 
+def data_request(config: train_config.TrainConfig) -> task_data.DataRequest:
+  """What the flags ask of the task's data (its core loader's request).
+
+  Args:
+    config: The validated config (--task, --data_dir or the synthetic
+      data's sizes, --vocab_size).
+
+  Returns:
+    The request.
+  """
+  return task_data.DataRequest(
+      task=config.task, data_dir=config.data_dir,
+      synthetic=config.use_synthetic_data,
+      num_clients=config.synthetic_num_clients,
+      examples_per_client=config.synthetic_examples_per_client,
+      client_sizes=config.synthetic_client_sizes,
+      seed=engine.SYNTHETIC_DATA_SEED, vocab_size=config.vocab_size)
+
+
 def data_canary_arrays(config: train_config.TrainConfig,
                        plan: run_plan.RunPlan) -> client_arrays.ClientArrays | None:
   """Every tracked data canary's examples, seen first; None without any.
 
   Made by the 'data' kind's entry (`canary_kinds.CANARY_KINDS`, its
   `maker`) from the canary seed and ids, for the task's data kind, classes
-  or vocabulary: the same arrays on every engine.
+  or vocabulary, and for image tasks under --data_canary_images=test from
+  the task's test split as its framework-free loader reads it (the task
+  entry's `jax.data`): the same arrays on every engine.
 
   Args:
-    config: The validated config (--task, --vocab_size).
+    config: The validated config (--task, --vocab_size, the data flags).
     plan: The run's plan.
 
   Returns:
     The canaries as client arrays, or None for a run without data canaries.
+
+  Raises:
+    train_config.ConfigError: naming --data_canary_images, if the test
+      images cannot be read or are too few.
   """
   canaries = plan.data_canaries
   if canaries is None:
     return None
   entry = tasks.task_entry(config.task)
+  images = None
+  if entry.kind == 'emnist' and config.data_canary_images == 'test':
+    load = tasks.entry_point(entry.jax.data)
+    try:
+      images = load(data_request(config)).test.features['pixels']
+    except (OSError, ValueError, ImportError) as error:
+      raise train_config.ConfigError(
+          f'--data_canary_images=test: the task\'s test images cannot be '
+          f'read ({error}); use --data_canary_images=random, or --data_dir '
+          'holding the arrays the JAX engine reads '
+          '(experiments.export_arrays).') from None
+    if len(images) < canaries.examples_per_canary:
+      raise train_config.ConfigError(
+          f'--data_canary_images=test: the test split has {len(images)} '
+          f'images, fewer than --data_canary_examples='
+          f'{canaries.examples_per_canary}.')
   make = tasks.entry_point(canary_kinds.canary_kind('data').maker)
   return make(canaries.seed, canaries.tracked_ids(), entry.kind,
               canaries.examples_per_canary, num_labels=entry.num_labels,
-              vocab_size=config.vocab_size if entry.vocabulary else None)
+              vocab_size=config.vocab_size if entry.vocabulary else None,
+              images=images)
 
 
 def _optimizer(name: str, learning_rate: float,

@@ -281,23 +281,32 @@ def prepare(config: train_config.TrainConfig) -> PreparedRun:
       plan.sampler.expected_clients_per_round, plan.dp.clients_per_round)
   if share is not None:
     logging.warning('%s', share)
-  run = PreparedRun(config=config, data=data, plan=plan)
+  run = PreparedRun(config=config, data=data, plan=plan,
+                    canaries=run_planning.data_canary_arrays(config, plan))
   _check_free_space(run, backend)
   backend.check_device_memory(run)
   return run
 
 
-def check_runs_per_program(backend_name: str, runs_per_program: int) -> None:
-  """Refuses several runs in one program on an engine that cannot.
+def check_runs_per_program(backend_name: str, runs_per_program: int,
+                           canary_kind: str = 'gradient') -> None:
+  """Refuses several runs in one program on an engine or canaries that cannot.
 
   Args:
     backend_name: The runs' --backend.
     runs_per_program: Runs asked to share one program.
+    canary_kind: The runs' --canary_kind.
 
   Raises:
     train_config.ConfigError: naming --runs_per_program, if the engine
-      trains one run at a time (`engine.Backend.PROGRAMS`).
+      trains one run at a time (`engine.Backend.PROGRAMS`) or the runs have
+      data canaries (clients of their own run's training data).
   """
+  if runs_per_program > 1 and canary_kind != 'gradient':
+    raise train_config.ConfigError(
+        f'--runs_per_program={runs_per_program} with --canary_kind='
+        f'{canary_kind}: data canaries are clients of their own run\'s '
+        'training data, so such runs train alone; use --runs_per_program=1.')
   if runs_per_program > 1 and not _backend(backend_name).PROGRAMS:
     raise train_config.ConfigError(
         f'--runs_per_program={runs_per_program} is not supported by '
@@ -376,7 +385,8 @@ def run_program(configs: Sequence[train_config.TrainConfig], *,
   """
   runs = [prepare(config) for config in configs]
   backend = _backend(runs[0].config.backend)
-  check_runs_per_program(runs[0].config.backend, len(runs))
+  check_runs_per_program(runs[0].config.backend, len(runs),
+                         runs[0].config.canary_kind)
   train_config.check_program([run.config for run in runs])
   # Runs of one program share their data: one copy.
   runs = [dataclasses.replace(run, data=runs[0].data) for run in runs]
@@ -493,10 +503,15 @@ def main(argv: Sequence[str]) -> None:
   print(run_outputs.rounds_line(result))
   if result.report is not None:
     print(result.report.to_markdown(), end='')
-    print('Report: '
-          f'{os.path.join(result.run_dir, run_directory.REPORT_MARKDOWN_FILE)}'
-          '; plot: '
-          f'{os.path.join(result.run_dir, run_directory.DENSITY_PLOT_FILE)}')
+    report_path = os.path.join(result.run_dir,
+                               run_directory.REPORT_MARKDOWN_FILE)
+    if result.report.canary_kind == 'data':
+      losses = os.path.join(result.run_dir,
+                            run_directory.DATA_CANARY_LOSSES_FILE)
+      print(f'Report: {report_path}; losses: {losses}')
+    else:
+      print(f'Report: {report_path}; plot: '
+            f'{os.path.join(result.run_dir, run_directory.DENSITY_PLOT_FILE)}')
 
 
 if __name__ == '__main__':

@@ -106,6 +106,7 @@ class TrainConfig:
   canary_clip: str = 'project'
   canary_kind: str = 'gradient'
   data_canary_examples: int = canary_kinds.DATA_CANARY_EXAMPLES
+  data_canary_images: str = 'test'
   delta: float | None = None
   alpha: float = 0.05
   rounds_per_evaluation: int = 10
@@ -483,4 +484,5 @@ ENUMS = {'backend': run_options.BACKENDS, 'task': run_options.TASK_NAMES,
           'all_iterates_statistic': canary_spec.ALL_ITERATES_STATISTICS,
           'canary_clip': canary_spec.CANARY_CLIPS,
           'canary_kind': canary_kinds.CANARY_KIND_OPTIONS,
+          'data_canary_images': canary_kinds.DATA_CANARY_IMAGES,
           'synthetic_client_sizes': client_arrays.CLIENT_SIZE_LAWS}

@@ -125,6 +125,9 @@ _FLAG_HELP = {
                    'change) or both in one run.',
     'data_canary_examples': 'Examples each data canary holds, in [1, 4096] '
                             '(--canary_kind=data or both).',
+    'data_canary_images': 'Images of the image tasks\' data canaries, each '
+                          'with a random label: drawn from the task\'s test '
+                          'split (test) or of random pixels (random).',
     'delta': 'delta of the estimates, in (0, 1); default m^-1.1 for m real '
              'clients.',
     'alpha': 'eps_lo holds with confidence 1 - alpha; alpha in (0, 0.5).',

@@ -241,3 +241,33 @@ def test_tied_losses_claim_nothing_and_say_why_no_gaussian_fits():
       analytical_epsilon=0.001, final=report, all_iterates=None,
       canary_kind='data').to_markdown()
   assert report_fields.TIED_SCORES in markdown
+
+
+def test_runs_with_data_canaries_are_refused_a_shared_program():
+  from experiments import train  # pylint: disable=g-import-not-at-top
+  from experiments import train_config  # pylint: disable=g-import-not-at-top
+  with pytest.raises(train_config.ConfigError,
+                     match=r'--runs_per_program=2 with --canary_kind=data'):
+    train.check_runs_per_program('jax', 2, 'data')
+  train.check_runs_per_program('jax', 1, 'both')
+
+
+def test_image_canaries_take_test_images_without_replacement_per_canary():
+  pool = np.random.default_rng(5).random((30, 28, 28), dtype=np.float32)
+  arrays = canary_examples.canary_arrays(2, [0, 1], 'emnist', 6,
+                                         num_labels=10, images=pool)
+  flat = pool.reshape(30, -1)
+  for canary in range(2):
+    pixels = arrays.features['pixels'][6 * canary:6 * (canary + 1)]
+    rows = [int(np.flatnonzero((flat == image.ravel()).all(axis=1))[0])
+            for image in pixels]
+    assert len(set(rows)) == 6  # Without replacement within a canary.
+  # The documented draw: the rows of default_rng([seed, 11, id]).choice.
+  rng = np.random.default_rng([2, 11, 1])
+  chosen = np.sort(rng.choice(30, 6, replace=False))
+  np.testing.assert_array_equal(arrays.features['pixels'][6:], pool[chosen])
+  np.testing.assert_array_equal(arrays.features['label'][6:],
+                                rng.integers(0, 10, 6, dtype=np.int32))
+  with pytest.raises(ValueError, match='images'):
+    canary_examples.canary_arrays(2, [0], 'emnist', 6, num_labels=10,
+                                  images=pool[:5])

@@ -67,6 +67,11 @@ def test_data_canaries_under_overwhelming_noise_claim_nothing(tmp_path):
   assert report['all_iterates'] is None
   assert report['epsilon_lo_gauss_pair_final'] is None
   assert report['setting']['data_canary_examples'] == 4
+  # The gradient canaries were not inserted: no cosine files, no plot.
+  for name in (run_directory.FINAL_COSINES_FILE,
+               run_directory.MAX_COSINES_FILE,
+               run_directory.DENSITY_PLOT_FILE):
+    assert not os.path.exists(os.path.join(run_dir, name)), name
   with open(os.path.join(run_dir,
                          run_directory.DATA_CANARY_LOSSES_FILE)) as f:
     rows = list(csv.DictReader(f))

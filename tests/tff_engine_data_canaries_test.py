@@ -97,3 +97,68 @@ def test_data_canaries_are_memorized_without_noise(tmp_path):
   seen = result.outcome.data_seen_losses
   unseen = result.outcome.data_unseen_losses
   assert seen.max() < np.median(unseen), (seen, unseen)
+
+
+def test_canary_audit_runs_data_canaries_as_clients_of_a_plain_pipeline():
+  # A pipeline whose aggregation is untouched: the audit inserts nothing
+  # and its data canaries join the caller's rounds as clients.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.design import canary_spec  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.tff_engine import audit  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.tff_engine import runtime  # pylint: disable=g-import-not-at-top
+
+  spec = (tf.TensorSpec([None, 784], tf.float32), tf.TensorSpec([None], tf.int32))
+
+  def model_fn():
+    keras_model = tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=(784,)),
+        tf.keras.layers.Dense(10, kernel_initializer='zeros')])
+    return tff.learning.models.from_keras_model(
+        keras_model, input_spec=spec,
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+  canary_audit = audit.CanaryAudit(
+      num_canaries=4, num_unseen_canaries=12, rounds=4, clients_per_round=4,
+      delta=1e-3, noise_seed=0, canary_kind='data')
+  canaries = canary_examples.canary_arrays(
+      canary_audit.spec.seed, canary_spec.tracked_ids(4, 12), 'emnist', 4,
+      num_labels=10)
+  joined = []
+
+  def select(round_num):
+    rng = np.random.default_rng(round_num)
+    real = [tf.data.Dataset.from_tensor_slices((
+        rng.random((8, 784), dtype=np.float32),
+        rng.integers(0, 10, 8).astype(np.int32))).batch(8) for _ in range(4)]
+    extra = canary_audit.canary_datasets(round_num, canaries, spec,
+                                         batch_size=4, epochs=60)
+    joined.append(len(extra))
+    return real + extra
+
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.02),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      model_aggregator=canary_audit.gaussian_fixed(noise_multiplier=0.0,
+                                                   clip=100.0))
+  with runtime.local_cpp_context():
+    state = tff.simulation.run_training_process(
+        process, select, 4,
+        program_state_manager=canary_audit.program_state_manager())
+    weights = process.get_model_weights(state)
+  assert joined == [len(ids) for ids in canary_audit.schedule_spec.schedule]
+  assert sum(joined) == 4
+  assert all(not ids for ids in canary_audit.spec.schedule)
+  with pytest.raises(ValueError, match='score_data_canaries'):
+    canary_audit.report()
+  losses = canary_audit.score_data_canaries(
+      canaries, model_fn, weights, spec)
+  # Memorized: every seen canary's loss below every unseen one's.
+  assert losses[:4].max() < losses[4:].min(), losses
+  report = canary_audit.report()
+  assert report.canary_kind == 'data' and report.final.canary_kind == 'data'
+  assert report.final.auroc == 1.0
+  assert report.all_iterates is None
+  with pytest.raises(ValueError, match='canary_kind'):
+    audit.CanaryAudit(num_canaries=4, rounds=4, clients_per_round=4,
+                      delta=1e-3, canary_kind='pixels')

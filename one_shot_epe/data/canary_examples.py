@@ -9,10 +9,11 @@ Canary j of canary seed s holds `examples_per_canary` examples drawn from
 `numpy.random.default_rng([s, _TAG, j])`, the same arrays on every engine
 and in every process:
 
-* kind 'emnist' (images): every pixel uniform in [0, 1) and every label
-  uniform over the task's classes, so nothing in the image predicts its
-  label and only memorization lowers the loss (random-label canaries,
-  Zhang et al. 2017; Carlini et al. 2019);
+* kind 'emnist' (images): images of the task's test split (`images`,
+  drawn without replacement from the pool) or, without a pool, images of
+  uniform random pixels in [0, 1); every label uniform over the task's
+  classes, so nothing in an image predicts its label and only memorization
+  lowers the loss (random-label canaries, Zhang et al. 2017);
 * kind 'stackoverflow' (text): sentences of `client_arrays.SEQUENCE_LENGTH`
   words drawn uniformly from the vocabulary's ids (1..vocab_size), encoded
   as the task's sentences are (`client_arrays.encode_sentence`: [bos],
@@ -60,7 +61,8 @@ def canary_client_ids(ids: np.ndarray) -> np.ndarray:
                       vocab_size=validation.Optional(validation.Int(1)))
 def canary_arrays(seed: int, ids: np.ndarray, kind: str,
                   examples_per_canary: int, *, num_labels: int | None = None,
-                  vocab_size: int | None = None
+                  vocab_size: int | None = None,
+                  images: np.ndarray | None = None
                   ) -> client_arrays.ClientArrays:
   """The examples of data canaries `ids`, one client each.
 
@@ -71,27 +73,41 @@ def canary_arrays(seed: int, ids: np.ndarray, kind: str,
     examples_per_canary: Examples each canary holds, in [1, 4096].
     num_labels: The task's classes (kind 'emnist'), >= 2.
     vocab_size: The task's vocabulary size (kind 'stackoverflow'), >= 1.
+    images: Kind 'emnist': the pool of images canaries take theirs from
+      (the task's test split, float [n, 28, 28] with n >= examples_per_canary:
+      each canary draws its own without replacement); None for images of
+      random pixels.
 
   Returns:
     The canaries as client arrays of `kind`, in the order of `ids`.
 
   Raises:
-    ValueError: an id is negative, or the kind's `num_labels` or
-      `vocab_size` is missing.
+    ValueError: an id is negative, the kind's `num_labels` or
+      `vocab_size` is missing, or the pool holds too few images.
   """
   ids = np.asarray(ids, np.int64).reshape(-1)
   if ids.size and ids.min() < 0:
     raise ValueError(f'ids must be non-negative; got {int(ids.min())}.')
+  size = client_arrays.IMAGE_SIZE
+  if images is not None and (np.ndim(images) != 3 or
+                             tuple(np.shape(images)[1:]) != (size, size) or
+                             len(images) < examples_per_canary):
+    raise ValueError(f'images must be at least {examples_per_canary} '
+                     f'{size} x {size} images; got shape {np.shape(images)}.')
   rows = []
   for canary in ids:
     rng = np.random.default_rng([seed, _TAG, int(canary)])
     if kind == 'emnist':
       if num_labels is None:
         raise ValueError("num_labels is needed for kind 'emnist'.")
-      size = client_arrays.IMAGE_SIZE
+      if images is None:
+        pixels = rng.random((examples_per_canary, size, size),
+                            dtype=np.float32)
+      else:
+        chosen = rng.choice(len(images), examples_per_canary, replace=False)
+        pixels = np.asarray(images[np.sort(chosen)], np.float32)
       rows.append({
-          'pixels': rng.random((examples_per_canary, size, size),
-                               dtype=np.float32),
+          'pixels': pixels,
           'label': rng.integers(0, num_labels, examples_per_canary,
                                 dtype=np.int32)})
     else:

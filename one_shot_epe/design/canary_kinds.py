@@ -31,13 +31,16 @@ from one_shot_epe import validation
 from one_shot_epe.design import canary_spec
 
 __all__ = ['CANARY_KINDS', 'CANARY_KIND_OPTIONS', 'CanaryKind',
-           'DATA_CANARY_EXAMPLES', 'DataCanaryPlan', 'canary_kind',
+           'DATA_CANARY_EXAMPLES', 'DATA_CANARY_IMAGES', 'DataCanaryPlan', 'canary_kind',
            'kinds_of']
 
 # --canary_kind's values: one kind, or both in one run.
 CANARY_KIND_OPTIONS = ('gradient', 'data', 'both')
 # A data canary's examples: the default and the rule (--data_canary_examples).
 DATA_CANARY_EXAMPLES = 8
+# Where image tasks' data canaries take their images (--data_canary_images):
+# the task's test split, or random pixels.
+DATA_CANARY_IMAGES = ('test', 'random')
 _EXAMPLES = validation.Int(1, 4096)
 
 
@@ -79,8 +82,9 @@ CANARY_KINDS: dict[str, CanaryKind] = {kind.name: kind for kind in (
         'rounds', server_inserts=True, joins_cohort=False, maker='',
         threat_models=('final', 'all')),
     CanaryKind(
-        'data', made='clients holding random examples (images: uniform '
-        'pixels and labels; text: uniform vocabulary words)',
+        'data', made='clients holding examples with nothing to learn '
+        "but themselves (images: the task's test images or random pixels, "
+        'with random labels; text: uniform vocabulary words)',
         inserted="trained as clients through the real client path (clip "
         "and noise as any client's)",
         scored="the final model's loss on the canary's examples, seen "

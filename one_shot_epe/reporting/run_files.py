@@ -7,9 +7,15 @@ layout (`runtime.run_directory`), each file atomically:
                         has unseen canaries: Algorithm 2's cosines
   max_cosines.csv       columns `seen`, `unseen` (only with unseen
                         canaries): Algorithm 3's max-over-rounds cosines
+  data_canary_losses.csv  columns `seen`, `unseen` (with data canaries):
+                        each data canary's loss under the final model
   report.json/.md       the privacy report (`run_report.RunReport.write`)
   cosine_densities.png  the cosine sets against the null N(0, 1/d)
                         (`plots.plot_cosine_densities`)
+
+Under --canary_kind=data the gradient canaries are tracked but never
+inserted: their cosine files and plot would describe canaries the run did
+not audit with, so only the losses and the report are written.
 
 The launcher (`experiments.run_outputs`), the TFF and Flower `CanaryAudit`s
 and the CANIFE comparison (`experiments.canife_runs`) all write here.
@@ -41,6 +47,15 @@ def write_results(run_dir: str, outcome: canary_spec.CanaryOutcome,
   Raises:
     OSError: a file cannot be written; it keeps its old content.
   """
+  if outcome.data_seen_losses is not None:
+    atomic_io.write_columns_csv(
+        os.path.join(run_dir, run_directory.DATA_CANARY_LOSSES_FILE),
+        {'seen': outcome.data_seen_losses,
+         'unseen': outcome.data_unseen_losses})
+  if report.canary_kind == 'data':
+    report.write(os.path.join(run_dir, run_directory.REPORT_JSON_FILE),
+                 os.path.join(run_dir, run_directory.REPORT_MARKDOWN_FILE))
+    return
   columns = {'cosine': outcome.final_cosines}
   if outcome.final_unseen_cosines.size:
     columns['unseen'] = outcome.final_unseen_cosines
@@ -53,11 +68,6 @@ def write_results(run_dir: str, outcome: canary_spec.CanaryOutcome,
         {'seen': outcome.seen_maxima, 'unseen': outcome.unseen_maxima})
     panels['max over rounds'] = {'seen canaries': outcome.seen_maxima,
                                  'unseen canaries': outcome.unseen_maxima}
-  if outcome.data_seen_losses is not None:
-    atomic_io.write_columns_csv(
-        os.path.join(run_dir, run_directory.DATA_CANARY_LOSSES_FILE),
-        {'seen': outcome.data_seen_losses,
-         'unseen': outcome.data_unseen_losses})
   report.write(os.path.join(run_dir, run_directory.REPORT_JSON_FILE),
                os.path.join(run_dir, run_directory.REPORT_MARKDOWN_FILE))
   plots.plot_cosine_densities(

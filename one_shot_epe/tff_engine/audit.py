@@ -59,6 +59,9 @@ from one_shot_epe import validation
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.accounting import references
+from one_shot_epe.data import canary_examples
+from one_shot_epe.data import client_arrays
+from one_shot_epe.design import canary_kinds
 from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import run_files
 from one_shot_epe.reporting import run_report
@@ -66,6 +69,7 @@ from one_shot_epe.runtime import round_record
 from one_shot_epe.tff_engine import audit_factories
 from one_shot_epe.tff_engine import audit_plan
 from one_shot_epe.tff_engine import audit_state_manager
+from one_shot_epe.tff_engine import canary_clients
 from one_shot_epe.tff_engine import canary_observer
 from one_shot_epe.tff_engine import cosine_tracking
 
@@ -91,8 +95,12 @@ class CanaryAudit(audit_factories.AuditedAggregation):
     report = canary_audit.report()
 
   Attributes:
-    spec: The canary plan (`canary_spec.CanarySpec`): seed, seen and unseen
-      counts, schedule and statistics.
+    spec: The gradient canaries the factories insert
+      (`canary_spec.CanarySpec`): seed, seen and unseen counts, schedule
+      (no rounds under canary_kind 'data') and statistics.
+    schedule_spec: The canary plan whichever the kind: `spec` with the
+      canaries' rounds (data canaries join the rounds gradient ones would).
+    canary_kind: 'gradient', 'data' or 'both' (`design.canary_kinds`).
     expected_cohort: The expected records per round, canaries included: the
       DP average's denominator and the adaptive clip's expected count.
     mechanism: The audited mechanism (`mechanisms`); None before a factory
@@ -110,7 +118,7 @@ class CanaryAudit(audit_factories.AuditedAggregation):
                spec: canary_spec.CanarySpec | None = None,
                dp: canary_spec.DPAggregation | None = None,
                mechanism: mechanisms.Mechanism | None = None,
-               device: str = '/CPU:0'):
+               device: str = '/CPU:0', canary_kind: str = 'gradient'):
     """Plans the canaries of a run of `rounds` rounds, or takes a plan.
 
     Give either the plan's arguments (`num_canaries`, `rounds`,
@@ -145,6 +153,12 @@ class CanaryAudit(audit_factories.AuditedAggregation):
         (`mechanisms.Gaussian`, the default; `mechanisms.DistributedDP` or
         `mechanisms.TreeAggregation`, each with a fixed clip).
       device: TF device of the cosine tracking (`accelerators`).
+      canary_kind: 'gradient' (the factories insert the canaries), 'data'
+        (the canaries are clients of the caller's rounds, `canary_datasets`,
+        scored by `score_data_canaries`; the factories insert nothing, so
+        the server's aggregation is TFF's DP aggregation as it is) or
+        'both' (`design.canary_kinds`); 'data' and 'both' need m >= 2
+        unseen canaries.
 
     Raises:
       TypeError: if both or neither of the plan's arguments and (`spec`,
@@ -157,6 +171,7 @@ class CanaryAudit(audit_factories.AuditedAggregation):
         not run `mechanism` (`support.supports`), or `mechanism` needs a
         fixed clip that `dp` lacks.
     """
+    kinds = [kind.name for kind in canary_kinds.kinds_of(canary_kind)]
     plan = dict(num_canaries=num_canaries, rounds=rounds,
                 clients_per_round=clients_per_round,
                 num_unseen_canaries=num_unseen_canaries,
@@ -172,6 +187,20 @@ class CanaryAudit(audit_factories.AuditedAggregation):
           spec, dp, mechanism,
           sorted(name for name, value in plan.items() if value is not None))
       expected_cohort = dp.clients_per_round
+    if 'data' in kinds and spec.num_unseen < 2:
+      raise ValueError(f'canary_kind={canary_kind!r} needs '
+                       'num_unseen_canaries >= 2 (data canaries are scored '
+                       f'against unseen ones); got {spec.num_unseen}.')
+    if canary_kind == 'both' and dp is None:
+      # A data canary client joins each round a gradient canary does.
+      expected_cohort += spec.num_seen * spec.repetitions / len(spec.schedule)
+    self.canary_kind = canary_kind
+    self._data = 'data' in kinds
+    # Whichever kind: the canaries' rounds, for the report's references.
+    self.schedule_spec = spec
+    if 'gradient' not in kinds:
+      spec = dataclasses.replace(spec, schedule=[()] * len(spec.schedule))
+    self._losses: tuple[np.ndarray, np.ndarray] | None = None
     # The audited aggregation (`dp`): None before the first factory.
     super().__init__(spec, expected_cohort, dp, mechanism, noise_seed)
     self._delta = delta
@@ -343,8 +372,12 @@ class CanaryAudit(audit_factories.AuditedAggregation):
                        'noise_multiplier.')
     if noise_multiplier is None:
       noise_multiplier = float(self.dp.noise_multiplier)
-    spec = self.spec
+    spec = self.schedule_spec
     rounds = self.rounds_observed
+    if self._data and self._losses is None:
+      raise ValueError(f'canary_kind={self.canary_kind!r}: score the data '
+                       'canaries first (score_data_canaries).')
+    seen_losses, unseen_losses = self._losses or (None, None)
     participation = self._client_participation
     if participation is not None:
       participation = dataclasses.replace(participation, rounds=rounds)
@@ -357,7 +390,8 @@ class CanaryAudit(audit_factories.AuditedAggregation):
                               if spec.num_unseen >= 2 else np.zeros(0)),
         seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
         accuracy=float('nan') if accuracy is None else accuracy,
-        dim=self._observer.dim, resumed_from_round=0, rounds_trained=rounds)
+        dim=self._observer.dim, resumed_from_round=0, rounds_trained=rounds,
+        data_seen_losses=seen_losses, data_unseen_losses=unseen_losses)
     facts = references.RunFacts(
         noise_multiplier=float(noise_multiplier), delta=self._delta,
         dim=self._observer.dim, canary_presentations=spec.repetitions,
@@ -372,7 +406,83 @@ class CanaryAudit(audit_factories.AuditedAggregation):
                  'canary_repeats': spec.repetitions,
                  'rounds_observed': rounds,
                  'canary_clip': spec.canary_clip,
-                 'expected_cohort': self.expected_cohort})
+                 'expected_cohort': self.expected_cohort},
+        canary_kind=self.canary_kind)
+
+  # -- Data canaries: clients of the caller's rounds (`canary_kind`). ------
+
+  def canary_datasets(self, round_num: int,
+                      canaries: client_arrays.ClientArrays,
+                      element_spec: Sequence[Any], *, batch_size: int,
+                      epochs: int = 1, max_examples: int | None = None
+                      ) -> list[Any]:
+    """The data canaries' client datasets that join TFF round `round_num`.
+
+    Add them to the round's client datasets (a `selection_fn`'s list): they
+    train through the process's own client work, clip and noise.
+
+    Args:
+      round_num: TFF's 1-based round number, in [1, T].
+      canaries: Every tracked data canary's examples, seen ones first
+        (`data.canary_examples.canary_arrays` of
+        `canary_spec.tracked_ids(k, m)` and this audit's canary seed, or
+        arrays of the caller's own in the same order).
+      element_spec: The model's preprocessed (x, y) `tf.TensorSpec`s.
+      batch_size: The clients' batch size.
+      epochs: The clients' epochs per round.
+      max_examples: A client's example cap per round; None for all.
+
+    Returns:
+      The joining canaries' `tf.data.Dataset`s (none in most rounds).
+
+    Raises:
+      ValueError: the audit has no data canaries, or `round_num` is out of
+        range.
+    """
+    if not self._data:
+      raise ValueError('canary_datasets needs canary_kind data or both; got '
+                       f'{self.canary_kind!r}.')
+    rounds = len(self.schedule_spec.schedule)
+    round_num = validation.check_int('round_num', round_num, 1, rounds)
+    joining = canary_examples.select_clients(canaries,
+                                             self.schedule_spec.num_seen)
+    datasets = canary_clients.client_datasets(
+        joining, element_spec, batch_size=batch_size, epochs=epochs,
+        max_examples=max_examples)
+    return [datasets[j] for j in sorted(
+        self.schedule_spec.schedule[round_num - 1])]
+
+  def score_data_canaries(self, canaries: client_arrays.ClientArrays,
+                          model_fn: Any, model_weights: Any,
+                          element_spec: Sequence[Any]) -> np.ndarray:
+    """Scores the data canaries on the final model, for `report`.
+
+    Args:
+      canaries: As for `canary_datasets` (k + m canaries, seen first).
+      model_fn: Builds the `tff.learning` model.
+      model_weights: The final model's weights
+        (`LearningProcess.get_model_weights`).
+      element_spec: As for `canary_datasets`.
+
+    Returns:
+      Each canary's mean loss, seen ones first.
+
+    Raises:
+      ValueError: the audit has no data canaries, or `canaries` does not
+        hold k + m of them.
+    """
+    if not self._data:
+      raise ValueError('score_data_canaries needs canary_kind data or both; '
+                       f'got {self.canary_kind!r}.')
+    spec = self.schedule_spec
+    if canaries.num_clients != spec.num_seen + spec.num_unseen:
+      raise ValueError(f'canaries must hold the {spec.num_seen} seen and '
+                       f'{spec.num_unseen} unseen data canaries; got '
+                       f'{canaries.num_clients}.')
+    losses = canary_clients.losses(model_fn, model_weights, canaries,
+                                   element_spec)
+    self._losses = losses[:spec.num_seen], losses[spec.num_seen:]
+    return losses
 
   def report(self, *, alpha: float = 0.05, accuracy: float | None = None,
              noise_multiplier: float | None = None) -> run_report.RunReport:
