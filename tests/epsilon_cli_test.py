@@ -189,13 +189,14 @@ def test_dim_is_an_error_for_seen_and_unseen(tmp_path):
   assert '--dim applies to final-model cosines' in done.stderr
 
 
-@pytest.mark.parametrize('flags,name', [(['--delta=1e-5'], '--cosines'),
-                                        (['--cosines=x.csv'], '--delta')])
-def test_a_missing_flag_is_one_line(flags, name):
+@pytest.mark.parametrize('flags,line', [
+    (['--delta=1e-5'], 'pass exactly one of --cosines and --losses'),
+    (['--cosines=x.csv'], '--delta is required')])
+def test_a_missing_flag_is_one_line(flags, line):
   done = _run(*flags)
   assert done.returncode == 2
   assert done.stderr.strip().splitlines() == [
-      f'error: {name} is required (--helpshort lists the flags).']
+      f'error: {line} (--helpshort lists the flags).']
 
 
 def test_a_closed_pipe_ends_quietly(final_csv):
@@ -224,3 +225,26 @@ def test_report_offers_the_tight_bounds(tmp_path):
   assert report['epsilon_lo_tight_any'] == expected.epsilon_lo_tight_any
   assert report['epsilon_lo_tight_gdp'] == expected.epsilon_lo_tight_gdp
   assert expected.epsilon_lo_tight_gdp > 0.5
+
+
+def test_data_canary_losses_give_the_data_canary_report(tmp_path):
+  rng = np.random.default_rng(3)
+  seen, unseen = rng.gamma(2.0, 0.3, 40), rng.gamma(2.0, 1.0, 60)
+  rows = ['seen,unseen'] + [
+      f'{seen[i]:.17g},{unseen[i]:.17g}' if i < 40 else f',{unseen[i]:.17g}'
+      for i in range(60)]
+  path = tmp_path / 'data_canary_losses.csv'
+  path.write_text('\n'.join(rows) + '\n')
+  completed = _run(f'--losses={path}', '--delta=1e-5', '--format=json')
+  assert completed.returncode == 0, completed.stderr
+  printed = json.loads(completed.stdout)
+  expected = privacy_report.data_canary_report(seen, unseen, 1e-5)
+  assert printed == json.loads(expected.to_json())
+  assert printed['canary_kind'] == 'data'
+  assert printed['epsilon_lo_gauss_pair'] is None
+  both = _run(f'--losses={path}', f'--cosines={path}', '--delta=1e-5')
+  assert both.returncode == 2
+  assert 'exactly one of --cosines and --losses' in both.stderr
+  path.write_text('cosine\n0.5\n')
+  wrong = _run(f'--losses={path}', '--delta=1e-5')
+  assert wrong.returncode == 2 and '--losses: header' in wrong.stderr

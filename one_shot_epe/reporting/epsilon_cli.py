@@ -2,6 +2,7 @@ r"""Command line: privacy report from a CSV of canary cosines.
 
   python -m one_shot_epe.reporting.epsilon_cli --cosines=final.csv --dim=1206590 --delta=1e-6
   python -m one_shot_epe.reporting.epsilon_cli --cosines=maxima.csv --delta=1e-6
+  python -m one_shot_epe.reporting.epsilon_cli --losses=data_canary_losses.csv --delta=1e-6
 
 The CSV's accepted forms, every data row read:
 
@@ -13,6 +14,10 @@ The CSV's accepted forms, every data row read:
   cosines, for the one-run certificates and the tight one-run bounds;
 * `seen` and `unseen`: max-over-rounds cosines, the all-iterates report
   (Algorithm 3).
+
+With --losses instead, the CSV holds data canaries' final-model losses
+under `seen` and `unseen` (a run's data_canary_losses.csv): the data
+canaries' report (`privacy_report.data_canary_report`), --dim optional.
 
 Final-model cosines give the final-model report (Algorithm 2) and need --dim;
 the all-iterates report has no use for --dim, which is then an error.
@@ -33,7 +38,7 @@ import itertools
 import math
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
 from absl import app
@@ -49,7 +54,7 @@ from one_shot_epe.reporting import report_fields
 from one_shot_epe.reporting import run_markdown
 
 __all__ = ['build_report', 'define_flags', 'format_markdown', 'main',
-           'read_cosine_columns']
+           'read_cosine_columns', 'read_loss_columns']
 
 _NAMES = ('cosine', 'seen', 'unseen')
 
@@ -70,6 +75,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS
       'cosines': flags.DEFINE_string(
           'cosines', None, 'CSV file of canary cosines.',
           flag_values=flag_values),
+      'losses': flags.DEFINE_string(
+          'losses', None, 'Instead of --cosines: CSV file of data canaries\' '
+          'final-model losses, columns `seen` and `unseen` (a run\'s '
+          'data_canary_losses.csv).', flag_values=flag_values),
       'dim': flags.DEFINE_integer(
           'dim', None, 'Model dimensionality d (>= 3); required for '
           'final-model cosines, an error for `seen`/`unseen` columns.',
@@ -102,9 +111,9 @@ def _is_number(cell: str) -> bool:
   return True
 
 
-def _data_rows(path: str) -> Iterator[tuple[int, list[str]]]:
+def _data_rows(path: str, flag: str) -> Iterator[tuple[int, list[str]]]:
   """The CSV's non-blank rows with their numbers in the file (from 1)."""
-  text = bounded_reads.read_text(path, bounded_reads.COSINE_CSV, '--cosines')
+  text = bounded_reads.read_text(path, bounded_reads.COSINE_CSV, flag)
   for number, row in enumerate(csv.reader(io.StringIO(text, newline='')), 1):
     if any(cell.strip() for cell in row):
       yield number, row
@@ -128,7 +137,39 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
       (`bounded_reads.InputRefused` for a file that is not a text file
       within its limit).
   """
-  rows = _data_rows(path)
+  return _read_columns(
+      path, '--cosines', ({'cosine'}, {'cosine', 'unseen'},
+                          {'seen', 'unseen'}),
+      lambda value: abs(value) <= 1.0, 'a cosine in [-1, 1]',
+      'a single column (`cosine`), `cosine` and `unseen` (final model, with '
+      'never-inserted canaries) or `seen` and `unseen` (maxima over rounds)')
+
+
+def read_loss_columns(path: str) -> dict[str, list[float]]:
+  """Reads a CSV of data canaries' losses: columns `seen` and `unseen`.
+
+  Read as `read_cosine_columns` reads (its limits); any finite number is a
+  loss.
+
+  Args:
+    path: The CSV file (a run's data_canary_losses.csv).
+
+  Returns:
+    {'seen', 'unseen'}: each column's values, empty cells skipped.
+
+  Raises:
+    ValueError: naming the file, row and column of what cannot be read.
+  """
+  return _read_columns(path, '--losses', ({'seen', 'unseen'},),
+                       lambda value: True, 'a finite loss',
+                       '`seen` and `unseen` (data canaries\' losses)')
+
+
+def _read_columns(path: str, flag: str, allowed: Sequence[set[str]],
+                  admits: Callable[[float], bool], kind: str,
+                  forms: str) -> dict[str, list[float]]:
+  """The CSV's named columns of finite numbers that `admits` accepts."""
+  rows = _data_rows(path, flag)
   first_number, first_row = next(rows, (0, []))
   first = [cell.strip() for cell in first_row]
   headerless = len(first) == 1 and _is_number(first[0])
@@ -136,28 +177,24 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
     rows = itertools.chain([(first_number, first_row)], rows)
     header = ['cosine']  # No header: every row is data.
   elif any(_is_number(cell) for cell in first):
-    raise ValueError(f'--cosines: {path!r} has {len(first)} columns and no '
-                     'header row; name them `cosine,unseen` or `seen,unseen`.')
+    raise ValueError(f'{flag}: {path!r} has {len(first)} columns and no '
+                     f'header row; name them: {forms}.')
   else:
     header = first
   if len(header) == 1 and header[0] not in _NAMES:
     header = ['cosine']  # A single column of any name is final-model cosines.
-  allowed = ({'cosine'}, {'cosine', 'unseen'}, {'seen', 'unseen'})
   if header and (set(header) not in allowed or
                  len(set(header)) != len(header)):
-    raise ValueError(
-        f'--cosines: header {first_row} must be a single column (`cosine`), '
-        '`cosine` and `unseen` (final model, with never-inserted canaries) or '
-        '`seen` and `unseen` (maxima over rounds).')
+    raise ValueError(f'{flag}: header {first_row} must be {forms}.')
   columns: dict[str, list[float]] = {name: [] for name in header}
   count = 0
   for count, (number, row) in enumerate(rows, 1):
     if count > bounded_reads.COSINE_CSV_ROWS:
-      raise ValueError(f'--cosines: {path!r} has more than '
+      raise ValueError(f'{flag}: {path!r} has more than '
                        f'{bounded_reads.COSINE_CSV_ROWS:,} data rows, the '
                        'most this program reads.')
     if len(row) != len(header):
-      raise ValueError(f'--cosines: row {number} has {len(row)} fields; '
+      raise ValueError(f'{flag}: row {number} has {len(row)} fields; '
                        f'expected {len(header)}.')
     for name, cell in zip(header, row):
       cell = cell.strip()
@@ -166,35 +203,42 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
       try:
         value = float(cell)
       except ValueError:
-        raise ValueError(f'--cosines: row {number}, column {name!r}: {cell!r} '
+        raise ValueError(f'{flag}: row {number}, column {name!r}: {cell!r} '
                          'is not a number.') from None
-      if not math.isfinite(value) or abs(value) > 1.0:
-        raise ValueError(f'--cosines: row {number}, column {name!r}: {cell!r} '
-                         'is not a cosine in [-1, 1].')
+      if not math.isfinite(value) or not admits(value):
+        raise ValueError(f'{flag}: row {number}, column {name!r}: {cell!r} '
+                         f'is not {kind}.')
       columns[name].append(value)
   if not count:
-    raise ValueError(f'--cosines: {path!r} needs a header row and data rows.')
+    raise ValueError(f'{flag}: {path!r} needs a header row and data rows.')
   return columns
 
 
 def build_report(columns: dict[str, list[float]], dim: int | None, delta: float,
-                 alpha: float,
-                 threshold_strategy: str) -> privacy_report.PrivacyReport:
+                 alpha: float, threshold_strategy: str,
+                 losses: bool = False) -> privacy_report.PrivacyReport:
   """The report of the threat model the columns hold.
 
   Args:
-    columns: `read_cosine_columns`'s result.
+    columns: `read_cosine_columns`'s result (`read_loss_columns`' with
+      `losses`).
     dim: --dim: required for final-model cosines, refused for seen/unseen.
     delta: --delta.
     alpha: --alpha.
     threshold_strategy: --threshold_strategy.
+    losses: Whether the columns are data canaries' losses (--losses).
 
   Returns:
-    The final-model report for a `cosine` column, else the all-iterates one.
+    The final-model report for a `cosine` column, the data canaries' for
+    losses, else the all-iterates one.
 
   Raises:
     ValueError: naming the flag or column at fault.
   """
+  if losses:
+    return privacy_report.data_canary_report(
+        columns['seen'], columns['unseen'], delta, alpha, dim=dim,
+        threshold_strategy=threshold_strategy)
   if 'cosine' in columns:
     if dim is None:
       raise ValueError('--dim is required for final-model cosines.')
@@ -246,6 +290,8 @@ def format_markdown(report: privacy_report.PrivacyReport) -> str:
   """
   confidence = f'{1 - report.alpha:.0%}'
   name = 'Final model' if report.threat_model == 'final' else 'All iterates'
+  if report.canary_kind == 'data':
+    name = 'Final model, data canaries'
   threats = [(name.lower(), report)]
   lines = [run_markdown.threat_sentence(name, report),
            *run_markdown.assumption_notes(threats), '',
@@ -291,18 +337,23 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     _fail(f'unexpected arguments: {argv[1:]} (--helpshort lists the flags)')
   values = {name: holder.value for name, holder in _FLAGS.items()}
-  for name in ('cosines', 'delta'):
-    if values[name] is None:
-      _fail(f'--{name} is required (--helpshort lists the flags).')
+  if (values['cosines'] is None) == (values['losses'] is None):
+    _fail('pass exactly one of --cosines and --losses (--helpshort lists '
+          'the flags).')
+  if values['delta'] is None:
+    _fail('--delta is required (--helpshort lists the flags).')
   try:
     # Each flag by its parameter's rule, named as a flag, before the file.
     for name, rule in (('delta', validation.PARAMETERS['delta']),
                        ('alpha', validation.PARAMETERS['alpha']),
                        ('dim', validation.Optional(null_distribution.DIM))):
       rule(f'--{name}', values[name])
-    columns = read_cosine_columns(values['cosines'])
+    losses = values['losses'] is not None
+    columns = (read_loss_columns(values['losses']) if losses else
+               read_cosine_columns(values['cosines']))
     report = build_report(columns, values['dim'], values['delta'],
-                          values['alpha'], values['threshold_strategy'])
+                          values['alpha'], values['threshold_strategy'],
+                          losses=losses)
   except ValueError as error:
     _fail(str(error))
   if values['format'] == 'json':
