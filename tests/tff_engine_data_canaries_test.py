@@ -107,6 +107,7 @@ def test_canary_audit_runs_data_canaries_as_clients_of_a_plain_pipeline():
   from one_shot_epe.design import canary_spec  # pylint: disable=g-import-not-at-top
   from one_shot_epe.tff_engine import audit  # pylint: disable=g-import-not-at-top
   from one_shot_epe.tff_engine import runtime  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.tff_engine import training  # pylint: disable=g-import-not-at-top
 
   spec = (tf.TensorSpec([None, 784], tf.float32), tf.TensorSpec([None], tf.int32))
 
@@ -141,7 +142,7 @@ def test_canary_audit_runs_data_canaries_as_clients_of_a_plain_pipeline():
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
       model_aggregator=canary_audit.gaussian_fixed(noise_multiplier=0.0,
                                                    clip=100.0))
-  with runtime.local_cpp_context():
+  with runtime.local_cpp_context(), training.event_loop():
     state = tff.simulation.run_training_process(
         process, select, 4,
         program_state_manager=canary_audit.program_state_manager())

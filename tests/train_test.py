@@ -95,7 +95,8 @@ def test_outputs_exist_and_are_well_formed(run):
   assert evaluated == [0, 2, 4]
   with open(os.path.join(run_dir, run_directory.REPORT_MARKDOWN_FILE)) as stream:
     markdown = stream.read()
-  assert markdown.startswith('Final model (k = ')
+  assert markdown.startswith('**Canaries:** gradient canaries')
+  assert markdown.split('\n\n')[1].startswith('Final model (k = ')
   assert '\nAll iterates (k = ' in markdown
   with open(os.path.join(run_dir, run_directory.CANARY_COSINES_FILE)) as stream:
     per_round = list(csv.DictReader(stream))
