@@ -1,6 +1,8 @@
 """What a run is: the canaries, who takes part when, and the run's plan.
 
 `canary_spec` (the canaries both engines insert and the DP round they join),
+`canary_kinds` (one entry per kind of canary, gradient or data: how each is
+made, inserted and scored; a run's data canaries),
 `participation` (which clients and canaries take part in each round),
 `run_options` (the named choices a run is made of), `tasks` (one entry per
 task: its clients, d and cost, its flags' rules, and each engine's model,

@@ -40,7 +40,8 @@ Modules:
   tree_noise: DP-FTRL's tree-aggregation noise (one tree over the run, TFF's
     efficient estimator by default) as the rounds' noise rows.
   training: a whole resumable run with canaries (or a program of R runs),
-    the launcher's `--backend=jax`.
+    the launcher's `--backend=jax`; data canaries as clients and their
+    losses (`canary_losses`).
   run_loop: the host side of one run: its state, resume point, canaries,
     block-scored cosines and checkpoints.
   run_stats: what a run cost the device (compiles, padding, uploads).
