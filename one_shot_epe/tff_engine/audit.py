@@ -59,7 +59,6 @@ from one_shot_epe import validation
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.accounting import mechanisms
 from one_shot_epe.accounting import references
-from one_shot_epe.data import canary_examples
 from one_shot_epe.data import client_arrays
 from one_shot_epe.design import canary_kinds
 from one_shot_epe.design import canary_spec
@@ -444,13 +443,11 @@ class CanaryAudit(audit_factories.AuditedAggregation):
                        f'{self.canary_kind!r}.')
     rounds = len(self.schedule_spec.schedule)
     round_num = validation.check_int('round_num', round_num, 1, rounds)
-    joining = canary_examples.select_clients(canaries,
-                                             self.schedule_spec.num_seen)
-    datasets = canary_clients.client_datasets(
-        joining, element_spec, batch_size=batch_size, epochs=epochs,
+    # Seen canary j is client j of `canaries` (seen ones first).
+    return [canary_clients.client_dataset(
+        canaries, j, element_spec, batch_size=batch_size, epochs=epochs,
         max_examples=max_examples)
-    return [datasets[j] for j in sorted(
-        self.schedule_spec.schedule[round_num - 1])]
+            for j in sorted(self.schedule_spec.schedule[round_num - 1])]
 
   def score_data_canaries(self, canaries: client_arrays.ClientArrays,
                           model_fn: Any, model_weights: Any,

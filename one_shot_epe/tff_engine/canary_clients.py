@@ -21,7 +21,8 @@ import tensorflow_federated as tff
 
 from one_shot_epe.data import client_arrays
 
-__all__ = ['canary_batch', 'client_datasets', 'losses', 'round_datasets']
+__all__ = ['canary_batch', 'client_dataset', 'client_datasets', 'losses',
+           'round_datasets']
 
 
 def canary_batch(arrays: client_arrays.ClientArrays, index: int,
@@ -51,14 +52,14 @@ def canary_batch(arrays: client_arrays.ClientArrays, index: int,
               y_spec.dtype.as_numpy_dtype))
 
 
-def client_datasets(arrays: client_arrays.ClientArrays,
-                    element_spec: Sequence[tf.TensorSpec], *,
-                    batch_size: int, epochs: int,
-                    max_examples: int | None) -> list[tf.data.Dataset]:
-  """Each canary's client dataset, preprocessed as a training client's.
+def client_dataset(arrays: client_arrays.ClientArrays, index: int,
+                   element_spec: Sequence[tf.TensorSpec], *, batch_size: int,
+                   epochs: int, max_examples: int | None) -> tf.data.Dataset:
+  """Canary `index`'s client dataset, preprocessed as a training client's.
 
   Args:
-    arrays: The seen canaries, one client each.
+    arrays: The canaries, one client each.
+    index: The canary's client index in `arrays`.
     element_spec: The task's preprocessed (x, y) TensorSpecs.
     batch_size: The client batch size.
     epochs: The client epochs per round.
@@ -66,16 +67,34 @@ def client_datasets(arrays: client_arrays.ClientArrays,
       None for all.
 
   Returns:
-    One dataset per canary, in the order of `arrays`.
+    Its examples, repeated for the epochs, capped and batched.
   """
-  datasets = []
-  for index in range(arrays.num_clients):
-    dataset = tf.data.Dataset.from_tensor_slices(
-        canary_batch(arrays, index, element_spec)).repeat(epochs)
-    if max_examples is not None:
-      dataset = dataset.take(max_examples)
-    datasets.append(dataset.batch(batch_size))
-  return datasets
+  dataset = tf.data.Dataset.from_tensor_slices(
+      canary_batch(arrays, index, element_spec)).repeat(epochs)
+  if max_examples is not None:
+    dataset = dataset.take(max_examples)
+  return dataset.batch(batch_size)
+
+
+def client_datasets(arrays: client_arrays.ClientArrays,
+                    element_spec: Sequence[tf.TensorSpec], *,
+                    batch_size: int, epochs: int,
+                    max_examples: int | None) -> list[tf.data.Dataset]:
+  """Each canary's client dataset (`client_dataset`), in the order of `arrays`.
+
+  Args:
+    arrays: The seen canaries, one client each.
+    element_spec: The task's preprocessed (x, y) TensorSpecs.
+    batch_size: The client batch size.
+    epochs: The client epochs per round.
+    max_examples: A client's example cap per round; None for all.
+
+  Returns:
+    One dataset per canary.
+  """
+  return [client_dataset(arrays, index, element_spec, batch_size=batch_size,
+                         epochs=epochs, max_examples=max_examples)
+          for index in range(arrays.num_clients)]
 
 
 def round_datasets(datasets: Sequence[tf.data.Dataset],
