@@ -31,6 +31,7 @@ from one_shot_epe.accounting import references
 from one_shot_epe.data import client_arrays
 from one_shot_epe.data import task_data
 from one_shot_epe.design import audit_checks
+from one_shot_epe.data import canary_examples
 from one_shot_epe.design import canary_kinds
 from one_shot_epe.design import canary_spec
 from one_shot_epe.design import participation
@@ -301,9 +302,11 @@ def data_canary_arrays(config: train_config.TrainConfig,
 
   Made by the 'data' kind's entry (`canary_kinds.CANARY_KINDS`, its
   `maker`) from the canary seed and ids, for the task's data kind, classes
-  or vocabulary, and for image tasks under --data_canary_images=test from
-  the task's test split as its framework-free loader reads it (the task
-  entry's `jax.data`): the same arrays on every engine.
+  or vocabulary, for image tasks under --data_canary_images=test from the
+  task's test split and for text tasks under --data_canary_text=model from
+  a bigram model of its training sentences, each as the task's
+  framework-free loader reads it (the task entry's `jax.data`): the same
+  arrays on every engine.
 
   Args:
     config: The validated config (--task, --vocab_size, the data flags).
@@ -314,7 +317,8 @@ def data_canary_arrays(config: train_config.TrainConfig,
 
   Raises:
     train_config.ConfigError: naming --data_canary_images, if the test
-      images cannot be read or are too few.
+      images cannot be read or are too few, or --data_canary_text, if the
+      training sentences cannot be read.
   """
   canaries = plan.data_canaries
   if canaries is None:
@@ -336,11 +340,25 @@ def data_canary_arrays(config: train_config.TrainConfig,
           f'--data_canary_images=test: the test split has {len(images)} '
           f'images, fewer than --data_canary_examples='
           f'{canaries.examples_per_canary}.')
+  text = None
+  if entry.kind == 'stackoverflow' and config.data_canary_text == 'model':
+    load = tasks.entry_point(entry.jax.data)
+    try:
+      text = canary_examples.BigramText.fit(
+          load(data_request(config)).train.features['tokens'],
+          config.vocab_size)
+    except (OSError, ValueError, ImportError) as error:
+      raise train_config.ConfigError(
+          f'--data_canary_text=model: the task\'s training sentences cannot '
+          f'be read ({error}); use --data_canary_text=uniform, or --data_dir '
+          'holding the arrays the JAX engine reads '
+          '(experiments.export_arrays).') from None
   make = tasks.entry_point(canary_kinds.canary_kind('data').maker)
   return make(canaries.seed, canaries.tracked_ids(), entry.kind,
               canaries.examples_per_canary, num_labels=entry.num_labels,
               vocab_size=config.vocab_size if entry.vocabulary else None,
-              images=images)
+              images=images, text=text,
+              temperature=config.data_canary_temperature)
 
 
 def _optimizer(name: str, learning_rate: float,

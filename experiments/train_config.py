@@ -27,6 +27,7 @@ import numpy as np
 
 from one_shot_epe.design import canary_kinds
 from one_shot_epe.design import canary_spec
+from one_shot_epe.data import canary_examples
 from one_shot_epe.data import client_arrays
 from one_shot_epe.accounting import distributed_dp
 from one_shot_epe.accounting import mechanisms
@@ -107,6 +108,8 @@ class TrainConfig:
   canary_kind: str = 'gradient'
   data_canary_examples: int = canary_kinds.DATA_CANARY_EXAMPLES
   data_canary_images: str = 'test'
+  data_canary_text: str = 'model'
+  data_canary_temperature: float = 1.0
   delta: float | None = None
   alpha: float = 0.05
   rounds_per_evaluation: int = 10
@@ -196,6 +199,8 @@ class TrainConfig:
     for name, rule in _CANARY_COUNTS.items():
       _check_flag(rule, name, getattr(self, name))
     _check_int('data_canary_examples', self.data_canary_examples, 1, 4096)
+    _check_flag(validation.Real(canary_examples.MIN_TEMPERATURE, 100.0),
+                'data_canary_temperature', self.data_canary_temperature)
     if self.canary_kind != 'gradient' and (
         self.num_canaries < 2 or self.num_unseen_canaries < 2):
       raise ConfigError(
@@ -389,6 +394,10 @@ _MECHANISM_FLAGS = {'num_bands': 'num_bands', 'bits': 'ddp_bits',
 
 _DEFAULTS = {field.name: field.default
              for field in dataclasses.fields(TrainConfig)}
+# What a flag absent from a saved config.json was where its default is not
+# what runs did before it came (text data canaries were uniform words
+# before --data_canary_text).
+_BEFORE_FLAG = {'data_canary_text': 'uniform'}
 
 
 def check_resumable(config: TrainConfig, saved: Mapping[str, Any],
@@ -397,9 +406,10 @@ def check_resumable(config: TrainConfig, saved: Mapping[str, Any],
 
   `saved` is the run directory's config.json. Only the flags that name the
   run's location or affect how it is shown or saved may differ. A flag absent
-  from `saved` was added after that run started; it counts as its default
-  (flags are added with defaults that keep the earlier behaviour, e.g.
-  --all_iterates_statistic and --canary_clip), so such runs still resume.
+  from `saved` was added after that run started; it counts as what the run
+  did before the flag existed (its default, e.g. --all_iterates_statistic
+  and --canary_clip; --data_canary_text: uniform), so such runs still
+  resume with the same flags' behaviour.
 
   Args:
     config: this invocation's validated config.
@@ -411,7 +421,7 @@ def check_resumable(config: TrainConfig, saved: Mapping[str, Any],
       `run_dir`.
   """
   current = config.to_json_dict()
-  saved = {**_DEFAULTS, **saved}
+  saved = {**_DEFAULTS, **_BEFORE_FLAG, **saved}
   differing = sorted(
       name for name in set(saved) | set(current)
       if name not in _RESUMABLE_DIFFERENCES and
@@ -485,4 +495,5 @@ ENUMS = {'backend': run_options.BACKENDS, 'task': run_options.TASK_NAMES,
           'canary_clip': canary_spec.CANARY_CLIPS,
           'canary_kind': canary_kinds.CANARY_KIND_OPTIONS,
           'data_canary_images': canary_kinds.DATA_CANARY_IMAGES,
+          'data_canary_text': canary_kinds.DATA_CANARY_TEXTS,
           'synthetic_client_sizes': client_arrays.CLIENT_SIZE_LAWS}

@@ -128,6 +128,12 @@ _FLAG_HELP = {
     'data_canary_images': 'Images of the image tasks\' data canaries, each '
                           'with a random label: drawn from the task\'s test '
                           'split (test) or of random pixels (random).',
+    'data_canary_text': 'Sentences of the text tasks\' data canaries: '
+                        'sampled from a bigram model of the task\'s training '
+                        'sentences (model) or of words drawn uniformly from '
+                        'the vocabulary (uniform).',
+    'data_canary_temperature': 'Temperature of --data_canary_text=model\'s '
+                               'sampling, in [0.8, 100].',
     'delta': 'delta of the estimates, in (0, 1); default m^-1.1 for m real '
              'clients.',
     'alpha': 'eps_lo holds with confidence 1 - alpha; alpha in (0, 0.5).',

@@ -21,6 +21,7 @@ from one_shot_epe.design import run_plan
 from one_shot_epe.reporting import privacy_report
 from one_shot_epe.reporting import report_fields
 from one_shot_epe.reporting import run_report
+from one_shot_epe.runtime import loss_drops
 
 
 def test_a_canarys_examples_depend_only_on_the_seed_and_its_id():
@@ -72,6 +73,75 @@ def test_append_and_select_keep_every_clients_examples():
   with pytest.raises(ValueError, match='kind'):
     canary_examples.append_clients(real, canary_examples.canary_arrays(
         0, [0], 'stackoverflow', 1, vocab_size=5))
+
+
+def _encoded(sentences, vocab):
+  special = client_arrays.special_tokens(vocab)
+  return np.stack([client_arrays.encode_sentence(words, special)
+                   for words in sentences])
+
+
+def test_the_bigram_model_counts_the_training_sentences_bigrams():
+  vocab = 6
+  special = client_arrays.special_tokens(vocab)
+  sentences = [[1, 2, 3], [1, 2, 4, 2, 3], [5, special.oov[0], 2], [2]]
+  model = canary_examples.BigramText.fit(_encoded(sentences, vocab), vocab)
+  # Brute force: (state, next) over every sentence, 0 the start; an
+  # out-of-vocabulary word is neither counted nor followed.
+  expected = {}
+  for words in sentences:
+    for previous, word in zip([0] + words[:-1], words):
+      if 1 <= word <= vocab and (previous == 0 or 1 <= previous <= vocab):
+        expected[previous, word] = expected.get((previous, word), 0) + 1
+  counted = {(state, int(model.successors[i])): int(model.counts[i])
+             for state in range(vocab + 1)
+             for i in range(model.starts[state], model.starts[state + 1])}
+  assert counted == expected
+  assert model.unigram.tolist() == [0, 2, 5, 2, 1, 1, 0]
+
+
+@pytest.mark.parametrize('temperature', [1.0, 2.0])
+def test_text_canaries_follow_the_bigrams_at_their_temperature(temperature):
+  # After the start: word 1 three times, word 2 once; each word then ends.
+  vocab = 4
+  sentences = [[1, 3], [1, 3], [1, 3], [2, 4]]
+  model = canary_examples.BigramText.fit(_encoded(sentences, vocab), vocab)
+  words = model.sample(np.random.default_rng(0), 4000, 3, temperature)
+  # P(first = 1) = 3^(1/T) / (3^(1/T) + 1): 0.75 at T = 1, 0.634 at T = 2.
+  p = 3**(1 / temperature) / (3**(1 / temperature) + 1)
+  share = np.mean(words[:, 0] == 1)
+  assert abs(share - p) < 4 * np.sqrt(p * (1 - p) / 4000), (share, p)
+  # Then only what followed: 1 -> 3 and 2 -> 4; after 3 or 4 (nothing
+  # followed them) the unigram counts: 3 three times, 4 once, 1 3x, 2 1x.
+  np.testing.assert_array_equal(words[:, 1], np.where(words[:, 0] == 1, 3, 4))
+  assert set(np.unique(words[:, 2])) <= {1, 2, 3, 4}
+
+
+def test_text_canaries_from_the_model_are_training_bigrams_pinned_by_seed():
+  vocab = 50
+  train = client_arrays.synthetic_stackoverflow(8, 20, vocab_size=vocab,
+                                                seed=3)
+  model = canary_examples.BigramText.fit(train.features['tokens'], vocab)
+  sampled = canary_examples.canary_arrays(
+      0, np.arange(3), 'stackoverflow', 4, vocab_size=vocab, text=model)
+  again = canary_examples.canary_arrays(
+      0, np.arange(3), 'stackoverflow', 4, vocab_size=vocab, text=model)
+  np.testing.assert_array_equal(sampled.features['tokens'],
+                                again.features['tokens'])
+  seen_pairs = {(int(a), int(b)) for row in train.features['tokens']
+                for a, b in zip(row[1:-1], row[2:]) if 1 <= b <= vocab}
+  words = sampled.features['tokens'][:, 1:]
+  sampled_pairs = {(int(a), int(b)) for row in words
+                   for a, b in zip(row[:-1], row[1:])}
+  # Every pair but those after a word nothing followed is a training pair.
+  followed = {a for a, _ in seen_pairs}
+  assert {p for p in sampled_pairs if p[0] in followed} <= seen_pairs
+  with pytest.raises(ValueError, match='temperature'):
+    canary_examples.canary_arrays(0, [0], 'stackoverflow', 1, vocab_size=vocab,
+                                  text=model, temperature=0.5)
+  with pytest.raises(ValueError, match='vocabulary has 60'):
+    canary_examples.canary_arrays(0, [0], 'stackoverflow', 1, vocab_size=60,
+                                  text=model)
 
 
 @pytest.mark.parametrize('kwargs, message', [
@@ -135,27 +205,83 @@ def test_each_kind_is_one_entry_and_both_runs_the_two():
       'gradient', 'data']
   data = canary_kinds.canary_kind('data')
   assert data.joins_cohort and not data.server_inserts
-  assert data.threat_models == ('final',)
-  assert dict(data.missing_threat_models)['all']
+  assert data.threat_models == ('final', 'all')
   with pytest.raises(ValueError, match='canary_kind'):
     canary_kinds.kinds_of('pixels')
 
 
-def test_null_data_canaries_claim_nothing_more_often_than_alpha():
-  # Seen and unseen losses from one law: the truth is eps = 0, so epsilon_lo
+@pytest.mark.parametrize('threat_model', ['final', 'all'])
+def test_null_data_canaries_claim_nothing_more_often_than_alpha(threat_model):
+  # Seen and unseen scores from one law: the truth is eps = 0, so epsilon_lo
   # and every bound for any mechanism must be 0 in at least 1 - alpha of
   # the runs (each run's chance of a false claim is at most alpha = 0.05;
-  # 40 runs: P(more than 8 claims) < 1e-3 by the binomial tail).
+  # 40 runs: P(more than 8 claims) < 1e-3 by the binomial tail). All
+  # iterates: each canary's largest drop over 20 rounds of one law.
   rng = np.random.default_rng(7)
   claims = {'epsilon_lo': 0, 'epsilon_one_run': 0,
             'epsilon_lo_tight_any': 0}
   for _ in range(40):
-    report = privacy_report.data_canary_report(
-        rng.gamma(2.0, 1.5, 50), rng.gamma(2.0, 1.5, 50), delta=1e-3,
-        bootstrap_resamples=20, seed=0)
+    if threat_model == 'final':
+      report = privacy_report.data_canary_report(
+          rng.gamma(2.0, 1.5, 50), rng.gamma(2.0, 1.5, 50), delta=1e-3,
+          bootstrap_resamples=20, seed=0)
+    else:
+      seen, unseen = (_drops(rng.normal(0.0, 0.3, (21, 50)).cumsum(axis=0))
+                      for _ in range(2))
+      report = privacy_report.data_canary_all_iterates_report(
+          seen, unseen, delta=1e-3, bootstrap_resamples=20, seed=0)
+    assert report.threat_model == threat_model
     for key in claims:
       claims[key] += getattr(report, key) > 0
   assert max(claims.values()) <= 8, claims
+
+
+def _drops(losses):
+  """Each column's largest one-round drop, as `loss_drops` tracks it."""
+  tracker = loss_drops.LossDrops(losses[0])
+  for row in losses[1:]:
+    tracker.update(row)
+  return tracker.maxima
+
+
+def test_loss_drops_are_the_largest_one_round_drops_and_resume_exactly():
+  rng = np.random.default_rng(3)
+  losses = rng.gamma(2.0, 1.0, (9, 6))
+  np.testing.assert_array_equal(
+      _drops(losses), np.max(losses[:-1] - losses[1:], axis=0))
+  whole = loss_drops.LossDrops(losses[0])
+  part = loss_drops.LossDrops(losses[0])
+  for t, row in enumerate(losses[1:]):
+    whole.update(row)
+    part.update(row)
+    if t == 3:  # Through a checkpoint's arrays.
+      part = loss_drops.LossDrops.from_state(dict(part.state()))
+  np.testing.assert_array_equal(part.maxima, whole.maxima)
+  np.testing.assert_array_equal(part.last, whole.last)
+  assert [a.size for a in whole.split(2)] == [2, 4]
+  with pytest.raises(ValueError, match='no round'):
+    loss_drops.LossDrops(losses[0]).split(2)
+  with pytest.raises(ValueError, match='finite'):
+    whole.update(np.full(6, np.nan))
+  with pytest.raises(ValueError, match='expected 6'):
+    whole.update(np.ones(5))
+
+
+def test_a_canary_trained_in_one_round_shows_its_drop():
+  # Seen canaries' loss falls by 1 in one round (their round), unseen ones
+  # only drift: the all-iterates bound for any mechanism is positive.
+  rng = np.random.default_rng(4)
+  rounds, k = 30, 100
+  drift = rng.normal(0.0, 0.1, (rounds + 1, 2 * k)).cumsum(axis=0) + 5.0
+  joined = rng.integers(1, rounds + 1, k)
+  for j, t in enumerate(joined):
+    drift[t:, j] -= 1.0
+  drops = _drops(drift)
+  report = privacy_report.data_canary_all_iterates_report(
+      drops[:k], drops[k:], delta=1e-3, bootstrap_resamples=20)
+  assert report.canary_kind == 'data' and report.threat_model == 'all'
+  assert report.epsilon_lo > 1.0
+  assert report.epsilon_lo_gauss_pair is None
 
 
 def test_memorized_canaries_give_a_positive_bound_and_no_gaussian_bound():
@@ -197,7 +323,9 @@ def test_run_reports_with_data_canaries_round_trip_and_say_what_they_measured(
       final_unseen_cosines=empty, seen_maxima=empty, unseen_maxima=empty,
       accuracy=0.5, dim=10_000, resumed_from_round=0, rounds_trained=3,
       data_seen_losses=rng.normal(1.0, 0.1, 20),
-      data_unseen_losses=rng.normal(2.0, 0.1, 20))
+      data_unseen_losses=rng.normal(2.0, 0.1, 20),
+      data_seen_drops=rng.normal(0.5, 0.1, 20),
+      data_unseen_drops=rng.normal(0.1, 0.1, 20))
   facts = references.RunFacts(noise_multiplier=1.0, delta=1e-5, dim=10_000)
   report = run_report.build_run_report(outcome, facts, mechanisms.Gaussian(),
                                        canary_kind=kind)
@@ -206,6 +334,14 @@ def test_run_reports_with_data_canaries_round_trip_and_say_what_they_measured(
   assert run_report.RunReport.from_dict(fields) == report
   data = report.final if kind == 'data' else report.final_data
   assert data.canary_kind == 'data'
+  data_all = (report.all_iterates if kind == 'data' else
+              report.all_iterates_data)
+  assert data_all.canary_kind == 'data' and data_all.threat_model == 'all'
+  suffix = 'all' if kind == 'data' else 'all_data'
+  assert fields[f'epsilon_lo_{suffix}'] == data_all.epsilon_lo > 0
+  markdown = report.to_markdown()
+  assert 'all iterates, data canaries' in markdown
+  assert 'largest one-round loss drop' in markdown
   assert (report.final.canary_kind == 'gradient') == (kind == 'both')
   first = report.to_markdown().splitlines()[0]
   assert first.startswith('**Canaries:**')

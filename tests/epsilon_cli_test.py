@@ -248,3 +248,22 @@ def test_data_canary_losses_give_the_data_canary_report(tmp_path):
   path.write_text('cosine\n0.5\n')
   wrong = _run(f'--losses={path}', '--delta=1e-5')
   assert wrong.returncode == 2 and '--losses: header' in wrong.stderr
+
+
+def test_data_canary_drops_give_the_data_all_iterates_report(tmp_path):
+  rng = np.random.default_rng(4)
+  seen, unseen = rng.normal(1.0, 0.3, 30), rng.normal(0.2, 0.3, 30)
+  path = tmp_path / 'data_canary_drops.csv'
+  path.write_text('seen_drop,unseen_drop\n' + ''.join(
+      f'{a:.17g},{b:.17g}\n' for a, b in zip(seen, unseen)))
+  completed = _run(f'--losses={path}', '--delta=1e-5', '--format=json')
+  assert completed.returncode == 0, completed.stderr
+  printed = json.loads(completed.stdout)
+  expected = privacy_report.data_canary_all_iterates_report(seen, unseen,
+                                                            1e-5)
+  assert printed == json.loads(expected.to_json())
+  assert printed['threat_model'] == 'all' and printed['canary_kind'] == 'data'
+  assert printed['epsilon_lo'] > 0
+  path.write_text('seen,unseen_drop\n1,2\n')
+  mixed = _run(f'--losses={path}', '--delta=1e-5')
+  assert mixed.returncode == 2 and '--losses: header' in mixed.stderr

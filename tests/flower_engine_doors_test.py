@@ -7,15 +7,18 @@ data, and found before Flower's strategies are built), no rounds, a
 negative noise multiplier or clip, one canary, a billion rounds, a hundred
 million canaries (refused before their schedule is drawn), more canaries
 than clients, an output directory that cannot be written, a model of one
-parameter. Each exits 2 (or raises) with one line naming the flag, key or
+parameter, an unknown --canary_kind, more data canary nodes than clients.
+Each exits 2 (or raises) with one line naming the flag, key or
 argument, before any round and before anything is written. Ctrl-C saves the
 run after its last completed round and stops with one line naming it and
 status 130; the rerun resumes from that round and writes the report and
 cosines an uninterrupted run writes, byte for byte. The example runs as a
-script from anywhere. Runs in the Flower environment (`make test-flower`);
+script from anywhere, and audits with data canary nodes
+(--canary_kind=data). Runs in the Flower environment (`make test-flower`);
 skipped where flwr is absent.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -54,6 +57,10 @@ def _example(*flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
     # Checked before a schedule of 1e8 canaries is drawn.
     (['--rounds=3', '--num_canaries=100000000'],
      '--num_canaries=100000000: '),
+    (['--canary_kind=both'], "--canary_kind must be one of ['gradient', "
+     "'data']; got 'both'."),
+    (['--canary_kind=data', '--num_canaries=201'], '--num_canaries=201: 201 '
+     'of the 401 nodes would be canaries'),
 ])
 def test_the_example_refuses_a_bad_plan_in_one_line(tmp_path, flags,
                                                     expected):
@@ -66,6 +73,24 @@ def test_the_example_refuses_a_bad_plan_in_one_line(tmp_path, flags,
   assert 'Traceback' not in done.stderr
   assert lines[-1].startswith(f'error: {expected}'), done.stderr
   assert not output_dir.exists()
+
+
+def test_the_example_audits_with_data_canary_nodes(tmp_path):
+  done = _example(f'--output_dir={tmp_path}', '--use_synthetic_data',
+                  '--canary_kind=data', '--rounds=2', '--num_canaries=20',
+                  '--noise_multipliers=1')
+  assert done.returncode == 0, done.stderr
+  (name,) = os.listdir(tmp_path)
+  with open(os.path.join(tmp_path, name, 'report.json'),
+            encoding='utf-8') as stream:
+    report = json.load(stream)
+  assert report['canary_kind'] == 'data'
+  setting = report['setting']
+  assert setting['num_real_nodes'] == 200 and setting['num_canaries'] == 20
+  # 20 of 220 nodes per round, over 2 rounds: some canaries replied.
+  assert 0 < sum(setting['canary_presentations_observed']) <= 40
+  assert report['epsilon_est_final'] is not None
+  assert 'final_cosines.csv' not in os.listdir(os.path.join(tmp_path, name))
 
 
 def test_missing_data_is_an_error_not_synthetic_data(tmp_path):

@@ -113,7 +113,6 @@ REFERENCES = {
 @pytest.mark.parametrize('name', NAMES)
 def test_d_and_accuracy_metric_are_the_jax_models(name):
   import jax  # pylint: disable=g-import-not-at-top
-  from one_shot_epe.jax_engine import data  # pylint: disable=g-import-not-at-top
   entry = tasks.task_entry(name)
   for widths in (TFF_WIDTHS, NARROW_WIDTHS):
     assert _jax_model(entry, widths).num_parameters() == entry.dim(
@@ -121,7 +120,7 @@ def test_d_and_accuracy_metric_are_the_jax_models(name):
   model = _jax_model(entry, NARROW_WIDTHS)
   arrays = tasks.entry_point(entry.jax.data)(_request(entry))
   assert arrays.train.kind == arrays.test.kind == entry.kind
-  inputs, labels = data.model_inputs(entry.kind, {
+  inputs, labels = client_arrays.model_inputs(entry.kind, {
       feature: np.asarray(values[:8])
       for feature, values in arrays.train.features.items()})
   params = model.init(jax.random.PRNGKey(7))

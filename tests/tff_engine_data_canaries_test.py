@@ -10,8 +10,10 @@ same examples.
 """
 
 import csv
+import dataclasses
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -72,7 +74,8 @@ def test_data_canaries_under_overwhelming_noise_claim_nothing(tmp_path):
   assert report['final']['canary_kind'] == 'data'
   assert report['epsilon_lo_final'] == 0.0
   assert report['epsilon_lo_tight_any_final'] == 0.0
-  assert report['all_iterates'] is None
+  assert report['all_iterates']['canary_kind'] == 'data'
+  assert report['epsilon_lo_all'] == 0.0
   assert report['epsilon_one_run_fdp_final'] is None
   assert result.outcome.data_seen_losses.shape == (tiny_run.NUM_CANARIES,)
   assert result.outcome.data_unseen_losses.shape == (
@@ -87,6 +90,31 @@ def test_data_canaries_under_overwhelming_noise_claim_nothing(tmp_path):
     assert int(row['client_work/train/num_examples']) == (
         8 * len(plan.sampler.indices(t)) +
         4 * len(plan.data_canaries.schedule[t]))
+
+
+@pytest.mark.slow
+def test_a_run_with_data_canaries_resumed_halfway_ends_the_same(tmp_path):
+  # Checkpoints at rounds 0, 2 and 4; the run stopped after round 2 (its
+  # later checkpoint and results removed, as an interrupt leaves them)
+  # resumes to the same losses and drops, byte for byte.
+  config = _data_config(tmp_path, noise_multiplier=0.5,
+                        rounds_per_checkpoint=2, run_name='whole')
+  whole = train.run_training(config).run_dir
+  halfway = os.path.join(tmp_path, 'halfway')
+  shutil.copytree(whole, halfway)
+  shutil.rmtree(os.path.join(halfway, run_directory.CHECKPOINT_DIR,
+                             'program_state_4'))
+  for name in (run_directory.REPORT_JSON_FILE,
+               run_directory.DATA_CANARY_LOSSES_FILE,
+               run_directory.DATA_CANARY_DROPS_FILE):
+    os.remove(os.path.join(halfway, name))
+  resumed = train.run_training(dataclasses.replace(config, run_name='halfway'))
+  assert resumed.outcome.resumed_from_round == 2
+  for name in (run_directory.DATA_CANARY_LOSSES_FILE,
+               run_directory.DATA_CANARY_DROPS_FILE):
+    with open(os.path.join(whole, name), 'rb') as one, open(
+        os.path.join(halfway, name), 'rb') as other:
+      assert one.read() == other.read(), name
 
 
 @pytest.mark.slow
@@ -163,3 +191,95 @@ def test_canary_audit_runs_data_canaries_as_clients_of_a_plain_pipeline():
   with pytest.raises(ValueError, match='canary_kind'):
     audit.CanaryAudit(num_canaries=4, rounds=4, clients_per_round=4,
                       delta=1e-3, canary_kind='pixels')
+
+
+def test_tracked_data_canaries_drops_are_every_rounds_loss_drops():
+  # The plug-in audit scores every observed state's model; against the
+  # softmax regression's cross entropy in numpy on each round's weights,
+  # and a tracker restored from the audit's state() mid-run.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.design import canary_spec  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.tff_engine import audit  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.tff_engine import runtime  # pylint: disable=g-import-not-at-top
+  from one_shot_epe.tff_engine import training  # pylint: disable=g-import-not-at-top
+
+  spec = (tf.TensorSpec([None, 784], tf.float32),
+          tf.TensorSpec([None], tf.int32))
+
+  def model_fn():
+    keras_model = tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=(784,)),
+        tf.keras.layers.Dense(10)])
+    return tff.learning.models.from_keras_model(
+        keras_model, input_spec=spec,
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+  def make_audit():
+    return audit.CanaryAudit(
+        num_canaries=4, num_unseen_canaries=6, rounds=4, clients_per_round=4,
+        delta=1e-3, noise_seed=0, canary_kind='data')
+
+  canary_audit = make_audit()
+  canaries = canary_examples.canary_arrays(
+      canary_audit.spec.seed, canary_spec.tracked_ids(4, 6), 'emnist', 4,
+      num_labels=10)
+  inputs = canaries.features['pixels'].reshape(10, 4, 784).astype(np.float64)
+  labels = canaries.features['label'].reshape(10, 4)
+
+  def numpy_losses(weights):
+    kernel, bias = (np.asarray(w, np.float64) for w in weights.trainable)
+    logits = inputs @ kernel + bias
+    logits -= logits.max(axis=-1, keepdims=True)
+    log_p = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    return -np.take_along_axis(log_p, labels[..., None], -1)[..., 0].mean(1)
+
+  def select(round_num):
+    rng = np.random.default_rng(round_num)
+    return [tf.data.Dataset.from_tensor_slices((
+        rng.random((8, 784), dtype=np.float32),
+        rng.integers(0, 10, 8).astype(np.int32))).batch(8) for _ in range(4)
+           ] + canary_audit.canary_datasets(round_num, canaries, spec,
+                                            batch_size=4, epochs=5)
+
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.05),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      model_aggregator=canary_audit.gaussian_fixed(noise_multiplier=0.1,
+                                                   clip=10.0))
+  canary_audit.track_data_canaries(canaries, model_fn, spec,
+                                   process.get_model_weights)
+  expected = []
+  with runtime.local_cpp_context(), training.event_loop():
+    state = process.initialize()
+    canary_audit.observe(state)
+    expected.append(numpy_losses(process.get_model_weights(state)))
+    for round_num in range(1, 5):
+      state = process.next(state, select(round_num)).state
+      canary_audit.observe(state)
+      expected.append(numpy_losses(process.get_model_weights(state)))
+      if round_num == 2:
+        saved = {name: np.array(value)
+                 for name, value in canary_audit.state().items()}
+        kept_state = state
+    resumed = make_audit()
+    resumed.track_data_canaries(canaries, model_fn, spec,
+                                process.get_model_weights)
+    resumed.restore(saved, kept_state)
+    state = kept_state
+    for round_num in range(3, 5):
+      state = process.next(state, select(round_num)).state
+      resumed.observe(state)
+  expected = np.asarray(expected)
+  drops = canary_audit.data_canary_drops()
+  np.testing.assert_allclose(drops.last, expected[-1], rtol=1e-5)
+  np.testing.assert_allclose(
+      drops.maxima, (expected[:-1] - expected[1:]).max(axis=0), atol=1e-5)
+  # Resumed from round 2's state: the same maxima (the noise is seeded by
+  # round, so rounds 3 and 4 are those of the run never stopped).
+  np.testing.assert_allclose(resumed.data_canary_drops().maxima,
+                             drops.maxima, atol=1e-6)
+  report = canary_audit.report()
+  assert report.all_iterates.canary_kind == 'data'
+  assert report.all_iterates.threat_model == 'all'
+  assert report.final.num_seen == 4 and report.final.num_unseen == 6

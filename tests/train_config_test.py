@@ -41,6 +41,8 @@ _BAD_CONFIGS = [
     (dict(all_iterates_statistic=None), '--all_iterates_statistic'),
     (dict(canary_clip='scale'),
      r"--canary_clip must be one of \['project', 'clip'\]; got 'scale'"),
+    (dict(data_canary_text='markov'), '--data_canary_text'),
+    (dict(data_canary_temperature=0.5), '--data_canary_temperature'),
     (dict(client_learning_rate=0.0), '--client_learning_rate'),
     (dict(server_learning_rate=float('nan')), '--server_learning_rate'),
     (dict(server_momentum=1.0), '--server_momentum'),

@@ -37,7 +37,7 @@ __all__ = ['CLIENT_SIZE_LAWS', 'ClientArrays', 'EMNIST_CLASSES',
            'EMNIST_WRITER_SIZES', 'FEATURES', 'IMAGE_SIZE', 'KINDS',
            'SEQUENCE_LENGTH', 'SPLITS', 'STACKOVERFLOW_USER_SIZES',
            'SYNTHETIC_CLIENT_BYTES', 'SYNTHETIC_EXAMPLE_BYTES', 'SpecialTokens',
-           'client_sizes', 'emnist_templates', 'encode_sentence',
+           'client_sizes', 'emnist_templates', 'encode_sentence', 'model_inputs',
            'numbered_client_ids', 'special_tokens', 'synthetic_bytes',
            'synthetic_emnist', 'synthetic_stackoverflow']
 
@@ -78,6 +78,30 @@ def special_tokens(vocab_size: int, num_oov_buckets: int = 1) -> SpecialTokens:
       pad=0, oov=tuple(vocab_size + 1 + n for n in range(num_oov_buckets)),
       bos=vocab_size + num_oov_buckets + 1,
       eos=vocab_size + num_oov_buckets + 2)
+
+
+def model_inputs(kind: str, features: Mapping[str, np.ndarray]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+  """(inputs, labels) of the model from a kind's features (any leading axes).
+
+  EMNIST: (pixels, label). StackOverflow: (tokens[..., :-1], tokens[..., 1:]),
+  TFF's `split_input_target`. Every engine feeds its model these.
+
+  Args:
+    kind: 'emnist' or 'stackoverflow' (`KINDS`).
+    features: The kind's feature arrays: 'pixels' and 'label' (EMNIST) or
+      'tokens' (StackOverflow, [..., sequence length + 1]).
+
+  Returns:
+    (inputs, labels), views of `features`' arrays.
+
+  Raises:
+    ValueError: `kind` is not one of `KINDS`.
+  """
+  if validation.check_choice('kind', kind, KINDS) == 'emnist':
+    return features['pixels'], features['label']
+  tokens = features['tokens']
+  return tokens[..., :-1], tokens[..., 1:]
 
 
 def encode_sentence(word_ids: Sequence[int], tokens: SpecialTokens,

@@ -16,7 +16,8 @@ the report read it:
   (`data.canary_examples`), scheduled as the gradient canaries are and
   trained through the real client path (local training, the clip, the
   noise: no server change); scored by the final model's loss on its
-  examples, seen against unseen canaries, a black-box threat model.
+  examples and by the largest drop of that loss from one round's model to
+  the next, seen against unseen canaries (black-box threat models).
 
 `DataCanaryPlan` is a run's data canaries: their seed, counts, examples
 and schedule, and the clients each round adds. numpy only.
@@ -31,7 +32,8 @@ from one_shot_epe import validation
 from one_shot_epe.design import canary_spec
 
 __all__ = ['CANARY_KINDS', 'CANARY_KIND_OPTIONS', 'CanaryKind',
-           'DATA_CANARY_EXAMPLES', 'DATA_CANARY_IMAGES', 'DataCanaryPlan', 'canary_kind',
+           'DATA_CANARY_EXAMPLES', 'DATA_CANARY_IMAGES', 'DATA_CANARY_TEXTS',
+           'DataCanaryPlan', 'canary_kind',
            'kinds_of']
 
 # --canary_kind's values: one kind, or both in one run.
@@ -41,6 +43,10 @@ DATA_CANARY_EXAMPLES = 8
 # Where image tasks' data canaries take their images (--data_canary_images):
 # the task's test split, or random pixels.
 DATA_CANARY_IMAGES = ('test', 'random')
+# Where text tasks' data canaries take their sentences (--data_canary_text):
+# sampled from a bigram model of the task's training sentences, or words
+# drawn uniformly from the vocabulary.
+DATA_CANARY_TEXTS = ('model', 'uniform')
 _EXAMPLES = validation.Int(1, 4096)
 
 
@@ -60,8 +66,9 @@ class CanaryKind:
     maker: 'module:name' of what makes its canaries where the core makes
       them (`data.canary_examples.canary_arrays`); '' where each engine
       draws them itself (gradient directions, bit-exact per engine).
-    threat_models: The threat models its scores measure ('final', 'all').
-    missing_threat_models: Why a threat model is not measured, by name.
+    threat_models: The threat models its scores can measure ('final',
+      'all'); a run measures 'all' where its engine scored every round's
+      model (and the run has unseen canaries).
   """
   name: str
   made: str
@@ -71,7 +78,6 @@ class CanaryKind:
   joins_cohort: bool
   maker: str
   threat_models: tuple[str, ...]
-  missing_threat_models: tuple[tuple[str, str], ...] = ()
 
 
 CANARY_KINDS: dict[str, CanaryKind] = {kind.name: kind for kind in (
@@ -84,18 +90,16 @@ CANARY_KINDS: dict[str, CanaryKind] = {kind.name: kind for kind in (
     CanaryKind(
         'data', made='clients holding examples with nothing to learn '
         "but themselves (images: the task's test images or random pixels, "
-        'with random labels; text: uniform vocabulary words)',
+        'with random labels; text: sentences sampled from a bigram model of '
+        'the training text, or uniform vocabulary words)',
         inserted="trained as clients through the real client path (clip "
         "and noise as any client's)",
-        scored="the final model's loss on the canary's examples, seen "
-        'against unseen canaries (black box)',
+        scored="the final model's loss on the canary's examples and the "
+        'largest one-round drop of that loss, seen against unseen canaries '
+        '(black box)',
         server_inserts=False, joins_cohort=True,
         maker='one_shot_epe.data.canary_examples:canary_arrays',
-        threat_models=('final',),
-        missing_threat_models=((
-            'all', 'data canaries are scored on the final model only (a '
-            "round's loss change would need every round's model "
-            'evaluated on every canary)'),)),
+        threat_models=('final', 'all')),
 )}
 
 

@@ -486,6 +486,10 @@ class CanaryOutcome(NamedTuple):
     data_seen_losses, data_unseen_losses: With data canaries
       (`canary_kinds`), the final model's mean loss on each seen and unseen
       data canary's examples; None otherwise.
+    data_seen_drops, data_unseen_drops: With data canaries, each seen and
+      unseen data canary's largest one-round loss drop, max over rounds t
+      of L(theta_{t-1}) - L(theta_t) (the all-iterates score); None
+      otherwise.
   """
   final_cosines: np.ndarray
   final_unseen_cosines: np.ndarray
@@ -499,3 +503,5 @@ class CanaryOutcome(NamedTuple):
   decorrelated_unseen: np.ndarray | None = None
   data_seen_losses: np.ndarray | None = None
   data_unseen_losses: np.ndarray | None = None
+  data_seen_drops: np.ndarray | None = None
+  data_unseen_drops: np.ndarray | None = None

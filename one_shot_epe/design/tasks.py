@@ -20,7 +20,7 @@ nothing else lists the tasks (`tests/tasks_entries_test.py` checks it):
   'emnist', 28 x 28 images and their labels; 'stackoverflow', token
   sequences), which fixes what the engines feed the model (the images and
   their labels, or the tokens and the next tokens: TFF's preprocessing,
-  `jax_engine.data.model_inputs`);
+  `data.client_arrays.model_inputs`);
 * each engine's side of it (`EngineTask`): its model's and its data's entry
   points, named by import path since the core imports no engine
   ('one_shot_epe.jax_engine.models:EmnistCnn' with its arguments; each TFF

@@ -41,7 +41,7 @@ Modules:
     efficient estimator by default) as the rounds' noise rows.
   training: a whole resumable run with canaries (or a program of R runs),
     the launcher's `--backend=jax`; data canaries as clients and their
-    losses (`canary_losses`).
+    losses (`canary_losses`), scored on every round's model.
   run_loop: the host side of one run: its state, resume point, canaries,
     block-scored cosines and checkpoints.
   run_stats: what a run cost the device (compiles, padding, uploads).

@@ -30,6 +30,7 @@ import numpy as np
 from one_shot_epe.jax_engine import canaries
 from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.runtime import checkpoint_store
+from one_shot_epe.runtime import loss_drops
 from one_shot_epe.runtime import npz_checkpoints
 
 __all__ = ['FINGERPRINT', 'TrainingState', 'TrainingStateCheckpoints']
@@ -53,12 +54,15 @@ class TrainingState(NamedTuple):
     pending: float32 [p, d], the vectors of the checkpoint's last p rounds,
       buffered and not yet scored against the canaries (p < B); None (as in
       a checkpoint written before they were kept) for none.
+    drops: With data canaries, their last losses and largest one-round
+      loss drops (`loss_drops.LossDrops`); None without.
   """
   server: Any
   maxima: np.ndarray
   initial: np.ndarray
   projections: np.ndarray | None = None
   pending: np.ndarray | None = None
+  drops: loss_drops.LossDrops | None = None
 
 
 class TrainingStateCheckpoints(npz_checkpoints.NpzCheckpoints):
@@ -81,6 +85,8 @@ class TrainingStateCheckpoints(npz_checkpoints.NpzCheckpoints):
              {'projections': state.projections})
     if state.pending is not None and len(state.pending):
       extra['pending'] = state.pending
+    if state.drops is not None:
+      extra.update(state.drops.state())
     super().save({'maxima': state.maxima, 'initial': state.initial, **extra,
                   FINGERPRINT: canaries.fingerprint(),
                   **{f'leaf_{i}': leaf for i, leaf in enumerate(leaves)}},
@@ -144,4 +150,6 @@ class TrainingStateCheckpoints(npz_checkpoints.NpzCheckpoints):
           jax.tree_util.tree_unflatten(treedef, leaves), saved['maxima'],
           saved['initial'], saved['projections']
           if 'projections' in saved.files else None,
-          saved['pending'] if 'pending' in saved.files else None)
+          saved['pending'] if 'pending' in saved.files else None,
+          loss_drops.LossDrops.from_state(saved)
+          if loss_drops.LossDrops.names()[0] in saved.files else None)

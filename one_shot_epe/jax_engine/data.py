@@ -15,7 +15,7 @@ with the distribution of tf.data's shuffle, not its random bits.
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -25,36 +25,12 @@ from one_shot_epe import validation
 __all__ = ['DEFAULT_SHUFFLE_BUFFER', 'RoundBatches', 'RoundRows',
            'batches_needed', 'client_batches', 'client_example_order',
            'client_rows', 'examples_used', 'gather_rows', 'max_batches_for',
-           'micro_batches', 'model_inputs', 'shuffled_order']
+           'micro_batches', 'shuffled_order']
 
 # tf.data shuffle buffers of TFF's preprocessing when ClientSpec leaves it
 # unset: emnist_preprocessing.MAX_CLIENT_DATASET_SIZE and
 # stackoverflow constants.DEFAULT_SHUFFLE_BUFFER_SIZE.
 DEFAULT_SHUFFLE_BUFFER = {'emnist': 418, 'stackoverflow': 1000}
-
-
-def model_inputs(kind: str, features: Mapping[str, np.ndarray]
-                 ) -> tuple[np.ndarray, np.ndarray]:
-  """(inputs, labels) of the model from a kind's features (any leading axes).
-
-  EMNIST: (pixels, label). StackOverflow: (tokens[..., :-1], tokens[..., 1:]),
-  TFF's `split_input_target`.
-
-  Args:
-    kind: 'emnist' or 'stackoverflow' (`client_arrays.KINDS`).
-    features: The kind's feature arrays: 'pixels' and 'label' (EMNIST) or
-      'tokens' (StackOverflow, [..., sequence length + 1]).
-
-  Returns:
-    (inputs, labels), views of `features`' arrays.
-
-  Raises:
-    ValueError: `kind` is not one of `client_arrays.KINDS`.
-  """
-  if validation.check_choice('kind', kind, client_arrays.KINDS) == 'emnist':
-    return features['pixels'], features['label']
-  tokens = features['tokens']
-  return tokens[..., :-1], tokens[..., 1:]
 
 
 def shuffled_order(num_examples: int, buffer_size: int,
@@ -289,7 +265,8 @@ def gather_rows(arrays: client_arrays.ClientArrays,
     rows: The round's rows (`client_rows`).
 
   Returns:
-    The round's batches, inputs and labels from `model_inputs`.
+    The round's batches, inputs and labels from
+    `client_arrays.model_inputs`.
   """
   index = np.maximum(rows.rows, 0)
   # Gather through the sorted distinct rows: one pass over memory-mapped data.
@@ -299,7 +276,7 @@ def gather_rows(arrays: client_arrays.ClientArrays,
           index.shape + array.shape[1:])
       for name, array in arrays.features.items()
   }
-  inputs, labels = model_inputs(arrays.kind, gathered)
+  inputs, labels = client_arrays.model_inputs(arrays.kind, gathered)
   return RoundBatches(inputs=inputs, labels=labels,
                       example_mask=rows.example_mask,
                       client_mask=rows.client_mask)

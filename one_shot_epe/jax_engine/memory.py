@@ -91,7 +91,7 @@ def device_memory(plan: run_plan.RunPlan, model: Any,
   params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
   dim = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
   sample = {name: array[:1] for name, array in train_data.features.items()}
-  example = sum(int(a.nbytes) for a in data.model_inputs(train_data.kind,
+  example = sum(int(a.nbytes) for a in client_arrays.model_inputs(train_data.kind,
                                                          sample))
   sizes = data.examples_used(train_data, epochs=plan.epochs,
                              max_examples=plan.max_examples)
@@ -109,7 +109,7 @@ def device_memory(plan: run_plan.RunPlan, model: Any,
   state_bytes = 4 * dim * (2 + plan.server_optimizer.slots + buffer)
   batch = {name: np.zeros((plan.batch_size,) + a.shape[1:], a.dtype)
            for name, a in sample.items()}
-  inputs, labels = data.model_inputs(train_data.kind, batch)
+  inputs, labels = client_arrays.model_inputs(train_data.kind, batch)
   step = jax.make_jaxpr(jax.grad(model.loss))(
       params, inputs, labels, np.ones(plan.batch_size, np.float32),
       jax.random.PRNGKey(0))

@@ -231,7 +231,7 @@ class RoundEngine:
 
     Args:
       arrays: the training split whose model inputs and labels
-        (`data.model_inputs`) are put on the devices.
+        (`client_arrays.model_inputs`) are put on the devices.
 
     Raises:
       ValueError: local training is 'loop' (it reads host batches).
@@ -239,7 +239,7 @@ class RoundEngine:
     if self.local_training != 'vmap':
       raise ValueError("upload needs local_training='vmap'; got "
                        f'{self.local_training!r}.')
-    inputs, labels = data.model_inputs(
+    inputs, labels = client_arrays.model_inputs(
         arrays.kind, {name: np.asarray(array)
                       for name, array in arrays.features.items()})
     self._resident = tuple(jax.device_put((inputs, labels),

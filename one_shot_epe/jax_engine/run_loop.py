@@ -35,7 +35,9 @@ from one_shot_epe.jax_engine import data
 from one_shot_epe.jax_engine import fedavg
 from one_shot_epe.jax_engine import round_engine
 from one_shot_epe.runtime import cosine_buffer
+from one_shot_epe.runtime import checkpoint_store
 from one_shot_epe.runtime import interrupts
+from one_shot_epe.runtime import loss_drops
 from one_shot_epe.runtime import round_record
 from one_shot_epe.runtime import run_directory
 
@@ -143,6 +145,8 @@ class RunLoop:
     buckets: The batch counts its 'vmap' rounds are padded to.
     observer: Told of the run's rounds.
     evaluated: The test-set metrics of the rounds evaluated now, by round.
+    drops: With data canaries, their losses under the last model recorded
+      and largest one-round loss drops (`loss_drops.LossDrops`); else None.
   """
 
   def __init__(self, plan: run_plan.RunPlan,
@@ -154,7 +158,8 @@ class RunLoop:
                    Callable[[int, int], Iterator[jax.Array]] | None) = None,
                decorrelate: bool = False,
                evaluate: (
-                   Callable[[Any], Mapping[str, float]] | None) = None):
+                   Callable[[Any], Mapping[str, float]] | None) = None,
+               score_canaries: Callable[[Any], np.ndarray] | None = None):
     """Restores the run from `store`'s newest checkpoint, or saves round 0.
 
     Args:
@@ -170,6 +175,9 @@ class RunLoop:
         for the decorrelated all-iterates statistic (`projections`).
       evaluate: The test-set metrics of parameters (`training.Evaluation`),
         or None for no evaluation. A new run reports round 0's.
+      score_canaries: With data canaries, parameters -> each tracked data
+        canary's loss (`training.canary_losses`), scored on theta_0 and
+        after every round (`drops`); None without.
 
     Raises:
       ValueError: `decorrelate` without the all-iterates statistic
@@ -195,8 +203,19 @@ class RunLoop:
     new = resumed_from is None
     if new:
       resumed_from = 0
+      if score_canaries is not None:
+        saved = saved._replace(drops=loss_drops.LossDrops(
+            score_canaries(state.params)))
     else:
       saved = store.load(resumed_from, saved)
+      if score_canaries is not None and saved.drops is None:
+        raise checkpoint_store.CheckpointError(
+            f'checkpoint {resumed_from} holds no data canaries\' losses: '
+            'it was written by a run without data canaries; use another '
+            'output directory.')
+    self._score_canaries = score_canaries
+    # With data canaries, their last losses and largest one-round drops.
+    self.drops = saved.drops
     self.resumed_from = resumed_from
     # The last round recorded, and the last saved.
     self._recorded = self._saved = resumed_from
@@ -349,6 +368,8 @@ class RunLoop:
       self.evaluated[t + 1] = evaluated
       metrics.update(evaluated)
     # Before its block may be scored and reported.
+    if self._score_canaries is not None:
+      self.drops.update(self._score_canaries(state.params))
     self.observer.on_round(round_record.RoundRecord(
         round_num=t + 1, metrics=metrics, seconds=seconds, clip=clip))
     self.observer.on_cosines(self._blocks.add(t + 1, vector))
@@ -363,8 +384,8 @@ class RunLoop:
     self.observer.on_checkpoint(self._recorded)
     self.store.save(checkpoints.TrainingState(
         self.state, self._blocks.folded.maxima, self.initial,
-        self._blocks.folded.projections, self._blocks.pending()),
-                    self._recorded)
+        self._blocks.folded.projections, self._blocks.pending(),
+        self.drops), self._recorded)
     self._saved = self._recorded
 
   def save_last_recorded(self) -> None:

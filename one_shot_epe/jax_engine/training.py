@@ -349,7 +349,10 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
   loops = [run_loop.RunLoop(run.plan, run.store, engine, model, train_data,
                             observer=run.observer, noise_rows=run.noise_rows,
                             decorrelate=run.decorrelation is not None,
-                            evaluate=evaluation)
+                            evaluate=evaluation,
+                            score_canaries=(
+                                None if run.data_canaries is None else
+                                canary_losses(model, run.data_canaries)))
            for run in runs]
   if engine.local_training == 'vmap':
     # One layout for every round of every run: one compile.
@@ -367,7 +370,7 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
   stats.resident_bytes = engine.resident_bytes
   # Bytes of one example's model inputs and labels.
   example_bytes = sum(
-      int(a.nbytes) // max(a.shape[0], 1) for a in data.model_inputs(
+      int(a.nbytes) // max(a.shape[0], 1) for a in client_arrays.model_inputs(
           train_data.kind, {name: array[:1] for name, array
                             in train_data.features.items()}))
   scales = np.stack([fedavg.noise_scales(run.plan.dp) for run in runs])
@@ -424,39 +427,51 @@ def train_program(runs: Sequence[ProgramRun], model: Any,
     prefetch.shutdown(cancel_futures=True)
   stats.compiles = engine.compiles
   stats.compile_seconds = run_stats.CompileClock.total - compile_start
-  return [_outcome(run, loop, evaluation, model)
+  return [_outcome(run, loop, evaluation)
           for run, loop in zip(runs, loops)]
 
 
-def canary_losses(model: Any, params: Any,
-                  canaries: client_arrays.ClientArrays) -> np.ndarray:
-  """The model's mean loss on each data canary's examples (no dropout).
+def canary_losses(model: Any, canaries: client_arrays.ClientArrays
+                  ) -> Callable[[Any], np.ndarray]:
+  """Scores data canaries: parameters -> each canary's mean loss.
+
+  Every canary holds the same number of examples (`canary_examples`), so
+  their examples sit on the device once as [canaries, examples, ...] and
+  one compiled call maps the model's loss (no dropout) over the canaries
+  in turn (`lax.map`: one canary's forward pass at a time, no vmapped
+  convolutions).
 
   Args:
     model: The model (its `loss`).
-    params: Its parameters.
     canaries: The canaries, one client each (`data.canary_examples`).
 
   Returns:
-    float64 [canaries]: each canary's mean loss over its examples.
+    params -> float64 [canaries], each canary's mean loss over its
+    examples.
+
+  Raises:
+    ValueError: the canaries hold different numbers of examples.
   """
-  loss = jax.jit(model.loss)
-  losses = []
-  for i in range(canaries.num_clients):
-    rows = slice(int(canaries.offsets[i]), int(canaries.offsets[i + 1]))
-    inputs, labels = data.model_inputs(canaries.kind, {
-        name: np.asarray(array[rows]) for name, array
-        in canaries.features.items()})
-    losses.append(float(loss(params, inputs, labels,
-                             np.ones(len(inputs), np.float32))))
-  return np.asarray(losses, np.float64)
+  examples = canary_examples.examples_per_canary(canaries)
+  count = canaries.num_clients
+  inputs, labels = client_arrays.model_inputs(canaries.kind, {
+      name: np.asarray(array) for name, array in canaries.features.items()})
+  inputs = jnp.asarray(inputs.reshape((count, examples, *inputs.shape[1:])))
+  labels = jnp.asarray(labels.reshape((count, examples, *labels.shape[1:])))
+  mask = jnp.ones(examples, jnp.float32)
+
+  @jax.jit
+  def losses(params: Any) -> jax.Array:
+    return jax.lax.map(lambda pair: model.loss(params, *pair, mask),
+                       (inputs, labels))
+
+  return lambda params: np.asarray(losses(params), np.float64)
 
 
 def _outcome(run: ProgramRun, loop: run_loop.RunLoop,
-             evaluation: Evaluation | None,
-             model: Any) -> canary_spec.CanaryOutcome:
+             evaluation: Evaluation | None) -> canary_spec.CanaryOutcome:
   """The outcome of a trained run: cosines, accuracy, decorrelated scores
-  and the data canaries' losses."""
+  and the data canaries' final losses and largest loss drops."""
   if evaluation is None:
     accuracy = float('nan')
   else:
@@ -466,10 +481,12 @@ def _outcome(run: ProgramRun, loop: run_loop.RunLoop,
     accuracy = float(metrics[evaluation.accuracy_name])
   outcome = loop.outcome(accuracy)
   if run.data_canaries is not None:
-    losses = canary_losses(model, loop.state.params, run.data_canaries)
     seen = run.plan.data_canaries.num_seen
-    outcome = outcome._replace(data_seen_losses=losses[:seen],
-                               data_unseen_losses=losses[seen:])
+    losses = loop.drops.last
+    seen_drops, unseen_drops = loop.drops.split(seen)
+    outcome = outcome._replace(
+        data_seen_losses=losses[:seen], data_unseen_losses=losses[seen:],
+        data_seen_drops=seen_drops, data_unseen_drops=unseen_drops)
   if run.decorrelation is None:
     return outcome
   spec = run.plan.spec

@@ -16,8 +16,11 @@ The CSV's accepted forms, every data row read:
   (Algorithm 3).
 
 With --losses instead, the CSV holds data canaries' final-model losses
-under `seen` and `unseen` (a run's data_canary_losses.csv): the data
-canaries' report (`privacy_report.data_canary_report`), --dim optional.
+under `seen` and `unseen` (a run's data_canary_losses.csv: the data
+canaries' final-model report, `privacy_report.data_canary_report`) or
+their largest one-round loss drops under `seen_drop` and `unseen_drop` (a
+run's data_canary_drops.csv: their all-iterates report,
+`privacy_report.data_canary_all_iterates_report`); --dim optional.
 
 Final-model cosines give the final-model report (Algorithm 2) and need --dim;
 the all-iterates report has no use for --dim, which is then an error.
@@ -78,7 +81,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS
       'losses': flags.DEFINE_string(
           'losses', None, 'Instead of --cosines: CSV file of data canaries\' '
           'final-model losses, columns `seen` and `unseen` (a run\'s '
-          'data_canary_losses.csv).', flag_values=flag_values),
+          'data_canary_losses.csv), or of their largest one-round loss '
+          'drops, `seen_drop` and `unseen_drop` (data_canary_drops.csv).',
+          flag_values=flag_values),
       'dim': flags.DEFINE_integer(
           'dim', None, 'Model dimensionality d (>= 3); required for '
           'final-model cosines, an error for `seen`/`unseen` columns.',
@@ -146,23 +151,28 @@ def read_cosine_columns(path: str) -> dict[str, list[float]]:
 
 
 def read_loss_columns(path: str) -> dict[str, list[float]]:
-  """Reads a CSV of data canaries' losses: columns `seen` and `unseen`.
+  """Reads a CSV of data canaries' losses or largest loss drops.
 
   Read as `read_cosine_columns` reads (its limits); any finite number is a
-  loss.
+  loss or a drop.
 
   Args:
-    path: The CSV file (a run's data_canary_losses.csv).
+    path: The CSV file (a run's data_canary_losses.csv, columns `seen` and
+      `unseen`, or data_canary_drops.csv, `seen_drop` and `unseen_drop`).
 
   Returns:
-    {'seen', 'unseen'}: each column's values, empty cells skipped.
+    {'seen', 'unseen'} or {'seen_drop', 'unseen_drop'}: each column's
+    values, empty cells skipped.
 
   Raises:
     ValueError: naming the file, row and column of what cannot be read.
   """
-  return _read_columns(path, '--losses', ({'seen', 'unseen'},),
+  return _read_columns(path, '--losses', ({'seen', 'unseen'},
+                                         {'seen_drop', 'unseen_drop'}),
                        lambda value: True, 'a finite loss',
-                       '`seen` and `unseen` (data canaries\' losses)')
+                       '`seen` and `unseen` (data canaries\' final-model '
+                       'losses) or `seen_drop` and `unseen_drop` (their '
+                       'largest one-round loss drops)')
 
 
 def _read_columns(path: str, flag: str, allowed: Sequence[set[str]],
@@ -229,12 +239,17 @@ def build_report(columns: dict[str, list[float]], dim: int | None, delta: float,
     losses: Whether the columns are data canaries' losses (--losses).
 
   Returns:
-    The final-model report for a `cosine` column, the data canaries' for
-    losses, else the all-iterates one.
+    The final-model report for a `cosine` column, the data canaries'
+    final-model report for losses and their all-iterates one for loss
+    drops, else the all-iterates one.
 
   Raises:
     ValueError: naming the flag or column at fault.
   """
+  if losses and 'seen_drop' in columns:
+    return privacy_report.data_canary_all_iterates_report(
+        columns['seen_drop'], columns['unseen_drop'], delta, alpha, dim=dim,
+        threshold_strategy=threshold_strategy)
   if losses:
     return privacy_report.data_canary_report(
         columns['seen'], columns['unseen'], delta, alpha, dim=dim,

@@ -45,7 +45,8 @@ from one_shot_epe import validation
 
 __all__ = ['ALL_ITERATES_ESTIMATE', 'DEFAULT_BOOTSTRAP_RESAMPLES',
            'FINAL_ESTIMATE', 'PrivacyReport', 'TPR_FPRS', 'all_iterates_report',
-           'data_canary_report', 'final_model_report', 'loss_scores']
+           'data_canary_all_iterates_report', 'data_canary_report',
+           'drop_scores', 'final_model_report', 'loss_scores']
 
 DEFAULT_BOOTSTRAP_RESAMPLES = 1000
 # False-positive rates of `PrivacyReport.tpr_at_fpr`.
@@ -289,15 +290,32 @@ def all_iterates_report(seen: ArrayLike, unseen: ArrayLike, delta: float,
       bootstrap_resamples=bootstrap_resamples))
 
 
+def _scaled(name: str, seen: ArrayLike, unseen: ArrayLike,
+            sign: float) -> tuple[np.ndarray, np.ndarray]:
+  """`sign` x the values, both sets divided by one factor into [-1, 1].
+
+  The factor is the largest |value|, at least 1; no estimate or bound of a
+  report against unseen scores depends on it (they compare ranks,
+  thresholds of the unseen sample and Gaussian fits in units of their own
+  spread).
+  """
+  seen = np.asarray(seen, np.float64).reshape(-1)
+  unseen = np.asarray(unseen, np.float64).reshape(-1)
+  both = np.concatenate([seen, unseen])
+  if not np.all(np.isfinite(both)):
+    raise ValueError(f'data canaries\' {name} must be finite; got '
+                     f'{both[~np.isfinite(both)][:3].tolist()}.')
+  scale = max(1.0, float(np.abs(both).max(initial=0.0)))
+  return sign * seen / scale, sign * unseen / scale
+
+
 def loss_scores(seen_losses: ArrayLike, unseen_losses: ArrayLike
                 ) -> tuple[np.ndarray, np.ndarray]:
   """Data canaries' losses as scores in [-1, 1]: negated, one common scale.
 
   A lower loss is more member-like, so the score is -loss; both sets are
   divided by one factor (the largest |loss|, at least 1), which no estimate
-  or bound of a report against unseen scores depends on (they compare
-  ranks, thresholds of the unseen sample and Gaussian fits in units of
-  their own spread).
+  or bound of a report against unseen scores depends on.
 
   Args:
     seen_losses: The seen canaries' losses, finite.
@@ -309,14 +327,29 @@ def loss_scores(seen_losses: ArrayLike, unseen_losses: ArrayLike
   Raises:
     ValueError: a loss is not finite.
   """
-  seen = np.asarray(seen_losses, np.float64).reshape(-1)
-  unseen = np.asarray(unseen_losses, np.float64).reshape(-1)
-  both = np.concatenate([seen, unseen])
-  if not np.all(np.isfinite(both)):
-    raise ValueError('data canaries\' losses must be finite; got '
-                     f'{both[~np.isfinite(both)][:3].tolist()}.')
-  scale = max(1.0, float(np.abs(both).max(initial=0.0)))
-  return -seen / scale, -unseen / scale
+  return _scaled('losses', seen_losses, unseen_losses, -1.0)
+
+
+def drop_scores(seen_drops: ArrayLike, unseen_drops: ArrayLike
+                ) -> tuple[np.ndarray, np.ndarray]:
+  """Data canaries' largest one-round loss drops as scores in [-1, 1].
+
+  A larger drop (the round's model fits the canary's examples better than
+  the model before it) is more member-like, so the score is the drop,
+  both sets divided by one common factor (as `loss_scores`).
+
+  Args:
+    seen_drops: The seen canaries' max over rounds of L(theta_{t-1}) -
+      L(theta_t), finite.
+    unseen_drops: The unseen canaries', finite.
+
+  Returns:
+    (seen scores, unseen scores), float64.
+
+  Raises:
+    ValueError: a drop is not finite.
+  """
+  return _scaled('loss drops', seen_drops, unseen_drops, 1.0)
 
 
 @validation.arguments('delta', 'seed', 'alpha',
@@ -361,5 +394,51 @@ def data_canary_report(seen_losses: ArrayLike, unseen_losses: ArrayLike,
   unseen = validation.Cosines()('unseen_losses', unseen)
   return _report(report_scores.Scores(
       'final', seen, unseen, dim=dim, delta=delta, alpha=alpha, seed=seed,
+      threshold_strategy=threshold_strategy,
+      bootstrap_resamples=bootstrap_resamples, canary_kind='data'))
+
+
+@validation.arguments('delta', 'seed', 'alpha',
+                      dim=validation.Optional(_DIM),
+                      threshold_strategy=_sound_strategy,
+                      bootstrap_resamples=_RESAMPLES)
+def data_canary_all_iterates_report(
+    seen_drops: ArrayLike, unseen_drops: ArrayLike, delta: float,
+    alpha: float = 0.05, dim: int | None = None,
+    threshold_strategy: str = 'bonferroni',
+    bootstrap_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
+    seed: int = 0) -> PrivacyReport:
+  """Report for data canaries on every round's model (empirical null).
+
+  Each canary's score is its largest one-round loss drop, max over t of
+  L(theta_{t-1}) - L(theta_t) (`drop_scores`): an adversary who sees every
+  model tests whether some round fitted the canary's examples better than
+  the round before. Seen against unseen canaries, as Algorithm 3 tests the
+  gradient canaries' max cosines; the threshold tests hold at 1 - alpha
+  whatever the mechanism, the Gaussian-family bounds are None
+  (`report_fields.DATA_CANARY_GAUSSIAN`).
+
+  Args:
+    seen_drops: The inserted data canaries' largest loss drops, finite.
+    unseen_drops: The never-inserted ones', finite.
+    delta: The delta of every eps, in (0, 1).
+    alpha: The lower bounds hold with probability 1 - alpha; in (0, 0.5).
+    dim: Optional d >= 3, recorded in the report.
+    threshold_strategy: As for `final_model_report`.
+    bootstrap_resamples: Resamples (>= 20) of the headline's interval.
+    seed: Makes the bootstrap and the 'split' halves reproducible.
+
+  Returns:
+    The `PrivacyReport` with threat_model 'all' and canary_kind 'data'.
+
+  Raises:
+    ValueError: an argument is out of range, a drop is not finite or a
+      sample has fewer than two scores.
+  """
+  seen, unseen = drop_scores(seen_drops, unseen_drops)
+  seen = validation.Cosines()('seen_drops', seen)
+  unseen = validation.Cosines()('unseen_drops', unseen)
+  return _report(report_scores.Scores(
+      'all', seen, unseen, dim=dim, delta=delta, alpha=alpha, seed=seed,
       threshold_strategy=threshold_strategy,
       bootstrap_resamples=bootstrap_resamples, canary_kind='data'))

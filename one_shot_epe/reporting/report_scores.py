@@ -67,8 +67,8 @@ class Scores:
     threshold_strategy: epsilon_lo's sound threshold choice.
     bootstrap_resamples: Resamples of the headline's interval.
     canary_kind: 'gradient' (cosines) or 'data' (the final model's losses,
-      negated: higher is more member-like), whose null is always the unseen
-      canaries' scores.
+      negated, or the largest one-round loss drops: higher is more
+      member-like), whose null is always the unseen canaries' scores.
   """
 
   def __init__(self, threat_model: str, seen: np.ndarray,

@@ -9,13 +9,17 @@ layout (`runtime.run_directory`), each file atomically:
                         canaries): Algorithm 3's max-over-rounds cosines
   data_canary_losses.csv  columns `seen`, `unseen` (with data canaries):
                         each data canary's loss under the final model
+  data_canary_drops.csv columns `seen_drop`, `unseen_drop` (with data
+                        canaries scored every round): each one's largest
+                        one-round loss drop
   report.json/.md       the privacy report (`run_report.RunReport.write`)
   cosine_densities.png  the cosine sets against the null N(0, 1/d)
                         (`plots.plot_cosine_densities`)
 
 Under --canary_kind=data the gradient canaries are tracked but never
 inserted: their cosine files and plot would describe canaries the run did
-not audit with, so only the losses and the report are written.
+not audit with, so only the losses, their drops and the report are
+written.
 
 The launcher (`experiments.run_outputs`), the TFF and Flower `CanaryAudit`s
 and the CANIFE comparison (`experiments.canife_runs`) all write here.
@@ -52,6 +56,11 @@ def write_results(run_dir: str, outcome: canary_spec.CanaryOutcome,
         os.path.join(run_dir, run_directory.DATA_CANARY_LOSSES_FILE),
         {'seen': outcome.data_seen_losses,
          'unseen': outcome.data_unseen_losses})
+  if outcome.data_seen_drops is not None:
+    atomic_io.write_columns_csv(
+        os.path.join(run_dir, run_directory.DATA_CANARY_DROPS_FILE),
+        {'seen_drop': outcome.data_seen_drops,
+         'unseen_drop': outcome.data_unseen_drops})
   if report.canary_kind == 'data':
     report.write(os.path.join(run_dir, run_directory.REPORT_JSON_FILE),
                  os.path.join(run_dir, run_directory.REPORT_MARKDOWN_FILE))

@@ -76,14 +76,15 @@ def threat_models(
 
   Returns:
     ('final model', ...), then 'all iterates' and 'all iterates,
-    decorrelated' where the run has them.
+    decorrelated' where the run has them; data canaries' rows say so.
   """
-  final = ('final model, data canaries' if report.canary_kind == 'data' else
-           'final model')
+  data = ', data canaries' if report.canary_kind == 'data' else ''
   return [(name, threat) for name, threat in (
-      (final, report.final), ('all iterates', report.all_iterates),
+      ('final model' + data, report.final),
+      ('all iterates' + data, report.all_iterates),
       ('all iterates, decorrelated', report.all_iterates_decorrelated),
-      ('final model, data canaries', report.final_data))
+      ('final model, data canaries', report.final_data),
+      ('all iterates, data canaries', report.all_iterates_data))
           if threat is not None]
 
 
@@ -100,9 +101,17 @@ def canaries_line(report: Any) -> str:
   names = {'final': 'the final model', 'all': 'all iterates'}
   parts = []
   for kind in canary_kinds.kinds_of(report.canary_kind):
-    measured = ' and '.join(names[model] for model in kind.threat_models)
-    unmeasured = ''.join(f' ({names[model]}: not measured, {why})'
-                         for model, why in kind.missing_threat_models)
+    # Under 'both' the data canaries' reports are the *_data ones.
+    data_beside = kind.name == 'data' and report.canary_kind == 'both'
+    reports = {'final': report.final_data if data_beside else report.final,
+               'all': (report.all_iterates_data if data_beside else
+                       report.all_iterates)}
+    measured = ' and '.join(names[model] for model in kind.threat_models
+                            if reports[model] is not None)
+    unmeasured = ''.join(
+        f' ({names[model]}: not measured in this run: no unseen canaries, '
+        "or the rounds' models were not scored)"
+        for model in kind.threat_models if reports[model] is None)
     parts.append(f'{kind.name} canaries ({kind.made}; {kind.inserted}; '
                  f'scored by {kind.scored}) measure {measured}{unmeasured}')
   return '**Canaries:** ' + '; '.join(parts) + '.'
@@ -111,8 +120,10 @@ def canaries_line(report: Any) -> str:
 def _canaries(threat: privacy_report.PrivacyReport) -> str:
   """Which canaries a threat model's statistics compare."""
   if threat.canary_kind == 'data':
+    score = ("the final model's loss" if threat.threat_model == 'final' else
+             'the largest one-round loss drop')
     return (f'k = {threat.num_seen} seen against m = {threat.num_unseen} '
-            "unseen data canaries, the final model's loss")
+            f'unseen data canaries, {score}')
   if threat.threat_model == 'final':
     return f'k = {threat.num_seen} seen canaries against the exact null'
   return (f'k = {threat.num_seen} seen against m = {threat.num_unseen} '
@@ -177,7 +188,8 @@ def headline_sentences(report: Any) -> list[str]:
   return [threat_sentence(name, threat, report.analytical_epsilon)
           for name, threat in (('Final model', report.final),
                                ('All iterates', report.all_iterates),
-                               ('Final model', report.final_data))
+                               ('Final model', report.final_data),
+                               ('All iterates', report.all_iterates_data))
           if threat is not None]
 
 
@@ -482,6 +494,7 @@ def render(report: Any) -> str:
 def _fit_table(report: Any) -> list[str]:
   """Each cosine set's count, mean, std, its null's and Anderson's A²."""
   final, all_it = report.final, report.all_iterates
+  data = report.canary_kind == 'data'
   lines = [
       '| cosine set | count | mean | std | null mean | null std | '
       'Anderson A² |',
@@ -494,8 +507,10 @@ def _fit_table(report: Any) -> list[str]:
         f'{final.null_std:.4g} | {_num(final.anderson_seen)} |')
   for name, threat in (
       ('final model loss score, data canaries, seen vs unseen',
-       final if final.canary_kind == 'data' else report.final_data),
-      ('max over rounds, seen vs unseen', all_it),
+       final if data else report.final_data),
+      ('max over rounds, seen vs unseen', None if data else all_it),
+      ('largest one-round loss drop, data canaries, seen vs unseen',
+       all_it if data else report.all_iterates_data),
       ('decorrelated matched filter, seen vs unseen',
        report.all_iterates_decorrelated)):
     if threat is not None:

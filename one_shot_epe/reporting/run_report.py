@@ -54,6 +54,11 @@ DECORRELATED_ALL_ITERATES_NOTE = (
     '(in simulation within a few % of the release\'s eps)')
 
 
+# A run with both kinds of canaries: the data canaries' reports' keys in
+# report.json and their fields' suffixes.
+_DATA_REPORTS = {'final_data': 'final_data', 'all_iterates_data': 'all_data'}
+
+
 def _finite_or_none(value: float | None) -> float | None:
   return None if value is None or math.isinf(value) else value
 
@@ -94,11 +99,12 @@ class RunReport:
   framework_epsilon: float | None = None  # math.inf without noise.
   framework_mechanism: str | None = None
   # --canary_kind: what `final` and `all_iterates` measure ('gradient':
-  # gradient canaries; 'data': data canaries, `final` only; 'both': gradient
-  # canaries there and the data canaries' final-model report in
-  # `final_data`).
+  # gradient canaries; 'data': data canaries; 'both': gradient canaries
+  # there and the data canaries' reports in `final_data` and
+  # `all_iterates_data`).
   canary_kind: str = 'gradient'
   final_data: privacy_report.PrivacyReport | None = None
+  all_iterates_data: privacy_report.PrivacyReport | None = None
 
   def to_dict(self) -> dict[str, Any]:
     """JSON-ready dict; an infinite reference epsilon becomes None.
@@ -143,9 +149,12 @@ class RunReport:
       result['all_iterates_decorrelated'] = (
           self.all_iterates_decorrelated.to_dict())
       threats.append(('all_decorrelated', self.all_iterates_decorrelated))
-    if self.final_data is not None:
-      result['final_data'] = self.final_data.to_dict()
-      threats.append(('final_data', self.final_data))
+    for key, suffix, report in (
+        ('final_data', 'final_data', self.final_data),
+        ('all_iterates_data', 'all_data', self.all_iterates_data)):
+      if report is not None:
+        result[key] = report.to_dict()
+        threats.append((suffix, report))
     for suffix, report in threats:
       fields = None if report is None else report.to_dict()
       for key in _repeated_keys():
@@ -175,12 +184,13 @@ class RunReport:
     suffixes = ('final', 'all')
     if 'all_iterates_decorrelated' in fields:
       suffixes += ('all_decorrelated',)
-    if 'final_data' in fields:
-      suffixes += ('final_data',)
+    for key, suffix in _DATA_REPORTS.items():
+      if key in fields:
+        suffixes += (suffix,)
     expected = set(_JSON_KEYS) | {
         f'{key}_{suffix}' for key in _repeated_keys(later=False)
         for suffix in suffixes}
-    for optional in ('all_iterates_decorrelated', 'final_data'):
+    for optional in ('all_iterates_decorrelated', *_DATA_REPORTS):
       if optional in fields:
         expected.add(optional)
     framework = 'framework_epsilon_mechanism' in fields
@@ -210,9 +220,9 @@ class RunReport:
       values['all_iterates_decorrelated'] = (
           privacy_report.PrivacyReport.from_dict(
               fields['all_iterates_decorrelated']))
-    if 'final_data' in fields:
-      values['final_data'] = privacy_report.PrivacyReport.from_dict(
-          fields['final_data'])
+    for key in _DATA_REPORTS:
+      if key in fields:
+        values[key] = privacy_report.PrivacyReport.from_dict(fields[key])
     values['setting'] = dict(fields['setting'])
     values['notes'] = tuple(fields.get('notes', ()))
     values['canary_kind'] = fields.get('canary_kind', 'gradient')
@@ -375,9 +385,9 @@ from one_shot_epe.design import canary_spec
       `facts.delta` for the same releases (e.g. Flower's RdpAccountant, as
       the Flower audit computes it), with what it accounts; None: none.
     canary_kind: The run's canaries (`design.canary_kinds`): 'gradient',
-      'data' (the report's final model is the data canaries', from the
-      outcome's losses; no all-iterates report) or 'both' (the data
-      canaries' report as `final_data`).
+      'data' (the report's threat models are the data canaries', from the
+      outcome's losses and, where measured, loss drops) or 'both' (the
+      data canaries' reports as `final_data` and `all_iterates_data`).
 
   Returns:
     The `RunReport`.
@@ -405,7 +415,7 @@ from one_shot_epe.design import canary_spec
   dim, delta = facts.dim, facts.delta
   references = mechanism.references(facts)
   kinds = [kind.name for kind in canary_kinds.kinds_of(canary_kind)]
-  final_data = None
+  final_data = all_iterates_data = None
   if 'data' in kinds:
     if outcome.data_seen_losses is None or outcome.data_unseen_losses is None:
       raise ValueError(f'canary_kind {canary_kind!r} needs the data '
@@ -413,19 +423,26 @@ from one_shot_epe.design import canary_spec
     final_data = privacy_report.data_canary_report(
         outcome.data_seen_losses, outcome.data_unseen_losses, delta, alpha,
         dim=dim, seed=seed)
+    if outcome.data_seen_drops is not None and (
+        outcome.data_unseen_drops is not None):
+      all_iterates_data = privacy_report.data_canary_all_iterates_report(
+          outcome.data_seen_drops, outcome.data_unseen_drops, delta, alpha,
+          dim=dim, seed=seed)
+  all_iterates = None
   if 'gradient' in kinds:
     final = privacy_report.final_model_report(
         outcome.final_cosines, dim, delta, alpha,
         unseen=_present(outcome.final_unseen_cosines), seed=seed)
+    if _present(outcome.unseen_maxima) is not None:
+      all_iterates = privacy_report.all_iterates_report(
+          outcome.seen_maxima, outcome.unseen_maxima, delta, alpha, dim=dim,
+          seed=seed)
   else:
-    final, final_data = final_data, None
-  all_iterates = None
-  if 'gradient' in kinds and _present(outcome.unseen_maxima) is not None:
-    all_iterates = privacy_report.all_iterates_report(
-        outcome.seen_maxima, outcome.unseen_maxima, delta, alpha, dim=dim,
-        seed=seed)
+    final, all_iterates = final_data, all_iterates_data
+    final_data = all_iterates_data = None
   setting = {**(setting or {}), **references.setting}
-  if references.all_iterates_note is not None and all_iterates is not None:
+  if (references.all_iterates_note is not None and all_iterates is not None
+      and 'gradient' in kinds):
     key, note = references.all_iterates_note
     setting[key] = note
   decorrelated = None
@@ -453,4 +470,5 @@ from one_shot_epe.design import canary_spec
                          framework_epsilon.epsilon),
       framework_mechanism=(None if framework_epsilon is None else
                            framework_epsilon.mechanism),
-      canary_kind=canary_kind, final_data=final_data)
+      canary_kind=canary_kind, final_data=final_data,
+      all_iterates_data=all_iterates_data)

@@ -48,7 +48,7 @@ from one_shot_epe.runtime import run_lock
 from one_shot_epe.runtime import write_failures
 
 __all__ = ['CANARY_COSINES_FILE', 'CHECKPOINT_DIR', 'CONFIG_FILE',
-           'COSINE_FIELDS', 'DATA_CANARY_LOSSES_FILE', 'CsvFormat', 'DENSITY_PLOT_FILE',
+           'COSINE_FIELDS', 'DATA_CANARY_DROPS_FILE', 'DATA_CANARY_LOSSES_FILE', 'CsvFormat', 'DENSITY_PLOT_FILE',
            'FINAL_COSINES_FILE', 'MAX_COSINES_FILE', 'METRICS_FILE',
            'PROGRESS_FILE', 'REPORT_JSON_FILE', 'REPORT_MARKDOWN_FILE',
            'RunDirectoryError', 'TENSORBOARD_DIR', 'check', 'check_free_space',
@@ -65,6 +65,8 @@ FINAL_COSINES_FILE = 'final_cosines.csv'
 MAX_COSINES_FILE = 'max_cosines.csv'
 # Data canaries' final-model losses: columns seen, unseen (--canary_kind).
 DATA_CANARY_LOSSES_FILE = 'data_canary_losses.csv'
+# Their largest one-round loss drops: columns seen_drop, unseen_drop.
+DATA_CANARY_DROPS_FILE = 'data_canary_drops.csv'
 REPORT_JSON_FILE = 'report.json'
 REPORT_MARKDOWN_FILE = 'report.md'
 DENSITY_PLOT_FILE = 'cosine_densities.png'

@@ -64,6 +64,7 @@ from one_shot_epe.design import canary_kinds
 from one_shot_epe.design import canary_spec
 from one_shot_epe.reporting import run_files
 from one_shot_epe.reporting import run_report
+from one_shot_epe.runtime import loss_drops
 from one_shot_epe.runtime import round_record
 from one_shot_epe.tff_engine import audit_factories
 from one_shot_epe.tff_engine import audit_plan
@@ -200,6 +201,10 @@ class CanaryAudit(audit_factories.AuditedAggregation):
     if 'gradient' not in kinds:
       spec = dataclasses.replace(spec, schedule=[()] * len(spec.schedule))
     self._losses: tuple[np.ndarray, np.ndarray] | None = None
+    # With data canaries scored every round (`track_data_canaries`).
+    self._scorer: canary_clients.LossScorer | None = None
+    self._weights_of: Any = None
+    self._drops: loss_drops.LossDrops | None = None
     # The audited aggregation (`dp`): None before the first factory.
     super().__init__(spec, expected_cohort, dp, mechanism, noise_seed)
     self._delta = delta
@@ -212,7 +217,8 @@ class CanaryAudit(audit_factories.AuditedAggregation):
                 noise_seed: int | None = None,
                 client_participation: dp_fedavg.Participation | None = None,
                 mechanism: mechanisms.Mechanism | None = None,
-                device: str = '/CPU:0') -> 'CanaryAudit':
+                device: str = '/CPU:0',
+                canary_kind: str = 'gradient') -> 'CanaryAudit':
     """The audit of a run planned elsewhere (`tff_engine.training`).
 
     The same as `CanaryAudit(spec=spec, dp=dp, ...)`.
@@ -226,6 +232,7 @@ class CanaryAudit(audit_factories.AuditedAggregation):
       client_participation: As for the constructor.
       mechanism: As for the constructor.
       device: TF device of the cosine tracking (`accelerators`).
+      canary_kind: As for the constructor.
 
     Returns:
       The audit.
@@ -236,7 +243,7 @@ class CanaryAudit(audit_factories.AuditedAggregation):
     """
     return cls(spec=spec, dp=dp, delta=delta, noise_seed=noise_seed,
                client_participation=client_participation,
-               mechanism=mechanism, device=device)
+               mechanism=mechanism, device=device, canary_kind=canary_kind)
 
   # -- 2. One call per round (`canary_observer.CanaryObserver`). ---------------
 
@@ -256,7 +263,17 @@ class CanaryAudit(audit_factories.AuditedAggregation):
       ValueError: if a round is skipped or repeated, or the initial state was
         not observed first.
     """
-    return self._observer.observe(learning_state)
+    summaries = self._observer.observe(learning_state)
+    if self._scorer is not None:
+      losses = self._scorer(self._weights_of(learning_state))
+      if not self._observer.rounds_observed:  # The initial state.
+        self._drops = loss_drops.LossDrops(losses)
+      elif self._drops is None:
+        raise ValueError('track_data_canaries was called after the initial '
+                         'state was observed; call it before.')
+      else:
+        self._drops.update(losses)
+    return summaries
 
   def flush(self) -> list[round_record.CanaryCosines]:
     """Processes the buffered rounds now (`CanaryObserver.flush`).
@@ -270,9 +287,13 @@ class CanaryAudit(audit_factories.AuditedAggregation):
     """Everything needed to resume the audit (`CanaryObserver.state`).
 
     Returns:
-      numpy arrays that join a checkpoint.
+      numpy arrays that join a checkpoint (with data canaries tracked,
+      their last losses and largest drops too).
     """
-    return self._observer.state()
+    state = self._observer.state()
+    if self._drops is not None:
+      state.update(self._drops.state())
+    return state
 
   def empty_state(self, learning_state: Any) -> dict[str, np.ndarray]:
     """A `state()` template for `learning_state`'s model (to load).
@@ -283,7 +304,12 @@ class CanaryAudit(audit_factories.AuditedAggregation):
     Returns:
       Zeros shaped as `state()`.
     """
-    return self._observer.empty_state(learning_state)
+    state = self._observer.empty_state(learning_state)
+    if self._scorer is not None:
+      tracked = self.schedule_spec.num_seen + self.schedule_spec.num_unseen
+      state.update((name, np.zeros(tracked, np.float64))
+                   for name in loss_drops.LossDrops.names())
+    return state
 
   def restore(self, state: dict[str, Any], learning_state: Any) -> None:
     """Resumes from `state()` saved together with `learning_state`.
@@ -293,6 +319,8 @@ class CanaryAudit(audit_factories.AuditedAggregation):
       learning_state: The learning state saved with it.
     """
     self._observer.restore(state, learning_state)
+    if self._scorer is not None:
+      self._drops = loss_drops.LossDrops.from_state(state)
 
   @validation.arguments('rounds_per_checkpoint',
                         final_round=validation.Optional(validation.Int(0)))
@@ -373,10 +401,18 @@ class CanaryAudit(audit_factories.AuditedAggregation):
       noise_multiplier = float(self.dp.noise_multiplier)
     spec = self.schedule_spec
     rounds = self.rounds_observed
-    if self._data and self._losses is None:
-      raise ValueError(f'canary_kind={self.canary_kind!r}: score the data '
-                       'canaries first (score_data_canaries).')
     seen_losses, unseen_losses = self._losses or (None, None)
+    seen_drops = unseen_drops = None
+    if self._drops is not None and self._drops.maxima.size and np.all(
+        np.isfinite(self._drops.maxima)):
+      seen_drops, unseen_drops = self._drops.split(spec.num_seen)
+      if self._losses is None:  # The last model observed scored them.
+        seen_losses = self._drops.last[:spec.num_seen]
+        unseen_losses = self._drops.last[spec.num_seen:]
+    if self._data and seen_losses is None:
+      raise ValueError(f'canary_kind={self.canary_kind!r}: score the data '
+                       'canaries first (score_data_canaries, or '
+                       'track_data_canaries before the rounds).')
     participation = self._client_participation
     if participation is not None:
       participation = dataclasses.replace(participation, rounds=rounds)
@@ -390,7 +426,8 @@ class CanaryAudit(audit_factories.AuditedAggregation):
         seen_maxima=maxima.seen, unseen_maxima=maxima.unseen,
         accuracy=float('nan') if accuracy is None else accuracy,
         dim=self._observer.dim, resumed_from_round=0, rounds_trained=rounds,
-        data_seen_losses=seen_losses, data_unseen_losses=unseen_losses)
+        data_seen_losses=seen_losses, data_unseen_losses=unseen_losses,
+        data_seen_drops=seen_drops, data_unseen_drops=unseen_drops)
     facts = references.RunFacts(
         noise_multiplier=float(noise_multiplier), delta=self._delta,
         dim=self._observer.dim, canary_presentations=spec.repetitions,
@@ -449,6 +486,64 @@ class CanaryAudit(audit_factories.AuditedAggregation):
         max_examples=max_examples)
             for j in sorted(self.schedule_spec.schedule[round_num - 1])]
 
+  def track_data_canaries(self, canaries: client_arrays.ClientArrays,
+                          model_fn: Any, element_spec: Sequence[Any],
+                          model_weights: Any) -> None:
+    """Scores the data canaries on every state observed (all iterates).
+
+    From the next `observe` on (the initial state first), each state's
+    model is scored on every tracked canary's examples
+    (`canary_clients.LossScorer`): the report's all-iterates threat model
+    is each canary's largest one-round loss drop, seen against unseen
+    (`runtime.loss_drops`), and its final model the last state's losses
+    (`score_data_canaries` is then not needed). The drops join the
+    audit's `state()`, so a run resumed through `program_state_manager`
+    ends with an uninterrupted run's. Call it before the first state is
+    observed or loaded.
+
+    Args:
+      canaries: As for `canary_datasets` (k + m canaries, seen first).
+      model_fn: Builds the `tff.learning` model.
+      element_spec: As for `canary_datasets`.
+      model_weights: learning state -> its model's weights (the process's
+        `get_model_weights`).
+
+    Raises:
+      ValueError: the audit has no data canaries, or `canaries` does not
+        hold k + m of them.
+    """
+    self._check_data_canaries('track_data_canaries', canaries)
+    self._scorer = canary_clients.LossScorer(model_fn, canaries, element_spec)
+    self._weights_of = model_weights
+
+  def _check_data_canaries(self, method: str,
+                           canaries: client_arrays.ClientArrays) -> None:
+    """ValueError unless the audit has data canaries and `canaries` k + m."""
+    if not self._data:
+      raise ValueError(f'{method} needs canary_kind data or both; got '
+                       f'{self.canary_kind!r}.')
+    spec = self.schedule_spec
+    if canaries.num_clients != spec.num_seen + spec.num_unseen:
+      raise ValueError(f'canaries must hold the {spec.num_seen} seen and '
+                       f'{spec.num_unseen} unseen data canaries; got '
+                       f'{canaries.num_clients}.')
+
+  def data_canary_drops(self) -> loss_drops.LossDrops:
+    """The tracked data canaries' last losses and largest one-round drops.
+
+    Returns:
+      The tracker (`runtime.loss_drops.LossDrops`): `last` the losses
+      under the last state observed, `maxima` the drops.
+
+    Raises:
+      ValueError: the data canaries are not tracked, or no state was
+        observed (`track_data_canaries`).
+    """
+    if self._drops is None:
+      raise ValueError('no data canary was scored on a state: call '
+                       'track_data_canaries before the first state.')
+    return self._drops
+
   def score_data_canaries(self, canaries: client_arrays.ClientArrays,
                           model_fn: Any, model_weights: Any,
                           element_spec: Sequence[Any]) -> np.ndarray:
@@ -468,17 +563,11 @@ class CanaryAudit(audit_factories.AuditedAggregation):
       ValueError: the audit has no data canaries, or `canaries` does not
         hold k + m of them.
     """
-    if not self._data:
-      raise ValueError('score_data_canaries needs canary_kind data or both; '
-                       f'got {self.canary_kind!r}.')
-    spec = self.schedule_spec
-    if canaries.num_clients != spec.num_seen + spec.num_unseen:
-      raise ValueError(f'canaries must hold the {spec.num_seen} seen and '
-                       f'{spec.num_unseen} unseen data canaries; got '
-                       f'{canaries.num_clients}.')
+    self._check_data_canaries('score_data_canaries', canaries)
     losses = canary_clients.losses(model_fn, model_weights, canaries,
                                    element_spec)
-    self._losses = losses[:spec.num_seen], losses[spec.num_seen:]
+    seen = self.schedule_spec.num_seen
+    self._losses = losses[:seen], losses[seen:]
     return losses
 
   def report(self, *, alpha: float = 0.05, accuracy: float | None = None,

@@ -8,8 +8,9 @@ y = tokens[:, 1:]), as TFF's preprocessing gives them), repeated for the
 client epochs, cut to the client's example cap and batched as any client's
 (not shuffled: the canary's examples are fixed, their order immaterial to
 the audit), so it trains through `tff.learning`'s client path, its clip and
-its noise. `losses` scores the canaries on a model's weights: the keras
-model's loss on each canary's examples, without dropout.
+its noise. `LossScorer` scores the canaries on a model's weights (every
+round's, for their all-iterates score): the keras model's loss on each
+canary's examples, without dropout; `losses` once.
 """
 
 from collections.abc import Callable, Sequence
@@ -19,10 +20,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from one_shot_epe.data import canary_examples
 from one_shot_epe.data import client_arrays
 
-__all__ = ['canary_batch', 'client_dataset', 'client_datasets', 'losses',
-           'round_datasets']
+__all__ = ['LossScorer', 'canary_batch', 'client_dataset', 'client_datasets',
+           'losses', 'round_datasets']
 
 
 def canary_batch(arrays: client_arrays.ClientArrays, index: int,
@@ -115,10 +117,66 @@ def round_datasets(datasets: Sequence[tf.data.Dataset],
   return lambda t: [datasets[int(i) - num_real_clients] for i in clients(t)]
 
 
+class LossScorer:
+  """Scores data canaries on model weights: each canary's mean loss.
+
+  The model is built once and every canary's examples stacked once
+  ([canaries, examples, ...]: each canary holds the same number); each
+  call assigns the weights and maps the model's loss (no dropout) over
+  the canaries in one traced function, so scoring every round's model
+  costs one call per round.
+  """
+
+  def __init__(self, model_fn: Callable[[], Any],
+               arrays: client_arrays.ClientArrays,
+               element_spec: Sequence[tf.TensorSpec]):
+    """Builds the model and stacks the canaries' examples.
+
+    Args:
+      model_fn: Builds the task's `tff.learning` model.
+      arrays: The canaries, one client each, equal in examples.
+      element_spec: The task's preprocessed (x, y) TensorSpecs.
+
+    Raises:
+      ValueError: the canaries hold different numbers of examples.
+    """
+    canary_examples.examples_per_canary(arrays)  # Equal, or ValueError.
+    batches = [canary_batch(arrays, index, element_spec)
+               for index in range(arrays.num_clients)]
+    self._inputs = tf.constant(np.stack([x for x, _ in batches]))
+    self._labels = tf.constant(np.stack([y for _, y in batches]))
+    self._model = model_fn()
+
+    @tf.function
+    def scores(inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+      return tf.map_fn(
+          lambda pair: tf.cast(self._model.forward_pass(
+              pair, training=False).loss, tf.float32),
+          (inputs, labels), fn_output_signature=tf.float32)
+
+    self._scores = scores
+
+  def __call__(self, weights: Any) -> np.ndarray:
+    """Each canary's mean loss under `weights`.
+
+    Args:
+      weights: The model's weights (`tff.learning.models.ModelWeights`, as
+        `LearningProcess.get_model_weights` returns them).
+
+    Returns:
+      float64 [canaries].
+    """
+    tff.learning.models.ModelWeights(
+        trainable=list(weights.trainable),
+        non_trainable=list(weights.non_trainable)).assign_weights_to(
+            self._model)
+    return np.asarray(self._scores(self._inputs, self._labels), np.float64)
+
+
 def losses(model_fn: Callable[[], Any], weights: Any,
            arrays: client_arrays.ClientArrays,
            element_spec: Sequence[tf.TensorSpec]) -> np.ndarray:
-  """The model's mean loss on each canary's examples (no dropout).
+  """The model's mean loss on each canary's examples (no dropout), once.
 
   Args:
     model_fn: Builds the task's `tff.learning` model.
@@ -130,13 +188,4 @@ def losses(model_fn: Callable[[], Any], weights: Any,
   Returns:
     float64 [canaries].
   """
-  model = model_fn()
-  tff.learning.models.ModelWeights(
-      trainable=list(weights.trainable),
-      non_trainable=list(weights.non_trainable)).assign_weights_to(model)
-  values = []
-  for index in range(arrays.num_clients):
-    output = model.forward_pass(canary_batch(arrays, index, element_spec),
-                                training=False)
-    values.append(float(output.loss))
-  return np.asarray(values, np.float64)
+  return LossScorer(model_fn, arrays, element_spec)(weights)

@@ -238,7 +238,7 @@ def _audit(plan: run_plan.RunPlan, task: tasks.Task,
         min(plan.rounds_per_checkpoint, plan.total_rounds)))
   return audit_lib.CanaryAudit.from_spec(
       spec, plan.dp, delta=plan.delta, noise_seed=plan.noise_seed,
-      mechanism=plan.mechanism, device=device)
+      mechanism=plan.mechanism, device=device, canary_kind=plan.canary_kind)
 
 
 def _trainable_specs(task: tasks.Task) -> list[tf.TensorSpec]:
@@ -319,6 +319,9 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
     resumed_from = store.latest() or 0
     joining = None
     if canaries is not None:
+      # Every round's model scored on every data canary (all iterates).
+      audit.track_data_canaries(canaries, task.model_fn, task.element_spec,
+                                process.get_model_weights)
       seen = canary_examples.select_clients(canaries,
                                             plan.data_canaries.num_seen)
       joining = canary_clients.round_datasets(
@@ -348,23 +351,25 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
     # in-vocabulary words only, as Reddi et al. (2020) report it.
     metric = task_entries.task_entry(task.name).tff.accuracy_metric
     accuracy = float(evaluate(state, test_data)[metric])
-    losses = (None if canaries is None else canary_clients.losses(
-        task.model_fn, process.get_model_weights(state), canaries,
-        task.element_spec))
   empty = np.zeros(0)
   if audit is None:
     return canary_spec.CanaryOutcome(
         empty, empty, empty, empty, accuracy, task.num_parameters,
         resumed_from, rounds.rounds_trained)
   maxima = audit.cosine_maxima()
-  return canary_spec.CanaryOutcome(
+  outcome = canary_spec.CanaryOutcome(
       final_cosines=audit.final_cosines(),
       final_unseen_cosines=audit.final_cosines(unseen=True),
       seen_maxima=maxima.seen.astype(np.float64),
       unseen_maxima=maxima.unseen.astype(np.float64), accuracy=accuracy,
       dim=task.num_parameters, resumed_from_round=resumed_from,
-      rounds_trained=rounds.rounds_trained,
-      data_seen_losses=(None if losses is None else
-                        losses[:plan.data_canaries.num_seen]),
-      data_unseen_losses=(None if losses is None else
-                          losses[plan.data_canaries.num_seen:]))
+      rounds_trained=rounds.rounds_trained)
+  if canaries is None:
+    return outcome
+  # The final model's losses and the largest one-round drops, as tracked.
+  drops = audit.data_canary_drops()
+  seen = plan.data_canaries.num_seen
+  seen_drops, unseen_drops = drops.split(seen)
+  return outcome._replace(
+      data_seen_losses=drops.last[:seen], data_unseen_losses=drops.last[seen:],
+      data_seen_drops=seen_drops, data_unseen_drops=unseen_drops)

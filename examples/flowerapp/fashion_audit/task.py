@@ -15,6 +15,12 @@ sizes and modification times, or by the synthetic stand-in's size) and
 memory-mapped, a client standardising only its own shard
 (`Task.client_data`). A process that lives (a simulation's Ray actor) keeps
 its task (`load_task`).
+
+With data canaries (examples/flower_fashion_mnist.py --canary_kind=data)
+the federation has k more nodes after the N clients: node N + j is seen data
+canary j (`one_shot_epe.flower_engine.canary_nodes`), which trains on its
+8 test images with random labels (`Task.client_data`) and tags its reply
+(`train_reply`).
 """
 
 import dataclasses
@@ -34,6 +40,7 @@ from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideFixedClipping, FedAvg, Strategy)
 
 from one_shot_epe.data import fashion_mnist
+from one_shot_epe.flower_engine import canary_nodes
 
 FEATURES, CLASSES = 28 * 28, fashion_mnist.NUM_CLASSES
 DEFAULT_DATA_DIR = fashion_mnist.DEFAULT_DIRECTORY
@@ -207,18 +214,48 @@ class Task:
     """Where the data came from."""
     return self.data.source
 
-  def client_data(self, client: int) -> tuple[np.ndarray, np.ndarray]:
+  def client_data(self, client: int, num_canaries: int = 0
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Client `client`'s standardised images [n, 784] and labels [n].
 
     Args:
-      client: The client's index (its shard).
+      client: The client's index: its shard, or past the N shards a data
+        canary node (`canary_data`).
+      num_canaries: k, the data canary nodes after the N clients.
 
     Returns:
       (images, labels).
     """
+    canary = self.canary_data(client, num_canaries)
+    if canary is not None:
+      return canary
     part = self.parts[client]
     return (fashion_mnist.standardise(self.data.train_images[part]).reshape(
         -1, FEATURES), np.asarray(self.data.train_labels[part], np.int64))
+
+  def canary_data(self, client: int, num_canaries: int
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+    """A data canary node's standardised images [8, 784] and random labels.
+
+    Node N + j holds seen canary j's examples
+    (`canary_nodes.canary_node_examples`, canary seed 0): test images with
+    labels drawn uniformly over the classes.
+
+    Args:
+      client: The node's index, in [0, N + k).
+      num_canaries: k.
+
+    Returns:
+      (images, labels), or None for one of the N clients.
+    """
+    examples = canary_nodes.canary_node_examples(
+        client, len(self.parts), num_canaries, 0, 'emnist',
+        num_labels=CLASSES, images=self.data.test_images)
+    if examples is None:
+      return None
+    images, labels = examples
+    return (fashion_mnist.standardise(images).reshape(-1, FEATURES),
+            np.asarray(labels, np.int64))
 
   @functools.cached_property
   def test_set(self) -> tuple[np.ndarray, np.ndarray]:
@@ -334,6 +371,27 @@ def accuracy(arrays: ArrayRecord, task: Task) -> float:
   return float(np.mean(_logits(w, b, x).argmax(axis=1) == y))
 
 
+def canary_losses(arrays: ArrayRecord, images: np.ndarray,
+                  labels: np.ndarray) -> np.ndarray:
+  """The model's cross-entropy on each of a data canary's examples.
+
+  Args:
+    arrays: The model ('w', 'b').
+    images: The canary's images [n, 28, 28], pixels in [0, 255]
+      (`canary_nodes.canary_node_examples`).
+    labels: Their labels [n].
+
+  Returns:
+    float64 [n].
+  """
+  w, b = (arrays[name].numpy() for name in ('w', 'b'))
+  logits = _logits(w, b, fashion_mnist.standardise(images).reshape(
+      -1, FEATURES)).astype(np.float64)
+  logits -= logits.max(axis=1, keepdims=True)
+  log_p = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+  return -log_p[np.arange(len(labels)), np.asarray(labels, np.int64)]
+
+
 def central_evaluation(task: Task
                        ) -> Callable[[int, ArrayRecord], MetricRecord]:
   """The server's evaluation of each round's model: its test accuracy.
@@ -349,43 +407,53 @@ def central_evaluation(task: Task
 
 
 def train_reply(task: Task, setting: Setting, client: int, round_num: int,
-                message: Message) -> RecordDict:
+                message: Message, num_canaries: int = 0) -> RecordDict:
   """A client's reply to a training message: its model and equal weight.
 
   Every client reports num-examples = 1: FedAvg's weights stay equal, as
   DP-FedAvg's sensitivity S / N assumes (the audit refuses unequal ones).
+  A data canary node trains the same way on its canary's examples and tags
+  its reply (`canary_nodes.tag_reply`).
 
   Args:
     task: The task.
     setting: The run.
-    client: The client's index (its shard).
+    client: The client's index (its shard, or N + j: data canary j).
     round_num: The server round (seeds its shuffles).
     message: The training message (the global model).
+    num_canaries: k, the data canary nodes after the N clients.
 
   Returns:
     The reply's content.
   """
   arrays = message.content['arrays']
-  x, y = task.client_data(client)
+  x, y = task.client_data(client, num_canaries)
   w, b, loss = local_sgd(arrays['w'].numpy(), arrays['b'].numpy(), x, y,
                          setting, np.random.default_rng([client, round_num]))
-  return RecordDict({'arrays': ArrayRecord({'w': Array(w), 'b': Array(b)}),
-                     'metrics': MetricRecord({'num-examples': 1,
-                                              'train_loss': loss})})
+  content = RecordDict({'arrays': ArrayRecord({'w': Array(w), 'b': Array(b)}),
+                        'metrics': MetricRecord({'num-examples': 1,
+                                                 'train_loss': loss})})
+  canary = canary_nodes.canary_id(client, len(task.parts), num_canaries)
+  return content if canary is None else canary_nodes.tag_reply(content,
+                                                               canary)
 
 
-def dp_strategy(setting: Setting, noise_multiplier: float) -> Strategy:
+def dp_strategy(setting: Setting, noise_multiplier: float,
+                num_nodes: int | None = None) -> Strategy:
   """FedAvg under Flower's server-side DP wrapper (fixed or adaptive clip).
 
   Args:
     setting: The run.
     noise_multiplier: z.
+    num_nodes: The federation's nodes, if not the setting's clients (N + k
+      with data canary nodes): FedAvg samples the cohort from them.
 
   Returns:
     The DP wrapper.
   """
-  fedavg = FedAvg(fraction_train=setting.clients_per_round /
-                  setting.num_clients, fraction_evaluate=0.0,
+  nodes = setting.num_clients if num_nodes is None else num_nodes
+  fedavg = FedAvg(fraction_train=setting.clients_per_round / nodes,
+                  fraction_evaluate=0.0,
                   min_train_nodes=setting.clients_per_round,
                   min_available_nodes=setting.clients_per_round)
   if setting.clip:
