@@ -21,6 +21,7 @@ from experiments import engine
 from experiments import train_config
 from one_shot_epe.accounting import dp_fedavg
 from one_shot_epe.design import canary_spec
+from one_shot_epe.design import tasks
 from one_shot_epe.reporting import run_files
 from one_shot_epe.runtime import bounded_reads
 from one_shot_epe.runtime import round_record
@@ -287,6 +288,12 @@ def write_results(run: engine.PreparedRun,
     setting['backend'] = config.backend
   if plan.data_canaries is not None:
     setting['data_canary_examples'] = plan.data_canaries.examples_per_canary
+    if tasks.task_entry(config.task).kind == 'emnist':
+      setting['data_canary_images'] = config.data_canary_images
+    else:
+      setting['data_canary_text'] = (
+          f'model, temperature {config.data_canary_temperature:g}'
+          if config.data_canary_text == 'model' else 'uniform')
   report = run_report.build_run_report(
       outcome, plan.run_facts(outcome.dim, correlated), plan.mechanism,
       alpha=config.alpha, setting=setting, notes=notes,

@@ -193,6 +193,11 @@ def test_canary_audit_runs_data_canaries_as_clients_of_a_plain_pipeline():
                       delta=1e-3, canary_kind='pixels')
 
 
+def _excess(drops):
+  """Each round's drops less that round's median over every canary."""
+  return drops - np.median(drops, axis=1, keepdims=True)
+
+
 def test_tracked_data_canaries_drops_are_every_rounds_loss_drops():
   # The plug-in audit scores every observed state's model; against the
   # softmax regression's cross entropy in numpy on each round's weights,
@@ -274,7 +279,8 @@ def test_tracked_data_canaries_drops_are_every_rounds_loss_drops():
   drops = canary_audit.data_canary_drops()
   np.testing.assert_allclose(drops.last, expected[-1], rtol=1e-5)
   np.testing.assert_allclose(
-      drops.maxima, (expected[:-1] - expected[1:]).max(axis=0), atol=1e-5)
+      drops.maxima, _excess(expected[:-1] - expected[1:]).max(axis=0),
+      atol=1e-5)
   # Resumed from round 2's state: the same maxima (the noise is seeded by
   # round, so rounds 3 and 4 are those of the run never stopped).
   np.testing.assert_allclose(resumed.data_canary_drops().maxima,

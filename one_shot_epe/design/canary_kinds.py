@@ -95,7 +95,7 @@ CANARY_KINDS: dict[str, CanaryKind] = {kind.name: kind for kind in (
         inserted="trained as clients through the real client path (clip "
         "and noise as any client's)",
         scored="the final model's loss on the canary's examples and the "
-        'largest one-round drop of that loss, seen against unseen canaries '
+        'largest excess one-round drop of that loss, seen against unseen canaries '
         '(black box)',
         server_inserts=False, joins_cohort=True,
         maker='one_shot_epe.data.canary_examples:canary_arrays',

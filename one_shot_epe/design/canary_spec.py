@@ -487,9 +487,10 @@ class CanaryOutcome(NamedTuple):
       (`canary_kinds`), the final model's mean loss on each seen and unseen
       data canary's examples; None otherwise.
     data_seen_drops, data_unseen_drops: With data canaries, each seen and
-      unseen data canary's largest one-round loss drop, max over rounds t
-      of L(theta_{t-1}) - L(theta_t) (the all-iterates score); None
-      otherwise.
+      unseen data canary's largest excess one-round loss drop, max over
+      rounds t of its drop L(theta_{t-1}) - L(theta_t) less the round's
+      median drop over every tracked canary (the all-iterates score,
+      `runtime.loss_drops`); None otherwise.
   """
   final_cosines: np.ndarray
   final_unseen_cosines: np.ndarray

@@ -19,7 +19,7 @@ presentations vary.
 records, for each training round, the replies and which seen canaries
 replied, and, given the user's loss (`observe(grid, losses_fn)`), scores
 every canary on the model each round sends (for the all-iterates threat
-model: each canary's largest one-round loss drop, `runtime.loss_drops`);
+model: each canary's largest excess one-round loss drop, `runtime.loss_drops`);
 `DataCanaryAudit.finish` scores every canary with the user's loss on the
 final model (black-box threat models: the final model, and every round's
 model when observed), and writes the run directory and the privacy report
@@ -488,7 +488,7 @@ class DataCanaryAudit:
       grid: Flower's grid (the ServerApp's), of N + k nodes.
       losses_fn: As for `finish`: scores every canary on the model each
         training round sends (theta_0, ..., theta_{T-1}; `finish` scores
-        theta_T), for the all-iterates report (each canary's largest
+        theta_T), for the all-iterates report (each canary's largest excess
         one-round loss drop, `runtime.loss_drops`); None: the final model
         only.
 

@@ -54,7 +54,7 @@ class TrainingState(NamedTuple):
     pending: float32 [p, d], the vectors of the checkpoint's last p rounds,
       buffered and not yet scored against the canaries (p < B); None (as in
       a checkpoint written before they were kept) for none.
-    drops: With data canaries, their last losses and largest one-round
+    drops: With data canaries, their last losses and largest excess one-round
       loss drops (`loss_drops.LossDrops`); None without.
   """
   server: Any

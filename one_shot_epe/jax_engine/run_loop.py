@@ -146,7 +146,7 @@ class RunLoop:
     observer: Told of the run's rounds.
     evaluated: The test-set metrics of the rounds evaluated now, by round.
     drops: With data canaries, their losses under the last model recorded
-      and largest one-round loss drops (`loss_drops.LossDrops`); else None.
+      and largest excess one-round loss drops (`loss_drops.LossDrops`); else None.
   """
 
   def __init__(self, plan: run_plan.RunPlan,
@@ -214,7 +214,7 @@ class RunLoop:
             'it was written by a run without data canaries; use another '
             'output directory.')
     self._score_canaries = score_canaries
-    # With data canaries, their last losses and largest one-round drops.
+    # With data canaries, their last losses and largest excess one-round drops.
     self.drops = saved.drops
     self.resumed_from = resumed_from
     # The last round recorded, and the last saved.

@@ -18,7 +18,7 @@ The CSV's accepted forms, every data row read:
 With --losses instead, the CSV holds data canaries' final-model losses
 under `seen` and `unseen` (a run's data_canary_losses.csv: the data
 canaries' final-model report, `privacy_report.data_canary_report`) or
-their largest one-round loss drops under `seen_drop` and `unseen_drop` (a
+their largest excess one-round loss drops under `seen_drop` and `unseen_drop` (a
 run's data_canary_drops.csv: their all-iterates report,
 `privacy_report.data_canary_all_iterates_report`); --dim optional.
 
@@ -81,7 +81,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS
       'losses': flags.DEFINE_string(
           'losses', None, 'Instead of --cosines: CSV file of data canaries\' '
           'final-model losses, columns `seen` and `unseen` (a run\'s '
-          'data_canary_losses.csv), or of their largest one-round loss '
+          'data_canary_losses.csv), or of their largest excess one-round loss '
           'drops, `seen_drop` and `unseen_drop` (data_canary_drops.csv).',
           flag_values=flag_values),
       'dim': flags.DEFINE_integer(
@@ -172,7 +172,7 @@ def read_loss_columns(path: str) -> dict[str, list[float]]:
                        lambda value: True, 'a finite loss',
                        '`seen` and `unseen` (data canaries\' final-model '
                        'losses) or `seen_drop` and `unseen_drop` (their '
-                       'largest one-round loss drops)')
+                       'largest excess one-round loss drops)')
 
 
 def _read_columns(path: str, flag: str, allowed: Sequence[set[str]],

@@ -332,15 +332,17 @@ def loss_scores(seen_losses: ArrayLike, unseen_losses: ArrayLike
 
 def drop_scores(seen_drops: ArrayLike, unseen_drops: ArrayLike
                 ) -> tuple[np.ndarray, np.ndarray]:
-  """Data canaries' largest one-round loss drops as scores in [-1, 1].
+  """Data canaries' largest excess one-round loss drops as scores in [-1, 1].
 
   A larger drop (the round's model fits the canary's examples better than
-  the model before it) is more member-like, so the score is the drop,
-  both sets divided by one common factor (as `loss_scores`).
+  the model before it, beyond what it did for every canary) is more
+  member-like, so the score is the drop, both sets divided by one common
+  factor (as `loss_scores`).
 
   Args:
-    seen_drops: The seen canaries' max over rounds of L(theta_{t-1}) -
-      L(theta_t), finite.
+    seen_drops: The seen canaries' max over rounds t of d_jt - median_i
+      d_it, d_jt = L_j(theta_{t-1}) - L_j(theta_t) (`runtime.loss_drops`),
+      finite.
     unseen_drops: The unseen canaries', finite.
 
   Returns:
@@ -410,10 +412,12 @@ def data_canary_all_iterates_report(
     seed: int = 0) -> PrivacyReport:
   """Report for data canaries on every round's model (empirical null).
 
-  Each canary's score is its largest one-round loss drop, max over t of
-  L(theta_{t-1}) - L(theta_t) (`drop_scores`): an adversary who sees every
-  model tests whether some round fitted the canary's examples better than
-  the round before. Seen against unseen canaries, as Algorithm 3 tests the
+  Each canary's score is its largest excess one-round loss drop, max over
+  t of d_jt - median_i d_it with d_jt = L_j(theta_{t-1}) - L_j(theta_t)
+  (`runtime.loss_drops`, `drop_scores`): an adversary who sees every model
+  tests whether some round fitted the canary's examples better than the
+  round before, beyond that round's drop for every canary. Seen against
+  unseen canaries, as Algorithm 3 tests the
   gradient canaries' max cosines; the threshold tests hold at 1 - alpha
   whatever the mechanism, the Gaussian-family bounds are None
   (`report_fields.DATA_CANARY_GAUSSIAN`).

@@ -67,7 +67,7 @@ class Scores:
     threshold_strategy: epsilon_lo's sound threshold choice.
     bootstrap_resamples: Resamples of the headline's interval.
     canary_kind: 'gradient' (cosines) or 'data' (the final model's losses,
-      negated, or the largest one-round loss drops: higher is more
+      negated, or the largest excess one-round loss drops: higher is more
       member-like), whose null is always the unseen canaries' scores.
   """
 

@@ -11,7 +11,7 @@ layout (`runtime.run_directory`), each file atomically:
                         each data canary's loss under the final model
   data_canary_drops.csv columns `seen_drop`, `unseen_drop` (with data
                         canaries scored every round): each one's largest
-                        one-round loss drop
+                        excess one-round loss drop
   report.json/.md       the privacy report (`run_report.RunReport.write`)
   cosine_densities.png  the cosine sets against the null N(0, 1/d)
                         (`plots.plot_cosine_densities`)

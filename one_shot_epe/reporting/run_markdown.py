@@ -121,7 +121,7 @@ def _canaries(threat: privacy_report.PrivacyReport) -> str:
   """Which canaries a threat model's statistics compare."""
   if threat.canary_kind == 'data':
     score = ("the final model's loss" if threat.threat_model == 'final' else
-             'the largest one-round loss drop')
+             'the largest excess one-round loss drop')
     return (f'k = {threat.num_seen} seen against m = {threat.num_unseen} '
             f'unseen data canaries, {score}')
   if threat.threat_model == 'final':
@@ -509,7 +509,7 @@ def _fit_table(report: Any) -> list[str]:
       ('final model loss score, data canaries, seen vs unseen',
        final if data else report.final_data),
       ('max over rounds, seen vs unseen', None if data else all_it),
-      ('largest one-round loss drop, data canaries, seen vs unseen',
+      ('largest excess one-round loss drop, data canaries, seen vs unseen',
        all_it if data else report.all_iterates_data),
       ('decorrelated matched filter, seen vs unseen',
        report.all_iterates_decorrelated)):

@@ -1,14 +1,21 @@
-"""Data canaries' all-iterates score: each one's largest one-round loss drop.
+"""Data canaries' all-iterates score: each one's largest excess one-round drop.
 
 An adversary who sees every round's model can ask, for a canary's
-examples, how much some round's model fits them better than the model
-before it: the canary's score is max over rounds t of
-L(theta_{t-1}) - L(theta_t), L its mean loss on its examples. A seen data
-canary trained in round t lowers its own loss there; an unseen one only
-moves with the rest of the task. `LossDrops` keeps, per tracked canary
-(seen first, then unseen), the last round's loss and the running maximum,
-both checkpointed with the run (`state`, `from_state`), so that a resumed
-run ends with the maxima of an uninterrupted one. The report is
+examples, how much more some round's model fits them than the model
+before it did, beyond what that round did for every canary: canary j's
+round-t drop is d_jt = L_j(theta_{t-1}) - L_j(theta_t), L_j its mean loss
+on its examples, and its score max over rounds t of d_jt - median_i d_it,
+the median over every tracked canary (seen and unseen alike). Early
+rounds lower every canary's loss (the model learns the task); the median
+takes that shared drop out, so a seen data canary's own round, in which it
+trained, stands out. The median is a symmetric function of all tracked
+canaries, computed from the released models only: a canary's score is a
+post-processing of the models, and seen and unseen canaries are scored
+alike, so the report's threshold tests hold as for any score.
+`LossDrops` keeps, per tracked canary (seen first, then unseen), the last
+round's loss and the running maximum, both checkpointed with the run
+(`state`, `from_state`), so that a resumed run ends with the maxima of an
+uninterrupted one. The report is
 `reporting.privacy_report.data_canary_all_iterates_report`. numpy only.
 """
 
@@ -23,12 +30,12 @@ _LAST, _MAXIMA = 'data_canary_last_losses', 'data_canary_max_drops'
 
 
 class LossDrops:
-  """The tracked data canaries' last losses and largest one-round drops.
+  """The tracked data canaries' last losses and largest excess drops.
 
   Attributes:
     last: float64 [n], each canary's loss under the last model observed.
-    maxima: float64 [n], each one's largest drop so far (-inf before the
-      first round).
+    maxima: float64 [n], each one's largest drop beyond its round's median
+      drop so far (-inf before the first round).
   """
 
   def __init__(self, initial_losses: np.ndarray):
@@ -44,7 +51,7 @@ class LossDrops:
     self.maxima = np.full(self.last.shape, -np.inf)
 
   def update(self, losses: np.ndarray) -> None:
-    """Records the losses under the next round's model.
+    """Records the losses under the next round's model (its drops, centred).
 
     Args:
       losses: float [n], each canary's loss under theta_t, finite.
@@ -56,11 +63,12 @@ class LossDrops:
     if losses.shape != self.last.shape:
       raise ValueError(f'losses: {losses.size} canaries; expected '
                        f'{self.last.size}.')
-    np.maximum(self.maxima, self.last - losses, out=self.maxima)
+    drops = self.last - losses
+    np.maximum(self.maxima, drops - np.median(drops), out=self.maxima)
     self.last = losses
 
   def split(self, num_seen: int) -> tuple[np.ndarray, np.ndarray]:
-    """The seen and the unseen canaries' largest drops.
+    """The seen and the unseen canaries' largest excess drops.
 
     Args:
       num_seen: k, the seen canaries (the first k).

@@ -65,7 +65,7 @@ FINAL_COSINES_FILE = 'final_cosines.csv'
 MAX_COSINES_FILE = 'max_cosines.csv'
 # Data canaries' final-model losses: columns seen, unseen (--canary_kind).
 DATA_CANARY_LOSSES_FILE = 'data_canary_losses.csv'
-# Their largest one-round loss drops: columns seen_drop, unseen_drop.
+# Their largest excess one-round loss drops: columns seen_drop, unseen_drop.
 DATA_CANARY_DROPS_FILE = 'data_canary_drops.csv'
 REPORT_JSON_FILE = 'report.json'
 REPORT_MARKDOWN_FILE = 'report.md'

@@ -494,7 +494,7 @@ class CanaryAudit(audit_factories.AuditedAggregation):
     From the next `observe` on (the initial state first), each state's
     model is scored on every tracked canary's examples
     (`canary_clients.LossScorer`): the report's all-iterates threat model
-    is each canary's largest one-round loss drop, seen against unseen
+    is each canary's largest excess one-round loss drop, seen against unseen
     (`runtime.loss_drops`), and its final model the last state's losses
     (`score_data_canaries` is then not needed). The drops join the
     audit's `state()`, so a run resumed through `program_state_manager`
@@ -529,7 +529,7 @@ class CanaryAudit(audit_factories.AuditedAggregation):
                        f'{canaries.num_clients}.')
 
   def data_canary_drops(self) -> loss_drops.LossDrops:
-    """The tracked data canaries' last losses and largest one-round drops.
+    """The tracked data canaries' last losses and largest excess one-round drops.
 
     Returns:
       The tracker (`runtime.loss_drops.LossDrops`): `last` the losses

@@ -366,7 +366,7 @@ def train(plan: run_plan.RunPlan, task: tasks.Task,
       rounds_trained=rounds.rounds_trained)
   if canaries is None:
     return outcome
-  # The final model's losses and the largest one-round drops, as tracked.
+  # The final model's losses and the largest excess one-round drops, as tracked.
   drops = audit.data_canary_drops()
   seen = plan.data_canaries.num_seen
   seen_drops, unseen_drops = drops.split(seen)
