@@ -59,10 +59,16 @@ def test_the_engine_feeds_the_pinned_canary_examples():
       'stackoverflow', text.features)) == pinned_canaries.TEXT_DIGEST
 
 
-def test_data_canaries_under_overwhelming_noise_claim_nothing(tmp_path):
-  config = _config(tmp_path)
-  result = train.run_training(config)
-  run_dir = os.path.join(tmp_path, 'run')
+@pytest.fixture(scope='module', name='noised')
+def fixture_noised(tmp_path_factory):
+  """One run at z = 1000, checkpointed every round: (config, result, dir)."""
+  root = tmp_path_factory.mktemp('noised')
+  config = _config(root, rounds_per_checkpoint=1)
+  return config, train.run_training(config), os.path.join(root, 'run')
+
+
+def test_data_canaries_under_overwhelming_noise_claim_nothing(noised):
+  config, result, run_dir = noised
   with open(os.path.join(run_dir, run_directory.REPORT_JSON_FILE)) as f:
     report = json.load(f)
   assert report['canary_kind'] == 'data'
@@ -139,14 +145,13 @@ def _params(store, round_num, model):
   return jax.tree_util.tree_unflatten(structure, leaves)
 
 
-def test_every_round_is_scored_and_a_resumed_run_ends_the_same(tmp_path):
-  """The drops are max_t L(theta_{t-1}) - L(theta_t), each round's model
-  read back from its checkpoint and each canary scored alone; a run
-  resumed halfway ends with the same data canary files, byte for byte."""
-  config = _config(tmp_path, noise_multiplier=0.5, rounds_per_checkpoint=1,
-                   run_name='whole')
-  result = train.run_training(config)
-  run_dir = os.path.join(tmp_path, 'whole')
+def test_every_round_is_scored_and_a_resumed_run_ends_the_same(noised,
+                                                                tmp_path):
+  """The drops are max_t of L(theta_{t-1}) - L(theta_t) less the round's
+  median, each round's model read back from its checkpoint and each canary
+  scored alone; a run resumed halfway ends with the same data canary
+  files, byte for byte."""
+  config, result, run_dir = noised
   store = checkpoints.TrainingStateCheckpoints(
       os.path.join(run_dir, run_directory.CHECKPOINT_DIR))
   arrays = run_planning.data_canary_arrays(config, train.prepare(config).plan)
@@ -175,7 +180,8 @@ def test_every_round_is_scored_and_a_resumed_run_ends_the_same(tmp_path):
                run_directory.DATA_CANARY_LOSSES_FILE,
                run_directory.DATA_CANARY_DROPS_FILE):
     os.remove(os.path.join(halfway, name))
-  resumed = train.run_training(dataclasses.replace(config, run_name='halfway'))
+  resumed = train.run_training(dataclasses.replace(
+      config, root_output_dir=str(tmp_path), run_name='halfway'))
   assert resumed.outcome.resumed_from_round == 2
   for name in (run_directory.DATA_CANARY_LOSSES_FILE,
                run_directory.DATA_CANARY_DROPS_FILE):
