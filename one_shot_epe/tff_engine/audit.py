@@ -251,6 +251,9 @@ class CanaryAudit(audit_factories.AuditedAggregation):
               learning_state: Any) -> list[round_record.CanaryCosines]:
     """Records a learning state: the initial one first, then every round's.
 
+    With data canaries tracked (`track_data_canaries`), also scores them on
+    the state's model.
+
     Args:
       learning_state: The state of a `tff.learning` process built with this
         audit's factory: `process.initialize()`, then each `next(...).state`.
@@ -260,8 +263,9 @@ class CanaryAudit(audit_factories.AuditedAggregation):
       (`canary_observer.CanaryObserver.observe`).
 
     Raises:
-      ValueError: if a round is skipped or repeated, or the initial state was
-        not observed first.
+      ValueError: if a round is skipped or repeated, the initial state was
+        not observed first, or the data canaries were tracked only after
+        it.
     """
     summaries = self._observer.observe(learning_state)
     if self._scorer is not None:
