@@ -264,6 +264,9 @@ def test_data_canary_drops_give_the_data_all_iterates_report(tmp_path):
   assert printed == json.loads(expected.to_json())
   assert printed['threat_model'] == 'all' and printed['canary_kind'] == 'data'
   assert printed['epsilon_lo'] > 0
+  shown = _run(f'--losses={path}', '--delta=1e-5')
+  assert shown.returncode == 0, shown.stderr
+  assert shown.stdout.startswith('All iterates, data canaries (k = 30 seen')
   path.write_text('seen,unseen_drop\n1,2\n')
   mixed = _run(f'--losses={path}', '--delta=1e-5')
   assert mixed.returncode == 2 and '--losses: header' in mixed.stderr

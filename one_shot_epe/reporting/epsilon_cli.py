@@ -306,7 +306,7 @@ def format_markdown(report: privacy_report.PrivacyReport) -> str:
   confidence = f'{1 - report.alpha:.0%}'
   name = 'Final model' if report.threat_model == 'final' else 'All iterates'
   if report.canary_kind == 'data':
-    name = 'Final model, data canaries'
+    name += ', data canaries'
   threats = [(name.lower(), report)]
   lines = [run_markdown.threat_sentence(name, report),
            *run_markdown.assumption_notes(threats), '',
